@@ -1,0 +1,112 @@
+"""Retry delays as values: each policy says how long to wait after the n-th failed attempt.
+
+Policies are frozen dataclasses so that a handler declares its policy once, tests can
+compare them, and the admin can print them. ``jitter`` spreads retries of many jobs
+that failed together (a busy cluster) so that they do not come back in one wave: the
+delay is multiplied by a factor drawn uniformly from [1 - jitter, 1 + jitter], and
+never exceeds the policy's cap.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+
+@dataclass(frozen=True)
+class Backoff(ABC):
+    jitter: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ValueError("jitter is a fraction between 0 and 1")
+
+    @abstractmethod
+    def base_seconds(self, attempt: int) -> float:
+        """The un-jittered wait after failed attempt number ``attempt``."""
+
+    def cap_seconds(self) -> float | None:
+        return None
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> timedelta:
+        """The wait after failed attempt number ``attempt`` (1 for the first)."""
+        if attempt < 1:
+            raise ValueError("attempts are counted from 1")
+        seconds = self.base_seconds(attempt)
+        if self.jitter:
+            seconds *= (rng or random).uniform(1 - self.jitter, 1 + self.jitter)
+        cap = self.cap_seconds()
+        if cap is not None:
+            seconds = min(seconds, cap)
+        return timedelta(seconds=max(seconds, 0.0))
+
+
+@dataclass(frozen=True)
+class Exponential(Backoff):
+    """``base * factor ** (attempt - 1)``, capped: 60 s × 2^n up to 5 min by default."""
+
+    base: float = 60.0
+    factor: float = 2.0
+    cap: float = 300.0
+
+    def base_seconds(self, attempt: int) -> float:
+        # min() before the power would overflow for absurd attempt counts.
+        exponent = min(attempt - 1, 64)
+        return min(self.base * self.factor**exponent, self.cap)
+
+    def cap_seconds(self) -> float:
+        return self.cap
+
+
+FIBONACCI_POLL_SECONDS = (2, 3, 5, 8, 13, 21, 34, 55, 89, 90)
+
+
+@dataclass(frozen=True)
+class Fibonacci(Backoff):
+    """A table walked one step per attempt, its last entry repeated (2, 3, 5 … 89, 90 s)."""
+
+    table: tuple[float, ...] = field(default=FIBONACCI_POLL_SECONDS)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.table:
+            raise ValueError("a Fibonacci table needs at least one entry")
+
+    def base_seconds(self, attempt: int) -> float:
+        return self.table[min(attempt, len(self.table)) - 1]
+
+    def cap_seconds(self) -> float:
+        return max(self.table)
+
+
+@dataclass(frozen=True)
+class Fixed(Backoff):
+    """The same wait after every attempt."""
+
+    seconds: float = 30.0
+
+    def base_seconds(self, attempt: int) -> float:
+        return self.seconds
+
+
+@dataclass(frozen=True)
+class Schedule(Backoff):
+    """An explicit list of waits; attempts past its end reuse the last one."""
+
+    delays: tuple[float, ...] = (10.0, 60.0, 300.0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.delays:
+            raise ValueError("a schedule needs at least one delay")
+
+    def base_seconds(self, attempt: int) -> float:
+        return self.delays[min(attempt, len(self.delays)) - 1]
+
+    def cap_seconds(self) -> float:
+        return max(self.delays)
+
+
+DEFAULT_BACKOFF = Exponential()

@@ -1,0 +1,75 @@
+"""What a handler receives: its job, the clock, progress reporting and chaining."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from jobs.clock import Clock
+from jobs.engine import ChildSpec
+from jobs.models import Job
+
+
+class ProgressSlot:
+    """The latest progress of one running job, written by the handler's thread and
+    flushed by the worker's heartbeat thread at most a few times a second, so a job
+    reporting a million steps writes a handful of rows, not a million."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._value: tuple[int, int | None, str] | None = None
+        self._dirty = False
+
+    def set(self, done: int, total: int | None, message: str) -> None:
+        with self._lock:
+            self._value = (done, total, message)
+            self._dirty = True
+
+    def take(self) -> tuple[int, int | None, str] | None:
+        """The value if it changed since the last take, else None."""
+        with self._lock:
+            if not self._dirty:
+                return None
+            self._dirty = False
+            return self._value
+
+    @property
+    def latest(self) -> tuple[int, int | None, str] | None:
+        with self._lock:
+            return self._value
+
+
+@dataclass
+class JobContext:
+    job: Job
+    clock: Clock
+    worker: str = ""
+    progress_slot: ProgressSlot = field(default_factory=ProgressSlot)
+    children: list[ChildSpec] = field(default_factory=list)
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return self.job.payload
+
+    @property
+    def attempt(self) -> int:
+        return self.job.attempts
+
+    def now(self) -> datetime:
+        return self.clock.now()
+
+    def progress(self, done: int, total: int | None = None, message: str = "") -> None:
+        """Report progress; cheap enough to call for every row."""
+        self.progress_slot.set(int(done), None if total is None else int(total), message)
+
+    def chain(self, name: str, payload: dict[str, Any] | None = None, **options: Any) -> None:
+        """Enqueue ``name`` when this job succeeds, in the same transaction, in its pipeline.
+
+        Options are those of ``jobs.enqueue`` (unique_key, concurrency_key, run_after …).
+        """
+        from jobs.engine import _handler_or_raise
+
+        _handler_or_raise(name)  # fail the parent now, not silently at commit time
+        self.children.append(ChildSpec(name, payload or {}, options))

@@ -1,0 +1,537 @@
+"""Every change of a job's state happens here, and nowhere else.
+
+Admin actions, API views, commands, the worker and the reaper all call these functions.
+Each transition is a compare-and-set (``filter(pk=..., state=expected, ...).update()``)
+whose row count says who won, and writes its history row in the same transaction. A
+running job carries a lease token; finishing an attempt requires the current token, so
+a worker that was presumed dead (and whose job was rescued, recovered or cancelled)
+cannot commit its late result over the new state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F
+from django.db.models.functions import Coalesce
+
+from jobs import clock, conf, registry
+from jobs.backoff import DEFAULT_BACKOFF
+from jobs.errors import IllegalTransition, InvalidPayload, LeaseLost, UnknownJobType
+from jobs.models import Job, JobEvent
+
+logger = logging.getLogger(__name__)
+
+NOTIFY_CHANNEL = "conveyor_jobs"
+State = Job.State
+Kind = JobEvent.Kind
+
+# Columns cleared whenever a job stops running.
+NO_LEASE: dict[str, Any] = {
+    "locked_by": "",
+    "locked_at": None,
+    "heartbeat_at": None,
+    "lease_expires_at": None,
+    "lease_token": None,
+}
+
+
+@dataclass
+class ChildSpec:
+    """A job to enqueue when its parent succeeds (``ctx.chain``)."""
+
+    name: str
+    payload: dict[str, Any]
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+# --- enqueue ---------------------------------------------------------------------------
+
+
+def _check_payload(payload: Any) -> str:
+    if not isinstance(payload, dict):
+        raise InvalidPayload(f"a job payload must be a JSON object, got {type(payload).__name__}")
+    try:
+        return json.dumps(payload)
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayload(f"payload is not JSON-serialisable: {exc}") from exc
+
+
+def _handler_or_raise(name: str) -> registry.Handler:
+    handler = registry.get(name)
+    if handler is None:
+        raise UnknownJobType(f"unknown job type {name!r}; registered: {', '.join(registry.names())}")
+    return handler
+
+
+_INSERT_SQL = """
+INSERT INTO jobs_job (
+    type, queue, priority, state, payload, progress_done, progress_message, attempts,
+    max_attempts, run_after, locked_by, rescues, pipeline_id, parent_id, concurrency_key,
+    is_current, unique_key, tenant_id, error_kind, last_error, created_at, created_by_id
+)
+SELECT %(type)s, %(queue)s, %(priority)s, 'pending', p.payload, 0, '', 0,
+       %(max_attempts)s, %(run_after)s, '', 0, COALESCE(%(pipeline)s::uuid, gen_random_uuid()),
+       %(parent)s, %(concurrency_key)s, false, p.unique_key, %(tenant)s, '', '', %(now)s,
+       %(created_by)s
+FROM unnest(%(payloads)s::jsonb[], %(unique_keys)s::text[]) AS p(payload, unique_key)
+ON CONFLICT DO NOTHING
+RETURNING id
+"""
+
+
+def enqueue_many(
+    name: str,
+    payloads: Sequence[dict[str, Any]],
+    *,
+    unique_keys: Sequence[str | None] | None = None,
+    run_after: datetime | None = None,
+    priority: int = 0,
+    queue: str | None = None,
+    concurrency_key: str | None = None,
+    pipeline: uuid.UUID | str | None = None,
+    parent: Job | int | None = None,
+    tenant: Any = None,
+    created_by: Any = None,
+    max_attempts: int | None = None,
+) -> list[int]:
+    """Insert one job per payload in a single statement; return the new ids.
+
+    Runs in the caller's transaction; workers are woken when it commits (NOTIFY is
+    transactional). Payloads whose unique key is already held by an unfinished job are
+    skipped, so the result can be shorter than ``payloads``. Without ``pipeline`` each
+    job starts its own pipeline.
+    """
+    handler = _handler_or_raise(name)
+    encoded = [_check_payload(p) for p in payloads]
+    if unique_keys is not None and len(unique_keys) != len(encoded):
+        raise ValueError("unique_keys must match payloads one to one")
+    if not encoded:
+        return []
+    now = clock.now()
+    params = {
+        "type": name,
+        "queue": queue or handler.queue,
+        "priority": priority,
+        "max_attempts": max_attempts or handler.max_attempts,
+        "run_after": run_after or now,
+        "pipeline": str(pipeline) if pipeline else None,
+        "parent": parent.pk if isinstance(parent, Job) else parent,
+        "concurrency_key": concurrency_key,
+        "tenant": getattr(tenant, "pk", tenant),
+        "now": now,
+        "created_by": getattr(created_by, "pk", created_by),
+        "payloads": encoded,
+        "unique_keys": list(unique_keys) if unique_keys is not None else [None] * len(encoded),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_INSERT_SQL, params)
+        ids = [row[0] for row in cursor.fetchall()]
+        if ids:
+            cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, params["queue"]])
+    return ids
+
+
+def enqueue(
+    name: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    run_after: datetime | None = None,
+    priority: int = 0,
+    queue: str | None = None,
+    unique_key: str | None = None,
+    concurrency_key: str | None = None,
+    pipeline: uuid.UUID | str | None = None,
+    parent: Job | int | None = None,
+    tenant: Any = None,
+    created_by: Any = None,
+    max_attempts: int | None = None,
+) -> Job:
+    """Enqueue one job in the caller's transaction and return it.
+
+    With ``unique_key``, enqueueing again while a job with that key is pending or
+    running returns that job instead of a new one (a partial unique index decides, so
+    two concurrent callers cannot both insert).
+    """
+    options = dict(
+        run_after=run_after, priority=priority, queue=queue, concurrency_key=concurrency_key,
+        pipeline=pipeline, parent=parent, tenant=tenant, created_by=created_by,
+        max_attempts=max_attempts,
+    )
+    for _ in range(5):
+        ids = enqueue_many(name, [payload or {}], unique_keys=[unique_key], **options)
+        if ids:
+            return Job.objects.get(pk=ids[0])
+        existing = Job.objects.filter(unique_key=unique_key, state__in=Job.UNFINISHED).first()
+        if existing is not None:
+            return existing
+        # The holder finished between our insert and our read: insert again.
+    raise IntegrityError(f"could not enqueue {name!r} with unique key {unique_key!r}")
+
+
+# --- claim -------------------------------------------------------------------------------
+
+
+@dataclass
+class Claim:
+    """A batch of jobs this worker now holds, all fenced by one lease token."""
+
+    token: uuid.UUID
+    worker: str
+    jobs: list[Job]
+
+
+def claim(worker: str, *, limit: int, queues: Sequence[str] = (),
+          types: Sequence[str] | None = None) -> Claim:
+    """Take up to ``limit`` due jobs, mark them running and stamp their lease.
+
+    One transaction: ``SELECT … FOR UPDATE SKIP LOCKED`` (concurrent claimers skip each
+    other's rows instead of waiting), then the update, the attempt count and the history.
+    A job with a concurrency key also becomes ``is_current`` for its key; a concurrent
+    claimer of the same key trips ``job_one_current_per_key`` and leaves the job alone.
+    """
+    now = clock.now()
+    token = uuid.uuid4()
+    type_names = list(types) if types is not None else registry.names()
+    with transaction.atomic():
+        picked = list(
+            Job.objects.claimable(now, type_names, list(queues))
+            .order_by("-priority", "id")
+            .select_for_update(skip_locked=True, of=("self",))
+            .values_list("id", "type", "concurrency_key")[:limit]
+        )
+        if not picked:
+            return Claim(token, worker, [])
+        plain = [pk for pk, _, key in picked if key is None]
+        keyed: dict[str, int] = {}
+        for pk, _, key in picked:
+            if key is not None:
+                keyed.setdefault(key, pk)  # at most one job per key in one batch
+        _start(plain, picked, token, worker, now)
+        won = [pk for key, pk in keyed.items() if _claim_keyed(pk, key, picked, token, worker, now)]
+        claimed = Job.objects.filter(pk__in=plain + won).order_by("-priority", "id")
+        jobs = list(claimed)
+        JobEvent.objects.bulk_create(
+            JobEvent(job_id=job.pk, at=now, kind=Kind.CLAIMED, from_state=State.PENDING,
+                     to_state=State.RUNNING, attempt=job.attempts, worker=worker)
+            for job in jobs
+        )
+    return Claim(token, worker, jobs)
+
+
+def _lease_for(type_name: str) -> float:
+    handler = registry.get(type_name)
+    return handler.lease if handler and handler.lease else conf.lease_seconds()
+
+
+def _start(ids: list[int], picked: list[tuple[int, str, str | None]], token: uuid.UUID,
+           worker: str, now: datetime) -> int:
+    """Mark locked pending rows running, one UPDATE per distinct lease length."""
+    by_lease: dict[float, list[int]] = {}
+    types = {pk: type_name for pk, type_name, _ in picked}
+    for pk in ids:
+        by_lease.setdefault(_lease_for(types[pk]), []).append(pk)
+    count = 0
+    for lease, pks in by_lease.items():
+        count += Job.objects.filter(pk__in=pks).update(
+            state=State.RUNNING, attempts=F("attempts") + 1, locked_by=worker, locked_at=now,
+            heartbeat_at=now, lease_expires_at=now + timedelta(seconds=lease),
+            lease_token=token, started_at=Coalesce(F("started_at"), now),
+        )
+    return count
+
+
+def _claim_keyed(pk: int, key: str, picked: list[tuple[int, str, str | None]],
+                 token: uuid.UUID, worker: str, now: datetime) -> bool:
+    try:
+        with transaction.atomic():
+            # Hand the key over: the previous current job (finished, never running) steps
+            # down, this one steps up. Both writes or neither.
+            Job.objects.filter(concurrency_key=key, is_current=True).exclude(
+                state=State.RUNNING).exclude(pk=pk).update(is_current=False)
+            Job.objects.filter(pk=pk).update(is_current=True)
+            _start([pk], picked, token, worker, now)
+        return True
+    except IntegrityError:
+        logger.info("concurrency key %s is held by another claimer", key, extra={"job": pk})
+        return False
+
+
+# --- outcomes of an attempt ------------------------------------------------------------
+
+
+def _fenced(job: Job, token: uuid.UUID) -> Any:
+    return Job.objects.filter(pk=job.pk, state=State.RUNNING, lease_token=token)
+
+
+def _event(job: Job | int, kind: str, from_state: str, to_state: str, *, message: str = "",
+           attempt: int = 0, worker: str = "", actor: Any = None, at: datetime | None = None,
+           done: int | None = None, total: int | None = None) -> JobEvent:
+    return JobEvent.objects.create(
+        job_id=getattr(job, "pk", job), at=at or clock.now(), kind=kind, from_state=from_state,
+        to_state=to_state, message=message[:10_000], attempt=attempt, worker=worker,
+        actor=actor if getattr(actor, "is_authenticated", False) else None,
+        progress_done=done, progress_total=total,
+    )
+
+
+def _lease_lost(job: Job, token: uuid.UUID, worker: str, what: str) -> LeaseLost:
+    logger.warning("refused late %s of job %s: lease %s is no longer current", what, job.pk,
+                   token, extra={"job": job.pk, "worker": worker})
+    return LeaseLost(f"job {job.pk}: lease {token} is no longer current; {what} refused")
+
+
+def complete(job: Job, token: uuid.UUID, *, result: Any = None, worker: str = "",
+             children: Iterable[ChildSpec] = (), progress: tuple[int, int | None, str] | None = None
+             ) -> None:
+    """Record success and enqueue chained children, atomically; raise LeaseLost if fenced."""
+    now = clock.now()
+    with transaction.atomic():
+        fields: dict[str, Any] = {"state": State.SUCCEEDED, "result": result, "finished_at": now,
+                                  "error_kind": "", **NO_LEASE}
+        if progress is not None:
+            fields.update(progress_done=progress[0], progress_total=progress[1],
+                          progress_message=progress[2][:300])
+        if not _fenced(job, token).update(**fields):
+            raise _lease_lost(job, token, worker, "success")
+        _event(job, Kind.SUCCEEDED, State.RUNNING, State.SUCCEEDED, attempt=job.attempts,
+               worker=worker, at=now)
+        for child in children:
+            options = {"tenant": job.tenant_id, "pipeline": job.pipeline_id, "parent": job.pk,
+                       **child.options}
+            enqueue(child.name, child.payload, **options)
+
+
+def record_refusal(job: Job, what: str, *, worker: str = "") -> None:
+    """History row for a late result that was refused (written after its rollback)."""
+    with transaction.atomic():
+        state = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first() or ""
+        _event(job, Kind.LEASE_LOST, State.RUNNING, state, attempt=job.attempts, worker=worker,
+               message=f"late {what} of attempt {job.attempts} refused: lease no longer current")
+
+
+def fail(job: Job, token: uuid.UUID, error: str, *, permanent: bool = False,
+         worker: str = "") -> str:
+    """Record a failed attempt: retry after the handler's backoff, or fail for good.
+
+    Returns the job's new state. Raises LeaseLost if the attempt was fenced out.
+    """
+    now = clock.now()
+    handler = registry.get(job.type)
+    retry = not permanent and job.attempts < job.max_attempts
+    with transaction.atomic():
+        if retry:
+            backoff = handler.backoff if handler else DEFAULT_BACKOFF
+            run_after = now + backoff.delay(max(job.attempts, 1))
+            updated = _fenced(job, token).update(
+                state=State.PENDING, run_after=run_after, error_kind=Job.ErrorKind.TRANSIENT,
+                last_error=error, **NO_LEASE)
+            kind, to_state = Kind.RETRY_SCHEDULED, State.PENDING
+            message = f"attempt {job.attempts} failed, retry at {run_after:%Y-%m-%d %H:%M:%S}: {error}"
+        else:
+            kind_of = Job.ErrorKind.PERMANENT if permanent else Job.ErrorKind.TRANSIENT
+            updated = _fenced(job, token).update(
+                state=State.FAILED, finished_at=now, error_kind=kind_of, last_error=error,
+                **NO_LEASE)
+            kind, to_state = Kind.FAILED, State.FAILED
+            message = error if permanent else f"attempts exhausted ({job.attempts}): {error}"
+        if not updated:
+            raise _lease_lost(job, token, worker, "failure")
+        _event(job, kind, State.RUNNING, to_state, message=message, attempt=job.attempts,
+               worker=worker, at=now)
+        if to_state == State.FAILED:
+            _cancel_dependants(job.pk, now)
+    return to_state
+
+
+def snooze(job: Job, token: uuid.UUID, seconds: float, *, message: str = "",
+           worker: str = "") -> None:
+    """Put the job back to sleep for ``seconds``, giving its attempt back."""
+    now = clock.now()
+    with transaction.atomic():
+        run_after = now + timedelta(seconds=seconds)
+        if not _fenced(job, token).update(state=State.PENDING, run_after=run_after,
+                                          attempts=F("attempts") - 1, **NO_LEASE):
+            raise _lease_lost(job, token, worker, "snooze")
+        _event(job, Kind.SNOOZED, State.RUNNING, State.PENDING, attempt=job.attempts,
+               worker=worker, at=now, message=message or f"until {run_after:%H:%M:%S}")
+
+
+def release(jobs: Sequence[Job], token: uuid.UUID, *, worker: str = "") -> int:
+    """Hand claimed-but-unstarted jobs back, unspent (batch ran long, or shutdown)."""
+    if not jobs:
+        return 0
+    now = clock.now()
+    with transaction.atomic():
+        ids = [job.pk for job in jobs]
+        released = list(
+            Job.objects.filter(pk__in=ids, state=State.RUNNING, lease_token=token)
+            .values_list("pk", flat=True)
+        )
+        Job.objects.filter(pk__in=released).update(
+            state=State.PENDING, attempts=F("attempts") - 1, **NO_LEASE)
+        JobEvent.objects.bulk_create(
+            JobEvent(job_id=pk, at=now, kind=Kind.RELEASED, from_state=State.RUNNING,
+                     to_state=State.PENDING, worker=worker, message="handed back unstarted")
+            for pk in released
+        )
+        if released:
+            connection.cursor().execute("SELECT pg_notify(%s, '')", [NOTIFY_CHANNEL])
+    return len(released)
+
+
+def heartbeat(token: uuid.UUID, job_ids: Sequence[int]) -> int:
+    """Renew the leases of the running jobs a worker holds under ``token``."""
+    if not job_ids:
+        return 0
+    now = clock.now()
+    renewed = 0
+    for lease, pks in _group_by_lease(job_ids).items():
+        renewed += Job.objects.filter(pk__in=pks, state=State.RUNNING, lease_token=token).update(
+            heartbeat_at=now, lease_expires_at=now + timedelta(seconds=lease))
+    return renewed
+
+
+def _group_by_lease(job_ids: Sequence[int]) -> dict[float, list[int]]:
+    groups: dict[float, list[int]] = {}
+    for pk, type_name in Job.objects.filter(pk__in=job_ids).values_list("pk", "type"):
+        groups.setdefault(_lease_for(type_name), []).append(pk)
+    return groups
+
+
+def record_progress(job_id: int, token: uuid.UUID, done: int, total: int | None,
+                    message: str, *, worker: str = "") -> bool:
+    """Store a progress step and its history row; False if the attempt was fenced out."""
+    now = clock.now()
+    with transaction.atomic():
+        updated = Job.objects.filter(pk=job_id, state=State.RUNNING, lease_token=token).update(
+            progress_done=max(done, 0), progress_total=total, progress_message=message[:300])
+        if updated:
+            _event(job_id, Kind.PROGRESS, State.RUNNING, State.RUNNING, message=message,
+                   worker=worker, at=now, done=done, total=total)
+    return bool(updated)
+
+
+# --- the reaper's and the operators' transitions -----------------------------------------
+
+
+def rescue(job: Job, *, now: datetime | None = None) -> str | None:
+    """Take a running job back from a worker whose lease expired.
+
+    Pending again if attempts remain, failed otherwise. Returns the new state, or None
+    if the job was no longer running with an expired lease (someone else won).
+    """
+    now = now or clock.now()
+    with transaction.atomic():
+        fenced = Job.objects.filter(pk=job.pk, state=State.RUNNING, lease_token=job.lease_token,
+                                    lease_expires_at__lt=now)
+        if job.attempts < job.max_attempts:
+            to_state = State.PENDING
+            updated = fenced.update(state=State.PENDING, run_after=now, rescues=F("rescues") + 1,
+                                    error_kind=Job.ErrorKind.LEASE_EXPIRED,
+                                    last_error=f"worker {job.locked_by} stopped heartbeating",
+                                    **NO_LEASE)
+        else:
+            to_state = State.FAILED
+            updated = fenced.update(state=State.FAILED, finished_at=now, rescues=F("rescues") + 1,
+                                    error_kind=Job.ErrorKind.LEASE_EXPIRED,
+                                    last_error=f"worker {job.locked_by} stopped heartbeating; "
+                                               f"attempts exhausted ({job.attempts})",
+                                    **NO_LEASE)
+        if not updated:
+            return None
+        _event(job, Kind.RESCUED, State.RUNNING, to_state, attempt=job.attempts, at=now,
+               message=f"rescued from {job.locked_by} (lease expired "
+                       f"{job.lease_expires_at:%H:%M:%S})")
+        if to_state == State.FAILED:
+            _cancel_dependants(job.pk, now)
+        else:
+            connection.cursor().execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, job.queue])
+    return to_state
+
+
+def _operator_change(job: Job, expected: Sequence[str], kind: str, actor: Any, message: str,
+                     **fields: Any) -> Job:
+    """Apply an operator's transition if the job is still in an expected state."""
+    now = clock.now()
+    with transaction.atomic():
+        current = Job.objects.select_for_update().get(pk=job.pk)
+        if current.state not in expected:
+            raise IllegalTransition(
+                f"job {job.pk} is {current.state}; {kind.replace('_', ' ')} needs "
+                f"{' or '.join(expected)}")
+        Job.objects.filter(pk=job.pk).update(**fields)
+        current.refresh_from_db()
+        _event(current, kind, job.state if job.state in expected else current.state,
+               current.state, message=message, attempt=current.attempts, actor=actor, at=now)
+        if current.state in (State.FAILED, State.CANCELLED):
+            _cancel_dependants(current.pk, now)
+        if current.state == State.PENDING:
+            connection.cursor().execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, current.queue])
+    return current
+
+
+def recover(job: Job, *, actor: Any = None, reason: str = "") -> Job:
+    """Operator: a running job presumed stuck goes back to pending now (its worker, if
+    alive, is fenced out). Grants one more attempt if all were spent."""
+    now = clock.now()
+    return _operator_change(
+        job, [State.RUNNING], Kind.RECOVERED, actor, reason or "recovered by an operator",
+        state=State.PENDING, run_after=now,
+        max_attempts=_at_least(F("max_attempts"), F("attempts") + 1), **NO_LEASE)
+
+
+def retry(job: Job, *, actor: Any = None, reason: str = "") -> Job:
+    """Operator: a failed or cancelled job runs again from scratch (attempts reset)."""
+    now = clock.now()
+    return _operator_change(
+        job, [State.FAILED, State.CANCELLED], Kind.RETRIED, actor, reason or "retried by an operator",
+        state=State.PENDING, run_after=now, attempts=0, finished_at=None, error_kind="",
+        last_error="", result=None, progress_done=0, progress_total=None, progress_message="")
+
+
+def cancel(job: Job, *, actor: Any = None, reason: str = "") -> Job:
+    """Operator: stop a pending job, or fence out a running one (its result is refused)."""
+    now = clock.now()
+    return _operator_change(
+        job, [State.PENDING, State.RUNNING], Kind.CANCELLED, actor,
+        reason or "cancelled by an operator", state=State.CANCELLED, finished_at=now, **NO_LEASE)
+
+
+def run_now(job: Job, *, actor: Any = None, reason: str = "") -> Job:
+    """Operator: a pending job waiting for its run_after becomes due immediately."""
+    return _operator_change(job, [State.PENDING], Kind.RUN_NOW, actor,
+                            reason or "run now by an operator", run_after=clock.now())
+
+
+def _at_least(a: Any, b: Any) -> Any:
+    from django.db.models.functions import Greatest
+
+    return Greatest(a, b)
+
+
+def _cancel_dependants(parent_id: int, now: datetime) -> None:
+    """Pending jobs waiting on a parent that will never succeed are cancelled, transitively."""
+    frontier = [parent_id]
+    while frontier:
+        waiting = list(Job.objects.filter(parent_id__in=frontier, state=State.PENDING)
+                       .select_for_update().values_list("pk", "parent_id"))
+        if not waiting:
+            return
+        ids = [pk for pk, _ in waiting]
+        Job.objects.filter(pk__in=ids).update(
+            state=State.CANCELLED, finished_at=now, error_kind=Job.ErrorKind.PARENT_FAILED,
+            last_error="its parent job did not succeed")
+        JobEvent.objects.bulk_create(
+            JobEvent(job_id=pk, at=now, kind=Kind.CANCELLED, from_state=State.PENDING,
+                     to_state=State.CANCELLED, message=f"parent job {parent} did not succeed")
+            for pk, parent in waiting
+        )
+        frontier = ids

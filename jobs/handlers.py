@@ -1,0 +1,15 @@
+"""The engine's own job types."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobs import retention
+from jobs.context import JobContext
+from jobs.registry import handler
+
+
+@handler("jobs.prune", queue="maintenance", max_attempts=3, atomic=False)
+def prune(ctx: JobContext) -> dict[str, Any]:
+    """Delete finished jobs past their retention (scheduled hourly)."""
+    return retention.prune()

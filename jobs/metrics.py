@@ -1,0 +1,49 @@
+"""Prometheus metrics. Counters live in the worker processes (multiprocess mode when
+PROMETHEUS_MULTIPROC_DIR is set); job counts by state and type are read from the
+database at scrape time, so every web process reports the same truth."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+CLAIMS = Counter("conveyor_jobs_claimed", "Jobs claimed by workers.")
+OUTCOMES = Counter("conveyor_jobs_outcomes", "Finished attempts by type and outcome.",
+                   ["type", "outcome"])
+RESCUES = Counter("conveyor_jobs_rescued", "Jobs taken back from dead workers.", ["type"])
+DURATION = Histogram(
+    "conveyor_job_duration_seconds", "Handler run time.", ["type"],
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120, 600, 3600),
+)
+
+
+def claimed(count: int) -> None:
+    CLAIMS.inc(count)
+
+
+def finished(type_name: str, outcome: str, seconds: float) -> None:
+    OUTCOMES.labels(type_name, outcome).inc()
+    DURATION.labels(type_name).observe(seconds)
+
+
+def rescued(type_name: str) -> None:
+    RESCUES.labels(type_name).inc()
+
+
+class JobStateCollector(Collector):
+    """``conveyor_jobs{state,type}``: the job table's counts, from one GROUP BY."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from django.db.models import Count
+
+        from jobs.models import Job
+
+        family = GaugeMetricFamily("conveyor_jobs", "Jobs by state and type.",
+                                   labels=["state", "type"])
+        rows = Job.objects.order_by().values_list("state", "type").annotate(n=Count("id"))
+        for state, type_name, count in rows:
+            family.add_metric([state, type_name], count)
+        yield family

@@ -1,0 +1,321 @@
+"""The engine's tables. Only ``jobs.engine`` changes a job's state; see its docstring.
+
+The invariants the engine relies on are enforced here, by PostgreSQL:
+- one running job per concurrency key (``job_one_current_per_key``),
+- one unfinished job per unique key (``job_one_active_per_unique_key``),
+- a running job always carries a lease, a finished one a finish time.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def unfinished(self) -> JobQuerySet:
+        return self.filter(state__in=Job.UNFINISHED)
+
+    def finished(self) -> JobQuerySet:
+        return self.filter(state__in=Job.FINISHED)
+
+    def due(self, now: datetime) -> JobQuerySet:
+        return self.filter(state=Job.State.PENDING, run_after__lte=now)
+
+    def claimable(self, now: datetime, types: list[str], queues: list[str]) -> JobQuerySet:
+        """Due pending jobs this worker can run: known type, served queue, parent done,
+        and (for keyed jobs) no running job holding the key."""
+        qs = self.due(now).filter(type__in=types)
+        if queues:
+            qs = qs.filter(queue__in=queues)
+        key_held = Job.objects.filter(
+            concurrency_key=models.OuterRef("concurrency_key"), state=Job.State.RUNNING
+        )
+        return qs.filter(
+            Q(parent__isnull=True) | Q(parent__state=Job.State.SUCCEEDED),
+            Q(concurrency_key__isnull=True) | ~models.Exists(key_held),
+        )
+
+    def lease_expired(self, now: datetime) -> JobQuerySet:
+        return self.filter(state=Job.State.RUNNING, lease_expires_at__lt=now)
+
+
+class Job(models.Model):
+    class State(models.TextChoices):
+        PENDING = "pending", "Pending"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    class ErrorKind(models.TextChoices):
+        TRANSIENT = "transient", "Transient (retried)"
+        PERMANENT = "permanent", "Permanent"
+        LEASE_EXPIRED = "lease_expired", "Lease expired (worker died)"
+        PARENT_FAILED = "parent_failed", "Parent did not succeed"
+
+    UNFINISHED = (State.PENDING, State.RUNNING)
+    FINISHED = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+
+    id = models.BigAutoField(primary_key=True)
+    type = models.CharField("type", max_length=100, help_text="The registered handler that runs it.")
+    queue = models.CharField("queue", max_length=50, default="default")
+    priority = models.SmallIntegerField("priority", default=0, help_text="Higher runs first.")
+    state = models.CharField(
+        "state", max_length=10, choices=State.choices, default=State.PENDING
+    )
+    payload = models.JSONField("payload", default=dict, blank=True)
+    result = models.JSONField("result", null=True, blank=True)
+
+    progress_done = models.BigIntegerField("done", default=0)
+    progress_total = models.BigIntegerField("total", null=True, blank=True)
+    progress_message = models.CharField("progress message", max_length=300, blank=True)
+
+    attempts = models.PositiveIntegerField(
+        "attempts", default=0, help_text="Attempts started so far (a snooze gives one back)."
+    )
+    max_attempts = models.PositiveIntegerField("max attempts", default=5)
+    run_after = models.DateTimeField(
+        "run after", help_text="Not claimed before this time (backoff, snooze, schedule)."
+    )
+
+    locked_by = models.CharField(
+        "locked by", max_length=200, blank=True, help_text="The worker holding the lease."
+    )
+    locked_at = models.DateTimeField("locked at", null=True, blank=True)
+    heartbeat_at = models.DateTimeField("last heartbeat", null=True, blank=True)
+    lease_expires_at = models.DateTimeField(
+        "lease expires", null=True, blank=True,
+        help_text="Without a heartbeat by then the worker is presumed dead and the job rescued.",
+    )
+    lease_token = models.UUIDField(
+        "lease token", null=True, blank=True, editable=False,
+        help_text="Fences each attempt: only the holder of the current token may finish it.",
+    )
+    rescues = models.PositiveIntegerField(
+        "rescues", default=0, help_text="Times the reaper took it back from a dead worker."
+    )
+
+    pipeline_id = models.UUIDField("pipeline", default=uuid.uuid4, db_index=True)
+    parent = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="children"
+    )
+    concurrency_key = models.CharField(
+        "concurrency key", max_length=200, null=True, blank=True,
+        help_text="Jobs sharing a key never run at the same time.",
+    )
+    is_current = models.BooleanField(
+        "current for its key", default=False,
+        help_text="The job that last held its concurrency key (the one running, if any).",
+    )
+    unique_key = models.CharField(
+        "unique key", max_length=200, null=True, blank=True,
+        help_text="Enqueueing again while a job with this key is unfinished returns that job.",
+    )
+    tenant = models.ForeignKey(
+        "tenancy.Tenant", on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
+    )
+
+    error_kind = models.CharField(
+        "error kind", max_length=20, choices=ErrorKind.choices, blank=True
+    )
+    last_error = models.TextField("last error", blank=True)
+
+    created_at = models.DateTimeField("created")
+    started_at = models.DateTimeField("started", null=True, blank=True)
+    finished_at = models.DateTimeField("finished", null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+",
+    )
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.CheckConstraint(
+                name="job_state_valid",
+                condition=Q(state__in=["pending", "running", "succeeded", "failed", "cancelled"]),
+            ),
+            models.CheckConstraint(
+                name="job_attempts_within_max", condition=Q(attempts__lte=models.F("max_attempts"))
+            ),
+            models.CheckConstraint(name="job_max_attempts_positive", condition=Q(max_attempts__gte=1)),
+            models.CheckConstraint(
+                name="job_running_has_lease",
+                condition=~Q(state="running")
+                | Q(lease_token__isnull=False, locked_at__isnull=False, lease_expires_at__isnull=False),
+            ),
+            models.CheckConstraint(
+                name="job_finished_has_time",
+                condition=~Q(state__in=["succeeded", "failed", "cancelled"]) | Q(finished_at__isnull=False),
+            ),
+            models.CheckConstraint(name="job_progress_nonnegative", condition=Q(progress_done__gte=0)),
+            models.CheckConstraint(
+                name="job_current_needs_key",
+                condition=Q(is_current=False) | Q(concurrency_key__isnull=False),
+            ),
+            # The claim moves is_current to the new job in the same transaction; a second
+            # claimer for the same key trips this index and loses (seed: is_current race).
+            models.UniqueConstraint(
+                fields=["concurrency_key"], condition=Q(is_current=True),
+                name="job_one_current_per_key",
+            ),
+            # Idempotent enqueue: while a keyed job is unfinished, a second insert conflicts.
+            models.UniqueConstraint(
+                fields=["unique_key"], condition=Q(state__in=["pending", "running"]),
+                name="job_one_active_per_unique_key",
+            ),
+        ]
+        indexes = [
+            # The claim: due pending jobs of a queue in priority order.
+            models.Index(
+                fields=["queue", "-priority", "id"], condition=Q(state="pending"),
+                name="job_claim_idx",
+            ),
+            # The reaper: running jobs whose lease ran out.
+            models.Index(
+                fields=["lease_expires_at"], condition=Q(state="running"), name="job_lease_idx"
+            ),
+            # Admin/API filters and the dashboard: by type and state, newest first.
+            models.Index(fields=["type", "state", "-id"], name="job_type_state_idx"),
+            models.Index(fields=["state", "-id"], name="job_state_idx"),
+            # Dashboard windows and retention: finished jobs by finish time.
+            models.Index(
+                fields=["finished_at"], condition=Q(finished_at__isnull=False),
+                name="job_finished_idx",
+            ),
+            # Keyed lookups: "who holds this key", and tenant-scoped listings.
+            models.Index(fields=["concurrency_key", "state"], name="job_key_idx",
+                         condition=Q(concurrency_key__isnull=False)),
+            models.Index(fields=["tenant", "-id"], name="job_tenant_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.type} ({self.state})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in self.FINISHED
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds()
+        return None
+
+
+class JobEvent(models.Model):
+    """Append-only history: every state change and progress step of a job."""
+
+    class Kind(models.TextChoices):
+        CREATED = "created", "Created"
+        CLAIMED = "claimed", "Claimed"
+        PROGRESS = "progress", "Progress"
+        SUCCEEDED = "succeeded", "Succeeded"
+        RETRY_SCHEDULED = "retry_scheduled", "Retry scheduled"
+        FAILED = "failed", "Failed"
+        SNOOZED = "snoozed", "Snoozed"
+        RELEASED = "released", "Released unstarted"
+        RESCUED = "rescued", "Rescued from a dead worker"
+        CANCELLED = "cancelled", "Cancelled"
+        RECOVERED = "recovered", "Recovered by an operator"
+        RETRIED = "retried", "Retried by an operator"
+        RUN_NOW = "run_now", "Run now by an operator"
+        LEASE_LOST = "lease_lost", "Late result refused"
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField("when")
+    kind = models.CharField("what", max_length=20, choices=Kind.choices)
+    from_state = models.CharField("from", max_length=10, blank=True)
+    to_state = models.CharField("to", max_length=10, blank=True)
+    message = models.TextField("message", blank=True)
+    attempt = models.PositiveIntegerField("attempt", default=0)
+    progress_done = models.BigIntegerField(null=True, blank=True)
+    progress_total = models.BigIntegerField(null=True, blank=True)
+    worker = models.CharField("worker", max_length=200, blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+", verbose_name="staff user",
+    )
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            # A job's timeline, and stream replay after Last-Event-ID.
+            models.Index(fields=["job", "id"], name="jobevent_job_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.job_id} at {self.at:%H:%M:%S}"
+
+
+class Event(models.Model):
+    """A published domain event (transactional outbox); its deliveries are jobs."""
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField("event", max_length=100, db_index=True)
+    payload = models.JSONField("payload", default=dict, blank=True)
+    tenant = models.ForeignKey(
+        "tenancy.Tenant", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    pipeline_id = models.UUIDField("pipeline", null=True, blank=True)
+    created_at = models.DateTimeField("published")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+",
+    )
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} #{self.pk}"
+
+
+class Delivery(models.Model):
+    """One subscriber's copy of an event, carried out by a job (retries, backoff, history)."""
+
+    id = models.BigAutoField(primary_key=True)
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="deliveries")
+    subscriber = models.CharField("subscriber", max_length=100)
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="delivery")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["event", "subscriber"], name="delivery_once_per_subscriber")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} → {self.subscriber}"
+
+    @property
+    def deliver_after(self) -> datetime:
+        return self.job.run_after
+
+
+class Worker(models.Model):
+    """A live engine worker (one per cluster process), kept fresh by its heartbeat."""
+
+    name = models.CharField("name", max_length=200, unique=True)
+    hostname = models.CharField("host", max_length=200)
+    pid = models.PositiveIntegerField("pid")
+    queues = models.JSONField("queues", default=list, blank=True, help_text="Empty: every queue.")
+    started_at = models.DateTimeField("started")
+    last_seen_at = models.DateTimeField("last seen")
+    jobs_done = models.PositiveBigIntegerField("jobs done", default=0)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def serves(self, queue: str) -> bool:
+        return not self.queues or queue in self.queues

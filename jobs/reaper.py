@@ -1,0 +1,74 @@
+"""The safety net: rescue jobs of dead workers and wake workers for unsignalled jobs.
+
+Runs every few seconds inside the cluster's workers, one at a time thanks to a
+transaction-level advisory lock (a worker that cannot take it skips this round), and
+on demand from ``manage.py recover_stale``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import connection, transaction
+
+from jobs import clock, engine, metrics
+from jobs.models import Job, Worker
+
+logger = logging.getLogger(__name__)
+
+REAPER_LOCK_ID = 0x636F6E76  # "conv"
+# A worker row not refreshed for this long belongs to a dead process.
+WORKER_STALE_SECONDS = 30
+
+
+@dataclass
+class ReapResult:
+    rescued: int = 0
+    failed: int = 0
+    woken_queues: int = 0
+    ran: bool = True
+
+
+def reap(limit: int = 500) -> ReapResult:
+    """One round: rescue expired leases, nudge due work, forget long-dead workers."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [REAPER_LOCK_ID])
+            if not cursor.fetchone()[0]:
+                return ReapResult(ran=False)
+        result = rescue_expired(limit=limit)
+        result.woken_queues = wake_due()
+        Worker.objects.filter(
+            last_seen_at__lt=clock.now() - timedelta(seconds=WORKER_STALE_SECONDS)).delete()
+    return result
+
+
+def rescue_expired(limit: int = 500) -> ReapResult:
+    """Running jobs whose lease ran out go back to pending (or fail, attempts spent)."""
+    now = clock.now()
+    result = ReapResult()
+    expired = (Job.objects.lease_expired(now).order_by("lease_expires_at")
+               .select_for_update(skip_locked=True)[:limit])
+    for job in expired:
+        state = engine.rescue(job, now=now)
+        if state == Job.State.PENDING:
+            result.rescued += 1
+        elif state == Job.State.FAILED:
+            result.failed += 1
+        if state:
+            metrics.rescued(job.type)
+            logger.warning("rescued job %s (%s) from %s: %s", job.pk, job.type, job.locked_by,
+                           state, extra={"job": job.pk, "worker": job.locked_by})
+    return result
+
+
+def wake_due() -> int:
+    """NOTIFY each queue that has due pending jobs, so that no job waits on a lost signal
+    (a crash between commit and signal, or a run_after that simply came due)."""
+    queues = list(Job.objects.due(clock.now()).values_list("queue", flat=True).distinct()[:50])
+    with connection.cursor() as cursor:
+        for queue in queues:
+            cursor.execute("SELECT pg_notify(%s, %s)", [engine.NOTIFY_CHANNEL, queue])
+    return len(queues)

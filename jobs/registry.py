@@ -1,0 +1,121 @@
+"""The handler registry: job type names to the functions that run them.
+
+Each app's ``handlers.py`` registers its handlers with ``@jobs.handler("app.name")``;
+``JobsConfig.ready()`` imports them all. A name registered twice is recorded rather
+than raised at import time, so that ``manage.py check`` reports every problem at once
+(jobs.E001) instead of a traceback on the first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from jobs.backoff import DEFAULT_BACKOFF, Backoff
+
+if TYPE_CHECKING:
+    from jobs.context import JobContext
+
+HandlerFunc = Callable[["JobContext"], Any]
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+
+
+@dataclass(frozen=True)
+class Handler:
+    name: str
+    func: HandlerFunc
+    queue: str = "default"
+    max_attempts: int = 5
+    backoff: Backoff = DEFAULT_BACKOFF
+    lease: float | None = None
+    atomic: bool = True
+    subscribes: tuple[str, ...] = ()
+
+    def __call__(self, ctx: JobContext) -> Any:
+        return self.func(ctx)
+
+
+_handlers: dict[str, Handler] = {}
+_duplicates: list[tuple[str, str]] = []
+
+
+def register(handler: Handler) -> Handler:
+    if not NAME_RE.match(handler.name):
+        raise ValueError(f"handler name {handler.name!r} must be dotted, like 'app.action'")
+    if handler.max_attempts < 1:
+        raise ValueError(f"handler {handler.name!r}: max_attempts must be at least 1")
+    existing = _handlers.get(handler.name)
+    if existing is not None and existing.func is not handler.func:
+        _duplicates.append((handler.name, _where(handler.func)))
+        return existing
+    _handlers[handler.name] = handler
+    return handler
+
+
+def handler(
+    name: str,
+    *,
+    queue: str = "default",
+    max_attempts: int = 5,
+    backoff: Backoff = DEFAULT_BACKOFF,
+    lease: float | None = None,
+    atomic: bool = True,
+    subscribes: tuple[str, ...] | list[str] = (),
+) -> Callable[[HandlerFunc], HandlerFunc]:
+    """Register the decorated function as the handler of job type ``name``.
+
+    ``atomic=True`` runs the handler inside the transaction that records its success, so
+    its writes and the job's outcome commit together (and a fenced-out attempt's writes
+    roll back). Long handlers that commit in batches pass ``atomic=False`` and must be
+    idempotent. ``subscribes`` names events whose publication enqueues one delivery job
+    for this handler. ``lease`` (seconds without a heartbeat before the job is presumed
+    dead) defaults to ``JOBS_LEASE_SECONDS``.
+    """
+
+    def decorate(func: HandlerFunc) -> HandlerFunc:
+        register(
+            Handler(
+                name=name,
+                func=func,
+                queue=queue,
+                max_attempts=max_attempts,
+                backoff=backoff,
+                lease=lease,
+                atomic=atomic,
+                subscribes=tuple(subscribes),
+            )
+        )
+        return func
+
+    return decorate
+
+
+def get(name: str) -> Handler | None:
+    return _handlers.get(name)
+
+
+def names() -> list[str]:
+    return sorted(_handlers)
+
+
+def all_handlers() -> list[Handler]:
+    return [_handlers[name] for name in names()]
+
+
+def subscribers(event_name: str) -> list[Handler]:
+    return [h for h in all_handlers() if event_name in h.subscribes]
+
+
+def duplicates() -> list[tuple[str, str]]:
+    return list(_duplicates)
+
+
+def unregister(name: str) -> None:
+    """Remove a handler (tests that register throwaway handlers clean up with this)."""
+    _handlers.pop(name, None)
+
+
+def _where(func: HandlerFunc) -> str:
+    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', '?')}"

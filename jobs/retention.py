@@ -1,0 +1,36 @@
+"""Pruning finished jobs after a per-state age (failures are kept longer)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import transaction
+
+from jobs import clock, conf
+from jobs.models import Event, Job
+
+
+def prune(*, older_than: dict[str, timedelta] | None = None, batch: int = 5_000) -> dict[str, int]:
+    """Delete finished jobs past their state's retention; returns deletions per state.
+
+    Deletes in batches so that a large backlog never holds one long transaction.
+    Events whose deliveries are all gone are deleted with them.
+    """
+    ages = older_than or conf.retention()
+    now = clock.now()
+    deleted: dict[str, int] = {}
+    for state, age in ages.items():
+        if state not in Job.FINISHED:
+            raise ValueError(f"only finished states can be pruned, not {state!r}")
+        total = 0
+        while True:
+            with transaction.atomic():
+                ids = list(Job.objects.filter(state=state, finished_at__lt=now - age)
+                           .values_list("pk", flat=True)[:batch])
+                if not ids:
+                    break
+                Job.objects.filter(pk__in=ids).delete()
+                total += len(ids)
+        deleted[state] = total
+    Event.objects.filter(deliveries__isnull=True, created_at__lt=now - min(ages.values())).delete()
+    return deleted

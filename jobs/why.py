@@ -1,0 +1,54 @@
+""""Why isn't this running?" — an answer computed from the job's state and its neighbours."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.utils.timesince import timeuntil
+
+from jobs import clock, registry
+from jobs.models import Job, Worker
+from jobs.reaper import WORKER_STALE_SECONDS
+
+
+def explain(job: Job) -> str:
+    """One line an operator can act on, for a job in any state."""
+    now = clock.now()
+    if job.state == Job.State.RUNNING:
+        if job.lease_expires_at and job.lease_expires_at < now:
+            return (f"running on {job.locked_by}, but its lease expired at "
+                    f"{job.lease_expires_at:%H:%M:%S}; the reaper will rescue it")
+        return f"running on {job.locked_by} (attempt {job.attempts} of {job.max_attempts})"
+    if job.state != Job.State.PENDING:
+        return {
+            Job.State.SUCCEEDED: "finished successfully",
+            Job.State.FAILED: f"failed ({job.get_error_kind_display() or 'error'}); retry it to run again",
+            Job.State.CANCELLED: "cancelled; retry it to run again",
+        }[job.state]
+    return _why_pending(job, now)
+
+
+def _why_pending(job: Job, now: datetime) -> str:
+    if registry.get(job.type) is None:
+        return f"its handler {job.type!r} is not registered in this deployment"
+    if job.run_after > now:
+        last = job.events.order_by("-id").values_list("kind", flat=True).first()
+        reason = {"retry_scheduled": "retry backoff", "snoozed": "snoozed"}.get(last or "", "scheduled")
+        return f"waiting for run_after ({reason}): due in {timeuntil(job.run_after, now)}"
+    if job.parent_id is not None:
+        parent = Job.objects.filter(pk=job.parent_id).values_list("state", flat=True).first()
+        if parent is not None and parent != Job.State.SUCCEEDED:
+            return f"waiting on its parent job {job.parent_id} ({parent})"
+    if job.concurrency_key:
+        holder = (Job.objects.filter(concurrency_key=job.concurrency_key, state=Job.State.RUNNING)
+                  .exclude(pk=job.pk).values_list("pk", flat=True).first())
+        if holder is not None:
+            return f"its concurrency key {job.concurrency_key!r} is held by job {holder}"
+    live = Worker.objects.filter(last_seen_at__gte=now - timedelta(seconds=WORKER_STALE_SECONDS))
+    if not any(worker.serves(job.queue) for worker in live):
+        return f"no live worker serves queue {job.queue!r}; start the cluster (manage.py qcluster)"
+    # Counting stops at 1,000: on a deep backlog the exact figure is not worth a long scan.
+    ahead = len(Job.objects.due(now).filter(queue=job.queue, priority__gte=job.priority,
+                                            pk__lt=job.pk).values_list("pk", flat=True)[:1000])
+    more = "+" if ahead == 1000 else ""
+    return f"due; {ahead}{more} job(s) ahead of it in queue {job.queue!r}, waiting for a free worker"

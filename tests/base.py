@@ -1,0 +1,45 @@
+"""Builders and named actors shared by the tests."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from django.contrib.auth.models import User
+
+from jobs import engine
+from jobs.models import Job
+from jobs.worker import EngineWorker
+from tenancy.models import Membership, Tenant
+
+T0 = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
+
+
+def make_job(name: str = "tests.noop", payload: dict[str, Any] | None = None, **options: Any) -> Job:
+    return engine.enqueue(name, payload or {}, **options)
+
+
+def claim_one(worker: str = "w1", **options: Any) -> tuple[Job, engine.Claim]:
+    batch = engine.claim(worker, limit=1, **options)
+    assert batch.jobs, "expected a due job to claim"
+    return batch.jobs[0], batch
+
+
+def run_next(worker: EngineWorker | None = None) -> str:
+    """Claim one job and run it through the real worker code path; return the outcome."""
+    worker = worker or EngineWorker(name="test-worker", batch_size=1)
+    batch = engine.claim(worker.name, limit=1)
+    assert batch.jobs, "expected a due job to run"
+    return worker.run_job(batch.jobs[0], batch.token)
+
+
+def tenant(name: str = "Acme") -> Tenant:
+    return Tenant.objects.get_or_create(name=name, slug=name.lower())[0]
+
+
+def staff(username: str = "alice", *, of: Tenant | None = None, operator: bool = False,
+          is_staff: bool = True) -> User:
+    user = User.objects.create_user(username, password="pw-" + username, is_staff=is_staff)
+    if of is not None or operator:
+        Membership.objects.create(user=user, tenant=of, is_platform_operator=operator)
+    return user

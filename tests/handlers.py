@@ -1,0 +1,108 @@
+"""Job types the test suite runs (registered in every process through
+JOBS_HANDLER_MODULES, so worker subprocesses know them too)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from django.db import connection
+
+import jobs
+from jobs.backoff import Exponential, Fixed
+
+
+@jobs.handler("tests.noop", max_attempts=3)
+def noop(ctx: jobs.JobContext) -> dict[str, Any]:
+    return {"echo": ctx.payload.get("n")}
+
+
+@jobs.handler("tests.record", max_attempts=5)
+def record(ctx: jobs.JobContext) -> None:
+    """Insert a row per job into tests_hits (unique on job_id): exactly-once evidence."""
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, %s)",
+                       [ctx.job.pk, os.getpid()])
+
+
+@jobs.handler("tests.flaky", max_attempts=4, backoff=Exponential(base=60, cap=300))
+def flaky(ctx: jobs.JobContext) -> str:
+    if ctx.attempt < ctx.payload.get("succeed_on", 99):
+        raise jobs.TransientError(f"flaky attempt {ctx.attempt}")
+    return "ok"
+
+
+@jobs.handler("tests.crash", max_attempts=2, backoff=Fixed(seconds=10))
+def crash(ctx: jobs.JobContext) -> None:
+    raise RuntimeError("unexpected")
+
+
+@jobs.handler("tests.permanent", max_attempts=5)
+def permanent(ctx: jobs.JobContext) -> None:
+    raise jobs.PermanentError("bad input in row 3")
+
+
+@jobs.handler("tests.poll", max_attempts=2, backoff=Fixed(seconds=1))
+def poll(ctx: jobs.JobContext) -> str:
+    """Snoozes until the payload's deadline has passed on the injected clock."""
+    from datetime import datetime
+
+    if ctx.now() < datetime.fromisoformat(ctx.payload["ready_at"]):
+        raise jobs.Snooze(ctx.payload.get("every", 5))
+    return "ready"
+
+
+@jobs.handler("tests.write_then_fail", max_attempts=1)
+def write_then_fail(ctx: jobs.JobContext) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, 0)", [ctx.job.pk])
+    raise jobs.PermanentError("after writing")
+
+
+@jobs.handler("tests.parent", max_attempts=1)
+def parent(ctx: jobs.JobContext) -> None:
+    for n in range(ctx.payload.get("children", 2)):
+        ctx.chain("tests.noop", {"n": n})
+
+
+@jobs.handler("tests.progress", max_attempts=1)
+def progress(ctx: jobs.JobContext) -> int:
+    total = ctx.payload.get("steps", 1000)
+    for step in range(1, total + 1):
+        ctx.progress(step, total, f"step {step}")
+    return total
+
+
+@jobs.handler("tests.keyed", max_attempts=1)
+def keyed(ctx: jobs.JobContext) -> None:
+    return None
+
+
+@jobs.handler("tests.wait_for_file", max_attempts=3, lease=2)
+def wait_for_file(ctx: jobs.JobContext) -> dict[str, Any]:
+    """Marks that it started, then waits (polling, bounded) for a release file: lets a
+    system test kill or stop the worker while the job is known to be mid-run."""
+    started = Path(ctx.payload["started"])
+    started.write_text(f"{os.getpid()} {ctx.attempt}\n")
+    release = Path(ctx.payload["release"])
+    deadline = time.monotonic() + ctx.payload.get("max_wait", 60)
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, %s)",
+                       [ctx.job.pk, os.getpid()])
+    return {"pid": os.getpid(), "attempt": ctx.attempt}
+
+
+@jobs.handler("tests.on_order_placed", subscribes=["OrderPlaced"], max_attempts=6,
+              backoff=Exponential(base=60, factor=2, cap=300))
+def on_order_placed(ctx: jobs.JobContext) -> None:
+    if ctx.payload["payload"].get("fail"):
+        raise jobs.TransientError("cluster busy")
+
+
+@jobs.handler("tests.audit_order", subscribes=["OrderPlaced"])
+def audit_order(ctx: jobs.JobContext) -> None:
+    return None

@@ -22,7 +22,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 
-from jobs import clock, conf, registry
+from jobs import clock, conf, registry, sql
 from jobs.backoff import DEFAULT_BACKOFF
 from jobs.errors import IllegalTransition, InvalidPayload, LeaseLost, UnknownJobType
 from jobs.models import Job, JobEvent
@@ -71,22 +71,6 @@ def _handler_or_raise(name: str) -> registry.Handler:
     return handler
 
 
-_INSERT_SQL = """
-INSERT INTO jobs_job (
-    type, queue, priority, state, payload, progress_done, progress_message, attempts,
-    max_attempts, run_after, locked_by, rescues, pipeline_id, parent_id, concurrency_key,
-    is_current, unique_key, tenant_id, error_kind, last_error, created_at, created_by_id
-)
-SELECT %(type)s, %(queue)s, %(priority)s, 'pending', p.payload, 0, '', 0,
-       %(max_attempts)s, %(run_after)s, '', 0, COALESCE(%(pipeline)s::uuid, gen_random_uuid()),
-       %(parent)s, %(concurrency_key)s, false, p.unique_key, %(tenant)s, '', '', %(now)s,
-       %(created_by)s
-FROM unnest(%(payloads)s::jsonb[], %(unique_keys)s::text[]) AS p(payload, unique_key)
-ON CONFLICT DO NOTHING
-RETURNING id
-"""
-
-
 def enqueue_many(
     name: str,
     payloads: Sequence[dict[str, Any]],
@@ -115,9 +99,27 @@ def enqueue_many(
         raise ValueError("unique_keys must match payloads one to one")
     if not encoded:
         return []
+    params = _insert_params(handler, encoded, unique_keys, run_after=run_after, priority=priority,
+                            queue=queue, concurrency_key=concurrency_key, pipeline=pipeline,
+                            parent=parent, tenant=tenant, created_by=created_by,
+                            max_attempts=max_attempts)
+    keyed = unique_keys is not None and any(key is not None for key in unique_keys)
+    with connection.cursor() as cursor:
+        cursor.execute(sql.insert_jobs(unique_keys=keyed), params)
+        ids = [row[0] for row in cursor.fetchall()]
+        if ids:
+            cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, params["queue"]])
+    return ids
+
+
+def _insert_params(handler: registry.Handler, encoded: list[str], unique_keys: Sequence[str | None] | None,
+                   *, run_after: datetime | None, priority: int, queue: str | None,
+                   concurrency_key: str | None, pipeline: uuid.UUID | str | None,
+                   parent: Job | int | None, tenant: Any, created_by: Any,
+                   max_attempts: int | None) -> dict[str, Any]:
     now = clock.now()
-    params = {
-        "type": name,
+    return {
+        "type": handler.name,
         "queue": queue or handler.queue,
         "priority": priority,
         "max_attempts": max_attempts or handler.max_attempts,
@@ -130,13 +132,8 @@ def enqueue_many(
         "created_by": getattr(created_by, "pk", created_by),
         "payloads": encoded,
         "unique_keys": list(unique_keys) if unique_keys is not None else [None] * len(encoded),
+        "channel": NOTIFY_CHANNEL,
     }
-    with connection.cursor() as cursor:
-        cursor.execute(_INSERT_SQL, params)
-        ids = [row[0] for row in cursor.fetchall()]
-        if ids:
-            cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, params["queue"]])
-    return ids
 
 
 def enqueue(
@@ -165,10 +162,14 @@ def enqueue(
         pipeline=pipeline, parent=parent, tenant=tenant, created_by=created_by,
         max_attempts=max_attempts,
     )
+    handler = _handler_or_raise(name)
+    params = _insert_params(handler, [_check_payload(payload or {})], [unique_key], **options)
+    statement = sql.enqueue_one(unique_key=unique_key is not None)
     for _ in range(5):
-        ids = enqueue_many(name, [payload or {}], unique_keys=[unique_key], **options)
-        if ids:
-            return Job.objects.get(pk=ids[0])
+        # One round trip: the INSERT, its NOTIFY and the new row (no second SELECT).
+        inserted = list(Job.objects.raw(statement, params))
+        if inserted:
+            return inserted[0]
         existing = Job.objects.filter(unique_key=unique_key, state__in=Job.UNFINISHED).first()
         if existing is not None:
             return existing
@@ -192,38 +193,51 @@ def claim(worker: str, *, limit: int, queues: Sequence[str] = (),
           types: Sequence[str] | None = None) -> Claim:
     """Take up to ``limit`` due jobs, mark them running and stamp their lease.
 
-    One transaction: ``SELECT … FOR UPDATE SKIP LOCKED`` (concurrent claimers skip each
-    other's rows instead of waiting), then the update, the attempt count and the history.
-    A job with a concurrency key also becomes ``is_current`` for its key; a concurrent
-    claimer of the same key trips ``job_one_current_per_key`` and leaves the job alone.
+    Unkeyed jobs are claimed by one statement (``jobs.sql.claim``): ``SELECT … FOR UPDATE
+    SKIP LOCKED`` (concurrent claimers skip each other's rows instead of waiting), the
+    update with the attempt count and lease, and the history rows, all or nothing. A job
+    with a concurrency key also becomes ``is_current`` for its key, in a transaction of
+    its own; a concurrent claimer of the same key trips ``job_one_current_per_key`` and
+    leaves the job alone.
     """
     now = clock.now()
     token = uuid.uuid4()
     type_names = list(types) if types is not None else registry.names()
+    params = {"now": now, "types": type_names, "leases": [float(_lease_for(t)) for t in type_names],
+              "queues": list(queues), "limit": limit, "worker": worker, "token": token}
+    rows = list(Job.objects.raw(sql.claim(named_queues=bool(queues)), params))
+    jobs = [job for job in rows if job.claimed]
+    keyed = [job.pk for job in rows if not job.claimed]
+    for job in rows:
+        del job.claimed  # a column of the statement, not of the model
+    if keyed:
+        jobs += _claim_keyed_jobs(keyed, token, worker, now, type_names, queues)
+        jobs.sort(key=lambda job: (-job.priority, job.pk))
+    return Claim(token, worker, jobs)
+
+
+def _claim_keyed_jobs(ids: list[int], token: uuid.UUID, worker: str, now: datetime,
+                      type_names: list[str], queues: Sequence[str]) -> list[Job]:
+    """Claim the keyed jobs a claim picked: lock them again (the claim statement has
+    committed), re-check that their key is free, and hand each key over."""
     with transaction.atomic():
         picked = list(
-            Job.objects.claimable(now, type_names, list(queues))
+            Job.objects.claimable(now, type_names, list(queues)).filter(pk__in=ids)
             .order_by("-priority", "id")
             .select_for_update(skip_locked=True, of=("self",))
-            .values_list("id", "type", "concurrency_key")[:limit]
+            .values_list("id", "type", "concurrency_key")
         )
-        if not picked:
-            return Claim(token, worker, [])
-        plain = [pk for pk, _, key in picked if key is None]
         keyed: dict[str, int] = {}
         for pk, _, key in picked:
-            if key is not None:
-                keyed.setdefault(key, pk)  # at most one job per key in one batch
-        _start(plain, picked, token, worker, now)
+            keyed.setdefault(key, pk)  # at most one job per key in one batch
         won = [pk for key, pk in keyed.items() if _claim_keyed(pk, key, picked, token, worker, now)]
-        claimed = Job.objects.filter(pk__in=plain + won).order_by("-priority", "id")
-        jobs = list(claimed)
+        jobs = list(Job.objects.filter(pk__in=won))
         JobEvent.objects.bulk_create(
             JobEvent(job_id=job.pk, at=now, kind=Kind.CLAIMED, from_state=State.PENDING,
                      to_state=State.RUNNING, attempt=job.attempts, worker=worker)
             for job in jobs
         )
-    return Claim(token, worker, jobs)
+    return jobs
 
 
 def _lease_for(type_name: str) -> float:
@@ -292,21 +306,32 @@ def complete(job: Job, token: uuid.UUID, *, result: Any = None, worker: str = ""
              children: Iterable[ChildSpec] = (), progress: tuple[int, int | None, str] | None = None
              ) -> None:
     """Record success and enqueue chained children, atomically; raise LeaseLost if fenced."""
-    now = clock.now()
+    children = list(children)
+    if not children:
+        _record_success(job, token, result, worker, progress)  # one statement: atomic
+        return
     with transaction.atomic():
-        fields: dict[str, Any] = {"state": State.SUCCEEDED, "result": result, "finished_at": now,
-                                  "error_kind": "", **NO_LEASE}
-        if progress is not None:
-            fields.update(progress_done=progress[0], progress_total=progress[1],
-                          progress_message=progress[2][:300])
-        if not _fenced(job, token).update(**fields):
-            raise _lease_lost(job, token, worker, "success")
-        _event(job, Kind.SUCCEEDED, State.RUNNING, State.SUCCEEDED, attempt=job.attempts,
-               worker=worker, at=now)
+        _record_success(job, token, result, worker, progress)
         for child in children:
             options = {"tenant": job.tenant_id, "pipeline": job.pipeline_id, "parent": job.pk,
                        **child.options}
             enqueue(child.name, child.payload, **options)
+
+
+def _record_success(job: Job, token: uuid.UUID, result: Any, worker: str,
+                    progress: tuple[int, int | None, str] | None) -> None:
+    done, total, message = progress if progress is not None else (0, None, "")
+    params = {
+        "id": job.pk, "token": token, "now": clock.now(), "worker": worker,
+        # As QuerySet.update() stores it: None is SQL NULL, anything else JSON.
+        "result": Job._meta.get_field("result").get_db_prep_save(result, connection),
+        "progress": progress is not None, "done": done, "total": total,
+        "message": message[:300],
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql.complete(), params)
+        if cursor.rowcount != 1:
+            raise _lease_lost(job, token, worker, "success")
 
 
 def record_refusal(job: Job, what: str, *, worker: str = "") -> None:
@@ -467,10 +492,11 @@ def _operator_change(job: Job, expected: Sequence[str], kind: str, actor: Any, m
             raise IllegalTransition(
                 f"job {job.pk} is {current.state}; {kind.replace('_', ' ')} needs "
                 f"{' or '.join(expected)}")
+        from_state = current.state
         Job.objects.filter(pk=job.pk).update(**fields)
         current.refresh_from_db()
-        _event(current, kind, job.state if job.state in expected else current.state,
-               current.state, message=message, attempt=current.attempts, actor=actor, at=now)
+        _event(current, kind, from_state, current.state, message=message,
+               attempt=current.attempts, actor=actor, at=now)
         if current.state in (State.FAILED, State.CANCELLED):
             _cancel_dependants(current.pk, now)
         if current.state == State.PENDING:

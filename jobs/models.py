@@ -250,6 +250,9 @@ class JobEvent(models.Model):
         indexes = [
             # A job's timeline, and stream replay after Last-Event-ID.
             models.Index(fields=["job", "id"], name="jobevent_job_idx"),
+            # The dashboard's retries and rescues in a window (jobs/dashboard.py).
+            models.Index(fields=["at"], condition=Q(kind__in=["retry_scheduled", "rescued"]),
+                         name="jobevent_incident_idx"),
         ]
 
     def __str__(self) -> str:

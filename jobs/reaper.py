@@ -2,13 +2,13 @@
 
 Runs every few seconds inside the cluster's workers, one at a time thanks to a
 transaction-level advisory lock (a worker that cannot take it skips this round), and
-on demand from ``manage.py recover_stale``.
+on demand from ``manage.py jobs_recover_stale``.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import connection, transaction
@@ -29,6 +29,8 @@ class ReapResult:
     failed: int = 0
     woken_queues: int = 0
     ran: bool = True
+    # (job id, type, new state) of every job taken back, for operators' reports.
+    jobs: list[tuple[int, str, str]] = field(default_factory=list)
 
 
 def reap(limit: int = 500) -> ReapResult:
@@ -58,6 +60,7 @@ def rescue_expired(limit: int = 500) -> ReapResult:
         elif state == Job.State.FAILED:
             result.failed += 1
         if state:
+            result.jobs.append((job.pk, job.type, state))
             metrics.rescued(job.type)
             logger.warning("rescued job %s (%s) from %s: %s", job.pk, job.type, job.locked_by,
                            state, extra={"job": job.pk, "worker": job.locked_by})

@@ -34,3 +34,11 @@ def prune(*, older_than: dict[str, timedelta] | None = None, batch: int = 5_000)
         deleted[state] = total
     Event.objects.filter(deliveries__isnull=True, created_at__lt=now - min(ages.values())).delete()
     return deleted
+
+
+def prunable(*, older_than: dict[str, timedelta] | None = None) -> dict[str, int]:
+    """What ``prune`` would delete now, per state (a dry run)."""
+    ages = older_than or conf.retention()
+    now = clock.now()
+    return {state: Job.objects.filter(state=state, finished_at__lt=now - age).count()
+            for state, age in ages.items()}

@@ -41,6 +41,9 @@ class EngineWorker:
         self.queues = list(queues if queues is not None else conf.queues())
         self.batch_size = batch_size or conf.claim_batch()
         self.stopping = threading.Event()
+        # Set only once the run loop has ended: the heartbeat must keep renewing the lease
+        # of the job that is finishing after stop(), or a reaper elsewhere rescues it.
+        self._finished = threading.Event()
         self._listener = Listener(engine.NOTIFY_CHANNEL)
         self._lock = threading.Lock()
         self._token: uuid.UUID | None = None
@@ -51,8 +54,10 @@ class EngineWorker:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    def run(self) -> None:
-        """Work until ``stop()`` is called (from a signal handler or another thread)."""
+    def run(self, *, exit_when_idle: bool = False) -> None:
+        """Work until ``stop()`` is called (from a signal handler or another thread), or,
+        with ``exit_when_idle``, until a claim finds nothing due (drain, then return)."""
+        self._finished.clear()
         self._register()
         beat = threading.Thread(target=self._heartbeat_loop, name=f"{self.name}-heartbeat",
                                 daemon=True)
@@ -62,17 +67,31 @@ class EngineWorker:
             while not self.stopping.is_set():
                 self.maybe_reap()
                 if not self.run_once():
-                    self._listener.wait(conf.poll_seconds())
+                    if exit_when_idle:
+                        break
+                    self._idle_wait()
                 close_old_connections()
         finally:
             self._listener.close()
             self.stopping.set()
+            self._finished.set()
             beat.join(timeout=5)
             self._unregister()
             logger.info("worker %s stopped after %d jobs", self.name, self.jobs_done)
 
     def stop(self) -> None:
         self.stopping.set()
+
+    def _idle_wait(self) -> None:
+        """Sleep until a NOTIFY, the poll interval, or a stop request, whichever is first.
+
+        The wait is sliced so that a stop request is noticed within a quarter second.
+        """
+        deadline = time.monotonic() + conf.poll_seconds()
+        while not self.stopping.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0 or self._listener.wait(min(left, 0.25)):
+                return
 
     def run_once(self) -> int:
         """Claim one batch and run it; the number of jobs run (0: nothing was due)."""
@@ -165,7 +184,7 @@ class EngineWorker:
         tick = max(interval / 4, 0.05)
         last_beat = 0.0
         try:
-            while not self.stopping.wait(tick):
+            while not self._finished.wait(tick):
                 self._flush_progress()
                 if time.monotonic() - last_beat >= interval:
                     last_beat = time.monotonic()

@@ -125,8 +125,9 @@ def _database() -> dict:
 
 
 DATABASES = {"default": _database()}
+# One test database per test run, so that two runs on one server never share tables.
 DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ.get(
-    "CONVEYOR_TEST_DB", "test_conveyor"
+    "CONVEYOR_TEST_DB", f"test_conveyor_{os.getpid()}"
 )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -183,9 +184,14 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
+# /metrics without credentials (a scraper on a private network); otherwise it needs
+# "Authorization: Bearer $METRICS_TOKEN" or a staff platform operator (jobs/views.py).
+METRICS_PUBLIC = env_bool("METRICS_PUBLIC", False)
+
 # The job engine (jobs/conf.py holds the defaults and their meaning).
 JOBS_LEASE_SECONDS = env_int("JOBS_LEASE_SECONDS", 6)
 JOBS_HEARTBEAT_SECONDS = float(os.environ.get("JOBS_HEARTBEAT_SECONDS", "1"))
+JOBS_REAPER_SECONDS = float(os.environ.get("JOBS_REAPER_SECONDS", "2"))
 JOBS_QUEUES = env_list("JOBS_QUEUES", [])
 JOBS_HANDLER_MODULES = env_list("JOBS_HANDLER_MODULES", [])
 

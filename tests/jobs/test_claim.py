@@ -1,0 +1,135 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection, connections
+
+from jobs import engine
+from jobs.models import Job, JobEvent
+from tests.base import make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_claim_marks_jobs_running_with_a_lease_and_counts_the_attempt(clock):
+    job = make_job("tests.noop")
+
+    batch = engine.claim("host:1", limit=10)
+
+    job.refresh_from_db()
+    assert [j.pk for j in batch.jobs] == [job.pk]
+    assert job.state == Job.State.RUNNING
+    assert job.attempts == 1
+    assert job.locked_by == "host:1"
+    assert job.lease_token == batch.token
+    assert job.lease_expires_at == clock.now() + __import__("datetime").timedelta(seconds=6)
+    assert job.started_at == clock.now()
+    assert job.events.get().kind == JobEvent.Kind.CLAIMED
+
+
+def test_higher_priority_jobs_are_claimed_first():
+    low = make_job("tests.noop")
+    high = make_job("tests.noop", priority=5)
+    batch = engine.claim("w", limit=1)
+    assert batch.jobs[0].pk == high.pk
+    assert engine.claim("w", limit=1).jobs[0].pk == low.pk
+
+
+def test_a_claim_takes_at_most_its_limit():
+    engine.enqueue_many("tests.noop", [{}] * 30)
+    assert len(engine.claim("w", limit=12).jobs) == 12
+    assert Job.objects.filter(state=Job.State.PENDING).count() == 18
+
+
+def test_a_queue_filter_claims_only_served_queues():
+    make_job("tests.noop", queue="bulk")
+    make_job("tests.noop", queue="default")
+    batch = engine.claim("w", limit=10, queues=["bulk"])
+    assert [j.queue for j in batch.jobs] == ["bulk"]
+
+
+def test_jobs_of_unregistered_types_are_left_alone():
+    make_job("tests.noop")
+    Job.objects.update(type="retired.handler")
+    assert engine.claim("w", limit=10).jobs == []
+
+
+def test_a_child_waits_for_its_parent_to_succeed(clock):
+    parent = make_job("tests.noop")
+    child = make_job("tests.noop", parent=parent)
+
+    assert [j.pk for j in engine.claim("w", limit=10).jobs] == [parent.pk]
+    Job.objects.filter(pk=parent.pk).update(state=Job.State.SUCCEEDED, finished_at=clock.now(),
+                                            lease_token=None)
+    assert [j.pk for j in engine.claim("w", limit=10).jobs] == [child.pk]
+
+
+def test_two_jobs_with_one_concurrency_key_never_run_together(clock):
+    first = make_job("tests.keyed", concurrency_key="module:7:travel:2026")
+    second = make_job("tests.keyed", concurrency_key="module:7:travel:2026")
+
+    batch = engine.claim("w", limit=10)
+    assert [j.pk for j in batch.jobs] == [first.pk]
+    assert engine.claim("w", limit=10).jobs == []  # key held by the running job
+
+    engine.complete(batch.jobs[0], batch.token)
+    batch = engine.claim("w", limit=10)
+    assert [j.pk for j in batch.jobs] == [second.pk]
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.is_current, second.is_current) == (False, True)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_skip_locked_passes_over_rows_another_transaction_holds():
+    held = make_job("tests.noop")
+    free = make_job("tests.noop")
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_row() -> None:
+        other = connections.create_connection("default")
+        try:
+            other.set_autocommit(False)
+            with other.cursor() as cursor:
+                cursor.execute("SELECT id FROM jobs_job WHERE id = %s FOR UPDATE", [held.pk])
+            locked.set()
+            release.wait(10)
+            other.rollback()
+        finally:
+            other.close()
+
+    holder = threading.Thread(target=hold_row)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        batch = engine.claim("w", limit=10)
+        assert [j.pk for j in batch.jobs] == [free.pk]
+    finally:
+        release.set()
+        holder.join()
+    assert [j.pk for j in engine.claim("w", limit=10).jobs] == [held.pk]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_unique_index_decides_between_two_claimers_of_one_key():
+    """Both claimers see the key free; the partial unique index lets only one commit."""
+    make_job("tests.keyed", concurrency_key="k")
+    make_job("tests.keyed", concurrency_key="k")
+    barrier = threading.Barrier(2)
+    won: list[int] = []
+
+    def claimer(name: str) -> None:
+        try:
+            barrier.wait(5)
+            won.extend(j.pk for j in engine.claim(name, limit=1).jobs)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=claimer, args=(f"w{i}",)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(won) == 1
+    assert Job.objects.filter(state=Job.State.RUNNING).count() == 1

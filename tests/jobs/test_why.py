@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from jobs import engine
+from jobs.models import Job, Worker
+from jobs.why import explain
+from tests.base import claim_one, make_job, run_next
+
+pytestmark = pytest.mark.django_db
+
+
+def live_worker(clock, queues=()):
+    Worker.objects.create(name="w1", hostname="h", pid=1, queues=list(queues),
+                          started_at=clock.now(), last_seen_at=clock.now())
+
+
+def test_it_says_when_a_job_waits_for_its_backoff(clock):
+    job = make_job("tests.flaky")
+    run_next()
+    job.refresh_from_db()
+    assert explain(job).startswith("waiting for run_after (retry backoff): due in 1")
+
+
+def test_it_says_when_a_job_is_snoozed(clock):
+    job = make_job("tests.poll", {"ready_at": (clock.now() + timedelta(hours=1)).isoformat()})
+    run_next()
+    job.refresh_from_db()
+    assert "(snoozed)" in explain(job)
+
+
+def test_it_names_the_parent_a_job_waits_on(clock):
+    parent = make_job("tests.noop")
+    child = make_job("tests.noop", parent=parent)
+    assert explain(child) == f"waiting on its parent job {parent.pk} (pending)"
+
+
+def test_it_names_the_job_holding_the_concurrency_key(clock):
+    live_worker(clock)
+    holder = make_job("tests.keyed", concurrency_key="module:1")
+    waiting = make_job("tests.keyed", concurrency_key="module:1")
+    claim_one()
+    assert explain(waiting) == f"its concurrency key 'module:1' is held by job {holder.pk}"
+
+
+def test_it_says_when_the_handler_is_not_registered(clock):
+    job = make_job("tests.noop")
+    Job.objects.filter(pk=job.pk).update(type="gone.handler")
+    job.refresh_from_db()
+    assert explain(job) == "its handler 'gone.handler' is not registered in this deployment"
+
+
+def test_it_says_when_no_live_worker_serves_the_queue(clock):
+    live_worker(clock, queues=["bulk"])
+    job = make_job("tests.noop", queue="default")
+    assert explain(job).startswith("no live worker serves queue 'default'")
+
+
+def test_a_due_job_with_a_worker_waits_its_turn(clock):
+    live_worker(clock)
+    make_job("tests.noop")
+    job = make_job("tests.noop")
+    assert explain(job).startswith("due; 1 job(s) ahead of it in queue 'default'")
+
+
+def test_it_describes_running_and_finished_jobs(clock):
+    job = make_job("tests.noop")
+    claim_one("host:9")
+    job.refresh_from_db()
+    assert explain(job) == "running on host:9 (attempt 1 of 3)"
+    clock.advance(60)
+    assert "lease expired" in explain(job)
+    engine.cancel(job)
+    job.refresh_from_db()
+    assert explain(job).startswith("cancelled")

@@ -1,0 +1,75 @@
+"""The worker loop in a thread of this process, against committed data."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from django.db import connection
+
+from jobs import engine
+from jobs.models import Job, JobEvent, Worker
+from jobs.worker import EngineWorker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.fixture
+def running_worker(settings) -> Iterator[EngineWorker]:
+    settings.JOBS_POLL_SECONDS = 30  # a job picked up quickly was woken by NOTIFY
+    worker = EngineWorker(name="thread-worker")
+
+    def run() -> None:
+        try:
+            worker.run()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert wait_until(lambda: Worker.objects.filter(name="thread-worker").exists())
+    yield worker
+    worker.stop()
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+def state_of(job: Job) -> str:
+    return Job.objects.values_list("state", flat=True).get(pk=job.pk)
+
+
+def test_notify_wakes_an_idle_worker_at_once(running_worker):
+    time.sleep(0.2)  # let the worker reach its LISTEN wait (30 s poll)
+    started = time.monotonic()
+    job = engine.enqueue("tests.noop", {"n": 1})
+    assert wait_until(lambda: state_of(job) == Job.State.SUCCEEDED, timeout=5)
+    assert time.monotonic() - started < 5
+
+
+def test_progress_is_throttled_but_the_final_value_is_exact(running_worker):
+    job = engine.enqueue("tests.progress", {"steps": 200_000})
+    assert wait_until(lambda: state_of(job) == Job.State.SUCCEEDED, timeout=30)
+    job.refresh_from_db()
+    assert (job.progress_done, job.progress_total) == (200_000, 200_000)
+    steps = JobEvent.objects.filter(job=job, kind=JobEvent.Kind.PROGRESS).count()
+    assert steps < 200  # a handful of flushes, not 200,000 rows
+
+
+def test_a_stopping_worker_hands_back_jobs_it_has_not_started(settings):
+    engine.enqueue_many("tests.noop", [{}] * 5)
+    worker = EngineWorker(name="stopper", batch_size=5)
+    worker.stopping.set()  # asked to stop right after its claim
+    assert worker.run_once() == 0
+    assert Job.objects.filter(state=Job.State.PENDING, attempts=0).count() == 5
+    assert JobEvent.objects.filter(kind=JobEvent.Kind.RELEASED).count() == 5

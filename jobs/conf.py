@@ -19,6 +19,18 @@ DEFAULTS: dict[str, object] = {
     "CLAIM_BATCH": 20,
     # Seconds a claimed batch may wait before its unstarted jobs are handed back.
     "CLAIM_HOLD_SECONDS": 1.0,
+    # Fast atomic jobs (each under GROUP_FAST_JOB_SECONDS last time its type ran) of one
+    # batch share a transaction: their successes commit together, at most this many
+    # seconds and GROUP_COMMIT_JOBS jobs after the first. A commit waits for the WAL
+    # flush, which takes longer than a small job; 0 gives every job its own commit.
+    "GROUP_COMMIT_SECONDS": 0.05,
+    # Each job of a group is a savepoint (a subtransaction): stay well below the 64 that
+    # PostgreSQL caches per backend, leaving room for the handlers' own savepoints.
+    "GROUP_COMMIT_JOBS": 20,
+    "GROUP_FAST_JOB_SECONDS": 0.005,
+    # A worker keeps its database connection between batches (a reconnect costs more
+    # than a batch of small jobs) and replaces it after this many seconds or an error.
+    "WORKER_CONNECTION_MAX_AGE": 300.0,
     # Queues this process's workers serve; empty for all.
     "QUEUES": [],
     # How long finished jobs are kept, per final state.
@@ -53,6 +65,22 @@ def claim_batch() -> int:
 
 def claim_hold_seconds() -> float:
     return float(get("CLAIM_HOLD_SECONDS"))  # type: ignore[arg-type]
+
+
+def group_commit_seconds() -> float:
+    return float(get("GROUP_COMMIT_SECONDS"))  # type: ignore[arg-type]
+
+
+def group_commit_jobs() -> int:
+    return int(get("GROUP_COMMIT_JOBS"))  # type: ignore[arg-type]
+
+
+def group_fast_job_seconds() -> float:
+    return float(get("GROUP_FAST_JOB_SECONDS"))  # type: ignore[arg-type]
+
+
+def worker_connection_max_age() -> float:
+    return float(get("WORKER_CONNECTION_MAX_AGE"))  # type: ignore[arg-type]
 
 
 def queues() -> list[str]:

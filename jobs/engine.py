@@ -10,6 +10,7 @@ cannot commit its late result over the new state.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import uuid
@@ -170,7 +171,8 @@ def enqueue(
         inserted = list(Job.objects.raw(statement, params))
         if inserted:
             return inserted[0]
-        existing = Job.objects.filter(unique_key=unique_key, state__in=Job.UNFINISHED).first()
+        existing = Job.objects.filter(unique_key=unique_key, tenant_id=params["tenant"],
+                                      state__in=Job.UNFINISHED).first()
         if existing is not None:
             return existing
         # The holder finished between our insert and our read: insert again.
@@ -307,31 +309,69 @@ def complete(job: Job, token: uuid.UUID, *, result: Any = None, worker: str = ""
              ) -> None:
     """Record success and enqueue chained children, atomically; raise LeaseLost if fenced."""
     children = list(children)
-    if not children:
-        _record_success(job, token, result, worker, progress)  # one statement: atomic
-        return
-    with transaction.atomic():
-        _record_success(job, token, result, worker, progress)
-        for child in children:
-            options = {"tenant": job.tenant_id, "pipeline": job.pipeline_id, "parent": job.pk,
-                       **child.options}
-            enqueue(child.name, child.payload, **options)
+    with transaction.atomic() if children else contextlib.nullcontext():
+        # Without children the one statement is atomic by itself: no savepoint needed.
+        if not _record_successes([Success(job, result, progress)], token, worker):
+            raise _lease_lost(job, token, worker, "success")
+        enqueue_children(job, children)
 
 
-def _record_success(job: Job, token: uuid.UUID, result: Any, worker: str,
-                    progress: tuple[int, int | None, str] | None) -> None:
-    done, total, message = progress if progress is not None else (0, None, "")
+@dataclass
+class Success:
+    """A finished attempt whose success is recorded later in the same transaction."""
+
+    job: Job
+    result: Any = None
+    progress: tuple[int, int | None, str] | None = None
+    at: datetime = field(default_factory=clock.now)  # its finish time, not the commit's
+
+
+def enqueue_children(job: Job, children: Iterable[ChildSpec]) -> None:
+    """Enqueue ``ctx.chain`` children in the parent's pipeline (the caller's transaction
+    must be the one that records the parent's success)."""
+    for child in children:
+        options = {"tenant": job.tenant_id, "pipeline": job.pipeline_id, "parent": job.pk,
+                   **child.options}
+        enqueue(child.name, child.payload, **options)
+
+
+def lock_running(jobs: Sequence[Job], token: uuid.UUID) -> set[int]:
+    """Lock the rows of those ``jobs`` that still run under ``token``, until the caller's
+    transaction ends; returns their ids. Their successes can then be recorded together
+    by ``complete_locked`` at the end of the transaction, with no fence left to lose."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("lock_running needs a transaction to hold the locks")
+    with connection.cursor() as cursor:
+        cursor.execute(sql.lock_running(), {"ids": [job.pk for job in jobs], "token": token})
+        return {row[0] for row in cursor.fetchall()}
+
+
+def complete_locked(successes: Sequence[Success], token: uuid.UUID, *, worker: str = "") -> None:
+    """Record the successes of jobs locked by ``lock_running`` in this transaction, in one
+    statement (their children were enqueued as each finished, by ``enqueue_children``)."""
+    if successes and _record_successes(successes, token, worker) != len(successes):
+        # The locks make this impossible; roll the whole transaction back rather than
+        # commit a handler's writes without its job's success.
+        raise LeaseLost(f"a locked job of lease {token} was fenced out")
+
+
+def _record_successes(successes: Sequence[Success], token: uuid.UUID, worker: str) -> int:
+    progress = [s.progress if s.progress is not None else (0, None, "") for s in successes]
     params = {
-        "id": job.pk, "token": token, "now": clock.now(), "worker": worker,
-        # As QuerySet.update() stores it: None is SQL NULL, anything else JSON.
-        "result": Job._meta.get_field("result").get_db_prep_save(result, connection),
-        "progress": progress is not None, "done": done, "total": total,
-        "message": message[:300],
+        "ids": [s.job.pk for s in successes],
+        # As QuerySet.update() stores a JSONField: None is SQL NULL, anything else JSON.
+        "results": [None if s.result is None else json.dumps(s.result) for s in successes],
+        "ats": [s.at for s in successes],
+        "progress": [s.progress is not None for s in successes],
+        "done": [p[0] for p in progress],
+        "total": [p[1] for p in progress],
+        "message": [p[2][:300] for p in progress],
+        "token": token,
+        "worker": worker,
     }
     with connection.cursor() as cursor:
         cursor.execute(sql.complete(), params)
-        if cursor.rowcount != 1:
-            raise _lease_lost(job, token, worker, "success")
+        return cursor.rowcount
 
 
 def record_refusal(job: Job, what: str, *, worker: str = "") -> None:
@@ -413,22 +453,22 @@ def release(jobs: Sequence[Job], token: uuid.UUID, *, worker: str = "") -> int:
 
 
 def heartbeat(token: uuid.UUID, job_ids: Sequence[int]) -> int:
-    """Renew the leases of the running jobs a worker holds under ``token``."""
+    """Renew the leases of the running jobs a worker holds under ``token``.
+
+    Rows another transaction has locked are skipped, not waited for: the worker's own
+    open transaction may be finishing them (``EngineWorker._run_group``), and waiting
+    there while holding the locks of the others could deadlock with it. A skipped row
+    is renewed next beat; a lease outlasts several beats.
+    """
     if not job_ids:
         return 0
-    now = clock.now()
-    renewed = 0
-    for lease, pks in _group_by_lease(job_ids).items():
-        renewed += Job.objects.filter(pk__in=pks, state=State.RUNNING, lease_token=token).update(
-            heartbeat_at=now, lease_expires_at=now + timedelta(seconds=lease))
-    return renewed
-
-
-def _group_by_lease(job_ids: Sequence[int]) -> dict[float, list[int]]:
-    groups: dict[float, list[int]] = {}
-    for pk, type_name in Job.objects.filter(pk__in=job_ids).values_list("pk", "type"):
-        groups.setdefault(_lease_for(type_name), []).append(pk)
-    return groups
+    type_names = registry.names()
+    params = {"now": clock.now(), "ids": list(job_ids), "token": token, "types": type_names,
+              "leases": [float(_lease_for(t)) for t in type_names],
+              "default": float(conf.lease_seconds())}
+    with connection.cursor() as cursor:
+        cursor.execute(sql.heartbeat(), params)
+        return cursor.rowcount
 
 
 def record_progress(job_id: int, token: uuid.UUID, done: int, total: int | None,
@@ -482,15 +522,26 @@ def rescue(job: Job, *, now: datetime | None = None) -> str | None:
     return to_state
 
 
-def _operator_change(job: Job, expected: Sequence[str], kind: str, actor: Any, message: str,
+# The states each operator action applies to: the one table the admin and the API read
+# to offer only legal actions (the functions below enforce it under a row lock).
+ACTION_STATES: dict[str, tuple[str, ...]] = {
+    "recover": (State.RUNNING, State.PENDING),
+    "retry": (State.FAILED, State.CANCELLED),
+    "cancel": (State.PENDING, State.RUNNING),
+    "run_now": (State.PENDING,),
+}
+
+
+def _operator_change(job: Job, action: str, kind: str, actor: Any, message: str,
                      **fields: Any) -> Job:
-    """Apply an operator's transition if the job is still in an expected state."""
+    """Apply an operator's action if the job is still in a state that allows it."""
     now = clock.now()
+    expected = ACTION_STATES[action]
     with transaction.atomic():
         current = Job.objects.select_for_update().get(pk=job.pk)
         if current.state not in expected:
             raise IllegalTransition(
-                f"job {job.pk} is {current.state}; {kind.replace('_', ' ')} needs "
+                f"job {job.pk} is {current.state}; {action.replace('_', ' ')} needs a job that is "
                 f"{' or '.join(expected)}")
         from_state = current.state
         Job.objects.filter(pk=job.pk).update(**fields)
@@ -505,11 +556,12 @@ def _operator_change(job: Job, expected: Sequence[str], kind: str, actor: Any, m
 
 
 def recover(job: Job, *, actor: Any = None, reason: str = "") -> Job:
-    """Operator: a running job presumed stuck goes back to pending now (its worker, if
-    alive, is fenced out). Grants one more attempt if all were spent."""
+    """Operator: a stuck job runs again now — a running one whose worker is presumed dead
+    (that worker, if alive, is fenced out), or a pending one nobody picked up (it becomes
+    due and the workers are woken). Grants one more attempt if all were spent."""
     now = clock.now()
     return _operator_change(
-        job, [State.RUNNING], Kind.RECOVERED, actor, reason or "recovered by an operator",
+        job, "recover", Kind.RECOVERED, actor, reason or "recovered by an operator",
         state=State.PENDING, run_after=now,
         max_attempts=_at_least(F("max_attempts"), F("attempts") + 1), **NO_LEASE)
 
@@ -518,7 +570,7 @@ def retry(job: Job, *, actor: Any = None, reason: str = "") -> Job:
     """Operator: a failed or cancelled job runs again from scratch (attempts reset)."""
     now = clock.now()
     return _operator_change(
-        job, [State.FAILED, State.CANCELLED], Kind.RETRIED, actor, reason or "retried by an operator",
+        job, "retry", Kind.RETRIED, actor, reason or "retried by an operator",
         state=State.PENDING, run_after=now, attempts=0, finished_at=None, error_kind="",
         last_error="", result=None, progress_done=0, progress_total=None, progress_message="")
 
@@ -527,13 +579,13 @@ def cancel(job: Job, *, actor: Any = None, reason: str = "") -> Job:
     """Operator: stop a pending job, or fence out a running one (its result is refused)."""
     now = clock.now()
     return _operator_change(
-        job, [State.PENDING, State.RUNNING], Kind.CANCELLED, actor,
+        job, "cancel", Kind.CANCELLED, actor,
         reason or "cancelled by an operator", state=State.CANCELLED, finished_at=now, **NO_LEASE)
 
 
 def run_now(job: Job, *, actor: Any = None, reason: str = "") -> Job:
     """Operator: a pending job waiting for its run_after becomes due immediately."""
-    return _operator_change(job, [State.PENDING], Kind.RUN_NOW, actor,
+    return _operator_change(job, "run_now", Kind.RUN_NOW, actor,
                             reason or "run now by an operator", run_after=clock.now())
 
 

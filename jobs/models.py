@@ -104,7 +104,8 @@ class Job(models.Model):
     parent = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="children"
     )
-    concurrency_key = models.CharField(
+    # NULL, not "", means "no key": the partial unique indexes below ignore NULLs.
+    concurrency_key = models.CharField(  # noqa: DJ001
         "concurrency key", max_length=200, null=True, blank=True,
         help_text="Jobs sharing a key never run at the same time.",
     )
@@ -112,7 +113,7 @@ class Job(models.Model):
         "current for its key", default=False,
         help_text="The job that last held its concurrency key (the one running, if any).",
     )
-    unique_key = models.CharField(
+    unique_key = models.CharField(  # noqa: DJ001
         "unique key", max_length=200, null=True, blank=True,
         help_text="Enqueueing again while a job with this key is unfinished returns that job.",
     )
@@ -167,9 +168,12 @@ class Job(models.Model):
                 name="job_one_current_per_key",
             ),
             # Idempotent enqueue: while a keyed job is unfinished, a second insert conflicts.
+            # Keys are per tenant (NULL, the platform, counts as one tenant), so one
+            # tenant's job can never answer, or block, another tenant's enqueue.
             models.UniqueConstraint(
-                fields=["unique_key"], condition=Q(state__in=["pending", "running"]),
-                name="job_one_active_per_unique_key",
+                fields=["tenant", "unique_key"],
+                condition=Q(state__in=["pending", "running"], unique_key__isnull=False),
+                nulls_distinct=False, name="job_one_active_per_unique_key",
             ),
         ]
         indexes = [

@@ -6,7 +6,6 @@ signal exactly when the jobs become visible (on commit) and never for a rollback
 
 from __future__ import annotations
 
-
 import psycopg
 from django.db import connections
 

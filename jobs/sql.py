@@ -145,23 +145,55 @@ WHERE picked.concurrency_key IS NOT NULL
 
 _COMPLETE = """
 WITH done AS (
-    UPDATE jobs_job
-    SET state = 'succeeded', result = %(result)s, finished_at = %(now)s, error_kind = '',
+    UPDATE jobs_job j
+    SET state = 'succeeded', result = s.result::jsonb, finished_at = s.at, error_kind = '',
         locked_by = '', locked_at = NULL, heartbeat_at = NULL, lease_expires_at = NULL,
         lease_token = NULL,
-        progress_done = CASE WHEN %(progress)s THEN %(done)s ELSE progress_done END,
-        progress_total = CASE WHEN %(progress)s THEN %(total)s ELSE progress_total END,
-        progress_message = CASE WHEN %(progress)s THEN %(message)s ELSE progress_message END
-    WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
-    RETURNING id, attempts
+        progress_done = CASE WHEN s.progress THEN s.done ELSE j.progress_done END,
+        progress_total = CASE WHEN s.progress THEN s.total ELSE j.progress_total END,
+        progress_message = CASE WHEN s.progress THEN s.message ELSE j.progress_message END
+    FROM unnest(%(ids)s::bigint[], %(results)s::text[], %(ats)s::timestamptz[],
+                %(progress)s::bool[], %(done)s::bigint[], %(total)s::bigint[],
+                %(message)s::text[]) AS s(id, result, at, progress, done, total, message)
+    WHERE j.id = s.id AND j.state = 'running' AND j.lease_token = %(token)s
+    RETURNING j.id, j.attempts, s.at
 )
 INSERT INTO jobs_jobevent (job_id, at, kind, from_state, to_state, message, attempt, worker)
-SELECT id, %(now)s, 'succeeded', 'running', 'succeeded', '', attempts, %(worker)s FROM done
+SELECT id, at, 'succeeded', 'running', 'succeeded', '', attempts, %(worker)s FROM done
 """
 
 
 def complete() -> str:
-    """Record one success, fenced: the row changes only while it is still running under
-    this attempt's lease token (found by primary key), and the same statement writes its
-    ``succeeded`` history row. The INSERT's row count (0 or 1) says whether it won."""
+    """Record successes, fenced: each row (found by primary key) changes only while it
+    is still running under this attempt's lease token, and the same statement writes
+    its ``succeeded`` history row. One row per element of the parallel arrays (a single
+    job, or a worker's group of jobs); the INSERT's row count says how many won."""
     return _COMPLETE
+
+
+def lock_running() -> str:
+    """Lock the rows of ``%(ids)s`` that still run under ``%(token)s`` (by primary key),
+    and return their ids. While this transaction holds them nobody can rescue, cancel or
+    recover those jobs, so their completion later in it cannot be fenced out."""
+    return """
+SELECT id FROM jobs_job
+WHERE id = ANY(%(ids)s::bigint[]) AND state = 'running' AND lease_token = %(token)s
+ORDER BY id
+FOR UPDATE
+"""
+
+
+def heartbeat() -> str:
+    """Push back the lease of each still-running job of ``%(ids)s`` held under ``%(token)s``
+    (by primary key), by its type's lease length; rows locked elsewhere are skipped."""
+    return """
+UPDATE jobs_job j
+SET heartbeat_at = %(now)s,
+    lease_expires_at = %(now)s + make_interval(secs => COALESCE(
+        (%(leases)s::float8[])[array_position(%(types)s::text[], j.type::text)], %(default)s))
+WHERE j.id IN (
+    SELECT id FROM jobs_job
+    WHERE id = ANY(%(ids)s::bigint[]) AND state = 'running' AND lease_token = %(token)s
+    FOR UPDATE SKIP LOCKED
+)
+"""

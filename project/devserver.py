@@ -57,7 +57,7 @@ def _ensure_admin(env: dict[str, str]) -> None:
         "    print(f'Admin login created: admin / {password}  (shown once; keep it)')\n"
     )
     env = {**env, "CONVEYOR_ADMIN_PASSWORD": secrets.token_urlsafe(12)}
-    _manage(env, "shell", "-c", script)
+    _manage(env, "shell", "-v", "0", "-c", script)
 
 
 def _stop(processes: list[subprocess.Popen[bytes]], grace: float = 60.0) -> None:
@@ -72,7 +72,13 @@ def _stop(processes: list[subprocess.Popen[bytes]], grace: float = 60.0) -> None
             process.kill()
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> int:
+    # SIGTERM (a process manager, `timeout`) stops everything as cleanly as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
     env = _environment()
     sys.path.insert(0, str(BASE_DIR))
     from project import embedded_db

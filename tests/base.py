@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -12,7 +12,7 @@ from jobs.models import Job
 from jobs.worker import EngineWorker
 from tenancy.models import Membership, Tenant
 
-T0 = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 
 
 def make_job(name: str = "tests.noop", payload: dict[str, Any] | None = None, **options: Any) -> Job:

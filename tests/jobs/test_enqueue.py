@@ -73,3 +73,15 @@ def test_a_future_run_after_is_kept(clock):
     job = make_job("tests.noop", run_after=later)
     assert job.run_after == later
     assert engine.claim("w", limit=5).jobs == []
+
+
+def test_unique_keys_are_per_tenant():
+    from tests.base import tenant
+
+    acme, globex = tenant("Acme"), tenant("Globex")
+    a = make_job("tests.noop", unique_key="nightly", tenant=acme)
+    b = make_job("tests.noop", unique_key="nightly", tenant=globex)
+    platform = make_job("tests.noop", unique_key="nightly")
+    assert len({a.pk, b.pk, platform.pk}) == 3
+    assert make_job("tests.noop", unique_key="nightly", tenant=globex).pk == b.pk
+    assert make_job("tests.noop", unique_key="nightly").pk == platform.pk

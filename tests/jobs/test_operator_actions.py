@@ -71,7 +71,7 @@ def test_run_now_makes_a_waiting_job_due(clock):
 
 @pytest.mark.parametrize(
     ("action", "state"),
-    [("recover", "pending"), ("retry", "pending"), ("run_now", "running"), ("cancel", "succeeded")],
+    [("recover", "succeeded"), ("retry", "pending"), ("run_now", "running"), ("cancel", "succeeded")],
 )
 def test_an_illegal_action_is_refused_and_changes_nothing(clock, action, state):
     job = make_job("tests.noop")
@@ -88,3 +88,10 @@ def test_an_illegal_action_is_refused_and_changes_nothing(clock, action, state):
     job.refresh_from_db()
     assert (job.state, job.run_after, job.attempts) == before
     assert not job.events.filter(kind__in=["recovered", "retried", "run_now", "cancelled"]).exists()
+
+
+def test_recover_makes_a_pending_job_nobody_picked_up_due_now(clock):
+    job = make_job("tests.noop", run_after=clock.now() + __import__("datetime").timedelta(hours=2))
+    engine.recover(job)
+    job.refresh_from_db()
+    assert (job.state, job.run_after) == (Job.State.PENDING, clock.now())

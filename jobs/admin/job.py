@@ -1,0 +1,359 @@
+"""The job pages: a read-only list and detail, and the operator actions (recover, retry,
+cancel, run now) that call the engine with the staff user as actor."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.utils import unquote
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from jobs import clock, engine
+from jobs.admin.lists import (
+    CappedCountPaginator,
+    FailedRecentlyFilter,
+    JobChangeList,
+    PipelineFilter,
+    QueueFilter,
+    TypeFilter,
+    job_search,
+    pipeline_link,
+    pretty_json,
+)
+from jobs.errors import IllegalTransition
+from jobs.models import Job
+from jobs.templatetags.jobs_admin import format_duration, state_badge
+from jobs.why import explain
+from tenancy.scoping import scope_queryset, tenant_scope
+
+State = Job.State
+
+# A bulk action is a loop of engine transitions; beyond this, narrow the list first.
+MAX_BULK = 1000
+TIMELINE_LIMIT = 200
+RELATED_LIMIT = 50
+
+
+# --- operator actions ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Operation:
+    """An operator transition offered by the admin. ``states`` only decides which buttons
+    and previews to show: the engine checks the state again under a row lock."""
+
+    name: str
+    label: str
+    past: str
+    states: tuple[str, ...]
+    apply: Callable[..., Job]
+
+    def allows(self, job: Job) -> bool:
+        return job.state in self.states
+
+
+OPERATIONS: dict[str, Operation] = {
+    op.name: op
+    for op in (
+        Operation("recover", "Recover", "recovered", engine.ACTION_STATES["recover"], engine.recover),
+        Operation("retry", "Retry", "retried", engine.ACTION_STATES["retry"], engine.retry),
+        Operation("cancel", "Cancel", "cancelled", engine.ACTION_STATES["cancel"], engine.cancel),
+        Operation("run_now", "Run now", "made due now", engine.ACTION_STATES["run_now"], engine.run_now),
+    )
+}
+# The bulk actions of the job list, by action name.
+ACTION_OPERATIONS: dict[str, Operation] = {
+    "recover_jobs": OPERATIONS["recover"],
+    "retry_jobs": OPERATIONS["retry"],
+    "cancel_jobs": OPERATIONS["cancel"],
+    "run_jobs_now": OPERATIONS["run_now"],
+}
+
+
+def scoped_jobs(request: HttpRequest) -> QuerySet[Job]:
+    return scope_queryset(Job.objects.all(), request.user)
+
+
+# --- jobs ------------------------------------------------------------------------------------
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = ["id", "type", "queue", "state_display", "attempts_display",
+                    "progress_display", "pipeline", "tenant", "created_at", "started_at",
+                    "finished_at", "duration"]
+    list_display_links = ["id", "type"]
+    list_filter = ["state", TypeFilter, QueueFilter, FailedRecentlyFilter, PipelineFilter,
+                   "tenant"]
+    list_select_related = ["tenant"]
+    # Only the primary key: any other ordering would sort the whole matching set.
+    sortable_by = ["id"]
+    search_fields = ["id", "type", "unique_key", "concurrency_key", "pipeline_id"]
+    search_help_text = ("A job id, a pipeline id, or an exact type, concurrency key or "
+                        "unique key (of an unfinished job).")
+    list_per_page = 50
+    show_full_result_count = False
+    paginator = CappedCountPaginator
+    change_form_template = "admin/jobs/job/change_form.html"
+    actions = ["recover_jobs", "retry_jobs", "cancel_jobs", "run_jobs_now"]
+    fieldsets = [
+        (None, {"fields": ["id", "type", "queue", "priority", "state_display", "tenant",
+                           "created_by"]}),
+        ("Attempts", {"fields": ["attempts_display", "run_after", "rescues",
+                                 "error_kind", "last_error_display"]}),
+        ("Progress", {"fields": ["progress_display", "progress_message"]}),
+        ("Data", {"fields": ["payload_display", "result_display"]}),
+        ("Keys", {"fields": ["pipeline", "concurrency_key", "is_current", "unique_key"]}),
+        ("Lease", {"fields": ["locked_by", "locked_at", "heartbeat_at", "lease_expires_at"],
+                   "classes": ["collapse"]}),
+        ("Times", {"fields": ["created_at", "started_at", "finished_at", "duration"]}),
+    ]
+    readonly_fields = [name for _, options in fieldsets for name in options["fields"]]
+
+    # -- who may do what --
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        return scope_queryset(super().get_queryset(request), request.user)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # jobs are enqueued by code and the API
+
+    def has_change_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        return False  # state changes go through the engine, by the operator actions
+
+    def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        return request.user.is_superuser
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        """Recover, retry, cancel and run now: staff granted the model's change permission."""
+        return request.user.has_perm("jobs.change_job")
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        # Deleting through "select all" could mean a million rows with their history;
+        # superusers delete single jobs, retention prunes the rest.
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    def get_list_filter(self, request: HttpRequest) -> Sequence[Any]:
+        # A tenant's staff see one tenant: offering the others would only leak their names.
+        if tenant_scope(request.user) is True:
+            return self.list_filter
+        return [spec for spec in self.list_filter if spec != "tenant"]
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return JobChangeList
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job],
+                           search_term: str) -> tuple[QuerySet[Job], bool]:
+        if not search_term.strip():
+            return queryset, False
+        return queryset.filter(job_search(search_term)), False
+
+    # -- columns and fields --
+
+    @admin.display(description="state")
+    def state_display(self, job: Job) -> SafeString:
+        return state_badge(job.state)
+
+    @admin.display(description="attempts")
+    def attempts_display(self, job: Job) -> str:
+        return f"{job.attempts}/{job.max_attempts}"
+
+    @admin.display(description="progress")
+    def progress_display(self, job: Job) -> str | SafeString:
+        if job.progress_total:
+            percent = 100 * job.progress_done / job.progress_total
+            text = f"{job.progress_done}/{job.progress_total} ({percent:.0f}%)"
+        elif job.progress_done:
+            text = str(job.progress_done)
+        else:
+            return "—"
+        return format_html('<span title="{}">{}</span>', job.progress_message, text)
+
+    @admin.display(description="pipeline")
+    def pipeline(self, job: Job) -> SafeString:
+        return pipeline_link(job.pipeline_id)
+
+    @admin.display(description="duration")
+    def duration(self, job: Job) -> str:
+        """Finished: start to finish. Running: the time so far."""
+        if job.duration_seconds is not None:
+            return format_duration(job.duration_seconds)
+        if job.state == State.RUNNING and job.started_at:
+            return f"{format_duration((clock.now() - job.started_at).total_seconds())} so far"
+        return "—"
+
+    @admin.display(description="payload")
+    def payload_display(self, job: Job) -> SafeString:
+        return pretty_json(job.payload)
+
+    @admin.display(description="result")
+    def result_display(self, job: Job) -> SafeString | str:
+        return "—" if job.result is None else pretty_json(job.result)
+
+    @admin.display(description="last error")
+    def last_error_display(self, job: Job) -> SafeString | str:
+        if not job.last_error:
+            return "—"
+        return format_html('<pre class="job-error">{}</pre>', job.last_error)
+
+    # -- the detail page --
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        job = self.get_object(request, unquote(object_id))
+        context = dict(extra_context or {})
+        if job is not None:
+            context.update(self.detail_context(request, job))
+        return super().change_view(request, object_id, form_url, context)
+
+    def detail_context(self, request: HttpRequest, job: Job) -> dict[str, Any]:
+        """The why line, the history timeline, related jobs and the legal operations."""
+        # The newest entries, oldest first: a long job's progress steps can run to thousands.
+        newest = job.events.select_related("actor").order_by("-id")[:TIMELINE_LIMIT]
+        timeline = list(reversed(newest))
+        hidden = job.events.count() - len(timeline) if len(timeline) == TIMELINE_LIMIT else 0
+        allowed = self.has_operate_permission(request)
+        return {
+            "why": explain(job),
+            "timeline": timeline,
+            "timeline_hidden": hidden,
+            "operations": [op for op in OPERATIONS.values() if allowed and op.allows(job)],
+            **self.related_jobs(request, job),
+        }
+
+    def related_jobs(self, request: HttpRequest, job: Job) -> dict[str, Any]:
+        visible = scoped_jobs(request).only("id", "type", "state", "parent_id").order_by("id")
+        parent = visible.filter(pk=job.parent_id).first() if job.parent_id else None
+        children = list(visible.filter(parent=job)[: RELATED_LIMIT + 1])
+        siblings = list(visible.filter(pipeline_id=job.pipeline_id).exclude(pk=job.pk)
+                        [: RELATED_LIMIT + 1])
+        return {
+            "parent_job": parent,
+            "child_jobs": children[:RELATED_LIMIT],
+            "more_children": len(children) > RELATED_LIMIT,
+            "sibling_jobs": siblings[:RELATED_LIMIT],
+            "more_siblings": len(siblings) > RELATED_LIMIT,
+            "pipeline_url": f"{reverse('admin:jobs_job_changelist')}?pipeline={job.pipeline_id}",
+        }
+
+    def get_urls(self) -> list[URLPattern]:
+        # Ahead of the defaults: "<path:object_id>/" would otherwise swallow them.
+        operations = [
+            path(f"<path:object_id>/{op.name}/",
+                 self.admin_site.admin_view(self.operation_view), {"operation": op.name},
+                 name=f"jobs_job_{op.name}")
+            for op in OPERATIONS.values()
+        ]
+        return operations + super().get_urls()
+
+    def operation_view(self, request: HttpRequest, object_id: str,
+                       operation: str) -> HttpResponse:
+        """A detail-page button: one engine transition, reported back on the page."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        job = self.get_object(request, unquote(object_id))
+        if job is None:
+            raise Http404(f"No job {object_id} here.")
+        op = OPERATIONS[operation]
+        try:
+            self.apply(request, op, job, request.POST.get("reason", ""))
+        except IllegalTransition as exc:
+            self.message_user(request, f"Job {job.pk} was not {op.past}: {exc}.", messages.ERROR)
+        else:
+            self.message_user(request, f"Job {job.pk} {op.past}.", messages.SUCCESS)
+        return redirect("admin:jobs_job_change", job.pk)
+
+    def apply(self, request: HttpRequest, op: Operation, job: Job, reason: str) -> Job:
+        """The engine transition (its JobEvent names the actor) and the admin log entry,
+        committed together."""
+        reason = reason.strip()[:500]
+        with transaction.atomic():
+            changed = op.apply(job, actor=request.user, reason=reason)
+            message = f"{op.label} via the admin" + (f": {reason}" if reason else "")
+            self.log_change(request, changed, message)
+        return changed
+
+    # -- bulk actions --
+
+    @admin.action(description="Recover selected running jobs", permissions=["operate"])
+    def recover_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        return self.bulk(request, queryset, "recover_jobs")
+
+    @admin.action(description="Retry selected failed or cancelled jobs", permissions=["operate"])
+    def retry_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        return self.bulk(request, queryset, "retry_jobs")
+
+    @admin.action(description="Cancel selected pending or running jobs", permissions=["operate"])
+    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        return self.bulk(request, queryset, "cancel_jobs")
+
+    @admin.action(description="Run selected pending jobs now", permissions=["operate"])
+    def run_jobs_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        return self.bulk(request, queryset, "run_jobs_now")
+
+    def bulk(self, request: HttpRequest, queryset: QuerySet[Job],
+             action: str) -> HttpResponse | None:
+        """Preview first (what will be touched, what is skipped and why); on confirmation
+        run the engine job by job, each with its own history row and log entry."""
+        op = ACTION_OPERATIONS[action]
+        selected = list(queryset.select_related("tenant").order_by("id")[: MAX_BULK + 1])
+        if len(selected) > MAX_BULK:
+            self.message_user(request, f"{op.label} acts on at most {MAX_BULK} jobs at once; "
+                                       "narrow the list with filters first.", messages.WARNING)
+            return None
+        touch = [job for job in selected if op.allows(job)]
+        skip = [job for job in selected if not op.allows(job)]
+        if request.POST.get("post") != "yes":
+            return self.confirmation(request, action, touch, skip)
+        self.carry_out(request, op, touch, skipped=len(skip))
+        return None
+
+    def confirmation(self, request: HttpRequest, action: str, touch: list[Job],
+                     skip: list[Job]) -> TemplateResponse:
+        op = ACTION_OPERATIONS[action]
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"{op.label} jobs",
+            "opts": self.model._meta,
+            "operation": op,
+            "action": action,
+            "touch": touch,
+            "skip": skip,
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/jobs/job/action_confirmation.html", context)
+
+    def carry_out(self, request: HttpRequest, op: Operation, jobs: list[Job], *,
+                  skipped: int) -> None:
+        reason = request.POST.get("reason", "")
+        done = refused = 0
+        for job in jobs:
+            try:
+                self.apply(request, op, job, reason)
+                done += 1
+            except IllegalTransition:
+                refused += 1  # its state changed since the preview
+        self.message_user(request, f"{done} job(s) {op.past}.",
+                          messages.SUCCESS if done else messages.WARNING)
+        if skipped or refused:
+            since = f" ({refused} changed state since the preview)" if refused else ""
+            self.message_user(request, f"{skipped + refused} job(s) skipped: their state does "
+                                       f"not allow {op.label.lower()}{since}.", messages.WARNING)

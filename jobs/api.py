@@ -1,0 +1,457 @@
+"""The REST API over the engine: jobs (list, detail, enqueue, operator actions, dashboard)
+and events with their deliveries.
+
+Views stay thin: validate, call ``jobs.engine`` or ``jobs.dashboard``, report. Every
+queryset goes through ``tenancy.scoping.scope_queryset``, so another tenant's job answers
+404 exactly like a job that does not exist: its data and its existence stay hidden.
+Reads need a logged-in member; every write needs staff. Listing rules (cursor pages,
+strict filters) live in ``jobs.filters``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count, Prefetch, Q, QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    extend_schema_view,
+)
+from rest_framework import mixins, serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
+from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.settings import api_settings
+
+from jobs import dashboard, engine, registry
+from jobs.errors import IllegalTransition, InvalidPayload, UnknownJobType
+from jobs.filters import (
+    EventFilter,
+    JobFilter,
+    NewestFirst,
+    StrictFilterBackend,
+    StrictOrderingFilter,
+    reject_unknown,
+)
+from jobs.models import Delivery, Event, Job, JobEvent
+from jobs.why import explain
+from tenancy.models import Tenant
+from tenancy.scoping import scope_queryset, tenant_scope
+
+# A job's detail shows at most this many history rows (the newest): a long job's
+# progress steps must not turn one GET into megabytes.
+HISTORY_LIMIT = 500
+
+
+# --- errors and permissions --------------------------------------------------------------
+
+
+class Conflict(APIException):
+    """The job's state does not allow the change (the engine's IllegalTransition)."""
+
+    status_code = 409
+    default_detail = "The job's current state does not allow this."
+    default_code = "conflict"
+
+
+class StaffWrites(BasePermission):
+    """Members read; only staff enqueue jobs or act on them (the issue's rule)."""
+
+    message = "Only staff may change jobs."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return request.method in SAFE_METHODS or bool(request.user and request.user.is_staff)
+
+
+# --- serializers -------------------------------------------------------------------------
+
+
+class ErrorSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+
+
+class ProgressSerializer(serializers.Serializer):
+    done = serializers.IntegerField(source="progress_done")
+    total = serializers.IntegerField(source="progress_total", allow_null=True)
+    message = serializers.CharField(source="progress_message")
+    percent = serializers.SerializerMethodField()
+
+    def get_percent(self, job: Job) -> float | None:
+        if not job.progress_total:
+            return None
+        return round(100 * job.progress_done / job.progress_total, 1)
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor.username", allow_null=True, read_only=True)
+
+    class Meta:
+        model = JobEvent
+        fields = ["id", "at", "kind", "from_state", "to_state", "message", "attempt",
+                  "progress_done", "progress_total", "worker", "actor"]
+
+
+class JobSerializer(serializers.ModelSerializer):
+    """A job in a listing: what it is, where it stands, and when."""
+
+    progress = ProgressSerializer(source="*", read_only=True)
+    pipeline = serializers.UUIDField(source="pipeline_id", read_only=True)
+    parent = serializers.IntegerField(source="parent_id", read_only=True, allow_null=True)
+    tenant = serializers.IntegerField(source="tenant_id", read_only=True, allow_null=True)
+    created_by = serializers.CharField(source="created_by.username", read_only=True,
+                                       allow_null=True)
+    duration_seconds = serializers.FloatField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = Job
+        fields = ["id", "type", "queue", "priority", "state", "progress", "attempts",
+                  "max_attempts", "run_after", "pipeline", "parent", "tenant",
+                  "concurrency_key", "unique_key", "error_kind", "created_at", "started_at",
+                  "finished_at", "duration_seconds", "created_by"]
+        read_only_fields = fields
+
+
+class JobDetailSerializer(JobSerializer):
+    """Everything about one job, the "why" line and its history. The lease token is left
+    out: it is the fence of the running attempt and nobody outside the worker needs it."""
+
+    why = serializers.SerializerMethodField()
+    history = serializers.SerializerMethodField()
+    history_truncated = serializers.SerializerMethodField()
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "payload", "result", "locked_by", "locked_at",
+                  "heartbeat_at", "lease_expires_at", "rescues", "is_current", "last_error",
+                  "why", "history", "history_truncated"]
+        read_only_fields = fields
+
+    def get_why(self, job: Job) -> str:
+        return explain(job)
+
+    @extend_schema_field(JobEventSerializer(many=True))
+    def get_history(self, job: Job) -> list[dict[str, Any]]:
+        return JobEventSerializer(self._history(job)[0], many=True).data
+
+    def get_history_truncated(self, job: Job) -> bool:
+        return self._history(job)[1]
+
+    def _history(self, job: Job) -> tuple[list[JobEvent], bool]:
+        """The newest HISTORY_LIMIT rows in time order, and whether older ones exist
+        (one query per job, shared by both fields)."""
+        cache = self.context.setdefault("_history", {})
+        if job.pk not in cache:
+            newest = list(job.events.select_related("actor").order_by("-id")[:HISTORY_LIMIT + 1])
+            cache[job.pk] = (newest[:HISTORY_LIMIT][::-1], len(newest) > HISTORY_LIMIT)
+        return cache[job.pk]
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number",
+             float: "number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+class EnqueueSerializer(serializers.Serializer):
+    """What a caller may set when enqueueing; everything else is the handler's default."""
+
+    type = serializers.CharField(max_length=100, help_text="A registered job type.")
+    payload = serializers.JSONField(required=False, default=dict,
+                                    help_text="A JSON object handed to the handler.")
+    queue = serializers.CharField(max_length=50, required=False,
+                                  help_text="Defaults to the handler's queue.")
+    priority = serializers.IntegerField(min_value=-32768, max_value=32767, default=0)
+    run_after = serializers.DateTimeField(required=False, allow_null=True)
+    unique_key = serializers.CharField(max_length=200, required=False, allow_null=True)
+    concurrency_key = serializers.CharField(max_length=200, required=False, allow_null=True)
+    tenant = serializers.IntegerField(required=False, allow_null=True,
+                                      help_text="Platform operators only; others get their own.")
+
+    def validate_type(self, value: str) -> str:
+        if registry.get(value) is None:
+            raise ValidationError(f"unknown job type {value!r}")
+        return value
+
+    def validate_payload(self, value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise ValidationError(f"must be a JSON object, got {_json_type(value)}")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(self.initial_data) - set(self.fields))
+        if unknown:
+            raise ValidationError({name: ["unknown field"] for name in unknown})
+        attrs["tenant"] = self._tenant(attrs.get("tenant"))
+        return attrs
+
+    def _tenant(self, requested: int | None) -> int | None:
+        """The caller's own tenant; a platform operator may name any existing one.
+        Refused before any lookup, so a tenant user cannot probe which ids exist."""
+        scope = self.context["scope"]
+        if scope is not True:
+            if requested not in (None, scope):
+                raise ValidationError({"tenant": ["only platform operators choose a tenant"]})
+            return scope
+        if requested is not None and not Tenant.objects.filter(pk=requested).exists():
+            raise ValidationError({"tenant": [f"no tenant with id {requested}"]})
+        return requested
+
+
+class ActionSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=1000,
+                                   help_text="Recorded in the job's history.")
+
+
+class TypeFiguresSerializer(serializers.Serializer):
+    type = serializers.CharField()
+    finished = serializers.IntegerField()
+    succeeded = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    cancelled = serializers.IntegerField()
+    throughput_per_min = serializers.FloatField(help_text="Finished jobs per minute.")
+    failure_rate = serializers.FloatField(allow_null=True,
+                                          help_text="failed / (succeeded + failed).")
+    p50_seconds = serializers.FloatField(allow_null=True)
+    p95_seconds = serializers.FloatField(allow_null=True)
+    retries = serializers.IntegerField(help_text="Retries scheduled in the window.")
+    rescues = serializers.IntegerField(help_text="Jobs taken back from dead workers.")
+
+
+class QueueLagSerializer(serializers.Serializer):
+    queue = serializers.CharField()
+    due = serializers.IntegerField(help_text="Jobs a worker could claim now.")
+    oldest_due_at = serializers.DateTimeField()
+    lag_seconds = serializers.FloatField()
+
+
+class DashboardSerializer(serializers.Serializer):
+    window = serializers.CharField()
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+    types = TypeFiguresSerializer(many=True)
+    queues = QueueLagSerializer(many=True)
+    expired_leases = serializers.IntegerField(
+        help_text="Running jobs whose lease expired (the reaper has not caught up).")
+
+
+class DeliveryCountsSerializer(serializers.Serializer):
+    total = serializers.IntegerField(source="deliveries_total")
+    pending = serializers.IntegerField(source="deliveries_pending")
+    running = serializers.IntegerField(source="deliveries_running")
+    succeeded = serializers.IntegerField(source="deliveries_succeeded")
+    failed = serializers.IntegerField(source="deliveries_failed")
+    cancelled = serializers.IntegerField(source="deliveries_cancelled")
+
+
+class DeliverySerializer(serializers.ModelSerializer):
+    job = serializers.IntegerField(source="job_id", read_only=True)
+    state = serializers.CharField(source="job.state", read_only=True)
+    deliver_after = serializers.DateTimeField(source="job.run_after", read_only=True)
+    attempts = serializers.IntegerField(source="job.attempts", read_only=True)
+    max_attempts = serializers.IntegerField(source="job.max_attempts", read_only=True)
+    last_error = serializers.CharField(source="job.last_error", read_only=True)
+    finished_at = serializers.DateTimeField(source="job.finished_at", read_only=True,
+                                            allow_null=True)
+
+    class Meta:
+        model = Delivery
+        fields = ["id", "subscriber", "job", "state", "deliver_after", "attempts",
+                  "max_attempts", "last_error", "finished_at"]
+
+
+class EventSerializer(serializers.ModelSerializer):
+    tenant = serializers.IntegerField(source="tenant_id", read_only=True, allow_null=True)
+    pipeline = serializers.UUIDField(source="pipeline_id", read_only=True, allow_null=True)
+    created_by = serializers.CharField(source="created_by.username", read_only=True,
+                                       allow_null=True)
+    deliveries = DeliveryCountsSerializer(source="*", read_only=True)
+
+    class Meta:
+        model = Event
+        fields = ["id", "name", "payload", "tenant", "pipeline", "created_at", "created_by",
+                  "deliveries"]
+
+
+class EventDetailSerializer(EventSerializer):
+    delivery_jobs = DeliverySerializer(source="deliveries", many=True, read_only=True)
+
+    class Meta(EventSerializer.Meta):
+        fields = [*EventSerializer.Meta.fields, "delivery_jobs"]
+
+
+# --- views -------------------------------------------------------------------------------
+
+NOT_FOUND = OpenApiResponse(ErrorSerializer, description="No such job visible to you.")
+FORBIDDEN = OpenApiResponse(ErrorSerializer, description="Not staff.")
+CONFLICT = OpenApiResponse(ErrorSerializer, description="The job's state does not allow it.")
+
+
+def _action_schema(summary: str) -> Callable[[Any], Any]:
+    return extend_schema(summary=summary, request=ActionSerializer,
+                         responses={200: JobDetailSerializer, 403: FORBIDDEN, 404: NOT_FOUND,
+                                    409: CONFLICT})
+
+
+class ScopedViewSet(viewsets.GenericViewSet):
+    permission_classes = [IsAuthenticated, StaffWrites]
+    pagination_class = NewestFirst
+    filter_backends = [StrictFilterBackend, StrictOrderingFilter]
+    ordering_fields = ["id"]
+    ordering = ["-id"]
+    lookup_value_regex = r"\d+"
+
+    def filter_queryset(self, queryset: QuerySet) -> QuerySet:
+        # Filters narrow listings; a detail or an action addresses one row by id and must
+        # not answer 404 or 400 because of a stray query parameter.
+        if self.action != "list":
+            return queryset
+        return super().filter_queryset(queryset)
+
+
+@extend_schema(tags=["jobs"])
+@extend_schema_view(
+    list=extend_schema(summary="List jobs, newest first"),
+    retrieve=extend_schema(summary="One job with its 'why' line and history",
+                           responses={200: JobDetailSerializer, 404: NOT_FOUND}),
+)
+class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
+    """Jobs of the caller's tenant (every tenant's for platform operators)."""
+
+    filterset_class = JobFilter
+
+    def get_queryset(self) -> QuerySet[Job]:
+        return scope_queryset(Job.objects.select_related("created_by"), self.request.user)
+
+    def get_serializer_class(self) -> type[serializers.BaseSerializer]:
+        return JobSerializer if self.action == "list" else JobDetailSerializer
+
+    @extend_schema(summary="Enqueue a job (staff)", request=EnqueueSerializer,
+                   responses={201: JobDetailSerializer, 200: JobDetailSerializer,
+                              400: OpenApiTypes.OBJECT, 403: FORBIDDEN, 409: CONFLICT})
+    def create(self, request: Request) -> Response:
+        """201 with the new job; 200 with the unfinished job already holding
+        ``unique_key`` (idempotent enqueue; keys are per tenant)."""
+        scope = tenant_scope(request.user)
+        if scope is False or scope is None:
+            raise PermissionDenied("You belong to no tenant, so a job would be nobody's.")
+        form = EnqueueSerializer(data=request.data, context={"scope": scope})
+        form.is_valid(raise_exception=True)
+        job, created = self._enqueue(form.validated_data, request)
+        return Response(self._detail(job), status=201 if created else 200)
+
+    def _enqueue(self, data: dict[str, Any], request: Request) -> tuple[Job, bool]:
+        key = data.get("unique_key")
+        with transaction.atomic():
+            holder = (Job.objects.filter(unique_key=key, tenant=data["tenant"],
+                                         state__in=Job.UNFINISHED)
+                      .values_list("pk", flat=True).first() if key else None)
+            try:
+                job = engine.enqueue(
+                    data["type"], data["payload"], queue=data.get("queue"),
+                    priority=data["priority"], run_after=data.get("run_after"),
+                    unique_key=key, concurrency_key=data.get("concurrency_key"),
+                    tenant=data["tenant"], created_by=request.user)
+            except UnknownJobType as exc:
+                raise ValidationError({"type": [str(exc)]}) from exc
+            except InvalidPayload as exc:
+                raise ValidationError({"payload": [str(exc)]}) from exc
+        return job, job.pk != holder
+
+    def _detail(self, job: Job) -> dict[str, Any]:
+        return JobDetailSerializer(job, context=self.get_serializer_context()).data
+
+    def _act(self, request: Request, change: Callable[..., Job]) -> Response:
+        job = self.get_object()
+        form = ActionSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            job = change(job, actor=request.user, reason=form.validated_data.get("reason", ""))
+        except IllegalTransition as exc:
+            raise Conflict(str(exc)) from exc
+        return Response(self._detail(job))
+
+    @_action_schema("Recover a stuck running job: pending again now (staff)")
+    @action(detail=True, methods=["post"])
+    def recover(self, request: Request, pk: str | None = None) -> Response:
+        return self._act(request, engine.recover)
+
+    @_action_schema("Retry a failed or cancelled job from scratch (staff)")
+    @action(detail=True, methods=["post"])
+    def retry(self, request: Request, pk: str | None = None) -> Response:
+        return self._act(request, engine.retry)
+
+    @_action_schema("Cancel a pending or running job (staff)")
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        return self._act(request, engine.cancel)
+
+    @_action_schema("Make a waiting pending job due now (staff)")
+    @action(detail=True, methods=["post"], url_path="run-now")
+    def run_now(self, request: Request, pk: str | None = None) -> Response:
+        return self._act(request, engine.run_now)
+
+    @extend_schema(
+        summary="Per-type throughput, durations and failures over a window; queue lag",
+        parameters=[OpenApiParameter("window", str, enum=list(dashboard.WINDOWS),
+                                     default="1h")],
+        responses={200: DashboardSerializer, 400: OpenApiTypes.OBJECT},
+    )
+    @action(detail=False, methods=["get"], pagination_class=None, filter_backends=[])
+    def dashboard(self, request: Request) -> Response:
+        window = request.query_params.get("window", "1h")
+        errors = reject_unknown(request.query_params, {"window", api_settings.URL_FORMAT_OVERRIDE})
+        try:
+            dashboard.parse_window(window)
+        except ValueError as exc:
+            errors["window"] = [str(exc)]
+        if errors:
+            raise ValidationError(errors)
+        figures = dashboard.figures(
+            window, jobs=scope_queryset(Job.objects.all(), request.user),
+            events=scope_queryset(JobEvent.objects.all(), request.user, field="job__tenant"),
+        )
+        return Response(DashboardSerializer(figures).data)
+
+
+@extend_schema_view(recover=extend_schema(operation_id="sync_jobs_recover",
+                                          summary="The seed's manual recovery route (staff)"))
+class SyncJobViewSet(JobViewSet):
+    """``POST /sync/jobs/{id}/recover``: the route the seed's operators already use; the
+    same view as ``/api/jobs/{id}/recover/``."""
+
+
+def _delivery_counts() -> dict[str, Count]:
+    counts = {"deliveries_total": Count("deliveries")}
+    for state in Job.State.values:
+        counts[f"deliveries_{state}"] = Count("deliveries",
+                                              filter=Q(deliveries__job__state=state))
+    return counts
+
+
+@extend_schema(tags=["events"])
+@extend_schema_view(
+    list=extend_schema(summary="List published events with delivery counts"),
+    retrieve=extend_schema(summary="One event with its deliveries",
+                           responses={200: EventDetailSerializer, 404: NOT_FOUND}),
+)
+class EventViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
+    """Published events of the caller's tenant and how their deliveries are doing."""
+
+    filterset_class = EventFilter
+
+    def get_queryset(self) -> QuerySet[Event]:
+        events = Event.objects.select_related("created_by").annotate(**_delivery_counts())
+        if self.action == "retrieve":
+            deliveries = Delivery.objects.select_related("job").order_by("subscriber")
+            events = events.prefetch_related(Prefetch("deliveries", queryset=deliveries))
+        return scope_queryset(events, self.request.user)
+
+    def get_serializer_class(self) -> type[serializers.BaseSerializer]:
+        return EventSerializer if self.action == "list" else EventDetailSerializer

@@ -1,0 +1,196 @@
+"""The operators' dashboard figures: throughput, duration, failures and lag per job type.
+
+Plain queries, shared by the API (``GET /api/jobs/dashboard/``) and the admin dashboard.
+They take querysets that the caller has already narrowed to what its user may see
+(``tenancy.scoping.scope_queryset``), so tenancy is decided in one place and these
+functions never need to know who is asking. Time comes from the engine's clock, so tests
+compute the expected figures by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Aggregate, Count, F, FloatField, Func, Min, Q, QuerySet
+
+from jobs import clock, registry
+from jobs.models import Job, JobEvent
+
+# The windows an operator can pick; anything else is refused rather than guessed.
+WINDOWS: dict[str, timedelta] = {
+    "15m": timedelta(minutes=15),
+    "1h": timedelta(hours=1),
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+}
+
+# Counted from the history; this order matches the partial index jobevent_incident_idx.
+INCIDENT_KINDS = [JobEvent.Kind.RETRY_SCHEDULED, JobEvent.Kind.RESCUED]
+
+
+@dataclass(frozen=True)
+class TypeFigures:
+    """One job type's figures over a window (durations in seconds)."""
+
+    type: str
+    finished: int
+    succeeded: int
+    failed: int
+    cancelled: int
+    throughput_per_min: float
+    failure_rate: float | None
+    p50_seconds: float | None
+    p95_seconds: float | None
+    retries: int
+    rescues: int
+
+
+@dataclass(frozen=True)
+class QueueLag:
+    """How far behind a queue is: its claimable jobs and how long the oldest has waited."""
+
+    queue: str
+    due: int
+    oldest_due_at: datetime
+    lag_seconds: float
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    window: str
+    since: datetime
+    until: datetime
+    types: list[TypeFigures]
+    queues: list[QueueLag]
+    expired_leases: int
+
+
+class PercentileCont(Aggregate):
+    """PostgreSQL's ordered-set aggregate ``percentile_cont(f) WITHIN GROUP (ORDER BY x)``:
+    an exact, interpolated percentile computed in the same GROUP BY as the counts."""
+
+    function = "percentile_cont"
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()
+
+    def __init__(self, expression: Any, fraction: float, **extra: Any) -> None:
+        if not 0 <= fraction <= 1:
+            raise ValueError(f"a percentile fraction lies in [0, 1], got {fraction}")
+        # A float formatted by Python, never user input: safe to place in the SQL text.
+        super().__init__(expression, fraction=repr(float(fraction)), **extra)
+
+
+def _seconds_between(start: str, end: str) -> Func:
+    return Func(F(end) - F(start), template="EXTRACT(EPOCH FROM %(expressions)s)",
+                output_field=FloatField())
+
+
+def parse_window(name: str) -> timedelta:
+    """The window called ``name``; ValueError naming the accepted ones otherwise."""
+    try:
+        return WINDOWS[name]
+    except KeyError:
+        raise ValueError(f"unknown window {name!r}; use one of {', '.join(WINDOWS)}") from None
+
+
+def finished_by_type(since: datetime, until: datetime, *,
+                     jobs: QuerySet[Job] | None = None) -> QuerySet[Job]:
+    """One GROUP BY over jobs finished in ``[since, until]`` (a range scan of
+    ``job_finished_idx``): per type the outcome counts and both duration percentiles.
+
+    Durations span first start to finish, retries included, and cover succeeded and
+    failed jobs only: a cancellation's timing is an operator's, not the handler's.
+    """
+    jobs = Job.objects.all() if jobs is None else jobs
+    ran = Q(state__in=[Job.State.SUCCEEDED, Job.State.FAILED], started_at__isnull=False)
+    duration = _seconds_between("started_at", "finished_at")
+    return (
+        jobs.filter(finished_at__gte=since, finished_at__lte=until)
+        .order_by().values("type")
+        .annotate(
+            finished=Count("id"),
+            succeeded=Count("id", filter=Q(state=Job.State.SUCCEEDED)),
+            failed=Count("id", filter=Q(state=Job.State.FAILED)),
+            cancelled=Count("id", filter=Q(state=Job.State.CANCELLED)),
+            p50=PercentileCont(duration, 0.5, filter=ran),
+            p95=PercentileCont(duration, 0.95, filter=ran),
+        )
+    )
+
+
+def incidents_by_type(since: datetime, until: datetime, *,
+                      events: QuerySet[JobEvent] | None = None) -> QuerySet[JobEvent]:
+    """Retries scheduled and rescues per job type, from the history rows in the window
+    (a range scan of the partial index ``jobevent_incident_idx``)."""
+    events = JobEvent.objects.all() if events is None else events
+    return (
+        events.filter(kind__in=INCIDENT_KINDS, at__gte=since, at__lte=until)
+        .order_by().values("job__type")
+        .annotate(retries=Count("id", filter=Q(kind=JobEvent.Kind.RETRY_SCHEDULED)),
+                  rescues=Count("id", filter=Q(kind=JobEvent.Kind.RESCUED)))
+    )
+
+
+def type_figures(since: datetime, until: datetime, *, jobs: QuerySet[Job] | None = None,
+                 events: QuerySet[JobEvent] | None = None) -> list[TypeFigures]:
+    """Per job type seen in the window, finished or merely retried: counts, throughput
+    (finished per minute), failure rate = failed / (succeeded + failed) (None when nothing
+    ran to an outcome), p50/p95 durations, retries and rescues."""
+    by_type = {row["type"]: row for row in finished_by_type(since, until, jobs=jobs)}
+    incidents = {row["job__type"]: (row["retries"], row["rescues"])
+                 for row in incidents_by_type(since, until, events=events)}
+    minutes = (until - since).total_seconds() / 60
+    return [_figures(name, by_type.get(name), incidents.get(name, (0, 0)), minutes)
+            for name in sorted(by_type.keys() | incidents.keys())]
+
+
+def _figures(name: str, row: dict[str, Any] | None, incidents: tuple[int, int],
+             minutes: float) -> TypeFigures:
+    row = row or {"finished": 0, "succeeded": 0, "failed": 0, "cancelled": 0,
+                  "p50": None, "p95": None}
+    outcomes = row["succeeded"] + row["failed"]
+    return TypeFigures(
+        type=name, finished=row["finished"], succeeded=row["succeeded"], failed=row["failed"],
+        cancelled=row["cancelled"],
+        throughput_per_min=row["finished"] / minutes if minutes else 0.0,
+        failure_rate=row["failed"] / outcomes if outcomes else None,
+        p50_seconds=row["p50"], p95_seconds=row["p95"],
+        retries=incidents[0], rescues=incidents[1],
+    )
+
+
+def queue_lag(now: datetime, *, jobs: QuerySet[Job] | None = None) -> list[QueueLag]:
+    """Per queue, the jobs a worker could claim right now and how long the oldest of them
+    has been due. Children waiting on their parent and jobs whose concurrency key is held
+    are not lag (no worker could take them), so this uses the claim's own definition."""
+    jobs = Job.objects.all() if jobs is None else jobs
+    rows = (
+        jobs.claimable(now, registry.names(), [])
+        .order_by().values("queue")
+        .annotate(due=Count("id"), oldest=Min("run_after"))
+        .order_by("queue")
+    )
+    return [QueueLag(queue=row["queue"], due=row["due"], oldest_due_at=row["oldest"],
+                     lag_seconds=(now - row["oldest"]).total_seconds()) for row in rows]
+
+
+def expired_leases(now: datetime, *, jobs: QuerySet[Job] | None = None) -> int:
+    """Running jobs whose worker stopped heartbeating; the reaper should take them back
+    within seconds, so anything lasting here means the reaper is not running."""
+    jobs = Job.objects.all() if jobs is None else jobs
+    return jobs.lease_expired(now).count()
+
+
+def figures(window: str, *, jobs: QuerySet[Job] | None = None,
+            events: QuerySet[JobEvent] | None = None) -> Dashboard:
+    """Everything the dashboard shows for ``window`` (one of WINDOWS), ending now."""
+    until = clock.now()
+    since = until - parse_window(window)
+    return Dashboard(
+        window=window, since=since, until=until,
+        types=type_figures(since, until, jobs=jobs, events=events),
+        queues=queue_lag(until, jobs=jobs),
+        expired_leases=expired_leases(until, jobs=jobs),
+    )

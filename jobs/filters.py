@@ -1,0 +1,126 @@
+"""Listing rules shared by the API's viewsets: cursor pages, and filtering that refuses
+what it does not understand.
+
+A typo in a filter (``?stat=failed``) or an unsupported ordering must answer 400 naming
+the parameter, never silently return the unfiltered list: an operator who bulk-retries
+"the failed jobs" from such a listing would act on everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django import forms
+from django.db.models import QuerySet
+from django_filters import rest_framework as filters
+from django_filters.utils import translate_validation
+from rest_framework.exceptions import ValidationError
+from rest_framework.filters import OrderingFilter
+from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
+from rest_framework.settings import api_settings
+
+from jobs.models import Event, Job
+
+
+class NewestFirst(CursorPagination):
+    """Cursor pages ordered by id: stable under inserts and cheap at any depth."""
+
+    ordering = "-id"
+    page_size_query_param = "page_size"
+    max_page_size = 500
+
+
+class StrictOrderingFilter(OrderingFilter):
+    """``?ordering=`` limited to ``ordering_fields``; anything else is a 400, not ignored."""
+
+    def get_ordering(self, request: Request, queryset: QuerySet, view: Any) -> Any:
+        requested = request.query_params.get(self.ordering_param)
+        if requested:
+            valid = {name for field, _ in self.get_valid_fields(queryset, view,
+                                                                 {"request": request})
+                     for name in (field, f"-{field}")}
+            bad = [term.strip() for term in requested.split(",") if term.strip() not in valid]
+            if bad:
+                raise ValidationError({self.ordering_param: [
+                    f"cannot order by {', '.join(bad)}; use one of {', '.join(sorted(valid))}"]})
+        return super().get_ordering(request, queryset, view)
+
+
+def passthrough_parameters(view: Any) -> set[str]:
+    """Query parameters that are not filters but still mean something: the cursor, the
+    page size, the ordering and DRF's ``format``."""
+    names = {api_settings.URL_FORMAT_OVERRIDE}
+    paginator = getattr(view, "paginator", None)
+    names |= {getattr(paginator, "cursor_query_param", None),
+              getattr(paginator, "page_size_query_param", None)}
+    names |= {getattr(backend, "ordering_param", None) for backend in view.filter_backends}
+    return {name for name in names if name}
+
+
+def reject_unknown(params: Iterable[str], known: set[str]) -> dict[str, list[str]]:
+    return {name: [f"unknown query parameter; use {', '.join(sorted(known))}"]
+            for name in sorted(set(params) - known)}
+
+
+class StrictFilterBackend(filters.DjangoFilterBackend):
+    """django-filter, except that an unknown query parameter is a 400 naming it: a typo
+    such as ``?stat=failed`` must not silently list every job."""
+
+    def filter_queryset(self, request: Request, queryset: QuerySet, view: Any) -> QuerySet:
+        filterset = self.get_filterset(request, queryset, view)
+        if filterset is None:
+            return queryset
+        errors: dict[str, Any] = {}
+        if not filterset.is_valid():
+            errors.update(translate_validation(filterset.errors).detail)
+        known = set(filterset.form.fields) | passthrough_parameters(view)
+        errors.update(reject_unknown(request.query_params, known))
+        if errors:
+            raise ValidationError(errors)
+        return filterset.qs
+
+
+class IdFilter(filters.Filter):
+    """An integer id (``NumberFilter`` would accept 1.5 and round it)."""
+
+    field_class = forms.IntegerField
+
+
+class JobFilter(filters.FilterSet):
+    state = filters.MultipleChoiceFilter(choices=Job.State.choices,
+                                         help_text="Repeat to match any of several states.")
+    type = filters.CharFilter(help_text="The job type (handler name), exactly.")
+    queue = filters.CharFilter()
+    pipeline = filters.UUIDFilter(field_name="pipeline_id")
+    tenant = IdFilter(field_name="tenant_id",
+                      help_text="A tenant id; only platform operators see several tenants.")
+    parent = IdFilter(field_name="parent_id", help_text="The parent job's id.")
+    created_after = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    finished_after = filters.IsoDateTimeFilter(field_name="finished_at", lookup_expr="gte")
+    finished_before = filters.IsoDateTimeFilter(field_name="finished_at", lookup_expr="lt")
+    failed_since = filters.IsoDateTimeFilter(
+        method="filter_failed_since", help_text="Failed jobs that finished at or after this time.")
+
+    class Meta:
+        model = Job
+        fields: list[str] = []
+
+    def filter_failed_since(self, queryset: QuerySet[Job], name: str,
+                            value: datetime) -> QuerySet[Job]:
+        return queryset.filter(state=Job.State.FAILED, finished_at__gte=value)
+
+
+class EventFilter(filters.FilterSet):
+    name = filters.CharFilter(help_text="The event name, exactly.")
+    pipeline = filters.UUIDFilter(field_name="pipeline_id")
+    tenant = IdFilter(field_name="tenant_id")
+    created_after = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+
+    class Meta:
+        model = Event
+        fields: list[str] = []

@@ -1,0 +1,22 @@
+"""Routes of the engine's HTTP surfaces: the REST API, the seed's recovery route and
+the Prometheus page. The OpenAPI schema and docs are wired in ``project/urls.py``."""
+
+from __future__ import annotations
+
+from django.urls import include, path
+from rest_framework.routers import SimpleRouter
+
+from jobs.api import EventViewSet, JobViewSet, SyncJobViewSet
+from jobs.views import metrics_view
+
+router = SimpleRouter()
+router.register("jobs", JobViewSet, basename="job")
+router.register("events", EventViewSet, basename="event")
+
+urlpatterns = [
+    path("api/", include(router.urls)),
+    # The seed's manual recovery endpoint (Plan A), kept at its original address.
+    path("sync/jobs/<int:pk>/recover", SyncJobViewSet.as_view({"post": "recover"}),
+         name="sync-job-recover"),
+    path("metrics", metrics_view, name="metrics"),
+]

@@ -1,0 +1,248 @@
+from __future__ import annotations
+
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from jobs.models import Job, JobEvent, Worker
+from tests.base import claim_one, make_job, run_next, staff
+
+pytestmark = pytest.mark.django_db
+
+
+def run(*args: str) -> str:
+    out = StringIO()
+    call_command(*args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+def failed_job(name: str = "tests.permanent", **options) -> Job:
+    job = make_job(name, **options)
+    assert run_next() == "failed"
+    job.refresh_from_db()
+    return job
+
+
+# --- jobs_status ---------------------------------------------------------------------
+
+
+def test_status_counts_jobs_per_type_and_state(clock):
+    failed_job()
+    make_job("tests.noop")
+    make_job("tests.noop")
+
+    lines = run("jobs_status").splitlines()
+
+    header = next(line for line in lines if line.startswith("type"))
+    assert header.split() == ["type", "pending", "running", "succeeded", "failed",
+                              "cancelled", "total"]
+    assert next(line for line in lines if line.startswith("tests.noop")).split() == [
+        "tests.noop", "2", "0", "0", "0", "0", "2"]
+    assert next(line for line in lines if line.startswith("tests.permanent")).split() == [
+        "tests.permanent", "0", "0", "0", "1", "0", "1"]
+    assert next(line for line in lines if line.startswith("(all)")).split()[-1] == "3"
+
+
+def test_status_shows_the_oldest_due_pending_job_per_queue(clock):
+    make_job("tests.noop")
+    clock.advance(90)
+    make_job("tests.noop")
+    make_job("tests.noop", run_after=clock.now() + timedelta(hours=1))  # not due yet
+
+    out = run("jobs_status")
+
+    row = next(line for line in out.splitlines() if line.startswith("default"))
+    assert row.split() == ["default", "2", "2026-11-02", "09:00:00", "1m", "30s"]
+
+
+def test_status_lists_live_workers_only(clock):
+    now = clock.now()
+    Worker.objects.create(name="host:1:abc", hostname="host", pid=1, started_at=now,
+                          last_seen_at=now, jobs_done=12)
+    Worker.objects.create(name="host:2:dead", hostname="host", pid=2, started_at=now,
+                          last_seen_at=now - timedelta(minutes=5))
+
+    out = run("jobs_status")
+
+    assert "host:1:abc" in out
+    assert "host:2:dead" not in out
+
+
+def test_status_says_when_no_worker_is_alive(clock):
+    assert "no live worker" in run("jobs_status")
+
+
+# --- jobs_recover_stale ----------------------------------------------------------------
+
+
+def test_recover_stale_rescues_expired_leases_and_says_which(clock):
+    job = make_job("tests.noop")
+    claim_one("dead-worker")
+    clock.advance(7)
+
+    out = run("jobs_recover_stale")
+
+    job.refresh_from_db()
+    assert job.state == Job.State.PENDING
+    assert job.events.filter(kind=JobEvent.Kind.RESCUED).exists()
+    assert f"{job.pk}  tests.noop  pending" in out
+    assert "Rescued 1 job(s)" in out
+
+
+def test_recover_stale_leaves_live_leases_alone(clock):
+    job = make_job("tests.noop")
+    claim_one()
+    clock.advance(3)
+
+    assert "Rescued 0 job(s)" in run("jobs_recover_stale")
+    job.refresh_from_db()
+    assert job.state == Job.State.RUNNING
+
+
+def test_recover_stale_wakes_each_queue_with_due_jobs_once(clock):
+    for _ in range(3):
+        make_job("tests.noop")
+    make_job("tests.noop", queue="maintenance")
+    make_job("tests.noop", queue="later", run_after=clock.now() + timedelta(minutes=5))
+
+    assert "woke 2 queue(s)" in run("jobs_recover_stale")
+
+
+# --- jobs_retry_failed -----------------------------------------------------------------
+
+
+def test_retry_failed_by_type_retries_only_that_types_failures(clock):
+    mine = failed_job("tests.permanent")
+    other = failed_job("tests.write_then_fail")
+
+    out = run("jobs_retry_failed", "--type", "tests.permanent")
+
+    mine.refresh_from_db()
+    other.refresh_from_db()
+    assert (mine.state, mine.attempts) == (Job.State.PENDING, 0)
+    assert other.state == Job.State.FAILED
+    assert f"Retried 1 job(s): {mine.pk}" in out
+
+
+def test_retry_failed_by_id_records_the_user(clock):
+    alice = staff("alice")
+    job = failed_job()
+
+    run("jobs_retry_failed", "--id", str(job.pk), "--user", "alice")
+
+    job.refresh_from_db()
+    assert job.state == Job.State.PENDING
+    assert job.events.get(kind=JobEvent.Kind.RETRIED).actor == alice
+
+
+def test_retry_failed_since_skips_older_failures(clock):
+    old = failed_job()
+    clock.advance(3 * 3600)
+    recent = failed_job()
+
+    run("jobs_retry_failed", "--type", "tests.permanent", "--since", "2h")
+
+    old.refresh_from_db()
+    recent.refresh_from_db()
+    assert (old.state, recent.state) == (Job.State.FAILED, Job.State.PENDING)
+
+
+def test_retry_failed_dry_run_changes_nothing(clock):
+    job = failed_job()
+
+    out = run("jobs_retry_failed", "--type", "tests.permanent", "--dry-run")
+
+    job.refresh_from_db()
+    assert job.state == Job.State.FAILED
+    assert f"Would retry 1 job(s): {job.pk}" in out
+
+
+def test_retry_failed_names_an_unknown_type(clock):
+    with pytest.raises(CommandError, match="unknown job type 'tests.nope'"):
+        run("jobs_retry_failed", "--type", "tests.nope")
+
+
+def test_retry_failed_refuses_an_unknown_user(clock):
+    job = failed_job()
+    with pytest.raises(CommandError, match="no user named 'mallory'"):
+        run("jobs_retry_failed", "--id", str(job.pk), "--user", "mallory")
+    job.refresh_from_db()
+    assert job.state == Job.State.FAILED
+
+
+def test_retry_failed_refuses_ids_that_are_missing_or_not_failed(clock):
+    failed = failed_job()
+    running = make_job("tests.noop")
+    claim_one()
+
+    with pytest.raises(CommandError, match=r"no job with id 999999"):
+        run("jobs_retry_failed", "--id", str(failed.pk), "999999")
+    with pytest.raises(CommandError, match=rf"not {running.pk} \(running\)"):
+        run("jobs_retry_failed", "--id", str(failed.pk), str(running.pk))
+    failed.refresh_from_db()
+    assert failed.state == Job.State.FAILED
+
+
+def test_retry_failed_needs_a_type_or_ids(clock):
+    with pytest.raises(CommandError, match="--type NAME and/or --id"):
+        run("jobs_retry_failed")
+
+
+def test_retry_failed_rejects_a_bad_since(clock):
+    with pytest.raises(CommandError, match="neither a duration"):
+        run("jobs_retry_failed", "--type", "tests.permanent", "--since", "yesterday")
+
+
+# --- jobs_prune ------------------------------------------------------------------------
+
+
+def test_prune_dry_run_counts_and_deletes_nothing(clock):
+    job = make_job("tests.noop")
+    run_next()
+    clock.advance(timedelta(days=8).total_seconds())
+
+    out = run("jobs_prune", "--dry-run")
+
+    assert Job.objects.filter(pk=job.pk).exists()
+    assert next(line for line in out.splitlines() if line.startswith("succeeded")).split()[-1] == "1"
+    assert "Would delete 1 finished job(s)." in out
+
+
+def test_prune_deletes_finished_jobs_past_retention(clock):
+    old = make_job("tests.noop")
+    run_next()
+    clock.advance(timedelta(days=8).total_seconds())
+    fresh = make_job("tests.noop")
+    run_next()
+
+    out = run("jobs_prune")
+
+    assert not Job.objects.filter(pk=old.pk).exists()
+    assert Job.objects.filter(pk=fresh.pk).exists()
+    assert "Deleted 1 finished job(s)." in out
+
+
+# --- jobs_worker -----------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_drains_due_jobs_and_exits_when_idle(hits_table):
+    jobs = [make_job("tests.record") for _ in range(30)]
+    make_job("tests.record", queue="other")
+
+    out = run("jobs_worker", "--exit-when-idle", "--queues", "default", "--batch-size", "7",
+              "--concurrency", "2")
+
+    states = set(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("state", flat=True))
+    assert states == {Job.State.SUCCEEDED}
+    assert Job.objects.get(queue="other").state == Job.State.PENDING
+    assert not Worker.objects.exists()  # unregistered on the way out
+    assert "Stopped after 30 job(s)." in out
+
+
+@pytest.mark.parametrize("option", ["--batch-size", "--concurrency"])
+def test_worker_rejects_a_non_positive_number(option):
+    with pytest.raises(CommandError, match="must be at least 1"):
+        run("jobs_worker", option, "0", "--exit-when-idle")

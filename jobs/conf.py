@@ -16,7 +16,7 @@ DEFAULTS: dict[str, object] = {
     # How often some worker runs the reaper (one at a time, by advisory lock).
     "REAPER_SECONDS": 2.0,
     # Jobs taken per claim; unstarted ones go back if the batch runs long.
-    "CLAIM_BATCH": 20,
+    "CLAIM_BATCH": 50,
     # Seconds a claimed batch may wait before its unstarted jobs are handed back.
     "CLAIM_HOLD_SECONDS": 1.0,
     # Fast atomic jobs (each under GROUP_FAST_JOB_SECONDS last time its type ran) of one

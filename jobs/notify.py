@@ -32,6 +32,14 @@ class Listener:
             self._conn.execute(f'LISTEN "{self.channel}"')
         return self._conn
 
+    def listen(self) -> None:
+        """Subscribe now. A worker calls this before it first looks for work: a job
+        enqueued between that look and the first ``wait`` must still wake it."""
+        try:
+            self._connect()
+        except psycopg.OperationalError:
+            self.close()  # wait() retries; the poll timeout covers the gap
+
     def wait(self, timeout: float) -> list[str]:
         """Block until a notification arrives or ``timeout`` passes; return payloads."""
         try:

@@ -9,7 +9,6 @@ cooperative: the current job finishes, unstarted claimed jobs are handed back.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import logging
@@ -19,6 +18,7 @@ import threading
 import time
 import traceback
 import uuid
+from typing import Any
 
 from django.db import close_old_connections, connection, transaction
 
@@ -63,6 +63,7 @@ class EngineWorker:
         with ``exit_when_idle``, until a claim finds nothing due (drain, then return)."""
         self._finished.clear()
         self._register()
+        self._listener.listen()
         beat = threading.Thread(target=self._heartbeat_loop, name=f"{self.name}-heartbeat",
                                 daemon=True)
         beat.start()
@@ -230,7 +231,7 @@ class EngineWorker:
             if handler is None:
                 raise PermanentError(f"no handler registered for {job.type!r}")
             if handler.atomic:
-                with transaction.atomic() if successes is None else _group_savepoint():
+                with transaction.atomic():  # in a group, a savepoint
                     self._succeed(handler, ctx, token, successes)
             else:
                 self._succeed(handler, ctx, token, None)
@@ -322,24 +323,6 @@ class EngineWorker:
             Worker.objects.filter(name=self.name).delete()
         except Exception:
             logger.exception("could not unregister worker %s", self.name)
-
-
-@contextlib.contextmanager
-def _group_savepoint() -> Iterator[None]:
-    """A job's savepoint inside a group: rolled back if the job fails, like a nested
-    ``atomic()``, but never released when it succeeds. The group's commit makes its work
-    durable either way, and skipping RELEASE saves a round trip per job; the savepoints
-    stack up (a failure rolls back to the newest, undoing only that job's writes), which
-    ``GROUP_COMMIT_JOBS`` bounds."""
-    sid = transaction.savepoint()
-    try:
-        yield
-    except BaseException:
-        transaction.savepoint_rollback(sid)
-        # Back at a known-good savepoint: an inner atomic(savepoint=False) that failed
-        # may have marked the group for rollback; as atomic() does here, clear that.
-        transaction.set_rollback(False)
-        raise
 
 
 def _describe(error: BaseException, *, with_traceback: bool = False) -> str:

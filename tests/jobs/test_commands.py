@@ -246,3 +246,12 @@ def test_worker_drains_due_jobs_and_exits_when_idle(hits_table):
 def test_worker_rejects_a_non_positive_number(option):
     with pytest.raises(CommandError, match="must be at least 1"):
         run("jobs_worker", option, "0", "--exit-when-idle")
+
+
+def test_worker_fails_loudly_when_a_worker_cannot_run(monkeypatch):
+    def broken(self, **options):
+        raise RuntimeError("database unreachable")
+
+    monkeypatch.setattr("jobs.worker.EngineWorker.run", broken)
+    with pytest.raises(CommandError, match="failed: database unreachable"):
+        run("jobs_worker", "--exit-when-idle")

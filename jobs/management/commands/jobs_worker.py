@@ -9,17 +9,20 @@ of its claimed batch.
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from jobs.management.tables import name_list, positive_int
 from jobs.worker import EngineWorker, default_worker_name
+
+logger = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
@@ -51,19 +54,25 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"Stopped after {done} job(s)."))
 
     def _run(self, workers: list[EngineWorker], exit_when_idle: bool) -> None:
-        threads = [threading.Thread(target=_run_worker, args=(w, exit_when_idle), name=w.name)
-                   for w in workers]
+        errors: list[str] = []
+        threads = [threading.Thread(target=_run_worker, args=(w, exit_when_idle, errors),
+                                    name=w.name) for w in workers]
         for thread in threads:
             thread.start()
         # Short joins keep the main thread free to run the signal handlers.
         while any(thread.is_alive() for thread in threads):
             for thread in threads:
                 thread.join(timeout=0.2)
+        if errors:
+            raise CommandError("; ".join(errors))
 
 
-def _run_worker(worker: EngineWorker, exit_when_idle: bool) -> None:
+def _run_worker(worker: EngineWorker, exit_when_idle: bool, errors: list[str]) -> None:
     try:
         worker.run(exit_when_idle=exit_when_idle)
+    except Exception as error:  # e.g. the database is unreachable at start
+        logger.exception("worker %s could not run", worker.name)
+        errors.append(f"worker {worker.name} failed: {error}")
     finally:
         connections.close_all()
 

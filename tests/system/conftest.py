@@ -1,0 +1,158 @@
+"""Real OS processes against the test database: starting, watching and always killing them.
+
+Subprocesses reach the test database through a ``DATABASE_URL`` built from this
+process's connection, and run with ``project.test_settings`` so that they know the
+test job types. Each starts in its own session; teardown SIGKILLs the whole process
+group (a qcluster's sentinel and workers too), whatever the test's outcome.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+T = TypeVar("T")
+ROOT = Path(settings.BASE_DIR)
+
+
+def wait_until(predicate: Callable[[], T], timeout: float, what: str = "the condition",
+               interval: float = 0.05) -> T:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
+def database_url() -> str:
+    """The test database as a libpq URL (a socket directory host is percent-encoded)."""
+    db = connection.settings_dict
+    auth = quote(db["USER"] or "", safe="")
+    if db.get("PASSWORD"):
+        auth += ":" + quote(db["PASSWORD"], safe="")
+    host = quote(db.get("HOST") or "", safe="")
+    port = f":{db['PORT']}" if db.get("PORT") else ""
+    return f"postgresql://{auth}@{host}{port}/{quote(db['NAME'], safe='')}"
+
+
+class Proc:
+    """One started process with its combined log file."""
+
+    def __init__(self, name: str, popen: subprocess.Popen[bytes], log: Path) -> None:
+        self.name, self.popen, self.log = name, popen, log
+        self._buffer = b""
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def signal(self, signum: int) -> None:
+        self.popen.send_signal(signum)
+
+    def exited(self) -> bool:
+        return self.popen.poll() is not None
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{self.name} still running after {timeout:g}s\n"
+                                 f"{self.tail()}") from None
+
+    def read_line(self, timeout: float) -> str:
+        """The next line of the process's stdout (which must be a pipe)."""
+        assert self.popen.stdout is not None
+        fd = self.popen.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise AssertionError(f"no output from {self.name} in {timeout:g}s\n{self.tail()}")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise AssertionError(f"{self.name} closed its output\n{self.tail()}")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode()
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log.read_text(errors="replace").splitlines()[-lines:]
+        except FileNotFoundError:
+            text = []
+        return f"--- {self.name} (pid {self.pid}) log tail ---\n" + "\n".join(text)
+
+
+class Processes:
+    """Starts subprocesses for one test and kills every one of them at the end."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.started: list[Proc] = []
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("JOBS_")}
+        env.update(DATABASE_URL=database_url(), DJANGO_SETTINGS_MODULE="project.test_settings",
+                   CONVEYOR_ALLOW_DEV_SECRET="1", PYTHONUNBUFFERED="1")
+        env.update(extra)
+        return env
+
+    def start(self, name: str, args: list[str], *, env: dict[str, str] | None = None,
+              stdout_pipe: bool = False) -> Proc:
+        log = self.logs / f"{name}.log"
+        with log.open("wb") as sink:
+            popen = subprocess.Popen(
+                [sys.executable, *args], cwd=ROOT, env=env or self.env(),
+                stdout=subprocess.PIPE if stdout_pipe else sink,
+                stderr=sink, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        proc = Proc(name, popen, log)
+        self.started.append(proc)
+        return proc
+
+    def manage(self, name: str, *args: str, **kwargs: Any) -> Proc:
+        return self.start(name, ["manage.py", *args], **kwargs)
+
+    def kill_all(self) -> None:
+        for proc in self.started:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the process and all it spawned
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                proc.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+            if proc.popen.stdout is not None:
+                proc.popen.stdout.close()
+
+    def tails(self) -> str:
+        return "\n".join(proc.tail() for proc in self.started)
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    procs = Processes(logs)
+    try:
+        yield procs
+    finally:
+        procs.kill_all()
+        print(procs.tails())  # shown by pytest only when the test failed

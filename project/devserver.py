@@ -91,6 +91,7 @@ def main() -> int:
     try:
         _manage(env, "migrate", "--noinput", "-v", "0")
         _ensure_admin(env)
+        _manage(env, "load_demo", "--user", "admin")  # a filled CO2 report (idempotent)
         web = subprocess.Popen(
             [PYTHON, "-m", "daphne", "-b", env.get("HOST", "127.0.0.1"), "-p", port,
              "project.asgi:application"], env=env, start_new_session=True)

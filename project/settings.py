@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     # The engine; its cluster integration hooks django-q2 (jobs/cluster.py).
     "jobs",
     "tenancy",
+    "factors",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

@@ -59,7 +59,7 @@ def test_notify_wakes_an_idle_worker_at_once(running_worker):
 
 def test_progress_is_throttled_but_the_final_value_is_exact(running_worker):
     job = engine.enqueue("tests.progress", {"steps": 200_000})
-    assert wait_until(lambda: state_of(job) == Job.State.SUCCEEDED, timeout=30)
+    assert wait_until(lambda: state_of(job) == Job.State.SUCCEEDED, timeout=90)
     job.refresh_from_db()
     assert (job.progress_done, job.progress_total) == (200_000, 200_000)
     steps = JobEvent.objects.filter(job=job, kind=JobEvent.Kind.PROGRESS).count()

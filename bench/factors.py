@@ -1,0 +1,446 @@
+"""The CO2 calculator's bulk path against PostgreSQL's own COPY, and its interactive path.
+
+    .venv/bin/python bench/factors.py [--rows 1000000] [--json]
+
+In one run, on a scratch database created (and dropped) on the project's server (the
+embedded PostgreSQL, or ``DATABASE_URL``), with one generated entries CSV:
+
+- COPY: ``COPY … FROM STDIN (FORMAT csv)`` of the file into a bare table (the ceiling);
+- bulk_create: the same rows parsed in Python and saved with Django's ``bulk_create``;
+- end to end: ``POST /sync/dispatch`` of the file (validation and staging included) until
+  its pipeline (csv_ingest → emission_recalc → aggregation, run by a real
+  ``manage.py jobs_worker`` process) has written entries, emissions and stats, which are
+  then checked against totals computed here from the file; the worker's peak RSS;
+- interactive: p50/p95 server time of POST/PATCH/DELETE on a module of 10,000 entries
+  (Django's test client in this process: no network in the figure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+FACTORS = {("short", "economy"): "0.151", ("short", "business"): "0.226",
+           ("medium", "economy"): "0.098", ("medium", "business"): "0.285",
+           ("long", "economy"): "0.102", ("long", "business"): "0.296"}  # no factor for "first"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--bulk-create-rows", type=int, default=200_000,
+                        help="Rows of the file for the bulk_create baseline (its rate is "
+                             "linear in the rows; default 200,000).")
+    parser.add_argument("--interactive-entries", type=int, default=10_000)
+    parser.add_argument("--samples", type=int, default=400, help="Interactive requests.")
+    parser.add_argument("--json", action="store_true", help="Print one JSON object.")
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    admin_url, scratch_url, name = _databases()
+    _psql(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
+    work = Path(tempfile.mkdtemp(prefix="bench-factors-"))
+    os.environ.update(DATABASE_URL=scratch_url, CONVEYOR_VAR_DIR=str(work),
+                      CONVEYOR_ALLOW_DEV_SECRET="1", DJANGO_SETTINGS_MODULE="project.settings",
+                      LOG_LEVEL="WARNING")
+    try:
+        figures = _run(args, work)
+    finally:
+        with contextlib.suppress(Exception):
+            from django.db import connections
+
+            connections.close_all()
+        _psql(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(figures, indent=2) if args.json else table(figures))
+    return 0
+
+
+def _databases() -> tuple[str, str, str]:
+    """The server's admin URL, the scratch database's URL and name."""
+    name = f"bench_factors_{os.getpid()}"
+    url = os.environ.get("DATABASE_URL")
+    if url is None:
+        from project import embedded_db
+
+        server = embedded_db.ensure_running(ROOT / "var" / "pg")
+        return server.url("postgres"), server.url(name), name
+    parts = urlsplit(url)
+    return (urlunsplit(parts._replace(path="/postgres")),
+            urlunsplit(parts._replace(path="/" + quote(name))), name)
+
+
+def _psql(url: str, *statements: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+
+def _run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    path = work / "entries.csv"
+    totals = generate(path, args.rows)
+    figures: dict[str, Any] = {"rows": args.rows, "file_mb": round(path.stat().st_size / 2**20, 1),
+                               "machine": machine()}
+    figures["copy"] = copy_baseline(path, args.rows)
+    figures["bulk_create"] = bulk_create_baseline(path, min(args.bulk_create_rows, args.rows))
+    worker = start_worker(work)
+    try:
+        figures["end_to_end"] = end_to_end(path, args.rows, totals, worker)
+        figures["interactive"] = interactive(work, args.interactive_entries, args.samples)
+    finally:
+        stop(worker)
+    copy_rate = figures["copy"]["rows_per_s"]
+    for key in ("bulk_create", "end_to_end"):
+        figures[key]["vs_copy"] = round(figures[key]["rows_per_s"] / copy_rate, 3)
+    pipeline = figures["end_to_end"]["pipeline"]
+    pipeline["vs_copy"] = round(pipeline["rows_per_s"] / copy_rate, 3)
+    return figures
+
+
+def generate(path: Path, rows: int) -> dict[str, Any]:
+    """Plane entries (about 2 % without factor) and their totals, computed here."""
+    rng = random.Random(1)
+    hauls, cabins = ("short", "medium", "long"), ("economy", "business", "first")
+    count, quantity, kg, missing = 0, Decimal(0), Decimal(0), 0
+    six = Decimal("0.000001")
+    with path.open("w", newline="") as out:
+        out.write("quantity,unit,haul,cabin\n")
+        for _ in range(rows):
+            q = f"{rng.randint(50, 12000)}.{rng.randint(0, 99):02d}"
+            haul = rng.choice(hauls)
+            cabin = rng.choices(cabins, (80, 18, 2))[0]
+            out.write(f"{q},km,{haul},{cabin}\n")
+            count += 1
+            quantity += Decimal(q)
+            value = FACTORS.get((haul, cabin))
+            if value is None:
+                missing += 1
+            else:
+                kg += (Decimal(q) * Decimal(value)).quantize(six)
+    return {"entries": count, "quantity": quantity, "kg_co2e": kg, "without_factor": missing}
+
+
+def _report(code: str) -> Any:
+    from factors.models import CarbonReport, ReportModule, Unit
+    from factors.unit_directory import open_reports
+
+    unit = Unit.objects.create(code=code, name=f"Bench {code}")
+    open_reports([unit.pk], 2024)
+    return ReportModule.objects.get(report=CarbonReport.objects.get(unit=unit),
+                                    module_type="travel")
+
+
+def copy_baseline(path: Path, rows: int) -> dict[str, Any]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE bench_bare (quantity text, unit text, haul text, cabin text)")
+        started = time.perf_counter()
+        with cursor.copy("COPY bench_bare FROM STDIN (FORMAT csv, HEADER)") as copy, \
+                path.open("rb") as handle:
+            while chunk := handle.read(1 << 20):
+                copy.write(chunk)
+        seconds = time.perf_counter() - started
+        cursor.execute("DROP TABLE bench_bare")
+    return {"seconds": round(seconds, 2), "rows_per_s": round(rows / seconds)}
+
+
+def bulk_create_baseline(path: Path, rows: int) -> dict[str, Any]:
+    """The rows as Django models, saved with bulk_create in batches of 5,000."""
+    from itertools import islice
+
+    from django.db import connection, transaction
+
+    from factors.models import DataEntry
+    from jobs import clock
+
+    module = _report("BENCH-BULK")
+    started = time.perf_counter()
+    with path.open(newline="") as handle, transaction.atomic():
+        reader = csv.reader(handle)
+        next(reader)
+        now = clock.now()
+        for batch in iter(lambda: list(islice(reader, 5000)), []):
+            DataEntry.objects.bulk_create([
+                DataEntry(module=module, data_entry_type="plane", year=2024,
+                          quantity=Decimal(q), unit=unit, classification={"haul": h, "cabin": c},
+                          source="manual", created_at=now, updated_at=now)
+                for q, unit, h, c in batch[: max(rows, 0)]])
+            rows -= len(batch)
+            if rows <= 0:
+                break
+    seconds = time.perf_counter() - started
+    done = DataEntry.objects.filter(module=module).count()
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM factors_dataentry WHERE module_id = %s", [module.pk])
+    return {"rows": done, "seconds": round(seconds, 2), "rows_per_s": round(done / seconds)}
+
+
+# --- the worker ---------------------------------------------------------------------------------------
+
+
+def start_worker(work: Path) -> subprocess.Popen[bytes]:
+    from jobs.models import Worker
+
+    log = (work / "worker.log").open("wb")
+    worker = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "jobs_worker"], cwd=ROOT,
+                              env=dict(os.environ), stdout=log, stderr=log,
+                              start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not Worker.objects.exists():
+        if worker.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the worker did not start; see {work / 'worker.log'}")
+        time.sleep(0.1)
+    return worker
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's high-water mark of resident memory (Linux: VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+def stop(worker: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(worker.pid, signal.SIGTERM)
+    try:
+        worker.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(worker.pid, signal.SIGKILL)
+
+
+# --- end to end ---------------------------------------------------------------------------------------
+
+
+def _operator() -> Any:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    user = get_user_model().objects.filter(username="bench").first()
+    client = Client()
+    client.force_login(user or get_user_model().objects.create_superuser("bench", "", "x"))
+    return client
+
+
+def _factors() -> None:
+    from factors.models import EmissionFactor
+    from jobs import clock
+
+    now = clock.now()
+    EmissionFactor.objects.bulk_create(
+        EmissionFactor(data_entry_type="plane", year=2024, classification={"haul": h, "cabin": c},
+                       value=Decimal(v), unit="km", created_at=now, updated_at=now)
+        for (h, c), v in FACTORS.items())
+
+
+def _wait_for(pipeline: Any, timeout: float = 3600) -> None:
+    from jobs.models import Job
+
+    deadline = time.monotonic() + timeout
+    while True:
+        states = set(Job.objects.filter(pipeline_id=pipeline).values_list("type", "state"))
+        if ("factors.aggregation", "succeeded") in states and not any(
+                state in Job.UNFINISHED for _, state in states):
+            return
+        failed = [t for t, state in states if state == "failed"]
+        if failed or time.monotonic() > deadline:
+            raise RuntimeError(f"pipeline {pipeline} did not finish: {states}")
+        time.sleep(0.02)
+
+
+def end_to_end(path: Path, rows: int, totals: dict[str, Any],
+               worker: subprocess.Popen[bytes]) -> dict[str, Any]:
+    from jobs.models import Job
+
+    _factors()
+    module = _report("BENCH-E2E")
+    client = _operator()
+    started = time.perf_counter()
+    with path.open("rb") as handle:
+        response = client.post("/sync/dispatch", {"report": module.report_id, "module": "travel",
+                                                  "data_entry_type": "plane", "file": handle})
+    accepted = time.perf_counter()
+    if response.status_code != 202:
+        raise RuntimeError(f"upload refused: {response.status_code} {response.content[:500]!r}")
+    pipeline = response.json()["pipeline"]
+    _wait_for(pipeline)
+    done = time.perf_counter()
+    rss = peak_rss_mb(worker.pid)
+    jobs = {job.type.split(".")[1]: round(job.duration_seconds, 2)
+            for job in Job.objects.filter(pipeline_id=pipeline)}
+    return {"seconds": round(done - started, 2), "rows_per_s": round(rows / (done - started)),
+            "upload_seconds": round(accepted - started, 2),
+            "pipeline": {"seconds": round(done - accepted, 2),
+                         "rows_per_s": round(rows / (done - accepted))},
+            "jobs": jobs, "worker_peak_rss_mb": rss, "checked": check(module, totals, rows)}
+
+
+def check(module: Any, totals: dict[str, Any], rows: int) -> str:
+    """Entries, emissions and stats against the totals computed from the file."""
+    from factors import aggregation, stats
+    from factors.models import DataEntry, Emission
+
+    module.refresh_from_db()
+    entries = DataEntry.objects.filter(module=module).count()
+    emissions = Emission.objects.filter(data_entry__module=module).count()
+    expected = {"entries": totals["entries"], "kg_co2e": stats.amount(totals["kg_co2e"]),
+                "without_factor": totals["without_factor"]}
+    found = {key: module.stats[key] for key in expected}
+    problems = []
+    if entries != rows:
+        problems.append(f"{entries} entries for {rows} rows")
+    if emissions != rows - totals["without_factor"]:
+        problems.append(f"{emissions} emissions")
+    if found != expected:
+        problems.append(f"stats {found} != {expected}")
+    if module.stats != stats.module_stats(aggregation.module_totals(module.pk)):
+        problems.append("stats differ from a recompute")
+    if problems:
+        raise RuntimeError("; ".join(problems))
+    return "entries, emissions and stats match the file's totals"
+
+
+# --- interactive ------------------------------------------------------------------------------------
+
+
+def interactive(work: Path, entries: int, samples: int) -> dict[str, Any]:
+    """p50/p95 of POST, PATCH and DELETE on a module holding ``entries`` entries."""
+    from factors import aggregation, stats
+
+    module = _report("BENCH-UI")
+    path = work / "interactive.csv"
+    generate(path, entries)
+    client = _operator()
+    with path.open("rb") as handle:
+        response = client.post("/sync/dispatch", {"report": module.report_id, "module": "travel",
+                                                  "data_entry_type": "plane", "file": handle})
+    _wait_for(response.json()["pipeline"])
+    url = f"/v1/carbon_reports/{module.report_id}/modules/travel/data-entries"
+    rng = random.Random(3)
+    timings: dict[str, list[float]] = {"POST": [], "PATCH": [], "DELETE": []}
+    created: list[int] = []
+    warm = {"data_entry_type": "plane", "quantity": "1",
+            "classification": {"haul": "short", "cabin": "economy"}}
+    for _ in range(20):  # the first requests fill Django's and DRF's caches
+        added = client.post(url, warm, content_type="application/json").json()["entry"]["id"]
+        client.delete(f"{url}/{added}")
+    for n in range(samples):
+        body = {"data_entry_type": "plane", "quantity": f"{rng.randint(1, 9000)}.5",
+                "classification": {"haul": rng.choice(["short", "medium", "long"]),
+                                   "cabin": rng.choice(["economy", "business"])}}
+        method = "POST" if n % 4 < 2 or not created else ("PATCH" if n % 4 == 2 else "DELETE")
+        started = time.perf_counter()
+        if method == "POST":
+            answer = client.post(url, body, content_type="application/json")
+            created.append(answer.json()["entry"]["id"])
+        elif method == "PATCH":
+            answer = client.patch(f"{url}/{rng.choice(created)}", body, content_type="application/json")
+        else:
+            answer = client.delete(f"{url}/{created.pop(rng.randrange(len(created)))}")
+        timings[method].append((time.perf_counter() - started) * 1000)
+        if answer.status_code not in (200, 201):
+            raise RuntimeError(f"{method} answered {answer.status_code}: {answer.content[:300]!r}")
+    module.refresh_from_db()
+    if module.stats != stats.module_stats(aggregation.module_totals(module.pk)):
+        raise RuntimeError("interactive stats differ from a recompute")
+    every = [t for values in timings.values() for t in values]
+    return {"entries_in_module": module.stats["entries"], "requests": len(every),
+            "p50_ms": round(_percentile(every, 50), 1), "p95_ms": round(_percentile(every, 95), 1),
+            "by_method": {m: {"p50_ms": round(_percentile(v, 50), 1),
+                              "p95_ms": round(_percentile(v, 95), 1)}
+                          for m, v in timings.items() if v}}
+
+
+def _percentile(values: list[float], pct: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
+
+
+# --- output -------------------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        version = cursor.fetchone()[0]
+    host = str(connection.get_connection_params().get("host", ""))
+    cpu = ""
+    with contextlib.suppress(OSError):
+        cpu = next((line.split(":", 1)[1].strip() for line in
+                    Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), "")
+    return {"nproc": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
+            "postgresql": version,
+            "database": "embedded (pgserver)" if host.startswith("/") else "DATABASE_URL"}
+
+
+def table(f: dict[str, Any]) -> str:
+    e2e, copy, bulk = f["end_to_end"], f["copy"], f["bulk_create"]
+    pipe, ui = e2e["pipeline"], f["interactive"]
+    m = f["machine"]
+
+    def row(label: str, seconds: float, rate: int, ratio: float | None) -> str:
+        share = f"{ratio:>7.1%}" if ratio is not None else ""
+        return f"| {label:<44} | {seconds:>8.2f} | {rate:>10,} | {share:>7} |"
+
+    lines = [
+        f"{f['rows']:,} plane entries ({f['file_mb']} MB CSV); {m['nproc']} CPUs, {m['cpu']}; "
+        f"PostgreSQL {m['postgresql']} ({m['database']}); Python {m['python']}",
+        "",
+        f"| {'':<44} | {'seconds':>8} | {'rows/s':>10} | {'vs COPY':>7} |",
+        f"|{'-' * 46}|{'-' * 10}|{'-' * 12}|{'-' * 9}|",
+        row("PostgreSQL COPY into a bare table", copy["seconds"], copy["rows_per_s"], 1.0),
+        row(f"Django bulk_create ({bulk['rows']:,} rows)", bulk["seconds"], bulk["rows_per_s"],
+            bulk["vs_copy"]),
+        row("End to end: POST → entries, emissions, stats", e2e["seconds"], e2e["rows_per_s"],
+            e2e["vs_copy"]),
+        row("  of which the pipeline, after the 202", pipe["seconds"], pipe["rows_per_s"],
+            pipe["vs_copy"]),
+        "",
+        f"Upload (multipart, validation, staging): {e2e['upload_seconds']:.2f} s; jobs: "
+        + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in e2e["jobs"].items()),
+        f"Worker peak RSS: {e2e['worker_peak_rss_mb']} MB. Check: {e2e['checked']}.",
+        f"Interactive, module of {ui['entries_in_module']:,} entries, {ui['requests']} requests: "
+        f"p50 {ui['p50_ms']} ms, p95 {ui['p95_ms']} ms ("
+        + ", ".join(f"{k} p95 {v['p95_ms']} ms" for k, v in ui["by_method"].items()) + ")",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,398 @@
+"""The CO2 calculator in the admin: units, reports with their modules and stats, entries,
+factors (stale ones filterable) and emissions; upload forms that start the same
+pipelines as ``/sync/…``, through the same services.
+
+Rows are written by the calculator's own paths only (jobs, services), so these pages
+show them and start operations; they do not edit rows in place. Staff of a tenant see
+their tenant's units, reports and entries; factors are shared reference data, and
+uploading them (or syncing units) is for platform operators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django import forms as django_forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from factors import queries, services
+from factors.forms import EntriesUploadForm, FactorsUploadForm, UnitSyncForm
+from factors.models import CarbonReport, DataEntry, Emission, EmissionFactor, ReportModule, Unit
+from jobs.admin.lists import CappedCountPaginator
+from tenancy.scoping import scope_queryset, tenant_scope
+
+
+def _badge(recalculating: bool) -> SafeString:
+    if recalculating:
+        return format_html('<span style="{}">Recalculating…</span>',
+                           "background:#ffc107;color:#000;padding:1px 6px;border-radius:8px")
+    return format_html('<span style="{}">Up to date</span>',
+                       "background:#e8f5e9;color:#1b5e20;padding:1px 6px;border-radius:8px")
+
+
+def _job_link(job_id: int | None) -> SafeString:
+    if job_id is None:
+        return format_html("{}", "—")
+    url = reverse("admin:jobs_job_change", args=[job_id])
+    return format_html('<a href="{}">#{}</a>', url, job_id)
+
+
+def _pipeline_message(result: services.Dispatched) -> SafeString:
+    url = reverse("admin:jobs_job_changelist") + f"?pipeline={result.pipeline_id}"
+    rows = f" ({result.rows:,} rows)" if result.rows is not None else ""
+    return format_html('Started job #{}{} — <a href="{}">follow its pipeline</a>.',
+                       result.job.pk, rows, url)
+
+
+def _is_operator(request: HttpRequest) -> bool:
+    return bool(request.user.is_staff and tenant_scope(request.user) is True)
+
+
+class ReadOnly(admin.ModelAdmin):
+    """Rows written by the calculator's own paths: shown, not edited here."""
+
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class UploadViews(ReadOnly):
+    """A changelist with an upload page that starts a pipeline through a service.
+
+    Each admin below says how: ``upload_form(request)`` builds its bound form, and
+    ``start(request, cleaned_data)`` calls the service and returns what it dispatched.
+    """
+
+    upload_label = ""
+    upload_intro = ""
+
+    def get_urls(self) -> list[URLPattern]:
+        name = f"{self.model._meta.app_label}_{self.model._meta.model_name}_upload"
+        return [path("upload/", self.admin_site.admin_view(self.upload_view), name=name),
+                *super().get_urls()]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> Any:
+        context = dict(extra_context or {})
+        if self.may_upload(request):
+            meta = self.model._meta
+            context.update(upload_url=reverse(f"admin:{meta.app_label}_{meta.model_name}_upload"),
+                           upload_label=self.upload_label)
+        return super().changelist_view(request, context)
+
+    def may_upload(self, request: HttpRequest) -> bool:
+        return _is_operator(request)
+
+    def upload_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.may_upload(request):
+            raise PermissionDenied
+        form = self.upload_form(request)  # type: ignore[attr-defined]
+        rejected = None
+        if request.method == "POST" and form.is_valid():
+            try:
+                result = self.start(request, form.cleaned_data)  # type: ignore[attr-defined]
+            except services.UploadRejected as exc:
+                rejected = exc.report.as_dict()
+            except services.InvalidRequest as exc:
+                for field, problems in exc.errors.items():
+                    form.add_error(field if field in form.fields else None, problems)
+            except services.AlreadyRunning as exc:
+                form.add_error(None, str(exc))
+            else:
+                self.message_user(request, _pipeline_message(result), messages.SUCCESS)
+                meta = self.model._meta
+                return HttpResponseRedirect(reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist"))
+        context = {**self.admin_site.each_context(request), "opts": self.model._meta,
+                   "title": self.upload_label, "form": form, "rejected": rejected,
+                   "intro": self.upload_intro, "submit": self.upload_label}
+        return TemplateResponse(request, "admin/factors/upload.html", context)
+
+
+def _bound(form_class: Callable[..., django_forms.Form], request: HttpRequest,
+           **kwargs: Any) -> django_forms.Form:
+    if request.method == "POST":
+        return form_class(request.POST, request.FILES, **kwargs)
+    return form_class(**kwargs)
+
+
+# --- units -------------------------------------------------------------------------------------------
+
+
+@admin.register(Unit)
+class UnitAdmin(UploadViews):
+    list_display = ["code", "name", "parent", "tenant", "last_synced_year", "synced_by"]
+    list_filter = ["last_synced_year", "tenant"]
+    list_select_related = ["parent", "tenant"]
+    search_fields = ["code", "name"]
+    fields = ["code", "name", "parent", "tenant", "last_synced_year", "synced_by",
+              "created_at", "updated_at"]
+    readonly_fields = fields
+    change_list_template = "admin/factors/unit/change_list.html"
+    upload_label = "Sync units"
+    upload_intro = ("Apply the organisation directory of a year: units are created or updated "
+                    "by code, and each listed unit gets its report for that year.")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Unit]:
+        return scope_queryset(super().get_queryset(request), request.user)
+
+    @admin.display(description="synced by")
+    def synced_by(self, unit: Unit) -> SafeString:
+        return _job_link(unit.last_synced_job_id)
+
+    def upload_form(self, request: HttpRequest) -> django_forms.Form:
+        return _bound(UnitSyncForm, request)
+
+    def start(self, request: HttpRequest, data: dict[str, Any]) -> services.Dispatched:
+        upload = data.get("file")
+        return services.sync_units(data["year"], source=upload,
+                                   filename=getattr(upload, "name", ""),
+                                   url=data.get("url") or None, actor=request.user)
+
+
+# --- reports and modules -----------------------------------------------------------------------------
+
+
+def _totals(stats: dict[str, Any]) -> str:
+    return f"{stats.get('entries', 0):,} entries, {stats.get('kg_co2e', '0')} kg CO2e"
+
+
+class ModuleInline(admin.TabularInline):
+    model = ReportModule
+    fields = ["module_type", "entries", "kg_co2e", "without_factor", "status", "stats_updated_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        self._busy = queries.recalculating(obj.modules.values_list("pk", flat=True)) if obj else set()
+        return super().get_formset(request, obj, **kwargs)
+
+    @admin.display(description="entries")
+    def entries(self, module: ReportModule) -> int:
+        return module.stats.get("entries", 0)
+
+    @admin.display(description="kg CO2e")
+    def kg_co2e(self, module: ReportModule) -> str:
+        return module.stats.get("kg_co2e", "0")
+
+    @admin.display(description="without factor")
+    def without_factor(self, module: ReportModule) -> int:
+        return module.stats.get("without_factor", 0)
+
+    @admin.display(description="status")
+    def status(self, module: ReportModule) -> SafeString:
+        return _badge(module.pk in getattr(self, "_busy", set()))
+
+
+class ReportForm(django_forms.ModelForm):
+    class Meta:
+        model = CarbonReport
+        fields = ["unit", "year"]
+
+
+@admin.register(CarbonReport)
+class CarbonReportAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "unit", "year", "entries", "kg_co2e", "without_factor",
+                    "stats_updated_at"]
+    list_filter = ["year"]
+    list_select_related = ["unit"]
+    search_fields = ["unit__code", "unit__name"]
+    actions = ["recompute_stats"]
+    form = ReportForm
+    show_full_result_count = False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[CarbonReport]:
+        return scope_queryset(super().get_queryset(request), request.user, field="unit__tenant")
+
+    def get_inlines(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        return [] if obj is None else [ModuleInline]  # a new report's modules come with it
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return ["unit", "year"] if obj is None else ["unit", "year", "stats_table",
+                                                    "stats_updated_at", "created_by"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [] if obj is None else self.get_fields(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # a report holds entries: they are replaced by uploads, not deleted here
+
+    def save_model(self, request: HttpRequest, obj: CarbonReport, form: Any, change: bool) -> None:
+        """Opening a report goes through the service, which also creates its modules."""
+        opened = services.open_report(obj.unit, obj.year, actor=request.user)
+        obj.pk, obj.stats = opened.pk, opened.stats
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        return None  # the modules are the service's; the inline is read-only
+
+    @admin.display(description="entries")
+    def entries(self, report: CarbonReport) -> int:
+        return report.stats.get("entries", 0)
+
+    @admin.display(description="kg CO2e")
+    def kg_co2e(self, report: CarbonReport) -> str:
+        return report.stats.get("kg_co2e", "0")
+
+    @admin.display(description="without factor")
+    def without_factor(self, report: CarbonReport) -> int:
+        return report.stats.get("without_factor", 0)
+
+    @admin.display(description="stats")
+    def stats_table(self, report: CarbonReport) -> SafeString:
+        rows = [(t, v["entries"], f"{v['quantity']} {v['unit']}", v["kg_co2e"], v["without_factor"])
+                for t, v in sorted(report.stats.get("by_type", {}).items())]
+        body = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                                rows)
+        return format_html(
+            "<p>{}</p><table><thead><tr><th>type</th><th>entries</th><th>quantity</th>"
+            "<th>kg CO2e</th><th>without factor</th></tr></thead><tbody>{}</tbody></table>",
+            _totals(report.stats), body)
+
+    @admin.action(description="Recompute the stats of the selected reports (aggregation jobs)",
+                  permissions=["view"])
+    def recompute_stats(self, request: HttpRequest, queryset: QuerySet[CarbonReport]) -> None:
+        started = services.recompute_stats(list(queryset.values_list("pk", flat=True)),
+                                           actor=request.user)
+        self.message_user(request, f"{started} aggregation job(s) queued.", messages.SUCCESS)
+
+
+# --- entries, factors, emissions ---------------------------------------------------------------------
+
+
+@admin.register(DataEntry)
+class DataEntryAdmin(UploadViews):
+    list_display = ["id", "module", "data_entry_type", "quantity", "unit", "classification",
+                    "kg_co2e", "source", "row_number", "written_by", "created_by"]
+    list_filter = ["source", "data_entry_type", "module__module_type", "year"]
+    list_select_related = ["module__report__unit", "emission", "created_by"]
+    sortable_by = ["id"]
+    paginator = CappedCountPaginator
+    search_fields = ["=id", "=module__report__unit__code"]
+    search_help_text = "An entry id or an exact unit code."
+    change_list_template = "admin/factors/dataentry/change_list.html"
+    upload_label = "Upload entries CSV"
+    upload_intro = ("Starts csv_ingest → emission_recalc → aggregation. A file with any bad row "
+                    "is refused whole, with the first errors listed.")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[DataEntry]:
+        return scope_queryset(super().get_queryset(request), request.user,
+                              field="module__report__unit__tenant")
+
+    def may_upload(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_staff and tenant_scope(request.user) is not False)
+
+    @admin.display(description="kg CO2e")
+    def kg_co2e(self, entry: DataEntry) -> str:
+        emission = getattr(entry, "emission", None)
+        return "— (no factor)" if emission is None else str(emission.kg_co2e)
+
+    @admin.display(description="job")
+    def written_by(self, entry: DataEntry) -> SafeString:
+        return _job_link(entry.job_id)
+
+    def upload_form(self, request: HttpRequest) -> django_forms.Form:
+        reports = scope_queryset(CarbonReport.objects.all(), request.user, field="unit__tenant")
+        return _bound(EntriesUploadForm, request, reports=reports)
+
+    def start(self, request: HttpRequest, data: dict[str, Any]) -> services.Dispatched:
+        module = ReportModule.objects.filter(report=data["report"],
+                                             module_type=data["module_type"]).first()
+        if module is None:
+            raise services.InvalidRequest({"module_type": ["this report has no such module"]})
+        upload = data["file"]
+        return services.dispatch_csv(module, data["data_entry_type"], upload,
+                                     filename=upload.name, actor=request.user)
+
+
+class StaleFilter(admin.SimpleListFilter):
+    title = "in the latest upload"
+    parameter_name = "stale"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "No: stale"), ("no", "Yes")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "yes":
+            return queryset.stale()
+        if self.value() == "no":
+            return queryset.filter(is_stale=False)
+        return queryset
+
+
+@admin.register(EmissionFactor)
+class EmissionFactorAdmin(UploadViews):
+    list_display = ["id", "data_entry_type", "year", "classification", "value", "unit", "source",
+                    "stale", "seen_in"]
+    list_filter = [StaleFilter, "data_entry_type", "year", "source"]
+    search_fields = ["source"]
+    actions = ["recalculate"]
+    change_list_template = "admin/factors/emissionfactor/change_list.html"
+    upload_label = "Upload factors CSV"
+    upload_intro = ("Factors are upserted in place (ids kept, entries stay linked); factors the "
+                    "file leaves out become stale; the emissions of the type are recalculated.")
+
+    @admin.display(description="stale", boolean=True)
+    def stale(self, factor: EmissionFactor) -> bool:
+        return factor.is_stale
+
+    @admin.display(description="last seen in")
+    def seen_in(self, factor: EmissionFactor) -> SafeString:
+        return _job_link(factor.last_seen_job_id)
+
+    def upload_form(self, request: HttpRequest) -> django_forms.Form:
+        return _bound(FactorsUploadForm, request)
+
+    def start(self, request: HttpRequest, data: dict[str, Any]) -> services.Dispatched:
+        upload = data["file"]
+        return services.upload_factors(data["data_entry_type"], upload, filename=upload.name,
+                                       actor=request.user)
+
+    @admin.action(description="Recalculate the emissions of the selected factors' types")
+    def recalculate(self, request: HttpRequest, queryset: QuerySet[EmissionFactor]) -> None:
+        if not _is_operator(request):
+            raise PermissionDenied
+        types = sorted(set(queryset.values_list("data_entry_type", flat=True)))
+        jobs = [services.recalculate_emissions(t, actor=request.user).job.pk for t in types]
+        self.message_user(request, f"Recalculation queued for {', '.join(types)} "
+                                   f"(jobs {', '.join(map(str, jobs))}).", messages.SUCCESS)
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        if not _is_operator(request):
+            actions.pop("recalculate", None)
+        return actions
+
+
+@admin.register(Emission)
+class EmissionAdmin(ReadOnly):
+    list_display = ["data_entry", "factor", "kg_co2e", "computed_by", "computed_at"]
+    list_select_related = ["data_entry", "factor"]
+    sortable_by = []
+    paginator = CappedCountPaginator
+    search_fields = ["=data_entry__id"]
+    search_help_text = "A data entry id."
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Emission]:
+        return scope_queryset(super().get_queryset(request), request.user,
+                              field="data_entry__module__report__unit__tenant")
+
+    @admin.display(description="computed by")
+    def computed_by(self, emission: Emission) -> SafeString:
+        return _job_link(emission.job_id) if emission.job_id else format_html("{}", "an edit")

@@ -1,0 +1,278 @@
+"""The CO2 calculator's REST API under ``/v1/``: reports, modules and their data entries
+(the interactive path). The bulk endpoints are in ``factors.sync_api``.
+
+Views stay thin: they find what the caller may see (``tenancy.scoping``; another
+tenant's report is a 404, like one that does not exist), call ``factors.services`` and
+report. Members of a tenant read and edit the entries of their tenant's reports.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+from django_filters import rest_framework as filters
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.exceptions import APIException, NotFound, ValidationError
+from rest_framework.pagination import CursorPagination
+from rest_framework.parsers import JSONParser
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from factors import queries, services
+from factors.catalog import DataEntryType
+from factors.models import CarbonReport, DataEntry, ReportModule
+from jobs.filters import StrictFilterBackend
+from tenancy.scoping import scope_queryset
+
+# --- serializers ----------------------------------------------------------------------------------
+
+
+class UnitBriefSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    code = serializers.CharField()
+    name = serializers.CharField()
+
+
+class ModuleSerializer(serializers.ModelSerializer):
+    recalculating = serializers.SerializerMethodField(
+        help_text="A bulk job for this module is pending or running: stats may change.")
+
+    class Meta:
+        model = ReportModule
+        fields = ["id", "module_type", "stats", "stats_updated_at", "recalculating"]
+
+    def get_recalculating(self, module: ReportModule) -> bool:
+        busy = self.context.get("recalculating")
+        if busy is None:
+            busy = queries.recalculating([module.pk])
+        return module.pk in busy
+
+
+class ReportSerializer(serializers.ModelSerializer):
+    unit = UnitBriefSerializer(read_only=True)
+    modules = ModuleSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = CarbonReport
+        fields = ["id", "unit", "year", "stats", "stats_updated_at", "modules"]
+
+
+class EntrySerializer(serializers.ModelSerializer):
+    kg_co2e = serializers.SerializerMethodField()
+    factor = serializers.SerializerMethodField()
+    job = serializers.IntegerField(source="job_id", read_only=True, allow_null=True)
+    created_by = serializers.CharField(source="created_by.username", read_only=True,
+                                       allow_null=True)
+    updated_by = serializers.CharField(source="updated_by.username", read_only=True,
+                                       allow_null=True)
+
+    class Meta:
+        model = DataEntry
+        fields = ["id", "data_entry_type", "quantity", "unit", "classification", "kg_co2e",
+                  "factor", "source", "job", "row_number", "created_by", "updated_by",
+                  "created_at", "updated_at"]
+        read_only_fields = fields
+
+    def get_kg_co2e(self, entry: DataEntry) -> str | None:
+        priced = self._priced(entry)
+        return None if priced is None else str(priced.kg_co2e)
+
+    def get_factor(self, entry: DataEntry) -> int | None:
+        priced = self._priced(entry)
+        return None if priced is None else priced.factor_id
+
+    def _priced(self, entry: DataEntry) -> Any:
+        """The emission just computed by an edit (context), else the stored one."""
+        if "priced" in self.context:
+            return self.context["priced"]
+        return getattr(entry, "emission", None)
+
+
+class EntryInputSerializer(serializers.Serializer):
+    """Documentation of the body; the rules themselves are the CSV files' (services)."""
+
+    data_entry_type = serializers.ChoiceField(choices=DataEntryType.choices)
+    quantity = serializers.CharField(help_text="A non-negative decimal, at most 6 decimals.")
+    unit = serializers.CharField(required=False, help_text="Defaults to the type's unit.")
+    classification = serializers.DictField(child=serializers.CharField())
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+def visible_reports(request: Request) -> QuerySet[CarbonReport]:
+    """The reports of the caller's tenant (every tenant's for platform operators)."""
+    return scope_queryset(CarbonReport.objects.select_related("unit"), request.user,
+                          field="unit__tenant")
+
+
+def visible_module(request: Request, report_id: int, module_type: str) -> ReportModule:
+    """A module of a report the caller may see; 404 otherwise (hidden like a missing one)."""
+    modules = scope_queryset(ReportModule.objects.select_related("report__unit"), request.user,
+                             field="report__unit__tenant")
+    return get_object_or_404(modules, report_id=report_id, module_type=module_type)
+
+
+def invalid(exc: services.InvalidRequest) -> ValidationError:
+    """A service's refusal as DRF's 400, by field."""
+    return ValidationError(exc.errors)
+
+
+# --- reports and modules -------------------------------------------------------------------------
+
+
+class ReportFilter(filters.FilterSet):
+    year = filters.NumberFilter()
+    unit = filters.CharFilter(field_name="unit__code", help_text="A unit code, exactly.")
+
+    class Meta:
+        model = CarbonReport
+        fields: list[str] = []
+
+
+class ById(CursorPagination):
+    ordering = "id"
+    page_size_query_param = "page_size"
+    max_page_size = 500
+
+
+def _page(view: APIView, request: Request, queryset: QuerySet) -> list[Any]:
+    """Strictly filtered (an unknown parameter is a 400), then one cursor page."""
+    view.paginator = ById()  # per request: a paginator keeps the request's cursor
+    queryset = StrictFilterBackend().filter_queryset(request, queryset, view)
+    return view.paginator.paginate_queryset(queryset, request, view=view)
+
+
+class ReportList(APIView):
+    permission_classes = [IsAuthenticated]
+    queryset = CarbonReport.objects.none()  # the schema's model; requests scope their own
+    filterset_class = ReportFilter
+    filter_backends = [StrictFilterBackend]
+
+    @extend_schema(tags=["co2"], summary="Carbon reports you may see",
+                   responses={200: ReportSerializer(many=True)})
+    def get(self, request: Request) -> Response:
+        rows = _page(self, request, visible_reports(request).prefetch_related("modules"))
+        busy = queries.recalculating(m.pk for r in rows for m in r.modules.all())
+        data = ReportSerializer(rows, many=True, context={"recalculating": busy}).data
+        return self.paginator.get_paginated_response(data)
+
+
+class ReportDetail(APIView):
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(tags=["co2"], summary="A report with its stats and modules",
+                   responses={200: ReportSerializer})
+    def get(self, request: Request, report: int) -> Response:
+        found = get_object_or_404(visible_reports(request).prefetch_related("modules"), pk=report)
+        busy = queries.recalculating(m.pk for m in found.modules.all())
+        return Response(ReportSerializer(found, context={"recalculating": busy}).data)
+
+
+class ModuleDetail(APIView):
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(tags=["co2"], summary="A module's stats, and whether it is recalculating",
+                   responses={200: ModuleSerializer})
+    def get(self, request: Request, report: int, module: str) -> Response:
+        return Response(ModuleSerializer(visible_module(request, report, module)).data)
+
+
+# --- the interactive path ----------------------------------------------------------------------------
+
+
+class EntryFilter(filters.FilterSet):
+    data_entry_type = filters.ChoiceFilter(choices=DataEntryType.choices)
+    source = filters.ChoiceFilter(choices=DataEntry.Source.choices)
+
+    class Meta:
+        model = DataEntry
+        fields: list[str] = []
+
+
+def _change_body(change: services.EntryChange) -> dict[str, Any]:
+    entry = None
+    if change.entry is not None:
+        entry = EntrySerializer(change.entry, context={"priced": change.emission}).data
+    return {"entry": entry, "warnings": change.warnings,
+            "module": ModuleSerializer(change.module).data,
+            "report": {"id": change.report.pk, "stats": change.report.stats}}
+
+
+class EntryList(APIView):
+    permission_classes = [IsAuthenticated]
+    queryset = DataEntry.objects.none()  # the schema's model; requests scope their own
+    parser_classes = [JSONParser]
+    filterset_class = EntryFilter
+    filter_backends = [StrictFilterBackend]
+
+    @extend_schema(tags=["co2"], summary="A module's data entries, in id order",
+                   responses={200: EntrySerializer(many=True)})
+    def get(self, request: Request, report: int, module: str) -> Response:
+        found = visible_module(request, report, module)
+        entries = (DataEntry.objects.filter(module=found)
+                   .select_related("emission", "created_by", "updated_by"))
+        rows = _page(self, request, entries)
+        return self.paginator.get_paginated_response(EntrySerializer(rows, many=True).data)
+
+    @extend_schema(tags=["co2"], summary="Add an entry; answers with the new stats",
+                   request=EntryInputSerializer,
+                   responses={201: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT})
+    def post(self, request: Request, report: int, module: str) -> Response:
+        found = visible_module(request, report, module)
+        try:
+            change = services.create_entry(found.pk, _body(request), actor=request.user)
+        except services.InvalidRequest as exc:
+            raise invalid(exc) from exc
+        return Response(_change_body(change), status=status.HTTP_201_CREATED)
+
+
+class EntryDetail(APIView):
+    permission_classes = [IsAuthenticated]
+    parser_classes = [JSONParser]
+
+    @extend_schema(tags=["co2"], summary="One data entry", responses={200: EntrySerializer})
+    def get(self, request: Request, report: int, module: str, entry: int) -> Response:
+        found = visible_module(request, report, module)
+        row = get_object_or_404(DataEntry.objects.select_related("emission", "created_by",
+                                                                 "updated_by"),
+                                module=found, pk=entry)
+        return Response(EntrySerializer(row).data)
+
+    @extend_schema(tags=["co2"], summary="Change an entry; answers with the new stats",
+                   request=EntryInputSerializer(partial=True),
+                   responses={200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT})
+    def patch(self, request: Request, report: int, module: str, entry: int) -> Response:
+        found = visible_module(request, report, module)
+        try:
+            change = services.update_entry(found.pk, entry, _body(request), actor=request.user)
+        except services.InvalidRequest as exc:
+            raise self._not_found_orinvalid(exc) from exc
+        return Response(_change_body(change))
+
+    @extend_schema(tags=["co2"], summary="Delete an entry; answers with the new stats",
+                   responses={200: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT})
+    def delete(self, request: Request, report: int, module: str, entry: int) -> Response:
+        found = visible_module(request, report, module)
+        try:
+            change = services.delete_entry(found.pk, entry, actor=request.user)
+        except services.InvalidRequest as exc:
+            raise self._not_found_orinvalid(exc) from exc
+        return Response(_change_body(change))
+
+    def _not_found_orinvalid(self, exc: services.InvalidRequest) -> APIException:
+        if "entry" in exc.errors:
+            return NotFound(exc.errors["entry"][0])
+        return invalid(exc)
+
+
+def _body(request: Request) -> dict[str, Any]:
+    if not isinstance(request.data, dict):
+        raise ValidationError({"detail": ["the body must be a JSON object"]})
+    return dict(request.data)

@@ -1,0 +1,66 @@
+"""Settings of the CO2 calculator, read lazily from Django settings (``FACTORS_*``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+
+MB = 1024 * 1024
+
+DEFAULTS: dict[str, object] = {
+    # Where validated uploads wait for their ingest job. Every web and worker process
+    # must see the same directory (a shared volume when they run on several machines).
+    "UPLOAD_DIR": None,  # None: VAR_DIR / "uploads"
+    # Upload size limits per kind of file; bigger files are refused before any row is read.
+    "ENTRIES_MAX_BYTES": 100 * MB,
+    "FACTORS_MAX_BYTES": 20 * MB,
+    "UNITS_MAX_BYTES": 20 * MB,
+    # Rows per ingest transaction (the design's 1,000–5,000) and entries per
+    # recalculation statement (set-based: bigger batches amortise the round trips).
+    "INGEST_BATCH_ROWS": 5_000,
+    "RECALC_BATCH_ROWS": 10_000,
+    # HTTP JSON sources (unit directory, API ingest).
+    "HTTP_TIMEOUT_SECONDS": 10.0,
+    "HTTP_MAX_BYTES": 50 * MB,
+    # The unit directory's JSON endpoint, when POST /sync/units names no source.
+    "UNITS_URL": "",
+}
+
+
+def human(size: int) -> str:
+    """``104857600`` → ``"100 MB"``; below a megabyte, in kB."""
+    return f"{size // MB} MB" if size >= MB else f"{max(size // 1024, 1)} kB"
+
+
+def get(name: str) -> object:
+    return getattr(settings, f"FACTORS_{name}", DEFAULTS[name])
+
+
+def upload_dir() -> Path:
+    configured = get("UPLOAD_DIR")
+    return Path(configured) if configured else Path(settings.VAR_DIR) / "uploads"  # type: ignore[arg-type]
+
+
+def max_bytes(kind: str) -> int:
+    return int(get(f"{kind.upper()}_MAX_BYTES"))  # type: ignore[call-overload]
+
+
+def ingest_batch_rows() -> int:
+    return int(get("INGEST_BATCH_ROWS"))  # type: ignore[call-overload]
+
+
+def recalc_batch_rows() -> int:
+    return int(get("RECALC_BATCH_ROWS"))  # type: ignore[call-overload]
+
+
+def http_timeout() -> float:
+    return float(get("HTTP_TIMEOUT_SECONDS"))  # type: ignore[arg-type]
+
+
+def http_max_bytes() -> int:
+    return int(get("HTTP_MAX_BYTES"))  # type: ignore[call-overload]
+
+
+def units_url() -> str:
+    return str(get("UNITS_URL") or "")

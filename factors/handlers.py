@@ -1,0 +1,184 @@
+"""The CO2 calculator's job types: the bulk path, one writer per table.
+
+    csv_ingest / api_ingest  →  emission_recalc  →  aggregation
+    (data entries only)         (emissions only)     (stats only, deduplicated)
+    factor_ingest (factors)  →  emission_recalc of its type  →  aggregation per module
+    unit_sync (units, and the year's empty reports)
+
+Long handlers (ingest, recalculation, unit sync) commit in batches (``atomic=False``):
+they are idempotent and fenced (``factors.fence``), so a retry after a crash finishes
+the work without writing anything twice. The aggregation and the factor upsert are
+short and run in the transaction that records their success.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from django.db import transaction
+
+import jobs
+from factors import (
+    aggregation,
+    csv_schemas,
+    emissions,
+    entry_ingest,
+    factor_ingest,
+    json_rows,
+    services,
+    sources,
+    staging,
+    unit_directory,
+)
+from factors.csv_validation import validate
+from factors.models import ReportModule
+
+RETRY = jobs.Exponential(base=10, factor=3, cap=600)
+
+
+def _fetch(url: str) -> Any:
+    """A source's JSON; its failures as the engine's outcomes (retry or fail now)."""
+    try:
+        return sources.fetch_json(url)
+    except sources.SourceError as exc:
+        raise (jobs.TransientError if exc.transient else jobs.PermanentError)(str(exc)) from exc
+
+
+# --- ingest: data entries only -------------------------------------------------------------------
+
+
+@jobs.handler("factors.csv_ingest", atomic=False, max_attempts=5, backoff=RETRY)
+def csv_ingest(ctx: jobs.JobContext) -> dict[str, Any]:
+    """Load a staged CSV upload into entries, then replace the earlier CSV entries of the
+    module and type; chains the module's recalculation."""
+    target = entry_ingest.Target.from_payload(ctx.payload)
+    upload = staging.StagedUpload.from_payload(ctx.payload["upload"])
+    result = entry_ingest.load(ctx.job, target, upload, first_row=2, progress=ctx.progress)
+    result.replaced = entry_ingest.replace_earlier(ctx.job, target)
+    staging.discard(upload)
+    _chain_recalc(ctx, target)
+    return result.as_dict()
+
+
+@jobs.handler("factors.api_ingest", atomic=False, max_attempts=5, backoff=RETRY)
+def api_ingest(ctx: jobs.JobContext) -> dict[str, Any]:
+    """Read entries from an HTTP JSON source, validate them as a CSV upload would be, and
+    load them like csv_ingest (row number = position in the source, from 1)."""
+    target = entry_ingest.Target.from_payload(ctx.payload)
+    upload = _staged_api_entries(ctx, target)
+    try:
+        # A source can change between attempts: an earlier attempt's rows go, all load.
+        entry_ingest.forget_partial(ctx.job, target)
+        result = entry_ingest.load(ctx.job, target, upload, first_row=1, progress=ctx.progress)
+        result.replaced = entry_ingest.replace_earlier(ctx.job, target)
+    finally:
+        staging.discard(upload)  # a retry reads the source again
+    _chain_recalc(ctx, target)
+    return {**result.as_dict(), "url": ctx.payload["url"]}
+
+
+def _staged_api_entries(ctx: jobs.JobContext, target: entry_ingest.Target) -> staging.StagedUpload:
+    """The source's entries, validated and staged (before any write: a bad document
+    fails the job and writes nothing)."""
+    document = _fetch(ctx.payload["url"])
+    try:
+        body = json_rows.entries_csv(document, target.data_entry_type)
+    except json_rows.ShapeError as exc:
+        raise jobs.PermanentError(f"{ctx.payload['url']}: {exc}") from exc
+    report, upload = staging.stage(io.BytesIO(body), csv_schemas.entries(target.data_entry_type))
+    if upload is None:
+        errors = "; ".join(json_rows.describe(e, "entries") for e in report.errors[:20])
+        raise jobs.PermanentError(f"{report.error_count} invalid entries, nothing written: {errors}")
+    return upload
+
+
+def _chain_recalc(ctx: jobs.JobContext, target: entry_ingest.Target) -> None:
+    scope = emissions.Scope(target.data_entry_type, module_id=target.module_id)
+    ctx.chain("factors.emission_recalc", scope.payload(),
+              concurrency_key=services.recalc_key(target.data_entry_type, target.module_id))
+
+
+# --- recalculation: emissions only ---------------------------------------------------------------
+
+
+@jobs.handler("factors.emission_recalc", atomic=False, max_attempts=5, backoff=RETRY)
+def emission_recalc(ctx: jobs.JobContext) -> dict[str, Any]:
+    """Recompute the emissions of a scope; chains one aggregation per module touched
+    (deduplicated: N recalculations of one module waiting together make one)."""
+    scope = emissions.Scope.from_payload(ctx.payload)
+    result = emissions.recalculate(scope, ctx.job, progress=ctx.progress)
+    tenants = dict(ReportModule.objects.filter(pk__in=result.modules)
+                   .values_list("pk", "report__unit__tenant_id"))
+    for module_id in sorted(tenants):
+        key = services.aggregation_key(module_id)
+        ctx.chain("factors.aggregation", {"module": module_id}, unique_key=key,
+                  concurrency_key=key, tenant=tenants[module_id])
+    return {"scope": scope.describe(), **result.as_dict()}
+
+
+# --- aggregation: stats only -----------------------------------------------------------------------
+
+
+@jobs.handler("factors.aggregation", max_attempts=5, backoff=RETRY)
+def aggregate(ctx: jobs.JobContext) -> dict[str, Any]:
+    """Recompute one module's stats and its report's, in the job's own transaction."""
+    if not ReportModule.objects.filter(pk=ctx.payload["module"]).exists():
+        return {"module": ctx.payload["module"], "skipped": "the module no longer exists"}
+    return aggregation.recompute_module(ctx.payload["module"], job_id=ctx.job.pk)
+
+
+# --- factors and units ------------------------------------------------------------------------------
+
+
+@jobs.handler("factors.factor_ingest", max_attempts=3, backoff=RETRY)
+def factor_ingest_job(ctx: jobs.JobContext) -> dict[str, Any]:
+    """Upsert a staged factor upload in place and mark the factors it leaves out stale;
+    chains the type's recalculation when a factor was added or changed value."""
+    data_entry_type = ctx.payload["data_entry_type"]
+    upload = staging.StagedUpload.from_payload(ctx.payload["upload"])
+    if not upload.exists():
+        raise jobs.PermanentError(f"the staged upload {upload.path} is gone: upload the file again")
+    result = factor_ingest.upsert(ctx.job, data_entry_type, upload)
+    if result["inserted"] or result["value_changed"]:
+        scope = emissions.Scope(data_entry_type, years=tuple(result["years"]))
+        ctx.chain("factors.emission_recalc", scope.payload(),
+                  concurrency_key=services.recalc_key(data_entry_type))
+    # Deleted only once the transaction commits: a rolled-back attempt must find it.
+    transaction.on_commit(lambda: staging.discard(upload))
+    return result
+
+
+@jobs.handler("factors.unit_sync", atomic=False, max_attempts=5, backoff=RETRY)
+def unit_sync(ctx: jobs.JobContext) -> dict[str, Any]:
+    """Apply a unit directory for one year: from a staged file, or fetched from a JSON
+    endpoint (outside any transaction), then written in one transaction."""
+    year = int(ctx.payload["year"])
+    if "url" in ctx.payload:
+        rows = _directory_from_url(ctx.payload["url"])
+        upload = None
+    else:
+        upload = staging.StagedUpload.from_payload(ctx.payload["upload"])
+        if not upload.exists():
+            raise jobs.PermanentError(f"the staged directory {upload.path} is gone: upload it again")
+        with upload.open() as handle:
+            rows = unit_directory.read_rows(handle, upload.columns)
+    result = unit_directory.apply(rows, year, ctx.job)
+    if upload is not None:
+        staging.discard(upload)
+    return result
+
+
+def _directory_from_url(url: str) -> list[unit_directory.UnitRow]:
+    document = _fetch(url)
+    try:
+        body = json_rows.units_csv(document)
+    except json_rows.ShapeError as exc:
+        raise jobs.PermanentError(f"{url}: {exc}") from exc
+    out = io.BytesIO()
+    report = validate(io.BytesIO(body), csv_schemas.units(), out=out)
+    if not report.ok:
+        errors = "; ".join(json_rows.describe(e, "units") for e in report.errors[:20])
+        raise jobs.PermanentError(f"{report.error_count} invalid units, nothing written: {errors}")
+    out.seek(0)
+    return unit_directory.read_rows(out, tuple(report.header))

@@ -1,0 +1,106 @@
+"""``manage.py load_demo``: a filled CO2 report for a new user, loaded through the same
+pipelines an operator would use (unit sync, factor uploads, CSV uploads, manual edits).
+
+Idempotent: once the demo is complete (its manual entries exist), it does nothing. It
+runs the jobs it starts in this process, so the report is filled when it returns, with
+or without a cluster running.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from factors import services
+from factors.management.commanding import actor, add_user_argument
+from factors.models import CarbonReport, DataEntry, ReportModule
+from jobs.models import Job
+from jobs.worker import run_until_idle
+
+DEMO = Path(__file__).resolve().parent.parent.parent / "demo"
+YEAR = 2024
+MANUAL = [  # (unit, module, entry): a few edits made by hand in the UI
+    ("DEMO-CHEM", "travel", {"data_entry_type": "plane", "quantity": "9350",
+                             "classification": {"haul": "long", "cabin": "economy"}}),
+    ("DEMO-CHEM", "travel", {"data_entry_type": "train", "quantity": "612.5",
+                             "classification": {"network": "international"}}),
+    ("DEMO-PHYS", "purchases", {"data_entry_type": "goods", "quantity": "18400",
+                                "classification": {"category": "it_equipment"}}),
+]
+MODULE_OF = {"plane": "travel", "train": "travel", "car": "travel", "electricity": "energy",
+             "heating": "energy", "goods": "purchases", "services": "purchases"}
+
+
+class Command(BaseCommand):
+    help = ("Load the demo organisation, factors and several thousand entries for 2024 "
+            "through the real pipelines (idempotent).")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        add_user_argument(parser)
+        parser.add_argument("--timeout", type=float, default=300.0,
+                            help="Seconds to wait for each step's jobs.")
+
+    def handle(self, *args: Any, user: str | None, timeout: float, **options: Any) -> None:
+        self.who, self.timeout = actor(user), timeout
+        if DataEntry.objects.filter(module__report__unit__code__startswith="DEMO-",
+                                    source=DataEntry.Source.MANUAL).exists():
+            self.stdout.write("The demo is already loaded.")
+            return
+        self._units()
+        self._factors()
+        self._entries()
+        self._manual_entries()
+        self._summary()
+
+    def _units(self) -> None:
+        with (DEMO / "units.json").open("rb") as handle:
+            self._wait([services.sync_units(YEAR, source=handle, filename="units.json",
+                                            actor=self.who).job])
+
+    def _factors(self) -> None:
+        started = []
+        for path in sorted((DEMO / "factors").glob("*.csv")):
+            with path.open("rb") as handle:
+                started.append(services.upload_factors(path.stem, handle, filename=path.name,
+                                                        actor=self.who).job)
+        self._wait(started)
+
+    def _entries(self) -> None:
+        started = []
+        for path in sorted((DEMO / "entries").glob("*.csv")):
+            code, data_entry_type = path.stem.split("_")
+            module = ReportModule.objects.get(report__unit__code=code, report__year=YEAR,
+                                              module_type=MODULE_OF[data_entry_type])
+            with path.open("rb") as handle:
+                started.append(services.dispatch_csv(module, data_entry_type, handle,
+                                                     filename=path.name, actor=self.who).job)
+        self._wait(started)
+
+    def _manual_entries(self) -> None:
+        for code, module_type, entry in MANUAL:
+            module = ReportModule.objects.get(report__unit__code=code, report__year=YEAR,
+                                              module_type=module_type)
+            services.create_entry(module.pk, entry, actor=self.who)
+
+    def _wait(self, jobs: list[Job]) -> None:
+        """Run due jobs here until these pipelines are done (a cluster may help)."""
+        pipelines = {job.pipeline_id for job in jobs}
+        deadline = time.monotonic() + self.timeout
+        while Job.objects.filter(pipeline_id__in=pipelines, state__in=Job.UNFINISHED).exists():
+            if not run_until_idle():
+                time.sleep(0.2)
+            if time.monotonic() > deadline:
+                raise CommandError("the demo's jobs did not finish in time; see manage.py jobs_status")
+        failed = Job.objects.filter(pipeline_id__in=pipelines, state=Job.State.FAILED).first()
+        if failed is not None:
+            raise CommandError(f"demo job {failed.pk} ({failed.type}) failed: {failed.last_error}")
+
+    def _summary(self) -> None:
+        for report in CarbonReport.objects.filter(unit__code__startswith="DEMO-", year=YEAR):
+            stats = report.stats
+            self.stdout.write(f"{report}: {stats['entries']:,} entries, {stats['kg_co2e']} kg CO2e"
+                              f" ({stats['without_factor']} without factor)")
+        self.stdout.write(self.style.SUCCESS("Demo loaded: see /admin/factors/carbonreport/"))

@@ -1,0 +1,278 @@
+"""The ``/sync/…`` endpoints: operators start bulk pipelines (uploads, API ingest,
+factors, units, recalculation) and follow them (``/sync/pipelines/{id}``).
+
+Each answers 202 with the first job and its pipeline once the request is validated and
+the job enqueued; 400 with the file's first errors (row, column, reason) when a file is
+refused, nothing written; 409 when the same work is already unfinished; 413 when a file
+is over its size limit, before its body is read. Entry uploads need staff; factors,
+units and recalculations by type are global and need a platform operator.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from factors import conf, queries, services
+from factors.api import invalid, visible_module
+from jobs.api import JobSerializer
+from jobs.models import Job
+from tenancy.scoping import scope_queryset, tenant_scope
+
+# Multipart framing around a file: a request this much over the file limit is refused
+# before its body is read.
+MULTIPART_SLACK = 64 * 1024
+
+
+class TooLarge(APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "too_large"
+
+
+class PipelineJobSerializer(JobSerializer):
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "result", "last_error"]
+        read_only_fields = fields
+
+
+class DispatchedSerializer(serializers.Serializer):
+    job = serializers.IntegerField()
+    pipeline = serializers.UUIDField()
+    type = serializers.CharField()
+    state = serializers.CharField()
+    rows = serializers.IntegerField(allow_null=True)
+    created = serializers.BooleanField()
+    pipeline_url = serializers.CharField()
+
+
+def _dispatched(result: services.Dispatched) -> Response:
+    job = result.job
+    body = {"job": job.pk, "pipeline": job.pipeline_id, "type": job.type, "state": job.state,
+            "rows": result.rows, "created": result.created,
+            "pipeline_url": f"/sync/pipelines/{job.pipeline_id}"}
+    return Response(DispatchedSerializer(body).data,
+                    status=status.HTTP_202_ACCEPTED if result.created else status.HTTP_200_OK)
+
+
+def _rejected(exc: services.UploadRejected) -> Response:
+    report = exc.report
+    return Response({"detail": str(exc), "rows_checked": report.rows,
+                     **report.as_dict()}, status=status.HTTP_400_BAD_REQUEST)
+
+
+def _conflict(exc: services.AlreadyRunning) -> Response:
+    return Response({"detail": str(exc), "job": exc.job.pk, "pipeline": str(exc.job.pipeline_id)},
+                    status=status.HTTP_409_CONFLICT)
+
+
+def _refuse_large_body(request: Request, kind: str) -> None:
+    """413 before the body is read: a file over the limit is not streamed to disk first."""
+    limit = conf.max_bytes(kind)
+    length = request.META.get("CONTENT_LENGTH") or "0"
+    if length.isdigit() and int(length) > limit + MULTIPART_SLACK:
+        raise TooLarge(f"the upload is {conf.human(int(length))}; the limit for {kind} files "
+                       f"is {conf.human(limit)}: split the file")
+
+
+def _file(request: Request) -> Any:
+    upload = request.FILES.get("file")
+    if upload is None:
+        raise ValidationError({"file": ["required: the CSV file, as multipart/form-data"]})
+    return upload
+
+
+def _require_operator(request: Request) -> None:
+    if not request.user.is_staff or tenant_scope(request.user) is not True:
+        raise PermissionDenied("Only platform operators (staff) run global syncs.")
+
+
+def _require_staff(request: Request) -> None:
+    if not request.user.is_staff:
+        raise PermissionDenied("Only staff start bulk pipelines.")
+
+
+def _int(value: Any, name: str, *, required: bool = True) -> int | None:
+    if value in (None, ""):
+        if required:
+            raise ValidationError({name: ["required"]})
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValidationError({name: [f"must be an integer, got {value!r}"]}) from None
+
+
+class Dispatch(APIView):
+    """``POST /sync/dispatch``: an entries CSV for one report module and type."""
+
+    permission_classes = [IsAuthenticated]
+    parser_classes = [MultiPartParser, FormParser]
+
+    @extend_schema(tags=["sync"], summary="Upload an entries CSV: csv_ingest → "
+                   "emission_recalc → aggregation",
+                   request={"multipart/form-data": OpenApiTypes.OBJECT},
+                   responses={202: DispatchedSerializer, 400: OpenApiTypes.OBJECT,
+                              409: OpenApiResponse(description="An ingest of this module "
+                                                   "and type is unfinished."),
+                              413: OpenApiTypes.OBJECT})
+    def post(self, request: Request) -> Response:
+        _require_staff(request)
+        _refuse_large_body(request, "entries")
+        report = _int(request.data.get("report"), "report")
+        module = visible_module(request, report, str(request.data.get("module", "")))
+        upload = _file(request)
+        try:
+            result = services.dispatch_csv(module, str(request.data.get("data_entry_type", "")),
+                                           upload, filename=upload.name, actor=request.user)
+        except services.UploadRejected as exc:
+            return _rejected(exc)
+        except services.InvalidRequest as exc:
+            raise invalid(exc) from exc
+        except services.AlreadyRunning as exc:
+            return _conflict(exc)
+        return _dispatched(result)
+
+
+class ApiIngest(APIView):
+    """``POST /sync/api-ingest``: entries from an HTTP JSON source, same rules and chain."""
+
+    permission_classes = [IsAuthenticated]
+    parser_classes = [JSONParser, FormParser]
+
+    @extend_schema(tags=["sync"], summary="Ingest entries from an HTTP JSON source",
+                   request=OpenApiTypes.OBJECT,
+                   responses={202: DispatchedSerializer, 400: OpenApiTypes.OBJECT,
+                              409: OpenApiTypes.OBJECT})
+    def post(self, request: Request) -> Response:
+        _require_staff(request)
+        data = request.data
+        module = visible_module(request, _int(data.get("report"), "report"), str(data.get("module", "")))
+        try:
+            result = services.ingest_from_api(module, str(data.get("data_entry_type", "")),
+                                              str(data.get("url", "")), actor=request.user)
+        except services.InvalidRequest as exc:
+            raise invalid(exc) from exc
+        except services.AlreadyRunning as exc:
+            return _conflict(exc)
+        return _dispatched(result)
+
+
+class FactorUpload(APIView):
+    """``POST /sync/factors/{data_entry_type}``: a factor CSV of one type."""
+
+    permission_classes = [IsAuthenticated]
+    parser_classes = [MultiPartParser, FormParser]
+
+    @extend_schema(tags=["sync"], summary="Upload emission factors of one type "
+                   "(upserted in place; recalculation follows)",
+                   request={"multipart/form-data": OpenApiTypes.OBJECT},
+                   responses={202: DispatchedSerializer, 400: OpenApiTypes.OBJECT,
+                              409: OpenApiTypes.OBJECT, 413: OpenApiTypes.OBJECT})
+    def post(self, request: Request, data_entry_type: str) -> Response:
+        _require_operator(request)
+        _refuse_large_body(request, "factors")
+        upload = _file(request)
+        try:
+            result = services.upload_factors(data_entry_type, upload, filename=upload.name,
+                                             actor=request.user)
+        except services.UploadRejected as exc:
+            return _rejected(exc)
+        except services.InvalidRequest as exc:
+            raise invalid(exc) from exc
+        except services.AlreadyRunning as exc:
+            return _conflict(exc)
+        return _dispatched(result)
+
+
+class UnitSync(APIView):
+    """``POST /sync/units``: a directory file (multipart ``file``, CSV or JSON) or a JSON
+    endpoint (``url``, default ``FACTORS_UNITS_URL``), for one ``year``."""
+
+    permission_classes = [IsAuthenticated]
+    parser_classes = [MultiPartParser, FormParser, JSONParser]
+
+    @extend_schema(tags=["sync"], summary="Sync units for a year (a real, tracked job)",
+                   request=OpenApiTypes.OBJECT,
+                   responses={202: DispatchedSerializer, 400: OpenApiTypes.OBJECT,
+                              409: OpenApiTypes.OBJECT, 413: OpenApiTypes.OBJECT})
+    def post(self, request: Request) -> Response:
+        _require_operator(request)
+        _refuse_large_body(request, "units")
+        year = _int(request.data.get("year"), "year")
+        upload = request.FILES.get("file")
+        try:
+            result = services.sync_units(
+                year, source=upload, filename=getattr(upload, "name", ""),
+                url=request.data.get("url") or conf.units_url() or None, actor=request.user)
+        except services.UploadRejected as exc:
+            return _rejected(exc)
+        except services.InvalidRequest as exc:
+            raise invalid(exc) from exc
+        except services.AlreadyRunning as exc:
+            return _conflict(exc)
+        return _dispatched(result)
+
+
+class Recalculate(APIView):
+    """``POST /sync/recalculate-emissions/{data_entry_type}`` (optional ``year``)."""
+
+    permission_classes = [IsAuthenticated]
+    parser_classes = [JSONParser, FormParser]
+
+    @extend_schema(tags=["sync"], summary="Recalculate the emissions of a type",
+                   request=OpenApiTypes.OBJECT,
+                   responses={202: DispatchedSerializer, 200: DispatchedSerializer,
+                              400: OpenApiTypes.OBJECT})
+    def post(self, request: Request, data_entry_type: str) -> Response:
+        _require_operator(request)
+        year = _int(request.data.get("year", request.query_params.get("year")), "year",
+                    required=False)
+        try:
+            result = services.recalculate_emissions(data_entry_type, year=year, actor=request.user)
+        except services.InvalidRequest as exc:
+            raise invalid(exc) from exc
+        return _dispatched(result)
+
+
+class PipelineDetail(APIView):
+    """``GET /sync/pipelines/{pipeline_id}``: every job of the pipeline and the modules
+    it works on."""
+
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(tags=["sync"], summary="A pipeline's jobs: state, progress, timings",
+                   responses={200: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT})
+    def get(self, request: Request, pipeline_id: Any) -> Response:
+        visible = scope_queryset(Job.objects.all(), request.user)
+        jobs = queries.pipeline_jobs(pipeline_id, visible)
+        if not jobs:
+            raise NotFound("no such pipeline visible to you")
+        modules = queries.pipeline_modules(pipeline_id)
+        busy = queries.recalculating(m.pk for m in modules)
+        return Response({
+            "pipeline": str(pipeline_id),
+            "state": _pipeline_state(jobs),
+            "jobs": PipelineJobSerializer(jobs, many=True).data,
+            "modules": [{"id": m.pk, "report": m.report_id, "unit": m.report.unit.code,
+                         "year": m.report.year, "module_type": m.module_type,
+                         "recalculating": m.pk in busy} for m in modules],
+        })
+
+
+def _pipeline_state(jobs: list[Job]) -> str:
+    """running while any job is unfinished; then failed, cancelled or succeeded."""
+    states = {job.state for job in jobs}
+    for state in (Job.State.RUNNING, Job.State.PENDING, Job.State.FAILED, Job.State.CANCELLED):
+        if state in states:
+            return "running" if state == Job.State.PENDING else state
+    return Job.State.SUCCEEDED
+

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+import pytest
+
+from jobs.clock import ManualClock, use_clock
+from tests.base import T0
+
+
+@pytest.fixture
+def clock():
+    with use_clock(ManualClock(T0)) as manual:
+        yield manual
+
+
+@pytest.fixture(autouse=True)
+def upload_dir(tmp_path, settings):
+    """Staged uploads of each test in a directory of its own."""
+    settings.FACTORS_UPLOAD_DIR = str(tmp_path / "uploads")
+    return tmp_path / "uploads"
+
+
+@pytest.fixture
+def source_server():
+    from tests.factors.http_source import SourceServer
+
+    with SourceServer() as server:
+        yield server

@@ -1,0 +1,88 @@
+"""The CO2 calculator's management commands, and the demo loader."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from factors import aggregation, stats
+from factors.models import CarbonReport, DataEntry, EmissionFactor, Unit
+from jobs.models import Job
+from jobs.worker import run_until_idle
+from tests.base import staff
+from tests.factors.builders import csv_bytes, module, plane_factors, plane_rows, report
+
+pytestmark = pytest.mark.django_db
+
+
+def command(*args: str) -> str:
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+def test_the_demo_loads_a_filled_report_once(clock):
+    output = command("load_demo")
+
+    assert "Demo loaded" in output
+    chem = CarbonReport.objects.get(unit__code="DEMO-CHEM", year=2024)
+    assert chem.stats["entries"] > 3000 and chem.stats["without_factor"] > 0
+    assert set(chem.stats["by_module"]) == {"travel", "energy", "purchases"}
+    for mod in chem.modules.all():
+        assert mod.stats == stats.module_stats(aggregation.module_totals(mod.pk))
+    assert DataEntry.objects.count() > 6000
+    assert EmissionFactor.objects.values("data_entry_type").distinct().count() == 7
+    assert not Job.objects.exclude(state=Job.State.SUCCEEDED).exists()
+
+    assert command("load_demo") == "The demo is already loaded.\n"
+
+
+def test_upload_commands_start_pipelines_as_the_named_user(tmp_path, clock):
+    olga = staff("olga")
+    plane_factors()
+    travel = module(report())
+    entries = tmp_path / "entries.csv"
+    entries.write_bytes(csv_bytes(["quantity", "unit", "haul", "cabin"], plane_rows(12)))
+
+    output = command("factors_upload_entries", str(travel.report_id), "travel", "plane",
+                     str(entries), "--user", "olga")
+
+    job = Job.objects.get(type="factors.csv_ingest")
+    assert f"Started job {job.pk} (factors.csv_ingest, 12 rows)" in output
+    assert job.created_by == olga
+    run_until_idle()
+    factors = tmp_path / "factors.csv"
+    factors.write_bytes(b"year,haul,cabin,value,unit\n2024,short,economy,0.2,km\n")
+    command("factors_upload_factors", "plane", str(factors))
+    command("factors_recalculate", "plane", "--year", "2024")
+    units = tmp_path / "units.csv"
+    units.write_bytes(b"code,name\nLAB9,Lab nine\n")
+    command("factors_sync_units", "2025", "--file", str(units))
+    run_until_idle()
+    assert Unit.objects.filter(code="LAB9").exists()
+    changed = EmissionFactor.objects.get(classification={"haul": "short", "cabin": "economy"})
+    assert changed.value == Decimal("0.2")
+
+
+def test_a_refused_file_is_a_command_error_listing_rows(tmp_path):
+    travel = module(report())
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b"quantity,unit,haul,cabin\n1,km,=x,economy\n")
+
+    with pytest.raises(CommandError, match="row 2, column haul: starts with '='"):
+        command("factors_upload_entries", str(travel.report_id), "travel", "plane", str(bad))
+    with pytest.raises(CommandError, match="no user named 'nobody'"):
+        command("factors_recalculate", "plane", "--user", "nobody")
+    with pytest.raises(CommandError, match="unknown module 'space'"):
+        command("factors_upload_entries", str(travel.report_id), "space", "plane", str(bad))
+
+
+def test_old_staged_uploads_are_cleaned(upload_dir):
+    upload_dir.mkdir(parents=True)
+    (upload_dir / "old.csv").write_text("1,km,short,economy\n")
+    assert "Would delete 1" in command("factors_clean_uploads", "--days", "0", "--dry-run")
+    assert "Deleted 1" in command("factors_clean_uploads", "--days", "0")
+    assert not list(upload_dir.iterdir())

@@ -1,0 +1,123 @@
+"""The invariants the database keeps: one factor per key whatever the key order, the
+foreign keys checked per statement (migration 0002), and the check constraints."""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+from django.db import IntegrityError, connection, transaction
+
+from factors.models import DataEntry, Emission, EmissionFactor
+from jobs import clock
+from jobs.notify import raw_connection
+from tests.factors.builders import factor, module, report
+
+pytestmark = pytest.mark.django_db
+
+
+def sql(statement: str, params: list | None = None) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params or [])
+
+
+def entry(mod, **fields) -> DataEntry:
+    now = clock.now()
+    values = {"module": mod, "data_entry_type": "plane", "year": 2024, "quantity": "10",
+              "unit": "km", "classification": {"haul": "short", "cabin": "economy"},
+              "source": "manual", "created_at": now, "updated_at": now, **fields}
+    return DataEntry.objects.create(**values)
+
+
+def test_a_factor_key_in_another_order_is_the_same_key():
+    factor("plane", 2024, {"haul": "short", "cabin": "economy"}, "0.1")
+    with pytest.raises(IntegrityError, match="factor_one_per_key"):
+        factor("plane", 2024, {"cabin": "economy", "haul": "short"}, "0.2")
+
+
+def test_an_entry_must_name_an_existing_module():
+    travel = module(report())
+    with pytest.raises(IntegrityError, match="factors_reportmodule missing"), transaction.atomic():
+        sql("INSERT INTO factors_dataentry (module_id, data_entry_type, year, quantity, unit, "
+            "classification, source, created_at, updated_at) VALUES (%s, 'plane', 2024, 1, 'km', "
+            "'{}', 'manual', now(), now())", [travel.pk + 1000])
+    with pytest.raises(IntegrityError), transaction.atomic():
+        DataEntry.objects.filter(pk=entry(travel).pk).update(module_id=travel.pk + 1000)
+
+
+def test_an_emission_must_name_an_existing_entry_and_factor():
+    travel = module(report())
+    used = factor("plane", 2024, {"haul": "short", "cabin": "economy"}, "0.1")
+    row = entry(travel)
+    with pytest.raises(IntegrityError, match="factors_dataentry missing"), transaction.atomic():
+        Emission.objects.create(data_entry_id=row.pk + 1, factor=used, kg_co2e=1,
+                                computed_at=clock.now())
+    with pytest.raises(IntegrityError, match="factors_emissionfactor missing"), transaction.atomic():
+        Emission.objects.create(data_entry=row, factor_id=used.pk + 1, kg_co2e=1,
+                                computed_at=clock.now())
+
+
+def test_deleting_an_entry_deletes_its_emission_and_a_used_factor_or_module_stays():
+    travel = module(report())
+    used = factor("plane", 2024, {"haul": "short", "cabin": "economy"}, "0.1")
+    row = entry(travel)
+    Emission.objects.create(data_entry=row, factor=used, kg_co2e=1, computed_at=clock.now())
+
+    with pytest.raises(IntegrityError, match="used by emissions"), transaction.atomic():
+        sql("DELETE FROM factors_emissionfactor WHERE id = %s", [used.pk])
+    with pytest.raises(IntegrityError, match="still has data entries"), transaction.atomic():
+        sql("DELETE FROM factors_reportmodule WHERE id = %s", [travel.pk])
+    sql("DELETE FROM factors_dataentry WHERE id = %s", [row.pk])
+
+    assert not Emission.objects.exists()
+    sql("DELETE FROM factors_emissionfactor WHERE id = %s", [used.pk])  # unused now
+
+
+@pytest.mark.django_db(transaction=True)
+def test_entries_inserted_while_their_module_is_deleted_fail_instead_of_dangling():
+    travel = module(report())
+    deleter, inserter = raw_connection(), raw_connection()
+    deleter.execute("BEGIN")
+    deleter.execute("DELETE FROM factors_reportmodule WHERE id = %s", [travel.pk])
+    outcome: list[BaseException | None] = []
+
+    def insert() -> None:
+        try:
+            inserter.execute(
+                "INSERT INTO factors_dataentry (module_id, data_entry_type, year, quantity, unit, "
+                "classification, source, created_at, updated_at) VALUES (%s, 'plane', 2024, 1, "
+                "'km', '{}', 'manual', now(), now())", [travel.pk])
+            outcome.append(None)
+        except psycopg.Error as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=insert)
+    thread.start()
+    thread.join(0.5)
+    assert thread.is_alive()  # waiting for the module's lock, as a foreign key check would
+    deleter.execute("COMMIT")
+    thread.join(10)
+    deleter.close()
+    inserter.close()
+
+    assert isinstance(outcome[0], psycopg.errors.ForeignKeyViolation)
+    assert not DataEntry.objects.exists()
+
+
+@pytest.mark.parametrize(("fields", "constraint"), [
+    ({"quantity": "-1"}, "entry_quantity_nonnegative"),
+    ({"source": "csv"}, "entry_provenance"),
+    ({"classification": ["short"]}, "entry_classification_is_object"),
+    ({"year": 1999}, "entry_year_in_range"),
+])
+def test_check_constraints_refuse_impossible_entries(fields, constraint):
+    travel = module(report())
+    with pytest.raises(IntegrityError, match=constraint):
+        entry(travel, **fields)
+
+
+def test_stale_factors_are_a_queryset_of_their_own():
+    factor("plane", 2024, {"haul": "short", "cabin": "economy"}, "0.1")
+    EmissionFactor.objects.update(is_stale=True)
+    assert EmissionFactor.objects.stale().count() == 1

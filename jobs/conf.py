@@ -15,8 +15,11 @@ DEFAULTS: dict[str, object] = {
     "POLL_SECONDS": 1.0,
     # How often some worker runs the reaper (one at a time, by advisory lock).
     "REAPER_SECONDS": 2.0,
-    # Jobs taken per claim; unstarted ones go back if the batch runs long.
-    "CLAIM_BATCH": 50,
+    # Jobs taken per claim; unstarted ones go back if the batch runs long. A worker
+    # starts here, then claims as many as its recent jobs say it starts within a quarter
+    # of CLAIM_HOLD_SECONDS: fewer for slow jobs, up to CLAIM_BATCH_MAX for fast ones.
+    "CLAIM_BATCH": 20,
+    "CLAIM_BATCH_MAX": 50,
     # Seconds a claimed batch may wait before its unstarted jobs are handed back.
     "CLAIM_HOLD_SECONDS": 1.0,
     # Fast atomic jobs (each under GROUP_FAST_JOB_SECONDS last time its type ran) of one
@@ -24,13 +27,18 @@ DEFAULTS: dict[str, object] = {
     # seconds and GROUP_COMMIT_JOBS jobs after the first. A commit waits for the WAL
     # flush, which takes longer than a small job; 0 gives every job its own commit.
     "GROUP_COMMIT_SECONDS": 0.05,
-    # Each job of a group is a savepoint (a subtransaction): stay well below the 64 that
-    # PostgreSQL caches per backend, leaving room for the handlers' own savepoints.
-    "GROUP_COMMIT_JOBS": 20,
+    # A group's per-commit work (lock, record, commit) is shared by this many jobs. Each
+    # job is a savepoint; PostgreSQL caches 64 subtransaction ids per backend, and a group
+    # of handlers that write (each takes one, plus one per savepoint of its own) past
+    # that makes other sessions' snapshots slower until the group commits. Lower it for
+    # such handlers; read-only or no-op ones take none.
+    "GROUP_COMMIT_JOBS": 50,
     "GROUP_FAST_JOB_SECONDS": 0.005,
     # A worker keeps its database connection between batches (a reconnect costs more
     # than a batch of small jobs) and replaces it after this many seconds or an error.
     "WORKER_CONNECTION_MAX_AGE": 300.0,
+    # The engine's per-batch statements run as prepared statements (see jobs.sql.execute).
+    "PREPARED_STATEMENTS": True,
     # Queues this process's workers serve; empty for all.
     "QUEUES": [],
     # How long finished jobs are kept, per final state.
@@ -63,6 +71,10 @@ def claim_batch() -> int:
     return int(get("CLAIM_BATCH"))  # type: ignore[arg-type]
 
 
+def claim_batch_max() -> int:
+    return int(get("CLAIM_BATCH_MAX"))  # type: ignore[arg-type]
+
+
 def claim_hold_seconds() -> float:
     return float(get("CLAIM_HOLD_SECONDS"))  # type: ignore[arg-type]
 
@@ -81,6 +93,10 @@ def group_fast_job_seconds() -> float:
 
 def worker_connection_max_age() -> float:
     return float(get("WORKER_CONNECTION_MAX_AGE"))  # type: ignore[arg-type]
+
+
+def prepared_statements() -> bool:
+    return bool(get("PREPARED_STATEMENTS"))
 
 
 def queues() -> list[str]:

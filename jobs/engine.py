@@ -113,11 +113,11 @@ def enqueue_many(
     return ids
 
 
-def _insert_params(handler: registry.Handler, encoded: list[str], unique_keys: Sequence[str | None] | None,
-                   *, run_after: datetime | None, priority: int, queue: str | None,
-                   concurrency_key: str | None, pipeline: uuid.UUID | str | None,
-                   parent: Job | int | None, tenant: Any, created_by: Any,
-                   max_attempts: int | None) -> dict[str, Any]:
+def _insert_params(handler: registry.Handler, encoded: list[str],
+                   unique_keys: Sequence[str | None] | None, *, run_after: datetime | None,
+                   priority: int, queue: str | None, concurrency_key: str | None,
+                   pipeline: uuid.UUID | str | None, parent: Job | int | None, tenant: Any,
+                   created_by: Any, max_attempts: int | None) -> dict[str, Any]:
     now = clock.now()
     return {
         "type": handler.name,
@@ -168,9 +168,9 @@ def enqueue(
     statement = sql.enqueue_one(unique_key=unique_key is not None)
     for _ in range(5):
         # One round trip: the INSERT, its NOTIFY and the new row (no second SELECT).
-        inserted = list(Job.objects.raw(statement, params))
+        inserted = _jobs_from(sql.execute(statement, params, binary=True))
         if inserted:
-            return inserted[0]
+            return inserted[0][0]
         existing = Job.objects.filter(unique_key=unique_key, tenant_id=params["tenant"],
                                       state__in=Job.UNFINISHED).first()
         if existing is not None:
@@ -207,15 +207,28 @@ def claim(worker: str, *, limit: int, queues: Sequence[str] = (),
     type_names = list(types) if types is not None else registry.names()
     params = {"now": now, "types": type_names, "leases": [float(_lease_for(t)) for t in type_names],
               "queues": list(queues), "limit": limit, "worker": worker, "token": token}
-    rows = list(Job.objects.raw(sql.claim(named_queues=bool(queues)), params))
-    jobs = [job for job in rows if job.claimed]
-    keyed = [job.pk for job in rows if not job.claimed]
-    for job in rows:
-        del job.claimed  # a column of the statement, not of the model
+    rows = _jobs_from(sql.execute(sql.claim(named_queues=bool(queues)), params, binary=True))
+    jobs = [job for job, row in rows if row["claimed"]]
+    keyed = [job.pk for job, row in rows if not row["claimed"]]
     if keyed:
         jobs += _claim_keyed_jobs(keyed, token, worker, now, type_names, queues)
-        jobs.sort(key=lambda job: (-job.priority, job.pk))
+    jobs.sort(key=lambda job: (-job.priority, job.pk))  # RETURNING has no order
     return Claim(token, worker, jobs)
+
+
+def _jobs_from(cursor: Any) -> list[tuple[Job, dict[str, Any]]]:
+    """Job instances from binary-format rows of ``jobs_job.*``, each with its row as a
+    dict (for extra columns). Columns are matched by name; binary ``jsonb`` arrives
+    decoded, so the instances are what the ORM would build."""
+    fields = Job._meta.concrete_fields
+    attnames = [f.attname for f in fields]
+    names = [column.name for column in cursor.description]
+    jobs = []
+    for row in cursor.fetchall():
+        values = dict(zip(names, row, strict=True))
+        job = Job.from_db(connection.alias, attnames, [values[f.column] for f in fields])
+        jobs.append((job, values))
+    return jobs
 
 
 def _claim_keyed_jobs(ids: list[int], token: uuid.UUID, worker: str, now: datetime,
@@ -341,9 +354,8 @@ def lock_running(jobs: Sequence[Job], token: uuid.UUID) -> set[int]:
     by ``complete_locked`` at the end of the transaction, with no fence left to lose."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("lock_running needs a transaction to hold the locks")
-    with connection.cursor() as cursor:
-        cursor.execute(sql.lock_running(), {"ids": [job.pk for job in jobs], "token": token})
-        return {row[0] for row in cursor.fetchall()}
+    cursor = sql.execute(sql.lock_running(), {"ids": [job.pk for job in jobs], "token": token})
+    return {row[0] for row in cursor.fetchall()}
 
 
 def complete_locked(successes: Sequence[Success], token: uuid.UUID, *, worker: str = "") -> None:
@@ -369,9 +381,7 @@ def _record_successes(successes: Sequence[Success], token: uuid.UUID, worker: st
         "token": token,
         "worker": worker,
     }
-    with connection.cursor() as cursor:
-        cursor.execute(sql.complete(), params)
-        return cursor.rowcount
+    return sql.execute(sql.complete(), params).rowcount
 
 
 def record_refusal(job: Job, what: str, *, worker: str = "") -> None:
@@ -466,9 +476,7 @@ def heartbeat(token: uuid.UUID, job_ids: Sequence[int]) -> int:
     params = {"now": clock.now(), "ids": list(job_ids), "token": token, "types": type_names,
               "leases": [float(_lease_for(t)) for t in type_names],
               "default": float(conf.lease_seconds())}
-    with connection.cursor() as cursor:
-        cursor.execute(sql.heartbeat(), params)
-        return cursor.rowcount
+    return sql.execute(sql.heartbeat(), params).rowcount
 
 
 def record_progress(job_id: int, token: uuid.UUID, done: int, total: int | None,

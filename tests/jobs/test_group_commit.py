@@ -1,0 +1,123 @@
+"""Fast atomic jobs of one batch share a commit (EngineWorker._run_group) without
+losing any of a single job's guarantees."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection, connections, transaction
+
+import jobs
+from jobs import engine, registry
+from jobs.models import Job, JobEvent
+from jobs.worker import EngineWorker
+from tests.conftest import hit_count
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+committed: list[int] = []
+
+
+@pytest.fixture(autouse=True)
+def group_write(settings):
+    """``tests.group_write``: inserts a hit, schedules an on-commit note, maybe fails."""
+    settings.JOBS_GROUP_FAST_JOB_SECONDS = 1.0  # "fast" even on a crowded test machine
+
+    @jobs.handler("tests.group_write", max_attempts=1)
+    def group_write(ctx: jobs.JobContext) -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, 0)",
+                           [ctx.job.pk])
+        transaction.on_commit(lambda: committed.append(ctx.job.pk))
+        if ctx.payload.get("fail"):
+            raise jobs.PermanentError("failed after writing")
+        return ctx.job.pk
+
+    committed.clear()
+    yield
+    registry.unregister("tests.group_write")
+
+
+def warmed_worker() -> EngineWorker:
+    """A worker that has seen the type run fast, so that it groups the next ones."""
+    worker = EngineWorker(name="grouper", batch_size=10)
+    engine.enqueue("tests.group_write", {})
+    assert worker.run_once() == 1
+    committed.clear()
+    return worker
+
+
+def test_a_failing_job_in_a_group_rolls_back_only_its_own_writes(hits_table):
+    worker = warmed_worker()
+    ids = engine.enqueue_many("tests.group_write", [{}, {"fail": True}, {}])
+
+    assert worker.run_once() == 3
+
+    states = dict(Job.objects.filter(pk__in=ids).values_list("pk", "state"))
+    assert states == {ids[0]: "succeeded", ids[1]: "failed", ids[2]: "succeeded"}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT job_id FROM tests_hits WHERE job_id = ANY(%s)", [ids])
+        assert sorted(row[0] for row in cursor.fetchall()) == [ids[0], ids[2]]
+    assert sorted(committed) == [ids[0], ids[2]]  # the failed job's callback was dropped
+    assert Job.objects.get(pk=ids[0]).result == ids[0]
+
+
+def test_each_success_has_its_history_row_and_finish_time(hits_table):
+    worker = warmed_worker()
+    ids = engine.enqueue_many("tests.group_write", [{}] * 5)
+
+    assert worker.run_once() == 5
+
+    for job in Job.objects.filter(pk__in=ids):
+        assert job.state == Job.State.SUCCEEDED
+        assert job.lease_token is None and job.finished_at is not None
+        kinds = list(job.events.values_list("kind", flat=True))
+        assert kinds == [JobEvent.Kind.CLAIMED, JobEvent.Kind.SUCCEEDED]
+    assert hit_count() == 6
+
+
+def test_a_job_cancelled_after_the_claim_is_refused_inside_the_group(hits_table):
+    worker = warmed_worker()
+    ids = engine.enqueue_many("tests.group_write", [{}, {}, {}])
+    batch = engine.claim(worker.name, limit=10)
+    engine.cancel(Job.objects.get(pk=ids[1]))
+
+    for job in batch.jobs:
+        worker._held.add(job.pk)
+    assert worker._run_group(batch.jobs, batch.token) == 3
+
+    states = dict(Job.objects.filter(pk__in=ids).values_list("pk", "state"))
+    assert states == {ids[0]: "succeeded", ids[1]: "cancelled", ids[2]: "succeeded"}
+    assert JobEvent.objects.filter(job_id=ids[1], kind=JobEvent.Kind.LEASE_LOST).exists()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM tests_hits WHERE job_id = %s", [ids[1]])
+        assert cursor.fetchone()[0] == 0
+
+
+def test_a_heartbeat_skips_rows_an_open_group_holds_instead_of_waiting():
+    job = engine.enqueue("tests.noop", {})
+    batch = engine.claim("w", limit=1)
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        other = connections.create_connection("default")
+        try:
+            other.set_autocommit(False)
+            with other.cursor() as cursor:
+                cursor.execute("SELECT id FROM jobs_job WHERE id = %s FOR UPDATE", [job.pk])
+            locked.set()
+            release.wait(10)
+            other.rollback()
+        finally:
+            other.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        assert engine.heartbeat(batch.token, [job.pk]) == 0
+    finally:
+        release.set()
+        holder.join()
+    assert engine.heartbeat(batch.token, [job.pk]) == 1

@@ -10,6 +10,7 @@ units and recalculations by type are global and need a platform operator.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
@@ -74,6 +75,20 @@ def _conflict(exc: services.AlreadyRunning) -> Response:
                     status=status.HTTP_409_CONFLICT)
 
 
+def _answer(start: Callable[[], services.Dispatched]) -> Response:
+    """Start a sync through its service and answer as every sync endpoint does: 202 (or
+    200 for work already queued), 400 naming the problem, 409 when it already runs."""
+    try:
+        result = start()
+    except services.UploadRejected as exc:
+        return _rejected(exc)
+    except services.InvalidRequest as exc:
+        raise invalid(exc) from exc
+    except services.AlreadyRunning as exc:
+        return _conflict(exc)
+    return _dispatched(result)
+
+
 def _refuse_large_body(request: Request, kind: str) -> None:
     """413 before the body is read: a file over the limit is not streamed to disk first."""
     limit = conf.max_bytes(kind)
@@ -130,16 +145,9 @@ class Dispatch(APIView):
         report = _int(request.data.get("report"), "report")
         module = visible_module(request, report, str(request.data.get("module", "")))
         upload = _file(request)
-        try:
-            result = services.dispatch_csv(module, str(request.data.get("data_entry_type", "")),
-                                           upload, filename=upload.name, actor=request.user)
-        except services.UploadRejected as exc:
-            return _rejected(exc)
-        except services.InvalidRequest as exc:
-            raise invalid(exc) from exc
-        except services.AlreadyRunning as exc:
-            return _conflict(exc)
-        return _dispatched(result)
+        return _answer(lambda: services.dispatch_csv(
+            module, str(request.data.get("data_entry_type", "")), upload, filename=upload.name,
+            actor=request.user))
 
 
 class ApiIngest(APIView):
@@ -156,14 +164,9 @@ class ApiIngest(APIView):
         _require_staff(request)
         data = request.data
         module = visible_module(request, _int(data.get("report"), "report"), str(data.get("module", "")))
-        try:
-            result = services.ingest_from_api(module, str(data.get("data_entry_type", "")),
-                                              str(data.get("url", "")), actor=request.user)
-        except services.InvalidRequest as exc:
-            raise invalid(exc) from exc
-        except services.AlreadyRunning as exc:
-            return _conflict(exc)
-        return _dispatched(result)
+        return _answer(lambda: services.ingest_from_api(
+            module, str(data.get("data_entry_type", "")), str(data.get("url", "")),
+            actor=request.user))
 
 
 class FactorUpload(APIView):
@@ -181,16 +184,8 @@ class FactorUpload(APIView):
         _require_operator(request)
         _refuse_large_body(request, "factors")
         upload = _file(request)
-        try:
-            result = services.upload_factors(data_entry_type, upload, filename=upload.name,
-                                             actor=request.user)
-        except services.UploadRejected as exc:
-            return _rejected(exc)
-        except services.InvalidRequest as exc:
-            raise invalid(exc) from exc
-        except services.AlreadyRunning as exc:
-            return _conflict(exc)
-        return _dispatched(result)
+        return _answer(lambda: services.upload_factors(
+            data_entry_type, upload, filename=upload.name, actor=request.user))
 
 
 class UnitSync(APIView):
@@ -209,17 +204,9 @@ class UnitSync(APIView):
         _refuse_large_body(request, "units")
         year = _int(request.data.get("year"), "year")
         upload = request.FILES.get("file")
-        try:
-            result = services.sync_units(
-                year, source=upload, filename=getattr(upload, "name", ""),
-                url=request.data.get("url") or conf.units_url() or None, actor=request.user)
-        except services.UploadRejected as exc:
-            return _rejected(exc)
-        except services.InvalidRequest as exc:
-            raise invalid(exc) from exc
-        except services.AlreadyRunning as exc:
-            return _conflict(exc)
-        return _dispatched(result)
+        return _answer(lambda: services.sync_units(
+            year, source=upload, filename=getattr(upload, "name", ""),
+            url=request.data.get("url") or conf.units_url() or None, actor=request.user))
 
 
 class Recalculate(APIView):
@@ -236,11 +223,8 @@ class Recalculate(APIView):
         _require_operator(request)
         year = _int(request.data.get("year", request.query_params.get("year")), "year",
                     required=False)
-        try:
-            result = services.recalculate_emissions(data_entry_type, year=year, actor=request.user)
-        except services.InvalidRequest as exc:
-            raise invalid(exc) from exc
-        return _dispatched(result)
+        return _answer(lambda: services.recalculate_emissions(
+            data_entry_type, year=year, actor=request.user))
 
 
 class PipelineDetail(APIView):

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.db import connections
 
 from jobs import engine
 from jobs.models import Job
@@ -43,3 +47,31 @@ def staff(username: str = "alice", *, of: Tenant | None = None, operator: bool =
     if of is not None or operator:
         Membership.objects.create(user=user, tenant=of, is_platform_operator=operator)
     return user
+
+
+@contextlib.contextmanager
+def row_locked(job: Job) -> Iterator[None]:
+    """Hold ``FOR UPDATE`` on the job's row from a second connection for the block, as a
+    concurrent claimer or an open group commit would (needs a transactional test)."""
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        other = connections.create_connection("default")
+        try:
+            other.set_autocommit(False)
+            with other.cursor() as cursor:
+                cursor.execute("SELECT id FROM jobs_job WHERE id = %s FOR UPDATE", [job.pk])
+            locked.set()
+            release.wait(10)
+            other.rollback()
+        finally:
+            other.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(10), "the second connection never got the row lock"
+        yield
+    finally:
+        release.set()
+        holder.join()

@@ -3,11 +3,11 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 
 from jobs import engine
 from jobs.models import Job, JobEvent
-from tests.base import make_job
+from tests.base import make_job, row_locked
 
 pytestmark = pytest.mark.django_db
 
@@ -85,29 +85,9 @@ def test_two_jobs_with_one_concurrency_key_never_run_together(clock):
 def test_skip_locked_passes_over_rows_another_transaction_holds():
     held = make_job("tests.noop")
     free = make_job("tests.noop")
-    locked, release = threading.Event(), threading.Event()
-
-    def hold_row() -> None:
-        other = connections.create_connection("default")
-        try:
-            other.set_autocommit(False)
-            with other.cursor() as cursor:
-                cursor.execute("SELECT id FROM jobs_job WHERE id = %s FOR UPDATE", [held.pk])
-            locked.set()
-            release.wait(10)
-            other.rollback()
-        finally:
-            other.close()
-
-    holder = threading.Thread(target=hold_row)
-    holder.start()
-    try:
-        assert locked.wait(10)
+    with row_locked(held):
         batch = engine.claim("w", limit=10)
         assert [j.pk for j in batch.jobs] == [free.pk]
-    finally:
-        release.set()
-        holder.join()
     assert [j.pk for j in engine.claim("w", limit=10).jobs] == [held.pk]
 
 

@@ -3,15 +3,14 @@ losing any of a single job's guarantees."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 
 import jobs
 from jobs import engine, registry
 from jobs.models import Job, JobEvent
 from jobs.worker import EngineWorker
+from tests.base import row_locked
 from tests.conftest import hit_count
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -98,26 +97,6 @@ def test_a_job_cancelled_after_the_claim_is_refused_inside_the_group(hits_table)
 def test_a_heartbeat_skips_rows_an_open_group_holds_instead_of_waiting():
     job = engine.enqueue("tests.noop", {})
     batch = engine.claim("w", limit=1)
-    locked, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        other = connections.create_connection("default")
-        try:
-            other.set_autocommit(False)
-            with other.cursor() as cursor:
-                cursor.execute("SELECT id FROM jobs_job WHERE id = %s FOR UPDATE", [job.pk])
-            locked.set()
-            release.wait(10)
-            other.rollback()
-        finally:
-            other.close()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert locked.wait(10)
+    with row_locked(job):
         assert engine.heartbeat(batch.token, [job.pk]) == 0
-    finally:
-        release.set()
-        holder.join()
     assert engine.heartbeat(batch.token, [job.pk]) == 1

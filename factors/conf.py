@@ -20,6 +20,9 @@ DEFAULTS: dict[str, object] = {
     # recalculation statement (set-based: bigger batches amortise the round trips).
     "INGEST_BATCH_ROWS": 5_000,
     "RECALC_BATCH_ROWS": 10_000,
+    # Rows an ingest loads before it queues their recalculation, so that another worker
+    # computes emissions while the load goes on (0: recalculate only after the load).
+    "RECALC_CHUNK_ROWS": 50_000,
     # HTTP JSON sources (unit directory, API ingest).
     "HTTP_TIMEOUT_SECONDS": 10.0,
     "HTTP_MAX_BYTES": 50 * MB,
@@ -52,6 +55,10 @@ def ingest_batch_rows() -> int:
 
 def recalc_batch_rows() -> int:
     return int(get("RECALC_BATCH_ROWS"))  # type: ignore[call-overload]
+
+
+def recalc_chunk_rows() -> int:
+    return int(get("RECALC_CHUNK_ROWS"))  # type: ignore[call-overload]
 
 
 def http_timeout() -> float:

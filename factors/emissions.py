@@ -6,10 +6,12 @@ matters). An entry without such a factor gets no emission row: it is counted as
 "without factor" in the stats and listed in the job's result, never silently zero.
 
 The recalculation walks its scope in id order, ``RECALC_BATCH_ROWS`` entries per
-transaction. Each batch upserts the emissions of its entries that have a factor
-(``INSERT … SELECT … ON CONFLICT (data_entry_id) DO UPDATE``, rewriting only rows whose
-factor or amount changed) and deletes those of entries that lost theirs. Running it
-twice leaves the same rows.
+transaction. Each batch prices its entries once (a join to the factors, materialised),
+upserts the emissions of those that have a factor (``INSERT … SELECT … ON CONFLICT
+(data_entry_id) DO UPDATE``, rewriting only rows whose factor or amount changed) and
+deletes those of entries that lost their factor. Running it twice leaves the same rows.
+
+Batches are fenced and commit without waiting for the disk (``factors.fence``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from factors import conf, locks
-from factors.fence import hold_lease
+from factors.fence import hold_lease, relax_commit
 from jobs import clock
 from jobs.models import Job
 
@@ -39,16 +41,25 @@ class Scope:
     data_entry_type: str
     module_id: int | None = None
     years: tuple[int, ...] = ()
+    # Entry ids after ``after`` and up to ``upto`` (no upper bound when None): the rows
+    # an ingest has loaded so far (``factors.recalc_chunks``).
+    after: int = 0
+    upto: int | None = None
 
     def payload(self) -> dict[str, Any]:
-        return {"data_entry_type": self.data_entry_type, "module": self.module_id,
-                "years": list(self.years)}
+        data: dict[str, Any] = {"data_entry_type": self.data_entry_type,
+                                "module": self.module_id, "years": list(self.years)}
+        if self.after or self.upto is not None:
+            data["ids"] = [self.after, self.upto]
+        return data
 
     @classmethod
     def from_payload(cls, data: dict[str, Any]) -> Scope:
         module = data.get("module")
+        after, upto = data.get("ids") or (0, None)
         return cls(data["data_entry_type"], int(module) if module is not None else None,
-                   tuple(int(year) for year in data.get("years") or ()))
+                   tuple(int(year) for year in data.get("years") or ()),
+                   int(after), None if upto is None else int(upto))
 
     def where(self) -> tuple[str, dict[str, Any]]:
         """The SQL condition on ``factors_dataentry d`` and its parameters."""
@@ -60,6 +71,9 @@ class Scope:
         if self.years:
             condition += " AND d.year = ANY(%(years)s)"
             params["years"] = list(self.years)
+        if self.upto is not None:
+            condition += " AND d.id <= %(upto_id)s"
+            params["upto_id"] = self.upto
         return condition, params
 
     def describe(self) -> str:
@@ -68,6 +82,10 @@ class Scope:
             text += f" of module {self.module_id}"
         if self.years:
             text += f" of {', '.join(map(str, self.years))}"
+        if self.upto is not None:
+            text += f", ids {self.after + 1:,} to {self.upto:,}"
+        elif self.after:
+            text += f", ids after {self.after:,}"
         return text
 
 
@@ -102,9 +120,10 @@ def recalculate(scope: Scope, job: Job, *, progress: Progress) -> RecalcResult:
     if scope.module_id is not None:
         result.modules.add(scope.module_id)
         total = _count(scope)
-    after, size = 0, conf.recalc_batch_rows()
+    after, size = scope.after, conf.recalc_batch_rows()
     while True:
         with transaction.atomic():
+            relax_commit()
             bounds = _next_batch(scope, after, size)
             if bounds is None:
                 break
@@ -122,7 +141,8 @@ def recalculate(scope: Scope, job: Job, *, progress: Progress) -> RecalcResult:
 def _count(scope: Scope) -> int:
     condition, params = scope.where()
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(*) FROM factors_dataentry d WHERE {condition}", params)
+        cursor.execute(f"SELECT count(*) FROM factors_dataentry d WHERE {condition} "
+                       f"AND d.id > %(after)s", {**params, "after": scope.after})
         return cursor.fetchone()[0]
 
 
@@ -141,17 +161,16 @@ def _next_batch(scope: Scope, after: int, size: int) -> tuple[int, list[int]] | 
 
 _RECALC = """
 WITH batch AS MATERIALIZED (
-    SELECT d.id, d.quantity, d.data_entry_type, d.year, d.classification
-    FROM factors_dataentry d
+    SELECT d.id, d.year, d.classification, f.id AS factor_id,
+           round(d.quantity * f.value, 6) AS kg
+    FROM factors_dataentry d LEFT JOIN factors_emissionfactor f
+      ON f.data_entry_type = d.data_entry_type AND f.year = d.year
+     AND f.classification = d.classification
     WHERE {condition} AND d.id > %(after)s AND d.id <= %(upto)s
-), priced AS MATERIALIZED (
-    SELECT b.id, f.id AS factor_id, round(b.quantity * f.value, 6) AS kg
-    FROM batch b JOIN factors_emissionfactor f
-      ON f.data_entry_type = b.data_entry_type AND f.year = b.year
-     AND f.classification = b.classification
 ), upserted AS (
     INSERT INTO factors_emission (data_entry_id, factor_id, kg_co2e, job_id, computed_at)
-    SELECT id, factor_id, kg, %(job)s, %(now)s FROM priced ORDER BY id
+    SELECT id, factor_id, kg, %(job)s, %(now)s FROM batch WHERE factor_id IS NOT NULL
+    ORDER BY id
     ON CONFLICT (data_entry_id) DO UPDATE
        SET factor_id = EXCLUDED.factor_id, kg_co2e = EXCLUDED.kg_co2e,
            job_id = EXCLUDED.job_id, computed_at = EXCLUDED.computed_at
@@ -159,15 +178,15 @@ WITH batch AS MATERIALIZED (
            IS DISTINCT FROM (EXCLUDED.factor_id, EXCLUDED.kg_co2e)
     RETURNING 1
 ), removed AS (
-    DELETE FROM factors_emission
-    WHERE data_entry_id IN (SELECT id FROM batch EXCEPT SELECT id FROM priced)
+    DELETE FROM factors_emission e USING batch b
+    WHERE b.factor_id IS NULL AND e.data_entry_id = b.id
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM priced),
+SELECT (SELECT count(*) FROM batch), (SELECT count(factor_id) FROM batch),
        (SELECT count(*) FROM upserted), (SELECT count(*) FROM removed),
        (SELECT coalesce(jsonb_agg(m), '[]') FROM (
             SELECT b.year, b.classification, count(*) AS entries FROM batch b
-            WHERE b.id NOT IN (SELECT id FROM priced)
+            WHERE b.factor_id IS NULL
             GROUP BY b.year, b.classification ORDER BY count(*) DESC LIMIT %(sample)s) m)
 """
 

@@ -7,7 +7,9 @@ PostgreSQL inserts them as a bulk load, with no staging table and no ``INSERT â€
 SELECT`` between. Entries are written in file order and a batch commits whole, so after
 a crash the rows of the job already in the table are exactly rows 1..n of the file: the
 next attempt counts them and carries on from row n + 1. Batches are fenced
-(``factors.fence``), so a stale attempt cannot keep writing beside its successor.
+(``factors.fence``), so a stale attempt cannot keep writing beside its successor, and
+commit without waiting for the disk. Every ``RECALC_CHUNK_ROWS`` rows, a batch also
+queues the recalculation of the rows loaded so far (``factors.recalc_chunks``).
 
 The entries an upload replaces (earlier entries of the same source, module and type)
 are deleted only after the last batch: until then the module keeps its old entries, and
@@ -28,7 +30,8 @@ from django.db import connection, transaction
 
 import jobs
 from factors import catalog, conf, locks
-from factors.fence import hold_lease
+from factors.fence import hold_lease, relax_commit
+from factors.recalc_chunks import ChunkQueue
 from factors.staging import StagedUpload
 from jobs import clock
 from jobs.models import Job
@@ -85,7 +88,8 @@ def committed_rows(job: Job, target: Target) -> int:
 def load(job: Job, target: Target, upload: StagedUpload, *, first_row: int,
          progress: Progress) -> LoadResult:
     """Insert the staged rows not yet in the table; ``first_row`` numbers the first one
-    (2 for a CSV file, whose row 1 is the header)."""
+    (2 for a CSV file, whose row 1 is the header). Queues the recalculation of each
+    chunk of loaded rows as it goes (``factors.recalc_chunks``)."""
     done = committed_rows(job, target)
     result = LoadResult(rows=upload.rows, loaded=0, resumed_from=done)
     if done >= upload.rows:
@@ -95,11 +99,15 @@ def load(job: Job, target: Target, upload: StagedUpload, *, first_row: int,
                                   f"{upload.rows} rows loaded: upload the file again")
     rows = CopyRows(job, target, upload.columns, clock.now())
     batch_rows = conf.ingest_batch_rows()
+    chunks = ChunkQueue(job, target.module_id, target.data_entry_type)
+    chunks.start()
     with upload.open() as handle:
         deque(islice(handle, done), maxlen=0)  # skip the rows already loaded
         while lines := list(islice(handle, batch_rows)):
             with transaction.atomic():
+                relax_commit()
                 _copy(rows.format(lines, first_row + done))
+                chunks.batch_loaded(len(lines))
                 hold_lease(job)
             done += len(lines)
             result.loaded += len(lines)

@@ -26,6 +26,7 @@ from factors import (
     entry_ingest,
     factor_ingest,
     json_rows,
+    recalc_chunks,
     services,
     sources,
     staging,
@@ -94,8 +95,10 @@ def _staged_api_entries(ctx: jobs.JobContext, target: entry_ingest.Target) -> st
 
 
 def _chain_recalc(ctx: jobs.JobContext, target: entry_ingest.Target) -> None:
+    """Chain the recalculation that closes the ingest: it covers what the chunks queued
+    during the load did not, then aggregates (``factors.recalc_chunks``)."""
     scope = emissions.Scope(target.data_entry_type, module_id=target.module_id)
-    ctx.chain("factors.emission_recalc", scope.payload(),
+    ctx.chain("factors.emission_recalc", recalc_chunks.closing_payload(scope, ctx.job),
               concurrency_key=services.recalc_key(target.data_entry_type, target.module_id))
 
 
@@ -105,9 +108,14 @@ def _chain_recalc(ctx: jobs.JobContext, target: entry_ingest.Target) -> None:
 @jobs.handler("factors.emission_recalc", atomic=False, max_attempts=5, backoff=RETRY)
 def emission_recalc(ctx: jobs.JobContext) -> dict[str, Any]:
     """Recompute the emissions of a scope; chains one aggregation per module touched
-    (deduplicated: N recalculations of one module waiting together make one)."""
+    (deduplicated: N recalculations of one module waiting together make one), except
+    for a chunk of an ingest still loading: the ingest's closing recalculation will."""
     scope = emissions.Scope.from_payload(ctx.payload)
+    if "closes" in ctx.payload:
+        scope = recalc_chunks.closing_scope(ctx.job, scope, int(ctx.payload["closes"]))
     result = emissions.recalculate(scope, ctx.job, progress=ctx.progress)
+    if "chunk_of" in ctx.payload:
+        return {"scope": scope.describe(), "chunk_of": ctx.payload["chunk_of"], **result.as_dict()}
     tenants = dict(ReportModule.objects.filter(pk__in=result.modules)
                    .values_list("pk", "report__unit__tenant_id"))
     for module_id in sorted(tenants):

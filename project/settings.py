@@ -197,6 +197,12 @@ JOBS_REAPER_SECONDS = float(os.environ.get("JOBS_REAPER_SECONDS", "2"))
 JOBS_QUEUES = env_list("JOBS_QUEUES", [])
 JOBS_HANDLER_MODULES = env_list("JOBS_HANDLER_MODULES", [])
 
+# The CO2 calculator's bulk path (factors/conf.py holds the defaults and their meaning):
+# batch sizes can be tuned per deployment without a code change.
+for _name in ("INGEST_BATCH_ROWS", "RECALC_BATCH_ROWS", "RECALC_CHUNK_ROWS"):
+    if f"FACTORS_{_name}" in os.environ:
+        globals()[f"FACTORS_{_name}"] = env_int(f"FACTORS_{_name}", 0)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from factors import stats
-from factors.models import DataEntry
+from factors.models import DataEntry, Emission
 from jobs.models import Job, JobEvent
 from jobs.notify import raw_connection
 from tests.factors.builders import (
@@ -26,7 +26,10 @@ from tests.system.conftest import processes, wait_until  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
-FAST = {"JOBS_LEASE_SECONDS": "2", "JOBS_HEARTBEAT_SECONDS": "0.5", "JOBS_REAPER_SECONDS": "0.5"}
+# Short leases; recalculation chunks of 15,000 rows (three batches), so that the kill
+# lands between, at or right after a chunk boundary, whichever batch it hits.
+FAST = {"JOBS_LEASE_SECONDS": "2", "JOBS_HEARTBEAT_SECONDS": "0.5", "JOBS_REAPER_SECONDS": "0.5",
+        "FACTORS_RECALC_CHUNK_ROWS": "15000"}
 ROWS = 60_000  # twelve batches of 5,000
 
 
@@ -85,6 +88,9 @@ def test_a_worker_killed_mid_batch_leaves_each_row_exactly_once_after_recovery(
     count, quantity, kg, missing = expected_totals(rows, PLANE_FACTORS)
     assert (travel.stats["entries"], travel.stats["kg_co2e"], travel.stats["without_factor"]) == (
         count, stats.amount(kg), missing)
+    assert Emission.objects.filter(data_entry__module=travel).count() == count - missing
+    chunks = Job.objects.filter(pipeline_id=ingest.pipeline_id, payload__has_key="chunk_of")
+    assert chunks.exists() and not chunks.exclude(state=Job.State.SUCCEEDED).exists()
 
 
 HEADER = ["quantity", "unit", "haul", "cabin"]

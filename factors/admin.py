@@ -30,12 +30,14 @@ from jobs.admin.lists import CappedCountPaginator
 from tenancy.scoping import scope_queryset, tenant_scope
 
 
-def _badge(recalculating: bool) -> SafeString:
-    if recalculating:
-        return format_html('<span style="{}">Recalculating…</span>',
-                           "background:#ffc107;color:#000;padding:1px 6px;border-radius:8px")
-    return format_html('<span style="{}">Up to date</span>',
-                       "background:#e8f5e9;color:#1b5e20;padding:1px 6px;border-radius:8px")
+def _badge(recalculating: bool, module: ReportModule | None = None) -> SafeString:
+    """The module's "Recalculating…" badge; on a report page factors/report_live.js keeps it
+    (and the module's figures) live, by the data attributes."""
+    text, busy = ("Recalculating…", "1") if recalculating else ("Up to date", "0")
+    if module is None:
+        return format_html('<span class="recalc-badge" data-busy="{}">{}</span>', busy, text)
+    return format_html('<span class="recalc-badge" data-busy="{}" data-report="{}" '
+                       'data-module="{}">{}</span>', busy, module.report_id, module.pk, text)
 
 
 def _job_link(job_id: int | None) -> SafeString:
@@ -45,11 +47,14 @@ def _job_link(job_id: int | None) -> SafeString:
     return format_html('<a href="{}">#{}</a>', url, job_id)
 
 
+def _pipeline_url(result: services.Dispatched) -> str:
+    return reverse("admin:jobs_job_pipeline", args=[result.pipeline_id])
+
+
 def _pipeline_message(result: services.Dispatched) -> SafeString:
-    url = reverse("admin:jobs_job_changelist") + f"?pipeline={result.pipeline_id}"
     rows = f" ({result.rows:,} rows)" if result.rows is not None else ""
     return format_html('Started job #{}{} — <a href="{}">follow its pipeline</a>.',
-                       result.job.pk, rows, url)
+                       result.job.pk, rows, _pipeline_url(result))
 
 
 def _is_operator(request: HttpRequest) -> bool:
@@ -97,6 +102,14 @@ class UploadViews(ReadOnly):
     def may_upload(self, request: HttpRequest) -> bool:
         return _is_operator(request)
 
+    def after_upload(self, request: HttpRequest, result: services.Dispatched) -> str:
+        """The pipeline page, to watch the upload go through; the list for staff who may
+        not see jobs."""
+        if request.user.has_perm("jobs.view_job"):
+            return _pipeline_url(result)
+        meta = self.model._meta
+        return reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")
+
     def upload_view(self, request: HttpRequest) -> HttpResponse:
         if not self.may_upload(request):
             raise PermissionDenied
@@ -114,8 +127,7 @@ class UploadViews(ReadOnly):
                 form.add_error(None, str(exc))
             else:
                 self.message_user(request, _pipeline_message(result), messages.SUCCESS)
-                meta = self.model._meta
-                return HttpResponseRedirect(reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist"))
+                return HttpResponseRedirect(self.after_upload(request, result))
         context = {**self.admin_site.each_context(request), "opts": self.model._meta,
                    "title": self.upload_label, "form": form, "rejected": rejected,
                    "intro": self.upload_intro, "submit": self.upload_label}
@@ -198,7 +210,7 @@ class ModuleInline(admin.TabularInline):
 
     @admin.display(description="status")
     def status(self, module: ReportModule) -> SafeString:
-        return _badge(module.pk in getattr(self, "_busy", set()))
+        return _badge(module.pk in getattr(self, "_busy", set()), module)
 
 
 class ReportForm(django_forms.ModelForm):
@@ -217,6 +229,11 @@ class CarbonReportAdmin(admin.ModelAdmin):
     actions = ["recompute_stats"]
     form = ReportForm
     show_full_result_count = False
+
+    class Media:
+        # The modules' badges and figures follow the bulk jobs live (a report page only).
+        css = {"all": ["factors/recalc.css"]}
+        js = ["jobs/live.js", "factors/report_live.js"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[CarbonReport]:
         return scope_queryset(super().get_queryset(request), request.user, field="unit__tenant")

@@ -5,6 +5,11 @@ They take querysets that the caller has already narrowed to what its user may se
 (``tenancy.scoping.scope_queryset``), so tenancy is decided in one place and these
 functions never need to know who is asking. Time comes from the engine's clock, so tests
 compute the expected figures by hand.
+
+The admin page adds time series for its charts (``board``): the same rows and the same
+aggregates, grouped by ``date_bin`` buckets as well as by type — one query per chart
+family however many buckets — and the two job lists an operator acts on: the oldest
+due jobs and the running jobs stuck past their lease.
 """
 
 from __future__ import annotations
@@ -13,7 +18,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Aggregate, Count, F, FloatField, Func, Min, Q, QuerySet
+from django.db.models import (
+    Aggregate,
+    Count,
+    DateTimeField,
+    F,
+    FloatField,
+    Func,
+    Min,
+    Q,
+    QuerySet,
+    Value,
+)
+from django.db.models.functions import Least
 
 from jobs import clock, registry
 from jobs.models import Job, JobEvent
@@ -25,6 +42,16 @@ WINDOWS: dict[str, timedelta] = {
     "24h": timedelta(hours=24),
     "7d": timedelta(days=7),
 }
+
+# The chart buckets of each window: between a dozen and thirty bars, never one per row.
+BUCKETS: dict[str, timedelta] = {
+    "15m": timedelta(minutes=1),
+    "1h": timedelta(minutes=5),
+    "24h": timedelta(hours=1),
+    "7d": timedelta(hours=6),
+}
+# How many jobs the oldest-due and stuck lists show.
+LIST_LIMIT = 10
 
 # Counted from the history; this order matches the partial index jobevent_incident_idx.
 INCIDENT_KINDS = [JobEvent.Kind.RETRY_SCHEDULED, JobEvent.Kind.RESCUED]
@@ -103,34 +130,43 @@ def finished_by_type(since: datetime, until: datetime, *,
     Durations span first start to finish, retries included, and cover succeeded and
     failed jobs only: a cancellation's timing is an operator's, not the handler's.
     """
+    return _finished_in(since, until, jobs).values("type").annotate(**_finished_aggregates())
+
+
+def _finished_in(since: datetime, until: datetime, jobs: QuerySet[Job] | None) -> QuerySet[Job]:
     jobs = Job.objects.all() if jobs is None else jobs
+    return jobs.filter(finished_at__gte=since, finished_at__lte=until).order_by()
+
+
+def _finished_aggregates() -> dict[str, Aggregate]:
     ran = Q(state__in=[Job.State.SUCCEEDED, Job.State.FAILED], started_at__isnull=False)
     duration = _seconds_between("started_at", "finished_at")
-    return (
-        jobs.filter(finished_at__gte=since, finished_at__lte=until)
-        .order_by().values("type")
-        .annotate(
-            finished=Count("id"),
-            succeeded=Count("id", filter=Q(state=Job.State.SUCCEEDED)),
-            failed=Count("id", filter=Q(state=Job.State.FAILED)),
-            cancelled=Count("id", filter=Q(state=Job.State.CANCELLED)),
-            p50=PercentileCont(duration, 0.5, filter=ran),
-            p95=PercentileCont(duration, 0.95, filter=ran),
-        )
-    )
+    return {
+        "finished": Count("id"),
+        "succeeded": Count("id", filter=Q(state=Job.State.SUCCEEDED)),
+        "failed": Count("id", filter=Q(state=Job.State.FAILED)),
+        "cancelled": Count("id", filter=Q(state=Job.State.CANCELLED)),
+        "p50": PercentileCont(duration, 0.5, filter=ran),
+        "p95": PercentileCont(duration, 0.95, filter=ran),
+    }
 
 
 def incidents_by_type(since: datetime, until: datetime, *,
                       events: QuerySet[JobEvent] | None = None) -> QuerySet[JobEvent]:
     """Retries scheduled and rescues per job type, from the history rows in the window
     (a range scan of the partial index ``jobevent_incident_idx``)."""
+    return _incidents_in(since, until, events).values("job__type").annotate(**_incident_counts())
+
+
+def _incidents_in(since: datetime, until: datetime,
+                  events: QuerySet[JobEvent] | None) -> QuerySet[JobEvent]:
     events = JobEvent.objects.all() if events is None else events
-    return (
-        events.filter(kind__in=INCIDENT_KINDS, at__gte=since, at__lte=until)
-        .order_by().values("job__type")
-        .annotate(retries=Count("id", filter=Q(kind=JobEvent.Kind.RETRY_SCHEDULED)),
-                  rescues=Count("id", filter=Q(kind=JobEvent.Kind.RESCUED)))
-    )
+    return events.filter(kind__in=INCIDENT_KINDS, at__gte=since, at__lte=until).order_by()
+
+
+def _incident_counts() -> dict[str, Count]:
+    return {"retries": Count("id", filter=Q(kind=JobEvent.Kind.RETRY_SCHEDULED)),
+            "rescues": Count("id", filter=Q(kind=JobEvent.Kind.RESCUED))}
 
 
 def type_figures(since: datetime, until: datetime, *, jobs: QuerySet[Job] | None = None,
@@ -193,4 +229,166 @@ def figures(window: str, *, jobs: QuerySet[Job] | None = None,
         types=type_figures(since, until, jobs=jobs, events=events),
         queues=queue_lag(until, jobs=jobs),
         expired_leases=expired_leases(until, jobs=jobs),
+    )
+
+
+# --- time series for the charts ------------------------------------------------------------
+
+
+class DateBin(Func):
+    """PostgreSQL's ``date_bin(stride, source, origin)``: the start of the stride-wide
+    bucket holding ``source``, buckets counted from ``origin``."""
+
+    function = "date_bin"
+    output_field = DateTimeField()
+
+    def __init__(self, stride: timedelta, source: Any, origin: datetime) -> None:
+        super().__init__(Value(stride), source, Value(origin, output_field=DateTimeField()))
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """The equal intervals a window is cut into for the charts, oldest first."""
+
+    since: datetime
+    stride: timedelta
+    count: int
+
+    @classmethod
+    def of(cls, since: datetime, until: datetime, stride: timedelta) -> Buckets:
+        return cls(since=since, stride=stride, count=max(1, -(-(until - since) // stride)))
+
+    @property
+    def starts(self) -> list[datetime]:
+        return [self.since + index * self.stride for index in range(self.count)]
+
+    def of_field(self, name: str) -> Least:
+        """The bucket of a timestamp column; a row stamped exactly at the window's end
+        joins the last bucket, so the buckets add up to the window's figures."""
+        return Least(DateBin(self.stride, F(name), self.since),
+                     Value(self.starts[-1], output_field=DateTimeField()))
+
+    def index(self, start: datetime) -> int:
+        return int((start - self.since) // self.stride)
+
+
+@dataclass(frozen=True)
+class TypeSeries:
+    """One job type's figures per bucket (lists aligned with ``Buckets.starts``); the
+    percentiles are None for a bucket in which nothing ran to an outcome."""
+
+    type: str
+    finished: list[int]
+    failed: list[int]
+    p50_seconds: list[float | None]
+    p95_seconds: list[float | None]
+    retries: list[int]
+    rescues: list[int]
+
+
+def finished_series(buckets: Buckets, until: datetime, *,
+                    jobs: QuerySet[Job] | None = None) -> QuerySet[Job]:
+    """The finished jobs' figures per type and bucket: one GROUP BY over the same rows
+    (and the same definitions) as ``finished_by_type``."""
+    return (
+        _finished_in(buckets.since, until, jobs)
+        .annotate(bucket=buckets.of_field("finished_at"))
+        .values("type", "bucket").annotate(**_finished_aggregates())
+    )
+
+
+def incident_series(buckets: Buckets, until: datetime, *,
+                    events: QuerySet[JobEvent] | None = None) -> QuerySet[JobEvent]:
+    """Retries and rescues per type and bucket, one GROUP BY like ``incidents_by_type``."""
+    return (
+        _incidents_in(buckets.since, until, events)
+        .annotate(bucket=buckets.of_field("at"))
+        .values("job__type", "bucket").annotate(**_incident_counts())
+    )
+
+
+def type_series(buckets: Buckets, until: datetime, *, jobs: QuerySet[Job] | None = None,
+                events: QuerySet[JobEvent] | None = None) -> list[TypeSeries]:
+    """Per job type seen in the window, its series; empty buckets hold zeros (or None
+    for the percentiles). Two queries in all, whatever the number of buckets or types."""
+    n = buckets.count
+    series: dict[str, TypeSeries] = {}
+
+    def of(name: str) -> TypeSeries:
+        if name not in series:
+            series[name] = TypeSeries(name, [0] * n, [0] * n, [None] * n, [None] * n,
+                                      [0] * n, [0] * n)
+        return series[name]
+
+    for row in finished_series(buckets, until, jobs=jobs):
+        one, at = of(row["type"]), buckets.index(row["bucket"])
+        one.finished[at], one.failed[at] = row["finished"], row["failed"]
+        one.p50_seconds[at], one.p95_seconds[at] = row["p50"], row["p95"]
+    for row in incident_series(buckets, until, events=events):
+        one, at = of(row["job__type"]), buckets.index(row["bucket"])
+        one.retries[at], one.rescues[at] = row["retries"], row["rescues"]
+    return [series[name] for name in sorted(series)]
+
+
+# --- jobs that need an operator's eye ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DueJob:
+    """A claimable job and how long it has been due (now − run_after)."""
+
+    job: Job
+    age_seconds: float
+
+
+@dataclass(frozen=True)
+class StuckJob:
+    """A running job whose lease lapsed ``overdue_seconds`` ago: its worker is gone and
+    the reaper has not taken it back."""
+
+    job: Job
+    overdue_seconds: float
+
+
+def oldest_due(now: datetime, *, jobs: QuerySet[Job] | None = None,
+               limit: int = LIST_LIMIT) -> list[DueJob]:
+    """The claimable jobs that have waited longest, oldest first: the head of the queue
+    lag (the first one's age is the largest ``QueueLag.lag_seconds``)."""
+    jobs = Job.objects.all() if jobs is None else jobs
+    rows = jobs.claimable(now, registry.names(), []).order_by("run_after", "id")[:limit]
+    return [DueJob(job, (now - job.run_after).total_seconds()) for job in rows]
+
+
+def stuck(now: datetime, *, jobs: QuerySet[Job] | None = None,
+          limit: int = LIST_LIMIT) -> list[StuckJob]:
+    """The running jobs whose lease expired longest ago (``expired_leases`` counts them)."""
+    jobs = Job.objects.all() if jobs is None else jobs
+    rows = jobs.lease_expired(now).order_by("lease_expires_at", "id")[:limit]
+    return [StuckJob(job, (now - job.lease_expires_at).total_seconds()) for job in rows]
+
+
+@dataclass(frozen=True)
+class Board:
+    """The admin dashboard: the API's figures plus the charts' series and the job lists,
+    all as of the same instant (``figures.until``)."""
+
+    figures: Dashboard
+    buckets: Buckets
+    series: list[TypeSeries]
+    oldest_due: list[DueJob]
+    stuck: list[StuckJob]
+
+
+def board(window: str, *, jobs: QuerySet[Job] | None = None,
+          events: QuerySet[JobEvent] | None = None, limit: int = LIST_LIMIT) -> Board:
+    """Everything the admin dashboard shows for ``window``; its figures are those of
+    ``figures`` (the API's) and the series cover exactly the same rows."""
+    summary = figures(window, jobs=jobs, events=events)
+    buckets = Buckets.of(summary.since, summary.until, BUCKETS[window])
+    return Board(
+        figures=summary,
+        buckets=buckets,
+        series=type_series(buckets, summary.until, jobs=jobs, events=events),
+        oldest_due=oldest_due(summary.until, jobs=jobs, limit=limit),
+        stuck=stuck(summary.until, jobs=jobs, limit=limit),
     )

@@ -1,5 +1,6 @@
-"""Routes of the engine's HTTP surfaces: the REST API, the seed's recovery route and
-the Prometheus page. The OpenAPI schema and docs are wired in ``project/urls.py``."""
+"""Routes of the engine's HTTP surfaces: the REST API, the seed's recovery route, the
+Prometheus page and the event streams (SSE; the WebSocket is routed in project/asgi.py).
+The OpenAPI schema and docs are wired in ``project/urls.py``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
 from jobs.api import EventViewSet, JobViewSet, SyncJobViewSet
+from jobs.streams import sse
 from jobs.views import metrics_view
 
 router = SimpleRouter()
@@ -19,4 +21,7 @@ urlpatterns = [
     path("sync/jobs/<int:pk>/recover", SyncJobViewSet.as_view({"post": "recover"}),
          name="sync-job-recover"),
     path("metrics", metrics_view, name="metrics"),
+    # Live events (server-sent events; docs/streams.md).
+    path("jobs/<int:pk>/events", sse.job_events, name="job-events"),
+    path("sync/pipelines/<uuid:pipeline>/events", sse.pipeline_events, name="pipeline-events"),
 ]

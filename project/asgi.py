@@ -1,4 +1,4 @@
-"""ASGI entry point: HTTP (admin, API, SSE) and, later, WebSocket through Channels."""
+"""ASGI entry point: HTTP (admin, API, SSE) through Django, WebSocket through Channels."""
 
 import os
 
@@ -6,11 +6,24 @@ from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
-application = get_asgi_application()
+http_application = get_asgi_application()  # sets Django up before the imports below
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.urls import path  # noqa: E402
+
+from jobs.streams.ws import JobEventsConsumer  # noqa: E402
 
 if settings.DEBUG or os.environ.get("SERVE_STATIC") == "1":
     # daphne serves no static files itself; in development (and small deployments
     # without a front proxy) Django's own handler serves the admin's CSS and JS.
     from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
-    application = ASGIStaticFilesHandler(application)
+    http_application = ASGIStaticFilesHandler(http_application)
+
+websocket_application = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter([
+    path("ws/jobs/", JobEventsConsumer.as_asgi()),
+])))
+
+application = ProtocolTypeRouter({"http": http_application, "websocket": websocket_application})

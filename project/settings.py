@@ -163,6 +163,20 @@ Q_CLUSTER = {
     **({"redis": REDIS_URL} if REDIS_URL else {"orm": "default", "poll": 1}),
 }
 
+# Live job events (jobs/streams/, docs/streams.md). Without Redis the streams need no
+# channel layer across processes (each web process LISTENs on PostgreSQL); the in-memory
+# layer serves Channels' own needs. With Redis, one relay feeds every web process through
+# a channels_redis group; socket_timeout keeps idle receivers alive (redis-py's default
+# is shorter than the layer's blocking pop).
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+                   "capacity": 1_000, "expiry": 30, "prefix": "conveyor"},
+    } if REDIS_URL else {"BACKEND": "channels.layers.InMemoryChannelLayer"},
+}
+STREAMS_KEEPALIVE_SECONDS = float(os.environ.get("STREAMS_KEEPALIVE_SECONDS", "15"))
+
 REST_FRAMEWORK = {
     # Token first: an anonymous API client gets 401 with a WWW-Authenticate challenge.
     "DEFAULT_AUTHENTICATION_CLASSES": [

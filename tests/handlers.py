@@ -106,3 +106,24 @@ def on_order_placed(ctx: jobs.JobContext) -> None:
 @jobs.handler("tests.audit_order", subscribes=["OrderPlaced"])
 def audit_order(ctx: jobs.JobContext) -> None:
     return None
+
+
+@jobs.handler("tests.slow_progress", max_attempts=1)
+def slow_progress(ctx: jobs.JobContext) -> int:
+    """Reports a step every ``every`` seconds: progress spread over time, for the streams."""
+    total = ctx.payload.get("steps", 10)
+    for step in range(1, total + 1):
+        time.sleep(ctx.payload.get("every", 0.1))
+        ctx.progress(step, total, f"step {step}")
+    return total
+
+
+@jobs.handler("tests.fail_unless_file", max_attempts=1)
+def fail_unless_file(ctx: jobs.JobContext) -> str:
+    """Fails for good while the payload's flag file is missing: a browser test watches it
+    fail, creates the file, and retries it from the pipeline page."""
+    ctx.progress(1, 2, "looking for the flag file")
+    if not Path(ctx.payload["flag"]).exists():
+        raise jobs.PermanentError(f"flag file {ctx.payload['flag']} is missing")
+    ctx.progress(2, 2, "flag file found")
+    return "ok"

@@ -7,11 +7,12 @@ stay fast on millions of rows: counts are capped, every filter and search is ser
 index declared on the models, and no filter's choices come from scanning the jobs table.
 
 ``lists`` holds that list machinery; ``job``, ``events`` and ``workers`` register one
-model admin each (importing them here is what registers them).
+model admin each (importing them here is what registers them); ``dashboard`` is the
+operators' dashboard page, routed through ``JobAdmin.get_urls``.
 """
 
 from __future__ import annotations
 
-from jobs.admin import events, job, lists, workers
+from jobs.admin import dashboard, events, job, lists, workers
 
-__all__ = ["events", "job", "lists", "workers"]
+__all__ = ["dashboard", "events", "job", "lists", "workers"]

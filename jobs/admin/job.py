@@ -14,14 +14,17 @@ from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import SafeString
 
 from jobs import clock, engine
+from jobs.admin import dashboard
+from jobs.admin import pipeline as pipeline_page
 from jobs.admin.lists import (
     CappedCountPaginator,
     FailedRecentlyFilter,
@@ -35,7 +38,7 @@ from jobs.admin.lists import (
 )
 from jobs.errors import IllegalTransition
 from jobs.models import Job
-from jobs.templatetags.jobs_admin import format_duration, state_badge
+from jobs.templatetags.jobs_admin import STATE_COLOURS, format_duration, state_badge
 from jobs.why import explain
 from tenancy.scoping import scope_queryset, tenant_scope
 
@@ -141,6 +144,9 @@ class JobAdmin(admin.ModelAdmin):
         """Recover, retry, cancel and run now: staff granted the model's change permission."""
         return request.user.has_perm("jobs.change_job")
 
+    def permitted_operations(self, request: HttpRequest) -> list[Operation]:
+        return list(OPERATIONS.values()) if self.has_operate_permission(request) else []
+
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         # Deleting through "select all" could mean a million rows with their history;
         # superusers delete single jobs, retention prunes the rest.
@@ -153,6 +159,12 @@ class JobAdmin(admin.ModelAdmin):
         if tenant_scope(request.user) is True:
             return self.list_filter
         return [spec for spec in self.list_filter if spec != "tenant"]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+                        ) -> HttpResponse:
+        # The badge colours, for the script that keeps the list's states live.
+        context = {"state_colours": STATE_COLOURS, **(extra_context or {})}
+        return super().changelist_view(request, context)
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList
@@ -186,7 +198,10 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="pipeline")
     def pipeline(self, job: Job) -> SafeString:
-        return pipeline_link(job.pipeline_id)
+        """The pipeline page, and the list filtered to the pipeline."""
+        page = reverse("admin:jobs_job_pipeline", args=[job.pipeline_id])
+        return format_html('<a href="{}" title="The pipeline page">graph</a> · {}', page,
+                           pipeline_link(job.pipeline_id))
 
     @admin.display(description="duration")
     def duration(self, job: Job) -> str:
@@ -227,12 +242,11 @@ class JobAdmin(admin.ModelAdmin):
         newest = job.events.select_related("actor").order_by("-id")[:TIMELINE_LIMIT]
         timeline = list(reversed(newest))
         hidden = job.events.count() - len(timeline) if len(timeline) == TIMELINE_LIMIT else 0
-        allowed = self.has_operate_permission(request)
         return {
             "why": explain(job),
             "timeline": timeline,
             "timeline_hidden": hidden,
-            "operations": [op for op in OPERATIONS.values() if allowed and op.allows(job)],
+            "operations": [op for op in self.permitted_operations(request) if op.allows(job)],
             **self.related_jobs(request, job),
         }
 
@@ -253,17 +267,31 @@ class JobAdmin(admin.ModelAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         # Ahead of the defaults: "<path:object_id>/" would otherwise swallow them.
+        view = self.admin_site.admin_view
+        pipelines = [
+            path("pipeline/<uuid:pipeline_id>/", view(self.pipeline_view), name="jobs_job_pipeline"),
+            path("pipeline/<uuid:pipeline_id>/graph/", view(self.pipeline_graph_view),
+                 name="jobs_job_pipeline_graph"),
+        ]
         operations = [
             path(f"<path:object_id>/{op.name}/",
                  self.admin_site.admin_view(self.operation_view), {"operation": op.name},
                  name=f"jobs_job_{op.name}")
             for op in OPERATIONS.values()
         ]
-        return operations + super().get_urls()
+        return dashboard.urls(self) + pipelines + operations + super().get_urls()
+
+    def pipeline_view(self, request: HttpRequest, pipeline_id: Any) -> HttpResponse:
+        return pipeline_page.page_view(self, request, pipeline_id)
+
+    def pipeline_graph_view(self, request: HttpRequest, pipeline_id: Any) -> HttpResponse:
+        return pipeline_page.graph_view(self, request, pipeline_id)
 
     def operation_view(self, request: HttpRequest, object_id: str,
                        operation: str) -> HttpResponse:
-        """A detail-page button: one engine transition, reported back on the page."""
+        """A job's button (detail or pipeline page): one engine transition, reported back
+        on the page named by ``next`` (or the job's own), or as JSON to a script asking
+        for it, which then shows the change from the job's event stream."""
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         if not self.has_operate_permission(request):
@@ -275,10 +303,21 @@ class JobAdmin(admin.ModelAdmin):
         try:
             self.apply(request, op, job, request.POST.get("reason", ""))
         except IllegalTransition as exc:
-            self.message_user(request, f"Job {job.pk} was not {op.past}: {exc}.", messages.ERROR)
+            done, text = False, f"Job {job.pk} was not {op.past}: {exc}."
         else:
-            self.message_user(request, f"Job {job.pk} {op.past}.", messages.SUCCESS)
-        return redirect("admin:jobs_job_change", job.pk)
+            done, text = True, f"Job {job.pk} {op.past}."
+        if "application/json" in request.headers.get("Accept", ""):
+            return JsonResponse({"job": job.pk, "ok": done, "message": text},
+                                status=200 if done else 409)
+        self.message_user(request, text, messages.SUCCESS if done else messages.ERROR)
+        return redirect(self.next_url(request) or reverse("admin:jobs_job_change", args=[job.pk]))
+
+    def next_url(self, request: HttpRequest) -> str | None:
+        """The page to return to after an operation, if it is one of this site's."""
+        target = request.POST.get("next", "")
+        safe = url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
+                                               require_https=request.is_secure())
+        return target if target and safe else None
 
     def apply(self, request: HttpRequest, op: Operation, job: Job, reason: str) -> Job:
         """The engine transition (its JobEvent names the actor) and the admin log entry,

@@ -1,0 +1,173 @@
+"""The pipeline page: every job of one pipeline as a graph (parent → children), kept live
+in the browser by ``jobs/static/jobs/pipeline.js`` from the pipeline's event stream.
+
+The page and its graph fragment are rendered here from the jobs table; the script then
+applies each streamed event to the job's box, and fetches the graph fragment again only
+when an event names a job the page does not show yet (a chained child, a chunk). Each
+box carries the id of the newest history row it reflects, so an event the page already
+shows is never applied twice, whichever of the two arrives first.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from django.core.exceptions import PermissionDenied
+from django.db.models import IntegerField, Max, QuerySet
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast
+from django.http import Http404, HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
+
+from jobs.models import Job, JobEvent
+
+# A pipeline page draws at most this many jobs (a huge fan-out is read in the job list).
+MAX_JOBS = 300
+GRAPH_FIELDS = ("id", "type", "state", "parent_id", "pipeline_id", "attempts", "max_attempts",
+                "progress_done", "progress_total", "progress_message", "last_error",
+                "created_at", "started_at", "finished_at", "tenant_id")
+
+
+class Operation(Protocol):
+    name: str
+    label: str
+    states: tuple[str, ...]
+
+    def allows(self, job: Job) -> bool: ...
+
+
+class PipelineAdmin(Protocol):
+    """What the page needs from the job admin (``jobs.admin.job.JobAdmin``)."""
+
+    admin_site: Any
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool: ...
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]: ...
+
+    def permitted_operations(self, request: HttpRequest) -> list[Any]: ...
+
+
+@dataclass
+class Node:
+    """One job's box, with the jobs it leads to: chained children and ingest chunks."""
+
+    job: Job
+    last_event: int
+    buttons: list[tuple[Operation, bool]]
+    chunk_of: int | None = None
+    children: list[Node] = field(default_factory=list)
+    chunks: list[Node] = field(default_factory=list)
+
+    @property
+    def percent(self) -> float | None:
+        total = self.job.progress_total
+        return min(100.0, 100 * self.job.progress_done / total) if total else None
+
+
+@dataclass
+class Graph:
+    pipeline_id: uuid.UUID
+    roots: list[Node]
+    jobs: list[Job]
+    truncated: bool
+    last_event: int
+
+    @property
+    def state(self) -> str:
+        return pipeline_state(job.state for job in self.jobs)
+
+    @property
+    def finished(self) -> bool:
+        return all(job.state in Job.FINISHED for job in self.jobs)
+
+    def counts(self) -> list[tuple[str, int]]:
+        states = [job.state for job in self.jobs]
+        return [(state, states.count(state)) for state in Job.State.values if state in states]
+
+
+def pipeline_state(states: Any) -> str:
+    """running while any job is unfinished; then failed, cancelled, or succeeded."""
+    seen = set(states)
+    if seen & set(Job.UNFINISHED):
+        return "running"
+    for state in (Job.State.FAILED, Job.State.CANCELLED):
+        if state in seen:
+            return state
+    return Job.State.SUCCEEDED
+
+
+def pipeline_jobs(jobs: QuerySet[Job], pipeline_id: uuid.UUID) -> list[Job]:
+    """The pipeline's jobs (the first MAX_JOBS + 1 by id), with the ingest a chunk belongs
+    to read out of the payload in SQL: payloads themselves stay in the table."""
+    chunk_of = Cast(KT("payload__chunk_of"), IntegerField())
+    return list(jobs.filter(pipeline_id=pipeline_id).only(*GRAPH_FIELDS)
+                .annotate(chunk_of=chunk_of).order_by("id")[: MAX_JOBS + 1])
+
+
+def newest_events(job_ids: list[int]) -> dict[int, int]:
+    """The newest history row of each job (the job/id index answers each group)."""
+    rows = (JobEvent.objects.filter(job_id__in=job_ids).values("job_id")
+            .annotate(newest=Max("id")).values_list("job_id", "newest"))
+    return dict(rows)
+
+
+def build_graph(pipeline_id: uuid.UUID, jobs: list[Job], operations: list[Operation]) -> Graph:
+    """Jobs become nodes under their parent, chunks under the ingest they belong to; a job
+    whose parent is outside the pipeline (or not visible) is a root."""
+    truncated = len(jobs) > MAX_JOBS
+    jobs = jobs[:MAX_JOBS]
+    newest = newest_events([job.pk for job in jobs])
+    nodes = {job.pk: Node(job, newest.get(job.pk, 0),
+                          [(op, op.allows(job)) for op in operations],
+                          getattr(job, "chunk_of", None)) for job in jobs}
+    roots: list[Node] = []
+    for node in nodes.values():
+        if node.job.parent_id in nodes:
+            nodes[node.job.parent_id].children.append(node)
+        elif node.chunk_of in nodes:
+            nodes[node.chunk_of].chunks.append(node)  # type: ignore[index]
+        else:
+            roots.append(node)
+    return Graph(pipeline_id, roots, jobs, truncated, max(newest.values(), default=0))
+
+
+def load_graph(model_admin: PipelineAdmin, request: HttpRequest, pipeline_id: uuid.UUID) -> Graph:
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    jobs = pipeline_jobs(model_admin.get_queryset(request), pipeline_id)
+    if not jobs:
+        raise Http404("No such pipeline visible to you.")
+    return build_graph(pipeline_id, jobs, model_admin.permitted_operations(request))
+
+
+def graph_context(request: HttpRequest, graph: Graph) -> dict[str, Any]:
+    page_url = reverse("admin:jobs_job_pipeline", args=[graph.pipeline_id])
+    return {"graph": graph, "page_url": page_url}
+
+
+def page_view(model_admin: PipelineAdmin, request: HttpRequest,
+              pipeline_id: uuid.UUID) -> HttpResponse:
+    """The whole page; the script keeps it live."""
+    graph = load_graph(model_admin, request, pipeline_id)
+    context = {
+        **model_admin.admin_site.each_context(request),
+        **graph_context(request, graph),
+        "title": f"Pipeline {pipeline_id}",
+        "opts": Job._meta,
+        "events_url": reverse("pipeline-events", args=[pipeline_id]),
+        "graph_url": reverse("admin:jobs_job_pipeline_graph", args=[pipeline_id]),
+        "list_url": f"{reverse('admin:jobs_job_changelist')}?pipeline={pipeline_id}",
+    }
+    request.current_app = model_admin.admin_site.name
+    return TemplateResponse(request, "admin/jobs/pipeline.html", context)
+
+
+def graph_view(model_admin: PipelineAdmin, request: HttpRequest,
+               pipeline_id: uuid.UUID) -> HttpResponse:
+    """The graph alone, for the script to swap in when a job it does not show appears."""
+    graph = load_graph(model_admin, request, pipeline_id)
+    return TemplateResponse(request, "admin/jobs/pipeline_graph.html", graph_context(request, graph))

@@ -1,0 +1,99 @@
+"""The synchronous side of a stream: who is asking, may they see it, what did they miss.
+
+Each function runs in a worker thread (``sync_to_async``) and closes that thread's
+database connection before returning, so that an open stream holds no connection: the
+hub does the live querying for every client of the process.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import connection
+from django.http import HttpRequest
+from rest_framework.authentication import TokenAuthentication
+from rest_framework.exceptions import AuthenticationFailed
+
+from jobs.models import Job
+from jobs.streams import serialize
+from tenancy.scoping import scope_queryset, tenant_scope
+
+T = TypeVar("T")
+REPLAY_PAGE = 1_000
+
+
+def releasing_connection(fn: Callable[..., T]) -> Callable[..., T]:
+    def run(*args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            connection.close()
+
+    run.__name__ = fn.__name__
+    return run
+
+
+def authenticate(request: HttpRequest) -> AbstractBaseUser | AnonymousUser | None:
+    """The session's user, else the DRF token's; None for a bad token."""
+    if request.user.is_authenticated:
+        return request.user
+    try:
+        found = TokenAuthentication().authenticate(request)  # type: ignore[arg-type]
+    except AuthenticationFailed:
+        return None
+    return found[0] if found else AnonymousUser()
+
+
+@releasing_connection
+def open_stream(request: HttpRequest, kind: str, key: Any) -> tuple[int, int | bool]:
+    """(HTTP status, tenant scope) for a stream of ``kind`` ("job"/"pipeline") ``key``."""
+    user = authenticate(request)
+    if user is None or not user.is_authenticated:
+        return 401, False
+    scope = tenant_scope(user)
+    if scope is False or scope is None:
+        return 404, False
+    jobs = scope_queryset(Job.objects.all(), user)
+    found = jobs.filter(pk=key) if kind == "job" else jobs.filter(pipeline_id=key)
+    return (200, scope) if found.exists() else (404, False)
+
+
+@releasing_connection
+def user_scope(user: AbstractBaseUser | AnonymousUser) -> int | bool:
+    scope = tenant_scope(user)
+    return False if scope is None else scope
+
+
+@releasing_connection
+def visible(scope: int | bool, kind: str, key: Any) -> bool:
+    """Whether a job or pipeline exists within ``scope`` (the WebSocket's check)."""
+    if scope is False:
+        return False
+    jobs = Job.objects.all() if scope is True else Job.objects.filter(tenant_id=scope)
+    return (jobs.filter(pk=key) if kind == "job" else jobs.filter(pipeline_id=key)).exists()
+
+
+@releasing_connection
+def replay_page(kind: str, key: Any, after: int) -> list[serialize.StreamEvent]:
+    """Up to REPLAY_PAGE history rows of the job or pipeline with id > ``after``."""
+    statement = serialize.JOB_EVENTS_AFTER if kind == "job" else serialize.PIPELINE_EVENTS_AFTER
+    params = {kind: key if kind == "job" else uuid.UUID(str(key)), "after": after, "limit": REPLAY_PAGE}
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return [serialize.event_from_row(row) for row in cursor.fetchall()]
+
+
+@releasing_connection
+def finished(kind: str, key: Any) -> serialize.End | None:
+    """The job's or pipeline's end if it is finished now, else None."""
+    with connection.cursor() as cursor:
+        if kind == "job":
+            cursor.execute(serialize.FINISHED_JOBS, {"jobs": [key]})
+            ends = serialize.ends_from_rows(cursor.fetchall(), [])
+        else:
+            cursor.execute(serialize.FINISHED_PIPELINES, {"pipelines": [uuid.UUID(str(key))]})
+            ends = serialize.ends_from_rows([], cursor.fetchall())
+    return ends[0] if ends else None

@@ -1,0 +1,129 @@
+"""Stream items: JobEvent rows joined with their job, in the shape of the stream contract
+(docs/streams.md), and the "finished" facts that end a job's or a pipeline's stream.
+
+The SQL here runs on two kinds of connection: the hub's async psycopg connection (live
+batches) and Django's connection (replay), so it is written once with psycopg's named
+placeholders, which both accept.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+_SELECT = """
+SELECT e.id, e.job_id, j.pipeline_id, j.type, j.parent_id, e.kind, e.from_state, e.to_state,
+       j.state, e.attempt, e.at, e.message, e.progress_done, e.progress_total, e.worker,
+       j.tenant_id
+FROM jobs_jobevent e JOIN jobs_job j ON j.id = e.job_id
+"""
+# Ranges rather than id lists: a notification usually names one contiguous range.
+EVENTS_IN_RANGES = _SELECT + """
+WHERE e.id IN (SELECT generate_series(r.lo, r.hi)
+               FROM unnest(%(lo)s::bigint[], %(hi)s::bigint[]) AS r(lo, hi))
+ORDER BY e.id
+"""
+# Replay after Last-Event-ID: a job's timeline (jobevent_job_idx), or a pipeline's.
+JOB_EVENTS_AFTER = _SELECT + "WHERE e.job_id = %(job)s AND e.id > %(after)s ORDER BY e.id LIMIT %(limit)s"
+PIPELINE_EVENTS_AFTER = _SELECT + """
+WHERE j.pipeline_id = %(pipeline)s AND e.id > %(after)s ORDER BY e.id LIMIT %(limit)s
+"""
+
+# A job is finished when its state is terminal; its stream may end once its last event
+# went out (a batch can hold the success while a later commit's row is still on its way).
+FINISHED_JOBS = """
+SELECT j.id, j.state, (SELECT max(e.id) FROM jobs_jobevent e WHERE e.job_id = j.id)
+FROM jobs_job j WHERE j.id = ANY(%(jobs)s) AND j.state IN ('succeeded', 'failed', 'cancelled')
+"""
+# A pipeline is finished when none of its jobs is pending or running.
+FINISHED_PIPELINES = """
+SELECT j.pipeline_id,
+       CASE WHEN bool_or(j.state = 'failed') THEN 'failed'
+            WHEN bool_or(j.state = 'cancelled') THEN 'cancelled' ELSE 'succeeded' END,
+       max((SELECT max(e.id) FROM jobs_jobevent e WHERE e.job_id = j.id))
+FROM jobs_job j WHERE j.pipeline_id = ANY(%(pipelines)s)
+GROUP BY j.pipeline_id
+HAVING NOT bool_or(j.state IN ('pending', 'running'))
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """One JobEvent as streamed: the contract's JSON (``data``) plus what routing needs."""
+
+    id: int
+    job: int
+    pipeline: str
+    type: str
+    tenant: int | None
+    data: dict[str, Any]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"tenant": self.tenant, "data": self.data}
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any]) -> StreamEvent:
+        data = wire["data"]
+        return cls(data["id"], data["job"], data["pipeline"], data["type"], wire["tenant"], data)
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """A finished job or pipeline: its final state, and the id of its last event."""
+
+    key: tuple[str, Any]  # ("job", id) or ("pipeline", "<uuid>")
+    state: str
+    last_event_id: int
+
+    def to_wire(self) -> list[Any]:
+        return [self.key[0], self.key[1], self.state, self.last_event_id]
+
+    @classmethod
+    def from_wire(cls, wire: list[Any]) -> End:
+        return cls((wire[0], wire[1]), wire[2], wire[3])
+
+    def data(self) -> dict[str, Any]:
+        return {self.key[0]: self.key[1], "state": self.state}
+
+
+def event_from_row(row: tuple[Any, ...]) -> StreamEvent:
+    (event_id, job_id, pipeline, job_type, parent, kind, from_state, to_state, job_state,
+     attempt, at, message, done, total, worker, tenant) = row
+    pipeline = str(pipeline)
+    progress = {"done": done, "total": total} if done is not None else None
+    data = {
+        "id": event_id, "job": job_id, "pipeline": pipeline, "type": job_type, "parent": parent,
+        "kind": kind, "from_state": from_state, "to_state": to_state,
+        "state": to_state or job_state, "attempt": attempt, "at": at.isoformat(),
+        "message": message, "progress": progress, "worker": worker,
+    }
+    return StreamEvent(event_id, job_id, pipeline, job_type, tenant, data)
+
+
+def parse_ranges(payload: str) -> list[tuple[int, int]]:
+    """The ids a NOTIFY payload names: ``lo-hi`` or ``a,b,c`` (see migration 0004)."""
+    if "-" in payload:
+        lo, hi = payload.split("-", 1)
+        return [(int(lo), int(hi))]
+    return [(int(part), int(part)) for part in payload.split(",") if part]
+
+
+def range_params(ranges: list[tuple[int, int]]) -> dict[str, list[int]]:
+    return {"lo": [lo for lo, _ in ranges], "hi": [hi for _, hi in ranges]}
+
+
+def finished_keys(events: list[StreamEvent]) -> tuple[list[int], list[uuid.UUID]]:
+    """Jobs and pipelines worth a "finished?" query: those of events on finished jobs."""
+    done = [e for e in events if e.data["state"] in TERMINAL]
+    jobs = sorted({e.job for e in done})
+    pipelines = sorted({uuid.UUID(e.pipeline) for e in done})
+    return jobs, pipelines
+
+
+def ends_from_rows(job_rows: list[tuple[Any, ...]], pipeline_rows: list[tuple[Any, ...]]) -> list[End]:
+    ends = [End(("job", job_id), state, last or 0) for job_id, state, last in job_rows]
+    ends += [End(("pipeline", str(pid)), state, last or 0) for pid, state, last in pipeline_rows]
+    return ends

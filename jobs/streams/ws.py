@@ -1,0 +1,115 @@
+"""``/ws/jobs/``: one WebSocket, many subscriptions (jobs, pipelines, job types).
+
+Messages are JSON. In: ``{"subscribe": {"job": id}}`` (or ``pipeline``, ``type``,
+``jobs``) and the same with ``unsubscribe``. Out: ``{"subscribed": ...}`` /
+``{"unsubscribed": ...}``, ``{"error": ...}``, and ``{"event": <contract JSON>}``. An
+anonymous connection is closed with code 4401. A job or pipeline outside the user's
+tenant answers the same error as an unknown one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from jobs.streams import access
+from jobs.streams.hub import Filter, Lagged, Subscription, get_hub
+
+UNAUTHENTICATED = 4401
+
+
+class JobEventsConsumer(AsyncJsonWebsocketConsumer):
+    sub: Subscription | None = None
+    pump: asyncio.Task[None] | None = None
+
+    async def connect(self) -> None:
+        await self.accept()
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=UNAUTHENTICATED)
+            return
+        scope = await sync_to_async(access.user_scope)(user)
+        self.sub = await get_hub().subscribe(Filter(), scope)
+        self.pump = asyncio.ensure_future(self._pump(self.sub))
+
+    async def disconnect(self, code: int) -> None:
+        if self.pump is not None:
+            self.pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.pump
+        if self.sub is not None:
+            get_hub().unsubscribe(self.sub)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if self.sub is None:
+            return
+        if not isinstance(content, dict) or len(content) != 1:
+            await self.send_json({"error": 'send {"subscribe": {...}} or {"unsubscribe": {...}}'})
+            return
+        (verb, what), = content.items()
+        if verb not in ("subscribe", "unsubscribe"):
+            await self.send_json({"error": f"unknown message {verb!r}"})
+            return
+        try:
+            kind, keys = parse_target(what)
+        except ValueError as exc:
+            await self.send_json({"error": str(exc)})
+            return
+        if verb == "subscribe":
+            await self._subscribe(kind, keys, what)
+        else:
+            target_set(self.sub.filter, kind).difference_update(keys)
+            await self.send_json({"unsubscribed": what})
+
+    async def _subscribe(self, kind: str, keys: list[Any], what: dict[str, Any]) -> None:
+        assert self.sub is not None
+        if kind in ("job", "pipeline"):
+            for key in keys:
+                if not await sync_to_async(access.visible)(self.sub.scope, kind, key):
+                    await self.send_json({"error": f"{kind} {key} not found"})
+                    return
+        target_set(self.sub.filter, kind).update(keys)
+        await self.send_json({"subscribed": what})
+
+    async def _pump(self, sub: Subscription) -> None:
+        while True:
+            try:
+                batch = await sub.get(timeout=60)
+            except Lagged:
+                await self.send_json({"error": "events were missed; reload the page"})
+                sub.lagged = False
+                continue
+            for event in batch.events if batch else ():
+                await self.send_json({"event": event.data})
+
+
+def parse_target(what: Any) -> tuple[str, list[Any]]:
+    """("job"|"pipeline"|"type", keys) from ``{"job": 1}``, ``{"jobs": [1, 2]}``..."""
+    if not isinstance(what, dict) or len(what) != 1:
+        raise ValueError('name one of "job", "jobs", "pipeline" or "type"')
+    (name, value), = what.items()
+    if name == "job" or name == "jobs":
+        values = value if name == "jobs" else [value]
+        if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                   for v in values):
+            raise ValueError(f'"{name}" takes job ids (integers)')
+        return "job", values
+    if name == "pipeline":
+        try:
+            return "pipeline", [str(uuid.UUID(str(value)))]
+        except ValueError:
+            raise ValueError('"pipeline" takes a UUID') from None
+    if name == "type":
+        if not isinstance(value, str) or not value:
+            raise ValueError('"type" takes a job type name')
+        return "type", [value]
+    raise ValueError(f"cannot subscribe to {name!r}")
+
+
+def target_set(filter: Filter, kind: str) -> set[Any]:
+    return {"job": filter.jobs, "pipeline": filter.pipelines, "type": filter.types}[kind]

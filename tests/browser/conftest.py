@@ -1,0 +1,113 @@
+"""A real site for browser tests: daphne (ASGI: pages, SSE, WebSocket) and a jobs_worker
+as subprocesses on the test database, and Debian's Chromium driven by Playwright.
+
+The tests skip, saying why, only when /usr/bin/chromium is missing (CI installs it, see
+.ci/run). Screenshots land in var/test-artifacts/browser/.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+
+from tests.system.conftest import ROOT, Proc, Processes, processes, wait_until  # noqa: F401
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = ROOT / "var" / "test-artifacts" / "browser"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(),
+                                    reason="no /usr/bin/chromium (apt-get install chromium)")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+@dataclass
+class Site:
+    url: str
+    processes: Processes
+    env: dict[str, str]
+
+    def start_worker(self) -> Proc:
+        return self.processes.manage("worker", "jobs_worker", env=self.env)
+
+
+@pytest.fixture
+def site(processes: Processes) -> Iterator[Site]:  # noqa: F811
+    """The web server now; the worker when the test says (so it sees the start)."""
+    port = free_port()
+    env = processes.env(SERVE_STATIC="1", FACTORS_INGEST_BATCH_ROWS="1000",
+                        FACTORS_RECALC_CHUNK_ROWS="5000")
+    web = processes.start("daphne", ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                                     "project.asgi:application"], env=env)
+    wait_until(lambda: listening(port) or web.exited(), 30, "daphne to listen")
+    assert not web.exited(), web.tail()
+    yield Site(f"http://127.0.0.1:{port}", processes, env)
+
+
+@pytest.fixture
+def page(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A fresh Chromium page. The ORM stays usable in the test while Playwright's sync
+    API runs its event loop (hence DJANGO_ALLOW_ASYNC_UNSAFE, for this test only)."""
+    from playwright.sync_api import sync_playwright
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                             args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(viewport={"width": 1280, "height": 900})
+            context.set_default_timeout(20_000)
+            yield context.new_page()
+        finally:
+            browser.close()
+
+
+def log_in(page: Any, site: Site, username: str = "root") -> User:
+    """A superuser, logged in through the real login form."""
+    user = User.objects.create_superuser(username, password="pw-" + username)
+    page.goto(f"{site.url}/admin/login/?next=/admin/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", "pw-" + username)
+    page.click("input[type=submit]")
+    page.wait_for_url(f"{site.url}/admin/")
+    return user
+
+
+def screenshot(page: Any, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+    return path
+
+
+# Records every state and progress value the page's job boxes take, from before the
+# worker starts: a state held for a few milliseconds is still seen.
+WATCH_BOXES = """() => {
+  window.__seen = new Set();
+  const note = () => document.querySelectorAll('.pl-job').forEach(el => {
+    const bar = el.querySelector('.pl-progress');
+    window.__seen.add(el.dataset.state + ':' + (bar.getAttribute('aria-valuenow') ?? ''));
+  });
+  note();
+  new MutationObserver(note).observe(document.body, {subtree: true, childList: true,
+                                                     attributes: true});
+  window.__notReloaded = true;
+}"""

@@ -1,0 +1,134 @@
+"""Live streams across real processes: a daphne web process streams the events a
+``jobs_worker`` process commits; a client reconnecting with Last-Event-ID gets exactly
+what it missed. Without ``REDIS_URL`` events cross processes by LISTEN/NOTIFY; the Redis
+variant (skipped when no Redis listens on 127.0.0.1:6379) goes through the relay."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from datetime import datetime
+from typing import Any
+
+import pytest
+from rest_framework.authtoken.models import Token
+
+from jobs.models import Job, JobEvent
+from tests.base import make_job, staff
+from tests.system.conftest import Processes, wait_until
+
+pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
+REDIS = ("127.0.0.1", 6379)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def redis_available() -> bool:
+    try:
+        socket.create_connection(REDIS, timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+class SSEClient:
+    """A minimal HTTP/1.0 SSE reader (no chunking): status, then (event, data, id, t)."""
+
+    def __init__(self, port: int, path: str, headers: dict[str, str]) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        lines = [f"GET {path} HTTP/1.0", "Host: 127.0.0.1", *(f"{k}: {v}" for k, v in headers.items())]
+        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        self.file = self.sock.makefile("rb")
+        self.status = int(self.file.readline().split()[1])
+        while self.file.readline() not in (b"\r\n", b""):
+            pass
+
+    def frames(self) -> Any:
+        fields: dict[str, str] = {}
+        for raw in self.file:
+            line = raw.decode().rstrip("\n")
+            if line.startswith(":"):
+                continue
+            if line:
+                name, value = line.split(": ", 1)
+                fields[name] = value
+                continue
+            if "data" in fields:
+                yield fields.get("event"), json.loads(fields["data"]), fields.get("id"), time.time()
+            fields = {}
+
+    def rest(self) -> bytes:
+        return self.file.read()
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()
+
+
+def start_web(processes: Processes, **env: str) -> int:
+    port = free_port()
+    processes.start("daphne", ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                               "project.asgi:application"], env=processes.env(**env))
+
+    def listening() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return True
+        except OSError:
+            return False
+
+    wait_until(listening, 20, "daphne to listen")
+    return port
+
+
+def stream_and_reconnect(processes: Processes, **env: str) -> None:
+    port = start_web(processes, **env)
+    auth = {"Authorization": f"Token {Token.objects.create(user=staff(operator=True)).key}"}
+    job = make_job("tests.slow_progress", {"steps": 12, "every": 0.1})
+    path = f"/sync/pipelines/{job.pipeline_id}/events"
+
+    first = SSEClient(port, path, auth)
+    assert first.status == 200
+    processes.manage("worker", "jobs_worker", env=processes.env(**env))
+    received, latencies = [], []
+    for event, data, event_id, t in first.frames():
+        assert event == "job"
+        received.append(int(event_id))
+        latencies.append(t - datetime.fromisoformat(data["at"]).timestamp())
+        if len(received) == 3:
+            break
+    first.close()
+    print(f"SSE latency from JobEvent.at to receipt: {[round(x * 1000, 1) for x in latencies]} ms")
+    assert max(latencies) < 2
+
+    wait_until(lambda: Job.objects.get(pk=job.pk).state == "succeeded", 30, "the job to finish")
+    again = SSEClient(port, path, {**auth, "Last-Event-ID": str(received[-1])})
+    frames = list(again.frames())
+    again.close()
+    history = list(JobEvent.objects.filter(job=job).order_by("id").values_list("id", flat=True))
+    assert [int(i) for e, _, i, _ in frames if e == "job"] == [i for i in history if i > received[-1]]
+    assert received == history[:3]
+    assert frames[-1][:2] == ("end", {"pipeline": str(job.pipeline_id), "state": "succeeded"})
+
+
+def test_sse_streams_a_workers_events_and_replays_after_reconnect(processes):
+    stream_and_reconnect(processes, REDIS_URL="")
+
+
+@pytest.mark.skipif(not redis_available(), reason="no Redis on 127.0.0.1:6379")
+def test_sse_streams_through_the_redis_relay(processes):
+    stream_and_reconnect(processes, REDIS_URL="redis://127.0.0.1:6379/0")
+
+
+def test_anonymous_sse_over_daphne_is_refused_with_no_events(processes):
+    port = start_web(processes, REDIS_URL="")
+    job = make_job("tests.noop")
+    client = SSEClient(port, f"/jobs/{job.pk}/events", {})
+    body = client.rest()
+    client.close()
+    assert client.status == 401 and b"event:" not in body

@@ -105,6 +105,37 @@ def test_entries_inserted_while_their_module_is_deleted_fail_instead_of_dangling
     assert not DataEntry.objects.exists()
 
 
+def _scans(table: str) -> tuple[int, int]:
+    """Sequential and index scans of ``table`` so far in this transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT seq_scan, coalesce(idx_scan, 0) FROM pg_stat_xact_user_tables "
+                       "WHERE relname = %s", [table])
+        return cursor.fetchone()
+
+
+def test_a_cascade_planned_for_a_bulk_delete_still_finds_one_emission_by_index():
+    """Trigger functions keep their plans for the connection's life (migration 0003): the
+    cascade first planned for a bulk DELETE, while no emission existed, must not make a
+    later one-entry DELETE read every emission."""
+    travel = module(report())
+    used = factor("plane", 2024, {"haul": "short", "cabin": "economy"}, "0.1")
+    now = clock.now()
+    DataEntry.objects.bulk_create(
+        DataEntry(module=travel, data_entry_type="plane", year=2024, quantity=1, unit="km",
+                  classification={"haul": "short", "cabin": "economy"}, source="manual",
+                  created_at=now, updated_at=now) for _ in range(2000))
+    sql("DELETE FROM factors_dataentry WHERE module_id = %s", [travel.pk])
+    row = entry(travel)
+    Emission.objects.create(data_entry=row, factor=used, kg_co2e=1, computed_at=now)
+    seq_before, idx_before = _scans("factors_emission")
+
+    sql("DELETE FROM factors_dataentry WHERE id = %s", [row.pk])
+
+    seq_after, idx_after = _scans("factors_emission")
+    assert (seq_after - seq_before, idx_after - idx_before) == (0, 1)
+    assert not Emission.objects.exists()
+
+
 @pytest.mark.parametrize(("fields", "constraint"), [
     ({"quantity": "-1"}, "entry_quantity_nonnegative"),
     ({"source": "csv"}, "entry_provenance"),

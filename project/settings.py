@@ -69,6 +69,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_q",
     "channels",
+    # The channel layer's tables (messages, group members) when REDIS_URL is unset.
+    "channels_postgres",
     "rest_framework",
     "rest_framework.authtoken",
     "django_filters",
@@ -130,6 +132,9 @@ DATABASES = {"default": _database()}
 DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ.get(
     "CONVEYOR_TEST_DB", f"test_conveyor_{os.getpid()}"
 )
+# channels-postgres reaches its tables through this alias: the same database (tests
+# mirror it onto the test database rather than creating a second one).
+DATABASES["channels_postgres"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -163,17 +168,22 @@ Q_CLUSTER = {
     **({"redis": REDIS_URL} if REDIS_URL else {"orm": "default", "poll": 1}),
 }
 
-# Live job events (jobs/streams/, docs/streams.md). Without Redis the streams need no
-# channel layer across processes (each web process LISTENs on PostgreSQL); the in-memory
-# layer serves Channels' own needs. With Redis, one relay feeds every web process through
-# a channels_redis group; socket_timeout keeps idle receivers alive (redis-py's default
-# is shorter than the layer's blocking pop).
+# The Channels layer: channels_redis with REDIS_URL, else channels-postgres on the same
+# database (jobs/channel_layer.py), so group_send crosses processes in both modes. The
+# job event streams (jobs/streams/, docs/streams.md) use the layer only with Redis;
+# without it each web process LISTENs on PostgreSQL itself (one NOTIFY hop, not two).
+# socket_timeout keeps idle Redis receivers alive (redis-py's default is shorter than
+# the layer's blocking pop). group_expiry drops group rows of crashed consumers; expired
+# rows of both tables are deleted by the hourly jobs.prune (jobs/retention.py).
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
                    "capacity": 1_000, "expiry": 30, "prefix": "conveyor"},
-    } if REDIS_URL else {"BACKEND": "channels.layers.InMemoryChannelLayer"},
+    } if REDIS_URL else {
+        "BACKEND": "jobs.channel_layer.PostgresChannelLayer",
+        "CONFIG": {"prefix": "conveyor", "expiry": 30, "group_expiry": 86_400},
+    },
 }
 STREAMS_KEEPALIVE_SECONDS = float(os.environ.get("STREAMS_KEEPALIVE_SECONDS", "15"))
 

@@ -57,6 +57,13 @@ def test_eight_processes_drain_twenty_thousand_jobs_exactly_once(processes, hits
         per_process = dict(cursor.fetchall())
     assert sum(per_process.values()) == JOBS  # job_id is the key: a second run would conflict
     assert set(per_process) == {worker.pid for worker in workers}, per_process
-    claims = (JobEvent.objects.filter(kind=JobEvent.Kind.CLAIMED).values("job_id")
-              .annotate(n=Count("id")).filter(n__gt=1))
-    assert not claims.exists()  # nothing was even handed back and claimed twice
+    # A second claim only ever follows a hand-back: a worker whose batch ran past its hold
+    # time (a loaded machine) releases the unstarted rest, unspent, for others to claim.
+    claims = _per_job(JobEvent.Kind.CLAIMED, more_than=1)
+    releases = _per_job(JobEvent.Kind.RELEASED)
+    assert all(n == releases.get(job, 0) + 1 for job, n in claims.items()), (claims, releases)
+
+
+def _per_job(kind: str, *, more_than: int = 0) -> dict[int, int]:
+    return dict(JobEvent.objects.filter(kind=kind).values("job_id").annotate(n=Count("id"))
+                .filter(n__gt=more_than).values_list("job_id", "n"))

@@ -22,7 +22,6 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from itertools import islice
 from typing import Any
 
@@ -33,7 +32,6 @@ from factors import catalog, conf, locks
 from factors.fence import hold_lease, relax_commit
 from factors.recalc_chunks import ChunkQueue
 from factors.staging import StagedUpload
-from jobs import clock
 from jobs.models import Job
 
 logger = logging.getLogger(__name__)
@@ -97,7 +95,7 @@ def load(job: Job, target: Target, upload: StagedUpload, *, first_row: int,
     if not upload.exists():
         raise jobs.PermanentError(f"the staged upload {upload.path} is gone with {done} of "
                                   f"{upload.rows} rows loaded: upload the file again")
-    rows = CopyRows(job, target, upload.columns, clock.now())
+    rows = CopyRows(job, target, upload.columns)
     batch_rows = conf.ingest_batch_rows()
     chunks = ChunkQueue(job, target.module_id, target.data_entry_type)
     chunks.start()
@@ -143,7 +141,7 @@ def _delete(job: Job, target: Target, which: str) -> int:
 
 
 COPY_COLUMNS = ("row_number", "module_id", "data_entry_type", "year", "quantity", "unit",
-                "classification", "source", "job_id", "created_at", "updated_at")
+                "classification", "source", "job_id")  # created_at, updated_at: now()
 
 
 class CopyRows:
@@ -155,12 +153,11 @@ class CopyRows:
     quote or a line break. One f-string per row: the cheapest way Python has to do it.
     """
 
-    def __init__(self, job: Job, target: Target, columns: tuple[str, ...], now: datetime) -> None:
+    def __init__(self, job: Job, target: Target, columns: tuple[str, ...]) -> None:
         spec = catalog.spec(target.data_entry_type)
-        stamp = now.isoformat()
         self.head = f"{target.module_id}\t{target.data_entry_type}\t{target.year}\t"
         self.middle = f"\t{spec.unit}\t"
-        self.tail = f"\t{target.source}\t{job.pk}\t{stamp}\t{stamp}\n"
+        self.tail = f"\t{target.source}\t{job.pk}\n"
         self.quantity = columns.index("quantity")
         self.keys = [(key, columns.index(key)) for key in spec.keys]
 

@@ -29,6 +29,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Func, Q, Value
+from django.db.models.functions import Now
 from django.db.models.lookups import Exact
 
 from factors import stats
@@ -164,8 +165,10 @@ class DataEntry(models.Model):
     updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name="last edited by",
                                    on_delete=models.SET_NULL, null=True, blank=True,
                                    related_name="+", db_index=False, db_constraint=False)
-    created_at = models.DateTimeField("created")
-    updated_at = models.DateTimeField("updated")
+    # Bulk rows take the loading transaction's time from the database (a COPY sends two
+    # fewer columns per row); edits set both from the application's clock.
+    created_at = models.DateTimeField("created", db_default=Now())
+    updated_at = models.DateTimeField("updated", db_default=Now())
 
     class Meta:
         verbose_name_plural = "data entries"

@@ -15,10 +15,10 @@ unfinished, then covers every id from the first one no succeeded chunk covers (t
 of the load, and any chunk that failed), and only then chains the aggregation. So the
 stats are computed once, after every emission of the upload is in.
 
-Chunks and the closing recalculation share the module's concurrency key, so they never
-run together. Ids come from the entries' identity sequence: a range taken in one session
-holds every row that session inserted in it (and maybe rows of others, which the
-recalculation handles the same way).
+Chunks cover disjoint id ranges, so they take no concurrency key: once the load is done,
+every free worker prices the chunks still waiting, side by side. Ids come from the
+entries' identity sequence: a range taken in one session holds every row that session
+inserted in it (and maybe rows of others, which the recalculation handles the same way).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from django.db import connection
 
 import jobs
-from factors import conf, services
+from factors import conf
 from factors.emissions import Scope
 from jobs import clock
 from jobs.models import Job
@@ -84,7 +84,6 @@ class ChunkQueue:
         upto = _sequence_value("currval")
         scope = Scope(self.data_entry_type, self.module_id, after=self.after, upto=upto)
         jobs.enqueue(RECALC, {**scope.payload(), "chunk_of": self.job.pk},
-                     concurrency_key=services.recalc_key(self.data_entry_type, self.module_id),
                      pipeline=self.job.pipeline_id, tenant=self.job.tenant_id,
                      created_by=self.job.created_by_id)
         self.after, self.pending = upto, 0

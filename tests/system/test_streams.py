@@ -1,5 +1,5 @@
-"""Live streams across real processes: a daphne web process streams the events a
-``jobs_worker`` process commits; a client reconnecting with Last-Event-ID gets exactly
+"""Live streams across real processes: a daphne web process streams the events that a
+job run by the django-q2 cluster (``qcluster``) commits; a client reconnecting with Last-Event-ID gets exactly
 what it missed. Without ``REDIS_URL`` events cross processes by LISTEN/NOTIFY; the Redis
 variant (skipped when no Redis listens on 127.0.0.1:6379) goes through the relay."""
 
@@ -94,7 +94,7 @@ def stream_and_reconnect(processes: Processes, **env: str) -> None:
 
     first = SSEClient(port, path, auth)
     assert first.status == 200
-    processes.manage("worker", "jobs_worker", env=processes.env(**env))
+    processes.manage("cluster", "qcluster", env=processes.env(JOBS_WORKERS="1", **env))
     received, latencies = [], []
     for event, data, event_id, t in first.frames():
         assert event == "job"

@@ -10,7 +10,8 @@ a channels_redis group, filled by the one relay of the deployment (``jobs.stream
 The hub starts with its first subscriber and stops when it has had none for
 ``STREAMS_IDLE_SECONDS``. A subscriber that falls too far behind, or every subscriber when
 the source was interrupted (events may be lost), is marked ``lagged``: an SSE stream then
-ends and its client reconnects with Last-Event-ID, which replays what it missed.
+ends and its client reconnects with Last-Event-ID, which replays what it missed; a
+WebSocket is closed with code 4000 and its page reconnects and refreshes.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class Subscription:
         if self.lagged:
             return
         events = [e for e in batch.events if self.filter.matches(e) and self.allows(e)]
-        ends = [end for end in batch.ends if self.filter.wants_end(end)]
+        ends = [end for end in batch.ends if self.filter.wants_end(end) and end.visible_to(self.scope)]
         if not events and not ends:
             return
         if len(self.pending) >= MAX_QUEUED:
@@ -172,7 +173,12 @@ class Hub:
             self._ready = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._run(), name="jobs-stream-hub")
         ready = asyncio.ensure_future(self._ready.wait())
-        await asyncio.wait({ready, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait({ready, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # cancelled while waiting (the client went away): no leak
+            ready.cancel()
+            self.subscribers.discard(sub)
+            raise
         if not ready.done():
             ready.cancel()
             self.subscribers.discard(sub)

@@ -26,11 +26,22 @@ WHERE e.id IN (SELECT generate_series(r.lo, r.hi)
                FROM unnest(%(lo)s::bigint[], %(hi)s::bigint[]) AS r(lo, hi))
 ORDER BY e.id
 """
-# Replay after Last-Event-ID: a job's timeline (jobevent_job_idx), or a pipeline's.
-JOB_EVENTS_AFTER = _SELECT + "WHERE e.job_id = %(job)s AND e.id > %(after)s ORDER BY e.id LIMIT %(limit)s"
-PIPELINE_EVENTS_AFTER = _SELECT + """
-WHERE j.pipeline_id = %(pipeline)s AND e.id > %(after)s ORDER BY e.id LIMIT %(limit)s
+# Replay after Last-Event-ID: a job's timeline (jobevent_job_idx), or a pipeline's, within
+# the reader's tenant scope (%(all)s: every tenant). Rows can commit out of id order
+# (concurrent transactions, e.g. parallel recalculation chunks), so with %(overlap)s the
+# replay also resends the rows up to ``after`` written within that many seconds before row
+# ``after`` itself: a row with a smaller id committed after the client saw ``after`` is not
+# skipped. The stream is at-least-once; clients drop the ids they already have.
+_AFTER = """
+  AND (%(all)s::boolean OR j.tenant_id = %(tenant)s::bigint)
+  AND (e.id > %(after)s
+       OR (%(overlap)s::float8 > 0
+           AND e.at >= (SELECT r.at FROM jobs_jobevent r WHERE r.id = %(after)s)
+                       - %(overlap)s::float8 * interval '1 second'))
+ORDER BY e.id LIMIT %(limit)s
 """
+JOB_EVENTS_AFTER = _SELECT + "WHERE e.job_id = %(job)s" + _AFTER
+PIPELINE_EVENTS_AFTER = _SELECT + "WHERE j.pipeline_id = %(pipeline)s" + _AFTER
 
 # A job is finished when its state is terminal; its stream may end once its last event
 # went out (a batch can hold the success while a later commit's row is still on its way).
@@ -38,14 +49,18 @@ FINISHED_JOBS = """
 SELECT j.id, j.state, (SELECT max(e.id) FROM jobs_jobevent e WHERE e.job_id = j.id)
 FROM jobs_job j WHERE j.id = ANY(%(jobs)s) AND j.state IN ('succeeded', 'failed', 'cancelled')
 """
-# A pipeline is finished when none of its jobs is pending or running.
+# A pipeline is finished when none of its jobs is pending or running. Pipelines can mix
+# tenants (a factor upload: a tenantless ingest, then one aggregation per module with that
+# module's tenant), so besides the whole pipeline (``whole`` = 1, for readers who see every
+# tenant) each tenant's part has its own end: a tenant's reader learns neither the state nor
+# the timing of another tenant's jobs.
 FINISHED_PIPELINES = """
-SELECT j.pipeline_id,
+SELECT j.pipeline_id, GROUPING(j.tenant_id), j.tenant_id,
        CASE WHEN bool_or(j.state = 'failed') THEN 'failed'
             WHEN bool_or(j.state = 'cancelled') THEN 'cancelled' ELSE 'succeeded' END,
        max((SELECT max(e.id) FROM jobs_jobevent e WHERE e.job_id = j.id))
 FROM jobs_job j WHERE j.pipeline_id = ANY(%(pipelines)s)
-GROUP BY j.pipeline_id
+GROUP BY GROUPING SETS ((j.pipeline_id), (j.pipeline_id, j.tenant_id))
 HAVING NOT bool_or(j.state IN ('pending', 'running'))
 """
 
@@ -72,18 +87,30 @@ class StreamEvent:
 
 @dataclass(frozen=True, slots=True)
 class End:
-    """A finished job or pipeline: its final state, and the id of its last event."""
+    """A finished job or pipeline: its final state, and the id of its last event.
+
+    ``tenant`` is None for a job, and for a whole pipeline; a tenant's id for the end of
+    that tenant's part of a pipeline (see FINISHED_PIPELINES)."""
 
     key: tuple[str, Any]  # ("job", id) or ("pipeline", "<uuid>")
     state: str
     last_event_id: int
+    tenant: int | None = None
+
+    def visible_to(self, scope: int | bool) -> bool:
+        """Whether a reader with tenant ``scope`` (True: every tenant) gets this end."""
+        if self.key[0] == "job":
+            return True  # the reader was allowed to see the job when it subscribed
+        if scope is True:
+            return self.tenant is None
+        return scope is not False and self.tenant is not None and self.tenant == scope
 
     def to_wire(self) -> list[Any]:
-        return [self.key[0], self.key[1], self.state, self.last_event_id]
+        return [self.key[0], self.key[1], self.state, self.last_event_id, self.tenant]
 
     @classmethod
     def from_wire(cls, wire: list[Any]) -> End:
-        return cls((wire[0], wire[1]), wire[2], wire[3])
+        return cls((wire[0], wire[1]), wire[2], wire[3], wire[4] if len(wire) > 4 else None)
 
     def data(self) -> dict[str, Any]:
         return {self.key[0]: self.key[1], "state": self.state}
@@ -125,5 +152,12 @@ def finished_keys(events: list[StreamEvent]) -> tuple[list[int], list[uuid.UUID]
 
 def ends_from_rows(job_rows: list[tuple[Any, ...]], pipeline_rows: list[tuple[Any, ...]]) -> list[End]:
     ends = [End(("job", job_id), state, last or 0) for job_id, state, last in job_rows]
-    ends += [End(("pipeline", str(pid)), state, last or 0) for pid, state, last in pipeline_rows]
+    for pid, whole, tenant, state, last in pipeline_rows:
+        if whole or tenant is not None:  # the tenantless jobs' part is nobody's to read alone
+            ends.append(End(("pipeline", str(pid)), state, last or 0, None if whole else tenant))
     return ends
+
+
+def scope_params(scope: int | bool) -> dict[str, Any]:
+    """The replay queries' tenant condition for a reader's scope (True: every tenant)."""
+    return {"all": scope is True, "tenant": None if isinstance(scope, bool) else scope}

@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 
 from jobs.streams import access
 from jobs.streams.hub import Filter, Lagged, Subscription, get_hub
 from jobs.streams.serialize import End, StreamEvent
-
-T = TypeVar("T")
 
 
 def keepalive_seconds() -> float:
@@ -33,12 +30,6 @@ async def job_events(request: HttpRequest, pk: int) -> HttpResponse:
 
 async def pipeline_events(request: HttpRequest, pipeline: uuid.UUID) -> HttpResponse:
     return await _stream(request, "pipeline", str(pipeline))
-
-
-async def with_connection(fn: Callable[..., T], *args: Any) -> T:
-    """``fn`` in a thread, holding one of the process's database slots."""
-    async with get_hub().db_slots:
-        return await sync_to_async(fn)(*args)
 
 
 def last_event_id(request: HttpRequest) -> int | None:
@@ -57,54 +48,70 @@ async def _stream(request: HttpRequest, kind: str, key: Any) -> HttpResponse:
         after = last_event_id(request)
     except ValueError:
         return JsonResponse({"detail": "Last-Event-ID must be a non-negative event id."}, status=400)
-    status, scope = await with_connection(access.open_stream, request, kind, key)
+    status, scope = await access.in_slot(access.open_stream, request, kind, key)
     if status == 401:
         response = JsonResponse({"detail": "Authentication credentials were not provided."}, status=401)
         response["WWW-Authenticate"] = "Token"
         return response
     if status == 404:
         return JsonResponse({"detail": "Not found."}, status=404)
-    stream_filter = Filter(jobs={key}) if kind == "job" else Filter(pipelines={key})
-    sub = await get_hub().subscribe(stream_filter, scope)
-    response = StreamingHttpResponse(_events(sub, kind, key, after), content_type="text/event-stream")
+    response = StreamingHttpResponse(_events(scope, kind, key, after), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # no buffering in a front proxy
     return response
 
 
-async def _events(sub: Subscription, kind: str, key: Any, after: int | None) -> AsyncIterator[str]:
-    """Replay (when asked), then live events until the end; the hub subscription was
-    taken before the replay, so that nothing falls between the two."""
+async def _events(scope: int | bool, kind: str, key: Any, after: int | None) -> AsyncIterator[str]:
+    """Replay (when asked), then live events until the end.
+
+    The hub subscription is taken here, inside the ``try``, not in the view: a request
+    cancelled before its body starts never runs the generator, so it holds nothing. It is
+    taken before the replay, so that nothing falls between the two (the overlap is sent
+    once: ``replayed`` drops the live copies).
+    """
     hub = get_hub()
+    sub: Subscription | None = None
     try:
-        # A first byte at once: daphne sends the response headers with the first body
-        # bytes, and a client should know it is connected before the first event.
-        yield ": open\n\n"
+        stream_filter = Filter(jobs={key}) if kind == "job" else Filter(pipelines={key})
+        sub = await hub.subscribe(stream_filter, scope)
         replayed: set[int] = set()
         last = after or 0
+        if after is None:  # live only: a finished job or pipeline ends at once
+            end = await access.in_slot(access.finished, scope, kind, key)
+            if end is not None:
+                yield end_frame(end)
+                return
+        # A first byte as soon as the stream is subscribed: daphne sends the response
+        # headers with the first body bytes, and a client should know it is connected
+        # before the first event. Every event committed from here on reaches this stream.
+        yield ": open\n\n"
         if after is not None:
-            async for event in _replay(kind, key, after):
+            async for event in _replay(scope, kind, key, after):
+                if not sub.allows(event):
+                    continue
                 replayed.add(event.id)
                 last = max(last, event.id)
                 yield frame(event, json.dumps(event.data, separators=(",", ":")))
-        end = await with_connection(access.finished, kind, key)
-        if end is not None and (after is None or end.last_event_id <= last):
-            yield end_frame(end)
-            return
+            end = await access.in_slot(access.finished, scope, kind, key)
+            if end is not None and end.last_event_id <= last:
+                yield end_frame(end)
+                return
         async for text in _live(sub, replayed, last):
             yield text
     finally:
-        hub.unsubscribe(sub)
+        if sub is not None:
+            hub.unsubscribe(sub)
 
 
-async def _replay(kind: str, key: Any, after: int) -> AsyncIterator[StreamEvent]:
+async def _replay(scope: int | bool, kind: str, key: Any, after: int) -> AsyncIterator[StreamEvent]:
+    overlap = True  # the first page only: later pages continue from the previous one
     while True:
-        page = await with_connection(access.replay_page, kind, key, after)
+        page = await access.in_slot(access.replay_page, scope, kind, key, after, overlap)
         for event in page:
             yield event
         if len(page) < access.REPLAY_PAGE:
             return
-        after = page[-1].id
+        after, overlap = page[-1].id, False
 
 
 async def _live(sub: Subscription, replayed: set[int], last: int) -> AsyncIterator[str]:

@@ -4,7 +4,12 @@ Messages are JSON. In: ``{"subscribe": {"job": id}}`` (or ``pipeline``, ``type``
 ``jobs``) and the same with ``unsubscribe``. Out: ``{"subscribed": ...}`` /
 ``{"unsubscribed": ...}``, ``{"error": ...}``, and ``{"event": <contract JSON>}``. An
 anonymous connection is closed with code 4401. A job or pipeline outside the user's
-tenant answers the same error as an unknown one.
+tenant answers the same error as an unknown one; ``{"jobs": [...]}`` subscribes to the
+ids the user may see and names the others in the acknowledgement's ``"refused"``.
+
+There is no replay here: a consumer the hub cut loose (too slow, or the source was
+interrupted: events may have been missed) is closed with code 4000 (``LAGGED``); the
+page's script (jobs/static/jobs/live.js) reconnects and refreshes what it shows.
 """
 
 from __future__ import annotations
@@ -14,16 +19,22 @@ import contextlib
 import uuid
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from jobs.streams import access
 from jobs.streams.hub import Filter, Lagged, Subscription, get_hub
 
 UNAUTHENTICATED = 4401
+LAGGED = 4000  # events may have been missed: reconnect, then refresh (live.js does both)
 
 
 class JobEventsConsumer(AsyncJsonWebsocketConsumer):
+    # Only the hub feeds this consumer. With the default alias Channels would open the
+    # channel layer for every process that takes a connection (channels-postgres: a pool
+    # of about four connections and a LISTEN; channels_redis: a Redis channel) for nothing.
+    # An alias absent from CHANNEL_LAYERS makes get_channel_layer() return None, so none
+    # is opened.
+    channel_layer_alias = "jobs-streams-no-layer"
     sub: Subscription | None = None
     pump: asyncio.Task[None] | None = None
 
@@ -33,7 +44,7 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=UNAUTHENTICATED)
             return
-        scope = await sync_to_async(access.user_scope)(user)
+        scope = await access.in_slot(access.user_scope, user)
         self.sub = await get_hub().subscribe(Filter(), scope)
         self.pump = asyncio.ensure_future(self._pump(self.sub))
 
@@ -68,11 +79,17 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
 
     async def _subscribe(self, kind: str, keys: list[Any], what: dict[str, Any]) -> None:
         assert self.sub is not None
+        if kind == "job" and "jobs" in what:
+            allowed = await access.in_slot(access.visible_jobs, self.sub.scope, keys)
+            self.sub.filter.jobs.update(allowed)
+            refused = [key for key in dict.fromkeys(keys) if key not in allowed]
+            await self.send_json({"subscribed": {"jobs": allowed}, "refused": refused})
+            return
         if kind in ("job", "pipeline"):
-            for key in keys:
-                if not await sync_to_async(access.visible)(self.sub.scope, kind, key):
-                    await self.send_json({"error": f"{kind} {key} not found"})
-                    return
+            (key,) = keys
+            if not await access.in_slot(access.visible, self.sub.scope, kind, key):
+                await self.send_json({"error": f"{kind} {key} not found"})
+                return
         target_set(self.sub.filter, kind).update(keys)
         await self.send_json({"subscribed": what})
 
@@ -81,9 +98,9 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
             try:
                 batch = await sub.get(timeout=60)
             except Lagged:
-                await self.send_json({"error": "events were missed; reload the page"})
-                sub.lagged = False
-                continue
+                get_hub().unsubscribe(sub)
+                await self.close(code=LAGGED)
+                return
             for event in batch.events if batch else ():
                 await self.send_json({"event": event.data})
 

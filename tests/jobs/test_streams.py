@@ -8,15 +8,20 @@ Events reach the hub through the real trigger and NOTIFY, so these tests commit
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
 from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
-from django.db import connection
+from django.conf import settings
+from django.db import connection, transaction
 from django.test import AsyncClient
+from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from jobs.models import Job, JobEvent
@@ -73,6 +78,15 @@ def parse_sse(text: str) -> list[tuple[str, dict[str, Any], str | None]]:
     return frames
 
 
+async def read_after_open(response: Any, then: Callable[[], Awaitable[Any]]) -> str:
+    """The stream's text; ``then`` runs once ": open" came (the hub listens by then)."""
+    chunks = aiter(response.streaming_content)
+    first = await anext(chunks)
+    await then()
+    rest = [chunk async for chunk in chunks]
+    return b"".join(c if isinstance(c, bytes) else c.encode() for c in [first, *rest]).decode()
+
+
 async def read_stream(response: Any) -> str:
     chunks = [chunk async for chunk in response.streaming_content]
     return b"".join(c if isinstance(c, bytes) else c.encode() for c in chunks).decode()
@@ -108,7 +122,8 @@ def test_the_hub_fans_out_by_filter_and_tenant():
                           "state", "attempt", "at", "message", "progress", "worker"}
 
 
-def test_sse_replay_after_last_event_id_sends_exactly_what_was_missed_then_ends():
+def test_sse_replay_after_last_event_id_sends_exactly_what_was_missed_then_ends(settings):
+    settings.STREAMS_REPLAY_OVERLAP_SECONDS = 0  # the id > Last-Event-ID part alone
     user = staff(operator=True)
     parent = make_job("tests.parent", {"children": 2})
     for _ in range(3):
@@ -137,10 +152,7 @@ def test_sse_sends_live_events_then_end_when_the_job_finishes():
         client = AsyncClient()
         await client.aforce_login(user)
         response = await client.get(f"/jobs/{job.pk}/events")
-        reading = asyncio.ensure_future(read_stream(response))
-        await asyncio.sleep(0)  # the generator starts; the hub listens already
-        await db(run_next)()
-        return await reading
+        return await read_after_open(response, db(run_next))
 
     frames = parse_sse(run(main))
     assert [data["kind"] for name, data, _ in frames if name == "job"] == ["claimed", "succeeded"]
@@ -239,7 +251,7 @@ def test_websocket_subscriptions_deliver_events_and_answer_errors():
         return replies
 
     replies = run(main)
-    assert replies[0] == {"subscribed": {"jobs": [mine.pk]}}
+    assert replies[0] == {"subscribed": {"jobs": [mine.pk]}, "refused": []}
     assert replies[1] == {"error": f"job {foreign.pk} not found"}
     assert "error" in replies[2] and "error" in replies[3]
     assert [(r["event"]["job"], r["event"]["kind"]) for r in replies[4:6]] == [
@@ -274,3 +286,166 @@ def test_every_insert_path_is_notified():
 
     assert [e["message"] for e in run(main)] == ["n0", "n1", "n2"]
     assert Job.objects.get(pk=job.pk).state == "pending"
+
+
+def mixed_pipeline() -> tuple[Job, Job, Job]:
+    """A factor upload's shape: a tenantless first job, then one job per tenant; Globex's
+    fails, so that a pipeline-wide end (failed) would differ from Acme's (succeeded)."""
+    ingest = make_job("tests.noop")
+    acme = make_job("tests.noop", pipeline=ingest.pipeline_id, tenant=tenant("Acme"))
+    globex = make_job("tests.permanent", pipeline=ingest.pipeline_id, tenant=tenant("Globex"))
+    return ingest, acme, globex
+
+
+def test_sse_replay_of_a_mixed_pipeline_shows_only_the_readers_tenant():
+    ingest, acme, globex = mixed_pipeline()
+    for _ in range(3):
+        run_next()
+    user = staff(of=tenant("Acme"))
+
+    async def main() -> str:
+        client = AsyncClient()
+        await client.aforce_login(user)
+        return await read_stream(await client.get(f"/sync/pipelines/{ingest.pipeline_id}/events",
+                                                  {"last_event_id": 0}))
+
+    frames = parse_sse(run(main))
+    assert [int(i) for name, _, i in frames if name == "job"] == event_ids(job=acme)
+    assert frames[-1][:2] == ("end", {"pipeline": str(ingest.pipeline_id), "state": "succeeded"})
+
+
+def test_live_sse_of_a_mixed_pipeline_shows_only_the_readers_tenant():
+    ingest, acme, globex = mixed_pipeline()
+    user = staff(of=tenant("Acme"))
+
+    def run_all() -> None:
+        for _ in range(3):
+            run_next()
+
+    async def main() -> str:
+        client = AsyncClient()
+        await client.aforce_login(user)
+        response = await client.get(f"/sync/pipelines/{ingest.pipeline_id}/events")
+        return await read_after_open(response, db(run_all))
+
+    frames = parse_sse(run(main))
+    assert {data["job"] for name, data, _ in frames if name == "job"} == {acme.pk}
+    assert frames[-1][:2] == ("end", {"pipeline": str(ingest.pipeline_id), "state": "succeeded"})
+    # A platform operator sees the whole pipeline, and its end is Globex's failure.
+    operator = staff("olga", operator=True)
+
+    async def whole() -> str:
+        client = AsyncClient()
+        await client.aforce_login(operator)
+        return await read_stream(await client.get(f"/sync/pipelines/{ingest.pipeline_id}/events",
+                                                  {"last_event_id": 0}))
+
+    frames = parse_sse(run(whole))
+    assert {data["job"] for name, data, _ in frames if name == "job"} == {ingest.pk, acme.pk, globex.pk}
+    assert frames[-1][:2] == ("end", {"pipeline": str(ingest.pipeline_id), "state": "failed"})
+
+
+def test_a_replay_resends_an_event_committed_after_a_larger_id():
+    """Ids are taken at insert, visible at commit: a concurrent transaction can commit a
+    smaller id after a client saw a larger one; the replay's overlap still sends it."""
+    job = make_job("tests.noop")
+    user = staff(operator=True)
+    inserted, go = threading.Event(), threading.Event()
+    early: list[int] = []
+
+    def slow_transaction() -> None:
+        try:
+            with transaction.atomic():
+                early.append(JobEvent.objects.create(job=job, at=timezone.now(), kind="released").pk)
+                inserted.set()
+                go.wait(10)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=slow_transaction)
+    thread.start()
+    assert inserted.wait(10)
+    late = JobEvent.objects.create(job=job, at=timezone.now(), kind="released").pk  # commits first
+    go.set()
+    thread.join(10)
+    assert early[0] < late
+
+    async def main() -> str:
+        client = AsyncClient()
+        await client.aforce_login(user)
+        response = await client.get(f"/jobs/{job.pk}/events", headers={"Last-Event-ID": str(late)})
+        chunks = aiter(response.streaming_content)
+        text = ""
+        while "id: " not in text:  # the job never finishes: read the replay, then let go
+            chunk = await anext(chunks)
+            text += chunk if isinstance(chunk, str) else chunk.decode()
+        await chunks.aclose()
+        return text
+
+    assert early[0] in [int(i) for name, _, i in parse_sse(run(main)) if name == "job"]
+
+
+def test_an_sse_response_never_read_holds_no_subscription():
+    user = staff(operator=True)
+    job = make_job("tests.noop")
+
+    async def main() -> int:
+        client = AsyncClient()
+        await client.aforce_login(user)
+        response = await client.get(f"/jobs/{job.pk}/events")
+        assert response.status_code == 200
+        return len(get_hub().subscribers)
+
+    assert run(main) == 0
+
+
+def test_a_subscribe_cancelled_while_the_hub_starts_leaves_no_subscriber():
+    async def main() -> int:
+        hub = get_hub()
+        task = asyncio.ensure_future(hub.subscribe(Filter(jobs={1}), True))
+        await asyncio.sleep(0)  # registered, waiting for the source to listen
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return len(hub.subscribers)
+
+    assert run(main) == 0
+
+
+def test_a_jobs_subscription_takes_the_visible_ids_and_names_the_refused():
+    acme = tenant("Acme")
+    mine = make_job("tests.noop", tenant=acme)
+    foreign = make_job("tests.noop", tenant=tenant("Globex"))
+    user = staff(of=acme)
+
+    async def main() -> tuple[Any, Any]:
+        ws = communicator(user)
+        assert (await ws.connect())[0]
+        await ws.send_json_to({"subscribe": {"jobs": [foreign.pk, mine.pk, 999999]}})
+        ack = await ws.receive_json_from(5)
+        await db(run_next)()
+        event = await ws.receive_json_from(5)
+        await ws.disconnect()
+        return ack, event
+
+    ack, event = run(main)
+    assert ack == {"subscribed": {"jobs": [mine.pk]}, "refused": [foreign.pk, 999999]}
+    assert event["event"]["job"] == mine.pk
+
+
+def test_a_lagging_websocket_is_closed_with_4000_and_opens_no_channel_layer():
+    user = staff(operator=True)
+    assert get_channel_layer(JobEventsConsumer.channel_layer_alias) is None
+
+    async def main() -> Any:
+        ws = communicator(user)
+        assert (await ws.connect())[0]
+        async with asyncio.timeout(5):
+            while not get_hub().subscribers:  # the consumer subscribes after accepting
+                await asyncio.sleep(0.01)
+        (sub,) = get_hub().subscribers
+        sub.cut_loose()
+        return await ws.receive_output(5)
+
+    assert run(main) == {"type": "websocket.close", "code": 4000}
+    assert JobEventsConsumer.channel_layer_alias not in settings.CHANNEL_LAYERS

@@ -1,12 +1,15 @@
 """Live streams across real processes: a daphne web process streams the events that a
-job run by the django-q2 cluster (``qcluster``) commits; a client reconnecting with Last-Event-ID gets exactly
-what it missed. Without ``REDIS_URL`` events cross processes by LISTEN/NOTIFY; the Redis
-variant (skipped when no Redis listens on 127.0.0.1:6379) goes through the relay."""
+job run by the django-q2 cluster (``qcluster``) commits; a client reconnecting with
+Last-Event-ID gets what it missed (at least once). Without ``REDIS_URL`` events cross
+processes by LISTEN/NOTIFY; the Redis variant (skipped when no Redis listens on
+127.0.0.1:6379) goes through the relay."""
 
 from __future__ import annotations
 
 import json
+import math
 import socket
+import statistics
 import time
 from datetime import datetime
 from typing import Any
@@ -87,6 +90,13 @@ def start_web(processes: Processes, **env: str) -> int:
 
 
 def stream_and_reconnect(processes: Processes, **env: str) -> None:
+    """A worker's events stream live, then a reconnect replays from the third.
+
+    The issue's latency target (p95 under 250 ms with 500 clients) is measured by
+    ``bench/streams.py`` (docs/streams.md), not here: the suite makes no timed assertion
+    beyond a generous bound that catches a stream that is not live at all. The latencies
+    of this one client are printed for a look.
+    """
     port = start_web(processes, **env)
     auth = {"Authorization": f"Token {Token.objects.create(user=staff(operator=True)).key}"}
     job = make_job("tests.slow_progress", {"steps": 12, "every": 0.1})
@@ -96,23 +106,34 @@ def stream_and_reconnect(processes: Processes, **env: str) -> None:
     assert first.status == 200
     processes.manage("cluster", "qcluster", env=processes.env(JOBS_WORKERS="1", **env))
     received, latencies = [], []
+    ended = None
     for event, data, event_id, t in first.frames():
+        if event == "end":
+            ended = data
+            break
         assert event == "job"
         received.append(int(event_id))
         latencies.append(t - datetime.fromisoformat(data["at"]).timestamp())
-        if len(received) == 3:
-            break
     first.close()
-    print(f"SSE latency from JobEvent.at to receipt: {[round(x * 1000, 1) for x in latencies]} ms")
+    ms = sorted(x * 1000 for x in latencies)
+    print(f"SSE latency from JobEvent.at to receipt over {len(ms)} events: "
+          f"p50 {statistics.median(ms):.1f} ms, p95 {ms[max(0, math.ceil(0.95 * len(ms)) - 1)]:.1f} ms, "
+          f"max {ms[-1]:.1f} ms")
     assert max(latencies) < 2
+    assert ended == {"pipeline": str(job.pipeline_id), "state": "succeeded"}
 
     wait_until(lambda: Job.objects.get(pk=job.pk).state == "succeeded", 30, "the job to finish")
-    again = SSEClient(port, path, {**auth, "Last-Event-ID": str(received[-1])})
+    seen = received[2]
+    again = SSEClient(port, path, {**auth, "Last-Event-ID": str(seen)})
     frames = list(again.frames())
     again.close()
     history = list(JobEvent.objects.filter(job=job).order_by("id").values_list("id", flat=True))
-    assert [int(i) for e, _, i, _ in frames if e == "job"] == [i for i in history if i > received[-1]]
-    assert received == history[:3]
+    assert received == history
+    replayed = [int(i) for e, _, i, _ in frames if e == "job"]
+    # At-least-once: everything after Last-Event-ID, plus possibly a few before it (the
+    # replay's overlap for late commits), each once.
+    assert [i for i in replayed if i > seen] == history[3:]
+    assert set(replayed) <= set(history) and len(replayed) == len(set(replayed))
     assert frames[-1][:2] == ("end", {"pipeline": str(job.pipeline_id), "state": "succeeded"})
 
 

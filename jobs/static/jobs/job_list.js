@@ -1,11 +1,14 @@
 /* The job list's live columns: each job row on the page follows its job's events
-   (state badge, attempts, progress) over the engine's WebSocket (live.js). */
+   (state badge, attempts, progress) over the engine's WebSocket (live.js). After a
+   reconnection (events may have been missed) the columns come again from the page. */
 (function () {
   "use strict";
 
   var colours = JSON.parse(document.getElementById("job-state-colours").textContent);
   var rows = {};
   var newest = {};
+  var LIVE = [".field-state_display", ".field-attempts_display", ".field-progress_display"];
+  var touched = null;  // jobs updated by events while a refresh is on its way
 
   document.querySelectorAll("#result_list tbody tr").forEach(function (row) {
     var cell = row.querySelector(".field-id");
@@ -24,8 +27,9 @@
 
   function update(ev) {
     var row = rows[ev.job];
-    if (!row || ev.id <= (newest[ev.job] || 0)) return;
+    if (!row || ev.id <= (newest[ev.job] || 0)) return;  // a repeat, or older than shown
     newest[ev.job] = ev.id;
+    if (touched) touched[ev.job] = true;
     var state = ev.state || ev.to_state;
     var badge = row.querySelector(".field-state_display .job-state");
     if (badge && state) {
@@ -43,5 +47,31 @@
     if (progress && ev.kind === "retried") progress.textContent = "—";
   }
 
-  window.ConveyorJobs.watch([{jobs: ids}], update);
+  /* The live cells of this page as the server renders them now; a row an event updated
+     meanwhile keeps what the event showed. */
+  function refresh(reconnected) {
+    if (!reconnected) return;
+    touched = {};
+    fetch(window.location.href, {credentials: "same-origin", headers: {"Accept": "text/html"}})
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .then(function (html) {
+        if (!html) return;
+        var page = new DOMParser().parseFromString(html, "text/html");
+        page.querySelectorAll("#result_list tbody tr").forEach(function (fresh) {
+          var cell = fresh.querySelector(".field-id");
+          var id = cell ? parseInt(cell.textContent.trim(), 10) : NaN;
+          var row = rows[id];
+          if (!row || touched[id]) return;
+          LIVE.forEach(function (selector) {
+            var from = fresh.querySelector(selector), to = row.querySelector(selector);
+            if (from && to) to.innerHTML = from.innerHTML;
+          });
+          var badge = row.querySelector(".field-state_display .job-state");
+          if (badge) row.dataset.state = badge.textContent.trim();
+        });
+      })
+      .finally(function () { touched = null; });
+  }
+
+  window.ConveyorJobs.watch([{jobs: ids}], update, refresh);
 })();

@@ -2,7 +2,9 @@
    pipeline's stream (GET /sync/pipelines/<uuid>/events) patches its job's box; an event
    naming a job the page does not show yet (a chained child, a chunk) brings the graph
    fragment again. Every box knows the newest event it reflects, so an event is applied
-   once whichever comes first, the stream or a fresh fragment. No framework, no CDN. */
+   once whichever comes first, the stream or a fresh fragment; the same rule drops the
+   repeats of the stream, which is at-least-once (a reconnection's replay overlaps what
+   came before). No framework, no CDN. */
 (function () {
   "use strict";
 

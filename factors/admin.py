@@ -30,12 +30,10 @@ from jobs.admin.lists import CappedCountPaginator
 from tenancy.scoping import scope_queryset, tenant_scope
 
 
-def _badge(recalculating: bool, module: ReportModule | None = None) -> SafeString:
+def _badge(recalculating: bool, module: ReportModule) -> SafeString:
     """The module's "Recalculating…" badge; on a report page factors/report_live.js keeps it
     (and the module's figures) live, by the data attributes."""
     text, busy = ("Recalculating…", "1") if recalculating else ("Up to date", "0")
-    if module is None:
-        return format_html('<span class="recalc-badge" data-busy="{}">{}</span>', busy, text)
     return format_html('<span class="recalc-badge" data-busy="{}" data-report="{}" '
                        'data-module="{}">{}</span>', busy, module.report_id, module.pk, text)
 

@@ -52,8 +52,10 @@ class Site:
 def site(processes: Processes) -> Iterator[Site]:  # noqa: F811
     """The web server now; the worker when the test says (so it sees the start)."""
     port = free_port()
-    env = processes.env(SERVE_STATIC="1", FACTORS_INGEST_BATCH_ROWS="1000",
-                        FACTORS_RECALC_CHUNK_ROWS="5000")
+    # Small batches and a fast heartbeat (progress is flushed every quarter beat), so that
+    # a 20,000-row upload shows its progress on the way.
+    env = processes.env(SERVE_STATIC="1", FACTORS_INGEST_BATCH_ROWS="500",
+                        FACTORS_RECALC_CHUNK_ROWS="5000", JOBS_HEARTBEAT_SECONDS="0.2")
     web = processes.start("daphne", ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
                                      "project.asgi:application"], env=env)
     wait_until(lambda: listening(port) or web.exited(), 30, "daphne to listen")

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connections
 
 from tests.system.conftest import ROOT, Proc, Processes, processes, wait_until  # noqa: F401
 
@@ -79,6 +80,9 @@ def page(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
             yield context.new_page()
         finally:
             browser.close()
+            # Queries made while Playwright's loop ran opened a connection of their own
+            # context; close it, or the test database cannot be dropped at the end.
+            connections.close_all()
 
 
 def log_in(page: Any, site: Site, username: str = "root") -> User:

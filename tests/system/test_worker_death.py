@@ -113,6 +113,10 @@ def test_sigterm_lets_the_running_job_finish_and_hands_back_the_rest(
     with transaction.atomic():  # one commit, one claim: the worker takes all six at once
         job, started, release = blocking_job(tmp_path, priority=10)
         waiting = engine.enqueue_many("tests.record", [{"n": n} for n in range(5)])
+        # Due a moment ago: a claim that read its clock before this commit but ran after
+        # it (a crowded CPU) must not see the first job due and the others not yet.
+        Job.objects.filter(pk__in=[job.pk, *waiting]).update(
+            run_after=timezone.now() - timedelta(seconds=5))
     pid = wait_until(lambda: started_attempt(started, 1), 30, "the job to start")
     assert Job.objects.filter(pk__in=waiting, state=Job.State.RUNNING).count() == 5
 

@@ -2,6 +2,8 @@
 
     csv_ingest / api_ingest  →  emission_recalc  →  aggregation
     (data entries only)         (emissions only)     (stats only, deduplicated)
+          └─ emission_recalc of each chunk of rows loaded, while the load goes on
+             (``factors.recalc_chunks``; the chained one closes the ingest)
     factor_ingest (factors)  →  emission_recalc of its type  →  aggregation per module
     unit_sync (units, and the year's empty reports)
 

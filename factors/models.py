@@ -191,7 +191,12 @@ class DataEntry(models.Model):
         indexes = [
             # A module's entries of one type, in id order: the entry listing, the ingest's
             # replace and resume, the module-scoped recalculation's batches, aggregation.
-            models.Index(fields=["module", "data_entry_type", "id"], name="entry_module_type_idx"),
+            # Partial on a condition every column is known to meet, so that only a query
+            # naming a module can use it: a lookup by id alone (the reference triggers'
+            # "id = ANY(…)") must never scan this index once per id, which the planner
+            # chose when statistics said the table was empty (migration 0005).
+            models.Index(fields=["module", "data_entry_type", "id"], name="entry_module_type_idx",
+                         condition=Q(module__isnull=False)),
         ]
 
     def __str__(self) -> str:

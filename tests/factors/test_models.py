@@ -136,6 +136,40 @@ def test_a_cascade_planned_for_a_bulk_delete_still_finds_one_emission_by_index()
     assert not Emission.objects.exists()
 
 
+def _index_scans(index: str) -> int:
+    """Scans of ``index`` so far in this transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_get_xact_numscans(%s::regclass)", [index])
+        return cursor.fetchone()[0]
+
+
+def test_the_id_lookup_of_the_references_never_uses_the_module_index():
+    """Statistics that say the entries table is empty price every index scan at nothing;
+    the emissions' reference check (``id = ANY(…)``) must still go by primary key, not
+    scan the module index once per id (migration 0005)."""
+    travel = module(report())
+    used = factor("plane", 2024, {"haul": "short", "cabin": "economy"}, "0.1")
+    rows = [entry(travel) for _ in range(3)]
+    sql("UPDATE pg_class SET reltuples = 0, relpages = greatest(relpages, 10) WHERE relname IN "
+        "('factors_dataentry', 'factors_dataentry_pkey', 'entry_module_type_idx')")
+    before = _index_scans("entry_module_type_idx"), _index_scans("factors_dataentry_pkey")
+
+    Emission.objects.bulk_create(Emission(data_entry=row, factor=used, kg_co2e=1,
+                                          computed_at=clock.now()) for row in rows)
+
+    after = _index_scans("entry_module_type_idx"), _index_scans("factors_dataentry_pkey")
+    assert after[0] == before[0] and after[1] > before[1]
+
+
+def test_a_module_with_entries_still_cannot_be_deleted_and_the_guard_uses_the_index():
+    travel = module(report())
+    entry(travel)
+    before = _index_scans("entry_module_type_idx")
+    with pytest.raises(IntegrityError, match="still has data entries"), transaction.atomic():
+        sql("DELETE FROM factors_reportmodule WHERE id = %s", [travel.pk])
+    assert _index_scans("entry_module_type_idx") > before
+
+
 @pytest.mark.parametrize(("fields", "constraint"), [
     ({"quantity": "-1"}, "entry_quantity_nonnegative"),
     ({"source": "csv"}, "entry_provenance"),

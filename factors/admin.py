@@ -25,7 +25,15 @@ from django.utils.safestring import SafeString
 
 from factors import queries, services
 from factors.forms import EntriesUploadForm, FactorsUploadForm, UnitSyncForm
-from factors.models import CarbonReport, DataEntry, Emission, EmissionFactor, ReportModule, Unit
+from factors.models import (
+    CarbonReport,
+    DataEntry,
+    Emission,
+    EmissionFactor,
+    ReportModule,
+    Unit,
+    Upload,
+)
 from jobs.admin.lists import CappedCountPaginator
 from tenancy.scoping import scope_queryset, tenant_scope
 
@@ -411,3 +419,16 @@ class EmissionAdmin(ReadOnly):
     @admin.display(description="computed by")
     def computed_by(self, emission: Emission) -> SafeString:
         return _job_link(emission.job_id) if emission.job_id else format_html("{}", "an edit")
+
+
+@admin.register(Upload)
+class UploadAdmin(ReadOnly):
+    """Staged files waiting for their ingest (or kept for the retry of a failed one)."""
+
+    list_display = ["filename", "kind", "rows", "tenant", "created_at", "created_by"]
+    list_filter = ["kind", "tenant"]
+    list_select_related = ["tenant", "created_by"]
+    fields = ["id", "kind", "filename", "rows", "columns", "tenant", "created_at", "created_by"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Upload]:
+        return scope_queryset(super().get_queryset(request), request.user)

@@ -11,6 +11,12 @@ Long handlers (ingest, recalculation, unit sync) commit in batches (``atomic=Fal
 they are idempotent and fenced (``factors.fence``), so a retry after a crash finishes
 the work without writing anything twice. The aggregation and the factor upsert are
 short and run in the transaction that records their success.
+
+A payload names objects; it does not vouch for them. Every handler finds the module,
+upload or scope it works on through its job's tenant (``ctx.tenant_id``), and takes the
+year and source from the database rather than the payload; factors and units are the
+platform's, so only a platform job (no tenant) may change them. Only the aggregation and
+module recalculations are open to API clients (``factors.payloads``).
 """
 
 from __future__ import annotations
@@ -23,11 +29,14 @@ from django.db import transaction
 import jobs
 from factors import (
     aggregation,
+    catalog,
     csv_schemas,
     emissions,
     entry_ingest,
     factor_ingest,
     json_rows,
+    payloads,
+    queries,
     recalc_chunks,
     services,
     sources,
@@ -35,7 +44,7 @@ from factors import (
     unit_directory,
 )
 from factors.csv_validation import validate
-from factors.models import ReportModule
+from factors.models import ReportModule, Upload
 
 RETRY = jobs.Exponential(base=10, factor=3, cap=600)
 
@@ -48,6 +57,45 @@ def _fetch(url: str) -> Any:
         raise (jobs.TransientError if exc.transient else jobs.PermanentError)(str(exc)) from exc
 
 
+# --- what a job may touch ----------------------------------------------------------------------------
+
+
+def _module(ctx: jobs.JobContext, module_id: Any) -> ReportModule:
+    """The module a payload names, if it is one of the job's tenant's."""
+    module = queries.tenant_module(module_id, ctx.tenant_id)
+    if module is None:
+        raise jobs.PermanentError(f"module {module_id!r} does not exist for this job's tenant")
+    return module
+
+
+def _target(ctx: jobs.JobContext, source: str) -> entry_ingest.Target:
+    """Where an ingest writes: the payload's module and type, checked against each other;
+    the year is the module's report's."""
+    module = _module(ctx, ctx.payload.get("module"))
+    data_entry_type = str(ctx.payload.get("data_entry_type", ""))
+    try:
+        spec = catalog.spec(data_entry_type)
+    except KeyError:
+        raise jobs.PermanentError(f"unknown data-entry type {data_entry_type[:40]!r}") from None
+    if spec.module_type != module.module_type:
+        raise jobs.PermanentError(f"{data_entry_type} entries do not belong to {module}")
+    return entry_ingest.Target(module.pk, data_entry_type, module.report.year, source)
+
+
+def _upload(ctx: jobs.JobContext, kind: str) -> staging.StagedUpload:
+    try:
+        return staging.resolve(ctx.payload.get("upload"), kind, tenant_id=ctx.tenant_id)
+    except staging.UploadMissing as exc:
+        raise jobs.PermanentError(str(exc)) from exc
+
+
+def _platform_only(ctx: jobs.JobContext) -> None:
+    """Factors and units are shared by every tenant: no tenant's job may change them."""
+    if ctx.tenant_id is not None:
+        raise jobs.PermanentError(f"{ctx.job.type} changes data shared by every tenant; only a "
+                                  "platform job (no tenant) may run it")
+
+
 # --- ingest: data entries only -------------------------------------------------------------------
 
 
@@ -55,8 +103,8 @@ def _fetch(url: str) -> Any:
 def csv_ingest(ctx: jobs.JobContext) -> dict[str, Any]:
     """Load a staged CSV upload into entries, then replace the earlier CSV entries of the
     module and type; chains the module's recalculation."""
-    target = entry_ingest.Target.from_payload(ctx.payload)
-    upload = staging.StagedUpload.from_payload(ctx.payload["upload"])
+    target = _target(ctx, "csv")
+    upload = _upload(ctx, Upload.Kind.ENTRIES)
     result = entry_ingest.load(ctx.job, target, upload, first_row=2, progress=ctx.progress)
     result.replaced = entry_ingest.replace_earlier(ctx.job, target)
     staging.discard(upload)
@@ -68,7 +116,7 @@ def csv_ingest(ctx: jobs.JobContext) -> dict[str, Any]:
 def api_ingest(ctx: jobs.JobContext) -> dict[str, Any]:
     """Read entries from an HTTP JSON source, validate them as a CSV upload would be, and
     load them like csv_ingest (row number = position in the source, from 1)."""
-    target = entry_ingest.Target.from_payload(ctx.payload)
+    target = _target(ctx, "api")
     upload = _staged_api_entries(ctx, target)
     try:
         # A source can change between attempts: an earlier attempt's rows go, all load.
@@ -107,12 +155,17 @@ def _chain_recalc(ctx: jobs.JobContext, target: entry_ingest.Target) -> None:
 # --- recalculation: emissions only ---------------------------------------------------------------
 
 
-@jobs.handler("factors.emission_recalc", atomic=False, max_attempts=5, backoff=RETRY)
+@jobs.handler("factors.emission_recalc", atomic=False, max_attempts=5, backoff=RETRY,
+              api_payload=payloads.RecalculationPayload)
 def emission_recalc(ctx: jobs.JobContext) -> dict[str, Any]:
     """Recompute the emissions of a scope; chains one aggregation per module touched
     (deduplicated: N recalculations of one module waiting together make one), except
     for a chunk of an ingest still loading: the ingest's closing recalculation will."""
     scope = emissions.Scope.from_payload(ctx.payload)
+    if scope.module_id is not None:
+        _module(ctx, scope.module_id)
+    elif ctx.tenant_id is not None:
+        raise jobs.PermanentError("a tenant's recalculation covers one of its modules; name it")
     if "closes" in ctx.payload:
         scope = recalc_chunks.closing_scope(ctx.job, scope, int(ctx.payload["closes"]))
     result = emissions.recalculate(scope, ctx.job, progress=ctx.progress)
@@ -130,12 +183,15 @@ def emission_recalc(ctx: jobs.JobContext) -> dict[str, Any]:
 # --- aggregation: stats only -----------------------------------------------------------------------
 
 
-@jobs.handler("factors.aggregation", max_attempts=5, backoff=RETRY)
+@jobs.handler("factors.aggregation", max_attempts=5, backoff=RETRY,
+              api_payload=payloads.AggregationPayload)
 def aggregate(ctx: jobs.JobContext) -> dict[str, Any]:
     """Recompute one module's stats and its report's, in the job's own transaction."""
-    if not ReportModule.objects.filter(pk=ctx.payload["module"]).exists():
-        return {"module": ctx.payload["module"], "skipped": "the module no longer exists"}
-    return aggregation.recompute_module(ctx.payload["module"], job_id=ctx.job.pk)
+    module = queries.tenant_module(ctx.payload.get("module"), ctx.tenant_id)
+    if module is None:
+        # Deleted since it was queued (or never this tenant's): nothing to aggregate.
+        return {"module": ctx.payload.get("module"), "skipped": "the module no longer exists"}
+    return aggregation.recompute_module(module.pk, job_id=ctx.job.pk)
 
 
 # --- factors and units ------------------------------------------------------------------------------
@@ -145,10 +201,11 @@ def aggregate(ctx: jobs.JobContext) -> dict[str, Any]:
 def factor_ingest_job(ctx: jobs.JobContext) -> dict[str, Any]:
     """Upsert a staged factor upload in place and mark the factors it leaves out stale;
     chains the type's recalculation when a factor was added or changed value."""
-    data_entry_type = ctx.payload["data_entry_type"]
-    upload = staging.StagedUpload.from_payload(ctx.payload["upload"])
-    if not upload.exists():
-        raise jobs.PermanentError(f"the staged upload {upload.path} is gone: upload the file again")
+    _platform_only(ctx)
+    data_entry_type = str(ctx.payload.get("data_entry_type", ""))
+    if data_entry_type not in catalog.DataEntryType.values:
+        raise jobs.PermanentError(f"unknown data-entry type {data_entry_type[:40]!r}")
+    upload = _upload(ctx, Upload.Kind.FACTORS)
     result = factor_ingest.upsert(ctx.job, data_entry_type, upload)
     if result["inserted"] or result["value_changed"]:
         scope = emissions.Scope(data_entry_type, years=tuple(result["years"]))
@@ -163,14 +220,13 @@ def factor_ingest_job(ctx: jobs.JobContext) -> dict[str, Any]:
 def unit_sync(ctx: jobs.JobContext) -> dict[str, Any]:
     """Apply a unit directory for one year: from a staged file, or fetched from a JSON
     endpoint (outside any transaction), then written in one transaction."""
+    _platform_only(ctx)
     year = int(ctx.payload["year"])
     if "url" in ctx.payload:
         rows = _directory_from_url(ctx.payload["url"])
         upload = None
     else:
-        upload = staging.StagedUpload.from_payload(ctx.payload["upload"])
-        if not upload.exists():
-            raise jobs.PermanentError(f"the staged directory {upload.path} is gone: upload it again")
+        upload = _upload(ctx, Upload.Kind.UNITS)
         with upload.open() as handle:
             rows = unit_directory.read_rows(handle, upload.columns)
     result = unit_directory.apply(rows, year, ctx.job)

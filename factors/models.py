@@ -31,6 +31,7 @@ from django.db import models
 from django.db.models import F, Func, Q, Value
 from django.db.models.functions import Now
 from django.db.models.lookups import Exact
+from django.utils import timezone
 
 from factors import stats
 from factors.catalog import DataEntryType, ModuleType
@@ -294,3 +295,47 @@ class PipelineModule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pipeline_id} → module {self.module_id}"
+
+
+class Upload(models.Model):
+    """A validated file waiting for the job that ingests it.
+
+    Jobs name an upload by its id only. Where its rows are, which columns they hold and
+    whose they are is kept here, on the server: a payload can never point a job at a
+    path on disk, at a column list of its own, or at another tenant's file.
+    """
+
+    class Kind(models.TextChoices):
+        ENTRIES = "entries", "Data entries"
+        FACTORS = "factors", "Emission factors"
+        UNITS = "units", "Unit directory"
+
+    id = models.UUIDField(primary_key=True, editable=False)
+    kind = models.CharField("kind", max_length=10, choices=Kind.choices)
+    tenant = models.ForeignKey(
+        "tenancy.Tenant", verbose_name="tenant", on_delete=models.CASCADE, null=True, blank=True,
+        related_name="+", help_text="Whose data it is; empty for platform files (factors, units).")
+    rows = models.PositiveIntegerField("rows")
+    columns = models.JSONField("columns", help_text="The staged rows' columns, in file order.")
+    filename = models.CharField("file name", max_length=200, blank=True)
+    created_at = models.DateTimeField("uploaded", default=timezone.now)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name="uploaded by",
+                                   on_delete=models.SET_NULL, null=True, blank=True,
+                                   related_name="+")
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(name="upload_kind_valid",
+                                   condition=Q(kind__in=["entries", "factors", "units"])),
+            models.CheckConstraint(
+                name="upload_columns_are_a_list",
+                condition=Exact(Func(F("columns"), function="jsonb_typeof",
+                                     output_field=models.CharField()), Value("array"))),
+            # Entries belong to a module, so to its tenant; factors and units are global.
+            models.CheckConstraint(name="upload_platform_files_have_no_tenant",
+                                   condition=Q(kind="entries") | Q(tenant__isnull=True)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.filename or self.pk} ({self.rows} rows)"

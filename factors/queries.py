@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from typing import Any
 
 from django.db import connection
 from django.db.models import QuerySet
@@ -39,7 +40,24 @@ def pipeline_jobs(pipeline_id: uuid.UUID, jobs: QuerySet[Job] | None = None) -> 
                 .defer("payload").order_by("id"))
 
 
-def pipeline_modules(pipeline_id: uuid.UUID) -> list[ReportModule]:
+def pipeline_modules(pipeline_id: uuid.UUID, modules: QuerySet[ReportModule] | None = None
+                     ) -> list[ReportModule]:
+    """The modules a pipeline works on, among ``modules`` (a scoped queryset: a factor
+    upload's pipeline spans every tenant's modules, and each caller sees its own)."""
     module_ids = PipelineModule.objects.filter(pipeline_id=pipeline_id).values("module_id")
-    return list(ReportModule.objects.filter(pk__in=module_ids)
+    queryset = modules if modules is not None else ReportModule.objects.all()
+    return list(queryset.filter(pk__in=module_ids)
                 .select_related("report__unit").order_by("id")[:500])
+
+
+def tenant_module(module_id: Any, tenant_id: int | None) -> ReportModule | None:
+    """The module with this id if it belongs to ``tenant_id`` (any module for None, a
+    platform job's view), with its report and unit; None otherwise, or for a bad id."""
+    try:
+        pk = int(module_id)
+    except (TypeError, ValueError):
+        return None
+    modules = ReportModule.objects.select_related("report__unit").filter(pk=pk)
+    if tenant_id is not None:
+        modules = modules.filter(report__unit__tenant_id=tenant_id)
+    return modules.first()

@@ -36,7 +36,7 @@ from factors.entry_edits import (
     update_entry,
 )
 from factors.errors import AlreadyRunning, InvalidRequest, UploadRejected
-from factors.models import CarbonReport, PipelineModule, ReportModule, Unit
+from factors.models import CarbonReport, PipelineModule, ReportModule, Unit, Upload
 from jobs.models import Job
 
 __all__ = [
@@ -106,10 +106,8 @@ def dispatch_csv(module: ReportModule, data_entry_type: str, source: BinaryIO, *
                                    filename=filename)
     if upload is None:
         raise UploadRejected(report, filename)
-    payload = {"upload": upload.payload()}
     try:
-        return _start_ingest("factors.csv_ingest", module, data_entry_type, payload, actor,
-                             rows=upload.rows)
+        return _start_ingest("factors.csv_ingest", module, data_entry_type, actor, upload=upload)
     except BaseException:
         staging.discard(upload)
         raise
@@ -123,34 +121,40 @@ def ingest_from_api(module: ReportModule, data_entry_type: str, url: str, *,
     problem = sources.check_url(url)
     if problem:
         raise InvalidRequest({"url": [problem]})
-    return _start_ingest("factors.api_ingest", module, data_entry_type, {"url": url}, actor)
+    return _start_ingest("factors.api_ingest", module, data_entry_type, actor, url=url)
 
 
 @transaction.atomic
-def _start_ingest(job_type: str, module: ReportModule, data_entry_type: str,
-                  payload: dict[str, Any], actor: Actor, rows: int | None = None) -> Dispatched:
+def _start_ingest(job_type: str, module: ReportModule, data_entry_type: str, actor: Actor, *,
+                  upload: staging.StagedUpload | None = None, url: str = "") -> Dispatched:
     """Enqueue an ingest unless one for this module and type is unfinished.
 
     The job's unique key decides, in the database: of two requests at the same moment,
     one inserts the job and the other gets the existing one back and is refused. A
     second upload is refused rather than queued: it would replace the first one's rows
-    anyway, and the operator should know that the first one is still going.
+    anyway, and the operator should know that the first one is still going. The job
+    belongs to the module's tenant, and so does its upload.
     """
     module = ReportModule.objects.select_related("report__unit").get(pk=module.pk)
     key = ingest_key(module.pk, data_entry_type)
     marker = _marker()
-    job = jobs.enqueue(job_type, {
-        "module": module.pk, "data_entry_type": data_entry_type, "year": module.report.year,
-        "source": "api" if job_type.endswith("api_ingest") else "csv", "marker": marker,
-        **payload,
-    }, unique_key=key, concurrency_key=key, tenant=_tenant_of(module), created_by=actor_user(actor))
+    tenant = _tenant_of(module)
+    payload: dict[str, Any] = {"module": module.pk, "data_entry_type": data_entry_type,
+                               "marker": marker}
+    if upload is not None:
+        payload["upload"] = staging.register(upload, Upload.Kind.ENTRIES, tenant_id=tenant,
+                                             created_by=actor_user(actor))
+    else:
+        payload["url"] = url
+    job = jobs.enqueue(job_type, payload, unique_key=key, concurrency_key=key, tenant=tenant,
+                       created_by=actor_user(actor))
     if job.payload.get("marker") != marker:
         raise AlreadyRunning(job, f"an ingest of {data_entry_type} entries into {module} is "
                                   f"already {job.state} (job {job.pk}, pipeline "
                                   f"{job.pipeline_id}); wait for it to finish, or cancel it, "
                                   f"then upload again")
     _link(job, [module.pk])
-    return Dispatched(job, rows)
+    return Dispatched(job, upload.rows if upload else None)
 
 
 def _marker() -> str:
@@ -177,10 +181,12 @@ def upload_factors(data_entry_type: str, source: BinaryIO, *, filename: str = ""
 def _start_factor_ingest(spec: catalog.EntryTypeSpec, upload: staging.StagedUpload,
                          actor: Actor) -> Dispatched:
     key = f"factors.factor_ingest:{spec.type}"
-    payload = {"data_entry_type": spec.type, "upload": upload.payload()}
+    payload = {"data_entry_type": spec.type,
+               "upload": staging.register(upload, Upload.Kind.FACTORS, tenant_id=None,
+                                          created_by=actor_user(actor))}
     job = jobs.enqueue("factors.factor_ingest", payload, unique_key=key, concurrency_key=key,
                        created_by=actor_user(actor))
-    if job.payload.get("upload", {}).get("id") != upload.id:
+    if job.payload.get("upload") != upload.id:
         raise AlreadyRunning(job, f"a factor upload for {spec.type} is already {job.state} "
                                   f"(job {job.pk}); wait for it to finish, then upload again")
     _link_modules_of(job, spec.module_type)
@@ -202,7 +208,7 @@ def sync_units(year: int, *, source: BinaryIO | None = None, filename: str = "",
     problem = sources.check_url(url)
     if problem:
         raise InvalidRequest({"url": [problem]})
-    return _start_unit_sync(year, {"url": url}, actor)
+    return _start_unit_sync(year, actor, url=url)
 
 
 def _sync_units_from_file(year: int, source: BinaryIO, filename: str, actor: Actor) -> Dispatched:
@@ -217,22 +223,28 @@ def _sync_units_from_file(year: int, source: BinaryIO, filename: str, actor: Act
     if upload is None:
         raise UploadRejected(report, filename)
     try:
-        return _start_unit_sync(year, {"upload": upload.payload()}, actor, rows=upload.rows)
+        return _start_unit_sync(year, actor, upload=upload)
     except BaseException:
         staging.discard(upload)
         raise
 
 
 @transaction.atomic
-def _start_unit_sync(year: int, payload: dict[str, Any], actor: Actor,
-                     rows: int | None = None) -> Dispatched:
+def _start_unit_sync(year: int, actor: Actor, *, upload: staging.StagedUpload | None = None,
+                     url: str = "") -> Dispatched:
     key = f"factors.unit_sync:{year}"
     marker = _marker()
-    job = jobs.enqueue("factors.unit_sync", {"year": year, "marker": marker, **payload},
-                       unique_key=key, concurrency_key=key, created_by=actor_user(actor))
+    payload: dict[str, Any] = {"year": year, "marker": marker}
+    if upload is not None:
+        payload["upload"] = staging.register(upload, Upload.Kind.UNITS, tenant_id=None,
+                                             created_by=actor_user(actor))
+    else:
+        payload["url"] = url
+    job = jobs.enqueue("factors.unit_sync", payload, unique_key=key, concurrency_key=key,
+                       created_by=actor_user(actor))
     if job.payload.get("marker") != marker:
         raise AlreadyRunning(job, f"a unit sync for {year} is already {job.state} (job {job.pk})")
-    return Dispatched(job, rows)
+    return Dispatched(job, upload.rows if upload else None)
 
 
 @transaction.atomic

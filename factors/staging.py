@@ -2,7 +2,10 @@
 
 The web process validates an upload in one streaming pass and writes its canonical rows
 (``factors.csv_validation``) to a staging file; the job that ingests it reads that file
-back with ``COPY``. Nothing of a refused file is kept. A staged file is deleted by the
+back with ``COPY``. Nothing of a refused file is kept. A staged file is recorded as an
+``Upload`` row in the transaction that enqueues its job, and the job's payload names it
+by id alone: the file's path follows from the id, and its columns and owner are read
+from the row, through the job's tenant (``resolve``). A staged file is deleted by the
 job that ingested it; files of failed jobs stay so that a retry can run, until
 ``manage.py factors_clean_uploads`` removes old ones.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +24,14 @@ from typing import Any, BinaryIO
 
 from factors import conf
 from factors.csv_validation import CsvError, CsvSchema, ValidationReport, too_large, validate
+from factors.models import Upload
+
+UPLOAD_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+class UploadMissing(Exception):
+    """A job names an upload that is not there for it (gone, another tenant's, or of
+    another kind)."""
 
 
 @dataclass(frozen=True)
@@ -27,19 +39,16 @@ class StagedUpload:
     """A validated file: its canonical rows (no header) and the columns they hold."""
 
     id: str
-    path: str
     rows: int
     columns: tuple[str, ...]
     filename: str
 
-    def payload(self) -> dict[str, Any]:
-        return {"id": self.id, "path": self.path, "rows": self.rows,
-                "columns": list(self.columns), "filename": self.filename}
-
-    @classmethod
-    def from_payload(cls, data: dict[str, Any]) -> StagedUpload:
-        return cls(id=data["id"], path=data["path"], rows=int(data["rows"]),
-                   columns=tuple(data["columns"]), filename=data.get("filename", ""))
+    @property
+    def path(self) -> str:
+        """Always under the upload directory, whatever the id: ids are checked hex."""
+        if not UPLOAD_ID.match(self.id):
+            raise UploadMissing(f"{self.id!r} is not an upload id")
+        return str(conf.upload_dir() / f"{self.id}.csv")
 
     def exists(self) -> bool:
         return Path(self.path).exists()
@@ -75,8 +84,7 @@ def stage(source: BinaryIO, schema: CsvSchema, *, filename: str = ""
         os.replace(partial, final)
     finally:
         partial.unlink(missing_ok=True)
-    return report, StagedUpload(upload_id, str(final), report.rows, tuple(report.header),
-                                filename[:200])
+    return report, StagedUpload(upload_id, report.rows, tuple(report.header), filename[:200])
 
 
 def _known_size(source: BinaryIO) -> int | None:
@@ -90,5 +98,33 @@ def _known_size(source: BinaryIO) -> int | None:
         return None
 
 
+def register(upload: StagedUpload, kind: str, *, tenant_id: int | None,
+             created_by: Any = None) -> str:
+    """Record a staged file for the job about to be enqueued (in the same transaction);
+    returns the id its payload carries."""
+    Upload.objects.create(id=uuid.UUID(upload.id), kind=kind, tenant_id=tenant_id,
+                          rows=upload.rows, columns=list(upload.columns),
+                          filename=upload.filename, created_by=created_by)
+    return upload.id
+
+
+def resolve(upload_id: Any, kind: str, *, tenant_id: int | None) -> StagedUpload:
+    """The staged file a job's payload names, if it is of ``kind`` and belongs to the
+    job's tenant (None: a platform job's, which has no tenant either)."""
+    text = str(upload_id)
+    if not UPLOAD_ID.match(text):
+        raise UploadMissing(f"{text[:40]!r} is not an upload id")
+    row = Upload.objects.filter(pk=uuid.UUID(text), kind=kind, tenant_id=tenant_id).first()
+    if row is None:
+        raise UploadMissing(f"upload {text} is gone or is not this job's to read: upload "
+                            "the file again")
+    staged = StagedUpload(text, row.rows, tuple(row.columns), row.filename)
+    if not staged.exists():
+        raise UploadMissing(f"the staged file of upload {text} is gone: upload it again")
+    return staged
+
+
 def discard(upload: StagedUpload) -> None:
+    """Delete a staged file and its record (an ingest that succeeded, or a refused one)."""
+    Upload.objects.filter(pk=uuid.UUID(upload.id)).delete()
     Path(upload.path).unlink(missing_ok=True)

@@ -25,6 +25,7 @@ from rest_framework.views import APIView
 
 from factors import conf, queries, services
 from factors.api import invalid, visible_module
+from factors.models import ReportModule
 from jobs.api import JobSerializer
 from jobs.models import Job
 from tenancy.scoping import scope_queryset, tenant_scope
@@ -240,7 +241,8 @@ class PipelineDetail(APIView):
         jobs = queries.pipeline_jobs(pipeline_id, visible)
         if not jobs:
             raise NotFound("no such pipeline visible to you")
-        modules = queries.pipeline_modules(pipeline_id)
+        modules = queries.pipeline_modules(pipeline_id, scope_queryset(
+            ReportModule.objects.all(), request.user, field="report__unit__tenant"))
         busy = queries.recalculating(m.pk for m in modules)
         return Response({
             "pipeline": str(pipeline_id),

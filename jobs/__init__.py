@@ -45,6 +45,8 @@ _EXPORTS = {
     "cancel": "jobs.engine",
     "run_now": "jobs.engine",
     "explain": "jobs.why",
+    "ApiPayload": "jobs.payloads",
+    "TenantObject": "jobs.payloads",
 }
 
 __all__ = sorted(_EXPORTS)

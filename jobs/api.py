@@ -160,24 +160,42 @@ def _json_type(value: Any) -> str:
 
 
 class EnqueueSerializer(serializers.Serializer):
-    """What a caller may set when enqueueing; everything else is the handler's default."""
+    """What a caller may set when enqueueing; everything else is the handler's default.
 
-    type = serializers.CharField(max_length=100, help_text="A registered job type.")
+    Only job types that declare an API payload serializer (``jobs.ApiPayload``) can be
+    enqueued here; the payload the job receives is that serializer's output, with every
+    object it names found through the job's tenant.
+    """
+
+    type = serializers.CharField(max_length=100,
+                                 help_text="A job type open to API clients (see the 400 "
+                                           "answer for the list).")
     payload = serializers.JSONField(required=False, default=dict,
-                                    help_text="A JSON object handed to the handler.")
+                                    help_text="A JSON object, validated by the job type.")
     queue = serializers.CharField(max_length=50, required=False,
-                                  help_text="Defaults to the handler's queue.")
+                                  help_text="Platform operators only; defaults to the "
+                                            "handler's queue.")
     priority = serializers.IntegerField(min_value=-32768, max_value=32767, default=0)
     run_after = serializers.DateTimeField(required=False, allow_null=True)
-    unique_key = serializers.CharField(max_length=200, required=False, allow_null=True)
-    concurrency_key = serializers.CharField(max_length=200, required=False, allow_null=True)
+    unique_key = serializers.CharField(max_length=200, required=False, allow_null=True,
+                                       help_text="Per tenant: enqueueing again while a job "
+                                                 "with this key is unfinished returns it.")
+    concurrency_key = serializers.CharField(max_length=200, required=False, allow_null=True,
+                                            help_text="Per tenant: jobs sharing a key never "
+                                                      "run at the same time.")
     tenant = serializers.IntegerField(required=False, allow_null=True,
                                       help_text="Platform operators only; others get their own.")
 
     def validate_type(self, value: str) -> str:
-        if registry.get(value) is None:
-            raise ValidationError(f"unknown job type {value!r}")
-        return value
+        handler = registry.get(value)
+        if handler is not None and handler.api_payload is not None:
+            return value
+        open_types = ", ".join(h.name for h in registry.all_handlers() if h.api_payload) or "none"
+        if handler is None:
+            raise ValidationError(f"unknown job type {value!r}; API clients may enqueue: "
+                                  f"{open_types}")
+        raise ValidationError(f"{value!r} cannot be enqueued through the API: its own endpoint "
+                              f"or admin page starts it. API clients may enqueue: {open_types}")
 
     def validate_payload(self, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -189,6 +207,9 @@ class EnqueueSerializer(serializers.Serializer):
         if unknown:
             raise ValidationError({name: ["unknown field"] for name in unknown})
         attrs["tenant"] = self._tenant(attrs.get("tenant"))
+        if attrs.get("queue") and self.context["scope"] is not True:
+            raise ValidationError({"queue": ["only platform operators choose a queue"]})
+        attrs["payload"] = self._payload(attrs["type"], attrs.get("payload", {}), attrs["tenant"])
         return attrs
 
     def _tenant(self, requested: int | None) -> int | None:
@@ -202,6 +223,16 @@ class EnqueueSerializer(serializers.Serializer):
         if requested is not None and not Tenant.objects.filter(pk=requested).exists():
             raise ValidationError({"tenant": [f"no tenant with id {requested}"]})
         return requested
+
+    def _payload(self, name: str, payload: dict[str, Any], tenant: int | None) -> dict[str, Any]:
+        """The job type's own validation of the payload, for the job's tenant."""
+        handler = registry.get(name)
+        assert handler is not None and handler.api_payload is not None  # validate_type
+        form = handler.api_payload(data=payload, context={"tenant": tenant,
+                                                          "request": self.context.get("request")})
+        if not form.is_valid():
+            raise ValidationError({"payload": form.errors})
+        return dict(form.data)
 
 
 class ActionSerializer(serializers.Serializer):
@@ -341,7 +372,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
         scope = tenant_scope(request.user)
         if scope is False or scope is None:
             raise PermissionDenied("You belong to no tenant, so a job would be nobody's.")
-        form = EnqueueSerializer(data=request.data, context={"scope": scope})
+        form = EnqueueSerializer(data=request.data, context={"scope": scope, "request": request})
         form.is_valid(raise_exception=True)
         job, created = self._enqueue(form.validated_data, request)
         return Response(self._detail(job), status=201 if created else 200)

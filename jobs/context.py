@@ -54,6 +54,13 @@ class JobContext:
         return self.job.payload
 
     @property
+    def tenant_id(self) -> int | None:
+        """The tenant the job works for (None: a platform job). A domain handler loads
+        every object it touches through it: a payload names objects, it does not vouch
+        for them."""
+        return self.job.tenant_id
+
+    @property
     def attempt(self) -> int:
         return self.job.attempts
 

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from jobs.backoff import DEFAULT_BACKOFF, Backoff
 
 if TYPE_CHECKING:
+    from rest_framework.serializers import Serializer
+
     from jobs.context import JobContext
 
 HandlerFunc = Callable[["JobContext"], Any]
@@ -32,6 +34,9 @@ class Handler:
     lease: float | None = None
     atomic: bool = True
     subscribes: tuple[str, ...] = ()
+    # The serializer an API client's payload must pass (``jobs.ApiPayload``); None: the
+    # type cannot be enqueued through the API at all.
+    api_payload: type[Serializer] | None = None
 
     def __call__(self, ctx: JobContext) -> Any:
         return self.func(ctx)
@@ -63,6 +68,7 @@ def handler(
     lease: float | None = None,
     atomic: bool = True,
     subscribes: tuple[str, ...] | list[str] = (),
+    api_payload: type[Serializer] | None = None,
 ) -> Callable[[HandlerFunc], HandlerFunc]:
     """Register the decorated function as the handler of job type ``name``.
 
@@ -72,6 +78,11 @@ def handler(
     idempotent. ``subscribes`` names events whose publication enqueues one delivery job
     for this handler. ``lease`` (seconds without a heartbeat before the job is presumed
     dead) defaults to ``JOBS_LEASE_SECONDS``.
+
+    A payload is untrusted input: only a type that names an ``api_payload`` serializer
+    (a ``jobs.ApiPayload``) may be enqueued through ``POST /api/jobs/``, and what reaches
+    the handler is that serializer's output, every object it names scoped to the job's
+    tenant. Types without one are started by their own services only.
     """
 
     def decorate(func: HandlerFunc) -> HandlerFunc:
@@ -85,6 +96,7 @@ def handler(
                 lease=lease,
                 atomic=atomic,
                 subscribes=tuple(subscribes),
+                api_payload=api_payload,
             )
         )
         return func

@@ -226,6 +226,10 @@ JOBS_HANDLER_MODULES = env_list("JOBS_HANDLER_MODULES", [])
 for _name in ("INGEST_BATCH_ROWS", "RECALC_BATCH_ROWS", "RECALC_CHUNK_ROWS"):
     if f"FACTORS_{_name}" in os.environ:
         globals()[f"FACTORS_{_name}"] = env_int(f"FACTORS_{_name}", 0)
+# Staged uploads wait here for their ingest job: one directory every web and worker
+# process sees (a shared volume when they run on several machines).
+if os.environ.get("FACTORS_UPLOAD_DIR"):
+    FACTORS_UPLOAD_DIR = os.environ["FACTORS_UPLOAD_DIR"]
 
 LOGGING = {
     "version": 1,

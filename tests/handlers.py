@@ -9,12 +9,17 @@ from pathlib import Path
 from typing import Any
 
 from django.db import connection
+from rest_framework import serializers
 
 import jobs
 from jobs.backoff import Exponential, Fixed
 
 
-@jobs.handler("tests.noop", max_attempts=3)
+class NoopPayload(jobs.ApiPayload):
+    n = serializers.IntegerField(required=False)
+
+
+@jobs.handler("tests.noop", max_attempts=3, api_payload=NoopPayload)
 def noop(ctx: jobs.JobContext) -> dict[str, Any]:
     return {"echo": ctx.payload.get("n")}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from decimal import Decimal
 from io import StringIO
 
@@ -9,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from factors import aggregation, stats
-from factors.models import CarbonReport, DataEntry, EmissionFactor, Unit
+from factors.models import CarbonReport, DataEntry, EmissionFactor, Unit, Upload
 from jobs.models import Job
 from jobs.worker import run_until_idle
 from tests.base import staff
@@ -80,9 +81,15 @@ def test_a_refused_file_is_a_command_error_listing_rows(tmp_path):
         command("factors_upload_entries", str(travel.report_id), "space", "plane", str(bad))
 
 
-def test_old_staged_uploads_are_cleaned(upload_dir):
+def test_old_staged_uploads_are_cleaned_with_their_records(upload_dir):
     upload_dir.mkdir(parents=True)
     (upload_dir / "old.csv").write_text("1,km,short,economy\n")
-    assert "Would delete 1" in command("factors_clean_uploads", "--days", "0", "--dry-run")
-    assert "Deleted 1" in command("factors_clean_uploads", "--days", "0")
-    assert not list(upload_dir.iterdir())
+    staged = uuid.uuid4()
+    (upload_dir / f"{staged.hex}.csv").write_text("1,km,short,economy\n")
+    Upload.objects.create(id=staged, kind="units", rows=1, columns=["code"])
+    assert "Would delete 2 staged upload(s) and 1 record(s)" in command(
+        "factors_clean_uploads", "--days", "0", "--dry-run")
+    assert Upload.objects.exists()
+    assert "Deleted 2 staged upload(s) and 1 record(s)" in command("factors_clean_uploads",
+                                                                    "--days", "0")
+    assert not list(upload_dir.iterdir()) and not Upload.objects.exists()

@@ -239,3 +239,21 @@ def test_a_recalculation_can_be_asked_for_a_type_and_year(olga, alice, travel, c
     job = Job.objects.get(pk=response.json()["job"])
     assert job.result["entries"] == 20 and job.created_by.username == "olga"
     assert Emission.objects.filter(factor__classification__haul="short", kg_co2e__gt=1).exists()
+
+
+def test_a_shared_pipeline_shows_a_member_only_their_tenants_modules(olga, alice, travel, clock):
+    theirs = module(report("GLOBEX-LAB", tenant=tenant("Globex")))
+    for mod, client in ((travel, alice), (theirs, olga)):
+        upload(client, mod, csv_bytes(HEADER, [["100", "km", "short", "first"]]))
+    run_until_idle()
+    started = factor_upload(olga, csv_bytes(FACTOR_HEADER, [
+        ["2024", "short", "first", "0.5", "km", "DEFRA 2024"]])).json()
+    run_until_idle()
+
+    seen_by_olga = olga.get(started["pipeline_url"]).json()
+    seen_by_alice = alice.get(started["pipeline_url"])
+
+    assert {m["id"] for m in seen_by_olga["modules"]} >= {travel.pk, theirs.pk}
+    assert seen_by_alice.status_code == 200
+    assert {m["unit"] for m in seen_by_alice.json()["modules"]} == {travel.report.unit.code}
+    assert "GLOBEX" not in seen_by_alice.content.decode()

@@ -299,11 +299,12 @@ def test_another_tenants_job_is_a_404_without_its_data(clock, alice, globex):
 
 def test_staff_enqueue_a_job_for_their_tenant(clock, alice, acme):
     response = alice.post("/api/jobs/", {"type": "tests.noop", "payload": {"n": 1},
-                                         "priority": 5, "queue": "bulk"}, format="json")
+                                         "priority": 5}, format="json")
 
     assert response.status_code == 201, response.json()
     job = Job.objects.get(pk=response.json()["id"])
-    assert (job.type, job.payload, job.priority, job.queue) == ("tests.noop", {"n": 1}, 5, "bulk")
+    assert (job.type, job.payload, job.priority, job.queue) == ("tests.noop", {"n": 1}, 5,
+                                                               "default")
     assert job.tenant == acme
     assert job.created_by.username == "alice"
     assert job.run_after == clock.now()
@@ -377,6 +378,42 @@ def test_a_bad_enqueue_is_a_400_naming_the_field_and_writes_nothing(clock, alice
     assert field in response.json()
     assert not Job.objects.exists()
     assert not JobEvent.objects.exists()
+
+
+def test_a_type_that_takes_no_api_payload_cannot_be_enqueued(clock, alice):
+    response = alice.post("/api/jobs/", {"type": "tests.record"}, format="json")
+
+    assert response.status_code == 400
+    message = response.json()["type"][0]
+    assert "'tests.record' cannot be enqueued through the API" in message
+    assert "tests.noop" in message  # the types that can are listed
+    assert not Job.objects.exists()
+
+
+def test_the_job_gets_the_payload_serializers_output_not_the_body(clock, alice):
+    response = alice.post("/api/jobs/", {"type": "tests.noop", "payload": {"n": "7"}},
+                          format="json")
+
+    assert response.status_code == 201
+    assert Job.objects.get().payload == {"n": 7}
+
+
+def test_a_payload_field_the_type_does_not_know_is_a_400(clock, alice):
+    response = alice.post("/api/jobs/", {"type": "tests.noop", "payload": {"path": "/etc"}},
+                          format="json")
+
+    assert response.status_code == 400
+    assert response.json() == {"payload": {"path": ["unknown field"]}}
+    assert not Job.objects.exists()
+
+
+def test_only_platform_operators_choose_a_queue(clock, alice, olga):
+    refused = alice.post("/api/jobs/", {"type": "tests.noop", "queue": "bulk"}, format="json")
+    chosen = olga.post("/api/jobs/", {"type": "tests.noop", "queue": "bulk"}, format="json")
+
+    assert refused.status_code == 400 and list(refused.json()) == ["queue"]
+    assert chosen.status_code == 201
+    assert Job.objects.get().queue == "bulk"
 
 
 def test_an_unknown_type_is_named_in_the_error(alice):

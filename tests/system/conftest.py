@@ -110,6 +110,11 @@ class Processes:
         env = {key: value for key, value in os.environ.items() if not key.startswith("JOBS_")}
         env.update(DATABASE_URL=database_url(), DJANGO_SETTINGS_MODULE="project.test_settings",
                    CONVEYOR_ALLOW_DEV_SECRET="1", PYTHONUNBUFFERED="1")
+        # Staged uploads are found by id under the upload directory, so every process of
+        # a test must share the test's own one.
+        upload_dir = getattr(settings, "FACTORS_UPLOAD_DIR", None)
+        if upload_dir:
+            env["FACTORS_UPLOAD_DIR"] = str(upload_dir)
         env.update(extra)
         return env
 

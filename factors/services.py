@@ -257,7 +257,7 @@ def recalculate_emissions(data_entry_type: str, *, year: int | None = None,
         raise InvalidRequest({"year": ["must be between 2000 and 2100"]})
     scope = emissions.Scope(spec.type, years=(year,) if year else ())
     key = recalc_key(spec.type)
-    waiting = (Job.objects.filter(concurrency_key=key, state=Job.State.PENDING,
+    waiting = (Job.objects.filter(concurrency_key=key, state=Job.State.PENDING, tenant=None,
                                   type="factors.emission_recalc")
                .filter(payload__years=list(scope.years)).order_by("id").first())
     if waiting is not None:

@@ -119,6 +119,7 @@ def _insert_params(handler: registry.Handler, encoded: list[str],
                    pipeline: uuid.UUID | str | None, parent: Job | int | None, tenant: Any,
                    created_by: Any, max_attempts: int | None) -> dict[str, Any]:
     now = clock.now()
+    tenant_id = getattr(tenant, "pk", tenant)
     return {
         "type": handler.name,
         "queue": queue or handler.queue,
@@ -128,7 +129,8 @@ def _insert_params(handler: registry.Handler, encoded: list[str],
         "pipeline": str(pipeline) if pipeline else None,
         "parent": parent.pk if isinstance(parent, Job) else parent,
         "concurrency_key": concurrency_key,
-        "tenant": getattr(tenant, "pk", tenant),
+        "key_scope": 0 if handler.global_keys or tenant_id is None else tenant_id,
+        "tenant": tenant_id,
         "now": now,
         "created_by": getattr(created_by, "pk", created_by),
         "payloads": encoded,
@@ -156,7 +158,9 @@ def enqueue(
 
     With ``unique_key``, enqueueing again while a job with that key is pending or
     running returns that job instead of a new one (a partial unique index decides, so
-    two concurrent callers cannot both insert).
+    two concurrent callers cannot both insert). Both keys apply within the job's tenant:
+    another tenant's job with the same key neither blocks nor answers this one (a
+    handler declaring ``global_keys`` shares its concurrency keys across tenants).
     """
     options = dict(
         run_after=run_after, priority=priority, queue=queue, concurrency_key=concurrency_key,
@@ -240,12 +244,13 @@ def _claim_keyed_jobs(ids: list[int], token: uuid.UUID, worker: str, now: dateti
             Job.objects.claimable(now, type_names, list(queues)).filter(pk__in=ids)
             .order_by("-priority", "id")
             .select_for_update(skip_locked=True, of=("self",))
-            .values_list("id", "type", "concurrency_key")
+            .values_list("id", "type", "concurrency_key", "key_scope")
         )
-        keyed: dict[str, int] = {}
-        for pk, _, key in picked:
-            keyed.setdefault(key, pk)  # at most one job per key in one batch
-        won = [pk for key, pk in keyed.items() if _claim_keyed(pk, key, picked, token, worker, now)]
+        keyed: dict[tuple[int, str], int] = {}
+        for pk, _, key, scope in picked:
+            keyed.setdefault((scope, key), pk)  # at most one job per key in one batch
+        won = [pk for (scope, key), pk in keyed.items()
+               if _claim_keyed(pk, key, scope, picked, token, worker, now)]
         jobs = list(Job.objects.filter(pk__in=won))
         JobEvent.objects.bulk_create(
             JobEvent(job_id=job.pk, at=now, kind=Kind.CLAIMED, from_state=State.PENDING,
@@ -260,11 +265,11 @@ def _lease_for(type_name: str) -> float:
     return handler.lease if handler and handler.lease else conf.lease_seconds()
 
 
-def _start(ids: list[int], picked: list[tuple[int, str, str | None]], token: uuid.UUID,
+def _start(ids: list[int], picked: list[tuple[int, str, str | None, int]], token: uuid.UUID,
            worker: str, now: datetime) -> int:
     """Mark locked pending rows running, one UPDATE per distinct lease length."""
     by_lease: dict[float, list[int]] = {}
-    types = {pk: type_name for pk, type_name, _ in picked}
+    types = {pk: type_name for pk, type_name, _, _ in picked}
     for pk in ids:
         by_lease.setdefault(_lease_for(types[pk]), []).append(pk)
     count = 0
@@ -277,13 +282,13 @@ def _start(ids: list[int], picked: list[tuple[int, str, str | None]], token: uui
     return count
 
 
-def _claim_keyed(pk: int, key: str, picked: list[tuple[int, str, str | None]],
+def _claim_keyed(pk: int, key: str, scope: int, picked: list[tuple[int, str, str | None, int]],
                  token: uuid.UUID, worker: str, now: datetime) -> bool:
     try:
         with transaction.atomic():
             # Hand the key over: the previous current job (finished, never running) steps
             # down, this one steps up. Both writes or neither.
-            Job.objects.filter(concurrency_key=key, is_current=True).exclude(
+            Job.objects.filter(concurrency_key=key, key_scope=scope, is_current=True).exclude(
                 state=State.RUNNING).exclude(pk=pk).update(is_current=False)
             Job.objects.filter(pk=pk).update(is_current=True)
             _start([pk], picked, token, worker, now)

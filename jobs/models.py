@@ -1,8 +1,8 @@
 """The engine's tables. Only ``jobs.engine`` changes a job's state; see its docstring.
 
 The invariants the engine relies on are enforced here, by PostgreSQL:
-- one running job per concurrency key (``job_one_current_per_key``),
-- one unfinished job per unique key (``job_one_active_per_unique_key``),
+- one running job per concurrency key and key scope (``job_one_current_per_key``),
+- one unfinished job per unique key and tenant (``job_one_active_per_unique_key``),
 - a running job always carries a lease, a finished one a finish time.
 """
 
@@ -33,7 +33,8 @@ class JobQuerySet(models.QuerySet["Job"]):
         if queues:
             qs = qs.filter(queue__in=queues)
         key_held = Job.objects.filter(
-            concurrency_key=models.OuterRef("concurrency_key"), state=Job.State.RUNNING
+            concurrency_key=models.OuterRef("concurrency_key"),
+            key_scope=models.OuterRef("key_scope"), state=Job.State.RUNNING,
         )
         return qs.filter(
             Q(parent__isnull=True) | Q(parent__state=Job.State.SUCCEEDED),
@@ -113,6 +114,13 @@ class Job(models.Model):
         "current for its key", default=False,
         help_text="The job that last held its concurrency key (the one running, if any).",
     )
+    # Keys are per tenant: one tenant's job never waits on, nor learns of, another
+    # tenant's job that happens to use the same key. 0 is the platform's scope: jobs with
+    # no tenant, and jobs whose handler declares its keys global (``global_keys``).
+    key_scope = models.BigIntegerField(
+        "key scope", default=0,
+        help_text="Where the concurrency key applies: the tenant's id, or 0 for the platform.",
+    )
     unique_key = models.CharField(  # noqa: DJ001
         "unique key", max_length=200, null=True, blank=True,
         help_text="Enqueueing again while a job with this key is unfinished returns that job.",
@@ -161,10 +169,11 @@ class Job(models.Model):
                 name="job_current_needs_key",
                 condition=Q(is_current=False) | Q(concurrency_key__isnull=False),
             ),
+            models.CheckConstraint(name="job_key_scope_nonnegative", condition=Q(key_scope__gte=0)),
             # The claim moves is_current to the new job in the same transaction; a second
-            # claimer for the same key trips this index and loses (seed: is_current race).
+            # claimer for the same key (in the same scope) trips this index and loses.
             models.UniqueConstraint(
-                fields=["concurrency_key"], condition=Q(is_current=True),
+                fields=["key_scope", "concurrency_key"], condition=Q(is_current=True),
                 name="job_one_current_per_key",
             ),
             # Idempotent enqueue: while a keyed job is unfinished, a second insert conflicts.
@@ -194,8 +203,9 @@ class Job(models.Model):
                 fields=["finished_at"], condition=Q(finished_at__isnull=False),
                 name="job_finished_idx",
             ),
-            # Keyed lookups: "who holds this key", and tenant-scoped listings.
-            models.Index(fields=["concurrency_key", "state"], name="job_key_idx",
+            # Keyed lookups: "who holds this key" (the claim's check, the "why" line), and
+            # tenant-scoped listings.
+            models.Index(fields=["concurrency_key", "key_scope", "state"], name="job_key_idx",
                          condition=Q(concurrency_key__isnull=False)),
             models.Index(fields=["tenant", "-id"], name="job_tenant_idx"),
         ]

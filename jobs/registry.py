@@ -34,6 +34,9 @@ class Handler:
     lease: float | None = None
     atomic: bool = True
     subscribes: tuple[str, ...] = ()
+    # Concurrency keys shared by every tenant's jobs of this type (normally a key applies
+    # within the job's tenant only).
+    global_keys: bool = False
     # The serializer an API client's payload must pass (``jobs.ApiPayload``); None: the
     # type cannot be enqueued through the API at all.
     api_payload: type[Serializer] | None = None
@@ -69,6 +72,7 @@ def handler(
     atomic: bool = True,
     subscribes: tuple[str, ...] | list[str] = (),
     api_payload: type[Serializer] | None = None,
+    global_keys: bool = False,
 ) -> Callable[[HandlerFunc], HandlerFunc]:
     """Register the decorated function as the handler of job type ``name``.
 
@@ -77,7 +81,9 @@ def handler(
     roll back). Long handlers that commit in batches pass ``atomic=False`` and must be
     idempotent. ``subscribes`` names events whose publication enqueues one delivery job
     for this handler. ``lease`` (seconds without a heartbeat before the job is presumed
-    dead) defaults to ``JOBS_LEASE_SECONDS``.
+    dead) defaults to ``JOBS_LEASE_SECONDS``. A concurrency key applies within the job's
+    tenant; ``global_keys=True`` makes this type's keys one across tenants (a resource
+    every tenant shares, such as an outside system that takes one caller at a time).
 
     A payload is untrusted input: only a type that names an ``api_payload`` serializer
     (a ``jobs.ApiPayload``) may be enqueued through ``POST /api/jobs/``, and what reaches
@@ -97,6 +103,7 @@ def handler(
                 atomic=atomic,
                 subscribes=tuple(subscribes),
                 api_payload=api_payload,
+                global_keys=global_keys,
             )
         )
         return func

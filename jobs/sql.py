@@ -55,13 +55,14 @@ def execute(statement: str, params: dict[str, Any], *, binary: bool = False) -> 
 _INSERT_COLUMNS = """
     type, queue, priority, state, payload, progress_done, progress_message, attempts,
     max_attempts, run_after, locked_by, rescues, pipeline_id, parent_id, concurrency_key,
-    is_current, unique_key, tenant_id, error_kind, last_error, created_at, created_by_id
+    key_scope, is_current, unique_key, tenant_id, error_kind, last_error, created_at,
+    created_by_id
 """
 _INSERT_VALUES = """
     %(type)s, %(queue)s, %(priority)s, 'pending', p.payload, 0, '', 0,
     %(max_attempts)s, %(run_after)s, '', 0, COALESCE(%(pipeline)s::uuid, gen_random_uuid()),
-    %(parent)s, %(concurrency_key)s, false, p.unique_key, %(tenant)s, '', '', %(now)s,
-    %(created_by)s
+    %(parent)s, %(concurrency_key)s, %(key_scope)s, false, p.unique_key, %(tenant)s, '', '',
+    %(now)s, %(created_by)s
 """
 
 
@@ -127,7 +128,7 @@ def claim(*, named_queues: bool) -> str:
     ordering all pending rows by priority without a queue would sort the whole backlog
     on every claim (about 100 ms at 20,000 pending jobs, instead of well under 1 ms).
     A job qualifies if its type is registered, its parent (if any) succeeded and no
-    running job holds its concurrency key: the conditions of ``JobQuerySet.claimable()``
+    running job holds its concurrency key in its key scope: the conditions of ``JobQuerySet.claimable()``
     (which keyed claims and the "why" explanations use); keep the two in step.
 
     ``started``: the unkeyed picks become running: attempt counted, lease stamped with
@@ -152,7 +153,8 @@ picked AS (
                 SELECT FROM jobs_job p WHERE p.id = j.parent_id AND p.state = 'succeeded'))
           AND (j.concurrency_key IS NULL OR NOT EXISTS (
                 SELECT FROM jobs_job k
-                WHERE k.concurrency_key = j.concurrency_key AND k.state = 'running'))
+                WHERE k.concurrency_key = j.concurrency_key AND k.key_scope = j.key_scope
+                  AND k.state = 'running'))
         ORDER BY j.priority DESC, j.id
         LIMIT %(limit)s
         FOR UPDATE OF j SKIP LOCKED

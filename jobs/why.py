@@ -1,4 +1,9 @@
-""""Why isn't this running?" — an answer computed from the job's state and its neighbours."""
+""""Why isn't this running?" — an answer computed from the job's state and its neighbours.
+
+The answer is shown to the job's tenant, so it names only that tenant's jobs: a key
+held by another tenant's job (a type whose keys are global) is said without its id,
+and the jobs counted ahead in the queue are the tenant's own.
+"""
 
 from __future__ import annotations
 
@@ -40,15 +45,20 @@ def _why_pending(job: Job, now: datetime) -> str:
         if parent is not None and parent != Job.State.SUCCEEDED:
             return f"waiting on its parent job {job.parent_id} ({parent})"
     if job.concurrency_key:
-        holder = (Job.objects.filter(concurrency_key=job.concurrency_key, state=Job.State.RUNNING)
-                  .exclude(pk=job.pk).values_list("pk", flat=True).first())
+        holder = (Job.objects.filter(concurrency_key=job.concurrency_key, key_scope=job.key_scope,
+                                     state=Job.State.RUNNING)
+                  .exclude(pk=job.pk).values_list("pk", "tenant_id").first())
         if holder is not None:
-            return f"its concurrency key {job.concurrency_key!r} is held by job {holder}"
+            who = f"job {holder[0]}" if holder[1] == job.tenant_id else "another tenant's job"
+            return f"its concurrency key {job.concurrency_key!r} is held by {who}"
     live = Worker.objects.filter(last_seen_at__gte=now - timedelta(seconds=WORKER_STALE_SECONDS))
     if not any(worker.serves(job.queue) for worker in live):
         return f"no live worker serves queue {job.queue!r}; start the cluster (manage.py qcluster)"
     # Counting stops at 1,000: on a deep backlog the exact figure is not worth a long scan.
     ahead = len(Job.objects.due(now).filter(queue=job.queue, priority__gte=job.priority,
-                                            pk__lt=job.pk).values_list("pk", flat=True)[:1000])
+                                            tenant_id=job.tenant_id, pk__lt=job.pk)
+                .values_list("pk", flat=True)[:1000])
     more = "+" if ahead == 1000 else ""
-    return f"due; {ahead}{more} job(s) ahead of it in queue {job.queue!r}, waiting for a free worker"
+    whose = "of its tenant's " if job.tenant_id is not None else ""
+    return (f"due; {ahead}{more} {whose}job(s) ahead of it in queue {job.queue!r}, waiting for "
+            f"a free worker")

@@ -85,6 +85,12 @@ def keyed(ctx: jobs.JobContext) -> None:
     return None
 
 
+@jobs.handler("tests.global_keyed", max_attempts=1, global_keys=True)
+def global_keyed(ctx: jobs.JobContext) -> None:
+    """Its concurrency keys are shared by every tenant (a resource they all use)."""
+    return None
+
+
 @jobs.handler("tests.wait_for_file", max_attempts=3, lease=2)
 def wait_for_file(ctx: jobs.JobContext) -> dict[str, Any]:
     """Marks that it started, then waits (polling, bounded) for a release file: lets a

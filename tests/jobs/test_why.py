@@ -7,7 +7,7 @@ import pytest
 from jobs import engine
 from jobs.models import Job, Worker
 from jobs.why import explain
-from tests.base import claim_one, make_job, run_next
+from tests.base import claim_one, make_job, run_next, tenant
 
 pytestmark = pytest.mark.django_db
 
@@ -75,3 +75,39 @@ def test_it_describes_running_and_finished_jobs(clock):
     engine.cancel(job)
     job.refresh_from_db()
     assert explain(job).startswith("cancelled")
+
+
+def test_another_tenants_job_with_the_same_key_neither_blocks_nor_is_named(clock):
+    live_worker(clock)
+    acme, globex = tenant("Acme"), tenant("Globex")
+    theirs = make_job("tests.keyed", concurrency_key="imports", tenant=globex)
+    ours = make_job("tests.keyed", concurrency_key="imports", tenant=acme)
+    engine.claim("w9", limit=1)
+
+    ours.refresh_from_db()
+    assert Job.objects.get(pk=theirs.pk).state == Job.State.RUNNING
+    assert explain(ours).startswith("due; 0 of its tenant's job(s) ahead")
+    assert engine.claim("w2", limit=5).jobs == [ours]  # its key is free in its own tenant
+
+
+def test_a_global_key_is_held_across_tenants_without_naming_the_holder(clock):
+    live_worker(clock)
+    acme, globex = tenant("Acme"), tenant("Globex")
+    theirs = make_job("tests.global_keyed", concurrency_key="registry-api", tenant=globex)
+    ours = make_job("tests.global_keyed", concurrency_key="registry-api", tenant=acme)
+    engine.claim("w9", limit=1)
+
+    assert engine.claim("w2", limit=5).jobs == []
+    assert Job.objects.get(pk=theirs.pk).state == Job.State.RUNNING
+    assert explain(ours) == "its concurrency key 'registry-api' is held by another tenant's job"
+
+
+def test_only_the_tenants_own_jobs_are_counted_ahead(clock):
+    live_worker(clock)
+    acme, globex = tenant("Acme"), tenant("Globex")
+    for _ in range(3):
+        make_job("tests.noop", tenant=globex)
+    make_job("tests.noop", tenant=acme)
+    job = make_job("tests.noop", tenant=acme)
+
+    assert explain(job).startswith("due; 1 of its tenant's job(s) ahead of it in queue 'default'")

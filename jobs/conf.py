@@ -6,6 +6,9 @@ from datetime import timedelta
 
 from django.conf import settings
 
+# A worker row not refreshed for this long belongs to a dead process.
+WORKER_STALE_SECONDS = 30
+
 DEFAULTS: dict[str, object] = {
     # Seconds without a heartbeat before a running job is presumed dead and rescued.
     "LEASE_SECONDS": 6,
@@ -39,6 +42,10 @@ DEFAULTS: dict[str, object] = {
     "WORKER_CONNECTION_MAX_AGE": 300.0,
     # The engine's per-batch statements run as prepared statements (see jobs.sql.execute).
     "PREPARED_STATEMENTS": True,
+    # The share of the live workers one tenant's jobs may hold before the claims prefer
+    # every other tenant's due jobs to theirs (at least one worker each). Work-conserving:
+    # past its share a tenant still gets the workers nobody else needs. 1 turns it off.
+    "TENANT_SHARE": 0.5,
     # Queues this process's workers serve; empty for all.
     "QUEUES": [],
     # How long finished jobs are kept, per final state.
@@ -97,6 +104,10 @@ def worker_connection_max_age() -> float:
 
 def prepared_statements() -> bool:
     return bool(get("PREPARED_STATEMENTS"))
+
+
+def tenant_share() -> float:
+    return float(get("TENANT_SHARE"))  # type: ignore[arg-type]
 
 
 def queues() -> list[str]:

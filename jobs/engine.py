@@ -25,6 +25,7 @@ from django.db.models.functions import Coalesce
 
 from jobs import clock, conf, registry, sql
 from jobs.backoff import DEFAULT_BACKOFF
+from jobs.conf import WORKER_STALE_SECONDS
 from jobs.errors import IllegalTransition, InvalidPayload, LeaseLost, UnknownJobType
 from jobs.models import Job, JobEvent
 
@@ -204,14 +205,18 @@ def claim(worker: str, *, limit: int, queues: Sequence[str] = (),
     update with the attempt count and lease, and the history rows, all or nothing. A job
     with a concurrency key also becomes ``is_current`` for its key, in a transaction of
     its own; a concurrent claimer of the same key trips ``job_one_current_per_key`` and
-    leaves the job alone.
+    leaves the job alone. A tenant holding its share of the workers (``TENANT_SHARE``)
+    has its jobs taken only after every other tenant's due ones.
     """
     now = clock.now()
     token = uuid.uuid4()
     type_names = list(types) if types is not None else registry.names()
+    share = conf.tenant_share()
     params = {"now": now, "types": type_names, "leases": [float(_lease_for(t)) for t in type_names],
-              "queues": list(queues), "limit": limit, "worker": worker, "token": token}
-    rows = _jobs_from(sql.execute(sql.claim(named_queues=bool(queues)), params, binary=True))
+              "queues": list(queues), "limit": limit, "worker": worker, "token": token,
+              "share": share, "live_since": now - timedelta(seconds=WORKER_STALE_SECONDS)}
+    statement = sql.claim(named_queues=bool(queues), fair=share < 1)
+    rows = _jobs_from(sql.execute(statement, params, binary=True))
     jobs = [job for job, row in rows if row["claimed"]]
     keyed = [job.pk for job, row in rows if not row["claimed"]]
     if keyed:

@@ -14,13 +14,12 @@ from datetime import timedelta
 from django.db import connection, transaction
 
 from jobs import clock, engine, metrics
+from jobs.conf import WORKER_STALE_SECONDS
 from jobs.models import Job, Worker
 
 logger = logging.getLogger(__name__)
 
 REAPER_LOCK_ID = 0x636F6E76  # "conv"
-# A worker row not refreshed for this long belongs to a dead process.
-WORKER_STALE_SECONDS = 30
 
 
 @dataclass

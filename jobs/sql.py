@@ -117,8 +117,51 @@ pending_queues(queue) AS (
 """
 
 
+# A due job a worker may run: the conditions of ``JobQuerySet.claimable()`` (which keyed
+# claims and the "why" explanations use); keep the two in step.
+_CLAIMABLE = """
+    j.state = 'pending' AND j.queue = served.queue AND j.run_after <= %(now)s
+    AND j.type = ANY(%(types)s::text[])
+    AND (j.parent_id IS NULL OR EXISTS (
+          SELECT FROM jobs_job p WHERE p.id = j.parent_id AND p.state = 'succeeded'))
+    AND (j.concurrency_key IS NULL OR NOT EXISTS (
+          SELECT FROM jobs_job k
+          WHERE k.concurrency_key = j.concurrency_key AND k.key_scope = j.key_scope
+            AND k.state = 'running'))
+"""
+
+# Per served queue, the best due jobs meeting ``condition``, read in the order of
+# job_claim_idx and locked so that concurrent claimers pass over each other's rows.
+_PER_QUEUE = """
+    SELECT c.id, c.priority, c.concurrency_key, {tier} AS tier
+    FROM served CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.concurrency_key
+        FROM jobs_job j
+        WHERE {claimable} AND {condition}
+        ORDER BY j.priority DESC, j.id
+        LIMIT %(limit)s
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS c
+"""
+
+# Tenants whose jobs already run on their share of the live workers, not counting the
+# claiming worker: ``%(share)s`` of them (at least one). A worker's whole batch counts
+# once, as one worker.
+_CROWDED = """
+live(workers) AS (
+    SELECT greatest(count(*), 1) FROM jobs_worker WHERE last_seen_at >= %(live_since)s
+),
+crowded(tenant_id) AS (
+    SELECT r.tenant_id FROM jobs_job r
+    WHERE r.state = 'running' AND r.tenant_id IS NOT NULL AND r.locked_by <> %(worker)s
+    GROUP BY r.tenant_id
+    HAVING count(DISTINCT r.locked_by) >= greatest(1, floor(%(share)s * (SELECT workers FROM live)))
+),
+"""
+
+
 @cache
-def claim(*, named_queues: bool) -> str:
+def claim(*, named_queues: bool, fair: bool = False) -> str:
     """Take up to ``%(limit)s`` due jobs and start the unkeyed ones, in one statement.
 
     ``picked``: per served queue, the due pending jobs in priority order, read from
@@ -128,8 +171,14 @@ def claim(*, named_queues: bool) -> str:
     ordering all pending rows by priority without a queue would sort the whole backlog
     on every claim (about 100 ms at 20,000 pending jobs, instead of well under 1 ms).
     A job qualifies if its type is registered, its parent (if any) succeeded and no
-    running job holds its concurrency key in its key scope: the conditions of ``JobQuerySet.claimable()``
-    (which keyed claims and the "why" explanations use); keep the two in step.
+    running job holds its concurrency key in its key scope (``_CLAIMABLE``).
+
+    ``fair``: jobs of a tenant that already holds its share of the workers
+    (``_CROWDED``) come after every other due job, whatever their priority. The claim
+    still takes them when nothing else is due, so no worker idles while work waits;
+    but one tenant's flood of slow jobs cannot keep another tenant's job waiting for
+    more than the time one of them takes. Jobs without a tenant (the platform's) are
+    never held back.
 
     ``started``: the unkeyed picks become running: attempt counted, lease stamped with
     this claim's token and the type's lease length (``%(leases)s`` is parallel to
@@ -139,27 +188,27 @@ def claim(*, named_queues: bool) -> str:
     """
     served = _NAMED_QUEUES if named_queues else _PENDING_QUEUES
     recursive = "" if named_queues else _PENDING_QUEUES_CTE
+    if fair:
+        candidates = " UNION ALL ".join([
+            _PER_QUEUE.format(tier=0, claimable=_CLAIMABLE, condition=(
+                "(j.tenant_id IS NULL OR j.tenant_id NOT IN (SELECT tenant_id FROM crowded))")),
+            # The one-time EXISTS keeps this scan from running at all while no tenant is
+            # crowded, which is nearly always.
+            _PER_QUEUE.format(tier=1, claimable=_CLAIMABLE, condition=(
+                "EXISTS (SELECT FROM crowded) AND j.tenant_id IN (SELECT tenant_id FROM crowded)")),
+        ])
+        crowded = _CROWDED
+    else:
+        candidates = _PER_QUEUE.format(tier=0, claimable=_CLAIMABLE, condition="true")
+        crowded = ""
     return f"""
 WITH RECURSIVE {recursive}
 served AS ({served}),
+{crowded}
+candidates AS ({candidates}),
 picked AS (
-    SELECT c.id, c.priority, c.concurrency_key
-    FROM served CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.concurrency_key
-        FROM jobs_job j
-        WHERE j.state = 'pending' AND j.queue = served.queue AND j.run_after <= %(now)s
-          AND j.type = ANY(%(types)s::text[])
-          AND (j.parent_id IS NULL OR EXISTS (
-                SELECT FROM jobs_job p WHERE p.id = j.parent_id AND p.state = 'succeeded'))
-          AND (j.concurrency_key IS NULL OR NOT EXISTS (
-                SELECT FROM jobs_job k
-                WHERE k.concurrency_key = j.concurrency_key AND k.key_scope = j.key_scope
-                  AND k.state = 'running'))
-        ORDER BY j.priority DESC, j.id
-        LIMIT %(limit)s
-        FOR UPDATE OF j SKIP LOCKED
-    ) AS c
-    ORDER BY c.priority DESC, c.id
+    SELECT id, priority, concurrency_key FROM candidates
+    ORDER BY tier, priority DESC, id
     LIMIT %(limit)s
 ),
 started AS (

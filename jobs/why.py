@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 from django.utils.timesince import timeuntil
 
 from jobs import clock, registry
+from jobs.conf import WORKER_STALE_SECONDS
 from jobs.models import Job, Worker
-from jobs.reaper import WORKER_STALE_SECONDS
 
 
 def explain(job: Job) -> str:

@@ -8,8 +8,8 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from jobs import clock
+from jobs.conf import WORKER_STALE_SECONDS
 from jobs.models import Worker
-from jobs.reaper import WORKER_STALE_SECONDS
 from tenancy.scoping import tenant_scope
 
 

@@ -9,9 +9,9 @@ from django.core.management.base import BaseCommand
 from django.db.models import Count, Min
 
 from jobs import clock
+from jobs.conf import WORKER_STALE_SECONDS
 from jobs.management.tables import ago, table
 from jobs.models import Job, Worker
-from jobs.reaper import WORKER_STALE_SECONDS
 
 STATES = [state for state, _ in Job.State.choices]
 

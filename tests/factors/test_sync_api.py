@@ -239,3 +239,17 @@ def test_a_recalculation_can_be_asked_for_a_type_and_year(olga, alice, travel, c
     job = Job.objects.get(pk=response.json()["job"])
     assert job.result["entries"] == 20 and job.created_by.username == "olga"
     assert Emission.objects.filter(factor__classification__haul="short", kg_co2e__gt=1).exists()
+
+
+@pytest.mark.parametrize("url", ["http://10.0.0.7/entries", "http://localhost:8000/admin/",
+                                 "http://169.254.169.254/latest/meta-data/", "http://[::1]/",
+                                 "http://2130706433/"])
+def test_an_api_ingest_from_an_internal_address_is_refused_naming_the_url_field(
+        alice, travel, upload_dir, url):
+    response = alice.post("/sync/api-ingest", {"report": travel.report_id, "module": "travel",
+                                               "data_entry_type": "plane", "url": url},
+                          format="json")
+
+    assert response.status_code == 400
+    assert response.json() == {"url": ["is not allowed: its host is not a public internet address"]}
+    assert nothing_written(upload_dir)

@@ -23,8 +23,11 @@ DEFAULTS: dict[str, object] = {
     # Rows an ingest loads before it queues their recalculation, so that another worker
     # computes emissions while the load goes on (0: recalculate only after the load).
     "RECALC_CHUNK_ROWS": 50_000,
-    # HTTP JSON sources (unit directory, API ingest).
-    "HTTP_TIMEOUT_SECONDS": 10.0,
+    # HTTP JSON sources (unit directory, API ingest), fetched under the intake's
+    # outbound rules: seconds to resolve, connect and shake hands; seconds for the whole
+    # fetch, body included (a source that trickles is cut off then); the body's bound.
+    "HTTP_CONNECT_SECONDS": 10.0,
+    "HTTP_DEADLINE_SECONDS": 60.0,
     "HTTP_MAX_BYTES": 50 * MB,
     # The unit directory's JSON endpoint, when POST /sync/units names no source.
     "UNITS_URL": "",
@@ -61,8 +64,12 @@ def recalc_chunk_rows() -> int:
     return int(get("RECALC_CHUNK_ROWS"))  # type: ignore[call-overload]
 
 
-def http_timeout() -> float:
-    return float(get("HTTP_TIMEOUT_SECONDS"))  # type: ignore[arg-type]
+def http_connect_seconds() -> float:
+    return float(get("HTTP_CONNECT_SECONDS"))  # type: ignore[arg-type]
+
+
+def http_deadline_seconds() -> float:
+    return float(get("HTTP_DEADLINE_SECONDS"))  # type: ignore[arg-type]
 
 
 def http_max_bytes() -> int:

@@ -1,58 +1,44 @@
 """Reading JSON from HTTP sources (the unit directory, API ingest), with the failures of
-the outside world sorted into retryable and not: a 5xx, a 429, a timeout or a refused
-connection is worth retrying later; a 4xx or a body that is not JSON is not."""
+the outside world sorted into retryable and not: a 5xx, a 429, a timeout or an
+unreachable host is worth retrying later; a 4xx, a body that is not JSON or a URL the
+outbound rules refuse is not.
+
+The URLs come from tenants and operators, so they are fetched under the intake's
+outbound rules (``intake.http_sources``: public addresses unless allow-listed, every
+redirect checked, a total deadline, a size bound), and every error message is safe to
+show whoever supplied the URL.
+"""
 
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from typing import Any
-from urllib.parse import urlsplit
 
 from factors import conf
+from intake import http_sources
 
+# One error for both layers: a failed fetch and a body that is not JSON alike.
+SourceError = http_sources.FetchError
 
-class SourceError(Exception):
-    """The source could not be read; ``transient`` says whether a retry may help."""
-
-    def __init__(self, message: str, *, transient: bool) -> None:
-        super().__init__(message)
-        self.transient = transient
+HEADERS = {"Accept": "application/json", "User-Agent": "conveyor-factors/1"}
 
 
 def check_url(url: str) -> str | None:
-    """Why ``url`` cannot be a source (None: it can). Only http and https: a file:// or
-    ftp:// URL would let a caller read the server's own files."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        return "must be an http:// or https:// URL"
-    return None
+    """Why ``url`` cannot be a source (None: it can, as far as is known before fetching
+    it). Only http and https: a file:// or ftp:// URL would let a caller read the
+    server's own files; and only hosts the outbound rules allow, so that a request
+    naming an internal address is refused at once rather than by its job."""
+    return http_sources.check(url, timeout=conf.http_connect_seconds())
 
 
 def fetch_json(url: str) -> Any:
     """GET ``url`` and decode its JSON body (numbers kept as their exact text)."""
-    problem = check_url(url)
-    if problem:
-        raise SourceError(f"{url!r} {problem}", transient=False)
-    request = urllib.request.Request(url, headers={"Accept": "application/json",
-                                                   "User-Agent": "conveyor-factors/1"})
-    timeout, limit = conf.http_timeout(), conf.http_max_bytes()
+    limits = http_sources.Limits(connect_seconds=conf.http_connect_seconds(),
+                                 deadline_seconds=conf.http_deadline_seconds(),
+                                 max_bytes=conf.http_max_bytes())
+    fetched = http_sources.fetch(url, limits, headers=HEADERS)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = response.read(limit + 1)
-    except urllib.error.HTTPError as exc:
-        retry = exc.code >= 500 or exc.code == 429
-        raise SourceError(f"{url} answered {exc.code} {exc.reason}", transient=retry) from exc
-    except TimeoutError as exc:
-        raise SourceError(f"{url} did not answer within {timeout:g} s", transient=True) from exc
-    except (urllib.error.URLError, ConnectionError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise SourceError(f"could not reach {url}: {reason}", transient=True) from exc
-    if len(body) > limit:
-        raise SourceError(f"{url} sent more than {limit // (1024 * 1024)} MB", transient=False)
-    try:
-        return json_document(body)
+        return json_document(fetched.body)
     except SourceError as exc:
         raise SourceError(f"{url} did not send valid JSON: {exc}", transient=False) from exc
 

@@ -38,6 +38,16 @@ def env_int(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name} must be an integer, got {value!r}") from exc
 
 
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        return float(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be a number, got {value!r}") from exc
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     value = os.environ.get(name)
     if value is None:
@@ -60,6 +70,7 @@ INSTALLED_APPS = [
     # The engine; its cluster integration hooks django-q2 (jobs/cluster.py).
     "jobs",
     "tenancy",
+    "intake",
     "factors",
     "django.contrib.admin",
     "django.contrib.auth",
@@ -223,14 +234,23 @@ JOBS_TENANT_SHARE = float(os.environ.get("JOBS_TENANT_SHARE", "0.5"))
 JOBS_HANDLER_MODULES = env_list("JOBS_HANDLER_MODULES", [])
 
 # The CO2 calculator's bulk path (factors/conf.py holds the defaults and their meaning):
-# batch sizes can be tuned per deployment without a code change.
-for _name in ("INGEST_BATCH_ROWS", "RECALC_BATCH_ROWS", "RECALC_CHUNK_ROWS"):
+# batch sizes and the HTTP sources' body bound can be tuned without a code change.
+for _name in ("INGEST_BATCH_ROWS", "RECALC_BATCH_ROWS", "RECALC_CHUNK_ROWS", "HTTP_MAX_BYTES"):
     if f"FACTORS_{_name}" in os.environ:
         globals()[f"FACTORS_{_name}"] = env_int(f"FACTORS_{_name}", 0)
 # Staged uploads wait here for their ingest job: one directory every web and worker
 # process sees (a shared volume when they run on several machines).
 if os.environ.get("FACTORS_UPLOAD_DIR"):
     FACTORS_UPLOAD_DIR = os.environ["FACTORS_UPLOAD_DIR"]
+
+# Outbound HTTP to tenant-supplied URLs (intake/http_sources.py has the rules): only
+# public internet addresses, unless listed here (CIDRs and host names, comma-separated).
+INTAKE_HTTP_ALLOW = env_list("INTAKE_HTTP_ALLOW", [])
+# The CO2 calculator's HTTP sources: connect timeout and total deadline (seconds), and
+# the body's size bound (FACTORS_HTTP_MAX_BYTES, above).
+for _name in ("HTTP_CONNECT_SECONDS", "HTTP_DEADLINE_SECONDS"):
+    if f"FACTORS_{_name}" in os.environ:
+        globals()[f"FACTORS_{_name}"] = env_float(f"FACTORS_{_name}", 0.0)
 
 LOGGING = {
     "version": 1,

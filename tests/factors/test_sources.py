@@ -81,7 +81,7 @@ def test_a_unit_directory_answering_500_is_retried_after_backoff(olga, acme, sou
 
 def test_a_unit_directory_that_does_not_answer_in_time_is_retried(olga, source_server, clock,
                                                                   settings):
-    settings.FACTORS_HTTP_TIMEOUT_SECONDS = 0.3
+    settings.FACTORS_HTTP_DEADLINE_SECONDS = 0.3
     job = job_of(sync(olga, source_server.raw("/units", b"{}", delay=2)))
 
     run_until_idle()
@@ -89,6 +89,18 @@ def test_a_unit_directory_that_does_not_answer_in_time_is_retried(olga, source_s
     job.refresh_from_db()
     assert job.state == Job.State.PENDING
     assert "did not answer within 0.3 s" in job.last_error
+
+
+def test_a_unit_directory_that_trickles_is_cut_off_at_the_deadline_and_retried(
+        olga, source_server, clock, settings):
+    settings.FACTORS_HTTP_DEADLINE_SECONDS = 0.5
+    job = job_of(sync(olga, source_server.raw("/units", b"[" + b" " * 100 + b"]", trickle=0.1)))
+
+    run_until_idle()
+
+    job.refresh_from_db()
+    assert (job.state, job.error_kind) == (Job.State.PENDING, Job.ErrorKind.TRANSIENT)
+    assert "did not send its whole answer within 0.5 s" in job.last_error
 
 
 @pytest.mark.parametrize(("body", "reason"), [
@@ -147,6 +159,34 @@ def test_only_http_urls_are_sources(olga):
     response = sync(olga, "file:///etc/passwd")
     assert response.status_code == 400
     assert response.json()["url"] == ["must be an http:// or https:// URL"]
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:5432/", "http://localhost/units",
+                                 "http://169.254.169.254/latest/meta-data/", "http://10.1.2.3/"])
+def test_a_unit_directory_on_an_internal_address_is_refused_at_once(olga, url):
+    response = sync(olga, url)
+    assert response.status_code == 400
+    assert response.json() == {"url": ["is not allowed: its host is not a public internet address"]}
+    assert not Job.objects.exists()
+
+
+def test_a_job_whose_source_is_refused_fails_for_good_without_naming_the_address(
+        olga, source_server, clock, settings):
+    """The name was allowed when the sync was asked for and is not any more when the job
+    runs (as when a name's DNS answer changes): the job fails, and its error, which the
+    caller sees, does not say what the name resolved to. Nothing was sent to it."""
+    settings.INTAKE_HTTP_ALLOW = ["localhost"]
+    source_server.json("/units", DIRECTORY)
+    job = job_of(sync(olga, source_server.url("/units", host="localhost")))
+    settings.INTAKE_HTTP_ALLOW = []
+
+    run_until_idle()
+
+    job.refresh_from_db()
+    assert (job.state, job.error_kind) == (Job.State.FAILED, Job.ErrorKind.PERMANENT)
+    assert "is not allowed: its host is not a public internet address" in job.last_error
+    assert "127.0.0.1" not in job.last_error
+    assert source_server.hits == []
 
 
 # --- API ingest ------------------------------------------------------------------------------------

@@ -257,3 +257,17 @@ def test_a_shared_pipeline_shows_a_member_only_their_tenants_modules(olga, alice
     assert seen_by_alice.status_code == 200
     assert {m["unit"] for m in seen_by_alice.json()["modules"]} == {travel.report.unit.code}
     assert "GLOBEX" not in seen_by_alice.content.decode()
+
+
+@pytest.mark.parametrize("url", ["http://10.0.0.7/entries", "http://localhost:8000/admin/",
+                                 "http://169.254.169.254/latest/meta-data/", "http://[::1]/",
+                                 "http://2130706433/"])
+def test_an_api_ingest_from_an_internal_address_is_refused_naming_the_url_field(
+        alice, travel, upload_dir, url):
+    response = alice.post("/sync/api-ingest", {"report": travel.report_id, "module": "travel",
+                                               "data_entry_type": "plane", "url": url},
+                          format="json")
+
+    assert response.status_code == 400
+    assert response.json() == {"url": ["is not allowed: its host is not a public internet address"]}
+    assert nothing_written(upload_dir)

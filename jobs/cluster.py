@@ -49,7 +49,7 @@ def start() -> EngineWorker:
     if _worker is not None:
         return _worker
     close_old_connections()
-    _worker = EngineWorker()
+    _worker = EngineWorker(exit_when_stuck=True)
     # Not a daemon: the interpreter waits for the current job to finish before exiting.
     _thread = threading.Thread(target=_worker.run, name="conveyor-engine", daemon=False)
     _thread.start()

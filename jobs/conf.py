@@ -42,6 +42,11 @@ DEFAULTS: dict[str, object] = {
     "WORKER_CONNECTION_MAX_AGE": 300.0,
     # The engine's per-batch statements run as prepared statements (see jobs.sql.execute).
     "PREPARED_STATEMENTS": True,
+    # Seconds a handler may run before the worker interrupts it (a handler may declare
+    # its own), and how long an interrupted handler may take to stop before its worker
+    # process records the attempt as failed and exits, to be replaced by a fresh one.
+    "HANDLER_TIMEOUT_SECONDS": 1800.0,
+    "STUCK_GRACE_SECONDS": 30.0,
     # The share of the live workers one tenant's jobs may hold before the claims prefer
     # every other tenant's due jobs to theirs (at least one worker each). Work-conserving:
     # past its share a tenant still gets the workers nobody else needs. 1 turns it off.
@@ -104,6 +109,14 @@ def worker_connection_max_age() -> float:
 
 def prepared_statements() -> bool:
     return bool(get("PREPARED_STATEMENTS"))
+
+
+def handler_timeout_seconds() -> float:
+    return float(get("HANDLER_TIMEOUT_SECONDS"))  # type: ignore[arg-type]
+
+
+def stuck_grace_seconds() -> float:
+    return float(get("STUCK_GRACE_SECONDS"))  # type: ignore[arg-type]
 
 
 def tenant_share() -> float:

@@ -403,9 +403,10 @@ def record_refusal(job: Job, what: str, *, worker: str = "") -> None:
 
 
 def fail(job: Job, token: uuid.UUID, error: str, *, permanent: bool = False,
-         worker: str = "") -> str:
+         worker: str = "", error_kind: str | None = None) -> str:
     """Record a failed attempt: retry after the handler's backoff, or fail for good.
 
+    ``error_kind`` overrides the kind recorded (transient or permanent by default).
     Returns the job's new state. Raises LeaseLost if the attempt was fenced out.
     """
     now = clock.now()
@@ -416,12 +417,13 @@ def fail(job: Job, token: uuid.UUID, error: str, *, permanent: bool = False,
             backoff = handler.backoff if handler else DEFAULT_BACKOFF
             run_after = now + backoff.delay(max(job.attempts, 1))
             updated = _fenced(job, token).update(
-                state=State.PENDING, run_after=run_after, error_kind=Job.ErrorKind.TRANSIENT,
-                last_error=error, **NO_LEASE)
+                state=State.PENDING, run_after=run_after,
+                error_kind=error_kind or Job.ErrorKind.TRANSIENT, last_error=error, **NO_LEASE)
             kind, to_state = Kind.RETRY_SCHEDULED, State.PENDING
             message = f"attempt {job.attempts} failed, retry at {run_after:%Y-%m-%d %H:%M:%S}: {error}"
         else:
-            kind_of = Job.ErrorKind.PERMANENT if permanent else Job.ErrorKind.TRANSIENT
+            kind_of = error_kind or (Job.ErrorKind.PERMANENT if permanent
+                                     else Job.ErrorKind.TRANSIENT)
             updated = _fenced(job, token).update(
                 state=State.FAILED, finished_at=now, error_kind=kind_of, last_error=error,
                 **NO_LEASE)

@@ -57,6 +57,7 @@ class Job(models.Model):
         TRANSIENT = "transient", "Transient (retried)"
         PERMANENT = "permanent", "Permanent"
         LEASE_EXPIRED = "lease_expired", "Lease expired (worker died)"
+        TIMEOUT = "timeout", "Ran past its time limit"
         PARENT_FAILED = "parent_failed", "Parent did not succeed"
 
     UNFINISHED = (State.PENDING, State.RUNNING)

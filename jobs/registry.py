@@ -32,6 +32,8 @@ class Handler:
     max_attempts: int = 5
     backoff: Backoff = DEFAULT_BACKOFF
     lease: float | None = None
+    # Seconds a run may take before the worker interrupts it (None: HANDLER_TIMEOUT_SECONDS).
+    timeout: float | None = None
     atomic: bool = True
     subscribes: tuple[str, ...] = ()
     # Concurrency keys shared by every tenant's jobs of this type (normally a key applies
@@ -54,6 +56,8 @@ def register(handler: Handler) -> Handler:
         raise ValueError(f"handler name {handler.name!r} must be dotted, like 'app.action'")
     if handler.max_attempts < 1:
         raise ValueError(f"handler {handler.name!r}: max_attempts must be at least 1")
+    if handler.timeout is not None and handler.timeout <= 0:
+        raise ValueError(f"handler {handler.name!r}: timeout must be positive")
     existing = _handlers.get(handler.name)
     if existing is not None and existing.func is not handler.func:
         _duplicates.append((handler.name, _where(handler.func)))
@@ -69,6 +73,7 @@ def handler(
     max_attempts: int = 5,
     backoff: Backoff = DEFAULT_BACKOFF,
     lease: float | None = None,
+    timeout: float | None = None,
     atomic: bool = True,
     subscribes: tuple[str, ...] | list[str] = (),
     api_payload: type[Serializer] | None = None,
@@ -81,9 +86,12 @@ def handler(
     roll back). Long handlers that commit in batches pass ``atomic=False`` and must be
     idempotent. ``subscribes`` names events whose publication enqueues one delivery job
     for this handler. ``lease`` (seconds without a heartbeat before the job is presumed
-    dead) defaults to ``JOBS_LEASE_SECONDS``. A concurrency key applies within the job's
-    tenant; ``global_keys=True`` makes this type's keys one across tenants (a resource
-    every tenant shares, such as an outside system that takes one caller at a time).
+    dead) defaults to ``JOBS_LEASE_SECONDS``. ``timeout`` (seconds a run may take; default
+    ``JOBS_HANDLER_TIMEOUT_SECONDS``) is enforced by the worker (``jobs.time_limits``): a
+    run past it is interrupted and retried like a transient failure. A concurrency key
+    applies within the job's tenant; ``global_keys=True`` makes this type's keys one
+    across tenants (a resource every tenant shares, such as an outside system that takes
+    one caller at a time).
 
     A payload is untrusted input: only a type that names an ``api_payload`` serializer
     (a ``jobs.ApiPayload``) may be enqueued through ``POST /api/jobs/``, and what reaches
@@ -100,6 +108,7 @@ def handler(
                 max_attempts=max_attempts,
                 backoff=backoff,
                 lease=lease,
+                timeout=timeout,
                 atomic=atomic,
                 subscribes=tuple(subscribes),
                 api_payload=api_payload,

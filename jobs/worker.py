@@ -29,6 +29,7 @@ from jobs.context import JobContext, ProgressSlot
 from jobs.errors import LeaseLost, PermanentError, Snooze
 from jobs.models import Job, Worker
 from jobs.notify import Listener
+from jobs.time_limits import HandlerTimeout, Limit, Watcher
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +38,19 @@ def default_worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+# The exit status of a worker process that ends itself because a handler would not stop.
+EXIT_STUCK_HANDLER = 70
+
+
 class EngineWorker:
     def __init__(self, *, name: str | None = None, queues: list[str] | None = None,
-                 batch_size: int | None = None) -> None:
+                 batch_size: int | None = None, exit_when_stuck: bool = False) -> None:
+        """``exit_when_stuck``: a worker process (the cluster's, ``jobs_worker``) ends
+        itself when a handler runs on past its time limit and the interruption, so that
+        its supervisor replaces it; in tests and inline runs it only reports it."""
         self.name = name or default_worker_name()
+        self.exit_when_stuck = exit_when_stuck
+        self._time_limits = Watcher(grace=conf.stuck_grace_seconds(), on_stuck=self._on_stuck)
         self.queues = list(queues if queues is not None else conf.queues())
         self.batch_size = batch_size or conf.claim_batch()
         # Without an explicit batch size the claims follow the pace of the work (below).
@@ -264,6 +274,8 @@ class EngineWorker:
             return "succeeded"
         except LeaseLost:
             raise
+        except HandlerTimeout as timeout:
+            return self._timed_out(job, token, timeout)
         except Snooze as snooze:
             engine.snooze(job, token, snooze.seconds, message=str(snooze), worker=self.name)
             return "snoozed"
@@ -276,11 +288,22 @@ class EngineWorker:
             state = engine.fail(job, token, _describe(error, with_traceback=True), worker=self.name)
             return "retried" if state == Job.State.PENDING else "failed"
 
+    def _timed_out(self, job: Job, token: uuid.UUID, timeout: HandlerTimeout) -> str:
+        """A handler interrupted at its time limit: a transient failure of the attempt."""
+        if not connection.in_atomic_block:
+            # The interruption may have cut a database round trip in half.
+            connection.close()
+        state = engine.fail(job, token, f"HandlerTimeout: {timeout}", worker=self.name,
+                            error_kind=Job.ErrorKind.TIMEOUT)
+        return "retried" if state == Job.State.PENDING else "failed"
+
     def _succeed(self, handler: registry.Handler, ctx: JobContext, token: uuid.UUID,
                  successes: list[engine.Success] | None) -> None:
         started = time.perf_counter()
+        seconds = handler.timeout or conf.handler_timeout_seconds()
         try:
-            result = handler(ctx)
+            result = self._time_limits.call(lambda: handler(ctx), seconds=seconds,
+                                            job_id=ctx.job.pk)
         finally:
             self._durations[handler.name] = time.perf_counter() - started
         try:
@@ -293,6 +316,30 @@ class EngineWorker:
         else:
             engine.enqueue_children(ctx.job, ctx.children)
             successes.append(engine.Success(ctx.job, result, ctx.progress_slot.take()))
+
+    def _on_stuck(self, limit: Limit) -> None:
+        """A handler ignored its interruption for the grace period (blocked in C code, or
+        it swallowed the exception). Runs on the time-limit watcher's thread."""
+        logger.critical("job %s is still running %g s after its time limit interrupted it",
+                        limit.job_id, self._time_limits.grace,
+                        extra={"job": limit.job_id, "worker": self.name})
+        if not self.exit_when_stuck:
+            return
+        try:
+            with self._lock:
+                token, held = self._token, set(self._held)
+            if token is not None:
+                stuck = Job.objects.get(pk=limit.job_id)
+                engine.fail(stuck, token, f"HandlerTimeout: ran past its time limit of "
+                            f"{limit.seconds:g} s and did not stop; its worker process exited "
+                            f"to be replaced", worker=self.name, error_kind=Job.ErrorKind.TIMEOUT)
+                unstarted = list(Job.objects.filter(pk__in=held - {limit.job_id}))
+                engine.release(unstarted, token, worker=self.name)
+        except Exception:
+            logger.exception("could not record the stuck job %s before exiting", limit.job_id)
+        finally:
+            logging.shutdown()
+            os._exit(EXIT_STUCK_HANDLER)
 
     # --- heartbeat thread ---------------------------------------------------------------------
 

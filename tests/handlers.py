@@ -138,3 +138,30 @@ def fail_unless_file(ctx: jobs.JobContext) -> str:
         raise jobs.PermanentError(f"flag file {ctx.payload['flag']} is missing")
     ctx.progress(2, 2, "flag file found")
     return "ok"
+
+
+@jobs.handler("tests.overrun", max_attempts=2, timeout=0.3, backoff=Fixed(seconds=60))
+def overrun(ctx: jobs.JobContext) -> str:
+    """Keeps working (in Python) far past its 0.3 s limit."""
+    deadline = time.monotonic() + ctx.payload.get("for", 30)
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    return "finished"
+
+
+@jobs.handler("tests.overrun_swallowing", max_attempts=1, timeout=0.3)
+def overrun_swallowing(ctx: jobs.JobContext) -> str:
+    """Catches the interruption and returns as if all was well."""
+    try:
+        while True:
+            time.sleep(0.01)
+    except BaseException:
+        return "pretended to finish"
+
+
+@jobs.handler("tests.blocked", max_attempts=1, timeout=0.3)
+def blocked(ctx: jobs.JobContext) -> str:
+    """Blocks in one C call (a sleep) that no Python exception can cut short."""
+    Path(ctx.payload["started"]).write_text(str(os.getpid()))
+    time.sleep(ctx.payload.get("for", 30))
+    return "woke up"

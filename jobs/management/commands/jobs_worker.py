@@ -43,7 +43,7 @@ class Command(BaseCommand):
                concurrency: int, exit_when_idle: bool, **options: Any) -> None:
         base = default_worker_name()
         workers = [EngineWorker(name=f"{base}-{n}" if concurrency > 1 else base,
-                                queues=queues, batch_size=batch_size)
+                                queues=queues, batch_size=batch_size, exit_when_stuck=True)
                    for n in range(1, concurrency + 1)]
         mode = "until idle" if exit_when_idle else "until stopped"
         self.stdout.write(f"Running {len(workers)} worker(s) {mode}: "

@@ -1,0 +1,278 @@
+"""Another tenant's ids, at every door.
+
+Acme has reports, entries, a finished pipeline, a failed job, a waiting job, a published
+event and a staged upload. Globex's staff and members hold all of Acme's ids and try
+every endpoint of the API (each URL pattern is probed: a new endpoint without a probe
+fails ``test_every_endpoint_is_probed``), the event streams, the WebSocket and the
+admin. They get refusals that look like "no such thing", listings without Acme's rows,
+and Acme's data stays exactly as it was. The job handlers get the same treatment in
+``tests/factors/test_job_tenancy.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import Permission
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import AsyncClient, Client
+from django.urls import get_resolver
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+import jobs
+from factors import csv_schemas, staging
+from factors.models import CarbonReport, DataEntry, Emission, ReportModule, Upload
+from jobs.clock import ManualClock, use_clock
+from jobs.models import Event, Job
+from jobs.streams.hub import get_hub
+from jobs.streams.ws import JobEventsConsumer
+from jobs.worker import run_until_idle
+from tests.base import T0, make_job, staff, tenant
+from tests.factors.builders import csv_bytes, dispatch, module, plane_factors, plane_rows, report
+
+pytestmark = pytest.mark.django_db
+
+ACME_MARK = "ACME-SECRET-LAB"
+HEADER = ["quantity", "unit", "haul", "cabin"]
+
+
+@dataclass
+class Acme:
+    tenant: Any
+    report: CarbonReport
+    travel: ReportModule
+    entry: DataEntry
+    ingest: Job
+    failed: Job
+    waiting: Job
+    event: Event
+    upload: staging.StagedUpload
+
+
+@pytest.fixture
+def clock():
+    with use_clock(ManualClock(T0)) as manual:
+        yield manual
+
+
+@pytest.fixture(autouse=True)
+def upload_dir(tmp_path, settings):
+    settings.FACTORS_UPLOAD_DIR = str(tmp_path / "uploads")
+
+
+@pytest.fixture
+def acme(clock) -> Acme:
+    owner = tenant("Acme")
+    plane_factors()
+    the_report = report(ACME_MARK, tenant=owner)
+    travel = module(the_report, "travel")
+    started = dispatch(travel, csv_bytes(HEADER, plane_rows(12)))
+    run_until_idle()
+    failed = make_job("tests.permanent", {"secret": ACME_MARK}, tenant=owner)
+    run_until_idle()
+    waiting = make_job("tests.noop", {"secret": ACME_MARK}, tenant=owner,
+                       run_after=clock.now().replace(year=2030))
+    event = jobs.publish("OrderPlaced", {"secret": ACME_MARK}, tenant=owner)
+    _, upload = staging.stage(io.BytesIO(csv_bytes(HEADER, plane_rows(3))),
+                              csv_schemas.entries("plane"))
+    staging.register(upload, Upload.Kind.ENTRIES, tenant_id=owner.pk)
+    return Acme(owner, the_report, travel, DataEntry.objects.filter(module=travel).first(),
+                started.job, Job.objects.get(pk=failed.pk), waiting, event, upload)
+
+
+def snapshot(acme: Acme) -> tuple[Any, ...]:
+    return (
+        sorted(Job.objects.filter(tenant=acme.tenant).values_list("id", "state", "attempts",
+                                                                   "run_after", "max_attempts")),
+        sorted(DataEntry.objects.filter(module=acme.travel).values_list("id", "quantity", "unit")),
+        sorted(Emission.objects.values_list("data_entry_id", "kg_co2e")),
+        ReportModule.objects.get(pk=acme.travel.pk).stats,
+        CarbonReport.objects.get(pk=acme.report.pk).stats,
+        Upload.objects.filter(tenant=acme.tenant).count(),
+    )
+
+
+def token_client(user: Any) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+@pytest.fixture
+def globex() -> dict[str, APIClient]:
+    other = tenant("Globex")
+    return {"staff": token_client(staff("gina", of=other)),
+            "member": token_client(staff("gus", of=other, is_staff=False))}
+
+
+def probes(acme: Acme) -> list[tuple[str, str, str, dict[str, Any] | None]]:
+    """(URL name, method, path, body) with Acme's ids in every slot."""
+    report_id, job = acme.report.pk, acme.failed.pk
+    module_path = f"/v1/carbon_reports/{report_id}/modules/travel"
+    entries = f"{module_path}/data-entries"
+    csv_file = csv_bytes(HEADER, plane_rows(2))
+    return [
+        ("job-detail", "get", f"/api/jobs/{job}/", None),
+        ("job-cancel", "post", f"/api/jobs/{acme.waiting.pk}/cancel/", {}),
+        ("job-recover", "post", f"/api/jobs/{acme.waiting.pk}/recover/", {}),
+        ("job-retry", "post", f"/api/jobs/{job}/retry/", {}),
+        ("job-run-now", "post", f"/api/jobs/{acme.waiting.pk}/run-now/", {}),
+        ("sync-job-recover", "post", f"/sync/jobs/{acme.waiting.pk}/recover", {}),
+        ("event-detail", "get", f"/api/events/{acme.event.pk}/", None),
+        ("factors-report", "get", f"/v1/carbon_reports/{report_id}", None),
+        ("factors-module", "get", module_path, None),
+        ("factors-entries", "get", entries, None),
+        ("factors-entries", "post", entries, {"data_entry_type": "plane", "quantity": "1",
+                                              "classification": {"haul": "short",
+                                                                 "cabin": "economy"}}),
+        ("factors-entry", "get", f"{entries}/{acme.entry.pk}", None),
+        ("factors-entry", "patch", f"{entries}/{acme.entry.pk}", {"quantity": "999"}),
+        ("factors-entry", "delete", f"{entries}/{acme.entry.pk}", None),
+        ("factors-dispatch", "multipart", "/sync/dispatch", {
+            "report": report_id, "module": "travel", "data_entry_type": "plane",
+            "file": SimpleUploadedFile("e.csv", csv_file)}),
+        ("factors-api-ingest", "post", "/sync/api-ingest", {
+            "report": report_id, "module": "travel", "data_entry_type": "plane",
+            "url": "https://example.org/entries.json"}),
+        ("factors-upload", "multipart", "/sync/factors/plane", {
+            "file": SimpleUploadedFile("f.csv", csv_file)}),
+        ("factors-units", "post", "/sync/units", {"year": 2024,
+                                                  "url": "https://example.org/units.json"}),
+        ("factors-recalculate", "post", "/sync/recalculate-emissions/plane", {"year": 2024}),
+        ("factors-pipeline", "get", f"/sync/pipelines/{acme.ingest.pipeline_id}", None),
+    ]
+
+
+# Listings and pages that name no object: they answer, but with none of Acme's rows.
+LISTINGS = {
+    "job-list": "/api/jobs/", "event-list": "/api/events/",
+    "job-dashboard": "/api/jobs/dashboard/?window=7d", "factors-reports": "/v1/carbon_reports",
+    "metrics": "/metrics", "api-schema": "/api/schema/", "api-docs": "/api/docs/",
+}
+
+
+def call(client: APIClient, method: str, path: str, body: dict[str, Any] | None) -> Any:
+    if method == "multipart":
+        return client.post(path, body, format="multipart")
+    if body is None:
+        return getattr(client, method)(path)
+    return getattr(client, method)(path, body, format="json")
+
+
+def url_names() -> set[str]:
+    names: set[str] = set()
+
+    def walk(patterns: list[Any]) -> None:
+        for pattern in patterns:
+            if hasattr(pattern, "url_patterns"):
+                if not str(pattern.pattern).startswith("admin"):
+                    walk(pattern.url_patterns)
+            elif pattern.name:
+                names.add(pattern.name)
+
+    walk(get_resolver().url_patterns)
+    return names
+
+
+def streams(acme: Acme) -> dict[str, str]:
+    """The SSE endpoints (probed in a transactional test: they read on their own
+    connections, which see only committed rows)."""
+    return {"job-events": f"/jobs/{acme.failed.pk}/events",
+            "pipeline-events": f"/sync/pipelines/{acme.ingest.pipeline_id}/events"}
+
+
+def test_every_endpoint_is_probed(acme):
+    probed = {name for name, *_ in probes(acme)} | set(LISTINGS) | set(streams(acme))
+    assert url_names() - probed == set(), "an endpoint has no cross-tenant probe"
+
+
+@pytest.mark.parametrize("who", ["staff", "member"])
+def test_acmes_ids_at_every_endpoint_find_nothing_and_change_nothing(acme, globex, who):
+    before = snapshot(acme)
+    client = globex[who]
+
+    answers = {(name, method): call(client, method, path, body)
+               for name, method, path, body in probes(acme)}
+
+    statuses = {key: response.status_code for key, response in answers.items()}
+    assert all(status in (403, 404) for status in statuses.values()), statuses
+    for response in answers.values():
+        assert ACME_MARK not in response.content.decode(errors="replace")
+    assert snapshot(acme) == before
+
+
+@pytest.mark.parametrize("who", ["staff", "member"])
+def test_listings_show_none_of_acmes_rows(acme, globex, who):
+    client = globex[who]
+
+    for name, path in LISTINGS.items():
+        response = client.get(path)
+        assert response.status_code < 500, (name, response.status_code)
+        assert ACME_MARK not in response.content.decode(errors="replace"), name
+    assert client.get("/api/jobs/").json()["results"] == []
+    assert client.get("/api/events/").json()["results"] == []
+    dashboard = client.get("/api/jobs/dashboard/?window=7d").json()
+    assert dashboard["types"] == [] and dashboard["queues"] == []
+
+
+def test_the_admin_shows_globex_staff_none_of_acmes_objects(acme):
+    gina = staff("gina", of=tenant("Globex"))
+    gina.user_permissions.set(Permission.objects.filter(
+        content_type__app_label__in=["jobs", "factors"]))
+    browser = Client()
+    browser.force_login(gina)
+    pages = [f"/admin/jobs/job/{acme.failed.pk}/change/",
+             f"/admin/jobs/job/pipeline/{acme.ingest.pipeline_id}/",
+             f"/admin/factors/carbonreport/{acme.report.pk}/change/",
+             f"/admin/factors/upload/{acme.upload.id}/change/"]
+    for page in pages:
+        response = browser.get(page)
+        assert response.status_code in (302, 403, 404), page
+        assert ACME_MARK not in response.content.decode(errors="replace"), page
+    listing = browser.get("/admin/jobs/job/")
+    assert listing.status_code == 200 and ACME_MARK not in listing.content.decode()
+    before = snapshot(acme)
+    browser.post(f"/admin/jobs/job/{acme.waiting.pk}/cancel/")
+    assert snapshot(acme) == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_streams_and_the_websocket_refuse_acmes_job_and_pipeline(acme):
+    gina = staff("gina", of=tenant("Globex"))
+
+    async def main() -> list[Any]:
+        sse = AsyncClient()
+        await sse.aforce_login(gina)
+        for name, path in streams(acme).items():
+            response = await sse.get(path)
+            assert response.status_code == 404, name
+            assert ACME_MARK not in response.content.decode()
+        ws = WebsocketCommunicator(JobEventsConsumer.as_asgi(), "/ws/jobs/")
+        ws.scope["user"] = gina
+        assert (await ws.connect())[0]
+        replies = []
+        for message in ({"subscribe": {"job": acme.failed.pk}},
+                        {"subscribe": {"pipeline": str(acme.ingest.pipeline_id)}},
+                        {"subscribe": {"jobs": [acme.failed.pk, acme.waiting.pk]}}):
+            await ws.send_json_to(message)
+            replies.append(await ws.receive_json_from(5))
+        await ws.disconnect()
+        return replies
+
+    async def bounded() -> list[Any]:
+        try:
+            return await asyncio.wait_for(main(), 20)
+        finally:
+            await get_hub().stop()
+
+    replies = asyncio.run(bounded())
+    assert replies[0] == {"error": f"job {acme.failed.pk} not found"}
+    assert replies[1] == {"error": f"pipeline {acme.ingest.pipeline_id} not found"}
+    assert replies[2] == {"subscribed": {"jobs": []},
+                          "refused": [acme.failed.pk, acme.waiting.pk]}

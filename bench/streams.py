@@ -1,11 +1,12 @@
-"""Live streams under load: one daphne process holding many SSE clients on one pipeline.
+"""Live streams under load: one web process (uvicorn) holding many SSE clients on one pipeline.
 
     .venv/bin/python bench/streams.py [--clients 500] [--redis] [--json]
 
 On a scratch database (created and dropped here, on the server the project uses): a
 ``bench.progress`` job reporting progress for a few seconds, ``--clients`` SSE clients
-(raw asyncio streams, HTTP/1.0) connected to ``/sync/pipelines/<id>/events`` of one
-daphne process before a ``manage.py jobs_worker`` process runs the job. Figures:
+(raw asyncio streams, HTTP/1.1 as browsers speak it: the body is chunked) connected to
+``/sync/pipelines/<id>/events`` of one web process (``python -m project.web``) before a
+``manage.py jobs_worker`` process runs the job. Figures:
 delivery latency p50/p95/max from the JobEvent's ``at`` (the worker's clock; same
 machine) to receipt by a client, events delivered of those expected, and the web
 process's peak RSS and CPU% (from /proc) while it streams. ``--redis`` runs the web
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace, procs: list[subprocess.Popen[bytes]]) -> dict[
     token = Token.objects.create(user=user).key
     job = jobs.enqueue("bench.progress", {"steps": args.steps, "every": args.every})
     port = free_port()
-    web = spawn(procs, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "project.asgi:application")
+    web = spawn(procs, "-m", "project.web", "--host", "127.0.0.1", "--port", str(port))
     wait_listening(port)
     path = f"/sync/pipelines/{job.pipeline_id}/events"
     figures = asyncio.run(measure(args, procs, web.pid, port, path, token))
@@ -137,7 +138,7 @@ async def measure(args: argparse.Namespace, procs: list[subprocess.Popen[bytes]]
     sampler = Sampler(pid)
     sampling = asyncio.ensure_future(sampler.run())
     spawn(procs, "manage.py", "jobs_worker")
-    results = await asyncio.gather(*(read_events(reader) for reader, _ in streams))
+    results = await asyncio.gather(*(read_events(frames) for frames, _ in streams))
     sampling.cancel()
     for _, writer in streams:
         writer.close()
@@ -148,25 +149,42 @@ async def measure(args: argparse.Namespace, procs: list[subprocess.Popen[bytes]]
             "web_rss_mb": sampler.peak_rss / 2**20, "web_cpu_pct": sampler.cpu_pct()}
 
 
+class Frames:
+    """The SSE frames of a chunked HTTP/1.1 response body, one at a time."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self.reader, self.buffer = reader, b""
+
+    async def next(self) -> bytes:
+        while b"\n\n" not in self.buffer:
+            size = int((await self.reader.readline()).strip(), 16)
+            if size == 0:
+                raise EOFError("the stream ended")
+            self.buffer += (await self.reader.readexactly(size + 2))[:-2]
+        frame, _, self.buffer = self.buffer.partition(b"\n\n")
+        return frame
+
+
 async def await_open(port: int, path: str, token: str, gate: asyncio.Semaphore
-                     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+                     ) -> tuple[Frames, asyncio.StreamWriter]:
     async with gate:
         reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2**20)
-        writer.write(f"GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n"
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                      f"Authorization: Token {token}\r\n\r\n".encode())
         status = (await reader.readline()).split()[1]
         assert status == b"200", status
         while (await reader.readline()) not in (b"\r\n", b""):
             pass
-        await reader.readuntil(b"\n\n")  # ": open": subscribed to the hub
-        return reader, writer
+        frames = Frames(reader)
+        await frames.next()  # ": open": subscribed to the hub
+        return frames, writer
 
 
-async def read_events(reader: asyncio.StreamReader) -> list[float]:
+async def read_events(frames: Frames) -> list[float]:
     """Latency (ms) of every job event until the end event."""
     latencies = []
     while True:
-        block = (await asyncio.wait_for(reader.readuntil(b"\n\n"), 60)).decode()
+        block = (await asyncio.wait_for(frames.next(), 60)).decode()
         now = time.time()
         fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line
                       and not line.startswith(":"))
@@ -219,7 +237,7 @@ def wait_listening(port: int, timeout: float = 30) -> None:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return
         time.sleep(0.1)
-    raise SystemExit("daphne did not start")
+    raise SystemExit("the web process did not start")
 
 
 def table(report: dict[str, Any]) -> str:

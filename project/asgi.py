@@ -1,4 +1,8 @@
-"""ASGI entry point: HTTP (admin, API, SSE) through Django, WebSocket through Channels."""
+"""ASGI entry point: HTTP (admin, API, SSE) through Django, WebSocket through Channels.
+
+Served by uvicorn (``python -m project.web``). Every HTTP request passes the body
+limits (project/bodylimit.py) before Django reads a byte of it.
+"""
 
 import os
 
@@ -14,16 +18,18 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.urls import path  # noqa: E402
 
 from jobs.streams.ws import JobEventsConsumer  # noqa: E402
+from project.bodylimit import BodyLimit  # noqa: E402
 
 if settings.DEBUG or os.environ.get("SERVE_STATIC") == "1":
-    # daphne serves no static files itself; in development (and small deployments
+    # The ASGI server serves no static files; in development (and small deployments
     # without a front proxy) Django's own handler serves the admin's CSS and JS.
-    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+    from project.staticfiles import StaticFiles
 
-    http_application = ASGIStaticFilesHandler(http_application)
+    http_application = StaticFiles(http_application)
 
 websocket_application = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter([
     path("ws/jobs/", JobEventsConsumer.as_asgi()),
 ])))
 
-application = ProtocolTypeRouter({"http": http_application, "websocket": websocket_application})
+application = ProtocolTypeRouter({"http": BodyLimit(http_application),
+                                  "websocket": websocket_application})

@@ -1,9 +1,10 @@
 """``./conveyor start``: everything a new user needs, in one foreground command.
 
 Migrates, creates an admin login (printed once, when it is created), then runs the web
-process (daphne, ASGI) and the django-q2 cluster side by side. Ctrl-C stops both
-cleanly: the cluster lets running jobs finish. The embedded PostgreSQL, if this command
-started it, is stopped last.
+process (uvicorn, ASGI: ``python -m project.web``) and the django-q2 cluster side by
+side. Ctrl-C (or SIGTERM) stops both cleanly: the cluster lets running jobs finish, the
+web process gives requests in flight up to 10 s. The embedded PostgreSQL, if this
+command started it, is stopped last.
 """
 
 from __future__ import annotations
@@ -93,8 +94,8 @@ def main() -> int:
         _ensure_admin(env)
         _manage(env, "load_demo", "--user", "admin")  # a filled CO2 report (idempotent)
         web = subprocess.Popen(
-            [PYTHON, "-m", "daphne", "-b", env.get("HOST", "127.0.0.1"), "-p", port,
-             "project.asgi:application"], env=env, start_new_session=True)
+            [PYTHON, "-m", "project.web", "--host", env.get("HOST", "127.0.0.1"), "--port", port],
+            env=env, start_new_session=True)
         # Own sessions: Ctrl-C reaches only this script, which stops each child once.
         cluster = subprocess.Popen([PYTHON, str(BASE_DIR / "manage.py"), "qcluster"], env=env,
                                    start_new_session=True)

@@ -65,8 +65,6 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "t
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    # daphne first so that runserver serves ASGI (SSE and WebSocket in development).
-    "daphne",
     # The engine; its cluster integration hooks django-q2 (jobs/cluster.py).
     "jobs",
     "tenancy",
@@ -253,6 +251,37 @@ INTAKE_HTTP_ALLOW = env_list("INTAKE_HTTP_ALLOW", [])
 for _name in ("HTTP_CONNECT_SECONDS", "HTTP_DEADLINE_SECONDS"):
     if f"FACTORS_{_name}" in os.environ:
         globals()[f"FACTORS_{_name}"] = env_float(f"FACTORS_{_name}", 0.0)
+
+# What one request may send the web process (python -m project.web; project/bodylimit.py
+# and project/http_limits.py). Bodies: the limit of the longest matching path prefix,
+# else WEB_MAX_BODY_BYTES; an upload path allows its file limit (factors/conf.py) plus
+# multipart framing. A body over WEB_MAX_ANONYMOUS_BODY_BYTES (or chunked) needs a valid
+# token or session before a byte of it is read.
+_MB = 1024 * 1024
+_MULTIPART_FRAMING = 64 * 1024  # as factors/sync_api.py MULTIPART_SLACK
+FACTORS_ENTRIES_MAX_BYTES = env_int("FACTORS_ENTRIES_MAX_BYTES", 100 * _MB)
+FACTORS_FACTORS_MAX_BYTES = env_int("FACTORS_FACTORS_MAX_BYTES", 20 * _MB)
+FACTORS_UNITS_MAX_BYTES = env_int("FACTORS_UNITS_MAX_BYTES", 20 * _MB)
+WEB_BODY_LIMITS = {
+    prefix: limit + _MULTIPART_FRAMING
+    for prefixes, limit in [
+        (("/sync/dispatch", "/admin/factors/dataentry/upload/"), FACTORS_ENTRIES_MAX_BYTES),
+        (("/sync/factors/", "/admin/factors/emissionfactor/upload/"), FACTORS_FACTORS_MAX_BYTES),
+        (("/sync/units", "/admin/factors/unit/upload/"), FACTORS_UNITS_MAX_BYTES),
+    ]
+    for prefix in prefixes
+}
+WEB_MAX_BODY_BYTES = env_int("WEB_MAX_BODY_BYTES", 1 * _MB)
+WEB_MAX_ANONYMOUS_BODY_BYTES = env_int("WEB_MAX_ANONYMOUS_BODY_BYTES", 64 * 1024)
+WEB_MAX_URL_BYTES = env_int("WEB_MAX_URL_BYTES", 8 * 1024)  # else 414
+WEB_MAX_HEAD_BYTES = env_int("WEB_MAX_HEAD_BYTES", 32 * 1024)  # request line and headers, else 431
+WEB_MAX_HEADERS = env_int("WEB_MAX_HEADERS", 100)  # else 431
+# Django spools a request body, and an uploaded file, to disk past this size: a web
+# process holds at most this much of each upload in memory.
+FILE_UPLOAD_MAX_MEMORY_SIZE = 1 * _MB
+# Form fields and JSON bodies (everything but files) are read into memory: no more than
+# any non-upload path may send.
+DATA_UPLOAD_MAX_MEMORY_SIZE = WEB_MAX_BODY_BYTES
 
 LOGGING = {
     "version": 1,

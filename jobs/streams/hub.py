@@ -255,7 +255,7 @@ _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakK
 
 
 def get_hub() -> Hub:
-    """This process's hub (one per event loop: daphne has one; tests start several)."""
+    """This process's hub (one per event loop: the web process has one; tests start several)."""
     loop = asyncio.get_running_loop()
     hub = _hubs.get(loop)
     if hub is None:

@@ -1,7 +1,7 @@
 """Server-sent events of one job or one pipeline (the contract is in docs/streams.md).
 
 An async Django view returning a ``StreamingHttpResponse`` over an async generator: under
-daphne it holds no thread and no database connection while it waits (the hub queries);
+the ASGI server (uvicorn) it holds no thread and no database connection while it waits (the hub queries);
 Django cancels the generator when the client goes away.
 """
 
@@ -81,9 +81,10 @@ async def _events(scope: int | bool, kind: str, key: Any, after: int | None) -> 
             if end is not None:
                 yield end_frame(end)
                 return
-        # A first byte as soon as the stream is subscribed: daphne sends the response
-        # headers with the first body bytes, and a client should know it is connected
-        # before the first event. Every event committed from here on reaches this stream.
+        # A first byte as soon as the stream is subscribed: a client should know it is
+        # connected before the first event (and some ASGI servers hold the response
+        # headers back until the first body bytes). Every event committed from here on
+        # reaches this stream.
         yield ": open\n\n"
         if after is not None:
             async for event in _replay(scope, kind, key, after):
@@ -129,7 +130,7 @@ async def _live(sub: Subscription, replayed: set[int], last: int) -> AsyncIterat
         ends = [end for end in batch.ends if end.last_event_id <= last]
         # One write per wake-up (``get`` merges whatever queued meanwhile). Measured: Django's
         # streaming wrapper adds about 3 us a write over a raw ASGI send; the cost of a write
-        # is daphne's and Twisted's, and the task wake-up, so this stays a Django view.
+        # is the server's (uvicorn's) and the task wake-up, so this stays a Django view.
         text = "".join([frame(event, batch.json(event)) for event in fresh]) + (
             end_frame(ends[0]) if ends else "")
         if text:

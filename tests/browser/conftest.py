@@ -1,5 +1,6 @@
-"""A real site for browser tests: daphne (ASGI: pages, SSE, WebSocket) and a jobs_worker
-as subprocesses on the test database, and Debian's Chromium driven by Playwright.
+"""A real site for browser tests: the web process (uvicorn, ASGI: pages, SSE, WebSocket)
+and a jobs_worker as subprocesses on the test database, and Debian's Chromium driven by
+Playwright.
 
 The tests skip, saying why, only when /usr/bin/chromium is missing (CI installs it, see
 .ci/run). Screenshots land in var/test-artifacts/browser/.
@@ -7,7 +8,6 @@ The tests skip, saying why, only when /usr/bin/chromium is missing (CI installs 
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,17 +28,6 @@ needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(),
                                     reason="no /usr/bin/chromium (apt-get install chromium)")
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
 @dataclass
 class Site:
     url: str
@@ -52,15 +41,11 @@ class Site:
 @pytest.fixture
 def site(processes: Processes) -> Iterator[Site]:  # noqa: F811
     """The web server now; the worker when the test says (so it sees the start)."""
-    port = free_port()
     # Small batches and a fast heartbeat (progress is flushed every quarter beat), so that
     # a 20,000-row upload shows its progress on the way.
     env = processes.env(SERVE_STATIC="1", FACTORS_INGEST_BATCH_ROWS="500",
                         FACTORS_RECALC_CHUNK_ROWS="5000", JOBS_HEARTBEAT_SECONDS="0.2")
-    web = processes.start("daphne", ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                                     "project.asgi:application"], env=env)
-    wait_until(lambda: listening(port) or web.exited(), 30, "daphne to listen")
-    assert not web.exited(), web.tail()
+    _, port = processes.web(env)
     yield Site(f"http://127.0.0.1:{port}", processes, env)
 
 

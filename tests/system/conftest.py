@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -38,6 +39,17 @@ def wait_until(predicate: Callable[[], T], timeout: float, what: str = "the cond
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def database_url() -> str:
@@ -133,6 +145,15 @@ class Processes:
 
     def manage(self, name: str, *args: str, **kwargs: Any) -> Proc:
         return self.start(name, ["manage.py", *args], **kwargs)
+
+    def web(self, env: dict[str, str] | None = None) -> tuple[Proc, int]:
+        """The web process (``python -m project.web``) on a free port, once it listens."""
+        port = free_port()
+        web = self.start("web", ["-m", "project.web", "--host", "127.0.0.1", "--port", str(port)],
+                         env=env)
+        wait_until(lambda: listening(port) or web.exited(), 30, "the web process to listen")
+        assert not web.exited(), web.tail()
+        return web, port
 
     def kill_all(self) -> None:
         for proc in self.started:

@@ -1,4 +1,4 @@
-"""Live streams across real processes: a daphne web process streams the events that a
+"""Live streams across real processes: a web process (uvicorn) streams the events that a
 job run by the django-q2 cluster (``qcluster``) commits; a client reconnecting with
 Last-Event-ID gets what it missed (at least once). Without ``REDIS_URL`` events cross
 processes by LISTEN/NOTIFY; the Redis variant (skipped when no Redis listens on
@@ -6,6 +6,7 @@ processes by LISTEN/NOTIFY; the Redis variant (skipped when no Redis listens on
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import socket
@@ -15,20 +16,17 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from django.conf import settings
+from django.test import Client
 from rest_framework.authtoken.models import Token
+from websockets.sync.client import connect
 
 from jobs.models import Job, JobEvent
-from tests.base import make_job, staff
+from tests.base import make_job, run_next, staff
 from tests.system.conftest import Processes, wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 REDIS = ("127.0.0.1", 6379)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def redis_available() -> bool:
@@ -40,20 +38,17 @@ def redis_available() -> bool:
 
 
 class SSEClient:
-    """A minimal HTTP/1.0 SSE reader (no chunking): status, then (event, data, id, t)."""
+    """A minimal SSE reader over HTTP/1.1: status, then (event, data, id, t)."""
 
     def __init__(self, port: int, path: str, headers: dict[str, str]) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        lines = [f"GET {path} HTTP/1.0", "Host: 127.0.0.1", *(f"{k}: {v}" for k, v in headers.items())]
-        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
-        self.file = self.sock.makefile("rb")
-        self.status = int(self.file.readline().split()[1])
-        while self.file.readline() not in (b"\r\n", b""):
-            pass
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        self.conn.request("GET", path, headers=headers)
+        self.response = self.conn.getresponse()
+        self.status = self.response.status
 
     def frames(self) -> Any:
         fields: dict[str, str] = {}
-        for raw in self.file:
+        for raw in self.response:
             line = raw.decode().rstrip("\n")
             if line.startswith(":"):
                 continue
@@ -66,27 +61,15 @@ class SSEClient:
             fields = {}
 
     def rest(self) -> bytes:
-        return self.file.read()
+        return self.response.read()
 
     def close(self) -> None:
-        self.file.close()
-        self.sock.close()
+        self.response.close()
+        self.conn.close()
 
 
 def start_web(processes: Processes, **env: str) -> int:
-    port = free_port()
-    processes.start("daphne", ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                               "project.asgi:application"], env=processes.env(**env))
-
-    def listening() -> bool:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return True
-        except OSError:
-            return False
-
-    wait_until(listening, 20, "daphne to listen")
-    return port
+    return processes.web(processes.env(**env))[1]
 
 
 def stream_and_reconnect(processes: Processes, **env: str) -> None:
@@ -146,10 +129,28 @@ def test_sse_streams_through_the_redis_relay(processes):
     stream_and_reconnect(processes, REDIS_URL="redis://127.0.0.1:6379/0")
 
 
-def test_anonymous_sse_over_daphne_is_refused_with_no_events(processes):
+def test_anonymous_sse_over_the_web_process_is_refused_with_no_events(processes):
     port = start_web(processes, REDIS_URL="")
     job = make_job("tests.noop")
     client = SSEClient(port, f"/jobs/{job.pk}/events", {})
     body = client.rest()
     client.close()
     assert client.status == 401 and b"event:" not in body
+
+
+def test_a_websocket_over_the_web_process_delivers_a_jobs_events(processes):
+    port = start_web(processes, REDIS_URL="")
+    browser = Client()
+    browser.force_login(staff(operator=True))
+    cookie = f"{settings.SESSION_COOKIE_NAME}={browser.cookies[settings.SESSION_COOKIE_NAME].value}"
+    job = make_job("tests.noop")
+
+    with connect(f"ws://127.0.0.1:{port}/ws/jobs/", origin=f"http://127.0.0.1:{port}",
+                 additional_headers={"Cookie": cookie}, open_timeout=10) as ws:
+        ws.send(json.dumps({"subscribe": {"job": job.pk}}))
+        acknowledged = json.loads(ws.recv(10))
+        run_next()  # commits the job's history here; the web process hears of it by NOTIFY
+        events = [json.loads(ws.recv(10))["event"] for _ in range(2)]
+
+    assert "subscribed" in acknowledged
+    assert [(e["job"], e["kind"]) for e in events] == [(job.pk, "claimed"), (job.pk, "succeeded")]

@@ -1,0 +1,206 @@
+"""Request bodies are bounded before Django reads them.
+
+Django's ASGI handler reads a whole body (to a temporary file past
+``FILE_UPLOAD_MAX_MEMORY_SIZE``) before any middleware or view runs, so a view's own
+size check comes after the bytes are in. This ASGI middleware stands in front of it:
+
+- 413 before a byte is read when ``Content-Length`` is over the limit for the path;
+- 413 as soon as the bytes received pass that limit (a chunked body declares no length):
+  the application is told the client went away, and the connection is closed;
+- 401 before a byte is read when the body may be larger than what a caller without
+  credentials may send (``Content-Length`` over ``WEB_MAX_ANONYMOUS_BODY_BYTES``, or
+  chunked) and the caller has none that is valid: a DRF token (``Authorization: Token
+  …``) or the session cookie of an active user. Small bodies (the admin's login form)
+  pass without a look; credentials are looked up only for the others.
+
+Limits (``BodyLimits.from_settings``): ``WEB_BODY_LIMITS`` maps path prefixes to bytes
+(the longest matching prefix wins), ``WEB_MAX_BODY_BYTES`` is the limit everywhere else.
+Every answer is JSON, ``{"detail": …, "limit": …}``, with ``Connection: close``: the
+rest of a refused body is not read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.auth import get_user
+from django.db import connection
+from django.http import HttpRequest
+from django.http.cookie import parse_cookie
+from rest_framework.authentication import TokenAuthentication
+from rest_framework.exceptions import AuthenticationFailed
+
+logger = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+CredentialCheck = Callable[[Scope], Awaitable[bool]]
+
+KB = 1024
+MB = 1024 * KB
+DEFAULT_MAX_BODY_BYTES = 1 * MB
+DEFAULT_MAX_ANONYMOUS_BODY_BYTES = 64 * KB
+
+
+@dataclass(frozen=True)
+class BodyLimits:
+    default: int
+    anonymous: int
+    by_prefix: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def from_settings(cls) -> BodyLimits:
+        return cls.of(getattr(settings, "WEB_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
+                      getattr(settings, "WEB_MAX_ANONYMOUS_BODY_BYTES", DEFAULT_MAX_ANONYMOUS_BODY_BYTES),
+                      getattr(settings, "WEB_BODY_LIMITS", {}))
+
+    @classmethod
+    def of(cls, default: int, anonymous: int, by_prefix: Mapping[str, int]) -> BodyLimits:
+        ordered = sorted(by_prefix.items(), key=lambda item: len(item[0]), reverse=True)
+        return cls(int(default), int(anonymous), tuple((p, int(n)) for p, n in ordered))
+
+    def for_path(self, path: str) -> int:
+        return next((limit for prefix, limit in self.by_prefix if path.startswith(prefix)),
+                    self.default)
+
+
+class BodyLimit:
+    """The ASGI middleware (see the module docstring); other scopes pass untouched."""
+
+    def __init__(self, app: App, limits: BodyLimits | None = None,
+                 has_credential: CredentialCheck | None = None) -> None:
+        self.app = app
+        self.limits = limits or BodyLimits.from_settings()
+        self.has_credential = has_credential or valid_credential
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limits.for_path(scope["path"])
+        try:
+            declared = content_length(scope)
+        except ValueError:
+            await refuse(scope, send, 400, "Content-Length must be a number of bytes.", limit)
+            return
+        if declared is not None and declared > limit:
+            await refuse(scope, send, 413, f"The request body is {size(declared)}; the limit "
+                         f"here is {size(limit)}.", limit)
+            return
+        may_be_large = (declared is None and chunked(scope)) or (declared or 0) > self.limits.anonymous
+        if may_be_large and not await self.has_credential(scope):
+            await refuse(scope, send, 401, f"Sign in to send a request body over "
+                         f"{size(self.limits.anonymous)}: a token (Authorization: Token …) "
+                         f"or a session.", self.limits.anonymous)
+            return
+        body = BoundedBody(scope, receive, send, limit)
+        await self.app(scope, body.receive, body.send)
+
+
+class BoundedBody:
+    """``receive`` and ``send`` of one request: counts the body's bytes, and past the
+    limit answers 413 itself and tells the application the client went away (Django's
+    handler then drops the request without answering)."""
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        self.scope, self._receive, self._send, self.limit = scope, receive, send, limit
+        self.received = 0
+        self.started = self.cut_off = False
+
+    async def receive(self) -> Message:
+        if self.cut_off:
+            return {"type": "http.disconnect"}
+        message = await self._receive()
+        if message["type"] == "http.request":
+            self.received += len(message.get("body", b""))
+            if self.received > self.limit:
+                self.cut_off = True
+                if not self.started:
+                    await refuse(self.scope, self._send, 413, f"The request body passed the "
+                                 f"limit here, {size(self.limit)}.", self.limit)
+                return {"type": "http.disconnect"}
+        return message
+
+    async def send(self, message: Message) -> None:
+        if self.cut_off:
+            return
+        self.started = True
+        await self._send(message)
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def content_length(scope: Scope) -> int | None:
+    value = header(scope, b"content-length")
+    if value is None:
+        return None
+    if not value.strip().isdigit():
+        raise ValueError(value)
+    return int(value)
+
+
+def chunked(scope: Scope) -> bool:
+    """Whether the body's length is unknown: HTTP/1.1 sends such a body chunked."""
+    return header(scope, b"transfer-encoding") is not None
+
+
+def size(count: int) -> str:
+    """``104923136`` → ``"100.1 MB (104,923,136 bytes)"``."""
+    short = f"{count / MB:.1f} MB" if count >= MB else f"{count / KB:.0f} kB"
+    return f"{short} ({count:,} bytes)"
+
+
+async def refuse(scope: Scope, send: Send, status: int, detail: str, limit: int) -> None:
+    logger.warning("refused %s %s with %s: %s", scope["method"], scope["path"], status, detail,
+                   extra={"status": status, "path": scope["path"], "limit": limit})
+    body = json.dumps({"detail": detail, "limit": limit}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"connection", b"close")]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Token"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def valid_credential(scope: Scope) -> bool:
+    """Whether the request carries a valid DRF token or an active user's session, looked
+    up without its body (with neither header, without a query)."""
+    authorization, cookie = header(scope, b"authorization"), header(scope, b"cookie")
+    if not authorization and not cookie:
+        return False
+    return await sync_to_async(_valid_credential, thread_sensitive=False)(authorization, cookie)
+
+
+def _valid_credential(authorization: str | None, cookie: str | None) -> bool:
+    request = HttpRequest()
+    if authorization:
+        request.META["HTTP_AUTHORIZATION"] = authorization
+    request.COOKIES = parse_cookie(cookie or "")
+    try:
+        try:
+            if TokenAuthentication().authenticate(request):  # type: ignore[arg-type]
+                return True
+        except AuthenticationFailed:
+            return False  # DRF refuses the whole request for a bad token, whatever else it has
+        session_key = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
+        if not session_key:
+            return False
+        request.session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+        return bool(get_user(request).is_authenticated)
+    finally:
+        connection.close()  # a pool thread: nothing else would ever close it

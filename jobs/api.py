@@ -356,6 +356,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
     """Jobs of the caller's tenant (every tenant's for platform operators)."""
 
     filterset_class = JobFilter
+    throttle_scope: str | None = None  # the dashboard action's own rate (ScopedThrottle)
 
     def get_queryset(self) -> QuerySet[Job]:
         return scope_queryset(Job.objects.select_related("created_by"), self.request.user)
@@ -432,9 +433,14 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
         summary="Per-type throughput, durations and failures over a window; queue lag",
         parameters=[OpenApiParameter("window", str, enum=list(dashboard.WINDOWS),
                                      default="1h")],
-        responses={200: DashboardSerializer, 400: OpenApiTypes.OBJECT},
+        responses={200: DashboardSerializer, 400: OpenApiTypes.OBJECT,
+                   429: OpenApiResponse(ErrorSerializer, description="Over the dashboard rate: "
+                                        "wait the seconds its Retry-After says.")},
     )
-    @action(detail=False, methods=["get"], pagination_class=None, filter_backends=[])
+    # Its own, tighter rate per user (THROTTLE_DASHBOARD_RATE): each call aggregates a
+    # window of the job history; the admin's dashboard page shares the count.
+    @action(detail=False, methods=["get"], pagination_class=None, filter_backends=[],
+            throttle_scope="dashboard")
     def dashboard(self, request: Request) -> Response:
         window = request.query_params.get("window", "1h")
         errors = reject_unknown(request.query_params, {"window", api_settings.URL_FORMAT_OVERRIDE})

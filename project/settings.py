@@ -8,9 +8,12 @@ django-q2 broker and the channel layer to Redis.
 from __future__ import annotations
 
 import os
+import re
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -55,6 +58,14 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+def env_rate(name: str, default: str) -> str:
+    """A DRF throttle rate such as ``60/min`` (periods: s, sec, m, min, h, hour, d, day)."""
+    value = os.environ.get(name, default).strip()
+    if not re.fullmatch(r"[0-9]+/(s|sec|second|m|min|minute|h|hour|d|day)", value):
+        raise ImproperlyConfigured(f"{name} must be a rate such as 60/min, got {value!r}")
+    return value
+
+
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
@@ -85,16 +96,21 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",  # the admin login's lockout (see "Security" below)
+    "csp",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a refused login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "project.urls"
@@ -111,6 +127,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "csp.context_processors.nonce",
             ],
         },
     },
@@ -196,10 +213,101 @@ CHANNEL_LAYERS = {
 }
 STREAMS_KEEPALIVE_SECONDS = float(os.environ.get("STREAMS_KEEPALIVE_SECONDS", "15"))
 
+# --- Security: request rates, the admin login's lockout, HTTPS, Content-Security-Policy ---
+
+# Reverse proxies in front of the web processes that append the client's address to
+# X-Forwarded-For. 0: the address is REMOTE_ADDR, and a client-written X-Forwarded-For is
+# ignored (otherwise every request could claim a new address and escape its count).
+TRUSTED_PROXIES = env_int("TRUSTED_PROXIES", 0)
+
+# API rates (jobs/throttling.py): anonymous callers per address, users per account, the
+# dashboards (a window of the job history aggregated per call) per user, and failed token
+# authentications per address (over it, the address gets 429 for every token).
+THROTTLE_RATES = {
+    "anon": env_rate("THROTTLE_ANON_RATE", "60/min"),
+    "user": env_rate("THROTTLE_USER_RATE", "1200/min"),
+    "dashboard": env_rate("THROTTLE_DASHBOARD_RATE", "30/min"),
+    "failed_auth": env_rate("THROTTLE_FAILED_AUTH_RATE", "10/min"),
+}
+
+# The cache holds the throttles' counts, so every web process must see the same one:
+# Redis when REDIS_URL is set; otherwise files under var/. Without DATABASE_URL the
+# embedded PostgreSQL listens on a unix socket only, so all of an embedded setup's
+# processes run on one machine and share that directory; a deployment with web processes
+# on several machines sets REDIS_URL (as it does for the channel layer). Files, not
+# Django's database cache: that would add queries (and a table outside migrations) to
+# every API request.
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                          "LOCATION": REDIS_URL, "KEY_PREFIX": "conveyor"}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+                          "LOCATION": str(VAR_DIR / "cache"), "OPTIONS": {"MAX_ENTRIES": 5_000}}}
+
+# The admin login (django-axes): after ADMIN_LOGIN_FAILURE_LIMIT failures for one username
+# from one address, that pair is refused, the right password too, for the cool-off (every
+# further try starts it again); a successful login clears the count. The address is the
+# throttles' (TRUSTED_PROXIES). Failures are rows in PostgreSQL, seen by every process.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("ADMIN_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("ADMIN_LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = True
+AXES_CLIENT_IP_CALLABLE = "jobs.throttling.client_address"
+AXES_LOCKOUT_TEMPLATE = "admin/login_locked.html"
+AXES_LOCKOUT_CALLABLE = "project.lockout.lockout_response"  # 429 with Retry-After
+# Successful logins are not what the lockout needs, and nothing would prune their rows.
+AXES_DISABLE_ACCESS_LOG = True
+
+# HTTPS_ONLY=true for a deployment served over HTTPS (`manage.py check --deploy` is clean
+# with it, DEBUG off, a long random SECRET_KEY and ALLOWED_HOSTS): plain HTTP redirects
+# to HTTPS, cookies are sent over HTTPS only, and browsers are told (HSTS) to use nothing
+# else. /metrics stays reachable over plain HTTP for a scraper inside the cluster.
+HTTPS_ONLY = env_bool("HTTPS_ONLY", False)
+SECURE_SSL_REDIRECT = HTTPS_ONLY
+SECURE_REDIRECT_EXEMPT = env_list("HTTPS_REDIRECT_EXEMPT", [r"^metrics$"])
+SESSION_COOKIE_SECURE = HTTPS_ONLY
+CSRF_COOKIE_SECURE = HTTPS_ONLY
+SECURE_HSTS_SECONDS = env_int("HSTS_SECONDS", 31_536_000) if HTTPS_ONLY else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("HSTS_PRELOAD", True)
+# Only when the proxy in front sets X-Forwarded-Proto itself (and drops a client's):
+# otherwise any client could make a plain HTTP request pass for HTTPS.
+if env_bool("PROXY_SETS_X_FORWARDED_PROTO", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Content-Security-Policy on every response (django-csp). Scripts: files from this site,
+# inline ones only with the response's nonce (none of ours is inline). Styles: files and
+# nonced <style> blocks, no 'unsafe-inline': Django's admin templates set no style
+# attribute, ours no longer do, and scripts that restyle an element through the DOM are
+# not restricted by a policy. (Django's change list adds a <style> block only for a
+# ModelAdmin without action bars; none of ours is one.) 'self' in connect-src also allows
+# ws: and wss: to this host (CSP level 3): the live pages' WebSocket and event streams.
+# data: images are the admin's and Swagger UI's inline SVG icons.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF, NONCE],
+        "style-src": [SELF, NONCE],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "frame-ancestors": [NONE],
+        "form-action": [SELF],
+    },
+}
+
+
 REST_FRAMEWORK = {
     # Token first: an anonymous API client gets 401 with a WWW-Authenticate challenge.
+    # Failed tokens are counted per address (jobs/throttling.py).
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "jobs.throttling.CountedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -207,6 +315,13 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "jobs.throttling.AnonThrottle",
+        "jobs.throttling.UserThrottle",
+        "jobs.throttling.ScopedThrottle",  # only views that name a throttle_scope
+    ],
+    "DEFAULT_THROTTLE_RATES": THROTTLE_RATES,
+    "NUM_PROXIES": TRUSTED_PROXIES,
 }
 
 SPECTACULAR_SETTINGS = {
@@ -217,6 +332,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # The schema and its docs page are for logged-in users and token holders only.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
 }
 
 # /metrics without credentials (a scraper on a private network); otherwise it needs

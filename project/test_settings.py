@@ -5,6 +5,8 @@ handlers as the test process.
 """
 
 import os
+import tempfile
+from pathlib import Path
 
 # Tests run with the development secret; production refuses to start without one.
 os.environ.setdefault("CONVEYOR_ALLOW_DEV_SECRET", "1")
@@ -13,3 +15,15 @@ os.environ.setdefault("JOBS_HANDLER_MODULES", "tests.handlers")
 from project.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests
+
+# Rates no test reaches: other tests send hundreds of requests per user and address, and
+# some send wrong tokens on purpose. The throttle tests set their own rates.
+REST_FRAMEWORK = {**REST_FRAMEWORK,  # noqa: F405
+                  "DEFAULT_THROTTLE_RATES": dict.fromkeys(THROTTLE_RATES, "100000/s")}  # noqa: F405
+
+# This test run's own throttle counts (its subprocesses inherit the name): never those of
+# another run or of the development server.
+os.environ.setdefault("CONVEYOR_TEST_CACHE", f"conveyor-test-cache-{os.getpid()}")
+CACHES = {"default": {**CACHES["default"], "KEY_PREFIX": os.environ["CONVEYOR_TEST_CACHE"]}}  # noqa: F405
+if CACHES["default"]["BACKEND"].endswith("FileBasedCache"):
+    CACHES["default"]["LOCATION"] = str(Path(tempfile.gettempdir()) / os.environ["CONVEYOR_TEST_CACHE"])

@@ -2,13 +2,16 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView
+
+from project.api_docs import ApiDocsView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    # Schema and Swagger UI; the UI's assets come from drf-spectacular-sidecar, no CDN.
+    # Schema and Swagger UI, for authenticated users only (SPECTACULAR_SETTINGS); the UI's
+    # assets come from drf-spectacular-sidecar, no CDN.
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/docs/", ApiDocsView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include("jobs.urls")),
     path("", include("factors.urls")),
 ]

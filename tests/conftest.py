@@ -1,7 +1,17 @@
 from __future__ import annotations
 
+import shutil
+
 import pytest
+from django.conf import settings
 from django.db import connection
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Drop this run's throttle counts (project/test_settings.py names their directory)."""
+    cache = settings.CACHES["default"]
+    if cache["BACKEND"].endswith("FileBasedCache"):
+        shutil.rmtree(cache["LOCATION"], ignore_errors=True)
 
 
 @pytest.fixture

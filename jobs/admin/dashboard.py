@@ -9,6 +9,7 @@ the API narrows them. The page is complete without JS; a ``<meta refresh>`` relo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -21,7 +22,7 @@ from django.urls import URLPattern, path
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
-from jobs import charts, dashboard
+from jobs import charts, dashboard, throttling
 from jobs.models import Job, JobEvent
 from jobs.templatetags.jobs_admin import format_duration
 from tenancy.scoping import scope_queryset
@@ -69,6 +70,9 @@ def urls(model_admin: ModelAdmin[Job]) -> list[URLPattern]:
 def dashboard_view(model_admin: ModelAdmin[Job], request: HttpRequest) -> TemplateResponse:
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
+    wait = throttling.dashboard_wait(request)
+    if wait is not None:
+        return throttled(model_admin, request, wait)
     window = request.GET.get("window", DEFAULT_WINDOW)
     if window not in dashboard.WINDOWS:
         messages.warning(request, f"Unknown window {window!r}: showing the last hour.")
@@ -94,6 +98,16 @@ def dashboard_view(model_admin: ModelAdmin[Job], request: HttpRequest) -> Templa
     }
     request.current_app = model_admin.admin_site.name
     return TemplateResponse(request, "admin/jobs/dashboard.html", context)
+
+
+def throttled(model_admin: ModelAdmin[Job], request: HttpRequest, wait: float) -> TemplateResponse:
+    """429 with Retry-After: this user loaded dashboards (page or API) over their rate."""
+    seconds = max(1, math.ceil(wait))
+    context = {**model_admin.admin_site.each_context(request), "title": "Jobs dashboard",
+               "opts": model_admin.model._meta, "wait_seconds": seconds}
+    response = TemplateResponse(request, "admin/jobs/dashboard_throttled.html", context, status=429)
+    response["Retry-After"] = str(seconds)
+    return response
 
 
 def panels(board: dashboard.Board) -> list[TypePanel]:

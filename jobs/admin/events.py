@@ -14,7 +14,7 @@ from django.utils.safestring import SafeString
 
 from jobs.admin.lists import CappedCountPaginator, change_link, pipeline_link, pretty_json
 from jobs.models import Delivery, Event
-from jobs.templatetags.jobs_admin import state_badge
+from jobs.templatetags.jobs_admin import STATES_CSS, state_badge
 from tenancy.scoping import scope_queryset
 
 
@@ -73,6 +73,9 @@ class EventAdmin(admin.ModelAdmin):
     fields = ["name", "payload_display", "tenant", "pipeline", "created_at", "created_by"]
     readonly_fields = fields
     inlines = [DeliveryInline]
+
+    class Media:
+        css = {"all": [STATES_CSS]}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Event]:
         # A correlated count runs for the rows of the page only, where a JOIN ... GROUP BY

@@ -38,7 +38,7 @@ from jobs.admin.lists import (
 )
 from jobs.errors import IllegalTransition
 from jobs.models import Job
-from jobs.templatetags.jobs_admin import STATE_COLOURS, format_duration, state_badge
+from jobs.templatetags.jobs_admin import STATES_CSS, format_duration, state_badge
 from jobs.why import explain
 from tenancy.scoping import scope_queryset, tenant_scope
 
@@ -112,6 +112,10 @@ class JobAdmin(admin.ModelAdmin):
     paginator = CappedCountPaginator
     change_form_template = "admin/jobs/job/change_form.html"
     actions = ["recover_jobs", "retry_jobs", "cancel_jobs", "run_jobs_now"]
+
+    class Media:
+        css = {"all": [STATES_CSS]}
+
     fieldsets = [
         (None, {"fields": ["id", "type", "queue", "priority", "state_display", "tenant",
                            "created_by"]}),
@@ -159,12 +163,6 @@ class JobAdmin(admin.ModelAdmin):
         if tenant_scope(request.user) is True:
             return self.list_filter
         return [spec for spec in self.list_filter if spec != "tenant"]
-
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-                        ) -> HttpResponse:
-        # The badge colours, for the script that keeps the list's states live.
-        context = {"state_colours": STATE_COLOURS, **(extra_context or {})}
-        return super().changelist_view(request, context)
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList

@@ -16,12 +16,12 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connection
 from django.http import HttpRequest
-from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
 from jobs.models import Job
 from jobs.streams import serialize
 from jobs.streams.hub import get_hub
+from jobs.throttling import CountedTokenAuthentication
 from tenancy.scoping import scope_queryset, tenant_scope
 
 T = TypeVar("T")
@@ -40,11 +40,12 @@ def releasing_connection(fn: Callable[..., T]) -> Callable[..., T]:
 
 
 def authenticate(request: HttpRequest) -> AbstractBaseUser | AnonymousUser | None:
-    """The session's user, else the DRF token's; None for a bad token."""
+    """The session's user, else the DRF token's; None for a bad token. Raises DRF's
+    Throttled while the address is over its rate of failed tokens (as the API does)."""
     if request.user.is_authenticated:
         return request.user
     try:
-        found = TokenAuthentication().authenticate(request)  # type: ignore[arg-type]
+        found = CountedTokenAuthentication().authenticate(request)  # type: ignore[arg-type]
     except AuthenticationFailed:
         return None
     return found[0] if found else AnonymousUser()

@@ -8,12 +8,14 @@ Django cancels the generator when the client goes away.
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from rest_framework.exceptions import Throttled
 
 from jobs.streams import access
 from jobs.streams.hub import Filter, Lagged, Subscription, get_hub
@@ -48,7 +50,12 @@ async def _stream(request: HttpRequest, kind: str, key: Any) -> HttpResponse:
         after = last_event_id(request)
     except ValueError:
         return JsonResponse({"detail": "Last-Event-ID must be a non-negative event id."}, status=400)
-    status, scope = await access.in_slot(access.open_stream, request, kind, key)
+    try:
+        status, scope = await access.in_slot(access.open_stream, request, kind, key)
+    except Throttled as exc:  # too many wrong tokens from this address
+        response = JsonResponse({"detail": str(exc.detail)}, status=429)
+        response["Retry-After"] = str(math.ceil(exc.wait or 1))
+        return response
     if status == 401:
         response = JsonResponse({"detail": "Authentication credentials were not provided."}, status=401)
         response["WWW-Authenticate"] = "Token"

@@ -6,31 +6,18 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from jobs.models import Job
-
 register = template.Library()
 
-# One colour per state, so a failed job stands out in a list of a hundred.
-STATE_COLOURS: dict[str, str] = {
-    Job.State.PENDING: "#417690",
-    Job.State.RUNNING: "#b7791f",
-    Job.State.SUCCEEDED: "#2f855a",
-    Job.State.FAILED: "#c53030",
-    Job.State.CANCELLED: "#718096",
-}
+# The badges' colours are in jobs/static/jobs/states.css (pages showing badges load it).
+STATES_CSS = "jobs/states.css"
 
 
 @register.filter
 def state_badge(state: str) -> SafeString:
-    """A job state as a coloured badge; unknown or empty states render as plain text."""
+    """A job state as a coloured badge (colours: ``STATES_CSS``); empty renders as a dash."""
     if not state:
         return format_html("{}", "—")
-    colour = STATE_COLOURS.get(state, "#4a5568")
-    return format_html(
-        '<span class="job-state job-state-{}" style="display:inline-block;padding:1px 7px;'
-        'border-radius:9px;color:#fff;background:{};font-size:11px;font-weight:600">{}</span>',
-        state, colour, state,
-    )
+    return format_html('<span class="job-state job-state-{}">{}</span>', state, state)
 
 
 def format_duration(seconds: float | None) -> str:

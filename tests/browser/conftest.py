@@ -49,10 +49,36 @@ def site(processes: Processes) -> Iterator[Site]:  # noqa: F811
     yield Site(f"http://127.0.0.1:{port}", processes, env)
 
 
+# Every page of the context reports what the Content-Security-Policy refused, from before
+# its first script runs: the DOM's securitypolicyviolation events...
+REPORT_CSP_VIOLATIONS = """
+document.addEventListener('securitypolicyviolation', (e) => window.reportCspViolation(
+  `${e.violatedDirective} refused ${e.blockedURI || 'inline'} at ${e.sourceFile || location.href}:` +
+  `${e.lineNumber} (${e.sample})`));
+"""
+
+
+class CspViolations(list[str]):
+    """... and Chromium's console lines about it, for the whole browser context."""
+
+    def watch(self, context: Any) -> None:
+        context.expose_function("reportCspViolation", lambda text: self.append(text))
+        context.add_init_script(REPORT_CSP_VIOLATIONS)
+        context.on("console", lambda message: self.append(message.text)
+                   if "Content Security Policy" in message.text else None)
+
+
 @pytest.fixture
-def page(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def csp_violations() -> CspViolations:
+    return CspViolations()
+
+
+@pytest.fixture
+def page(monkeypatch: pytest.MonkeyPatch, csp_violations: CspViolations) -> Iterator[Any]:
     """A fresh Chromium page. The ORM stays usable in the test while Playwright's sync
-    API runs its event loop (hence DJANGO_ALLOW_ASYNC_UNSAFE, for this test only)."""
+    API runs its event loop (hence DJANGO_ALLOW_ASYNC_UNSAFE, for this test only). At the
+    end, no page of its context may have had anything refused by the Content-Security-
+    Policy."""
     from playwright.sync_api import sync_playwright
 
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -62,12 +88,14 @@ def page(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         try:
             context = browser.new_context(viewport={"width": 1280, "height": 900})
             context.set_default_timeout(20_000)
+            csp_violations.watch(context)
             yield context.new_page()
         finally:
             browser.close()
             # Queries made while Playwright's loop ran opened a connection of their own
             # context; close it, or the test database cannot be dropped at the end.
             connections.close_all()
+    assert not csp_violations, "Content-Security-Policy violations:\n" + "\n".join(csp_violations)
 
 
 def log_in(page: Any, site: Site, username: str = "root") -> User:

@@ -662,10 +662,44 @@ def test_the_schema_is_served(alice):
     assert b"openapi" in response.content
 
 
-def test_the_docs_page_loads_swagger_from_the_sidecar_not_a_cdn():
-    response = APIClient().get("/api/docs/")
+def test_the_schema_is_served_to_a_token_holder(acme):
+    token = Token.objects.create(user=staff("bob", of=acme, is_staff=False))
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+
+    assert client.get("/api/schema/").status_code == 200
+
+
+def test_the_schema_refuses_anonymous_callers_with_401():
+    response = APIClient().get("/api/schema/")
+
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Token"
+    assert b"openapi" not in response.content
+
+
+def test_the_docs_page_loads_swagger_from_the_sidecar_not_a_cdn(alice):
+    response = alice.get("/api/docs/")
 
     assert response.status_code == 200
     page = response.content.decode()
     assert "drf_spectacular_sidecar/swagger-ui-dist" in page
     assert "cdn" not in page.lower()
+
+
+def test_the_docs_page_has_no_inline_script_and_serves_its_own(alice):
+    page = alice.get("/api/docs/").content.decode()
+    script = alice.get("/api/docs/?script=")
+
+    assert '<script src="/api/docs/?script="></script>' in page
+    assert "<script>" not in page
+    assert script.status_code == 200
+    assert script["Content-Type"].startswith("application/javascript")
+    assert "SwaggerUIBundle(" in script.content.decode()
+
+
+def test_the_docs_page_sends_an_anonymous_person_to_the_login_and_back():
+    response = APIClient().get("/api/docs/")
+
+    assert response.status_code == 302
+    assert response.url == "/admin/login/?next=/api/docs/"

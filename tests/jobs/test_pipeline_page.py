@@ -88,7 +88,7 @@ def test_each_box_shows_state_progress_attempts_and_last_error(admin_client):
     html = box(admin_client.get(page_url(job.pipeline_id)).content.decode(), job)
 
     assert 'class="pl-job pl-failed"' in html and 'data-state="failed"' in html
-    assert "width: 25.0%" in html and "25/100 (25%) · batch 1" in html
+    assert 'data-percent="25.0"' in html and "25/100 (25%) · batch 1" in html
     assert '<dd class="pl-attempts">1/3</dd>' in html
     assert "disk full" in html
 
@@ -225,7 +225,7 @@ def test_the_job_list_and_job_page_link_to_the_pipeline_page(admin_client):
     detail = admin_client.get(reverse("admin:jobs_job_change", args=[job.pk])).content.decode()
 
     assert page_url(job.pipeline_id) in listing and page_url(job.pipeline_id) in detail
-    assert "jobs/job_list.js" in listing and 'id="job-state-colours"' in listing
+    assert "jobs/job_list.js" in listing and "jobs/states.css" in listing
 
 
 @pytest.mark.parametrize(("states", "expected"), [

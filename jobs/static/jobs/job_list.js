@@ -4,7 +4,6 @@
 (function () {
   "use strict";
 
-  var colours = JSON.parse(document.getElementById("job-state-colours").textContent);
   var rows = {};
   var newest = {};
   var LIVE = [".field-state_display", ".field-attempts_display", ".field-progress_display"];
@@ -35,7 +34,6 @@
     if (badge && state) {
       badge.className = "job-state job-state-" + state;
       badge.textContent = state;
-      badge.style.background = colours[state] || "#4a5568";
       row.dataset.state = state;
     }
     var attempts = row.querySelector(".field-attempts_display");

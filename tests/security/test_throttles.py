@@ -1,0 +1,181 @@
+"""API rates: anonymous callers, users, the dashboards, and wrong tokens per address."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+import time_machine
+from django.contrib.auth.models import User
+from django.core.exceptions import ImproperlyConfigured
+from django.test import Client
+from django.urls import path
+from rest_framework.authtoken.models import Token
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.test import APIClient
+from rest_framework.views import APIView
+
+from project.settings import env_rate
+from tests.base import T0, staff, tenant
+
+pytestmark = pytest.mark.django_db
+
+
+def from_address(address: str, token: str | None = None, **headers: str) -> APIClient:
+    client = APIClient(REMOTE_ADDR=address, **headers)
+    if token:
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return client
+
+
+def random_token() -> str:
+    return secrets.token_hex(20)
+
+
+class OpenToAnyone(APIView):
+    permission_classes = [AllowAny]
+
+    def get(self, request: Request) -> Response:
+        return Response({"ok": True})
+
+
+urlpatterns = [path("open/", OpenToAnyone.as_view())]
+
+
+@pytest.mark.urls(__name__)
+def test_anonymous_callers_of_an_open_endpoint_over_the_rate_get_429(rates, address):
+    # Every Conveyor endpoint needs a login, which DRF checks before any rate: the
+    # anonymous rate guards an endpoint that lets anonymous callers in, like this one.
+    rates(anon="3/min")
+    client = from_address(address)
+
+    codes = [client.get("/open/").status_code for _ in range(5)]
+
+    assert codes == [200, 200, 200, 429, 429]
+    assert 0 < int(client.get("/open/")["Retry-After"]) <= 60
+
+
+def test_a_user_over_the_rate_gets_429_and_another_user_does_not(rates, address):
+    rates(user="2/min")
+    acme = tenant()
+    alice, bob = APIClient(REMOTE_ADDR=address), APIClient(REMOTE_ADDR=address)
+    alice.force_login(staff("alice", of=acme))
+    bob.force_login(staff("bob", of=acme))
+
+    assert [alice.get("/api/jobs/").status_code for _ in range(3)] == [200, 200, 429]
+    assert bob.get("/api/jobs/").status_code == 200
+
+
+def test_the_dashboard_has_its_own_tighter_rate(rates, address):
+    rates(user="100/min", dashboard="2/min")
+    client = APIClient(REMOTE_ADDR=address)
+    client.force_login(staff("alice", of=tenant()))
+
+    codes = [client.get("/api/jobs/dashboard/").status_code for _ in range(3)]
+
+    assert codes == [200, 200, 429]
+    assert client.get("/api/jobs/dashboard/")["Retry-After"]
+    assert client.get("/api/jobs/").status_code == 200  # the rest of the API is unaffected
+
+
+def test_the_admin_dashboard_page_counts_with_the_api_dashboard(rates, address):
+    rates(dashboard="2/min")
+    user = User.objects.create_superuser("root", password="pw-root")
+    api, page = APIClient(REMOTE_ADDR=address), Client(REMOTE_ADDR=address)
+    api.force_login(user)
+    page.force_login(user)
+
+    assert api.get("/api/jobs/dashboard/").status_code == 200
+    assert page.get("/admin/jobs/job/dashboard/").status_code == 200
+    refused = page.get("/admin/jobs/job/dashboard/")
+
+    assert refused.status_code == 429
+    assert int(refused["Retry-After"]) > 0
+    assert 'id="dashboard-throttled"' in refused.content.decode()
+
+
+def test_random_tokens_get_401_then_429_from_that_address(rates, address):
+    rates(failed_auth="5/min")
+
+    codes = [from_address(address, random_token()).get("/api/jobs/").status_code
+             for _ in range(200)]
+
+    assert codes[:5] == [401] * 5
+    assert set(codes[5:]) == {429}
+    refused = from_address(address, random_token()).get("/api/jobs/")
+    assert "failed authentications" in refused.json()["detail"]
+    assert 0 < int(refused["Retry-After"]) <= 60
+
+
+def test_over_the_rate_the_right_token_is_refused_too_but_not_from_another_address(rates, address):
+    rates(failed_auth="3/min")
+    token = Token.objects.create(user=staff("alice", of=tenant())).key
+    for _ in range(3):
+        from_address(address, random_token()).get("/api/jobs/")
+
+    assert from_address(address, token).get("/api/jobs/").status_code == 429
+    assert from_address("192.0.2.7", token).get("/api/jobs/").status_code == 200
+
+
+def test_the_address_may_try_again_when_the_window_is_over(rates, address):
+    rates(failed_auth="2/min")
+    token = Token.objects.create(user=staff("alice", of=tenant())).key
+    with time_machine.travel(T0, tick=False) as clock:
+        for _ in range(2):
+            from_address(address, random_token()).get("/api/jobs/")
+        refused = from_address(address, token).get("/api/jobs/")
+        clock.shift(int(refused["Retry-After"]))
+
+        assert from_address(address, token).get("/api/jobs/").status_code == 200
+
+
+def test_a_right_token_is_not_counted_as_a_failure(rates, address):
+    rates(failed_auth="2/min")
+    token = Token.objects.create(user=staff("alice", of=tenant())).key
+
+    codes = [from_address(address, token).get("/api/jobs/").status_code for _ in range(5)]
+
+    assert codes == [200] * 5
+
+
+def test_a_forged_x_forwarded_for_does_not_start_a_fresh_count(rates, address):
+    rates(failed_auth="3/min")
+
+    codes = [from_address(address, random_token(), HTTP_X_FORWARDED_FOR=f"198.51.100.{n}")
+             .get("/api/jobs/").status_code for n in range(5)]
+
+    assert codes == [401, 401, 401, 429, 429]
+
+
+def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_count(rates, settings, address):
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+    rates(failed_auth="2/min")
+
+    def through_proxy(client: str) -> int:
+        # The proxy appends the address it saw to whatever the client sent.
+        forwarded = f"203.0.113.99, {client}"
+        return (from_address(address, random_token(), HTTP_X_FORWARDED_FOR=forwarded)
+                .get("/api/jobs/").status_code)
+
+    assert [through_proxy("198.51.100.1") for _ in range(3)] == [401, 401, 429]
+    assert through_proxy("198.51.100.2") == 401
+
+
+@pytest.mark.django_db(transaction=True)  # the stream's thread closes its connection
+def test_the_event_streams_count_wrong_tokens_too(rates, address):
+    rates(failed_auth="2/min")
+
+    codes = [Client(REMOTE_ADDR=address, HTTP_AUTHORIZATION=f"Token {random_token()}")
+             .get("/jobs/1/events").status_code for _ in range(4)]
+
+    assert codes == [401, 401, 429, 429]
+
+
+@pytest.mark.parametrize("value", ["60", "60/fortnight", "many/min", "-1/min"])
+def test_a_rate_setting_that_is_not_a_rate_is_refused(monkeypatch, value):
+    monkeypatch.setenv("THROTTLE_USER_RATE", value)
+
+    with pytest.raises(ImproperlyConfigured, match="THROTTLE_USER_RATE"):
+        env_rate("THROTTLE_USER_RATE", "60/min")

@@ -236,7 +236,7 @@ class EmissionFactor(models.Model):
         ordering = ["data_entry_type", "-year", "id"]
         constraints = [
             # One factor per key. JSONB equality ignores key order, so {"a":1,"b":2} and
-            # {"b":2,"a":1} collide here (seed Plan B). The recalculation joins on it.
+            # {"b":2,"a":1} collide here. The recalculation joins on it.
             models.UniqueConstraint(fields=["data_entry_type", "year", "classification"],
                                     name="factor_one_per_key"),
             models.CheckConstraint(name="factor_value_nonnegative", condition=Q(value__gte=0)),

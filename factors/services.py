@@ -1,6 +1,6 @@
 """Operations on the CO2 calculator, called alike by the API, the admin and the commands.
 
-Two paths (seed 310, "the two-path principle"):
+Two paths, so that a person editing one entry never waits behind a bulk load:
 
 - interactive: a person creates, edits or deletes one entry. It is validated, its
   emission computed and its module's and report's stats adjusted by the difference, in

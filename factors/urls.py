@@ -1,5 +1,5 @@
 """Routes of the CO2 calculator: the interactive API under ``/v1/`` and the operators'
-bulk endpoints under ``/sync/`` (the addresses the seed's clients already use)."""
+bulk endpoints under ``/sync/`` (the addresses existing clients already call)."""
 
 from __future__ import annotations
 

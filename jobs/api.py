@@ -458,9 +458,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
 
 
 @extend_schema_view(recover=extend_schema(operation_id="sync_jobs_recover",
-                                          summary="The seed's manual recovery route (staff)"))
+                                          summary="Recover a stuck job at the manual recovery route (staff)"))
 class SyncJobViewSet(JobViewSet):
-    """``POST /sync/jobs/{id}/recover``: the route the seed's operators already use; the
+    """``POST /sync/jobs/{id}/recover``: the manual recovery route operators' scripts already call; the
     same view as ``/api/jobs/{id}/recover/``."""
 
 

@@ -1,4 +1,4 @@
-"""Routes of the engine's HTTP surfaces: the REST API, the seed's recovery route, the
+"""Routes of the engine's HTTP surfaces: the REST API, the manual recovery route, the
 Prometheus page and the event streams (SSE; the WebSocket is routed in project/asgi.py).
 The OpenAPI schema and docs are wired in ``project/urls.py``."""
 
@@ -17,7 +17,7 @@ router.register("events", EventViewSet, basename="event")
 
 urlpatterns = [
     path("api/", include(router.urls)),
-    # The seed's manual recovery endpoint (Plan A), kept at its original address.
+    # The manual recovery endpoint, kept at the address operators' scripts already call.
     path("sync/jobs/<int:pk>/recover", SyncJobViewSet.as_view({"post": "recover"}),
          name="sync-job-recover"),
     path("metrics", metrics_view, name="metrics"),

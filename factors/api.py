@@ -17,8 +17,6 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, NotFound, ValidationError
-from rest_framework.pagination import CursorPagination
-from rest_framework.parsers import JSONParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -27,7 +25,8 @@ from rest_framework.views import APIView
 from factors import queries, services
 from factors.catalog import DataEntryType
 from factors.models import CarbonReport, DataEntry, ReportModule
-from jobs.filters import StrictFilterBackend
+from jobs.filters import CheckedCursorPagination, StrictFilterBackend
+from jobs.parsers import BoundedJSONParser
 from tenancy.scoping import scope_queryset
 
 # --- serializers ----------------------------------------------------------------------------------
@@ -136,10 +135,8 @@ class ReportFilter(filters.FilterSet):
         fields: list[str] = []
 
 
-class ById(CursorPagination):
+class ById(CheckedCursorPagination):
     ordering = "id"
-    page_size_query_param = "page_size"
-    max_page_size = 500
 
 
 def _page(view: APIView, request: Request, queryset: QuerySet) -> list[Any]:
@@ -208,7 +205,7 @@ def _change_body(change: services.EntryChange) -> dict[str, Any]:
 class EntryList(APIView):
     permission_classes = [IsAuthenticated]
     queryset = DataEntry.objects.none()  # the schema's model; requests scope their own
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
     filterset_class = EntryFilter
     filter_backends = [StrictFilterBackend]
 
@@ -235,7 +232,7 @@ class EntryList(APIView):
 
 class EntryDetail(APIView):
     permission_classes = [IsAuthenticated]
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
 
     @extend_schema(tags=["co2"], summary="One data entry", responses={200: EntrySerializer})
     def get(self, request: Request, report: int, module: str, entry: int) -> Response:

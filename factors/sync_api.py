@@ -17,7 +17,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -25,8 +25,9 @@ from rest_framework.views import APIView
 
 from factors import conf, queries, services
 from factors.api import invalid, visible_module
-from jobs.api import JobSerializer
+from jobs.api import ErrorTextField, JobSerializer
 from jobs.models import Job
+from jobs.parsers import BoundedJSONParser, object_body
 from tenancy.scoping import scope_queryset, tenant_scope
 
 # Multipart framing around a file: a request this much over the file limit is refused
@@ -40,6 +41,8 @@ class TooLarge(APIException):
 
 
 class PipelineJobSerializer(JobSerializer):
+    last_error = ErrorTextField()
+
     class Meta(JobSerializer.Meta):
         fields = [*JobSerializer.Meta.fields, "result", "last_error"]
         read_only_fields = fields
@@ -142,11 +145,12 @@ class Dispatch(APIView):
     def post(self, request: Request) -> Response:
         _require_staff(request)
         _refuse_large_body(request, "entries")
-        report = _int(request.data.get("report"), "report")
-        module = visible_module(request, report, str(request.data.get("module", "")))
+        data = object_body(request)
+        report = _int(data.get("report"), "report")
+        module = visible_module(request, report, str(data.get("module", "")))
         upload = _file(request)
         return _answer(lambda: services.dispatch_csv(
-            module, str(request.data.get("data_entry_type", "")), upload, filename=upload.name,
+            module, str(data.get("data_entry_type", "")), upload, filename=upload.name,
             actor=request.user))
 
 
@@ -154,7 +158,7 @@ class ApiIngest(APIView):
     """``POST /sync/api-ingest``: entries from an HTTP JSON source, same rules and chain."""
 
     permission_classes = [IsAuthenticated]
-    parser_classes = [JSONParser, FormParser]
+    parser_classes = [BoundedJSONParser, FormParser]
 
     @extend_schema(tags=["sync"], summary="Ingest entries from an HTTP JSON source",
                    request=OpenApiTypes.OBJECT,
@@ -162,7 +166,7 @@ class ApiIngest(APIView):
                               409: OpenApiTypes.OBJECT})
     def post(self, request: Request) -> Response:
         _require_staff(request)
-        data = request.data
+        data = object_body(request)
         module = visible_module(request, _int(data.get("report"), "report"), str(data.get("module", "")))
         return _answer(lambda: services.ingest_from_api(
             module, str(data.get("data_entry_type", "")), str(data.get("url", "")),
@@ -193,7 +197,7 @@ class UnitSync(APIView):
     endpoint (``url``, default ``FACTORS_UNITS_URL``), for one ``year``."""
 
     permission_classes = [IsAuthenticated]
-    parser_classes = [MultiPartParser, FormParser, JSONParser]
+    parser_classes = [MultiPartParser, FormParser, BoundedJSONParser]
 
     @extend_schema(tags=["sync"], summary="Sync units for a year (a real, tracked job)",
                    request=OpenApiTypes.OBJECT,
@@ -202,18 +206,19 @@ class UnitSync(APIView):
     def post(self, request: Request) -> Response:
         _require_operator(request)
         _refuse_large_body(request, "units")
-        year = _int(request.data.get("year"), "year")
+        data = object_body(request)
+        year = _int(data.get("year"), "year")
         upload = request.FILES.get("file")
         return _answer(lambda: services.sync_units(
             year, source=upload, filename=getattr(upload, "name", ""),
-            url=request.data.get("url") or conf.units_url() or None, actor=request.user))
+            url=data.get("url") or conf.units_url() or None, actor=request.user))
 
 
 class Recalculate(APIView):
     """``POST /sync/recalculate-emissions/{data_entry_type}`` (optional ``year``)."""
 
     permission_classes = [IsAuthenticated]
-    parser_classes = [JSONParser, FormParser]
+    parser_classes = [BoundedJSONParser, FormParser]
 
     @extend_schema(tags=["sync"], summary="Recalculate the emissions of a type",
                    request=OpenApiTypes.OBJECT,
@@ -221,7 +226,7 @@ class Recalculate(APIView):
                               400: OpenApiTypes.OBJECT})
     def post(self, request: Request, data_entry_type: str) -> Response:
         _require_operator(request)
-        year = _int(request.data.get("year", request.query_params.get("year")), "year",
+        year = _int(object_body(request).get("year", request.query_params.get("year")), "year",
                     required=False)
         return _answer(lambda: services.recalculate_emissions(
             data_entry_type, year=year, actor=request.user))
@@ -245,7 +250,7 @@ class PipelineDetail(APIView):
         return Response({
             "pipeline": str(pipeline_id),
             "state": _pipeline_state(jobs),
-            "jobs": PipelineJobSerializer(jobs, many=True).data,
+            "jobs": PipelineJobSerializer(jobs, many=True, context={"request": request}).data,
             "modules": [{"id": m.pk, "report": m.report_id, "unit": m.report.unit.code,
                          "year": m.report.year, "module_type": m.module_type,
                          "recalculating": m.pk in busy} for m in modules],

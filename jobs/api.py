@@ -42,6 +42,7 @@ from jobs.filters import (
     reject_unknown,
 )
 from jobs.models import Delivery, Event, Job, JobEvent
+from jobs.redaction import error_text_for
 from jobs.why import explain
 from tenancy.models import Tenant
 from tenancy.scoping import scope_queryset, tenant_scope
@@ -78,6 +79,19 @@ class ErrorSerializer(serializers.Serializer):
     detail = serializers.CharField()
 
 
+class ErrorTextField(serializers.CharField):
+    """A job error or event message as the reader may see it (``jobs.redaction``): staff
+    get the traceback, everyone else the message. Without a request in the serializer's
+    context nobody is known to be staff, so the traceback is left out."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(read_only=True, **kwargs)
+
+    def to_representation(self, value: Any) -> str:
+        request = self.context.get("request")
+        return error_text_for(getattr(request, "user", None), str(value))
+
+
 class ProgressSerializer(serializers.Serializer):
     done = serializers.IntegerField(source="progress_done")
     total = serializers.IntegerField(source="progress_total", allow_null=True)
@@ -92,6 +106,7 @@ class ProgressSerializer(serializers.Serializer):
 
 class JobEventSerializer(serializers.ModelSerializer):
     actor = serializers.CharField(source="actor.username", allow_null=True, read_only=True)
+    message = ErrorTextField()
 
     class Meta:
         model = JobEvent
@@ -109,6 +124,10 @@ class JobSerializer(serializers.ModelSerializer):
     created_by = serializers.CharField(source="created_by.username", read_only=True,
                                        allow_null=True)
     duration_seconds = serializers.FloatField(read_only=True, allow_null=True)
+    # Declared: a read-only model field loses allow_blank, and the schema's enum then
+    # lacks the "" that every job that has not failed answers.
+    error_kind = serializers.ChoiceField(Job.ErrorKind.choices, allow_blank=True, read_only=True,
+                                         help_text="Empty unless the job failed.")
 
     class Meta:
         model = Job
@@ -124,6 +143,7 @@ class JobDetailSerializer(JobSerializer):
     out: it is the fence of the running attempt and nobody outside the worker needs it."""
 
     why = serializers.SerializerMethodField()
+    last_error = ErrorTextField()
     history = serializers.SerializerMethodField()
     history_truncated = serializers.SerializerMethodField()
 
@@ -138,7 +158,7 @@ class JobDetailSerializer(JobSerializer):
 
     @extend_schema_field(JobEventSerializer(many=True))
     def get_history(self, job: Job) -> list[dict[str, Any]]:
-        return JobEventSerializer(self._history(job)[0], many=True).data
+        return JobEventSerializer(self._history(job)[0], many=True, context=self.context).data
 
     def get_history_truncated(self, job: Job) -> bool:
         return self._history(job)[1]
@@ -256,7 +276,7 @@ class DeliverySerializer(serializers.ModelSerializer):
     deliver_after = serializers.DateTimeField(source="job.run_after", read_only=True)
     attempts = serializers.IntegerField(source="job.attempts", read_only=True)
     max_attempts = serializers.IntegerField(source="job.max_attempts", read_only=True)
-    last_error = serializers.CharField(source="job.last_error", read_only=True)
+    last_error = ErrorTextField(source="job.last_error")
     finished_at = serializers.DateTimeField(source="job.finished_at", read_only=True,
                                             allow_null=True)
 

@@ -195,7 +195,14 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
+    # Bad input is a 400 naming the problem: cursors checked against their ordering,
+    # JSON of bounded depth (jobs/filters.py, jobs/parsers.py).
+    "DEFAULT_PAGINATION_CLASS": "jobs.filters.NewestFirst",
+    "DEFAULT_PARSER_CLASSES": [
+        "jobs.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
@@ -208,6 +215,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # The 400/401/403/404 answers every endpoint can give, documented (project/api_schema.py).
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "project.api_schema.document_error_answers"],
 }
 
 # /metrics without credentials (a scraper on a private network); otherwise it needs

@@ -39,6 +39,11 @@ def crash(ctx: jobs.JobContext) -> None:
     raise RuntimeError("unexpected")
 
 
+@jobs.handler("tests.crash_once", max_attempts=1)
+def crash_once(ctx: jobs.JobContext) -> None:
+    raise RuntimeError("unexpected")
+
+
 @jobs.handler("tests.permanent", max_attempts=5)
 def permanent(ctx: jobs.JobContext) -> None:
     raise jobs.PermanentError("bad input in row 3")
@@ -101,6 +106,11 @@ def wait_for_file(ctx: jobs.JobContext) -> dict[str, Any]:
 def on_order_placed(ctx: jobs.JobContext) -> None:
     if ctx.payload["payload"].get("fail"):
         raise jobs.TransientError("cluster busy")
+
+
+@jobs.handler("tests.on_crashing", subscribes=["Crashing"], max_attempts=2)
+def on_crashing(ctx: jobs.JobContext) -> None:
+    raise RuntimeError("unexpected")
 
 
 @jobs.handler("tests.audit_order", subscribes=["OrderPlaced"])

@@ -23,7 +23,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from factors import queries, services
-from factors.catalog import DataEntryType
+from factors.catalog import DataEntryType, ModuleType
+from factors.csv_validation import shown
 from factors.models import CarbonReport, DataEntry, ReportModule
 from jobs.filters import CheckedCursorPagination, StrictFilterBackend
 from jobs.parsers import BoundedJSONParser
@@ -113,6 +114,9 @@ def visible_reports(request: Request) -> QuerySet[CarbonReport]:
 
 def visible_module(request: Request, report_id: int, module_type: str) -> ReportModule:
     """A module of a report the caller may see; 404 otherwise (hidden like a missing one)."""
+    if module_type not in ModuleType.values:  # checked here: "\x00" fails in SQL
+        raise NotFound(f"no module {shown(module_type)}; modules are "
+                       f"{', '.join(ModuleType.values)}")
     modules = scope_queryset(ReportModule.objects.select_related("report__unit"), request.user,
                              field="report__unit__tenant")
     return get_object_or_404(modules, report_id=report_id, module_type=module_type)
@@ -141,7 +145,7 @@ class ById(CheckedCursorPagination):
 
 def _page(view: APIView, request: Request, queryset: QuerySet) -> list[Any]:
     """Strictly filtered (an unknown parameter is a 400), then one cursor page."""
-    view.paginator = ById()  # per request: a paginator keeps the request's cursor
+    view.paginator = view.pagination_class()  # per request: it keeps the request's cursor
     queryset = StrictFilterBackend().filter_queryset(request, queryset, view)
     return view.paginator.paginate_queryset(queryset, request, view=view)
 
@@ -149,6 +153,7 @@ def _page(view: APIView, request: Request, queryset: QuerySet) -> list[Any]:
 class ReportList(APIView):
     permission_classes = [IsAuthenticated]
     queryset = CarbonReport.objects.none()  # the schema's model; requests scope their own
+    pagination_class = ById  # what the schema documents: a cursor page (``_page``)
     filterset_class = ReportFilter
     filter_backends = [StrictFilterBackend]
 
@@ -205,6 +210,7 @@ def _change_body(change: services.EntryChange) -> dict[str, Any]:
 class EntryList(APIView):
     permission_classes = [IsAuthenticated]
     queryset = DataEntry.objects.none()  # the schema's model; requests scope their own
+    pagination_class = ById  # what the schema documents: a cursor page (``_page``)
     parser_classes = [BoundedJSONParser]
     filterset_class = EntryFilter
     filter_backends = [StrictFilterBackend]

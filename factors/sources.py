@@ -24,7 +24,10 @@ class SourceError(Exception):
 def check_url(url: str) -> str | None:
     """Why ``url`` cannot be a source (None: it can). Only http and https: a file:// or
     ftp:// URL would let a caller read the server's own files."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unclosed "[" of an IPv6 host, a bad port …
+        return f"is not a valid URL ({exc})"
     if parts.scheme not in ("http", "https") or not parts.netloc:
         return "must be an http:// or https:// URL"
     return None

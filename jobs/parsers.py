@@ -4,7 +4,9 @@ Python's JSON decoder recurses once per nesting level, so a body of a few thousa
 raised RecursionError inside the parser (a 500, and a deep stack for anyone to ask for).
 ``BoundedJSONParser`` measures the depth before decoding and refuses a deeper body with a
 400; every JSON endpoint uses it (``REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"]`` and the
-views that name their parsers).
+views that name their parsers). It also refuses strings holding a NUL character
+(``\\u0000``): PostgreSQL stores none in text or jsonb, so such a payload would otherwise
+fail at the INSERT.
 """
 
 from __future__ import annotations
@@ -53,9 +55,25 @@ class BoundedJSONParser(JSONParser):
             raise ParseError(f"JSON parse error - nested deeper than {self.max_depth} levels")
         parse_constant = json.strict_constant if self.strict else None
         try:
-            return json.loads(text, parse_constant=parse_constant)
+            data = json.loads(text, parse_constant=parse_constant)
         except ValueError as exc:
             raise ParseError(f"JSON parse error - {exc}") from None
+        if "\\u0000" in text and _holds_nul(data):
+            raise ParseError("JSON parse error - a string holds a NUL character (\\u0000), "
+                             "which cannot be stored")
+        return data
+
+
+def _holds_nul(data: Any) -> bool:
+    """Whether any string (key or value) in decoded JSON holds a NUL character. Recursive:
+    callers decode bodies of bounded depth only."""
+    if isinstance(data, str):
+        return "\x00" in data
+    if isinstance(data, dict):
+        return any(_holds_nul(key) or _holds_nul(value) for key, value in data.items())
+    if isinstance(data, list):
+        return any(_holds_nul(item) for item in data)
+    return False
 
 
 def object_body(request: Request) -> Mapping[str, Any]:

@@ -8,7 +8,8 @@ would not know them. This hook adds them from facts the schema already holds:
 - 401 to every operation that requires credentials (``security`` without ``{}``);
 - 403 to every write: members read, staff write, and a session write needs its CSRF token;
 - 404 to every operation with a path parameter (absent, or another tenant's);
-- 400 to every operation with query parameters or a request body.
+- 400 to every operation with query parameters or a request body;
+- 415 to every operation with a request body (a Content-Type it does not read).
 
 An answer a view documents itself is left as it is.
 """
@@ -68,3 +69,6 @@ def _add_error_answers(method: str, operation: dict[str, Any]) -> None:
     if operation.get("requestBody") or any(p["in"] == "query" for p in parameters):
         responses.setdefault("400", _answer(PROBLEMS, "A parameter or the body is invalid; "
                                                       "the answer names it."))
+    if operation.get("requestBody"):
+        responses.setdefault("415", _answer(DETAIL, "The body's Content-Type is not one this "
+                                                    "operation reads."))

@@ -106,3 +106,66 @@ def test_a_pipelines_errors_show_the_traceback_to_staff_only(member, alice, acme
 
     assert shown["member"] == "RuntimeError: unexpected"
     assert shown["staff"].startswith("RuntimeError: unexpected\n") and '  File "' in shown["staff"]
+
+
+def test_the_co2_lists_are_documented_as_the_cursor_pages_they_answer():
+    from drf_spectacular.generators import SchemaGenerator
+
+    paths = SchemaGenerator().get_schema(request=None, public=True)["paths"]
+
+    for path, page in (("/v1/carbon_reports", "PaginatedReportList"),
+                       (ENTRIES.replace("travel", "{module}"),
+                        "PaginatedEntryList")):
+        get = paths[path]["get"]
+        assert get["responses"]["200"]["content"]["application/json"]["schema"] == {
+            "$ref": f"#/components/schemas/{page}"}
+        assert {"cursor", "page_size"} <= {p["name"] for p in get["parameters"]}
+
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/sync/units", {"year": 2024, "url": {"host": "x"}}, "url"),
+    ("/sync/units", {"year": 1.5}, "year"),
+    ("/sync/api-ingest", {"report": 1, "module": ["travel"], "data_entry_type": "plane",
+                          "url": "http://127.0.0.1/"}, "module"),
+    ("/sync/api-ingest", {"report": 2**80, "module": "travel", "data_entry_type": "plane",
+                          "url": "http://127.0.0.1/"}, "report"),
+    ("/sync/api-ingest", {"report": "REPORT", "module": "travel", "data_entry_type": "plane",
+                          "url": "http://[::1"}, "url"),
+    ("/sync/recalculate-emissions/plane", {"year": True}, "year"),
+])
+def test_a_sync_field_of_the_wrong_kind_is_a_400_naming_it(olga, travel, path, body, field):
+    if body.get("report") == "REPORT":
+        body = {**body, "report": travel.report_id}
+
+    response = olga.post(path, body, format="json")
+
+    assert response.status_code == 400
+    assert field in response.json()
+
+
+def test_a_module_path_with_a_nul_character_is_a_404_not_a_database_error(member, travel):
+    response = member.get(f"/v1/carbon_reports/{travel.report_id}/modules/%00/data-entries")
+
+    assert response.status_code == 404
+    assert response.json() == {"detail": "no module '\\x00'; modules are travel, energy, purchases"}
+
+
+def test_an_entry_with_a_nul_character_is_a_400(member, travel):
+    entry = {"data_entry_type": "plane", "quantity": "1",
+             "classification": {"haul": "short\u0000", "cabin": "economy"}}
+
+    response = member.post(ENTRIES.format(report=travel.report_id), entry, format="json")
+
+    assert response.status_code == 400
+    assert "NUL character" in response.json()["detail"]
+
+
+def test_an_entry_type_that_is_not_a_string_is_a_400_naming_it(member, travel):
+    entry = {"data_entry_type": ["plane"] * 100, "quantity": "1",
+             "classification": {"haul": "short", "cabin": "economy"}}
+
+    response = member.post(ENTRIES.format(report=travel.report_id), entry, format="json")
+
+    assert response.status_code == 400
+    [message] = response.json()["data_entry_type"]
+    assert message.startswith("unknown type \"['plane', ") and "… (900 characters)" in message

@@ -198,3 +198,13 @@ def test_the_schema_documents_the_error_answers():
     assert set(paths["/api/jobs/"]["get"]["responses"]) == {"200", "400", "401"}
     assert set(paths["/api/jobs/{id}/"]["get"]["responses"]) == {"200", "401", "404"}
     assert {"400", "401", "403", "404", "409"} <= set(paths["/api/jobs/{id}/retry/"]["post"]["responses"])
+
+
+def test_a_payload_with_a_nul_character_is_a_400_not_a_database_error(alice):
+    response = alice.post("/api/jobs/", {"type": "tests.noop", "payload": {"a": "\u0000"}},
+                          format="json")
+
+    assert response.status_code == 400
+    assert response.json() == {"detail": "JSON parse error - a string holds a NUL character "
+                                         "(\\u0000), which cannot be stored"}
+    assert not Job.objects.exists()

@@ -17,17 +17,17 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, NotFound, ValidationError
-from rest_framework.pagination import CursorPagination
-from rest_framework.parsers import JSONParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from factors import queries, services
-from factors.catalog import DataEntryType
+from factors.catalog import DataEntryType, ModuleType
+from factors.csv_validation import shown
 from factors.models import CarbonReport, DataEntry, ReportModule
-from jobs.filters import StrictFilterBackend
+from jobs.filters import CheckedCursorPagination, StrictFilterBackend
+from jobs.parsers import BoundedJSONParser
 from tenancy.scoping import scope_queryset
 
 # --- serializers ----------------------------------------------------------------------------------
@@ -114,6 +114,9 @@ def visible_reports(request: Request) -> QuerySet[CarbonReport]:
 
 def visible_module(request: Request, report_id: int, module_type: str) -> ReportModule:
     """A module of a report the caller may see; 404 otherwise (hidden like a missing one)."""
+    if module_type not in ModuleType.values:  # checked here: "\x00" fails in SQL
+        raise NotFound(f"no module {shown(module_type)}; modules are "
+                       f"{', '.join(ModuleType.values)}")
     modules = scope_queryset(ReportModule.objects.select_related("report__unit"), request.user,
                              field="report__unit__tenant")
     return get_object_or_404(modules, report_id=report_id, module_type=module_type)
@@ -136,15 +139,13 @@ class ReportFilter(filters.FilterSet):
         fields: list[str] = []
 
 
-class ById(CursorPagination):
+class ById(CheckedCursorPagination):
     ordering = "id"
-    page_size_query_param = "page_size"
-    max_page_size = 500
 
 
 def _page(view: APIView, request: Request, queryset: QuerySet) -> list[Any]:
     """Strictly filtered (an unknown parameter is a 400), then one cursor page."""
-    view.paginator = ById()  # per request: a paginator keeps the request's cursor
+    view.paginator = view.pagination_class()  # per request: it keeps the request's cursor
     queryset = StrictFilterBackend().filter_queryset(request, queryset, view)
     return view.paginator.paginate_queryset(queryset, request, view=view)
 
@@ -152,6 +153,7 @@ def _page(view: APIView, request: Request, queryset: QuerySet) -> list[Any]:
 class ReportList(APIView):
     permission_classes = [IsAuthenticated]
     queryset = CarbonReport.objects.none()  # the schema's model; requests scope their own
+    pagination_class = ById  # what the schema documents: a cursor page (``_page``)
     filterset_class = ReportFilter
     filter_backends = [StrictFilterBackend]
 
@@ -208,7 +210,8 @@ def _change_body(change: services.EntryChange) -> dict[str, Any]:
 class EntryList(APIView):
     permission_classes = [IsAuthenticated]
     queryset = DataEntry.objects.none()  # the schema's model; requests scope their own
-    parser_classes = [JSONParser]
+    pagination_class = ById  # what the schema documents: a cursor page (``_page``)
+    parser_classes = [BoundedJSONParser]
     filterset_class = EntryFilter
     filter_backends = [StrictFilterBackend]
 
@@ -235,7 +238,7 @@ class EntryList(APIView):
 
 class EntryDetail(APIView):
     permission_classes = [IsAuthenticated]
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
 
     @extend_schema(tags=["co2"], summary="One data entry", responses={200: EntrySerializer})
     def get(self, request: Request, report: int, module: str, entry: int) -> Response:

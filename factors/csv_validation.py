@@ -16,7 +16,11 @@ removed. A file with any error is refused whole: callers throw ``out`` away.
 Rules: a cell may not contain a line break or another control character; a cell that
 starts with ``=``, ``+``, ``-`` or ``@`` is refused (spreadsheets run it as a formula:
 CSV injection); blank lines are errors, so that row numbers are the spreadsheet's own
-(the header is row 1).
+(the header is row 1); no line is longer than ``MAX_LINE_CHARS``.
+
+The report stays small whatever the file: an echoed value is cut to its first
+``SHOWN_CHARS`` characters, and the listed errors stop at ``MAX_ERRORS`` or
+``MAX_REPORT_CHARS`` characters (``error_count`` still counts them all).
 """
 
 from __future__ import annotations
@@ -32,6 +36,11 @@ from typing import BinaryIO, TypedDict
 CHUNK_BYTES = 1 << 20
 MB = 1024 * 1024
 MAX_ERRORS = 100
+MAX_REPORT_CHARS = 20_000
+SHOWN_CHARS = 80
+# Far above any valid row (a dozen short cells); a file without line breaks (not CSV,
+# or a header of a million columns) is refused after this much, not held in memory.
+MAX_LINE_CHARS = MB
 FORMULA_PREFIXES = ("=", "+", "-", "@")
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 CODE_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.\- ]{0,62}[A-Za-z0-9_.\-])?")
@@ -39,6 +48,19 @@ YEAR_RE = re.compile(r"\d{4}")
 # A plain text cell for the fast path: no quote, comma, control character or surrounding
 # space, no formula prefix (the cell-by-cell checks accept all of these and more).
 PLAIN_TEXT = r"[^\x00-\x20\",=+\-@\x7f-\x9f](?:[^\x00-\x1f\",\x7f-\x9f]{0,%d}[^\x00-\x20\",\x7f-\x9f])?"
+
+
+def shown(value: str) -> str:
+    """``value`` quoted for an error message, cut to ``SHOWN_CHARS`` characters with an
+    ellipsis and its length: a report echoes what was wrong, not megabytes of it."""
+    if len(value) <= SHOWN_CHARS:
+        return repr(value)
+    return f"{value[:SHOWN_CHARS]!r}… ({len(value):,} characters)"
+
+
+def shown_name(name: str) -> str:
+    """A header name as an error's ``column``, cut like ``shown`` but unquoted."""
+    return name if len(name) <= SHOWN_CHARS else f"{name[:SHOWN_CHARS]}… ({len(name):,} characters)"
 
 
 class CsvErrorDict(TypedDict):
@@ -121,8 +143,8 @@ def _check_number(column: Column, value: str) -> str | None:
     if not (integer.isascii() and integer.isdigit()) or (dot and not (fraction.isascii()
                                                                        and fraction.isdigit())):
         if "," in value:
-            return f"not a number ({value!r}): use a dot as the decimal separator"
-        return f"not a number ({value!r})"
+            return f"not a number ({shown(value)}): use a dot as the decimal separator"
+        return f"not a number ({shown(value)})"
     if len(integer) > column.digits:
         return f"too large: at most {column.digits} digits before the decimal point"
     if len(fraction) > column.decimals:
@@ -133,7 +155,7 @@ def _check_number(column: Column, value: str) -> str | None:
 def _check_code(column: Column, value: str) -> str | None:
     if CODE_RE.fullmatch(value):
         return None
-    return (f"{value!r} is not a code: letters, digits, '_', '-', '.' and inner spaces only, "
+    return (f"{shown(value)} is not a code: letters, digits, '_', '-', '.' and inner spaces only, "
             "at most 64 characters")
 
 
@@ -146,13 +168,13 @@ def _check_text(column: Column, value: str) -> str | None:
 def _check_year(column: Column, value: str) -> str | None:
     if YEAR_RE.fullmatch(value) and 2000 <= int(value) <= 2100:
         return None
-    return f"not a year between 2000 and 2100 ({value!r})"
+    return f"not a year between 2000 and 2100 ({shown(value)})"
 
 
 def _check_fixed(column: Column, value: str) -> str | None:
     if value.isascii() and value.lower() == column.value:
         return None
-    return f"must be {column.value!r} (found {value!r})"
+    return f"must be {column.value!r} (found {shown(value)})"
 
 
 _KIND_CHECKS: dict[str, Callable[[Column, str], str | None]] = {
@@ -189,6 +211,7 @@ class ValidationReport:
     header: list[str] = field(default_factory=list)
     errors: list[CsvError] = field(default_factory=list)
     error_count: int = 0
+    listed_chars: int = 0
 
     @property
     def ok(self) -> bool:
@@ -196,8 +219,10 @@ class ValidationReport:
 
     def add(self, error: CsvError, limit: int = MAX_ERRORS) -> None:
         self.error_count += 1
-        if len(self.errors) < limit:
+        size = len(error.reason) + len(error.column or "")
+        if len(self.errors) < limit and self.listed_chars + size <= MAX_REPORT_CHARS:
             self.errors.append(error)
+            self.listed_chars += size
 
     def summary(self) -> str:
         if self.ok:
@@ -238,6 +263,9 @@ def validate(source: BinaryIO, schema: CsvSchema, *, out: BinaryIO | None = None
         cut = text.rfind("\n") + 1
         pending = text[cut:]
         checker.feed(text[:cut])
+        if len(pending) > MAX_LINE_CHARS:
+            checker.line_too_long()
+            return checker.report
     try:
         pending += decoder.decode(b"", final=True)
     except UnicodeDecodeError as exc:
@@ -275,6 +303,15 @@ class _Pass:
                               "as UTF-8 (\"CSV UTF-8\" in spreadsheets). Rows after it were "
                               "not checked.")
 
+    def line_too_long(self) -> None:
+        limit = f"{MAX_LINE_CHARS // MB} MB" if MAX_LINE_CHARS >= MB else f"{MAX_LINE_CHARS:,} characters"
+        if self.columns is None:
+            self.error(None, None, f"no header line in the first {limit}: the file has no line "
+                                   "break there (is it a CSV file?)")
+        elif self.columns:  # (an empty list: the header was refused, nothing is checked)
+            self.error(self.line + 1, None, f"the row is longer than {limit} and was not "
+                                            "checked, nor the rows after it")
+
     def finish(self) -> ValidationReport:
         if self.columns is None and self.report.ok:
             self.error(None, None, "the file is empty")
@@ -289,6 +326,8 @@ class _Pass:
         text = text.replace("\r\n", "\n")
         lines = text.split("\n")
         lines.pop()
+        if not lines:
+            return
         if self.columns is None:
             if self.line == 0 and lines[0].startswith("\ufeff"):
                 lines[0] = lines[0][1:]
@@ -369,7 +408,7 @@ class _Pass:
         expected = self.schema.names
         if not any(name in expected for name in names):
             self.error(1, None, "missing header row: the first row must name the columns "
-                                f"({', '.join(expected)}); found {', '.join(cells)[:200]!r}")
+                                f"({', '.join(expected)}); found {shown(', '.join(cells))}")
             return False
         ok = self._header_names(names, expected)
         if ok:
@@ -380,12 +419,14 @@ class _Pass:
 
     def _header_names(self, names: list[str], expected: list[str]) -> bool:
         count = self.report.error_count
+        seen: set[str] = set()
         for position, name in enumerate(names):
             if name not in expected:
-                self.error(1, name or f"#{position + 1}",
+                self.error(1, shown_name(name) or f"#{position + 1}",
                            f"unknown column; expected {', '.join(expected)}")
-            elif name in names[:position]:
+            elif name in seen:
                 self.error(1, name, "the column appears twice")
+            seen.add(name)
         for column in self.schema.columns:
             if column.name not in names and not column.optional_header:
                 self.error(1, column.name, "missing column")

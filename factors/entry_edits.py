@@ -18,7 +18,7 @@ from typing import Any
 from django.db import transaction
 
 from factors import catalog, emissions, locks, stats
-from factors.csv_validation import Column
+from factors.csv_validation import Column, shown
 from factors.errors import InvalidRequest
 from factors.models import CarbonReport, DataEntry, ReportModule
 from jobs import clock
@@ -80,8 +80,8 @@ def _entry_spec(module: ReportModule, entry_type: Any,
     if entry_type is None:
         errors["data_entry_type"] = ["required"]
         return None
-    if entry_type not in catalog.SPECS:
-        errors["data_entry_type"] = [f"unknown type {entry_type!r}; use one of "
+    if not isinstance(entry_type, str) or entry_type not in catalog.SPECS:
+        errors["data_entry_type"] = [f"unknown type {shown(str(entry_type))}; use one of "
                                      f"{', '.join(catalog.types_of(module.module_type))}"]
         return None
     spec = catalog.SPECS[entry_type]
@@ -115,7 +115,7 @@ def _clean_classification(spec: catalog.EntryTypeSpec, value: Any,
     if not isinstance(value, dict):
         errors["classification"] = [f"required: an object with {', '.join(spec.keys)} ({spec.help})"]
         return {}
-    problems = [f"unknown key {key!r}" for key in sorted(set(value) - set(spec.keys))]
+    problems = [f"unknown key {shown(key)}" for key in sorted(set(value) - set(spec.keys))]
     problems += [f"missing key {key!r} ({spec.help})" for key in spec.keys if key not in value]
     clean = {}
     for key in spec.keys:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from factors import catalog
-from factors.csv_validation import CsvError
+from factors.csv_validation import CsvError, shown
 
 
 class ShapeError(Exception):
@@ -64,7 +64,7 @@ def _cells(values: Sequence[Any], where: str, errors: list[str]) -> list[str]:
     cells = []
     for value in values:
         if isinstance(value, (dict, list, bool)):
-            errors.append(f"{where}: {value!r} must be a string or a number")
+            errors.append(f"{where}: {shown(repr(value))} must be a string or a number")
             value = ""
         elif isinstance(value, str) and ("\n" in value or "\r" in value):
             errors.append(f"{where}: {value[:40]!r} contains a line break")

@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.http import QueryDict
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.exceptions import APIException, NotFound, PermissionDenied
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -26,8 +27,9 @@ from rest_framework.views import APIView
 from factors import conf, queries, services
 from factors.api import invalid, visible_module
 from factors.models import ReportModule
-from jobs.api import JobSerializer
+from jobs.api import ErrorSerializer, ErrorTextField, JobSerializer
 from jobs.models import Job
+from jobs.parsers import BoundedJSONParser, object_body
 from tenancy.scoping import scope_queryset, tenant_scope
 
 # Multipart framing around a file: a request this much over the file limit is refused
@@ -41,6 +43,8 @@ class TooLarge(APIException):
 
 
 class PipelineJobSerializer(JobSerializer):
+    last_error = ErrorTextField()
+
     class Meta(JobSerializer.Meta):
         fields = [*JobSerializer.Meta.fields, "result", "last_error"]
         read_only_fields = fields
@@ -99,13 +103,6 @@ def _refuse_large_body(request: Request, kind: str) -> None:
                        f"is {conf.human(limit)}: split the file")
 
 
-def _file(request: Request) -> Any:
-    upload = request.FILES.get("file")
-    if upload is None:
-        raise ValidationError({"file": ["required: the CSV file, as multipart/form-data"]})
-    return upload
-
-
 def _require_operator(request: Request) -> None:
     if not request.user.is_staff or tenant_scope(request.user) is not True:
         raise PermissionDenied("Only platform operators (staff) run global syncs.")
@@ -116,15 +113,59 @@ def _require_staff(request: Request) -> None:
         raise PermissionDenied("Only staff start bulk pipelines.")
 
 
-def _int(value: Any, name: str, *, required: bool = True) -> int | None:
-    if value in (None, ""):
-        if required:
-            raise ValidationError({name: ["required"]})
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise ValidationError({name: [f"must be an integer, got {value!r}"]}) from None
+# --- request bodies: each endpoint's fields, checked before anything is looked up -----------
+
+FILE_REQUIRED = {"required": "required: the CSV file, as multipart/form-data"}
+
+
+def _id() -> serializers.IntegerField:
+    return serializers.IntegerField(min_value=1, max_value=2**63 - 1)
+
+
+class DispatchBody(serializers.Serializer):
+    report = _id()
+    module = serializers.CharField(max_length=20, help_text="The module type, e.g. travel.")
+    data_entry_type = serializers.CharField(max_length=20)
+    file = serializers.FileField(error_messages=FILE_REQUIRED, help_text="The entries CSV.")
+
+
+class ApiIngestBody(serializers.Serializer):
+    report = _id()
+    module = serializers.CharField(max_length=20, help_text="The module type, e.g. travel.")
+    data_entry_type = serializers.CharField(max_length=20)
+    url = serializers.CharField(max_length=2000, help_text="An http(s) URL answering JSON.")
+
+
+class FactorUploadBody(serializers.Serializer):
+    file = serializers.FileField(error_messages=FILE_REQUIRED, help_text="The factors CSV.")
+
+
+class UnitSyncBody(serializers.Serializer):
+    year = serializers.IntegerField()
+    url = serializers.CharField(max_length=2000, required=False, allow_blank=True,
+                                help_text="Default: FACTORS_UNITS_URL.")
+    file = serializers.FileField(required=False, help_text="A directory file, CSV or JSON.")
+
+
+class RecalculateBody(serializers.Serializer):
+    year = serializers.IntegerField(required=False, allow_null=True,
+                                    help_text="Only this year (also as ?year=).")
+
+
+def _fields(request: Request, body: type[serializers.Serializer],
+            extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The request's fields as ``body`` declares them; a 400 naming each bad one."""
+    data = object_body(request)
+    if isinstance(data, QueryDict):  # a form: one value per field, files included
+        data = data.dict()
+    form = body(data={**(extra or {}), **data})
+    form.is_valid(raise_exception=True)
+    return form.validated_data
+
+
+# --- views ------------------------------------------------------------------------------------------
+
+NO_MODULE = OpenApiResponse(ErrorSerializer, description="No such report module visible to you.")
 
 
 class Dispatch(APIView):
@@ -135,39 +176,38 @@ class Dispatch(APIView):
 
     @extend_schema(tags=["sync"], summary="Upload an entries CSV: csv_ingest → "
                    "emission_recalc → aggregation",
-                   request={"multipart/form-data": OpenApiTypes.OBJECT},
+                   request={"multipart/form-data": DispatchBody},
                    responses={202: DispatchedSerializer, 400: OpenApiTypes.OBJECT,
+                              404: NO_MODULE,
                               409: OpenApiResponse(description="An ingest of this module "
                                                    "and type is unfinished."),
                               413: OpenApiTypes.OBJECT})
     def post(self, request: Request) -> Response:
         _require_staff(request)
         _refuse_large_body(request, "entries")
-        report = _int(request.data.get("report"), "report")
-        module = visible_module(request, report, str(request.data.get("module", "")))
-        upload = _file(request)
+        fields = _fields(request, DispatchBody)
+        module = visible_module(request, fields["report"], fields["module"])
+        upload = fields["file"]
         return _answer(lambda: services.dispatch_csv(
-            module, str(request.data.get("data_entry_type", "")), upload, filename=upload.name,
-            actor=request.user))
+            module, fields["data_entry_type"], upload, filename=upload.name, actor=request.user))
 
 
 class ApiIngest(APIView):
     """``POST /sync/api-ingest``: entries from an HTTP JSON source, same rules and chain."""
 
     permission_classes = [IsAuthenticated]
-    parser_classes = [JSONParser, FormParser]
+    parser_classes = [BoundedJSONParser, FormParser]
 
     @extend_schema(tags=["sync"], summary="Ingest entries from an HTTP JSON source",
-                   request=OpenApiTypes.OBJECT,
+                   request=ApiIngestBody,
                    responses={202: DispatchedSerializer, 400: OpenApiTypes.OBJECT,
-                              409: OpenApiTypes.OBJECT})
+                              404: NO_MODULE, 409: OpenApiTypes.OBJECT})
     def post(self, request: Request) -> Response:
         _require_staff(request)
-        data = request.data
-        module = visible_module(request, _int(data.get("report"), "report"), str(data.get("module", "")))
+        fields = _fields(request, ApiIngestBody)
+        module = visible_module(request, fields["report"], fields["module"])
         return _answer(lambda: services.ingest_from_api(
-            module, str(data.get("data_entry_type", "")), str(data.get("url", "")),
-            actor=request.user))
+            module, fields["data_entry_type"], fields["url"], actor=request.user))
 
 
 class FactorUpload(APIView):
@@ -178,13 +218,13 @@ class FactorUpload(APIView):
 
     @extend_schema(tags=["sync"], summary="Upload emission factors of one type "
                    "(upserted in place; recalculation follows)",
-                   request={"multipart/form-data": OpenApiTypes.OBJECT},
+                   request={"multipart/form-data": FactorUploadBody},
                    responses={202: DispatchedSerializer, 400: OpenApiTypes.OBJECT,
                               409: OpenApiTypes.OBJECT, 413: OpenApiTypes.OBJECT})
     def post(self, request: Request, data_entry_type: str) -> Response:
         _require_operator(request)
         _refuse_large_body(request, "factors")
-        upload = _file(request)
+        upload = _fields(request, FactorUploadBody)["file"]
         return _answer(lambda: services.upload_factors(
             data_entry_type, upload, filename=upload.name, actor=request.user))
 
@@ -194,36 +234,38 @@ class UnitSync(APIView):
     endpoint (``url``, default ``FACTORS_UNITS_URL``), for one ``year``."""
 
     permission_classes = [IsAuthenticated]
-    parser_classes = [MultiPartParser, FormParser, JSONParser]
+    parser_classes = [MultiPartParser, FormParser, BoundedJSONParser]
 
     @extend_schema(tags=["sync"], summary="Sync units for a year (a real, tracked job)",
-                   request=OpenApiTypes.OBJECT,
+                   request=UnitSyncBody,
                    responses={202: DispatchedSerializer, 400: OpenApiTypes.OBJECT,
                               409: OpenApiTypes.OBJECT, 413: OpenApiTypes.OBJECT})
     def post(self, request: Request) -> Response:
         _require_operator(request)
         _refuse_large_body(request, "units")
-        year = _int(request.data.get("year"), "year")
-        upload = request.FILES.get("file")
+        fields = _fields(request, UnitSyncBody)
+        upload = fields.get("file")
         return _answer(lambda: services.sync_units(
-            year, source=upload, filename=getattr(upload, "name", ""),
-            url=request.data.get("url") or conf.units_url() or None, actor=request.user))
+            fields["year"], source=upload, filename=getattr(upload, "name", ""),
+            url=fields.get("url") or conf.units_url() or None, actor=request.user))
 
 
 class Recalculate(APIView):
     """``POST /sync/recalculate-emissions/{data_entry_type}`` (optional ``year``)."""
 
     permission_classes = [IsAuthenticated]
-    parser_classes = [JSONParser, FormParser]
+    parser_classes = [BoundedJSONParser, FormParser]
 
     @extend_schema(tags=["sync"], summary="Recalculate the emissions of a type",
-                   request=OpenApiTypes.OBJECT,
+                   request=RecalculateBody,
+                   parameters=[OpenApiParameter("year", int, required=False,
+                                                description="Only this year.")],
                    responses={202: DispatchedSerializer, 200: DispatchedSerializer,
                               400: OpenApiTypes.OBJECT})
     def post(self, request: Request, data_entry_type: str) -> Response:
         _require_operator(request)
-        year = _int(request.data.get("year", request.query_params.get("year")), "year",
-                    required=False)
+        query = {"year": request.query_params["year"]} if "year" in request.query_params else {}
+        year = _fields(request, RecalculateBody, extra=query).get("year")
         return _answer(lambda: services.recalculate_emissions(
             data_entry_type, year=year, actor=request.user))
 
@@ -247,7 +289,7 @@ class PipelineDetail(APIView):
         return Response({
             "pipeline": str(pipeline_id),
             "state": _pipeline_state(jobs),
-            "jobs": PipelineJobSerializer(jobs, many=True).data,
+            "jobs": PipelineJobSerializer(jobs, many=True, context={"request": request}).data,
             "modules": [{"id": m.pk, "report": m.report_id, "unit": m.report.unit.code,
                          "year": m.report.year, "module_type": m.module_type,
                          "recalculating": m.pk in busy} for m in modules],

@@ -42,6 +42,7 @@ from jobs.filters import (
     reject_unknown,
 )
 from jobs.models import Delivery, Event, Job, JobEvent
+from jobs.redaction import error_text_for
 from jobs.why import explain
 from tenancy.models import Tenant
 from tenancy.scoping import scope_queryset, tenant_scope
@@ -78,6 +79,19 @@ class ErrorSerializer(serializers.Serializer):
     detail = serializers.CharField()
 
 
+class ErrorTextField(serializers.CharField):
+    """A job error or event message as the reader may see it (``jobs.redaction``): staff
+    get the traceback, everyone else the message. Without a request in the serializer's
+    context nobody is known to be staff, so the traceback is left out."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(read_only=True, **kwargs)
+
+    def to_representation(self, value: Any) -> str:
+        request = self.context.get("request")
+        return error_text_for(getattr(request, "user", None), str(value))
+
+
 class ProgressSerializer(serializers.Serializer):
     done = serializers.IntegerField(source="progress_done")
     total = serializers.IntegerField(source="progress_total", allow_null=True)
@@ -92,6 +106,7 @@ class ProgressSerializer(serializers.Serializer):
 
 class JobEventSerializer(serializers.ModelSerializer):
     actor = serializers.CharField(source="actor.username", allow_null=True, read_only=True)
+    message = ErrorTextField()
 
     class Meta:
         model = JobEvent
@@ -109,6 +124,10 @@ class JobSerializer(serializers.ModelSerializer):
     created_by = serializers.CharField(source="created_by.username", read_only=True,
                                        allow_null=True)
     duration_seconds = serializers.FloatField(read_only=True, allow_null=True)
+    # Declared: a read-only model field loses allow_blank, and the schema's enum then
+    # lacks the "" that every job that has not failed answers.
+    error_kind = serializers.ChoiceField(Job.ErrorKind.choices, allow_blank=True, read_only=True,
+                                         help_text="Empty unless the job failed.")
 
     class Meta:
         model = Job
@@ -124,6 +143,7 @@ class JobDetailSerializer(JobSerializer):
     out: it is the fence of the running attempt and nobody outside the worker needs it."""
 
     why = serializers.SerializerMethodField()
+    last_error = ErrorTextField()
     history = serializers.SerializerMethodField()
     history_truncated = serializers.SerializerMethodField()
 
@@ -138,7 +158,7 @@ class JobDetailSerializer(JobSerializer):
 
     @extend_schema_field(JobEventSerializer(many=True))
     def get_history(self, job: Job) -> list[dict[str, Any]]:
-        return JobEventSerializer(self._history(job)[0], many=True).data
+        return JobEventSerializer(self._history(job)[0], many=True, context=self.context).data
 
     def get_history_truncated(self, job: Job) -> bool:
         return self._history(job)[1]
@@ -159,6 +179,26 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+class OpenJobType(serializers.ChoiceField):
+    """A job type API clients may enqueue: one that declares an API payload. The schema
+    lists them (the choices are read from the registry each time the field is made)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=[h.name for h in registry.all_handlers() if h.api_payload],
+                         **kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        value = str(data)[:100]
+        if value in self.choices:
+            return value
+        open_types = ", ".join(self.choices) or "none"
+        if registry.get(value) is None:
+            raise ValidationError(f"unknown job type {value!r}; API clients may enqueue: "
+                                  f"{open_types}")
+        raise ValidationError(f"{value!r} cannot be enqueued through the API: its own endpoint "
+                              f"or admin page starts it. API clients may enqueue: {open_types}")
+
+
 class EnqueueSerializer(serializers.Serializer):
     """What a caller may set when enqueueing; everything else is the handler's default.
 
@@ -167,9 +207,8 @@ class EnqueueSerializer(serializers.Serializer):
     object it names found through the job's tenant.
     """
 
-    type = serializers.CharField(max_length=100,
-                                 help_text="A job type open to API clients (see the 400 "
-                                           "answer for the list).")
+    type = OpenJobType(help_text="A job type open to API clients; the others start from "
+                                 "their own endpoints.")
     payload = serializers.JSONField(required=False, default=dict,
                                     help_text="A JSON object, validated by the job type.")
     queue = serializers.CharField(max_length=50, required=False,
@@ -185,17 +224,6 @@ class EnqueueSerializer(serializers.Serializer):
                                                       "run at the same time.")
     tenant = serializers.IntegerField(required=False, allow_null=True,
                                       help_text="Platform operators only; others get their own.")
-
-    def validate_type(self, value: str) -> str:
-        handler = registry.get(value)
-        if handler is not None and handler.api_payload is not None:
-            return value
-        open_types = ", ".join(h.name for h in registry.all_handlers() if h.api_payload) or "none"
-        if handler is None:
-            raise ValidationError(f"unknown job type {value!r}; API clients may enqueue: "
-                                  f"{open_types}")
-        raise ValidationError(f"{value!r} cannot be enqueued through the API: its own endpoint "
-                              f"or admin page starts it. API clients may enqueue: {open_types}")
 
     def validate_payload(self, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -287,7 +315,7 @@ class DeliverySerializer(serializers.ModelSerializer):
     deliver_after = serializers.DateTimeField(source="job.run_after", read_only=True)
     attempts = serializers.IntegerField(source="job.attempts", read_only=True)
     max_attempts = serializers.IntegerField(source="job.max_attempts", read_only=True)
-    last_error = serializers.CharField(source="job.last_error", read_only=True)
+    last_error = ErrorTextField(source="job.last_error")
     finished_at = serializers.DateTimeField(source="job.finished_at", read_only=True,
                                             allow_null=True)
 

@@ -3,34 +3,107 @@ what it does not understand.
 
 A typo in a filter (``?stat=failed``) or an unsupported ordering must answer 400 naming
 the parameter, never silently return the unfiltered list: an operator who bulk-retries
-"the failed jobs" from such a listing would act on everything.
+"the failed jobs" from such a listing would act on everything. Likewise a value the
+database cannot take (a cursor position that is not an id, a UTC offset PostgreSQL does
+not store) is refused here, as a 400 naming the parameter, before any query runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django import forms
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
+from django_filters import fields as filter_fields
 from django_filters import rest_framework as filters
 from django_filters.utils import translate_validation
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.filters import OrderingFilter
-from rest_framework.pagination import CursorPagination
+from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
 from jobs.models import Event, Job
 
 
-class NewestFirst(CursorPagination):
+class CheckedCursorPagination(CursorPagination):
+    """DRF's cursor pages, except that a cursor the client did not get from us is a 400
+    naming ``cursor``: DRF checks the cursor's framing (404 when it is garbage) but hands
+    its position to the query as is, so a crafted ``p=abc`` on an id ordering reached
+    PostgreSQL and failed there."""
+
+    page_size_query_param = "page_size"
+    max_page_size = 500
+
+    def paginate_queryset(self, queryset: QuerySet, request: Request, view: Any = None) -> Any:
+        self._model = queryset.model
+        return super().paginate_queryset(queryset, request, view)
+
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        try:
+            cursor = super().decode_cursor(request)
+        except NotFound:
+            raise self._invalid("not a cursor from this list's next or previous link") from None
+        if cursor is None or cursor.position is None:
+            return cursor
+        name = self.ordering[0] if isinstance(self.ordering, (list, tuple)) else self.ordering
+        field = self._model._meta.get_field(name.lstrip("-"))
+        try:
+            # clean() also runs the field's range validators: a position beyond a bigint
+            # would otherwise fail in PostgreSQL rather than here.
+            field.clean(cursor.position, None)
+        except DjangoValidationError:
+            raise self._invalid(f"its position is not a valid {field.name}") from None
+        return cursor
+
+    def _invalid(self, reason: str) -> ValidationError:
+        return ValidationError({self.cursor_query_param: [f"invalid cursor: {reason}"]})
+
+
+class NewestFirst(CheckedCursorPagination):
     """Cursor pages ordered by id: stable under inserts and cheap at any depth."""
 
     ordering = "-id"
-    page_size_query_param = "page_size"
-    max_page_size = 500
+
+
+# PostgreSQL's timestamptz input takes UTC offsets up to 15:59 either way; Python's
+# datetime takes up to 23:59, so a wider one parses here and then fails in the query.
+MAX_UTC_OFFSET = timedelta(hours=15, minutes=59)
+
+
+class StorableDateTimeField(filter_fields.IsoDateTimeField):
+    """An ISO 8601 date-time that PostgreSQL can compare with: its UTC offset within
+    ±15:59, and the instant itself within Python's years 1 to 9999 once moved to UTC."""
+
+    def to_python(self, value: Any) -> datetime | None:
+        parsed = super().to_python(value)
+        if parsed is None or parsed.tzinfo is None:
+            return parsed
+        offset = parsed.utcoffset() or timedelta(0)
+        if abs(offset) > MAX_UTC_OFFSET:
+            raise DjangoValidationError(
+                f"UTC offset {_offset_text(offset)} is out of range: use one between "
+                "-15:59 and +15:59 (or Z)", code="invalid")
+        try:
+            return parsed.astimezone(UTC)
+        except OverflowError:
+            raise DjangoValidationError("out of range once converted to UTC",
+                                        code="invalid") from None
+
+
+def _offset_text(offset: timedelta) -> str:
+    sign = "-" if offset < timedelta(0) else "+"
+    minutes = int(abs(offset).total_seconds()) // 60
+    return f"{sign}{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+class DateTimeFilter(filters.IsoDateTimeFilter):
+    """``IsoDateTimeFilter`` whose values PostgreSQL can always take (see above)."""
+
+    field_class = StorableDateTimeField
 
 
 class StrictOrderingFilter(OrderingFilter):
@@ -98,11 +171,11 @@ class JobFilter(filters.FilterSet):
     tenant = IdFilter(field_name="tenant_id",
                       help_text="A tenant id; only platform operators see several tenants.")
     parent = IdFilter(field_name="parent_id", help_text="The parent job's id.")
-    created_after = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
-    finished_after = filters.IsoDateTimeFilter(field_name="finished_at", lookup_expr="gte")
-    finished_before = filters.IsoDateTimeFilter(field_name="finished_at", lookup_expr="lt")
-    failed_since = filters.IsoDateTimeFilter(
+    created_after = DateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = DateTimeFilter(field_name="created_at", lookup_expr="lt")
+    finished_after = DateTimeFilter(field_name="finished_at", lookup_expr="gte")
+    finished_before = DateTimeFilter(field_name="finished_at", lookup_expr="lt")
+    failed_since = DateTimeFilter(
         method="filter_failed_since", help_text="Failed jobs that finished at or after this time.")
 
     class Meta:
@@ -118,8 +191,8 @@ class EventFilter(filters.FilterSet):
     name = filters.CharFilter(help_text="The event name, exactly.")
     pipeline = filters.UUIDFilter(field_name="pipeline_id")
     tenant = IdFilter(field_name="tenant_id")
-    created_after = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    created_after = DateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = DateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = Event

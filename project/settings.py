@@ -312,7 +312,14 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
+    # Bad input is a 400 naming the problem: cursors checked against their ordering,
+    # JSON of bounded depth (jobs/filters.py, jobs/parsers.py).
+    "DEFAULT_PAGINATION_CLASS": "jobs.filters.NewestFirst",
+    "DEFAULT_PARSER_CLASSES": [
+        "jobs.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": [
@@ -334,6 +341,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # The schema and its docs page are for logged-in users and token holders only.
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # The 400/401/403/404 answers every endpoint can give, documented (project/api_schema.py).
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "project.api_schema.document_error_answers"],
 }
 
 # /metrics without credentials (a scraper on a private network); otherwise it needs

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
 from project.api_docs import ApiDocsView
+from project.not_found import API_PREFIXES, api_not_found
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -14,4 +15,6 @@ urlpatterns = [
     path("api/docs/", ApiDocsView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include("jobs.urls")),
     path("", include("factors.urls")),
+    # Last: whatever the routes above did not take under an API prefix is a JSON 404.
+    re_path(rf"^(?:{'|'.join(API_PREFIXES)})/", api_not_found),
 ]

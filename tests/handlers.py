@@ -17,6 +17,7 @@ from jobs.backoff import Exponential, Fixed
 
 class NoopPayload(jobs.ApiPayload):
     n = serializers.IntegerField(required=False)
+    data = serializers.JSONField(required=False, help_text="Anything, echoed nowhere.")
 
 
 @jobs.handler("tests.noop", max_attempts=3, api_payload=NoopPayload)
@@ -41,6 +42,11 @@ def flaky(ctx: jobs.JobContext) -> str:
 
 @jobs.handler("tests.crash", max_attempts=2, backoff=Fixed(seconds=10))
 def crash(ctx: jobs.JobContext) -> None:
+    raise RuntimeError("unexpected")
+
+
+@jobs.handler("tests.crash_once", max_attempts=1)
+def crash_once(ctx: jobs.JobContext) -> None:
     raise RuntimeError("unexpected")
 
 
@@ -112,6 +118,11 @@ def wait_for_file(ctx: jobs.JobContext) -> dict[str, Any]:
 def on_order_placed(ctx: jobs.JobContext) -> None:
     if ctx.payload["payload"].get("fail"):
         raise jobs.TransientError("cluster busy")
+
+
+@jobs.handler("tests.on_crashing", subscribes=["Crashing"], max_attempts=2)
+def on_crashing(ctx: jobs.JobContext) -> None:
+    raise RuntimeError("unexpected")
 
 
 @jobs.handler("tests.audit_order", subscribes=["OrderPlaced"])

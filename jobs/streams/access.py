@@ -19,6 +19,7 @@ from django.http import HttpRequest
 from rest_framework.exceptions import AuthenticationFailed
 
 from jobs.models import Job
+from jobs.redaction import sees_tracebacks
 from jobs.streams import serialize
 from jobs.streams.hub import get_hub
 from jobs.throttling import CountedTokenAuthentication
@@ -52,17 +53,18 @@ def authenticate(request: HttpRequest) -> AbstractBaseUser | AnonymousUser | Non
 
 
 @releasing_connection
-def open_stream(request: HttpRequest, kind: str, key: Any) -> tuple[int, int | bool]:
-    """(HTTP status, tenant scope) for a stream of ``kind`` ("job"/"pipeline") ``key``."""
+def open_stream(request: HttpRequest, kind: str, key: Any) -> tuple[int, int | bool, bool]:
+    """(HTTP status, tenant scope, whether the reader sees tracebacks) for a stream of
+    ``kind`` ("job"/"pipeline") ``key``."""
     user = authenticate(request)
     if user is None or not user.is_authenticated:
-        return 401, False
+        return 401, False, False
     scope = tenant_scope(user)
     if scope is False or scope is None:
-        return 404, False
+        return 404, False, False
     jobs = scope_queryset(Job.objects.all(), user)
     found = jobs.filter(pk=key) if kind == "job" else jobs.filter(pipeline_id=key)
-    return (200, scope) if found.exists() else (404, False)
+    return (200, scope, sees_tracebacks(user)) if found.exists() else (404, False, False)
 
 
 @releasing_connection

@@ -40,16 +40,17 @@ RECENT_IDS = 20_000  # ids remembered to drop repeats (a superset range re-names
 class Batch:
     """Events and ends of one load. ``encoded`` memoizes each event's JSON text and is
     shared by the per-subscriber slices of a batch: an event is serialized once per
-    process, not once per client."""
+    process and kind of reader (staff, who see tracebacks, or not), not once per client."""
 
     events: list[StreamEvent]
     ends: list[End]
-    encoded: dict[int, str] = field(default_factory=dict)
+    encoded: dict[tuple[int, bool], str] = field(default_factory=dict)
 
-    def json(self, event: StreamEvent) -> str:
-        text = self.encoded.get(event.id)
+    def json(self, event: StreamEvent, staff: bool) -> str:
+        key = (event.id, staff)
+        text = self.encoded.get(key)
         if text is None:
-            text = self.encoded[event.id] = json.dumps(event.data, separators=(",", ":"))
+            text = self.encoded[key] = json.dumps(event.data_for(staff), separators=(",", ":"))
         return text
 
 
@@ -139,7 +140,7 @@ def _settle(waiter: asyncio.Future[None]) -> None:
 
 
 def merge(batches: list[Batch]) -> Batch:
-    encoded: dict[int, str] = {}
+    encoded: dict[tuple[int, bool], str] = {}
     for batch in batches:
         encoded.update(batch.encoded)
     return Batch([e for b in batches for e in b.events], [end for b in batches for end in b.ends], encoded)

@@ -12,6 +12,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from jobs.redaction import without_traceback
+
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 _SELECT = """
@@ -78,6 +80,15 @@ class StreamEvent:
 
     def to_wire(self) -> dict[str, Any]:
         return {"tenant": self.tenant, "data": self.data}
+
+    def data_for(self, staff: bool) -> dict[str, Any]:
+        """The contract's JSON as a reader sees it: a failure's message carries the
+        traceback for staff only (``jobs.redaction``)."""
+        message = self.data["message"]
+        if staff or not message:
+            return self.data
+        short = without_traceback(message)
+        return self.data if short == message else {**self.data, "message": short}
 
     @classmethod
     def from_wire(cls, wire: dict[str, Any]) -> StreamEvent:

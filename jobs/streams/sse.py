@@ -51,7 +51,7 @@ async def _stream(request: HttpRequest, kind: str, key: Any) -> HttpResponse:
     except ValueError:
         return JsonResponse({"detail": "Last-Event-ID must be a non-negative event id."}, status=400)
     try:
-        status, scope = await access.in_slot(access.open_stream, request, kind, key)
+        status, scope, staff = await access.in_slot(access.open_stream, request, kind, key)
     except Throttled as exc:  # too many wrong tokens from this address
         response = JsonResponse({"detail": str(exc.detail)}, status=429)
         response["Retry-After"] = str(math.ceil(exc.wait or 1))
@@ -62,14 +62,17 @@ async def _stream(request: HttpRequest, kind: str, key: Any) -> HttpResponse:
         return response
     if status == 404:
         return JsonResponse({"detail": "Not found."}, status=404)
-    response = StreamingHttpResponse(_events(scope, kind, key, after), content_type="text/event-stream")
+    response = StreamingHttpResponse(_events(scope, staff, kind, key, after),
+                                     content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # no buffering in a front proxy
     return response
 
 
-async def _events(scope: int | bool, kind: str, key: Any, after: int | None) -> AsyncIterator[str]:
-    """Replay (when asked), then live events until the end.
+async def _events(scope: int | bool, staff: bool, kind: str, key: Any,
+                  after: int | None) -> AsyncIterator[str]:
+    """Replay (when asked), then live events until the end; ``staff`` readers get the
+    tracebacks in failure messages (``jobs.redaction``).
 
     The hub subscription is taken here, inside the ``try``, not in the view: a request
     cancelled before its body starts never runs the generator, so it holds nothing. It is
@@ -99,12 +102,12 @@ async def _events(scope: int | bool, kind: str, key: Any, after: int | None) -> 
                     continue
                 replayed.add(event.id)
                 last = max(last, event.id)
-                yield frame(event, json.dumps(event.data, separators=(",", ":")))
+                yield frame(event, json.dumps(event.data_for(staff), separators=(",", ":")))
             end = await access.in_slot(access.finished, scope, kind, key)
             if end is not None and end.last_event_id <= last:
                 yield end_frame(end)
                 return
-        async for text in _live(sub, replayed, last):
+        async for text in _live(sub, staff, replayed, last):
             yield text
     finally:
         if sub is not None:
@@ -122,7 +125,8 @@ async def _replay(scope: int | bool, kind: str, key: Any, after: int) -> AsyncIt
         after, overlap = page[-1].id, False
 
 
-async def _live(sub: Subscription, replayed: set[int], last: int) -> AsyncIterator[str]:
+async def _live(sub: Subscription, staff: bool, replayed: set[int], last: int
+                ) -> AsyncIterator[str]:
     while True:
         try:
             batch = await sub.get(keepalive_seconds())
@@ -138,7 +142,7 @@ async def _live(sub: Subscription, replayed: set[int], last: int) -> AsyncIterat
         # One write per wake-up (``get`` merges whatever queued meanwhile). Measured: Django's
         # streaming wrapper adds about 3 us a write over a raw ASGI send; the cost of a write
         # is the server's (uvicorn's) and the task wake-up, so this stays a Django view.
-        text = "".join([frame(event, batch.json(event)) for event in fresh]) + (
+        text = "".join([frame(event, batch.json(event, staff)) for event in fresh]) + (
             end_frame(ends[0]) if ends else "")
         if text:
             yield text

@@ -21,6 +21,7 @@ from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from jobs.redaction import sees_tracebacks
 from jobs.streams import access
 from jobs.streams.hub import Filter, Lagged, Subscription, get_hub
 
@@ -37,6 +38,7 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
     channel_layer_alias = "jobs-streams-no-layer"
     sub: Subscription | None = None
     pump: asyncio.Task[None] | None = None
+    staff = False  # whether failure messages keep their traceback (jobs.redaction)
 
     async def connect(self) -> None:
         await self.accept()
@@ -45,6 +47,7 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=UNAUTHENTICATED)
             return
         scope = await access.in_slot(access.user_scope, user)
+        self.staff = sees_tracebacks(user)
         self.sub = await get_hub().subscribe(Filter(), scope)
         self.pump = asyncio.ensure_future(self._pump(self.sub))
 
@@ -102,7 +105,7 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
                 await self.close(code=LAGGED)
                 return
             for event in batch.events if batch else ():
-                await self.send_json({"event": event.data})
+                await self.send_json({"event": event.data_for(self.staff)})
 
 
 def parse_target(what: Any) -> tuple[str, list[Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from factors import csv_schemas
-from factors.csv_validation import CsvSchema, validate
+from factors.csv_validation import MAX_LINE_CHARS, MAX_REPORT_CHARS, CsvSchema, validate
 from tests.factors.builders import csv_bytes
 
 HEADER = ["quantity", "unit", "haul", "cabin"]
@@ -176,3 +177,78 @@ def test_the_fast_path_accepts_nothing_the_cell_checks_refuse(row):
         checked = [column.check(cell) for column, cell in zip(schema.columns, row, strict=True)]
         assert all(reason is None for _, reason in checked)
         assert [value for value, _ in checked] == list(row)
+
+
+# --- inputs that are not CSV at all, and reports about huge cells ------------------------
+
+
+def test_a_one_byte_file_is_refused_as_having_no_header():
+    [(row, column, reason)] = errors(b"x")
+    assert (row, column) == (1, None)
+    assert reason.startswith("missing header row")
+
+
+def test_a_file_without_a_line_break_in_its_first_megabyte_is_refused_naming_it():
+    [(row, column, reason)] = errors(b"x" * (MAX_LINE_CHARS + 10))
+    assert (row, column) == (None, None)
+    assert reason == ("no header line in the first 1 MB: the file has no line break there "
+                      "(is it a CSV file?)")
+
+
+def test_a_header_of_a_million_columns_is_refused_naming_it():
+    [(row, column, reason)] = errors(b",".join([b"quantity"] * 1_000_000) + b"\n1\n")
+    assert (row, reason[:32]) == (None, "no header line in the first 1 MB")
+
+
+def test_a_row_longer_than_the_line_limit_is_named_and_not_checked():
+    body = b"quantity,unit,haul,cabin\n1,km,short,economy\n" + b"2" * (MAX_LINE_CHARS + 1)
+    [(row, column, reason)] = errors(body)
+    assert (row, column) == (3, None)
+    assert reason == "the row is longer than 1 MB and was not checked, nor the rows after it"
+
+
+def test_an_echoed_cell_is_cut_to_a_prefix_with_its_length():
+    body = csv_bytes(HEADER, [["9" * 50 + "x" * 999_950, "km", "short", "economy"]])
+    [(row, column, reason)] = errors(body)
+    assert (row, column) == (2, "quantity")
+    assert reason == f"not a number ({'9' * 50 + 'x' * 30!r}… (1,000,000 characters))"
+
+
+def test_an_unknown_huge_column_name_is_cut_too():
+    found = errors(b"quantity,unit,haul,cabin," + b"c" * 5000 + b"\n")
+    assert (1, "c" * 80 + "… (5,000 characters)", "unknown column; expected quantity, unit, "
+            "haul, cabin") in found
+
+
+def test_a_report_on_forty_rows_of_megabyte_cells_stays_small():
+    big = "x" * 1_000_000
+    body = csv_bytes(HEADER, [[big, "km", "short", "economy"]] * 40)
+
+    report, _ = check(body)
+
+    assert report.error_count == 40 and len(report.errors) == 40
+    assert len(json.dumps(report.as_dict())) < 10_000
+
+
+def test_the_listed_errors_stop_at_the_character_cap():
+    row = ["y" * 200, "k" * 200, "h" * 200, "c" * 200]
+    body = csv_bytes(HEADER, [row] * 99)
+    report = validate(io.BytesIO(body), csv_schemas.entries("plane"), max_errors=1_000)
+    listed = sum(len(e.reason) + len(e.column or "") for e in report.errors)
+    assert report.error_count == 4 * 99
+    assert len(report.errors) < 396 and MAX_REPORT_CHARS - 300 < listed <= MAX_REPORT_CHARS
+    assert report.as_dict()["errors_truncated"] is True
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=3000))
+def test_any_bytes_give_a_report_never_an_exception(body):
+    report, _ = check(body)
+    assert report.ok or report.errors
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=2000))
+def test_any_bytes_after_a_valid_header_give_a_report_never_an_exception(body):
+    report, _ = check(b"quantity,unit,haul,cabin\n" + body)
+    assert report.ok or report.errors

@@ -449,3 +449,50 @@ def test_a_lagging_websocket_is_closed_with_4000_and_opens_no_channel_layer():
 
     assert run(main) == {"type": "websocket.close", "code": 4000}
     assert JobEventsConsumer.channel_layer_alias not in settings.CHANNEL_LAYERS
+
+
+
+def test_sse_replay_shows_members_the_failure_message_and_staff_the_traceback():
+    acme = tenant("Acme")
+    job = make_job("tests.crash_once", tenant=acme)
+    run_next()
+    member, staffer = staff("bob", of=acme, is_staff=False), staff("alice", of=acme)
+
+    async def failure(user: Any) -> str:
+        client = AsyncClient()
+        await client.aforce_login(user)
+        text = await read_stream(await client.get(f"/jobs/{job.pk}/events", {"last_event_id": 0}))
+        [message] = [data["message"] for name, data, _ in parse_sse(text)
+                     if name == "job" and data["kind"] == "failed"]
+        return message
+
+    async def main() -> tuple[str, str]:
+        return await failure(member), await failure(staffer)
+
+    seen_by_member, seen_by_staff = run(main)
+    assert seen_by_member == "attempts exhausted (1): RuntimeError: unexpected"
+    assert seen_by_staff.startswith(seen_by_member + "\n") and '  File "' in seen_by_staff
+
+
+def test_live_websocket_events_show_members_the_failure_message_only():
+    acme = tenant("Acme")
+    job = make_job("tests.crash_once", tenant=acme)
+    member, staffer = staff("bob", of=acme, is_staff=False), staff("alice", of=acme)
+
+    async def main() -> dict[str, str]:
+        sockets = {"member": communicator(member), "staff": communicator(staffer)}
+        for ws in sockets.values():
+            await ws.connect()
+            await ws.send_json_to({"subscribe": {"job": job.pk}})
+            await ws.receive_json_from(5)
+        await db(run_next)()
+        failed = {}
+        for name, ws in sockets.items():
+            events = [(await ws.receive_json_from(5))["event"] for _ in range(2)]
+            failed[name] = events[-1]["message"]
+            await ws.disconnect()
+        return failed
+
+    failed = run(main)
+    assert failed["member"] == "attempts exhausted (1): RuntimeError: unexpected"
+    assert '  File "' in failed["staff"]

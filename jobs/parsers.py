@@ -1,0 +1,92 @@
+"""Request bodies the API accepts: JSON of bounded depth, and objects where fields are read.
+
+Python's JSON decoder recurses once per nesting level, so a body of a few thousand ``[``
+raised RecursionError inside the parser (a 500, and a deep stack for anyone to ask for).
+``BoundedJSONParser`` measures the depth before decoding and refuses a deeper body with a
+400; every JSON endpoint uses it (``REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"]`` and the
+views that name their parsers). It also refuses strings holding a NUL character
+(``\\u0000``): PostgreSQL stores none in text or jsonb, so such a payload would otherwise
+fail at the INSERT.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from itertools import accumulate
+from typing import Any
+
+from rest_framework.exceptions import ParseError, ValidationError
+from rest_framework.parsers import JSONParser, get_encoding
+from rest_framework.request import Request
+from rest_framework.utils import json
+
+# Deeper than any payload a handler takes; far below the interpreter's recursion limit.
+MAX_JSON_DEPTH = 64
+
+# A JSON string (escapes included), so that brackets inside strings are not counted.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}.__getitem__
+
+
+def json_depth(text: str) -> int:
+    """The deepest bracket nesting of ``text`` outside strings (the nesting of valid JSON;
+    for invalid JSON an estimate that the decoder never exceeds). Runs in C loops: the
+    body is never walked one Python step per character."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    return max(accumulate(map(_DEPTH_STEP, brackets)), default=0)
+
+
+class BoundedJSONParser(JSONParser):
+    """DRF's JSON parser that refuses bodies nested deeper than ``MAX_JSON_DEPTH``."""
+
+    max_depth = MAX_JSON_DEPTH
+
+    def parse(self, stream: Any, media_type: str | None = None,
+              parser_context: dict[str, Any] | None = None) -> Any:
+        encoding = get_encoding(parser_context or {})  # refuses non-text codecs (bz2 …)
+        raw = stream.read() if stream is not None else b""
+        try:
+            text = raw.decode(encoding)
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"JSON parse error - the body is not {encoding}: {exc}") from None
+        if json_depth(text) > self.max_depth:
+            raise ParseError(f"JSON parse error - nested deeper than {self.max_depth} levels")
+        parse_constant = json.strict_constant if self.strict else None
+        try:
+            data = json.loads(text, parse_constant=parse_constant)
+        except ValueError as exc:
+            raise ParseError(f"JSON parse error - {exc}") from None
+        if "\\u0000" in text and _holds_nul(data):
+            raise ParseError("JSON parse error - a string holds a NUL character (\\u0000), "
+                             "which cannot be stored")
+        return data
+
+
+def _holds_nul(data: Any) -> bool:
+    """Whether any string (key or value) in decoded JSON holds a NUL character. Recursive:
+    callers decode bodies of bounded depth only."""
+    if isinstance(data, str):
+        return "\x00" in data
+    if isinstance(data, dict):
+        return any(_holds_nul(key) or _holds_nul(value) for key, value in data.items())
+    if isinstance(data, list):
+        return any(_holds_nul(item) for item in data)
+    return False
+
+
+def object_body(request: Request) -> Mapping[str, Any]:
+    """The request's fields: a JSON object or a form. A JSON array, string or number is a
+    400 rather than an AttributeError in the view that reads fields from it."""
+    data = request.data
+    if not isinstance(data, Mapping):
+        raise ValidationError({"non_field_errors": [
+            f"the body must be a JSON object, got {_json_type(data)}"]})
+    return data
+
+
+def _json_type(value: Any) -> str:
+    names = {list: "an array", str: "a string", bool: "a boolean", int: "a number",
+             float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)

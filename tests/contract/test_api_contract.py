@@ -1,0 +1,206 @@
+"""The API keeps its OpenAPI contract for every kind of caller, proven by schemathesis.
+
+The schema is generated in-process (drf-spectacular, as ``/api/schema/`` serves it) and
+every operation in it is exercised against the app in-process (Django's WSGI handler,
+on this test's own database connection), once per identity: a platform operator, a
+tenant's staff user and a tenant's member (each with a token), and nobody. Real rows
+exist first (tenants, reports with modules and entries, jobs in several states, events
+with deliveries); besides schemathesis' positive and negative cases, a third of the
+cases address those rows, so the answers checked include real objects, not only 404s.
+
+Checks on every answer: not a server error, the status code is documented, the content
+type is documented, the body conforms to the documented schema. Each operation runs a
+bounded number of derandomized Hypothesis examples (the same cases every run), and a
+JUnit report per identity lands under ``var/test-artifacts/schemathesis/`` for CI.
+
+Hypothesis drives schemathesis' strategies here rather than schemathesis' pytest plugin:
+its lazy, fixture-built schemas (needed because the rows and tokens exist only inside
+the test) do not run under pytest 9.2.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import xml.etree.ElementTree as ET
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+import pytest
+import schemathesis
+from django.conf import settings as django_settings
+from django.core.handlers.wsgi import WSGIHandler
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+from drf_spectacular.generators import SchemaGenerator
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from rest_framework.authtoken.models import Token
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from factors import services
+from jobs.events import publish
+from jobs.models import Job
+from tests.base import make_job, run_next, staff, tenant
+from tests.factors.builders import module, plane_factors, report
+
+pytestmark = pytest.mark.django_db
+
+REPORT_DIR = Path(django_settings.BASE_DIR) / "var" / "test-artifacts" / "schemathesis"
+EXAMPLES_PER_OPERATION = 40
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
+          response_schema_conformance]
+PATH_PARAMETER = re.compile(r"{(\w+)}")
+
+
+# --- the world the run starts from ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class World:
+    """The rows the run starts from, and a token per identity (none: anonymous)."""
+
+    tokens: dict[str, str]
+    known: dict[str, list[Any]]  # path parameter values that name real rows
+
+    def values(self, path: str, name: str) -> list[Any]:
+        if name == "id":
+            return self.known["events" if path.startswith("/api/events/") else "jobs"]
+        return self.known[name]
+
+
+def build_world() -> World:
+    acme, globex = tenant("Acme"), tenant("Globex")
+    users = {"operator": staff("olga", operator=True), "tenant_staff": staff("alice", of=acme),
+             "tenant_member": staff("bob", of=acme, is_staff=False)}
+    plane_factors()
+    reports = [report("ACME1", tenant=acme), report("GLOB1", tenant=globex)]
+    entry = {"data_entry_type": "plane", "quantity": "12.5",
+             "classification": {"haul": "short", "cabin": "economy"}}
+    entries = [services.create_entry(module(r).pk, entry, actor=users["tenant_staff"]).entry
+               for r in reports]
+    jobs = [make_job("tests.crash", tenant=acme), make_job("tests.noop", tenant=acme),
+            make_job("tests.permanent", tenant=globex)]
+    events = [publish("OrderPlaced", {"order": 1}, tenant=acme), publish("Crashing", {}, tenant=globex)]
+    while Job.objects.filter(state=Job.State.PENDING, attempts=0).exists():
+        run_next()  # one failure with a traceback, one success, one permanent failure, deliveries
+    jobs.append(make_job("tests.noop", tenant=acme))  # and one still pending
+    return World(
+        tokens={name: Token.objects.create(user=user).key for name, user in users.items()},
+        known={"jobs": list(Job.objects.values_list("pk", flat=True)),
+               "events": [event.pk for event in events],
+               "report": [r.pk for r in reports],
+               "module": ["travel", "energy"],
+               "entry": [e.pk for e in entries if e is not None],
+               "data_entry_type": ["plane", "train"],
+               "pipeline_id": [str(job.pipeline_id) for job in jobs]},
+    )
+
+
+# --- one run per identity ----------------------------------------------------------------------
+
+
+@dataclass
+class OperationResult:
+    label: str
+    seconds: float = 0.0
+    statuses: Counter[int] = field(default_factory=Counter)
+    failure: str | None = None
+
+
+def cases(operation: Any, world: World) -> st.SearchStrategy[schemathesis.Case]:
+    """Schemathesis' positive and negative cases, and positive ones addressing real rows."""
+    strategies = [operation.as_strategy(GenerationMode.POSITIVE),
+                  operation.as_strategy(GenerationMode.NEGATIVE)]
+    names = PATH_PARAMETER.findall(operation.path)
+    if names:
+        known = [dict(zip(names, values, strict=True))
+                 for values in product(*(world.values(operation.path, name) for name in names))]
+        strategies.append(st.sampled_from(known).flatmap(
+            lambda path: operation.as_strategy(GenerationMode.POSITIVE, path_parameters=path)))
+    return st.one_of(strategies)
+
+
+def exercise(operation: Any, world: World, identity: str) -> OperationResult:
+    result = OperationResult(operation.label)
+    token = world.tokens.get(identity)
+    headers = {"Authorization": f"Token {token}"} if token else {}
+
+    @settings(max_examples=EXAMPLES_PER_OPERATION, derandomize=True, database=None,
+              deadline=None, suppress_health_check=list(HealthCheck),
+              phases=[Phase.explicit, Phase.generate, Phase.shrink])
+    @given(case=cases(operation, world))
+    def check(case: schemathesis.Case) -> None:
+        response = case.call(headers=headers)
+        result.statuses[response.status_code] += 1
+        case.validate_response(response, checks=CHECKS, headers=headers)
+
+    started = time.perf_counter()
+    try:
+        check()
+    except (Exception, BaseExceptionGroup) as failure:  # the report names it; the test fails below
+        result.failure = f"{type(failure).__name__}: {failure}"
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def operations(schema: Any) -> Iterator[Any]:
+    for found in schema.get_all_operations():
+        yield found.ok()
+
+
+def write_junit(identity: str, results: list[OperationResult]) -> Path:
+    suite = ET.Element("testsuite", name=f"schemathesis[{identity}]", tests=str(len(results)),
+                       failures=str(sum(r.failure is not None for r in results)),
+                       time=f"{sum(r.seconds for r in results):.3f}")
+    for result in results:
+        case = ET.SubElement(suite, "testcase", classname=f"api_contract.{identity}",
+                             name=result.label, time=f"{result.seconds:.3f}")
+        statuses = ", ".join(f"{code}: {n}" for code, n in sorted(result.statuses.items()))
+        ET.SubElement(case, "system-out").text = f"answers by status: {statuses}"
+        if result.failure is not None:
+            ET.SubElement(case, "failure", message=result.failure.splitlines()[0][:200]).text = (
+                result.failure)
+    REPORT_DIR.mkdir(parents=True, exist_ok=True)
+    path = REPORT_DIR / f"{identity}.xml"
+    tree = ET.ElementTree(ET.Element("testsuites", name="api-contract"))
+    tree.getroot().append(suite)
+    tree.write(path, encoding="utf-8", xml_declaration=True)
+    return path
+
+
+@pytest.fixture
+def connection_kept_open() -> Iterator[None]:
+    """The app runs on this test's connection, inside its transaction; Django closes the
+    connection after each request unless told otherwise (its own test client does this)."""
+    for signal in (request_started, request_finished):
+        signal.disconnect(close_old_connections)
+    yield
+    for signal in (request_started, request_finished):
+        signal.connect(close_old_connections)
+
+
+@pytest.mark.parametrize("identity", ["operator", "tenant_staff", "tenant_member", "anonymous"])
+@pytest.mark.usefixtures("connection_kept_open")
+def test_every_operation_keeps_its_contract(identity: str) -> None:
+    world = build_world()
+    schema = schemathesis.openapi.from_dict(SchemaGenerator().get_schema(request=None, public=True))
+    schema.app = WSGIHandler()
+
+    results = [exercise(operation, world, identity) for operation in operations(schema)]
+
+    report = write_junit(identity, results)
+    failed = [f"{r.label}\n{r.failure}" for r in results if r.failure is not None]
+    assert not failed, f"{len(failed)} operation(s) broke the contract (report: {report}):\n\n" + \
+        "\n\n".join(failed)
+    assert sum(sum(r.statuses.values()) for r in results) >= len(results) * 10

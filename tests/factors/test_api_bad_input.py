@@ -1,0 +1,171 @@
+"""Bad input to the CO2 calculator's API is a 400 naming the problem, never a 500; error
+reports stay small whatever the file; a pipeline's errors show tracebacks to staff only."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from rest_framework.test import APIClient
+
+from jobs.models import Job
+from tests.base import make_job, run_next, staff, tenant
+from tests.factors.builders import csv_bytes, module, plane_factors, report
+
+pytestmark = pytest.mark.django_db
+
+ENTRIES = "/v1/carbon_reports/{report}/modules/travel/data-entries"
+
+
+@pytest.fixture
+def acme():
+    return tenant("Acme")
+
+
+def client_of(user) -> APIClient:
+    client = APIClient()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def member(acme) -> APIClient:
+    return client_of(staff("bob", of=acme, is_staff=False))
+
+
+@pytest.fixture
+def alice(acme) -> APIClient:
+    return client_of(staff("alice", of=acme))
+
+
+@pytest.fixture
+def olga() -> APIClient:
+    return client_of(staff("olga", operator=True))
+
+
+@pytest.fixture
+def travel(acme):
+    plane_factors()
+    return module(report(tenant=acme))
+
+
+@pytest.mark.parametrize("path", ["/v1/carbon_reports", ENTRIES])
+def test_a_crafted_cursor_on_a_co2_list_is_a_400_naming_cursor(member, travel, path):
+    crafted = base64.b64encode(b"p=abc").decode()
+
+    response = member.get(path.format(report=travel.report_id), {"cursor": crafted})
+
+    assert response.status_code == 400
+    assert response.json() == {"cursor": ["invalid cursor: its position is not a valid id"]}
+
+
+def test_a_members_deeply_nested_entry_is_a_400(member, travel):
+    body = '{"classification": ' * 5_000 + "1" + "}" * 5_000
+
+    response = member.post(ENTRIES.format(report=travel.report_id), body,
+                           content_type="application/json")
+
+    assert response.status_code == 400
+    assert "nested deeper than 64 levels" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("body", ["[1, 2]", '"plane"', "12"])
+@pytest.mark.parametrize("path", ["/sync/api-ingest", "/sync/units",
+                                  "/sync/recalculate-emissions/plane"])
+def test_a_sync_body_that_is_not_an_object_is_a_400(olga, path, body):
+    response = olga.post(path, body, content_type="application/json")
+
+    assert response.status_code == 400
+    [message] = response.json()["non_field_errors"]
+    assert message.startswith("the body must be a JSON object, got ")
+
+
+def test_a_refused_upload_of_megabyte_cells_answers_a_small_report(alice, travel):
+    big = "x" * 1_000_000
+    body = csv_bytes(["quantity", "unit", "haul", "cabin"], [[big, "km", "short", "economy"]] * 40)
+
+    response = alice.post("/sync/dispatch", {
+        "report": travel.report_id, "module": "travel", "data_entry_type": "plane",
+        "file": SimpleUploadedFile("entries.csv", body, content_type="text/csv")},
+        format="multipart")
+
+    assert response.status_code == 400
+    assert len(response.content) < 20_000
+    first = response.json()["errors"][0]
+    assert first["reason"] == f"not a number ({'x' * 80!r}… (1,000,000 characters))"
+
+
+def test_a_pipelines_errors_show_the_traceback_to_staff_only(member, alice, acme):
+    job = make_job("tests.crash", tenant=acme)
+    run_next()
+    assert '  File "' in Job.objects.get(pk=job.pk).last_error
+
+    shown = {name: client.get(f"/sync/pipelines/{job.pipeline_id}").json()["jobs"][0]["last_error"]
+             for name, client in (("member", member), ("staff", alice))}
+
+    assert shown["member"] == "RuntimeError: unexpected"
+    assert shown["staff"].startswith("RuntimeError: unexpected\n") and '  File "' in shown["staff"]
+
+
+def test_the_co2_lists_are_documented_as_the_cursor_pages_they_answer():
+    from drf_spectacular.generators import SchemaGenerator
+
+    paths = SchemaGenerator().get_schema(request=None, public=True)["paths"]
+
+    for path, page in (("/v1/carbon_reports", "PaginatedReportList"),
+                       (ENTRIES.replace("travel", "{module}"),
+                        "PaginatedEntryList")):
+        get = paths[path]["get"]
+        assert get["responses"]["200"]["content"]["application/json"]["schema"] == {
+            "$ref": f"#/components/schemas/{page}"}
+        assert {"cursor", "page_size"} <= {p["name"] for p in get["parameters"]}
+
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/sync/units", {"year": 2024, "url": {"host": "x"}}, "url"),
+    ("/sync/units", {"year": 1.5}, "year"),
+    ("/sync/api-ingest", {"report": 1, "module": ["travel"], "data_entry_type": "plane",
+                          "url": "http://127.0.0.1/"}, "module"),
+    ("/sync/api-ingest", {"report": 2**80, "module": "travel", "data_entry_type": "plane",
+                          "url": "http://127.0.0.1/"}, "report"),
+    ("/sync/api-ingest", {"report": "REPORT", "module": "travel", "data_entry_type": "plane",
+                          "url": "http://[::1"}, "url"),
+    ("/sync/recalculate-emissions/plane", {"year": True}, "year"),
+])
+def test_a_sync_field_of_the_wrong_kind_is_a_400_naming_it(olga, travel, path, body, field):
+    if body.get("report") == "REPORT":
+        body = {**body, "report": travel.report_id}
+
+    response = olga.post(path, body, format="json")
+
+    assert response.status_code == 400
+    assert field in response.json()
+
+
+def test_a_module_path_with_a_nul_character_is_a_404_not_a_database_error(member, travel):
+    response = member.get(f"/v1/carbon_reports/{travel.report_id}/modules/%00/data-entries")
+
+    assert response.status_code == 404
+    assert response.json() == {"detail": "no module '\\x00'; modules are travel, energy, purchases"}
+
+
+def test_an_entry_with_a_nul_character_is_a_400(member, travel):
+    entry = {"data_entry_type": "plane", "quantity": "1",
+             "classification": {"haul": "short\u0000", "cabin": "economy"}}
+
+    response = member.post(ENTRIES.format(report=travel.report_id), entry, format="json")
+
+    assert response.status_code == 400
+    assert "NUL character" in response.json()["detail"]
+
+
+def test_an_entry_type_that_is_not_a_string_is_a_400_naming_it(member, travel):
+    entry = {"data_entry_type": ["plane"] * 100, "quantity": "1",
+             "classification": {"haul": "short", "cabin": "economy"}}
+
+    response = member.post(ENTRIES.format(report=travel.report_id), entry, format="json")
+
+    assert response.status_code == 400
+    [message] = response.json()["data_entry_type"]
+    assert message.startswith("unknown type \"['plane', ") and "… (900 characters)" in message

@@ -64,7 +64,8 @@ class Conflict(APIException):
 
 
 class StaffWrites(BasePermission):
-    """Members read; only staff enqueue jobs or act on them (the issue's rule)."""
+    """Members read; only staff enqueue jobs or act on them: a change to the work of a
+    whole tenant is an operator's decision."""
 
     message = "Only staff may change jobs."
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import connections
+from rest_framework.test import APIClient
 
 from jobs import engine
 from jobs.models import Job
@@ -47,6 +48,13 @@ def staff(username: str = "alice", *, of: Tenant | None = None, operator: bool =
     if of is not None or operator:
         Membership.objects.create(user=user, tenant=of, is_platform_operator=operator)
     return user
+
+
+def as_user(user: User) -> APIClient:
+    """An API client logged in as ``user`` (by session, as a browser would be)."""
+    client = APIClient()
+    client.force_login(user)
+    return client
 
 
 @contextlib.contextmanager

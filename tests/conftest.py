@@ -6,12 +6,22 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from jobs.clock import ManualClock, use_clock
+from tests.base import T0
+
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Drop this run's throttle counts (project/test_settings.py names their directory)."""
     cache = settings.CACHES["default"]
     if cache["BACKEND"].endswith("FileBasedCache"):
         shutil.rmtree(cache["LOCATION"], ignore_errors=True)
+
+
+@pytest.fixture
+def clock():
+    """The engine's clock, standing still at T0 until the test moves it."""
+    with use_clock(ManualClock(T0)) as manual:
+        yield manual
 
 
 @pytest.fixture

@@ -28,12 +28,11 @@ from rest_framework.test import APIClient
 import jobs
 from factors import csv_schemas, staging
 from factors.models import CarbonReport, DataEntry, Emission, ReportModule, Upload
-from jobs.clock import ManualClock, use_clock
 from jobs.models import Event, Job
 from jobs.streams.hub import get_hub
 from jobs.streams.ws import JobEventsConsumer
 from jobs.worker import run_until_idle
-from tests.base import T0, make_job, staff, tenant
+from tests.base import make_job, staff, tenant
 from tests.factors.builders import csv_bytes, dispatch, module, plane_factors, plane_rows, report
 
 pytestmark = pytest.mark.django_db
@@ -53,12 +52,6 @@ class Acme:
     waiting: Job
     event: Event
     upload: staging.StagedUpload
-
-
-@pytest.fixture
-def clock():
-    with use_clock(ManualClock(T0)) as manual:
-        yield manual
 
 
 @pytest.fixture(autouse=True)

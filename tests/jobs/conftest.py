@@ -1,12 +1,34 @@
 from __future__ import annotations
 
 import pytest
+from rest_framework.test import APIClient
 
-from jobs.clock import ManualClock, use_clock
-from tests.base import T0
+from tests.base import as_user, staff, tenant
 
 
 @pytest.fixture
-def clock():
-    with use_clock(ManualClock(T0)) as manual:
-        yield manual
+def acme():
+    return tenant("Acme")
+
+
+@pytest.fixture
+def globex():
+    return tenant("Globex")
+
+
+@pytest.fixture
+def alice(acme) -> APIClient:
+    """Acme staff."""
+    return as_user(staff("alice", of=acme))
+
+
+@pytest.fixture
+def bob(acme) -> APIClient:
+    """An Acme member who is not staff: reads, never writes."""
+    return as_user(staff("bob", of=acme, is_staff=False))
+
+
+@pytest.fixture
+def olga() -> APIClient:
+    """A platform operator: every tenant."""
+    return as_user(staff("olga", operator=True))

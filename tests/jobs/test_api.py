@@ -12,43 +12,9 @@ from rest_framework.test import APIClient
 from jobs import api, engine
 from jobs.events import publish
 from jobs.models import Job, JobEvent
-from tests.base import claim_one, make_job, run_next, staff, tenant
+from tests.base import as_user, claim_one, make_job, run_next, staff
 
 pytestmark = pytest.mark.django_db
-
-
-def as_user(user: User) -> APIClient:
-    client = APIClient()
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def acme():
-    return tenant("Acme")
-
-
-@pytest.fixture
-def globex():
-    return tenant("Globex")
-
-
-@pytest.fixture
-def alice(acme) -> APIClient:
-    """Acme staff."""
-    return as_user(staff("alice", of=acme))
-
-
-@pytest.fixture
-def bob(acme) -> APIClient:
-    """An Acme member who is not staff: reads, never writes."""
-    return as_user(staff("bob", of=acme, is_staff=False))
-
-
-@pytest.fixture
-def olga() -> APIClient:
-    """A platform operator: every tenant."""
-    return as_user(staff("olga", operator=True))
 
 
 def ids(response) -> list[int]:

@@ -6,38 +6,13 @@ from __future__ import annotations
 import base64
 
 import pytest
-from django.contrib.auth.models import User
 from drf_spectacular.generators import SchemaGenerator
-from rest_framework.test import APIClient
 
 from jobs.events import publish
 from jobs.models import Job
-from tests.base import make_job, run_next, staff, tenant
+from tests.base import make_job, run_next
 
 pytestmark = pytest.mark.django_db
-
-
-def as_user(user: User) -> APIClient:
-    client = APIClient()
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def acme():
-    return tenant("Acme")
-
-
-@pytest.fixture
-def alice(acme) -> APIClient:
-    """Acme staff."""
-    return as_user(staff("alice", of=acme))
-
-
-@pytest.fixture
-def bob(acme) -> APIClient:
-    """An Acme member who is not staff."""
-    return as_user(staff("bob", of=acme, is_staff=False))
 
 
 def cursor(text: str) -> str:

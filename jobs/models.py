@@ -209,6 +209,10 @@ class Job(models.Model):
             models.Index(fields=["concurrency_key", "key_scope", "state"], name="job_key_idx",
                          condition=Q(concurrency_key__isnull=False)),
             models.Index(fields=["tenant", "-id"], name="job_tenant_idx"),
+            # Fair claims: which tenants' running jobs hold how many workers. Partial, so
+            # that it stays empty (and free to probe) while no tenant's job runs.
+            models.Index(fields=["tenant", "locked_by"], name="job_running_tenant_idx",
+                         condition=Q(state="running", tenant__isnull=False)),
         ]
 
     def __str__(self) -> str:

@@ -419,5 +419,7 @@ LOGGING = {
     "loggers": {
         "django_q": {"level": os.environ.get("DJANGO_Q_LOG_LEVEL", "WARNING")},
         "pgserver": {"level": "WARNING"},
+        # Lockouts are logged at WARNING; its start-up banner and each login are not news.
+        "axes": {"level": "WARNING"},
     },
 }

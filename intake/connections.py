@@ -168,6 +168,8 @@ HTTPX_ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
 
 @contextmanager
 def httpx_errors() -> Iterator[None]:
+    """httpcore's exceptions raised in the block come out as httpx's, as they would from
+    httpx's own transport, so that callers handle one family."""
     try:
         yield
     except tuple(core for core, _ in HTTPX_ERRORS) as exc:

@@ -24,8 +24,12 @@ from rest_framework.utils import json
 # Deeper than any payload a handler takes; far below the interpreter's recursion limit.
 MAX_JSON_DEPTH = 64
 
-# A JSON string (escapes included), so that brackets inside strings are not counted.
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# A JSON string (escapes included), so that brackets inside strings are not counted. The
+# closing quote is optional: a string left open runs to the end of the body (as it does
+# for the decoder, which fails there without nesting further), and every quote is matched
+# at its first try. With the quote required, each ``"`` of a body like ``"\"\"\"…`` would
+# scan to the end and fail: quadratic, an hour of CPU for one megabyte.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}.__getitem__
 

@@ -29,4 +29,5 @@ def sees_tracebacks(user: Any) -> bool:
 
 
 def error_text_for(user: Any, text: str) -> str:
+    """``text`` as ``user`` may read it: whole for staff, without its traceback else."""
     return text if sees_tracebacks(user) else without_traceback(text)

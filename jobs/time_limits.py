@@ -85,9 +85,9 @@ class Watcher:
         it wherever it lands; between them nothing runs that could let it surface.
         """
         limit = Limit(threading.get_ident(), seconds, time.monotonic() + seconds, job_id)
-        self._arm(limit)
         error: BaseException | None = None
         try:
+            self._arm(limit)
             result = func()
         except BaseException as exc:
             error = exc
@@ -155,15 +155,18 @@ class Watcher:
         with limit.lock:
             if limit.done:
                 return
-            if not limit.fired and now >= limit.deadline:
+            interrupted = not limit.fired and now >= limit.deadline
+            if interrupted:
                 limit.interrupted_at = now
                 _raise_in_thread(limit.thread_id, HandlerTimeout)
-                logger.warning("job %s ran past its time limit of %g s; interrupted",
-                               limit.job_id, limit.seconds, extra={"job": limit.job_id})
-                return
-            stuck = (limit.fired and not limit.reported_stuck
+            stuck = (not interrupted and limit.fired and not limit.reported_stuck
                      and now >= limit.interrupted_at + self.grace)  # type: ignore[operator]
             if stuck:
                 limit.reported_stuck = True
-        if stuck:
+        # Outside the lock: a slow log handler must not hold up the handler's own thread
+        # on its way out (_disarm takes the same lock).
+        if interrupted:
+            logger.warning("job %s ran past its time limit of %g s; interrupted",
+                           limit.job_id, limit.seconds, extra={"job": limit.job_id})
+        elif stuck:
             self.on_stuck(limit)

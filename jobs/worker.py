@@ -38,8 +38,10 @@ def default_worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-# The exit status of a worker process that ends itself because a handler would not stop.
+# The exit status of a worker process that ends itself because a handler would not stop,
+# and how long it tries to record that before it exits anyway.
 EXIT_STUCK_HANDLER = 70
+STUCK_RECORD_SECONDS = 5.0
 
 
 class EngineWorker:
@@ -325,21 +327,36 @@ class EngineWorker:
                         extra={"job": limit.job_id, "worker": self.name})
         if not self.exit_when_stuck:
             return
+        # The process ends whatever happens below: the stuck thread's open transaction
+        # may hold the rows this needs (a commit group locks its jobs), and waiting for
+        # them must not keep the process alive. Once it is gone, its connection closes,
+        # the locks go with it, and the reaper rescues what it held.
+        deadline = threading.Timer(STUCK_RECORD_SECONDS, os._exit, [EXIT_STUCK_HANDLER])
+        deadline.daemon = True
+        deadline.start()
         try:
-            with self._lock:
-                token, held = self._token, set(self._held)
-            if token is not None:
-                stuck = Job.objects.get(pk=limit.job_id)
-                engine.fail(stuck, token, f"HandlerTimeout: ran past its time limit of "
-                            f"{limit.seconds:g} s and did not stop; its worker process exited "
-                            f"to be replaced", worker=self.name, error_kind=Job.ErrorKind.TIMEOUT)
-                unstarted = list(Job.objects.filter(pk__in=held - {limit.job_id}))
-                engine.release(unstarted, token, worker=self.name)
+            self._record_stuck(limit)
         except Exception:
             logger.exception("could not record the stuck job %s before exiting", limit.job_id)
         finally:
             logging.shutdown()
             os._exit(EXIT_STUCK_HANDLER)
+
+    def _record_stuck(self, limit: Limit) -> None:
+        """The stuck attempt fails as a timeout, the rest of the batch goes back unstarted."""
+        with self._lock:
+            token, held = self._token, set(self._held)
+        if token is None:
+            return
+        with transaction.atomic():
+            # Locks held by the stuck transaction are not waited for (see _on_stuck).
+            connection.cursor().execute("SET LOCAL lock_timeout = '2s'")
+            stuck = Job.objects.get(pk=limit.job_id)
+            engine.fail(stuck, token, f"HandlerTimeout: ran past its time limit of "
+                        f"{limit.seconds:g} s and did not stop; its worker process exited "
+                        f"to be replaced", worker=self.name, error_kind=Job.ErrorKind.TIMEOUT)
+            unstarted = list(Job.objects.filter(pk__in=held - {limit.job_id}))
+            engine.release(unstarted, token, worker=self.name)
 
     # --- heartbeat thread ---------------------------------------------------------------------
 

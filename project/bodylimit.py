@@ -11,7 +11,9 @@ size check comes after the bytes are in. This ASGI middleware stands in front of
   credentials may send (``Content-Length`` over ``WEB_MAX_ANONYMOUS_BODY_BYTES``, or
   chunked) and the caller has none that is valid: a DRF token (``Authorization: Token
   …``) or the session cookie of an active user. Small bodies (the admin's login form)
-  pass without a look; credentials are looked up only for the others.
+  pass without a look; credentials are looked up only for the others. A wrong token
+  counts against the caller's address as it does in the API (``jobs.throttling``), and
+  past that rate the answer is 429: this door must not be a faster way to guess tokens.
 
 Limits (``BodyLimits.from_settings``): ``WEB_BODY_LIMITS`` maps path prefixes to bytes
 (the longest matching prefix wins), ``WEB_MAX_BODY_BYTES`` is the limit everywhere else.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from importlib import import_module
@@ -34,8 +37,9 @@ from django.contrib.auth import get_user
 from django.db import connection
 from django.http import HttpRequest
 from django.http.cookie import parse_cookie
-from rest_framework.authentication import TokenAuthentication
-from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.exceptions import AuthenticationFailed, Throttled
+
+from jobs.throttling import CountedTokenAuthentication
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +58,9 @@ DEFAULT_MAX_ANONYMOUS_BODY_BYTES = 64 * KB
 
 @dataclass(frozen=True)
 class BodyLimits:
+    """How many body bytes a request may send: per path prefix (the longest match wins),
+    ``default`` elsewhere, and at most ``anonymous`` without a credential."""
+
     default: int
     anonymous: int
     by_prefix: tuple[tuple[str, int], ...] = ()
@@ -98,7 +105,13 @@ class BodyLimit:
                          f"here is {size(limit)}.", limit)
             return
         may_be_large = (declared is None and chunked(scope)) or (declared or 0) > self.limits.anonymous
-        if may_be_large and not await self.has_credential(scope):
+        try:
+            signed_in = not may_be_large or await self.has_credential(scope)
+        except Throttled as exc:
+            await refuse(scope, send, 429, str(exc.detail), self.limits.anonymous,
+                         retry_after=exc.wait)
+            return
+        if not signed_in:
             await refuse(scope, send, 401, f"Sign in to send a request body over "
                          f"{size(self.limits.anonymous)}: a token (Authorization: Token …) "
                          f"or a session.", self.limits.anonymous)
@@ -139,6 +152,7 @@ class BoundedBody:
 
 
 def header(scope: Scope, name: bytes) -> str | None:
+    """The first value of a request header (``name`` lower-case, as ASGI gives them)."""
     for key, value in scope["headers"]:
         if key == name:
             return value.decode("latin-1")
@@ -146,6 +160,8 @@ def header(scope: Scope, name: bytes) -> str | None:
 
 
 def content_length(scope: Scope) -> int | None:
+    """The declared body length; None when there is none; ValueError when it is not a
+    number of bytes."""
     value = header(scope, b"content-length")
     if value is None:
         return None
@@ -165,7 +181,10 @@ def size(count: int) -> str:
     return f"{short} ({count:,} bytes)"
 
 
-async def refuse(scope: Scope, send: Send, status: int, detail: str, limit: int) -> None:
+async def refuse(scope: Scope, send: Send, status: int, detail: str, limit: int, *,
+                 retry_after: float | None = None) -> None:
+    """Answer with ``status`` and a JSON body, and close the connection (the rest of the
+    request's body is never read)."""
     logger.warning("refused %s %s with %s: %s", scope["method"], scope["path"], status, detail,
                    extra={"status": status, "path": scope["path"], "limit": limit})
     body = json.dumps({"detail": detail, "limit": limit}).encode()
@@ -173,27 +192,34 @@ async def refuse(scope: Scope, send: Send, status: int, detail: str, limit: int)
                (b"connection", b"close")]
     if status == 401:
         headers.append((b"www-authenticate", b"Token"))
+    if retry_after is not None:
+        headers.append((b"retry-after", str(math.ceil(retry_after)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
 async def valid_credential(scope: Scope) -> bool:
     """Whether the request carries a valid DRF token or an active user's session, looked
-    up without its body (with neither header, without a query)."""
+    up without its body (with neither header, without a query). Throttled when its
+    address has offered too many wrong tokens."""
     authorization, cookie = header(scope, b"authorization"), header(scope, b"cookie")
     if not authorization and not cookie:
         return False
-    return await sync_to_async(_valid_credential, thread_sensitive=False)(authorization, cookie)
-
-
-def _valid_credential(authorization: str | None, cookie: str | None) -> bool:
     request = HttpRequest()
+    request.META["REMOTE_ADDR"] = (scope.get("client") or ("", 0))[0]
+    forwarded = header(scope, b"x-forwarded-for")
+    if forwarded:
+        request.META["HTTP_X_FORWARDED_FOR"] = forwarded
     if authorization:
         request.META["HTTP_AUTHORIZATION"] = authorization
     request.COOKIES = parse_cookie(cookie or "")
+    return await sync_to_async(_valid_credential, thread_sensitive=False)(request)
+
+
+def _valid_credential(request: HttpRequest) -> bool:
     try:
         try:
-            if TokenAuthentication().authenticate(request):  # type: ignore[arg-type]
+            if CountedTokenAuthentication().authenticate(request):  # type: ignore[arg-type]
                 return True
         except AuthenticationFailed:
             return False  # DRF refuses the whole request for a bad token, whatever else it has

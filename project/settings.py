@@ -352,12 +352,12 @@ METRICS_PUBLIC = env_bool("METRICS_PUBLIC", False)
 
 # The job engine (jobs/conf.py holds the defaults and their meaning).
 JOBS_LEASE_SECONDS = env_int("JOBS_LEASE_SECONDS", 6)
-JOBS_HEARTBEAT_SECONDS = float(os.environ.get("JOBS_HEARTBEAT_SECONDS", "1"))
-JOBS_REAPER_SECONDS = float(os.environ.get("JOBS_REAPER_SECONDS", "2"))
+JOBS_HEARTBEAT_SECONDS = env_float("JOBS_HEARTBEAT_SECONDS", 1)
+JOBS_REAPER_SECONDS = env_float("JOBS_REAPER_SECONDS", 2)
 JOBS_QUEUES = env_list("JOBS_QUEUES", [])
-JOBS_TENANT_SHARE = float(os.environ.get("JOBS_TENANT_SHARE", "0.5"))
-JOBS_HANDLER_TIMEOUT_SECONDS = float(os.environ.get("JOBS_HANDLER_TIMEOUT_SECONDS", "1800"))
-JOBS_STUCK_GRACE_SECONDS = float(os.environ.get("JOBS_STUCK_GRACE_SECONDS", "30"))
+JOBS_TENANT_SHARE = env_float("JOBS_TENANT_SHARE", 0.5)
+JOBS_HANDLER_TIMEOUT_SECONDS = env_float("JOBS_HANDLER_TIMEOUT_SECONDS", 1800)
+JOBS_STUCK_GRACE_SECONDS = env_float("JOBS_STUCK_GRACE_SECONDS", 30)
 JOBS_HANDLER_MODULES = env_list("JOBS_HANDLER_MODULES", [])
 
 # The CO2 calculator's bulk path (factors/conf.py holds the defaults and their meaning):

@@ -25,6 +25,10 @@ OPTIONS = [
     # On SIGTERM, requests in flight get this long; event streams never end by themselves
     # (their clients reconnect with Last-Event-ID).
     "--timeout-graceful-shutdown", "10",
+    # The client's address and scheme are Django's to decide from the forwarding headers
+    # (TRUSTED_PROXIES, PROXY_SETS_X_FORWARDED_PROTO): uvicorn would otherwise believe
+    # them from any connection on localhost, including a proxy that passes a client's own.
+    "--no-proxy-headers",
 ]
 
 

@@ -176,3 +176,13 @@ def blocked(ctx: jobs.JobContext) -> str:
     Path(ctx.payload["started"]).write_text(str(os.getpid()))
     time.sleep(ctx.payload.get("for", 30))
     return "woke up"
+
+
+@jobs.handler("tests.fast_or_blocked", max_attempts=2, timeout=0.3, backoff=Fixed(seconds=0))
+def fast_or_blocked(ctx: jobs.JobContext) -> str:
+    """Fast, so that the worker groups it with other fast jobs; with ``block``, its first
+    attempt then blocks in one C call inside that group's transaction."""
+    if ctx.payload.get("block") and ctx.attempt == 1:
+        Path(ctx.payload["started"]).write_text(str(os.getpid()))
+        time.sleep(60)
+    return "done"

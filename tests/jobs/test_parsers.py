@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -75,3 +77,17 @@ def test_without_traceback_keeps_the_message_lines_before_the_first_frame():
     assert without_traceback(text) == ("attempts exhausted (1): ValueError: bad row\n"
                                        "second line of the message")
     assert without_traceback("PermanentError: no traceback") == "PermanentError: no traceback"
+
+
+@pytest.mark.parametrize("body", ['"' + '\\"' * 500_000, '\\"' * 500_000, '"a\\' * 300_000])
+def test_a_megabyte_of_escaped_quotes_is_measured_in_one_pass(body, tmp_path):
+    # Matching each quote to the end of the body and failing was quadratic: an hour of
+    # CPU for this megabyte, holding the web process (the regex engine keeps the GIL, so
+    # the bound is kept by a process of its own, killed when it runs past it).
+    (tmp_path / "body.json").write_text(body)
+    script = ("import sys; from jobs.parsers import json_depth; "
+              "print(json_depth(open(sys.argv[1]).read()))")
+    measured = subprocess.run([sys.executable, "-c", script, str(tmp_path / "body.json")],
+                              capture_output=True, text=True, timeout=20, check=True)
+
+    assert measured.stdout.strip() == "0"

@@ -68,7 +68,7 @@ def test_a_fast_handler_is_never_interrupted(clock):
 def test_a_handler_blocked_in_c_code_is_reported_stuck_and_fails_when_it_returns(
         clock, settings, tmp_path):
     settings.JOBS_STUCK_GRACE_SECONDS = 0.3
-    job = make_job("tests.blocked", {"started": str(tmp_path / "started"), "for": 1.5})
+    job = make_job("tests.blocked", {"started": str(tmp_path / "started"), "for": 3})
     worker = EngineWorker(name="limits", batch_size=1)
     stuck: list[int] = []
     worker._time_limits.on_stuck = lambda limit: stuck.append(limit.job_id)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 import pytest
 import time_machine
+from asgiref.sync import async_to_sync
 from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
@@ -17,10 +19,20 @@ from rest_framework.response import Response
 from rest_framework.test import APIClient
 from rest_framework.views import APIView
 
+from project.bodylimit import BodyLimit, BodyLimits
 from project.settings import env_rate
 from tests.base import T0, staff, tenant
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def window_start():
+    """Each test starts at the beginning of a minute (time still runs): the failed-token
+    counts are per fixed window, and a loop that crossed a window's end would find its
+    count reset."""
+    with time_machine.travel(T0, tick=True):
+        yield
 
 
 def from_address(address: str, token: str | None = None, **headers: str) -> APIClient:
@@ -179,3 +191,32 @@ def test_a_rate_setting_that_is_not_a_rate_is_refused(monkeypatch, value):
 
     with pytest.raises(ImproperlyConfigured, match="THROTTLE_USER_RATE"):
         env_rate("THROTTLE_USER_RATE", "60/min")
+
+
+@pytest.mark.django_db(transaction=True)  # the credential lookup runs on a thread of its own
+def test_wrong_tokens_with_a_large_body_count_as_in_the_api_then_get_429(rates, address):
+    rates(failed_auth="3/min")
+    limits = BodyLimits.of(default=1_000, anonymous=500, by_prefix={"/sync/dispatch": 10**8})
+
+    async def django(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        raise AssertionError("a refused request reached Django")
+
+    def post_large_body() -> tuple[int, dict[bytes, bytes]]:
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/sync/dispatch",
+                 "client": (address, 40000),
+                 "headers": [(b"content-length", b"50000000"),
+                             (b"authorization", f"Token {random_token()}".encode())]}
+        async_to_sync(BodyLimit(django, limits))(scope, None, send)
+        return sent[0]["status"], dict(sent[0]["headers"])
+
+    answers = [post_large_body() for _ in range(5)]
+
+    assert [status for status, _ in answers] == [401, 401, 401, 429, 429]
+    assert int(answers[-1][1][b"retry-after"]) > 0
+    # One count for both doors: the API refuses this address now too.
+    assert from_address(address, random_token()).get("/api/jobs/").status_code == 429

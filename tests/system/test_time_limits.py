@@ -52,3 +52,24 @@ def test_in_the_cluster_the_stuck_process_is_replaced_and_work_goes_on(
                or cluster.exited(), 60, "a new cluster process to run the next job")
     assert not cluster.exited(), cluster.tail()
     assert Worker.objects.exclude(pid=first).exists()
+
+
+def test_a_handler_stuck_inside_a_commit_group_still_ends_its_process(
+        processes: Processes, tmp_path):
+    """The group's transaction keeps its jobs' rows locked while the handler is stuck:
+    recording the failure cannot wait for them, the process exits all the same, and the
+    group's jobs are rescued and run by the next worker."""
+    warm_up = [engine.enqueue("tests.fast_or_blocked", {}) for _ in range(3)]
+    worker = processes.manage("grouping", "jobs_worker", "--batch-size", "5",
+                              env=processes.env(**FAST))
+    wait_until(lambda: all(Job.objects.get(pk=j.pk).state == Job.State.SUCCEEDED
+                           for j in warm_up) or worker.exited(), 30, "the warm-up jobs")
+    started = tmp_path / "started"
+    group = [engine.enqueue("tests.fast_or_blocked", payload) for payload in
+             ({}, {"block": True, "started": str(started)}, {})]
+
+    assert worker.wait(30) == EXIT_STUCK_HANDLER
+    assert started.exists()
+    processes.manage("rescuer", "jobs_worker", env=processes.env(**FAST))
+    wait_until(lambda: all(Job.objects.get(pk=j.pk).state == Job.State.SUCCEEDED
+                           for j in group), 60, "the group's jobs to be rescued and run")

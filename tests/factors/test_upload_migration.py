@@ -1,0 +1,42 @@
+"""Jobs enqueued with the old upload payload (an object with its path) are given the
+upload's id and an ``Upload`` row by migration 0007, so that they still find their file."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+from factors.models import Upload
+from jobs import engine
+from tests.base import tenant
+
+BEFORE = [("factors", "0006_uploads_named_by_id")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_old_upload_payloads_become_ids_with_their_upload_rows(settings, tmp_path):
+    settings.FACTORS_UPLOAD_DIR = str(tmp_path)
+    executor = MigrationExecutor(connection)
+    executor.migrate(BEFORE)
+    acme = tenant("Acme")
+    kept, gone = uuid.uuid4().hex, uuid.uuid4().hex
+    (tmp_path / f"{kept}.csv").write_text("12.5,km,short,economy\n")
+    old = {"rows": 1, "columns": ["quantity", "unit", "haul", "cabin"], "filename": "a.csv"}
+    waiting = engine.enqueue("factors.csv_ingest", {"module": 1, "data_entry_type": "plane",
+                                                    "upload": {"id": kept, "path": "/etc/x", **old}},
+                             tenant=acme)
+    lost = engine.enqueue("factors.factor_ingest", {"data_entry_type": "plane",
+                                                    "upload": {"id": gone, **old}})
+
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+    waiting.refresh_from_db()
+    lost.refresh_from_db()
+    assert (waiting.payload["upload"], lost.payload["upload"]) == (kept, gone)
+    row = Upload.objects.get()
+    assert (row.id.hex, row.kind, row.tenant_id, row.rows, row.columns) == (
+        kept, "entries", acme.pk, 1, old["columns"])

@@ -198,7 +198,8 @@ class Claim:
 
 def claim(worker: str, *, limit: int, queues: Sequence[str] = (),
           types: Sequence[str] | None = None) -> Claim:
-    """Take up to ``limit`` due jobs, mark them running and stamp their lease.
+    """Take up to ``limit`` due jobs, mark them running and stamp their lease. Their
+    attempts are counted only when their handlers start (``start``).
 
     Unkeyed jobs are claimed by one statement (``jobs.sql.claim``): ``SELECT … FOR UPDATE
     SKIP LOCKED`` (concurrent claimers skip each other's rows instead of waiting), the
@@ -259,7 +260,7 @@ def _claim_keyed_jobs(ids: list[int], token: uuid.UUID, worker: str, now: dateti
         jobs = list(Job.objects.filter(pk__in=won))
         JobEvent.objects.bulk_create(
             JobEvent(job_id=job.pk, at=now, kind=Kind.CLAIMED, from_state=State.PENDING,
-                     to_state=State.RUNNING, attempt=job.attempts, worker=worker)
+                     to_state=State.RUNNING, attempt=job.attempts + 1, worker=worker)
             for job in jobs
         )
     return jobs
@@ -280,7 +281,7 @@ def _start(ids: list[int], picked: list[tuple[int, str, str | None, int]], token
     count = 0
     for lease, pks in by_lease.items():
         count += Job.objects.filter(pk__in=pks).update(
-            state=State.RUNNING, attempts=F("attempts") + 1, locked_by=worker, locked_at=now,
+            state=State.RUNNING, locked_by=worker, locked_at=now,
             heartbeat_at=now, lease_expires_at=now + timedelta(seconds=lease),
             lease_token=token, started_at=Coalesce(F("started_at"), now),
         )
@@ -301,6 +302,25 @@ def _claim_keyed(pk: int, key: str, scope: int, picked: list[tuple[int, str, str
     except IntegrityError:
         logger.info("concurrency key %s is held by another claimer", key, extra={"job": pk})
         return False
+
+
+def start(jobs: Sequence[Job], token: uuid.UUID) -> set[int]:
+    """Count the attempt of ``jobs`` whose handlers are about to run; returns the ids of
+    those still running under ``token`` (the others were cancelled, recovered or
+    rescued since the claim, and must not run). Each job's ``attempts`` is updated.
+
+    The worker calls it outside any transaction, so that it commits before the handlers
+    run: an attempt is spent when its handler starts, so a worker that dies inside a handler has
+    spent it, while jobs it had claimed and not started go back unspent.
+    """
+    if not jobs:
+        return set()
+    rows = sql.execute(sql.start(), {"ids": [job.pk for job in jobs], "token": token}).fetchall()
+    attempts = dict(rows)
+    for job in jobs:
+        if job.pk in attempts:
+            job.attempts = attempts[job.pk]
+    return set(attempts)
 
 
 # --- outcomes of an attempt ------------------------------------------------------------
@@ -451,18 +471,24 @@ def snooze(job: Job, token: uuid.UUID, seconds: float, *, message: str = "",
                worker=worker, at=now, message=message or f"until {run_after:%H:%M:%S}")
 
 
-def release(jobs: Sequence[Job], token: uuid.UUID, *, worker: str = "") -> int:
-    """Hand claimed-but-unstarted jobs back, unspent (batch ran long, or shutdown)."""
+def release(jobs: Sequence[Job], token: uuid.UUID, *, worker: str = "",
+            started: Iterable[int] = ()) -> int:
+    """Hand back jobs whose handlers did not run (batch ran long, or shutdown). Their
+    attempts were never counted, except for those in ``started`` (counted, then not
+    run after all): theirs is given back."""
     if not jobs:
         return 0
     now = clock.now()
+    counted = set(started)
     with transaction.atomic():
         ids = [job.pk for job in jobs]
         released = list(
             Job.objects.filter(pk__in=ids, state=State.RUNNING, lease_token=token)
             .values_list("pk", flat=True)
         )
-        Job.objects.filter(pk__in=released).update(
+        Job.objects.filter(pk__in=[pk for pk in released if pk not in counted]).update(
+            state=State.PENDING, **NO_LEASE)
+        Job.objects.filter(pk__in=[pk for pk in released if pk in counted]).update(
             state=State.PENDING, attempts=F("attempts") - 1, **NO_LEASE)
         JobEvent.objects.bulk_create(
             JobEvent(job_id=pk, at=now, kind=Kind.RELEASED, from_state=State.RUNNING,
@@ -510,29 +536,36 @@ def record_progress(job_id: int, token: uuid.UUID, done: int, total: int | None,
 def rescue(job: Job, *, now: datetime | None = None) -> str | None:
     """Take a running job back from a worker whose lease expired.
 
-    Pending again if attempts remain, failed otherwise. Returns the new state, or None
-    if the job was no longer running with an expired lease (someone else won).
+    Pending again if attempts remain, failed otherwise. An attempt is counted only when
+    its handler starts (``start``), so a job its worker claimed and never started goes
+    back with nothing spent. Returns the new state, or None if the job was no longer
+    running with an expired lease (someone else won), or is locked by a transaction
+    still open (a commit group), which a later round sees through.
     """
     now = now or clock.now()
     with transaction.atomic():
-        fenced = Job.objects.filter(pk=job.pk, state=State.RUNNING, lease_token=job.lease_token,
-                                    lease_expires_at__lt=now)
-        if job.attempts < job.max_attempts:
+        # Locked and read again: the worker may have started the handler (counting the
+        # attempt) since the reaper read the row.
+        current = (Job.objects.select_for_update(skip_locked=True)
+                   .filter(pk=job.pk, state=State.RUNNING, lease_token=job.lease_token,
+                           lease_expires_at__lt=now)
+                   .values_list("attempts", "max_attempts").first())
+        if current is None:
+            return None
+        attempts, max_attempts = current
+        error = f"worker {job.locked_by} stopped heartbeating"
+        if attempts < max_attempts:
             to_state = State.PENDING
-            updated = fenced.update(state=State.PENDING, run_after=now, rescues=F("rescues") + 1,
-                                    error_kind=Job.ErrorKind.LEASE_EXPIRED,
-                                    last_error=f"worker {job.locked_by} stopped heartbeating",
-                                    **NO_LEASE)
+            Job.objects.filter(pk=job.pk).update(
+                state=State.PENDING, run_after=now, rescues=F("rescues") + 1,
+                error_kind=Job.ErrorKind.LEASE_EXPIRED, last_error=error, **NO_LEASE)
         else:
             to_state = State.FAILED
-            updated = fenced.update(state=State.FAILED, finished_at=now, rescues=F("rescues") + 1,
-                                    error_kind=Job.ErrorKind.LEASE_EXPIRED,
-                                    last_error=f"worker {job.locked_by} stopped heartbeating; "
-                                               f"attempts exhausted ({job.attempts})",
-                                    **NO_LEASE)
-        if not updated:
-            return None
-        _event(job, Kind.RESCUED, State.RUNNING, to_state, attempt=job.attempts, at=now,
+            Job.objects.filter(pk=job.pk).update(
+                state=State.FAILED, finished_at=now, rescues=F("rescues") + 1,
+                error_kind=Job.ErrorKind.LEASE_EXPIRED,
+                last_error=f"{error}; attempts exhausted ({attempts})", **NO_LEASE)
+        _event(job, Kind.RESCUED, State.RUNNING, to_state, attempt=attempts, at=now,
                message=f"rescued from {job.locked_by} (lease expired "
                        f"{job.lease_expires_at:%H:%M:%S})")
         if to_state == State.FAILED:

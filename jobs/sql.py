@@ -180,11 +180,14 @@ def claim(*, named_queues: bool, fair: bool = False) -> str:
     more than the time one of them takes. Jobs without a tenant (the platform's) are
     never held back.
 
-    ``started``: the unkeyed picks become running: attempt counted, lease stamped with
-    this claim's token and the type's lease length (``%(leases)s`` is parallel to
-    ``%(types)s``), ``started_at`` kept from the first attempt. ``history``: their
-    ``claimed`` rows. Keyed picks are returned unchanged (``claimed`` false); the
-    caller hands their key over in a transaction of its own (``engine._claim_keyed``).
+    ``started``: the unkeyed picks become running: lease stamped with this claim's token
+    and the type's lease length (``%(leases)s`` is parallel to ``%(types)s``),
+    ``started_at`` kept from the first attempt. The attempt is not counted here but when
+    the worker starts the handler (``start``): a claimed job that never started (its
+    worker died first, or handed it back) has spent nothing. ``history``: their
+    ``claimed`` rows, numbered with the attempt they are for. Keyed picks are returned
+    unchanged (``claimed`` false); the caller hands their key over in a transaction of
+    its own (``engine._claim_keyed``).
     """
     served = _NAMED_QUEUES if named_queues else _PENDING_QUEUES
     recursive = "" if named_queues else _PENDING_QUEUES_CTE
@@ -213,7 +216,7 @@ picked AS (
 ),
 started AS (
     UPDATE jobs_job j
-    SET state = 'running', attempts = j.attempts + 1, locked_by = %(worker)s,
+    SET state = 'running', locked_by = %(worker)s,
         locked_at = %(now)s, heartbeat_at = %(now)s,
         lease_expires_at = %(now)s + make_interval(
             secs => (%(leases)s::float8[])[array_position(%(types)s::text[], j.type::text)]),
@@ -225,7 +228,7 @@ started AS (
 history AS (
     INSERT INTO jobs_jobevent (job_id, at, kind, from_state, to_state, message, attempt,
                                worker)
-    SELECT id, %(now)s, 'claimed', 'pending', 'running', '', attempts, %(worker)s
+    SELECT id, %(now)s, 'claimed', 'pending', 'running', '', attempts + 1, %(worker)s
     FROM started
 )
 SELECT started.*, true AS claimed FROM started
@@ -261,6 +264,18 @@ def complete() -> str:
     its ``succeeded`` history row. One row per element of the parallel arrays (a single
     job, or a worker's group of jobs); the INSERT's row count says how many won."""
     return _COMPLETE
+
+
+def start() -> str:
+    """Count the attempt of each job of ``%(ids)s`` still running under ``%(token)s``, as
+    its handler is about to run; returns their ids and attempt numbers. Run on its own
+    and committed before the handler: a worker that dies in the handler has spent it."""
+    return """
+UPDATE jobs_job
+SET attempts = attempts + 1
+WHERE id = ANY(%(ids)s::bigint[]) AND state = 'running' AND lease_token = %(token)s
+RETURNING id, attempts
+"""
 
 
 def lock_running() -> str:

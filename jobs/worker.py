@@ -66,6 +66,8 @@ class EngineWorker:
         self._lock = threading.Lock()
         self._token: uuid.UUID | None = None
         self._held: set[int] = set()
+        # Jobs of the held batch whose attempts were counted (engine.start).
+        self._started: set[int] = set()
         self._current: tuple[int, ProgressSlot] | None = None
         self._last_reap = 0.0
         # How long each type's handler took last time: fast ones share commits.
@@ -132,17 +134,19 @@ class EngineWorker:
         metrics.claimed(len(batch.jobs))
         with self._lock:
             self._token, self._held = batch.token, {job.pk for job in batch.jobs}
+            self._started = set()
         claimed_at, ran = time.monotonic(), 0
         try:
             while ran < len(batch.jobs):
                 held_too_long = time.monotonic() - claimed_at > conf.claim_hold_seconds()
                 if self.stopping.is_set() or (held_too_long and ran > 0):
-                    engine.release(batch.jobs[ran:], batch.token, worker=self.name)
+                    engine.release(batch.jobs[ran:], batch.token, worker=self.name,
+                                   started=self._started)
                     break
                 ran += self._run_group(batch.jobs[ran:], batch.token)
         finally:
             with self._lock:
-                self._token, self._held = None, set()
+                self._token, self._held, self._started = None, set(), set()
         if ran:
             per_job = (time.monotonic() - claimed_at) / ran
             previous = self._seconds_per_job
@@ -185,6 +189,11 @@ class EngineWorker:
         if len(group) < 2:  # nothing to share a commit with: skip the lock's round trip
             self._run_and_forget(jobs[0], token)
             return 1
+        # The group's attempts are counted together, and committed, before its
+        # transaction: a worker that dies inside the group has spent them all (it cannot
+        # tell which of its handlers ran), rather than none, which would let a job that
+        # kills its worker run for ever.
+        self._count_starts([job for job in group if job.pk not in self._started], token)
         deadline = time.monotonic() + conf.group_commit_seconds()
         successes: list[engine.Success] = []
         count = 0
@@ -196,11 +205,20 @@ class EngineWorker:
                 if count and (self.stopping.is_set() or time.monotonic() > deadline
                               or not self._groupable(job, fast)):
                     break
-                # A job fenced out since the claim runs as if alone: its success is refused.
-                self._run_and_forget(job, token, successes if job.pk in owned else None)
                 count += 1
+                if job.pk not in self._started:
+                    self._forget(job)  # taken away before it started: it must not run
+                    continue
+                # A job fenced out since it started runs as if alone: its success is refused.
+                self._run_and_forget(job, token, successes if job.pk in owned else None)
             engine.complete_locked(successes, token, worker=self.name)
         return count
+
+    def _count_starts(self, jobs: list[Job], token: uuid.UUID) -> None:
+        """Count the attempts of ``jobs`` as their handlers are about to run."""
+        started = engine.start(jobs, token)
+        with self._lock:
+            self._started |= started
 
     def _groupable(self, job: Job, fast: float) -> bool:
         """Atomic, and its handler took less than ``fast`` seconds last time."""
@@ -211,6 +229,9 @@ class EngineWorker:
     def _run_and_forget(self, job: Job, token: uuid.UUID,
                         successes: list[engine.Success] | None = None) -> None:
         self.run_job(job, token, successes=successes)
+        self._forget(job)
+
+    def _forget(self, job: Job) -> None:
         with self._lock:
             self._held.discard(job.pk)  # finished: the heartbeat stops renewing it
 
@@ -244,7 +265,15 @@ class EngineWorker:
 
         With ``successes`` (a group whose rows are locked, see ``_run_group``) a success
         is appended there for the group to record, instead of being recorded at once.
+        The attempt is counted first, unless its group did (``engine.start``); a job
+        taken away since it was claimed (cancelled, recovered, rescued) does not run.
         """
+        if job.pk not in self._started:
+            self._count_starts([job], token)
+            if job.pk not in self._started:
+                logger.info("job %s was taken from %s before it started", job.pk, self.name,
+                            extra={"job": job.pk, "worker": self.name})
+                return "lost"
         handler = registry.get(job.type)
         ctx = JobContext(job=job, clock=clock.get_clock(), worker=self.name)
         with self._lock:
@@ -356,7 +385,7 @@ class EngineWorker:
                         f"{limit.seconds:g} s and did not stop; its worker process exited "
                         f"to be replaced", worker=self.name, error_kind=Job.ErrorKind.TIMEOUT)
             unstarted = list(Job.objects.filter(pk__in=held - {limit.job_id}))
-            engine.release(unstarted, token, worker=self.name)
+            engine.release(unstarted, token, worker=self.name, started=self._started)
 
     # --- heartbeat thread ---------------------------------------------------------------------
 

@@ -24,9 +24,14 @@ def make_job(name: str = "tests.noop", payload: dict[str, Any] | None = None, **
     return engine.enqueue(name, payload or {}, **options)
 
 
-def claim_one(worker: str = "w1", **options: Any) -> tuple[Job, engine.Claim]:
+def claim_one(worker: str = "w1", *, start: bool = True, **options: Any
+              ) -> tuple[Job, engine.Claim]:
+    """Claim one due job and (unless ``start=False``) count its attempt, as a worker
+    does when it starts the handler."""
     batch = engine.claim(worker, limit=1, **options)
     assert batch.jobs, "expected a due job to claim"
+    if start:
+        engine.start(batch.jobs[:1], batch.token)
     return batch.jobs[0], batch
 
 

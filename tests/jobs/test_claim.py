@@ -1,18 +1,19 @@
 from __future__ import annotations
 
 import threading
+import uuid
 
 import pytest
 from django.db import connection
 
-from jobs import engine
+from jobs import engine, reaper
 from jobs.models import Job, JobEvent
 from tests.base import make_job, row_locked
 
 pytestmark = pytest.mark.django_db
 
 
-def test_a_claim_marks_jobs_running_with_a_lease_and_counts_the_attempt(clock):
+def test_a_claim_marks_jobs_running_with_a_lease_and_spends_no_attempt(clock):
     job = make_job("tests.noop")
 
     batch = engine.claim("host:1", limit=10)
@@ -20,7 +21,8 @@ def test_a_claim_marks_jobs_running_with_a_lease_and_counts_the_attempt(clock):
     job.refresh_from_db()
     assert [j.pk for j in batch.jobs] == [job.pk]
     assert job.state == Job.State.RUNNING
-    assert job.attempts == 1
+    assert job.attempts == 0  # spent when the handler starts
+    assert job.events.get().attempt == 1  # the attempt the claim is for
     assert job.locked_by == "host:1"
     assert job.lease_token == batch.token
     assert job.lease_expires_at == clock.now() + __import__("datetime").timedelta(seconds=6)
@@ -113,3 +115,33 @@ def test_the_unique_index_decides_between_two_claimers_of_one_key():
         thread.join()
     assert len(won) == 1
     assert Job.objects.filter(state=Job.State.RUNNING).count() == 1
+
+
+def test_starting_a_handler_counts_its_attempt_once_and_only_under_the_lease(clock):
+    first, second = make_job("tests.noop"), make_job("tests.noop")
+    batch = engine.claim("host:1", limit=10)
+    engine.cancel(second)
+
+    started = engine.start(batch.jobs, batch.token)
+
+    assert started == {first.pk}
+    assert dict(Job.objects.values_list("pk", "attempts")) == {first.pk: 1, second.pk: 0}
+    assert engine.start(batch.jobs, uuid.uuid4()) == set()  # another lease counts nothing
+
+
+def test_a_claimed_batch_whose_worker_died_goes_back_with_nothing_spent(clock):
+    """A worker took 20 single-attempt jobs, started the first and died: the other 19
+    never ran and come back pending; only the started one is spent (and fails)."""
+    ids = engine.enqueue_many("tests.noop", [{}] * 20, max_attempts=1)
+    batch = engine.claim("doomed", limit=20)
+    engine.start(batch.jobs[:1], batch.token)
+    clock.advance(60)
+
+    reaper.rescue_expired()
+
+    states = dict(Job.objects.values_list("pk", "state"))
+    spent = batch.jobs[0].pk
+    assert states.pop(spent) == Job.State.FAILED
+    assert set(states.values()) == {Job.State.PENDING}
+    assert set(Job.objects.exclude(pk=spent).values_list("attempts", flat=True)) == {0}
+    assert len(ids) == 20

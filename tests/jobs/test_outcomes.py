@@ -121,11 +121,13 @@ def test_a_fenced_atomic_handlers_writes_roll_back(clock, hits_table):
     from jobs.worker import EngineWorker
 
     make_job("tests.record")
-    stale, batch = claim_one()
+    stale, batch = claim_one()  # started: its attempt counted
     clock.advance(60)
     engine.rescue(stale)
+    zombie = EngineWorker(name="zombie")
+    zombie._started = {stale.pk}  # it had started the handler before it froze
 
-    outcome = EngineWorker(name="zombie").run_job(stale, batch.token)
+    outcome = zombie.run_job(stale, batch.token)
 
     assert outcome == "refused"
     assert hit_count() == 0
@@ -149,3 +151,19 @@ def test_a_non_json_result_fails_permanently(clock):
         from jobs import registry
 
         registry.unregister("tests.bad_result")
+
+
+def test_a_job_taken_away_before_its_handler_starts_does_not_run(clock, hits_table):
+    from jobs.worker import EngineWorker
+
+    make_job("tests.record")
+    stale, batch = claim_one(start=False)
+    clock.advance(60)
+    engine.rescue(stale)
+
+    outcome = EngineWorker(name="zombie").run_job(stale, batch.token)
+
+    assert outcome == "lost"
+    assert hit_count() == 0
+    stale.refresh_from_db()
+    assert (stale.state, stale.attempts) == (Job.State.PENDING, 0)

@@ -34,6 +34,8 @@ class JobLifecycle(RuleBasedStateMachine):
         self._clock_ctx.__enter__()
         self.job = engine.enqueue("tests.flaky", {}, max_attempts=3)
         self.token: uuid.UUID | None = None
+        self.started = False  # the current claim's handler started (its attempt counted)
+        self.attempts_at_claim = 0
         self.stale_tokens: list[uuid.UUID] = []
         self.events = 0
 
@@ -51,16 +53,40 @@ class JobLifecycle(RuleBasedStateMachine):
     def time_passes(self, seconds: int) -> None:
         self.clock.advance(seconds)
 
+    def _lose_token(self) -> None:
+        if self.token:
+            self.stale_tokens.append(self.token)
+        self.token, self.started = None, False
+
     @rule()
     def claim(self) -> None:
+        attempts = self._reload().attempts
         batch = engine.claim("w", limit=1)
         if batch.jobs:
-            if self.token:
-                self.stale_tokens.append(self.token)
-            self.token = batch.token
-            assert self._reload().state == State.RUNNING
+            self._lose_token()
+            self.token, self.attempts_at_claim = batch.token, attempts
+            job = self._reload()
+            assert job.state == State.RUNNING
+            assert job.attempts == attempts  # a claim spends nothing
 
-    @precondition(lambda self: self.token is not None)
+    @precondition(lambda self: self.token is not None and not self.started)
+    @rule()
+    def handler_starts(self) -> None:
+        job = self._reload()
+        if engine.start([job], self.token):
+            self.started = True
+            assert self._reload().attempts == self.attempts_at_claim + 1
+
+    @precondition(lambda self: self.token is not None and not self.started)
+    @rule()
+    def worker_hands_back_unstarted(self) -> None:
+        engine.release([self._reload()], self.token)
+        job = self._reload()
+        if job.state == State.PENDING:
+            assert job.attempts == self.attempts_at_claim
+        self._lose_token()
+
+    @precondition(lambda self: self.token is not None and self.started)
     @rule(outcome=st.sampled_from(["complete", "transient", "permanent", "snooze"]))
     def worker_reports(self, outcome: str) -> None:
         before = self._reload()
@@ -75,8 +101,7 @@ class JobLifecycle(RuleBasedStateMachine):
                 engine.fail(before, self.token, "boom", permanent=outcome == "permanent")
         except LeaseLost:
             assert (before.state, before.lease_token) != (State.RUNNING, self.token)
-        self.stale_tokens.append(self.token)
-        self.token = None
+        self._lose_token()
 
     @precondition(lambda self: bool(self.stale_tokens))
     @rule(outcome=st.sampled_from(["complete", "transient", "snooze"]))
@@ -98,10 +123,12 @@ class JobLifecycle(RuleBasedStateMachine):
     def reaper_runs(self) -> None:
         from jobs import reaper
 
+        unstarted = self.token is not None and not self.started
         reaper.rescue_expired()
         if not self._running() and self.token:
-            self.stale_tokens.append(self.token)
-            self.token = None
+            if unstarted and self.job.state == State.PENDING:
+                assert self.job.attempts == self.attempts_at_claim  # given back whole
+            self._lose_token()
 
     @rule(action=st.sampled_from(["recover", "retry", "cancel", "run_now"]))
     def operator_acts(self, action: str) -> None:
@@ -110,8 +137,7 @@ class JobLifecycle(RuleBasedStateMachine):
         except IllegalTransition:
             return
         if self.token and not self._running():
-            self.stale_tokens.append(self.token)
-            self.token = None
+            self._lose_token()
 
     @invariant()
     def the_row_is_consistent(self) -> None:

@@ -152,3 +152,25 @@ def test_the_cluster_keeps_working_after_its_database_connections_are_cut(
     wait_until(lambda: Job.objects.get(pk=job.pk).is_finished, 30, "the job to run")
     assert Job.objects.get(pk=job.pk).state == Job.State.SUCCEEDED
     assert not cluster.exited()
+
+
+def test_jobs_claimed_but_not_started_by_a_killed_worker_spend_no_attempt(
+        processes, hits_table, tmp_path):
+    job, started, release = blocking_job(tmp_path, max_attempts=1)
+    waiting = engine.enqueue_many("tests.record", [{}] * 19, max_attempts=1)
+    victim = processes.manage("victim", "jobs_worker", "--batch-size", "20",
+                              env=processes.env(**FAST))
+    wait_until(lambda: started_attempt(started, 1), 30, "the first job of the batch to start")
+    unstarted = Job.objects.filter(pk__in=waiting, state=Job.State.RUNNING)
+    assert unstarted.count() == 19  # claimed with it, not started
+    assert set(unstarted.values_list("attempts", flat=True)) == {0}
+
+    victim.signal(signal.SIGKILL)
+    processes.manage("rescuer", "jobs_worker", env=processes.env(**FAST))
+
+    wait_until(lambda: Job.objects.filter(pk__in=waiting, state=Job.State.SUCCEEDED).count()
+               == 19, 60, "the 19 unstarted jobs to run")
+    assert set(Job.objects.filter(pk__in=waiting).values_list("attempts", flat=True)) == {1}
+    job.refresh_from_db()
+    assert (job.state, job.attempts) == (Job.State.FAILED, 1)
+    assert "attempts exhausted (1)" in job.last_error

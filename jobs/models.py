@@ -28,17 +28,22 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def claimable(self, now: datetime, types: list[str], queues: list[str]) -> JobQuerySet:
         """Due pending jobs this worker can run: known type, served queue, parent done,
-        and (for keyed jobs) no running job holding the key."""
+        and (for keyed jobs) no running job holding the key and no earlier due job of the
+        key waiting (the head of the key runs first)."""
         qs = self.due(now).filter(type__in=types)
         if queues:
             qs = qs.filter(queue__in=queues)
-        key_held = Job.objects.filter(
-            concurrency_key=models.OuterRef("concurrency_key"),
-            key_scope=models.OuterRef("key_scope"), state=Job.State.RUNNING,
-        )
+        same_key = Job.objects.filter(concurrency_key=models.OuterRef("concurrency_key"),
+                                      key_scope=models.OuterRef("key_scope"))
+        key_held = same_key.filter(state=Job.State.RUNNING)
+        # An earlier due job of the key: this one is not the head of its key.
+        queued_before = same_key.due(now).filter(
+            pk__lt=models.OuterRef("pk"), type__in=types).filter(
+            Q(parent__isnull=True) | Q(parent__state=Job.State.SUCCEEDED))
         return qs.filter(
             Q(parent__isnull=True) | Q(parent__state=Job.State.SUCCEEDED),
-            Q(concurrency_key__isnull=True) | ~models.Exists(key_held),
+            Q(concurrency_key__isnull=True) | (~models.Exists(key_held)
+                                               & ~models.Exists(queued_before)),
         )
 
     def lease_expired(self, now: datetime) -> JobQuerySet:
@@ -208,6 +213,9 @@ class Job(models.Model):
             # tenant-scoped listings.
             models.Index(fields=["concurrency_key", "key_scope", "state"], name="job_key_idx",
                          condition=Q(concurrency_key__isnull=False)),
+            # The claim's "head of its key" check: the earliest pending jobs of a key.
+            models.Index(fields=["concurrency_key", "key_scope", "id"], name="job_key_queue_idx",
+                         condition=Q(state="pending", concurrency_key__isnull=False)),
             models.Index(fields=["tenant", "-id"], name="job_tenant_idx"),
             # Fair claims: which tenants' running jobs hold how many workers. Partial, so
             # that it stays empty (and free to probe) while no tenant's job runs.

@@ -118,16 +118,27 @@ pending_queues(queue) AS (
 
 
 # A due job a worker may run: the conditions of ``JobQuerySet.claimable()`` (which keyed
-# claims and the "why" explanations use); keep the two in step.
+# claims and the "why" explanations use); keep the two in step. A keyed job qualifies
+# only as the head of its key (no earlier due job of the key waits): jobs of one key run
+# one at a time in the order they came, and a claim's batch holds one job per key, so a
+# backlog of one key cannot fill a batch that other keys' jobs could use.
 _CLAIMABLE = """
     j.state = 'pending' AND j.queue = served.queue AND j.run_after <= %(now)s
     AND j.type = ANY(%(types)s::text[])
     AND (j.parent_id IS NULL OR EXISTS (
           SELECT FROM jobs_job p WHERE p.id = j.parent_id AND p.state = 'succeeded'))
-    AND (j.concurrency_key IS NULL OR NOT EXISTS (
-          SELECT FROM jobs_job k
-          WHERE k.concurrency_key = j.concurrency_key AND k.key_scope = j.key_scope
-            AND k.state = 'running'))
+    AND (j.concurrency_key IS NULL OR (
+          NOT EXISTS (
+            SELECT FROM jobs_job k
+            WHERE k.concurrency_key = j.concurrency_key AND k.key_scope = j.key_scope
+              AND k.state = 'running')
+          AND NOT EXISTS (
+            SELECT FROM jobs_job e
+            WHERE e.concurrency_key = j.concurrency_key AND e.key_scope = j.key_scope
+              AND e.state = 'pending' AND e.id < j.id AND e.run_after <= %(now)s
+              AND e.type = ANY(%(types)s::text[])
+              AND (e.parent_id IS NULL OR EXISTS (
+                    SELECT FROM jobs_job ep WHERE ep.id = e.parent_id AND ep.state = 'succeeded')))))
 """
 
 # Per served queue, the best due jobs meeting ``condition``, read in the order of

@@ -49,8 +49,13 @@ def _why_pending(job: Job, now: datetime) -> str:
                                      state=Job.State.RUNNING)
                   .exclude(pk=job.pk).values_list("pk", "tenant_id").first())
         if holder is not None:
-            who = f"job {holder[0]}" if holder[1] == job.tenant_id else "another tenant's job"
-            return f"its concurrency key {job.concurrency_key!r} is held by {who}"
+            return f"its concurrency key {job.concurrency_key!r} is held by {_whose(job, holder)}"
+        ahead_of_it = (Job.objects.due(now).filter(concurrency_key=job.concurrency_key,
+                                                   key_scope=job.key_scope, pk__lt=job.pk)
+                       .order_by("id").values_list("pk", "tenant_id").first())
+        if ahead_of_it is not None:
+            return (f"jobs of its concurrency key {job.concurrency_key!r} run in the order "
+                    f"they came: {_whose(job, ahead_of_it)} goes first")
     live = Worker.objects.filter(last_seen_at__gte=now - timedelta(seconds=WORKER_STALE_SECONDS))
     if not any(worker.serves(job.queue) for worker in live):
         return f"no live worker serves queue {job.queue!r}; start the cluster (manage.py qcluster)"
@@ -62,3 +67,9 @@ def _why_pending(job: Job, now: datetime) -> str:
     whose = "of its tenant's " if job.tenant_id is not None else ""
     return (f"due; {ahead}{more} {whose}job(s) ahead of it in queue {job.queue!r}, waiting for "
             f"a free worker")
+
+
+def _whose(job: Job, other: tuple[int, int | None]) -> str:
+    """Another job as ``job``'s tenant may see it named."""
+    pk, tenant_id = other
+    return f"job {pk}" if tenant_id == job.tenant_id else "another tenant's job"

@@ -145,3 +145,75 @@ def test_a_claimed_batch_whose_worker_died_goes_back_with_nothing_spent(clock):
     assert set(states.values()) == {Job.State.PENDING}
     assert set(Job.objects.exclude(pk=spent).values_list("attempts", flat=True)) == {0}
     assert len(ids) == 20
+
+
+def test_a_claim_takes_the_head_of_each_key_not_a_batch_of_one_key(clock):
+    """Ten jobs of each of four keys, enqueued key after key: a batch holds one job per
+    key, so a backlog of one key never fills it."""
+    for key in ("a", "b", "c", "d"):
+        engine.enqueue_many("tests.keyed", [{}] * 10, concurrency_key=key)
+
+    claimed = engine.claim("w1", limit=10).jobs
+
+    assert sorted(job.concurrency_key for job in claimed) == ["a", "b", "c", "d"]
+    heads = {key: Job.objects.filter(concurrency_key=key).order_by("id").first().pk
+             for key in "abcd"}
+    assert sorted(job.pk for job in claimed) == sorted(heads.values())
+
+
+def test_a_second_claimer_gets_the_other_keys_while_one_is_held(clock):
+    for key in ("a", "b", "c"):
+        engine.enqueue_many("tests.keyed", [{}] * 10, concurrency_key=key)
+    assert [job.concurrency_key for job in engine.claim("w1", limit=1).jobs] == ["a"]
+
+    second = engine.claim("w2", limit=10).jobs
+
+    assert sorted(job.concurrency_key for job in second) == ["b", "c"]
+
+
+def test_jobs_of_a_key_run_in_the_order_they_came_whatever_their_priority(clock):
+    first = make_job("tests.keyed", concurrency_key="k")
+    make_job("tests.keyed", concurrency_key="k", priority=10)
+
+    assert [job.pk for job in engine.claim("w1", limit=10).jobs] == [first.pk]
+
+
+def test_a_waiting_head_does_not_block_its_key_when_it_is_not_due(clock):
+    from datetime import timedelta
+
+    later = make_job("tests.keyed", concurrency_key="k", run_after=clock.now() + timedelta(hours=1))
+    due = make_job("tests.keyed", concurrency_key="k")
+
+    assert [job.pk for job in engine.claim("w1", limit=10).jobs] == [due.pk]
+    assert later.pk < due.pk
+
+
+def test_claimable_and_the_claim_statement_agree(clock):
+    """The keyed claim re-checks with JobQuerySet.claimable(): both must pick the same."""
+    from jobs import registry
+
+    for key in ("a", "b"):
+        engine.enqueue_many("tests.keyed", [{}] * 3, concurrency_key=key)
+    make_job("tests.noop")
+    expected = set(Job.objects.claimable(clock.now(), registry.names(), [])
+                   .values_list("pk", flat=True))
+
+    claimed = {job.pk for job in engine.claim("w1", limit=50).jobs}
+
+    assert claimed == expected
+
+
+def test_the_unique_index_refuses_a_second_current_job_of_a_key(clock):
+    """The last line behind the claim's checks: were two claimers ever to hold different
+    jobs of one key, the second hand-over trips job_one_current_per_key and loses."""
+    first = make_job("tests.keyed", concurrency_key="k")
+    second = make_job("tests.keyed", concurrency_key="k")
+    engine.claim("w1", limit=1)
+    picked = [(second.pk, "tests.keyed", "k", second.key_scope)]
+
+    won = engine._claim_keyed(second.pk, "k", second.key_scope, picked, uuid.uuid4(), "w2",
+                              clock.now())
+
+    assert won is False
+    assert list(Job.objects.filter(is_current=True).values_list("pk", flat=True)) == [first.pk]
+    assert Job.objects.get(pk=second.pk).state == Job.State.PENDING

@@ -111,3 +111,12 @@ def test_only_the_tenants_own_jobs_are_counted_ahead(clock):
     job = make_job("tests.noop", tenant=acme)
 
     assert explain(job).startswith("due; 1 of its tenant's job(s) ahead of it in queue 'default'")
+
+
+def test_it_names_the_job_of_the_same_key_that_goes_first(clock):
+    live_worker(clock)
+    first = make_job("tests.keyed", concurrency_key="module:1")
+    second = make_job("tests.keyed", concurrency_key="module:1")
+
+    assert explain(second) == ("jobs of its concurrency key 'module:1' run in the order they "
+                               f"came: job {first.pk} goes first")

@@ -59,5 +59,7 @@ def test_two_processes_claiming_one_key_at_once_never_both_run(processes):
         gates.close()
     for claimer in claimers:
         assert claimer.wait(30) == 0, claimer.tail()
+    # Both claimers take the head of the key; the row lock decides, and the unique index
+    # stays the last line should both ever hold different jobs of the key
+    # (tests/jobs/test_claim.py proves that one on its own).
     print(f"{ROUNDS} rounds: one winner each; {decided_by_index} decided by the unique index")
-    assert decided_by_index >= 1  # the race was real: both got past the "key held" filter

@@ -381,10 +381,16 @@ def enqueue_children(job: Job, children: Iterable[ChildSpec]) -> None:
 def lock_running(jobs: Sequence[Job], token: uuid.UUID) -> set[int]:
     """Lock the rows of those ``jobs`` that still run under ``token``, until the caller's
     transaction ends; returns their ids. Their successes can then be recorded together
-    by ``complete_locked`` at the end of the transaction, with no fence left to lose."""
+    by ``complete_locked`` at the end of the transaction, with no fence left to lose.
+
+    The transaction may then sit idle between statements for at most the shortest lease
+    of the jobs: a group must finish within its leases anyway (the heartbeat cannot renew
+    rows it holds locked), and a worker frozen inside it must not hold them longer."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("lock_running needs a transaction to hold the locks")
-    cursor = sql.execute(sql.lock_running(), {"ids": [job.pk for job in jobs], "token": token})
+    idle = min(_lease_for(job.type) for job in jobs) if jobs else conf.lease_seconds()
+    cursor = sql.execute(sql.lock_running(), {"ids": [job.pk for job in jobs], "token": token,
+                                              "idle_ms": int(idle * 1000)})
     return {row[0] for row in cursor.fetchall()}
 
 

@@ -174,3 +174,33 @@ def test_jobs_claimed_but_not_started_by_a_killed_worker_spend_no_attempt(
     job.refresh_from_db()
     assert (job.state, job.attempts) == (Job.State.FAILED, 1)
     assert "attempts exhausted (1)" in job.last_error
+
+
+def test_a_worker_frozen_inside_a_commit_group_loses_its_locks_and_its_jobs_are_rescued(
+        processes, hits_table, tmp_path):
+    """A group holds its jobs' rows locked until it commits, and the reaper passes over
+    locked rows: PostgreSQL ends the frozen session after the lease, and the jobs go on."""
+    warm_up = engine.enqueue_many("tests.fast_or_pausing", [{}] * 3)
+    frozen = processes.manage("frozen", "jobs_worker", "--batch-size", "10",
+                              env=processes.env(**FAST))
+    wait_until(lambda: Job.objects.filter(pk__in=warm_up, state=Job.State.SUCCEEDED).count()
+               == 3, 30, "the warm-up jobs (the type is known fast now)")
+    started = tmp_path / "started"
+    group = engine.enqueue_many("tests.fast_or_pausing", [
+        {}, {"pause": 3, "started": str(started)}, {}, {}])
+    wait_until(started.exists, 30, "the pausing job to start inside its group")
+
+    frozen.signal(signal.SIGSTOP)
+    try:
+        stopped_at = timezone.now()
+        rescuer = processes.manage("rescuer", "jobs_worker", env=processes.env(**FAST))
+        wait_until(lambda: Job.objects.filter(pk__in=group, state=Job.State.SUCCEEDED).count()
+                   == 4, 45, "the frozen group's jobs to be rescued and run")
+        rescued = JobEvent.objects.filter(job_id__in=group, kind=JobEvent.Kind.RESCUED)
+        assert rescued.count() >= 3  # the whole group, started or not
+        print(f"rescued {(max(e.at for e in rescued) - stopped_at).total_seconds():.1f} s "
+              f"after the freeze (lease {LEASE:g} s)")
+    finally:
+        frozen.signal(signal.SIGKILL)
+    # The frozen group's writes were rolled back with its session: each job wrote once.
+    assert {pk: hits(pk) for pk in group} == {pk: [rescuer.pid] for pk in group}

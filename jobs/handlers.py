@@ -12,4 +12,4 @@ from jobs.registry import handler
 @handler("jobs.prune", queue="maintenance", max_attempts=3, atomic=False)
 def prune(ctx: JobContext) -> dict[str, Any]:
     """Delete finished jobs past their retention (scheduled hourly)."""
-    return retention.prune()
+    return retention.prune().as_dict()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.db.models import QuerySet
 from django.utils.timesince import timeuntil
 
 from jobs import clock, registry
@@ -20,10 +21,7 @@ def explain(job: Job) -> str:
     """One line an operator can act on, for a job in any state."""
     now = clock.now()
     if job.state == Job.State.RUNNING:
-        if job.lease_expires_at and job.lease_expires_at < now:
-            return (f"running on {job.locked_by}, but its lease expired at "
-                    f"{job.lease_expires_at:%H:%M:%S}; the reaper will rescue it")
-        return f"running on {job.locked_by} (attempt {job.attempts} of {job.max_attempts})"
+        return _why_running(job, now)
     if job.state != Job.State.PENDING:
         return {
             Job.State.SUCCEEDED: "finished successfully",
@@ -31,6 +29,41 @@ def explain(job: Job) -> str:
             Job.State.CANCELLED: "cancelled; retry it to run again",
         }[job.state]
     return _why_pending(job, now)
+
+
+def _live_workers(now: datetime) -> QuerySet[Worker]:
+    return Worker.objects.filter(last_seen_at__gte=now - timedelta(seconds=WORKER_STALE_SECONDS))
+
+
+def _why_running(job: Job, now: datetime) -> str:
+    """Running as it should, or held by a dead worker: then who will take it back, if
+    anyone. Every live worker runs the reaper, whatever queues it serves; with none
+    alive, nothing does until a cluster starts or an operator steps in."""
+    where = f"running on {job.locked_by}"
+    expired = job.lease_expires_at is not None and job.lease_expires_at < now
+    seen = (Worker.objects.filter(name=job.locked_by).values_list("last_seen_at", flat=True)
+            .first())
+    alive = seen is not None and seen >= now - timedelta(seconds=WORKER_STALE_SECONDS)
+    if alive and not expired:
+        return f"{where} (attempt {job.attempts} of {job.max_attempts})"
+    rescuer = alive or _live_workers(now).exists()
+    by_hand = f"the admin's Recover action or POST /api/jobs/{job.pk}/recover/"
+    if expired:
+        lease = f"its lease expired at {job.lease_expires_at:%H:%M:%S}"
+        if rescuer:
+            return f"{where}, but {lease}; a live worker's reaper will rescue it within seconds"
+        return (f"{where}, but {lease} and no worker is alive to rescue it: starting the "
+                f"cluster (manage.py qcluster) will, as will manage.py jobs_recover_stale; "
+                f"or recover it with {by_hand}")
+    worker = (f"that worker was last seen at {seen:%H:%M:%S}" if seen
+              else "that worker is no longer registered")
+    ends = f"once its lease ends at {job.lease_expires_at:%H:%M:%S}"
+    if rescuer:
+        return (f"{where}, but {worker}; {ends}, a live worker's reaper will rescue it, or "
+                f"recover it now with {by_hand}")
+    return (f"{where}, but {worker} and no worker is alive: {ends}, starting the cluster "
+            f"(manage.py qcluster) or manage.py jobs_recover_stale will rescue it; or recover "
+            f"it now with {by_hand}")
 
 
 def _why_pending(job: Job, now: datetime) -> str:
@@ -56,8 +89,7 @@ def _why_pending(job: Job, now: datetime) -> str:
         if ahead_of_it is not None:
             return (f"jobs of its concurrency key {job.concurrency_key!r} run in the order "
                     f"they came: {_whose(job, ahead_of_it)} goes first")
-    live = Worker.objects.filter(last_seen_at__gte=now - timedelta(seconds=WORKER_STALE_SECONDS))
-    if not any(worker.serves(job.queue) for worker in live):
+    if not any(worker.serves(job.queue) for worker in _live_workers(now)):
         return f"no live worker serves queue {job.queue!r}; start the cluster (manage.py qcluster)"
     # Counting stops at 1,000: on a deep backlog the exact figure is not worth a long scan.
     ahead = len(Job.objects.due(now).filter(queue=job.queue, priority__gte=job.priority,

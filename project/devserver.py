@@ -2,20 +2,27 @@
 
 Migrates, creates an admin login (printed once, when it is created), then runs the web
 process (uvicorn, ASGI: ``python -m project.web``) and the django-q2 cluster side by
-side. Ctrl-C (or SIGTERM) stops both cleanly: the cluster lets running jobs finish, the
-web process gives requests in flight up to 10 s. The embedded PostgreSQL, if this
-command started it, is stopped last.
+side, each with every process it spawns in a process group of its own. Ctrl-C (or
+SIGTERM) stops both groups cleanly: the cluster lets running jobs finish, the web
+process gives requests in flight up to 10 s; whatever is still running after
+``--stop-timeout`` is terminated, then killed. When either one exits on its own, the
+other is stopped the same way. The embedded PostgreSQL, if this command started it, is
+stopped last, once nothing of theirs is left to use it.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+
+from project import embedded_db, process_groups
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("CONVEYOR_VAR_DIR", BASE_DIR / "var"))
@@ -61,57 +68,86 @@ def _ensure_admin(env: dict[str, str]) -> None:
     _manage(env, "shell", "-v", "0", "-c", script)
 
 
-def _stop(processes: list[subprocess.Popen[bytes]], grace: float = 60.0) -> None:
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for process in processes:
-        try:
-            process.wait(max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            process.kill()
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="./conveyor start", description=(
+        "Migrate, print an admin login, then run the web process and the cluster until "
+        "Ctrl-C."))
+    parser.add_argument(
+        "--stop-timeout", type=float, default=60.0, metavar="SECONDS",
+        help="On Ctrl-C or SIGTERM, how long running jobs and requests may take to finish "
+             "before their processes are terminated (default 60; a second Ctrl-C stops now).")
+    return parser.parse_args(argv)
 
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def main() -> int:
+def _watch(children: list[process_groups.Child]) -> int:
+    """Wait for Ctrl-C (0) or for a child to exit on its own (1)."""
+    try:
+        while not any(child.exited() for child in children):
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print("\nstopping: running jobs finish first (Ctrl-C again to stop now) …")
+        return 0
+    for child in children:
+        if child.exited():
+            print(f"{child.name} exited (status {child.popen.returncode}); stopping the others",
+                  file=sys.stderr)
+    return 1
+
+
+def _hurry_on_signals() -> threading.Event:
+    """From here on, Ctrl-C or SIGTERM again hurries the stop along instead of abandoning
+    it half-way (children left running, or the database stopped under them)."""
+    hurry = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: hurry.set())
+    return hurry
+
+
+def _stop(children: list[process_groups.Child], grace: float, hurry: threading.Event) -> bool:
+    """Stop every child's process group; True when nothing was left behind."""
+    left = process_groups.stop_all(children, grace, hurry=hurry,
+                                   say=lambda line: print(line, file=sys.stderr))
+    if left:
+        print(f"could not stop processes {left}", file=sys.stderr)
+    return not left
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = _arguments(argv)
     # SIGTERM (a process manager, `timeout`) stops everything as cleanly as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
     env = _environment()
-    sys.path.insert(0, str(BASE_DIR))
-    from project import embedded_db
-
-    server = None
-    if not env.get("DATABASE_URL"):
-        server = embedded_db.ensure_running(VAR_DIR / "pg")
-        print(f"Embedded PostgreSQL: {server.data_dir} (socket in {server.socket_dir})")
     port = env.get("PORT", "8000")
+    children: list[process_groups.Child] = []
+    status = 0
     try:
+        if not env.get("DATABASE_URL"):
+            server = embedded_db.ensure_running(VAR_DIR / "pg")
+            print(f"Embedded PostgreSQL: {server.data_dir} (socket in {server.socket_dir})")
         _manage(env, "migrate", "--noinput", "-v", "0")
         _ensure_admin(env)
         _manage(env, "load_demo", "--user", "admin")  # a filled CO2 report (idempotent)
-        web = subprocess.Popen(
-            [PYTHON, "-m", "project.web", "--host", env.get("HOST", "127.0.0.1"), "--port", port],
-            env=env, start_new_session=True)
-        # Own sessions: Ctrl-C reaches only this script, which stops each child once.
-        cluster = subprocess.Popen([PYTHON, str(BASE_DIR / "manage.py"), "qcluster"], env=env,
-                                   start_new_session=True)
+        host = env.get("HOST", "127.0.0.1")
+        children.append(process_groups.start(
+            "web", [PYTHON, "-m", "project.web", "--host", host, "--port", port], env))
+        children.append(process_groups.start(
+            "cluster", [PYTHON, str(BASE_DIR / "manage.py"), "qcluster"], env))
         print(f"Conveyor is running: http://127.0.0.1:{port}/admin/  (Ctrl-C stops it)")
-        processes = [web, cluster]
-        try:
-            while all(p.poll() is None for p in processes):
-                time.sleep(0.5)
-            print("a Conveyor process exited; stopping the others", file=sys.stderr)
-        except KeyboardInterrupt:
-            print("\nstopping: running jobs finish first …")
-        _stop(processes)
+        status = _watch(children)
+    except KeyboardInterrupt:
+        print("\nstopping …")
     finally:
-        if server is not None and server.started_here:
-            embedded_db.stop(server.data_dir)
-    return 0
+        if not _stop(children, options.stop_timeout, _hurry_on_signals()):
+            status = 1
+        # Last, and only a server this command started: one it found running is someone
+        # else's (another ./conveyor start, a test run), and so are its clients.
+        for data_dir in embedded_db.started_by_this_process():
+            embedded_db.stop(data_dir)
+    return status
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 The server comes from the ``pgserver`` wheel (PostgreSQL 16 binaries, unix socket only,
 trust auth). It is shared by every process of one checkout and outlives them all: the
-first process starts it, the others find it through ``postmaster.pid``, and whoever
-started it on purpose (the start script, the test run) stops it. ``pgserver`` is an
+first process starts it, the others find it through ``postmaster.pid``, and the command
+that started it stops it (``./conveyor start`` when it exits, a test run at its end);
+a command that found it running leaves it to whoever started it. ``pgserver`` is an
 optional dependency kept behind this one module so that it can be swapped out;
 production always sets ``DATABASE_URL``.
 """
@@ -26,6 +27,10 @@ class EmbeddedServer:
         return f"postgresql://postgres@{self.socket_dir.replace('/', '%2F')}/{database}"
 
 
+# The data directories whose server this process started (for the test run's end).
+_started: list[Path] = []
+
+
 def _running_socket_dir(data_dir: Path) -> str | None:
     """The socket directory of a live, ready server in ``data_dir``, or None."""
     try:
@@ -43,12 +48,19 @@ def _running_socket_dir(data_dir: Path) -> str | None:
     return lines[4].strip() or None
 
 
+def find(data_dir: Path) -> EmbeddedServer | None:
+    """The server running in ``data_dir``, or None."""
+    data_dir = data_dir.resolve()
+    socket_dir = _running_socket_dir(data_dir)
+    return EmbeddedServer(data_dir, socket_dir, started_here=False) if socket_dir else None
+
+
 def ensure_running(data_dir: Path) -> EmbeddedServer:
     """Start the server in ``data_dir`` unless it already runs, and say where it listens."""
     data_dir = data_dir.resolve()
-    socket_dir = _running_socket_dir(data_dir)
-    if socket_dir:
-        return EmbeddedServer(data_dir, socket_dir, started_here=False)
+    running = find(data_dir)
+    if running:
+        return running
     try:
         import pgserver
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -65,6 +77,7 @@ def ensure_running(data_dir: Path) -> EmbeddedServer:
     socket_dir = _running_socket_dir(data_dir)
     if not socket_dir:
         raise RuntimeError(f"embedded PostgreSQL in {data_dir} did not become ready")
+    _started.append(data_dir)
     return EmbeddedServer(data_dir, socket_dir, started_here=True)
 
 
@@ -79,3 +92,8 @@ def stop(data_dir: Path) -> bool:
     user = "pgserver" if os.geteuid() == 0 else None
     pg_ctl(["-m", "fast", "-w", "stop"], pgdata=data_dir, user=user)
     return True
+
+
+def started_by_this_process() -> list[Path]:
+    """The data directories whose server this process started (running or not by now)."""
+    return list(_started)

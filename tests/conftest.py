@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db import connection
 
 from jobs.clock import ManualClock, use_clock
+from project import embedded_db
 from tests.base import T0
 
 
@@ -15,6 +16,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     cache = settings.CACHES["default"]
     if cache["BACKEND"].endswith("FileBasedCache"):
         shutil.rmtree(cache["LOCATION"], ignore_errors=True)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop the embedded PostgreSQL if this run started it (DATABASE_URL unset and none was
+    running): last, after the test database is gone. One the run found running belongs
+    to whoever started it (a ./conveyor start, another run) and is left alone."""
+    for data_dir in embedded_db.started_by_this_process():
+        embedded_db.stop(data_dir)
 
 
 @pytest.fixture

@@ -82,7 +82,8 @@ def test_the_hourly_prune_deletes_the_layers_expired_rows():
     GroupChannel.objects.create(group_key="g", channel="crashed", expire=now - timedelta(seconds=1))
     live = GroupChannel.objects.create(group_key="g", channel="live", expire=now + timedelta(days=1))
 
-    assert retention.prune_channel_layer() == {"messages": 1, "group_members": 1}
+    assert retention.prune_channel_layer() == {"channels_postgres.Message": 1,
+                                               "channels_postgres.GroupChannel": 1}
     assert list(Message.objects.values_list("pk", flat=True)) == [fresh.pk]
     assert list(GroupChannel.objects.values_list("pk", flat=True)) == [live.pk]
 

@@ -6,7 +6,9 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from jobs.models import Job, JobEvent, Worker
+import jobs
+from jobs import engine, reaper
+from jobs.models import Event, Job, JobEvent, Worker
 from tests.base import claim_one, make_job, run_next, staff
 
 pytestmark = pytest.mark.django_db
@@ -23,6 +25,10 @@ def failed_job(name: str = "tests.permanent", **options) -> Job:
     assert run_next() == "failed"
     job.refresh_from_db()
     return job
+
+
+def row(out: str, first: str) -> list[str]:
+    return next(line.split() for line in out.splitlines() if line.startswith(first + " "))
 
 
 # --- jobs_status ---------------------------------------------------------------------
@@ -72,6 +78,40 @@ def test_status_lists_live_workers_only(clock):
 
 def test_status_says_when_no_worker_is_alive(clock):
     assert "no live worker" in run("jobs_status")
+
+
+def rescued(clock, job: Job, times: int = 1) -> Job:
+    """Each time, the only due job is claimed by a worker that dies and the reaper takes it back."""
+    for _ in range(times):
+        claim_one("dead-worker")
+        clock.advance(7)
+        assert reaper.rescue_expired().rescued == 1
+    job.refresh_from_db()
+    return job
+
+
+def test_status_counts_rescues_in_the_last_hour_and_day_and_names_the_jobs_rescued_most(clock):
+    engine.cancel(rescued(clock, make_job("tests.noop")))
+    clock.advance(timedelta(days=2).total_seconds())  # out of the window
+    often = rescued(clock, make_job("tests.noop", max_attempts=5), times=2)
+    engine.cancel(often)
+    clock.advance(timedelta(hours=2).total_seconds())
+    once = rescued(clock, make_job("tests.noop"))
+
+    out = run("jobs_status")
+
+    assert row(out, "last hour") == ["last", "hour", "1", "1"]
+    assert row(out, "last day") == ["last", "day", "3", "2"]
+    lines = out.splitlines()
+    most = lines.index("Rescued most in the last day:")
+    assert lines[most + 1].split()[:5] == ["job", "type", "state", "rescues", "(day)"]
+    assert lines[most + 2].split()[:5] == [str(often.pk), "tests.noop", "cancelled", "2", "2"]
+    assert lines[most + 3].split()[:5] == [str(once.pk), "tests.noop", "pending", "1", "1"]
+    assert lines[most + 4] == "Live workers"  # the other job's rescue is two days old
+
+
+def test_status_says_when_nothing_was_rescued_in_the_last_day(clock):
+    assert "(no rescues in the last day)" in run("jobs_status")
 
 
 # --- jobs_recover_stale ----------------------------------------------------------------
@@ -198,16 +238,27 @@ def test_retry_failed_rejects_a_bad_since(clock):
 # --- jobs_prune ------------------------------------------------------------------------
 
 
-def test_prune_dry_run_counts_and_deletes_nothing(clock):
+def as_done(dry_run_out: str) -> list[list[str]]:
+    """A dry run's report in the words of the real prune's (column widths aside)."""
+    said = dry_run_out.replace("would delete", "deleted").replace("Would delete", "Deleted")
+    return [line.split() for line in said.splitlines()]
+
+
+def test_prune_dry_run_reports_what_the_prune_then_deletes_and_deletes_nothing(clock):
     job = make_job("tests.noop")
     run_next()
+    jobs.publish("NobodyListens", {})
     clock.advance(timedelta(days=8).total_seconds())
+    history = JobEvent.objects.filter(job=job).count()
 
-    out = run("jobs_prune", "--dry-run")
+    dry = run("jobs_prune", "--dry-run")
 
-    assert Job.objects.filter(pk=job.pk).exists()
-    assert next(line for line in out.splitlines() if line.startswith("succeeded")).split()[-1] == "1"
-    assert "Would delete 1 finished job(s)." in out
+    assert Job.objects.filter(pk=job.pk).exists() and Event.objects.exists()
+    assert row(dry, "succeeded")[-1] == "1"
+    assert row(dry, "jobs.JobEvent")[-1] == str(history) and row(dry, "jobs.Event")[-1] == "1"
+    assert f"Would delete 1 finished job(s); {history + 2} row(s) in all." in dry
+    assert [line.split() for line in run("jobs_prune").splitlines()] == as_done(dry)
+    assert not Job.objects.exists() and not Event.objects.exists()
 
 
 def test_prune_deletes_finished_jobs_past_retention(clock):
@@ -221,7 +272,7 @@ def test_prune_deletes_finished_jobs_past_retention(clock):
 
     assert not Job.objects.filter(pk=old.pk).exists()
     assert Job.objects.filter(pk=fresh.pk).exists()
-    assert "Deleted 1 finished job(s)." in out
+    assert "Deleted 1 finished job(s); " in out
 
 
 # --- jobs_worker -----------------------------------------------------------------------

@@ -12,9 +12,16 @@ from tests.base import claim_one, make_job, run_next, tenant
 pytestmark = pytest.mark.django_db
 
 
-def live_worker(clock, queues=()):
-    Worker.objects.create(name="w1", hostname="h", pid=1, queues=list(queues),
+def live_worker(clock, queues=(), name="w1"):
+    Worker.objects.create(name=name, hostname="h", pid=1, queues=list(queues),
                           started_at=clock.now(), last_seen_at=clock.now())
+
+
+def running_on(clock, worker: str) -> Job:
+    job = make_job("tests.noop")
+    claim_one(worker)
+    job.refresh_from_db()
+    return job
 
 
 def test_it_says_when_a_job_waits_for_its_backoff(clock):
@@ -66,15 +73,62 @@ def test_a_due_job_with_a_worker_waits_its_turn(clock):
 
 
 def test_it_describes_running_and_finished_jobs(clock):
-    job = make_job("tests.noop")
-    claim_one("host:9")
-    job.refresh_from_db()
+    live_worker(clock, name="host:9")
+    job = running_on(clock, "host:9")
     assert explain(job) == "running on host:9 (attempt 1 of 3)"
-    clock.advance(60)
-    assert "lease expired" in explain(job)
     engine.cancel(job)
     job.refresh_from_db()
     assert explain(job).startswith("cancelled")
+
+
+def test_an_expired_lease_with_a_live_worker_is_left_to_its_reaper(clock):
+    job = running_on(clock, "host:9")
+    clock.advance(60)
+    live_worker(clock, name="host:10")
+
+    assert explain(job) == (f"running on host:9, but its lease expired at "
+                            f"{job.lease_expires_at:%H:%M:%S}; a live worker's reaper will "
+                            f"rescue it within seconds")
+
+
+def test_an_expired_lease_with_no_live_worker_says_nothing_will_rescue_it_and_what_would(clock):
+    live_worker(clock, name="host:9")
+    job = running_on(clock, "host:9")
+    clock.advance(60)  # the whole cluster died with it
+
+    why = explain(job)
+
+    assert "the reaper will" not in why and "live worker's reaper" not in why
+    assert why == (f"running on host:9, but its lease expired at {job.lease_expires_at:%H:%M:%S} "
+                   f"and no worker is alive to rescue it: starting the cluster (manage.py "
+                   f"qcluster) will, as will manage.py jobs_recover_stale; or recover it with "
+                   f"the admin's Recover action or POST /api/jobs/{job.pk}/recover/")
+
+
+def test_a_live_lease_of_a_worker_that_is_gone_says_who_rescues_it_when(clock):
+    job = running_on(clock, "host:9")  # its worker's row is gone (stopped, or reaped)
+    live_worker(clock, name="host:10")
+
+    assert explain(job) == (f"running on host:9, but that worker is no longer registered; once "
+                            f"its lease ends at {job.lease_expires_at:%H:%M:%S}, a live worker's "
+                            f"reaper will rescue it, or recover it now with the admin's Recover "
+                            f"action or POST /api/jobs/{job.pk}/recover/")
+
+
+def test_a_live_lease_of_a_stale_worker_with_none_alive_says_nothing_will_rescue_it(clock, settings):
+    settings.JOBS_LEASE_SECONDS = 600  # a long lease outlives its worker's heartbeat
+    live_worker(clock, name="host:9")
+    job = running_on(clock, "host:9")
+    clock.advance(120)
+
+    why = explain(job)
+
+    assert why.startswith(f"running on host:9, but that worker was last seen at "
+                          f"{job.locked_at:%H:%M:%S} and no worker is alive: once its lease ends "
+                          f"at {job.lease_expires_at:%H:%M:%S}, starting the cluster (manage.py "
+                          f"qcluster) or manage.py jobs_recover_stale will rescue it")
+    assert why.endswith(f"or recover it now with the admin's Recover action or "
+                        f"POST /api/jobs/{job.pk}/recover/")
 
 
 def test_another_tenants_job_with_the_same_key_neither_blocks_nor_is_named(clock):

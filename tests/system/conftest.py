@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +25,8 @@ from urllib.parse import quote
 import pytest
 from django.conf import settings
 from django.db import connection
+
+from project import embedded_db
 
 T = TypeVar("T")
 ROOT = Path(settings.BASE_DIR)
@@ -182,3 +186,17 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
     finally:
         procs.kill_all()
         print(procs.tails())  # shown by pytest only when the test failed
+
+
+@pytest.fixture(scope="module")
+def embedded_var_dir() -> Iterator[Path]:
+    """A var dir for an embedded PostgreSQL of the tests' own, with no server running in
+    it after each module. Outside pytest's temporary directory: as root, pgserver runs the
+    server as a user of its own that must enter every parent of its data directory, and
+    every new pytest session on the machine makes that directory private again."""
+    path = Path(tempfile.mkdtemp(prefix="conveyor-var-"))
+    try:
+        yield path
+    finally:
+        embedded_db.stop(path / "pg")
+        shutil.rmtree(path, ignore_errors=True)

@@ -251,21 +251,21 @@ def _start_unit_sync(year: int, actor: Actor, *, upload: staging.StagedUpload | 
 def recalculate_emissions(data_entry_type: str, *, year: int | None = None,
                           actor: Actor = None) -> Dispatched:
     """Start an emission_recalc of every entry of a type (of one year, if given). A
-    recalculation of the same scope still pending is returned instead of a second one."""
+    request for the same scope while one waits to start gets that one (created=False),
+    also when requests race: the engine's pending key decides. One asked for while a
+    recalculation runs queues exactly one more, as the running one may have read the
+    entries before the change that prompted the request."""
     spec = _spec_or_invalid(data_entry_type)
     if year is not None and not 2000 <= year <= 2100:
         raise InvalidRequest({"year": ["must be between 2000 and 2100"]})
     scope = emissions.Scope(spec.type, years=(year,) if year else ())
     key = recalc_key(spec.type)
-    waiting = (Job.objects.filter(concurrency_key=key, state=Job.State.PENDING, tenant=None,
-                                  type="factors.emission_recalc")
-               .filter(payload__years=list(scope.years)).order_by("id").first())
-    if waiting is not None:
-        return Dispatched(waiting, created=False)
-    job = jobs.enqueue("factors.emission_recalc", scope.payload(), concurrency_key=key,
-                       created_by=actor_user(actor))
-    _link_modules_of(job, spec.module_type, year)
-    return Dispatched(job)
+    queued = jobs.enqueue_once("factors.emission_recalc", scope.payload(), concurrency_key=key,
+                               pending_key=f"{key}:years={year or 'all'}",
+                               created_by=actor_user(actor))
+    if queued.created:
+        _link_modules_of(queued.job, spec.module_type, year)
+    return Dispatched(queued.job, created=queued.created)
 
 
 @transaction.atomic

@@ -11,6 +11,7 @@ The public API, for the domain apps and users' own code::
         return {"ok": True}
 
     jobs.enqueue("reports.rebuild", {"report": 7})       # in the caller's transaction
+    jobs.enqueue_once("reports.rebuild", {"report": 7}, pending_key="report:7").created
     jobs.publish("ReportRebuilt", {"report": 7})         # outbox: one delivery job per subscriber
 
 Names resolve lazily so that ``import jobs`` works before Django's apps are ready.
@@ -26,12 +27,15 @@ _EXPORTS = {
     "Handler": "jobs.registry",
     "enqueue": "jobs.engine",
     "enqueue_many": "jobs.engine",
+    "enqueue_once": "jobs.engine",
+    "Enqueued": "jobs.engine",
     "publish": "jobs.events",
     "JobContext": "jobs.context",
     "TransientError": "jobs.errors",
     "PermanentError": "jobs.errors",
     "Snooze": "jobs.errors",
     "UnknownJobType": "jobs.errors",
+    "InvalidArgument": "jobs.errors",
     "InvalidPayload": "jobs.errors",
     "LeaseLost": "jobs.errors",
     "IllegalTransition": "jobs.errors",

@@ -32,7 +32,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
 from jobs import dashboard, engine, registry
-from jobs.errors import IllegalTransition, InvalidPayload, UnknownJobType
+from jobs.errors import IllegalTransition, InvalidArgument, UnknownJobType
 from jobs.filters import (
     EventFilter,
     JobFilter,
@@ -421,8 +421,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
                     tenant=data["tenant"], created_by=request.user)
             except UnknownJobType as exc:
                 raise ValidationError({"type": [str(exc)]}) from exc
-            except InvalidPayload as exc:
-                raise ValidationError({"payload": [str(exc)]}) from exc
+            except InvalidArgument as exc:
+                raise ValidationError({exc.argument: [str(exc)]}) from exc
         return job, job.pk != holder
 
     def _detail(self, job: Job) -> dict[str, Any]:

@@ -5,23 +5,56 @@ compare them, and the admin can print them. ``jitter`` spreads retries of many j
 that failed together (a busy cluster) so that they do not come back in one wave: the
 delay is multiplied by a factor drawn uniformly from [1 - jitter, 1 + jitter], and
 never exceeds the policy's cap.
+
+Parameters are checked when a policy is made, so that a handler declaring a negative,
+NaN or absurd delay fails at import rather than scheduling retries in the past (or
+past the year 9999) later. A delay of zero means "retry at once" and is allowed where a
+policy lists delays (``Fixed``, ``Schedule``, ``Fibonacci``); an ``Exponential`` needs a
+positive base, or it never backs off.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+# Longer than any sensible wait between attempts, and short enough that now + the delay
+# always stays a valid datetime.
+MAX_DELAY_SECONDS = 366 * 24 * 3600.0
+
+
+def _seconds(name: str, value: object, *, positive: bool = False) -> None:
+    """Refuse a delay that is not a finite number of seconds from 0 (or above 0, if
+    ``positive``) to ``MAX_DELAY_SECONDS``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name}={value!r}: a delay is a number of seconds")
+    if math.isnan(value) or value < 0 or (positive and value == 0):
+        least = "more than 0" if positive else "at least 0"
+        raise ValueError(f"{name}={value!r}: a delay must be {least} seconds")
+    if value > MAX_DELAY_SECONDS:
+        raise ValueError(f"{name}={value!r}: a delay must be at most {MAX_DELAY_SECONDS:.0f} "
+                         "seconds (366 days)")
+
+
+def _delays(name: str, values: tuple[float, ...]) -> None:
+    if not values:
+        raise ValueError(f"{name}=(): needs at least one delay")
+    for i, value in enumerate(values):
+        _seconds(f"{name}[{i}]", value)
+
 
 @dataclass(frozen=True)
 class Backoff(ABC):
-    jitter: float = 0.0
+    # Keyword-only: ``Fixed(5)`` is five seconds, not a jitter of 5.
+    jitter: float = field(default=0.0, kw_only=True)
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.jitter <= 1.0:
-            raise ValueError("jitter is a fraction between 0 and 1")
+        if isinstance(self.jitter, bool) or not isinstance(self.jitter, int | float) or not (
+                0.0 <= self.jitter <= 1.0):
+            raise ValueError(f"jitter={self.jitter!r}: must be a fraction from 0 to 1")
 
     @abstractmethod
     def base_seconds(self, attempt: int) -> float:
@@ -51,6 +84,17 @@ class Exponential(Backoff):
     factor: float = 2.0
     cap: float = 300.0
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _seconds("base", self.base, positive=True)
+        _seconds("cap", self.cap, positive=True)
+        if isinstance(self.factor, bool) or not isinstance(self.factor, int | float) or not (
+                1 <= self.factor <= 1000):
+            raise ValueError(f"factor={self.factor!r}: must be a number from 1 to 1000 (delays "
+                             "never shrink)")
+        if self.cap < self.base:
+            raise ValueError(f"cap={self.cap!r}: must be at least base ({self.base!r})")
+
     def base_seconds(self, attempt: int) -> float:
         # min() before the power would overflow for absurd attempt counts.
         exponent = min(attempt - 1, 64)
@@ -71,8 +115,7 @@ class Fibonacci(Backoff):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not self.table:
-            raise ValueError("a Fibonacci table needs at least one entry")
+        _delays("table", self.table)
 
     def base_seconds(self, attempt: int) -> float:
         return self.table[min(attempt, len(self.table)) - 1]
@@ -87,6 +130,10 @@ class Fixed(Backoff):
 
     seconds: float = 30.0
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _seconds("seconds", self.seconds)
+
     def base_seconds(self, attempt: int) -> float:
         return self.seconds
 
@@ -99,8 +146,7 @@ class Schedule(Backoff):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not self.delays:
-            raise ValueError("a schedule needs at least one delay")
+        _delays("delays", self.delays)
 
     def base_seconds(self, attempt: int) -> float:
         return self.delays[min(attempt, len(self.delays)) - 1]

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from jobs.clock import Clock
-from jobs.engine import ChildSpec
+from jobs.engine import ChildSpec, check_enqueue
 from jobs.models import Job
 
 
@@ -74,9 +74,10 @@ class JobContext:
     def chain(self, name: str, payload: dict[str, Any] | None = None, **options: Any) -> None:
         """Enqueue ``name`` when this job succeeds, in the same transaction, in its pipeline.
 
-        Options are those of ``jobs.enqueue`` (unique_key, concurrency_key, run_after …).
+        Options are those of ``jobs.enqueue`` (unique_key, pending_key, concurrency_key,
+        run_after …). They are checked now, so that a bad child fails this attempt here
+        rather than its success at commit time.
         """
-        from jobs.engine import _handler_or_raise
-
-        _handler_or_raise(name)  # fail the parent now, not silently at commit time
-        self.children.append(ChildSpec(name, payload or {}, options))
+        payload = {} if payload is None else payload
+        check_enqueue(name, payload, **options)
+        self.children.append(ChildSpec(name, payload, options))

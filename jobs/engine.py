@@ -14,7 +14,7 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,10 +23,10 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 
-from jobs import clock, conf, registry, sql
+from jobs import arguments, clock, conf, registry, sql
 from jobs.backoff import DEFAULT_BACKOFF
 from jobs.conf import WORKER_STALE_SECONDS
-from jobs.errors import IllegalTransition, InvalidPayload, LeaseLost, UnknownJobType
+from jobs.errors import IllegalTransition, InvalidArgument, LeaseLost, UnknownJobType
 from jobs.models import Job, JobEvent
 
 logger = logging.getLogger(__name__)
@@ -34,6 +34,11 @@ logger = logging.getLogger(__name__)
 NOTIFY_CHANNEL = "conveyor_jobs"
 State = Job.State
 Kind = JobEvent.Kind
+
+# What enqueue checks its arguments against.
+QUEUE_LENGTH = Job._meta.get_field("queue").max_length
+KEY_LENGTH = Job._meta.get_field("unique_key").max_length
+REFERENCES = ("parent", "tenant", "created_by")  # the order of sql.references()'s columns
 
 # Columns cleared whenever a job stops running.
 NO_LEASE: dict[str, Any] = {
@@ -57,20 +62,97 @@ class ChildSpec:
 # --- enqueue ---------------------------------------------------------------------------
 
 
-def _check_payload(payload: Any) -> str:
-    if not isinstance(payload, dict):
-        raise InvalidPayload(f"a job payload must be a JSON object, got {type(payload).__name__}")
-    try:
-        return json.dumps(payload)
-    except (TypeError, ValueError) as exc:
-        raise InvalidPayload(f"payload is not JSON-serialisable: {exc}") from exc
-
-
-def _handler_or_raise(name: str) -> registry.Handler:
-    handler = registry.get(name)
+def _handler_or_raise(name: Any) -> registry.Handler:
+    handler = registry.get(name) if isinstance(name, str) else None
     if handler is None:
         raise UnknownJobType(f"unknown job type {name!r}; registered: {', '.join(registry.names())}")
     return handler
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """What ``enqueue_once`` did: the job that holds the key now, and whether this call
+    created it (False: another job already held the key and is returned instead)."""
+
+    job: Job
+    created: bool
+
+
+def enqueue(
+    name: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    run_after: datetime | None = None,
+    priority: int = 0,
+    queue: str | None = None,
+    unique_key: str | None = None,
+    pending_key: str | None = None,
+    concurrency_key: str | None = None,
+    pipeline: uuid.UUID | str | None = None,
+    parent: Job | int | None = None,
+    tenant: Any = None,
+    created_by: Any = None,
+    max_attempts: int | None = None,
+) -> Job:
+    """Enqueue one job in the caller's transaction and return it.
+
+    With ``unique_key``, enqueueing again while a job with that key is pending or
+    running returns that job instead of a new one. With ``pending_key``, the same while
+    the job with the key waits to start: once a worker has claimed it, the next call
+    queues a new job (coalescing requests for work whose result a running job may not
+    reflect any more). Partial unique indexes decide, so two concurrent callers cannot
+    both insert; ``enqueue_once`` also says whether this call created the job. Both
+    keys apply within the job's tenant: another tenant's job with the same key neither
+    blocks nor answers this one. A concurrency key too, unless the handler declares
+    ``global_keys``.
+
+    Every argument is checked first (``jobs.arguments``): what cannot be stored exactly
+    as given raises ``InvalidArgument`` naming it (``InvalidPayload`` for the payload,
+    ``UnknownJobType`` for the name), and so does a ``parent``, ``tenant`` or
+    ``created_by`` that does not exist; nothing is written then. ``None`` means the
+    default: an empty payload, the handler's queue and max_attempts, now for
+    ``run_after`` (which must be an aware datetime), a new pipeline.
+    """
+    return _enqueue(
+        name, payload, unique_key=unique_key, pending_key=pending_key, run_after=run_after,
+        priority=priority, queue=queue, concurrency_key=concurrency_key, pipeline=pipeline,
+        parent=parent, tenant=tenant, created_by=created_by, max_attempts=max_attempts,
+    ).job
+
+
+def enqueue_once(name: str, payload: dict[str, Any] | None = None, *,
+                 unique_key: str | None = None, pending_key: str | None = None,
+                 **options: Any) -> Enqueued:
+    """``enqueue`` with a key, saying whether this call created the job.
+
+    ``Enqueued(job, created=True)``: this call inserted ``job``. ``created=False``: the
+    job already holding the key (unfinished, for ``unique_key``; waiting to start, for
+    ``pending_key``) is returned and nothing was written. The database decides, under
+    concurrency too. ``options`` are the other arguments of ``enqueue``.
+    """
+    if unique_key is None and pending_key is None:
+        raise InvalidArgument("pending_key", "pending_key or unique_key is needed: without "
+                                             "a key every call creates a job")
+    return _enqueue(name, payload, unique_key=unique_key, pending_key=pending_key, **options)
+
+
+def _enqueue(name: str, payload: Any, *, unique_key: Any, pending_key: Any,
+             **options: Any) -> Enqueued:
+    params = _prepare(name, [{} if payload is None else payload], [unique_key], [pending_key],
+                      options)
+    statement = sql.enqueue_one(keyed=unique_key is not None or pending_key is not None)
+    for _ in range(5):
+        # One round trip: the INSERT, its NOTIFY and the new row (no second SELECT).
+        inserted = _jobs_from(sql.execute(statement, params, binary=True))
+        if inserted:
+            return Enqueued(inserted[0][0], created=True)
+        _check_references(params)
+        holder = _key_holder(params)
+        if holder is not None:
+            return Enqueued(holder, created=False)
+        # The holder finished (or started) between our insert and our read: insert again.
+    raise IntegrityError(f"could not enqueue {name!r} with unique key {unique_key!r} and "
+                         f"pending key {pending_key!r}")
 
 
 def enqueue_many(
@@ -78,6 +160,7 @@ def enqueue_many(
     payloads: Sequence[dict[str, Any]],
     *,
     unique_keys: Sequence[str | None] | None = None,
+    pending_keys: Sequence[str | None] | None = None,
     run_after: datetime | None = None,
     priority: int = 0,
     queue: str | None = None,
@@ -91,97 +174,128 @@ def enqueue_many(
     """Insert one job per payload in a single statement; return the new ids.
 
     Runs in the caller's transaction; workers are woken when it commits (NOTIFY is
-    transactional). Payloads whose unique key is already held by an unfinished job are
-    skipped, so the result can be shorter than ``payloads``. Without ``pipeline`` each
-    job starts its own pipeline.
-    """
-    handler = _handler_or_raise(name)
-    encoded = [_check_payload(p) for p in payloads]
-    if unique_keys is not None and len(unique_keys) != len(encoded):
-        raise ValueError("unique_keys must match payloads one to one")
-    if not encoded:
-        return []
-    params = _insert_params(handler, encoded, unique_keys, run_after=run_after, priority=priority,
-                            queue=queue, concurrency_key=concurrency_key, pipeline=pipeline,
-                            parent=parent, tenant=tenant, created_by=created_by,
-                            max_attempts=max_attempts)
-    keyed = unique_keys is not None and any(key is not None for key in unique_keys)
-    with connection.cursor() as cursor:
-        cursor.execute(sql.insert_jobs(unique_keys=keyed), params)
-        ids = [row[0] for row in cursor.fetchall()]
-        if ids:
-            cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, params["queue"]])
-    return ids
-
-
-def _insert_params(handler: registry.Handler, encoded: list[str],
-                   unique_keys: Sequence[str | None] | None, *, run_after: datetime | None,
-                   priority: int, queue: str | None, concurrency_key: str | None,
-                   pipeline: uuid.UUID | str | None, parent: Job | int | None, tenant: Any,
-                   created_by: Any, max_attempts: int | None) -> dict[str, Any]:
-    now = clock.now()
-    tenant_id = getattr(tenant, "pk", tenant)
-    return {
-        "type": handler.name,
-        "queue": queue or handler.queue,
-        "priority": priority,
-        "max_attempts": max_attempts or handler.max_attempts,
-        "run_after": run_after or now,
-        "pipeline": str(pipeline) if pipeline else None,
-        "parent": parent.pk if isinstance(parent, Job) else parent,
-        "concurrency_key": concurrency_key,
-        "key_scope": 0 if handler.global_keys or tenant_id is None else tenant_id,
-        "tenant": tenant_id,
-        "now": now,
-        "created_by": getattr(created_by, "pk", created_by),
-        "payloads": encoded,
-        "unique_keys": list(unique_keys) if unique_keys is not None else [None] * len(encoded),
-        "channel": NOTIFY_CHANNEL,
-    }
-
-
-def enqueue(
-    name: str,
-    payload: dict[str, Any] | None = None,
-    *,
-    run_after: datetime | None = None,
-    priority: int = 0,
-    queue: str | None = None,
-    unique_key: str | None = None,
-    concurrency_key: str | None = None,
-    pipeline: uuid.UUID | str | None = None,
-    parent: Job | int | None = None,
-    tenant: Any = None,
-    created_by: Any = None,
-    max_attempts: int | None = None,
-) -> Job:
-    """Enqueue one job in the caller's transaction and return it.
-
-    With ``unique_key``, enqueueing again while a job with that key is pending or
-    running returns that job instead of a new one (a partial unique index decides, so
-    two concurrent callers cannot both insert). Both keys apply within the job's tenant:
-    another tenant's job with the same key neither blocks nor answers this one (a
-    handler declaring ``global_keys`` shares its concurrency keys across tenants).
+    transactional). ``unique_keys`` and ``pending_keys`` run parallel to ``payloads``;
+    a payload whose key another job holds (as in ``enqueue``) is skipped, so the result
+    can be shorter than ``payloads``. Without ``pipeline`` each job starts its own
+    pipeline. Arguments are checked as by ``enqueue``; one bad payload refuses the batch.
     """
     options = dict(
         run_after=run_after, priority=priority, queue=queue, concurrency_key=concurrency_key,
         pipeline=pipeline, parent=parent, tenant=tenant, created_by=created_by,
         max_attempts=max_attempts,
     )
+    if isinstance(payloads, Mapping | str | bytes):
+        raise InvalidArgument("payloads", f"payloads must be a sequence of payloads, got "
+                                          f"{arguments.describe(payloads)}")
+    payloads = list(payloads)
+    params = _prepare(name, payloads, _parallel("unique_keys", unique_keys, len(payloads)),
+                      _parallel("pending_keys", pending_keys, len(payloads)), options, many=True)
+    if not payloads:
+        return []
+    keyed = unique_keys is not None or pending_keys is not None
+    with connection.cursor() as cursor:
+        cursor.execute(sql.insert_jobs(keyed=keyed), params)
+        ids = [row[0] for row in cursor.fetchall()]
+        if ids:
+            cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, params["queue"]])
+        else:
+            _check_references(params)
+    return ids
+
+
+def check_enqueue(name: str, payload: dict[str, Any] | None = None, **options: Any) -> None:
+    """Check the arguments of an ``enqueue`` without writing anything (all but whether
+    the rows they name exist). ``ctx.chain`` does, so that a bad child fails the handler
+    that asks for it rather than its success later."""
+    options = {**options}
+    unique_key, pending_key = options.pop("unique_key", None), options.pop("pending_key", None)
+    _prepare(name, [{} if payload is None else payload], [unique_key], [pending_key], options)
+
+
+def check_references(*, parent: int | None = None, tenant: int | None = None,
+                     created_by: int | None = None) -> None:
+    """Raise ``InvalidArgument`` naming the first of these rows that does not exist."""
+    _check_references({"parent": parent, "tenant": tenant, "created_by": created_by})
+
+
+def _parallel(argument: str, keys: Iterable[Any] | None, count: int) -> list[Any]:
+    if keys is None:
+        return [None] * count
+    keys = [] if isinstance(keys, str | bytes | Mapping) else list(keys)
+    if len(keys) != count:
+        raise InvalidArgument(argument, f"{argument} must be a list matching payloads one to "
+                                        "one")
+    return keys
+
+
+def _prepare(name: str, payloads: list[Any], unique_keys: list[Any], pending_keys: list[Any],
+             options: dict[str, Any], *, many: bool = False) -> dict[str, Any]:
+    """The INSERT's parameters from checked arguments (``jobs.arguments``)."""
     handler = _handler_or_raise(name)
-    params = _insert_params(handler, [_check_payload(payload or {})], [unique_key], **options)
-    statement = sql.enqueue_one(unique_key=unique_key is not None)
-    for _ in range(5):
-        # One round trip: the INSERT, its NOTIFY and the new row (no second SELECT).
-        inserted = _jobs_from(sql.execute(statement, params, binary=True))
-        if inserted:
-            return inserted[0][0]
-        existing = Job.objects.filter(unique_key=unique_key, tenant_id=params["tenant"],
-                                      state__in=Job.UNFINISHED).first()
-        if existing is not None:
-            return existing
-        # The holder finished between our insert and our read: insert again.
-    raise IntegrityError(f"could not enqueue {name!r} with unique key {unique_key!r}")
+    if many:
+        encoded = [arguments.payload(p, f"payloads[{i}]") for i, p in enumerate(payloads)]
+    else:
+        encoded = [arguments.payload(payloads[0])]
+    return _insert_params(
+        handler, encoded, [arguments.key("unique_key", k, KEY_LENGTH) for k in unique_keys],
+        [arguments.key("pending_key", k, KEY_LENGTH) for k in pending_keys], **options)
+
+
+def _insert_params(handler: registry.Handler, encoded: list[str], unique_keys: list[str | None],
+                   pending_keys: list[str | None], *, run_after: Any = None, priority: Any = 0,
+                   queue: Any = None, concurrency_key: Any = None, pipeline: Any = None,
+                   parent: Any = None, tenant: Any = None, created_by: Any = None,
+                   max_attempts: Any = None) -> dict[str, Any]:
+    now = clock.now()
+    tenant_id = arguments.reference("tenant", tenant, _related("tenant"))
+    return {
+        "type": handler.name,
+        "queue": handler.queue if queue is None else arguments.text(
+            "queue", queue, QUEUE_LENGTH, none_means="the handler's queue"),
+        "priority": arguments.priority(priority),
+        "max_attempts": handler.max_attempts if max_attempts is None else arguments.max_attempts(
+            max_attempts),
+        "run_after": now if run_after is None else arguments.run_after(run_after),
+        "pipeline": arguments.pipeline(pipeline),
+        "parent": arguments.reference("parent", parent, Job),
+        "concurrency_key": arguments.key("concurrency_key", concurrency_key, KEY_LENGTH),
+        "key_scope": 0 if handler.global_keys or tenant_id is None else tenant_id,
+        "tenant": tenant_id,
+        "now": now,
+        "created_by": arguments.reference("created_by", created_by, _related("created_by"),
+                                          anonymous_is_none=True),
+        "payloads": encoded,
+        "unique_keys": unique_keys,
+        "pending_keys": pending_keys,
+        "channel": NOTIFY_CHANNEL,
+    }
+
+
+def _related(field: str) -> Any:
+    return Job._meta.get_field(field).related_model
+
+
+def _check_references(params: dict[str, Any]) -> None:
+    """After an insert that wrote nothing: say which named row is missing, if one is."""
+    named = {argument: params[argument] for argument in REFERENCES}
+    if all(pk is None for pk in named.values()):
+        return
+    exists = sql.execute(sql.references(), named).fetchone()
+    for (argument, pk), found in zip(named.items(), exists, strict=True):
+        if not found:
+            raise InvalidArgument(argument, f"{argument} {pk} does not exist")
+
+
+def _key_holder(params: dict[str, Any]) -> Job | None:
+    """The job holding the key an insert conflicted on (None: it left meanwhile)."""
+    unique_key, pending_key = params["unique_keys"][0], params["pending_keys"][0]
+    jobs = Job.objects.filter(tenant_id=params["tenant"])
+    holder = None
+    if unique_key is not None:
+        holder = jobs.unfinished().filter(unique_key=unique_key).first()
+    if holder is None and pending_key is not None:
+        holder = jobs.waiting_to_start().filter(pending_key=pending_key).first()
+    return holder
 
 
 # --- claim -------------------------------------------------------------------------------
@@ -603,7 +717,11 @@ def _operator_change(job: Job, action: str, kind: str, actor: Any, message: str,
                 f"job {job.pk} is {current.state}; {action.replace('_', ' ')} needs a job that is "
                 f"{' or '.join(expected)}")
         from_state = current.state
-        Job.objects.filter(pk=job.pk).update(**fields)
+        try:
+            with transaction.atomic():
+                Job.objects.filter(pk=job.pk).update(**fields)
+        except IntegrityError:
+            raise IllegalTransition(_key_taken(current, action)) from None
         current.refresh_from_db()
         _event(current, kind, from_state, current.state, message=message,
                attempt=current.attempts, actor=actor, at=now)
@@ -612,6 +730,19 @@ def _operator_change(job: Job, action: str, kind: str, actor: Any, message: str,
         if current.state == State.PENDING:
             connection.cursor().execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, current.queue])
     return current
+
+
+def _key_taken(job: Job, action: str) -> str:
+    """Why a job cannot be pending again: since it finished, another job took its key."""
+    others = Job.objects.filter(tenant_id=job.tenant_id).exclude(pk=job.pk)
+    held = [("unique", job.unique_key, others.unfinished().filter(unique_key=job.unique_key)),
+            ("pending", job.pending_key,
+             others.waiting_to_start().filter(pending_key=job.pending_key))]
+    for kind, key, holders in held:
+        holder = holders.first() if key else None
+        if holder is not None:
+            return f"job {job.pk} cannot {action}: job {holder.pk} holds its {kind} key {key!r}"
+    return f"job {job.pk} cannot {action}: another job holds its key"
 
 
 def recover(job: Job, *, actor: Any = None, reason: str = "") -> Job:

@@ -29,8 +29,21 @@ class UnknownJobType(JobError, ValueError):
     """Enqueue named a handler that is not registered."""
 
 
-class InvalidPayload(JobError, ValueError):
-    """A payload that cannot be stored as JSON (or is not a JSON object)."""
+class InvalidArgument(JobError, ValueError):
+    """An argument of enqueue (or publish) that the engine refuses before anything is
+    written. ``argument`` names it; the message starts with that name and says what is
+    wrong with the value."""
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
+class InvalidPayload(InvalidArgument):
+    """A payload that is not a JSON object the database would store unchanged."""
+
+    def __init__(self, message: str, argument: str = "payload") -> None:
+        super().__init__(argument, message)
 
 
 class LeaseLost(JobError):

@@ -8,8 +8,10 @@ from typing import Any
 
 from django.db import transaction
 
-from jobs import clock, engine, registry
+from jobs import arguments, clock, engine, registry
 from jobs.models import Delivery, Event
+
+NAME_LENGTH = Event._meta.get_field("name").max_length
 
 
 @transaction.atomic
@@ -19,18 +21,24 @@ def publish(name: str, payload: dict[str, Any] | None = None, *, tenant: Any = N
 
     A delivery job's payload is ``{"event_id", "event", "payload"}``; its run_after is
     the delivery's deliver_after, moved by the subscriber's backoff on transient errors.
+    Arguments are checked as by ``jobs.enqueue`` (``InvalidArgument`` names the one
+    refused); the payload may be one level less deep, as its delivery wraps it.
     """
-    payload = payload or {}
-    engine._check_payload(payload)
+    payload = {} if payload is None else payload
+    arguments.text("name", name, NAME_LENGTH, none_means="nothing: an event has a name")
+    arguments.payload(payload, max_depth=arguments.MAX_PAYLOAD_DEPTH - 1)
+    tenant_id = arguments.reference("tenant", tenant, Event._meta.get_field("tenant").related_model)
+    pipeline_id = arguments.pipeline(pipeline)
+    engine.check_references(tenant=tenant_id)
     event = Event.objects.create(
-        name=name, payload=payload, tenant_id=getattr(tenant, "pk", tenant),
-        pipeline_id=pipeline, created_at=clock.now(), created_by=created_by
+        name=name, payload=payload, tenant_id=tenant_id, pipeline_id=pipeline_id,
+        created_at=clock.now(), created_by=created_by
         if getattr(created_by, "is_authenticated", False) else None,
     )
     for subscriber in registry.subscribers(name):
         job = engine.enqueue(
             subscriber.name, {"event_id": event.pk, "event": name, "payload": payload},
-            tenant=tenant, pipeline=pipeline, created_by=event.created_by,
+            tenant=tenant_id, pipeline=pipeline_id, created_by=event.created_by,
         )
         Delivery.objects.create(event=event, subscriber=subscriber.name, job=job)
     return event

@@ -3,6 +3,7 @@
 The invariants the engine relies on are enforced here, by PostgreSQL:
 - one running job per concurrency key and key scope (``job_one_current_per_key``),
 - one unfinished job per unique key and tenant (``job_one_active_per_unique_key``),
+- one job waiting to start per pending key and tenant (``job_one_pending_per_key``),
 - a running job always carries a lease, a finished one a finish time.
 """
 
@@ -22,6 +23,11 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def finished(self) -> JobQuerySet:
         return self.filter(state__in=Job.FINISHED)
+
+    def waiting_to_start(self) -> JobQuerySet:
+        """Pending jobs never claimed: the ones a pending key can name (keep in step with
+        ``job_one_pending_per_key``)."""
+        return self.filter(state=Job.State.PENDING, started_at__isnull=True)
 
     def due(self, now: datetime) -> JobQuerySet:
         return self.filter(state=Job.State.PENDING, run_after__lte=now)
@@ -131,6 +137,11 @@ class Job(models.Model):
         "unique key", max_length=200, null=True, blank=True,
         help_text="Enqueueing again while a job with this key is unfinished returns that job.",
     )
+    pending_key = models.CharField(  # noqa: DJ001
+        "pending key", max_length=200, null=True, blank=True,
+        help_text="Enqueueing again while a job with this key waits to start returns that "
+                  "job; once it has started, the next request queues a new one.",
+    )
     tenant = models.ForeignKey(
         "tenancy.Tenant", on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
     )
@@ -189,6 +200,16 @@ class Job(models.Model):
                 fields=["tenant", "unique_key"],
                 condition=Q(state__in=["pending", "running"], unique_key__isnull=False),
                 nulls_distinct=False, name="job_one_active_per_unique_key",
+            ),
+            # Coalesced requests: while a keyed job waits to start, a second insert
+            # conflicts; its claim frees the key, so a request arriving while it runs
+            # queues exactly one more. "Never started" rather than "pending": a job that
+            # returns to pending (retry, snooze, rescue, release) must not collide with
+            # the one queued behind it. Per tenant, like unique keys.
+            models.UniqueConstraint(
+                fields=["tenant", "pending_key"],
+                condition=Q(state="pending", started_at__isnull=True, pending_key__isnull=False),
+                nulls_distinct=False, name="job_one_pending_per_key",
             ),
         ]
         indexes = [

@@ -17,6 +17,7 @@ import psycopg
 from django.db import connection
 
 from jobs import conf
+from jobs.models import Job
 
 # psycopg prepares a statement only when its connection has a threshold; Django sets
 # none (its own cursors bind client-side and never prepare). With this one, nothing is
@@ -55,47 +56,80 @@ def execute(statement: str, params: dict[str, Any], *, binary: bool = False) -> 
 _INSERT_COLUMNS = """
     type, queue, priority, state, payload, progress_done, progress_message, attempts,
     max_attempts, run_after, locked_by, rescues, pipeline_id, parent_id, concurrency_key,
-    key_scope, is_current, unique_key, tenant_id, error_kind, last_error, created_at,
-    created_by_id
+    key_scope, is_current, unique_key, pending_key, tenant_id, error_kind, last_error,
+    created_at, created_by_id
 """
 _INSERT_VALUES = """
     %(type)s, %(queue)s, %(priority)s, 'pending', p.payload, 0, '', 0,
     %(max_attempts)s, %(run_after)s, '', 0, COALESCE(%(pipeline)s::uuid, gen_random_uuid()),
-    %(parent)s, %(concurrency_key)s, %(key_scope)s, false, p.unique_key, %(tenant)s, '', '',
-    %(now)s, %(created_by)s
+    %(parent)s, %(concurrency_key)s, %(key_scope)s, false, p.unique_key, p.pending_key,
+    %(tenant)s, '', '', %(now)s, %(created_by)s
 """
 
 
+def _references() -> list[tuple[str, str, str]]:
+    """Each row a job may name: (parameter, its SQL type, "table WHERE pk"), from the model."""
+    quote = connection.ops.quote_name
+    names = []
+    for argument in ("parent", "tenant", "created_by"):
+        target = Job._meta.get_field(argument).related_model._meta
+        names.append((argument, target.pk.rel_db_type(connection),
+                      f"{quote(target.db_table)} WHERE {quote(target.pk.column)}"))
+    return names
+
+
+def _exists(argument: str, kind: str, where: str) -> str:
+    # Typed as its column, so that the parameter's other use deduces the same type.
+    return (f"%({argument})s::{kind} IS NULL "
+            f"OR EXISTS (SELECT FROM {where} = %({argument})s::{kind})")
+
+
+def _all_exist() -> str:
+    return "\n  AND ".join(f"({_exists(*reference)})" for reference in _references())
+
+
 @cache
-def insert_jobs(*, unique_keys: bool, returning: str = "id") -> str:
+def insert_jobs(*, keyed: bool, returning: str = "id") -> str:
     """One job per element of ``%(payloads)s`` (a jsonb[]), in a single INSERT.
 
-    With unique keys, ``ON CONFLICT DO NOTHING`` lets ``job_one_active_per_unique_key``
-    skip the payloads whose key an unfinished job holds. Without them nothing can
-    conflict (NULL keys are distinct, ids come from the sequence, no new row is
-    ``is_current``), and a plain INSERT skips PostgreSQL's speculative insertion: about a
-    quarter faster on large batches.
+    Nothing is inserted when the parent job, tenant or user it names does not exist (the
+    caller then says which, from ``references()``): their foreign keys are deferred, so
+    the violation would otherwise surface only at commit, far from the call.
+
+    With keys, ``ON CONFLICT DO NOTHING`` lets ``job_one_active_per_unique_key`` and
+    ``job_one_pending_per_key`` skip the payloads whose key another job holds. Without
+    them nothing can conflict (NULL keys are distinct, ids come from the sequence, no new
+    row is ``is_current``), and a plain INSERT skips PostgreSQL's speculative insertion:
+    about a quarter faster on large batches.
     """
-    conflict = "ON CONFLICT DO NOTHING" if unique_keys else ""
+    conflict = "ON CONFLICT DO NOTHING" if keyed else ""
     return f"""
 INSERT INTO jobs_job ({_INSERT_COLUMNS})
 SELECT {_INSERT_VALUES}
-FROM unnest(%(payloads)s::jsonb[], %(unique_keys)s::text[]) AS p(payload, unique_key)
+FROM unnest(%(payloads)s::jsonb[], %(unique_keys)s::text[], %(pending_keys)s::text[])
+     AS p(payload, unique_key, pending_key)
+WHERE {_all_exist()}
 {conflict}
 RETURNING {returning}
 """
 
 
 @cache
-def enqueue_one(*, unique_key: bool) -> str:
+def references() -> str:
+    """Whether the parent job, tenant and user of an insert exist (each true if none)."""
+    return "SELECT " + ", ".join(_exists(*reference) for reference in _references())
+
+
+@cache
+def enqueue_one(*, keyed: bool) -> str:
     """Insert one job, signal the workers and return the whole row, in one round trip.
 
     ``pg_notify`` as a FROM item runs once; like any NOTIFY it is delivered only when the
-    caller's transaction commits. (It also runs when a unique-key conflict inserted
-    nothing: a spurious wake-up finds no work, which is harmless.)
+    caller's transaction commits. (It also runs when a key conflict or a missing
+    reference inserted nothing: a spurious wake-up finds no work, which is harmless.)
     """
     return f"""
-WITH job AS ({insert_jobs(unique_keys=unique_key, returning="*")})
+WITH job AS ({insert_jobs(keyed=keyed, returning="*")})
 SELECT job.* FROM job, pg_notify(%(channel)s, %(queue)s)
 """
 

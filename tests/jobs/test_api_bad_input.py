@@ -184,3 +184,14 @@ def test_a_payload_with_a_nul_character_is_a_400_not_a_database_error(alice):
     assert response.json() == {"detail": "JSON parse error - a string holds a NUL character "
                                          "(\\u0000), which cannot be stored"}
     assert not Job.objects.exists()
+
+
+def test_a_payload_with_a_lone_surrogate_is_a_400_naming_the_payload(alice):
+    body = '{"type": "tests.noop", "payload": {"data": {"x": "\\udc80"}}}'  # valid JSON
+    response = alice.post("/api/jobs/", body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json() == {"payload": [
+        'payload["data"]["x"] holds a lone surrogate (U+DC80 at position 0), which is not '
+        "Unicode text"]}
+    assert not Job.objects.exists()

@@ -29,8 +29,10 @@ def test_a_schedule_reuses_its_last_delay():
     assert [policy.delay(n).total_seconds() for n in range(1, 6)] == [1, 10, 100, 100, 100]
 
 
-@given(attempt=attempts, base=st.floats(0.1, 1000), factor=st.floats(1, 10), cap=st.floats(1, 10_000))
-def test_exponential_never_shrinks_and_never_passes_its_cap(attempt, base, factor, cap):
+@given(attempt=attempts, base=st.floats(0.1, 1000), factor=st.floats(1, 10),
+       above_base=st.floats(0, 10_000))
+def test_exponential_never_shrinks_and_never_passes_its_cap(attempt, base, factor, above_base):
+    cap = base + above_base
     policy = Exponential(base=base, factor=factor, cap=cap)
     now, after = policy.delay(attempt), policy.delay(attempt + 1)
     assert now <= after
@@ -58,10 +60,41 @@ def test_table_policies_only_return_table_values(table, attempt):
     assert Schedule(delays=tuple(table)).delay(attempt).total_seconds() in table
 
 
-@pytest.mark.parametrize("bad", [-0.1, 1.5])
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), True, "0.1"])
 def test_jitter_outside_0_to_1_is_refused(bad):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="jitter="):
         Exponential(jitter=bad)
+
+
+@pytest.mark.parametrize(("make", "words"), [
+    (lambda: Fixed(-5), "seconds=-5: a delay must be at least 0 seconds"),
+    (lambda: Fixed(float("nan")), "seconds=nan"),
+    (lambda: Fixed(float("inf")), "seconds=inf: a delay must be at most 31622400 seconds"),
+    (lambda: Fixed("30"), "seconds='30': a delay is a number of seconds"),
+    (lambda: Exponential(base=-60), "base=-60: a delay must be more than 0 seconds"),
+    (lambda: Exponential(base=0), "base=0: a delay must be more than 0 seconds"),
+    (lambda: Exponential(base=60, cap=30), "cap=30: must be at least base (60)"),
+    (lambda: Exponential(factor=0.5), "factor=0.5: must be a number from 1 to 1000"),
+    (lambda: Exponential(factor=-2), "factor=-2"),
+    (lambda: Exponential(cap=float("nan")), "cap=nan"),
+    (lambda: Schedule(delays=(10, -1)), "delays[1]=-1: a delay must be at least 0 seconds"),
+    (lambda: Schedule(delays=()), "delays=(): needs at least one delay"),
+    (lambda: Fibonacci(table=(1, float("nan"))), "table[1]=nan"),
+])
+def test_a_policy_refuses_parameters_that_are_no_delay_naming_the_parameter(make, words):
+    with pytest.raises(ValueError) as refused:
+        make()
+    assert words in str(refused.value)
+
+
+def test_zero_is_a_delay_a_listed_policy_may_ask_for():
+    assert Fixed(0).delay(3).total_seconds() == 0
+    assert Schedule(delays=(0, 10)).delay(1).total_seconds() == 0
+
+
+def test_a_positional_value_is_the_policys_own_parameter_not_the_jitter():
+    assert Fixed(5) == Fixed(seconds=5, jitter=0)
+    assert Exponential(10, 3, 600).delay(2).total_seconds() == 30
 
 
 def test_attempts_are_counted_from_one():

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Count, Prefetch, Q, QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -408,22 +407,22 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
         return Response(self._detail(job), status=201 if created else 200)
 
     def _enqueue(self, data: dict[str, Any], request: Request) -> tuple[Job, bool]:
-        key = data.get("unique_key")
-        with transaction.atomic():
-            holder = (Job.objects.filter(unique_key=key, tenant=data["tenant"],
-                                         state__in=Job.UNFINISHED)
-                      .values_list("pk", flat=True).first() if key else None)
-            try:
-                job = engine.enqueue(
-                    data["type"], data["payload"], queue=data.get("queue"),
-                    priority=data["priority"], run_after=data.get("run_after"),
-                    unique_key=key, concurrency_key=data.get("concurrency_key"),
-                    tenant=data["tenant"], created_by=request.user)
-            except UnknownJobType as exc:
-                raise ValidationError({"type": [str(exc)]}) from exc
-            except InvalidArgument as exc:
-                raise ValidationError({exc.argument: [str(exc)]}) from exc
-        return job, job.pk != holder
+        """The job and whether this request created it: with a unique key held by an
+        unfinished job, that job (the database decides, under concurrency too)."""
+        options = {"queue": data.get("queue"), "priority": data["priority"],
+                   "run_after": data.get("run_after"),
+                   "concurrency_key": data.get("concurrency_key"), "tenant": data["tenant"],
+                   "created_by": request.user}
+        try:
+            if data.get("unique_key"):
+                done = engine.enqueue_once(data["type"], data["payload"],
+                                           unique_key=data["unique_key"], **options)
+                return done.job, done.created
+            return engine.enqueue(data["type"], data["payload"], **options), True
+        except UnknownJobType as exc:
+            raise ValidationError({"type": [str(exc)]}) from exc
+        except InvalidArgument as exc:
+            raise ValidationError({exc.argument: [str(exc)]}) from exc
 
     def _detail(self, job: Job) -> dict[str, Any]:
         return JobDetailSerializer(job, context=self.get_serializer_context()).data

@@ -156,3 +156,27 @@ class Schedule(Backoff):
 
 
 DEFAULT_BACKOFF = Exponential()
+
+
+# How a worker tries its own steps again (registering, LISTEN, claiming, heartbeating)
+# after a database fault: soon at first, since a restart or a failover is short, then
+# at most every few seconds, spread so that a fleet of workers does not reconnect in one
+# wave.
+WORKER_STEP_BACKOFF = Exponential(base=0.1, factor=2.0, cap=5.0, jitter=0.5)
+
+
+@dataclass
+class FailureStreak:
+    """The consecutive failures of a step that is tried again and again (a worker's
+    claim, its heartbeat, its LISTEN), and how long to wait before the next try."""
+
+    policy: Backoff = WORKER_STEP_BACKOFF
+    failures: int = 0
+
+    def failed(self) -> float:
+        """Count a failure; the seconds to wait before trying again."""
+        self.failures += 1
+        return self.policy.delay(self.failures).total_seconds()
+
+    def succeeded(self) -> None:
+        self.failures = 0

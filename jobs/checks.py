@@ -27,9 +27,10 @@ def check_handlers(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 def check_lease(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     from jobs import conf
 
-    if conf.heartbeat_seconds() * 2 > conf.lease_seconds():
-        return [Warning("JOBS_HEARTBEAT_SECONDS should be at most half of JOBS_LEASE_SECONDS",
-                        hint="A single late heartbeat would otherwise get a live job rescued.",
+    if conf.heartbeat_seconds() * 4 > conf.lease_seconds():
+        return [Warning("JOBS_HEARTBEAT_SECONDS should be at most a quarter of JOBS_LEASE_SECONDS",
+                        hint="A worker stops starting jobs once half a lease passes without a "
+                             "renewal (jobs.leases); a beat every quarter leaves room for a late one.",
                         id="jobs.W001")]
     return []
 

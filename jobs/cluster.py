@@ -14,11 +14,18 @@ cluster stops (SIGTERM or Ctrl-C to ``manage.py qcluster``), django-q2 sends eac
 its stop pill; as the process winds down, a multiprocessing finaliser stops the engine
 worker, which finishes its current job and hands back the rest of its batch before
 the process exits.
+
+django-q2 replaces a worker process only when it dies; an engine thread that ended inside
+a live process would go unnoticed, and the cluster would run with one engine fewer for
+good. The engine waits out database faults itself, so it ends only when asked to, or
+for something it cannot recover from (a handler that called ``sys.exit``, a bug): then
+the process exits with ``EXIT_ENGINE_ENDED`` and django-q2 starts a fresh one.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from multiprocessing import util
 from typing import Any
@@ -31,6 +38,10 @@ from django_q.signals import post_spawn
 from jobs.worker import EngineWorker
 
 logger = logging.getLogger(__name__)
+
+# The exit status of a worker process whose engine thread ended without being asked to
+# (EX_TEMPFAIL: its supervisor should start another).
+EXIT_ENGINE_ENDED = 75
 
 _worker: EngineWorker | None = None
 _thread: threading.Thread | None = None
@@ -51,11 +62,26 @@ def start() -> EngineWorker:
     close_old_connections()
     _worker = EngineWorker(exit_when_stuck=True)
     # Not a daemon: the interpreter waits for the current job to finish before exiting.
-    _thread = threading.Thread(target=_worker.run, name="conveyor-engine", daemon=False)
+    _thread = threading.Thread(target=_run, args=(_worker,), name="conveyor-engine", daemon=False)
     _thread.start()
     # Runs when the django-q2 worker function returns (its stop pill), before exit.
     util.Finalize(None, stop, exitpriority=100)
     return _worker
+
+
+def _run(worker: EngineWorker) -> None:
+    """The engine thread: run the worker; if it ends without a stop request, end the
+    process so that django-q2 replaces it."""
+    try:
+        worker.run()
+    except BaseException:  # SystemExit too: a thread's would end it silently
+        logger.exception("engine worker %s failed", worker.name)
+    if worker.stop_requested:
+        return
+    logger.critical("engine worker %s ended without a stop request; exiting so that the "
+                    "cluster replaces this process", worker.name, extra={"worker": worker.name})
+    logging.shutdown()
+    os._exit(EXIT_ENGINE_ENDED)
 
 
 def stop(timeout: float | None = None) -> None:

@@ -1,10 +1,30 @@
 """The engine's worker: claim a batch, run it, wait for NOTIFY, repeat.
 
 One ``EngineWorker`` runs per cluster process (see ``jobs.cluster``). Its main loop
-claims due jobs in batches and runs each handler; a heartbeat thread renews the leases
-of the jobs it holds, flushes throttled progress and keeps the ``Worker`` row fresh;
+claims due jobs in batches and runs each handler; a heartbeat thread (``jobs.heartbeat``)
+renews the leases of the jobs it holds, flushes throttled progress and keeps the
+``Worker`` row fresh;
 every few seconds one worker (by advisory lock) runs the reaper. Stopping is
 cooperative: the current job finishes, unstarted claimed jobs are handed back.
+
+Database faults (a restart, a failover, connections exhausted) end no worker. Every step
+of its life is tried again after a failure, with a capped and jittered backoff
+(``jobs.backoff.WORKER_STEP_BACKOFF``): registering, LISTEN, claiming, heartbeating. A
+step that fails closes its connection, and the next try opens a new one; a stop request
+is noticed during every wait. The ``Worker`` row is written by the heartbeat, which
+writes it again whenever it is missing: a worker whose row the reaper deleted (its
+process was paused, or could not reach the database, for longer than
+``WORKER_STALE_SECONDS``) is listed again at its next beat.
+
+Leases are trusted only while the heartbeat renews them (``jobs.leases`` has the rule):
+once more than half of a lease has passed since the last renewal, the worker starts no
+further job of its batch and hands the rest back (or leaves them to the reaper, if it
+cannot reach the database either); it claims nothing until a heartbeat succeeds again.
+A handler already running goes on; its result is fenced like any other.
+
+A worker thread ends only when asked to stop (or, with ``exit_when_idle``, when nothing
+is due); anything else that ends it is raised from ``run``, and its process exits so
+that its supervisor replaces it (``jobs.cluster``, ``jobs_worker``).
 """
 
 from __future__ import annotations
@@ -22,12 +42,15 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from django.db import close_old_connections, connection, transaction
+from django.db import connection, transaction
 
 from jobs import clock, conf, engine, metrics, reaper, registry
+from jobs.backoff import FailureStreak
 from jobs.context import JobContext, ProgressSlot
 from jobs.errors import LeaseLost, PermanentError, Snooze
-from jobs.models import Job, Worker
+from jobs.heartbeat import Heartbeat, Holdings, label_connection, step_failed, unregister
+from jobs.leases import LeaseWatch
+from jobs.models import Job
 from jobs.notify import Listener
 from jobs.time_limits import HandlerTimeout, Limit, Watcher
 
@@ -59,16 +82,25 @@ class EngineWorker:
         self._adaptive = batch_size is None
         self._seconds_per_job: float | None = None
         self.stopping = threading.Event()
+        # stop() sets both; the run loop sets ``stopping`` too on its way out, whatever
+        # ended it, so only this one tells a requested stop from a failure.
+        self._stop_requested = threading.Event()
         # Set only once the run loop has ended: the heartbeat must keep renewing the lease
         # of the job that is finishing after stop(), or a reaper elsewhere rescues it.
         self._finished = threading.Event()
-        self._listener = Listener(engine.NOTIFY_CHANNEL)
+        self._listener = Listener(engine.NOTIFY_CHANNEL,
+                                  application_name=f"conveyor listen {self.name}")
         self._lock = threading.Lock()
         self._token: uuid.UUID | None = None
         self._held: set[int] = set()
         # Jobs of the held batch whose attempts were counted (engine.start).
         self._started: set[int] = set()
         self._current: tuple[int, ProgressSlot] | None = None
+        # When its leases were last renewed (jobs.leases); replaceable in tests.
+        self.leases = LeaseWatch()
+        # Claimed jobs known not to have run, to hand back once the database answers, and
+        # which of them had their attempts counted (given back with them).
+        self._unstarted: tuple[uuid.UUID, list[Job], set[int]] | None = None
         self._last_reap = 0.0
         # How long each type's handler took last time: fast ones share commits.
         self._durations: dict[str, float] = {}
@@ -79,41 +111,70 @@ class EngineWorker:
 
     def run(self, *, exit_when_idle: bool = False) -> None:
         """Work until ``stop()`` is called (from a signal handler or another thread), or,
-        with ``exit_when_idle``, until a claim finds nothing due (drain, then return)."""
+        with ``exit_when_idle``, until a claim finds nothing due (drain, then return).
+
+        Database faults are waited out, never raised; whatever else ends the loop is
+        raised, and the caller's process should then exit to be replaced.
+        """
         self._finished.clear()
-        self._register()
         self._listener.listen()
-        beat = threading.Thread(target=self._heartbeat_loop, name=f"{self.name}-heartbeat",
-                                daemon=True)
+        beat = Heartbeat(self, self._finished)
         beat.start()
         logger.info("worker %s started", self.name, extra={"worker": self.name, "queues": self.queues})
+        failures = FailureStreak()
         try:
             while not self.stopping.is_set():
+                if self.leases.heartbeat_in_doubt(conf.lease_seconds()):
+                    # Not registered yet, or the heartbeat cannot reach the database: the
+                    # leases of a batch claimed now would not be renewed.
+                    self._await_heartbeat(beat)
+                    continue
                 try:
+                    label_connection(f"conveyor engine {self.name}")
                     self.maybe_reap()
-                    if not self.run_once():
-                        if exit_when_idle:
-                            break
-                        self._idle_wait()
-                except Exception:
+                    ran = self.run_once()
+                except Exception as error:
                     # A lost connection (database restart, failover) or any other error
-                    # must not end the loop: in the cluster the process would live on with
-                    # no engine thread, and django-q2 only replaces dead processes. Jobs
-                    # of the failed batch go back through the reaper when their lease ends.
-                    logger.exception("worker %s: loop failed; retrying", self.name)
-                    connection.close()
-                    self.stopping.wait(conf.poll_seconds())
+                    # of a step: close, wait, try again. Jobs of a failed batch that never
+                    # started go back once the database answers; the one that was running
+                    # goes back through the reaper when its lease ends.
+                    step_failed(self.name, "claim loop", error, failures, self.stopping)
+                    continue
+                failures.succeeded()
+                if not ran:
+                    if exit_when_idle:
+                        break
+                    self._idle_wait()
                 self._recycle_connection()
         finally:
-            self._listener.close()
-            self.stopping.set()
-            self._finished.set()
-            beat.join(timeout=5)
-            self._unregister()
-            logger.info("worker %s stopped after %d jobs", self.name, self.jobs_done)
+            self._wind_down(beat)
+
+    def _wind_down(self, beat: Heartbeat) -> None:
+        self._listener.close()
+        self.stopping.set()
+        try:
+            self._hand_back_unstarted()
+        except Exception:
+            logger.exception("worker %s: claimed jobs left to the reaper", self.name)
+        self._finished.set()
+        beat.join(timeout=5)
+        unregister(self.name)
+        logger.info("worker %s stopped after %d jobs", self.name, self.jobs_done)
 
     def stop(self) -> None:
+        self._stop_requested.set()
         self.stopping.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        """``stop()`` was called: the run loop ended, or will end, because it was asked to."""
+        return self._stop_requested.is_set()
+
+    def _await_heartbeat(self, beat: Heartbeat) -> None:
+        if not beat.is_alive():
+            raise RuntimeError(f"the heartbeat thread of worker {self.name} ended")
+        # Sliced so that a stop request is noticed within a quarter second.
+        self.leases.wait_for_heartbeat(0.25)
 
     def _idle_wait(self) -> None:
         """Sleep until a NOTIFY, the poll interval, or a stop request, whichever is first.
@@ -128,30 +189,72 @@ class EngineWorker:
 
     def run_once(self) -> int:
         """Claim one batch and run it; the number of jobs run (0: nothing was due)."""
+        self._hand_back_unstarted()  # of a batch that failed before: first, or never
+        sent_at = self.leases.now()
         batch = engine.claim(self.name, limit=self._claim_limit(), queues=self.queues)
         if not batch.jobs:
             return 0
         metrics.claimed(len(batch.jobs))
+        self.leases.claimed(batch.token, sent_at, _shortest_lease(batch.jobs))
         with self._lock:
             self._token, self._held = batch.token, {job.pk for job in batch.jobs}
             self._started = set()
         claimed_at, ran = time.monotonic(), 0
         try:
             while ran < len(batch.jobs):
-                held_too_long = time.monotonic() - claimed_at > conf.claim_hold_seconds()
-                if self.stopping.is_set() or (held_too_long and ran > 0):
-                    engine.release(batch.jobs[ran:], batch.token, worker=self.name,
-                                   started=self._started)
+                if self._stop_starting(claimed_at, ran):
+                    self._unstarted = (batch.token, batch.jobs[ran:], set(self._started))
                     break
                 ran += self._run_group(batch.jobs[ran:], batch.token)
+        except Exception:
+            self._unstarted = (batch.token, self._not_started(batch.jobs), set(self._started))
+            raise
         finally:
+            self.leases.finished()
             with self._lock:
                 self._token, self._held, self._started = None, set(), set()
+        self._hand_back_unstarted()
         if ran:
             per_job = (time.monotonic() - claimed_at) / ran
             previous = self._seconds_per_job
             self._seconds_per_job = per_job if previous is None else 0.7 * previous + 0.3 * per_job
         return ran
+
+    def _stop_starting(self, claimed_at: float, ran: int) -> bool:
+        """Whether the rest of the batch goes back instead of starting: on a stop request;
+        after the first job, when the batch was held past ``CLAIM_HOLD_SECONDS`` or its
+        leases are in doubt (``jobs.leases``). The first job always starts: the claim
+        stamped its lease just now, and claims wait for a working heartbeat."""
+        if self.stopping.is_set():
+            return True
+        if ran == 0:
+            return False
+        if self.leases.batch_in_doubt():
+            logger.warning("worker %s: leases not renewed for half their length; handing "
+                           "back the rest of the batch", self.name, extra={"worker": self.name})
+            return True
+        return time.monotonic() - claimed_at > conf.claim_hold_seconds()
+
+    def _not_started(self, jobs: list[Job]) -> list[Job]:
+        """After a batch failed mid-way: its jobs that surely never started.
+
+        Each finished job leaves ``_held`` as it ends (``_run_and_forget``), so the first
+        job still held, in batch order, is the one that was running when it failed (or,
+        if the failure came between jobs, one that never started): either way the reaper
+        decides about it once its lease ends. Those after it never started.
+        """
+        with self._lock:
+            held = set(self._held)
+        return [job for job in jobs if job.pk in held][1:]
+
+    def _hand_back_unstarted(self) -> None:
+        """Release the claimed jobs known not to have started (raises if the database
+        does not answer; they are kept and tried again, fenced by their token)."""
+        if self._unstarted is None:
+            return
+        token, jobs, started = self._unstarted
+        engine.release(jobs, token, worker=self.name, started=started)
+        self._unstarted = None
 
     def _claim_limit(self) -> int:
         """How many jobs to claim: ``CLAIM_BATCH`` until this worker has timed a batch,
@@ -387,61 +490,12 @@ class EngineWorker:
             unstarted = list(Job.objects.filter(pk__in=held - {limit.job_id}))
             engine.release(unstarted, token, worker=self.name, started=self._started)
 
-    # --- heartbeat thread ---------------------------------------------------------------------
+    # --- what the heartbeat renews ------------------------------------------------------------
 
-    def _heartbeat_loop(self) -> None:
-        interval = conf.heartbeat_seconds()
-        tick = max(interval / 4, 0.05)
-        last_beat = 0.0
-        try:
-            while not self._finished.wait(tick):
-                self._flush_progress()
-                if time.monotonic() - last_beat >= interval:
-                    last_beat = time.monotonic()
-                    self._beat()
-        finally:
-            close_old_connections()
-
-    def _beat(self) -> None:
+    def holdings(self) -> Holdings:
+        """The batch's token, its unfinished jobs and the running one (for the heartbeat)."""
         with self._lock:
-            token, held = self._token, list(self._held)
-        try:
-            if token is not None:
-                engine.heartbeat(token, held)
-            Worker.objects.filter(name=self.name).update(last_seen_at=clock.now(),
-                                                         jobs_done=self.jobs_done)
-        except Exception:  # a failed beat is retried next tick; the lease has slack
-            logger.exception("heartbeat of %s failed", self.name)
-            close_old_connections()
-
-    def _flush_progress(self) -> None:
-        with self._lock:
-            current, token = self._current, self._token
-        if current is None or token is None:
-            return
-        job_id, slot = current
-        value = slot.take()
-        if value is not None:
-            try:
-                engine.record_progress(job_id, token, *value, worker=self.name)
-            except Exception:
-                logger.exception("progress of job %s not recorded", job_id)
-
-    # --- the Worker row -------------------------------------------------------------------------
-
-    def _register(self) -> None:
-        now = clock.now()
-        Worker.objects.update_or_create(
-            name=self.name,
-            defaults={"hostname": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
-                      "started_at": now, "last_seen_at": now},
-        )
-
-    def _unregister(self) -> None:
-        try:
-            Worker.objects.filter(name=self.name).delete()
-        except Exception:
-            logger.exception("could not unregister worker %s", self.name)
+            return Holdings(self._token, list(self._held), self._current)
 
 
 @contextlib.contextmanager
@@ -468,6 +522,13 @@ def _job_savepoint() -> Iterator[None]:
         # may have left on the group, as a nested atomic() would.
         transaction.set_rollback(False)
         raise
+
+
+def _shortest_lease(jobs: list[Job]) -> float:
+    """The shortest lease, in seconds, that a claim stamped on ``jobs``."""
+    return min(((job.lease_expires_at - job.locked_at).total_seconds() for job in jobs
+                if job.lease_expires_at is not None and job.locked_at is not None),
+               default=conf.lease_seconds())
 
 
 def _describe(error: BaseException, *, with_traceback: bool = False) -> str:

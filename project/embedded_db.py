@@ -81,17 +81,39 @@ def ensure_running(data_dir: Path) -> EmbeddedServer:
     return EmbeddedServer(data_dir, socket_dir, started_here=True)
 
 
-def stop(data_dir: Path) -> bool:
-    """Stop the server in ``data_dir`` if it runs; True when one was stopped."""
+def stop(data_dir: Path, mode: str = "fast") -> bool:
+    """Stop the server in ``data_dir`` if it runs; True when one was stopped. ``mode`` is
+    pg_ctl's: ``fast`` ends the sessions and shuts down cleanly, ``immediate`` kills the
+    server outright (it recovers from its WAL on the next start, as after a crash)."""
     data_dir = data_dir.resolve()
     if not _running_socket_dir(data_dir):
         return False
-    from pgserver._commands import pg_ctl
+    _pg_ctl(data_dir, "-m", mode, "-w", "stop")
+    return True
+
+
+def start(server: EmbeddedServer) -> None:
+    """Start ``server`` again after ``stop``, listening where it did (``ensure_running``
+    would not: pgserver remembers, per process, a server it started as running)."""
+    if _running_socket_dir(server.data_dir):
+        return
+    _pg_ctl(server.data_dir, "-w", "-o", '-h ""', "-o", f"-k {server.socket_dir}",
+            "-l", str(server.data_dir / "log"), "start")
+
+
+def restart(data_dir: Path, mode: str = "fast") -> None:
+    """Restart the running server in ``data_dir`` (``mode`` as for ``stop``), with the
+    options it was started with; returns once it accepts connections again."""
+    data_dir = data_dir.resolve()
+    _pg_ctl(data_dir, "-m", mode, "-w", "-l", str(data_dir / "log"), "restart")
+
+
+def _pg_ctl(data_dir: Path, *args: str) -> None:
+    import pgserver
 
     # As root, pgserver runs the server as its own system user; pg_ctl must too.
     user = "pgserver" if os.geteuid() == 0 else None
-    pg_ctl(["-m", "fast", "-w", "stop"], pgdata=data_dir, user=user)
-    return True
+    pgserver.pg_ctl(list(args), pgdata=data_dir, user=user)
 
 
 def started_by_this_process() -> list[Path]:

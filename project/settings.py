@@ -154,6 +154,11 @@ def _database() -> dict:
 
 
 DATABASES = {"default": _database()}
+# A connection attempt that gets no answer gives up after this many seconds (libpq's
+# default waits as long as the OS does, minutes for an address that drops packets): a
+# worker tries again with backoff, and notices a stop request in between. A
+# ``?connect_timeout=`` in DATABASE_URL takes precedence.
+DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 10)
 # One test database per test run, so that two runs on one server never share tables.
 DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ.get(
     "CONVEYOR_TEST_DB", f"test_conveyor_{os.getpid()}"

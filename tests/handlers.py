@@ -4,6 +4,7 @@ JOBS_HANDLER_MODULES, so worker subprocesses know them too)."""
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -199,3 +200,29 @@ def fast_or_pausing(ctx: jobs.JobContext) -> str:
         cursor.execute("INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, %s) "
                        "ON CONFLICT DO NOTHING", [ctx.job.pk, os.getpid()])
     return "done"
+
+
+@jobs.handler("tests.timed", max_attempts=5)
+def timed(ctx: jobs.JobContext) -> dict[str, Any]:
+    """Notes each attempt's start (a file per job and attempt under the payload's
+    ``starts`` directory, holding the pid and the time), sleeps ``seconds``, then inserts
+    its hit: a system test sees which attempts started when, even those whose result was
+    refused."""
+    Path(ctx.payload["starts"], f"{ctx.job.pk}.{ctx.attempt}").write_text(
+        f"{os.getpid()} {time.time()}\n")
+    time.sleep(ctx.payload.get("seconds", 0))
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, %s)",
+                       [ctx.job.pk, os.getpid()])
+    return {"pid": os.getpid()}
+
+
+@jobs.handler("tests.exit_engine", max_attempts=3)
+def exit_engine(ctx: jobs.JobContext) -> dict[str, Any]:
+    """Calls ``sys.exit`` the first time it runs (its marker file is missing), which ends
+    the engine thread that runs it, as a fatal error would; later runs succeed."""
+    marker = Path(ctx.payload["marker"])
+    if not marker.exists():
+        marker.write_text(f"{os.getpid()}\n")
+        sys.exit(3)
+    return {"pid": os.getpid()}

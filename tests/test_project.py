@@ -48,3 +48,12 @@ def test_a_schedule_naming_an_unknown_job_type_is_a_system_check_error(settings)
 
     settings.JOBS_SCHEDULES = {"nightly": {"job": "nope.missing", "cron": "0 3 * * *"}}
     assert [error.id for error in checks.check_handlers()] == ["jobs.E002"]
+
+
+@pytest.mark.parametrize(("heartbeat", "warned"), [(1.5, False), (2, True)])
+def test_a_heartbeat_slower_than_a_quarter_of_the_lease_is_a_system_check_warning(
+        settings, heartbeat, warned):
+    from jobs import checks
+
+    settings.JOBS_LEASE_SECONDS, settings.JOBS_HEARTBEAT_SECONDS = 6, heartbeat
+    assert bool(checks.check_lease()) is warned

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.backoff import Exponential, Fibonacci, Fixed, Schedule
+from jobs.backoff import WORKER_STEP_BACKOFF, Exponential, FailureStreak, Fibonacci, Fixed, Schedule
 
 attempts = st.integers(min_value=1, max_value=500)
 
@@ -100,3 +100,18 @@ def test_a_positional_value_is_the_policys_own_parameter_not_the_jitter():
 def test_attempts_are_counted_from_one():
     with pytest.raises(ValueError):
         Fixed().delay(0)
+
+
+def test_a_failing_step_waits_longer_after_each_failure_up_to_the_cap_and_starts_over_after_a_success():
+    streak = FailureStreak(Exponential(base=0.1, factor=2, cap=1.0))
+    assert [round(streak.failed(), 3) for _ in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    streak.succeeded()
+    assert streak.failed() == 0.1
+
+
+@given(failures=st.integers(1, 200))
+def test_a_worker_step_is_tried_again_within_the_cap_and_soon_at_first(failures):
+    streak = FailureStreak()
+    delays = [streak.failed() for _ in range(failures)]
+    assert all(0 < delay <= WORKER_STEP_BACKOFF.cap for delay in delays)
+    assert delays[0] <= WORKER_STEP_BACKOFF.base * (1 + WORKER_STEP_BACKOFF.jitter)

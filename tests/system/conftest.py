@@ -4,6 +4,9 @@ Subprocesses reach the test database through a ``DATABASE_URL`` built from this
 process's connection, and run with ``project.test_settings`` so that they know the
 test job types. Each starts in its own session; teardown SIGKILLs the whole process
 group (a qcluster's sentinel and workers too), whatever the test's outcome.
+
+Tests that take the database away (stop it, restart it) run on a PostgreSQL server of
+their own (``private_database``), never on the one other test runs share.
 """
 
 from __future__ import annotations
@@ -17,11 +20,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
@@ -200,3 +206,84 @@ def embedded_var_dir() -> Iterator[Path]:
     finally:
         embedded_db.stop(path / "pg")
         shutil.rmtree(path, ignore_errors=True)
+
+
+# --- a PostgreSQL server to take away ---------------------------------------------------------
+
+TEMPLATE_DB = "conveyor_template"
+
+
+@dataclass(frozen=True)
+class PrivatePostgres:
+    """The session's own PostgreSQL (``pgserver``), which a test may stop and restart."""
+
+    server: embedded_db.EmbeddedServer
+
+    def stop(self, mode: str = "fast") -> None:
+        embedded_db.stop(self.server.data_dir, mode)
+
+    def start(self) -> None:
+        embedded_db.start(self.server)
+
+    def restart(self, mode: str = "fast") -> None:
+        embedded_db.restart(self.server.data_dir, mode)
+
+    def execute(self, sql: str, database: str = "postgres") -> None:
+        with psycopg.connect(self.server.url(database), autocommit=True) as conn:
+            conn.execute(sql)
+
+
+@pytest.fixture(scope="session")
+def private_postgres() -> Iterator[PrivatePostgres]:
+    """A PostgreSQL server for this session alone, with a migrated template database
+    (and the ``tests_hits`` table) that each test copies.
+
+    Its data directory is not under pytest's temporary root: as root, pgserver runs the
+    server as another user, who must traverse every parent folder, and each pytest run
+    on this machine makes that root private again."""
+    data_dir = Path(tempfile.mkdtemp(prefix="conveyor-private-pg-")) / "pg"
+    private = PrivatePostgres(embedded_db.ensure_running(data_dir))
+    try:
+        private.execute(f"CREATE DATABASE {TEMPLATE_DB}")
+        env = {**os.environ, "DATABASE_URL": private.server.url(TEMPLATE_DB),
+               "DJANGO_SETTINGS_MODULE": "project.test_settings", "CONVEYOR_ALLOW_DEV_SECRET": "1"}
+        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env,
+                       check=True, timeout=300)
+        private.execute("CREATE TABLE tests_hits (job_id bigint PRIMARY KEY, "
+                        "worker_pid integer NOT NULL)", TEMPLATE_DB)
+        yield private
+    finally:
+        embedded_db.stop(data_dir, "immediate")
+        shutil.rmtree(data_dir.parent, ignore_errors=True)
+
+
+@pytest.fixture
+def private_database(private_postgres: PrivatePostgres, transactional_db: None
+                     ) -> Iterator[PrivatePostgres]:
+    """Point this test, and the processes it starts, at a fresh copy of the template on
+    the private server; the test may stop or restart that server.
+
+    The test's default connection is re-aimed the way Django's test runner aims it at the
+    test database (its ``settings_dict``), and aimed back before pytest-django's teardown.
+    """
+    name = f"faults_{uuid.uuid4().hex[:12]}"
+    private_postgres.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE_DB}")
+    connection.close()
+    saved = dict(connection.settings_dict)
+    connection.settings_dict.update(NAME=name, HOST=private_postgres.server.socket_dir, PORT="",
+                                    USER="postgres", PASSWORD="")
+    try:
+        yield private_postgres
+    finally:
+        connection.close()
+        connection.settings_dict.clear()
+        connection.settings_dict.update(saved)
+        private_postgres.start()  # for the next test, whatever this one left
+
+
+def log_lines(proc: Proc, text: str) -> list[str]:
+    """The lines of ``proc``'s log that contain ``text``."""
+    try:
+        return [line for line in proc.log.read_text(errors="replace").splitlines() if text in line]
+    except FileNotFoundError:
+        return []

@@ -4,7 +4,9 @@ The cluster (``manage.py qcluster``) is how Conveyor normally runs jobs. This co
 is for a shell, a benchmark or a test: it runs one or more ``EngineWorker`` threads in
 this process, and with ``--exit-when-idle`` drains what is due and exits. SIGTERM or
 SIGINT stops it cleanly: each worker finishes its current job and hands back the rest
-of its claimed batch.
+of its claimed batch. Workers wait out database faults; should one end for any other
+reason, the others are stopped the same way and the command fails (exit status 1), so
+that whatever supervises it starts a fresh process.
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ class Command(BaseCommand):
         while any(thread.is_alive() for thread in threads):
             for thread in threads:
                 thread.join(timeout=0.2)
+            if errors:  # one worker is gone: the process ends, to be replaced whole
+                for worker in workers:
+                    worker.stop()
         if errors:
             raise CommandError("; ".join(errors))
 
@@ -70,9 +75,9 @@ class Command(BaseCommand):
 def _run_worker(worker: EngineWorker, exit_when_idle: bool, errors: list[str]) -> None:
     try:
         worker.run(exit_when_idle=exit_when_idle)
-    except Exception as error:  # e.g. the database is unreachable at start
-        logger.exception("worker %s could not run", worker.name)
-        errors.append(f"worker {worker.name} failed: {error}")
+    except BaseException as error:  # SystemExit too: a thread's would end it silently
+        logger.exception("worker %s failed", worker.name)
+        errors.append(f"worker {worker.name} failed: {type(error).__name__}: {error}")
     finally:
         connections.close_all()
 

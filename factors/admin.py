@@ -30,6 +30,7 @@ from factors.models import (
     DataEntry,
     Emission,
     EmissionFactor,
+    EntryLoad,
     ReportModule,
     Unit,
     Upload,
@@ -315,7 +316,9 @@ class DataEntryAdmin(UploadViews):
                     "is refused whole, with the first errors listed.")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[DataEntry]:
-        return scope_queryset(super().get_queryset(request), request.user,
+        # What the report reads: rows of an ingest still loading or failed are listed
+        # under entry loads, not here.
+        return scope_queryset(super().get_queryset(request).current(), request.user,
                               field="module__report__unit__tenant")
 
     def may_upload(self, request: HttpRequest) -> bool:
@@ -432,3 +435,46 @@ class UploadAdmin(ReadOnly):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Upload]:
         return scope_queryset(super().get_queryset(request), request.user)
+
+
+@admin.register(EntryLoad)
+class EntryLoadAdmin(ReadOnly):
+    """The rows of each bulk ingest, and whether the report reads them: a load is read
+    once current; loading, abandoned and replaced ones are kept out of sight."""
+
+    list_display = ["ingest", "module", "data_entry_type", "source", "state", "created_at",
+                    "current_since", "replaced_at"]
+    list_filter = ["state", "source", "data_entry_type"]
+    list_select_related = ["module__report__unit"]
+    search_fields = ["=job__id", "=module__report__unit__code"]
+    search_help_text = "An ingest job id or an exact unit code."
+    actions = ["remove"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[EntryLoad]:
+        return scope_queryset(super().get_queryset(request), request.user,
+                              field="module__report__unit__tenant")
+
+    @admin.display(description="ingest", ordering="job_id")
+    def ingest(self, load: EntryLoad) -> SafeString:
+        return _job_link(load.job_id)
+
+    @admin.action(description="Remove the rows of the selected loads now (unread ones only)",
+                  permissions=["view"])
+    def remove(self, request: HttpRequest, queryset: QuerySet[EntryLoad]) -> None:
+        if not _is_operator(request):
+            raise PermissionDenied
+        ids = list(queryset.exclude(state=EntryLoad.State.CURRENT).values_list("job_id", flat=True))
+        if not ids:
+            self.message_user(request, "Current loads are read by the reports: nothing to remove.",
+                              messages.WARNING)
+            return
+        job = services.remove_loads(ids, actor=request.user)
+        self.message_user(request, format_html(
+            "Removal of {} load(s) queued ({}); loads still being written are kept.",
+            len(ids), _job_link(job.pk)), messages.SUCCESS)
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        if not _is_operator(request):
+            actions.pop("remove", None)
+        return actions

@@ -9,22 +9,24 @@ from decimal import Decimal
 from django.db import connection
 
 from factors import locks, stats
+from factors.entry_loads import CURRENT_IN_MODULE
 from factors.models import CarbonReport, ReportModule
 from jobs import clock
 
-_TOTALS = """
+_TOTALS = f"""
 SELECT d.data_entry_type, count(*), coalesce(sum(d.quantity), 0),
        coalesce(sum(e.kg_co2e), 0), count(*) FILTER (WHERE e.data_entry_id IS NULL)
 FROM factors_dataentry d LEFT JOIN factors_emission e ON e.data_entry_id = d.id
-WHERE d.module_id = %s
+WHERE d.module_id = %(module)s AND {CURRENT_IN_MODULE}
 GROUP BY d.data_entry_type
 """
 
 
 def module_totals(module_id: int) -> list[stats.TypeTotals]:
-    """A module's totals per data-entry type, straight from its rows."""
+    """A module's totals per data-entry type, straight from the rows readers see (those
+    of an ingest still loading, or of one that failed, are not counted)."""
     with connection.cursor() as cursor:
-        cursor.execute(_TOTALS, [module_id])
+        cursor.execute(_TOTALS, {"module": module_id})
         return [stats.TypeTotals(t, n, Decimal(q), Decimal(kg), missing)
                 for t, n, q, kg, missing in cursor.fetchall()]
 

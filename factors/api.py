@@ -219,7 +219,7 @@ class EntryList(APIView):
                    responses={200: EntrySerializer(many=True)})
     def get(self, request: Request, report: int, module: str) -> Response:
         found = visible_module(request, report, module)
-        entries = (DataEntry.objects.filter(module=found)
+        entries = (DataEntry.objects.current().filter(module=found)
                    .select_related("emission", "created_by", "updated_by"))
         rows = _page(self, request, entries)
         return self.paginator.get_paginated_response(EntrySerializer(rows, many=True).data)
@@ -243,8 +243,8 @@ class EntryDetail(APIView):
     @extend_schema(tags=["co2"], summary="One data entry", responses={200: EntrySerializer})
     def get(self, request: Request, report: int, module: str, entry: int) -> Response:
         found = visible_module(request, report, module)
-        row = get_object_or_404(DataEntry.objects.select_related("emission", "created_by",
-                                                                 "updated_by"),
+        row = get_object_or_404(DataEntry.objects.current().select_related(
+                                    "emission", "created_by", "updated_by"),
                                 module=found, pk=entry)
         return Response(EntrySerializer(row).data)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -31,6 +32,10 @@ DEFAULTS: dict[str, object] = {
     "HTTP_MAX_BYTES": 50 * MB,
     # The unit directory's JSON endpoint, when POST /sync/units names no source.
     "UNITS_URL": "",
+    # Hours the rows of an ingest that will never be read (it failed or was cancelled,
+    # or its closing recalculation did) stay after its pipeline's last job ended, so
+    # that an operator's retry resumes the load; then retention deletes them.
+    "ABANDONED_LOAD_HOURS": 24.0,
 }
 
 
@@ -74,6 +79,10 @@ def http_deadline_seconds() -> float:
 
 def http_max_bytes() -> int:
     return int(get("HTTP_MAX_BYTES"))  # type: ignore[call-overload]
+
+
+def abandoned_load_age() -> timedelta:
+    return timedelta(hours=float(get("ABANDONED_LOAD_HOURS")))  # type: ignore[arg-type]
 
 
 def units_url() -> str:

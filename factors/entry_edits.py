@@ -191,8 +191,8 @@ def _lock(module_id: int) -> tuple[ReportModule, CarbonReport]:
 
 def _locked_entry(module: ReportModule, entry_id: int) -> tuple[DataEntry, stats.TypeTotals]:
     """The entry, locked, and what it currently adds to the stats."""
-    entry = (DataEntry.objects.select_for_update(of=("self",)).select_related("emission", "created_by")
-             .filter(module=module, pk=entry_id).first())
+    entry = (DataEntry.objects.current().select_for_update(of=("self",))
+             .select_related("emission", "created_by").filter(module=module, pk=entry_id).first())
     if entry is None:
         raise InvalidRequest({"entry": [f"no entry {entry_id} in this module"]})
     emission = getattr(entry, "emission", None)

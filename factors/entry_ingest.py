@@ -11,9 +11,10 @@ next attempt counts them and carries on from row n + 1. Batches are fenced
 commit without waiting for the disk. Every ``RECALC_CHUNK_ROWS`` rows, a batch also
 queues the recalculation of the rows loaded so far (``factors.recalc_chunks``).
 
-The entries an upload replaces (earlier entries of the same source, module and type)
-are deleted only after the last batch: until then the module keeps its old entries, and
-a failed upload leaves them in place.
+The rows are loaded as the ingest's *load*, which no reader sees until the ingest's
+closing recalculation makes it current and replaces the module's earlier entries of the
+same source and type (``factors.entry_loads``): a failed, cancelled or half-done upload
+leaves the module's entries and stats as they were.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 from django.db import connection, transaction
 
 import jobs
-from factors import catalog, conf, locks
+from factors import catalog, conf, entry_loads, locks
 from factors.fence import hold_lease, relax_commit
 from factors.recalc_chunks import ChunkQueue
 from factors.staging import StagedUpload
@@ -62,11 +63,9 @@ class LoadResult:
     rows: int
     loaded: int
     resumed_from: int
-    replaced: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {"rows": self.rows, "loaded": self.loaded, "resumed_from": self.resumed_from,
-                "replaced": self.replaced}
+        return {"rows": self.rows, "loaded": self.loaded, "resumed_from": self.resumed_from}
 
 
 def committed_rows(job: Job, target: Target) -> int:
@@ -88,6 +87,7 @@ def load(job: Job, target: Target, upload: StagedUpload, *, first_row: int,
     """Insert the staged rows not yet in the table; ``first_row`` numbers the first one
     (2 for a CSV file, whose row 1 is the header). Queues the recalculation of each
     chunk of loaded rows as it goes (``factors.recalc_chunks``)."""
+    entry_loads.begin(job, target.module_id, target.data_entry_type, target.source)
     done = committed_rows(job, target)
     result = LoadResult(rows=upload.rows, loaded=0, resumed_from=done)
     if done >= upload.rows:
@@ -113,28 +113,16 @@ def load(job: Job, target: Target, upload: StagedUpload, *, first_row: int,
     return result
 
 
-def replace_earlier(job: Job, target: Target) -> int:
-    """Delete the entries this upload replaces; returns how many."""
-    return _delete(job, target, "job_id <> %(job)s")
-
-
 def forget_partial(job: Job, target: Target) -> int:
     """Delete the rows an earlier attempt of ``job`` loaded (a source that may change
-    between attempts is loaded again whole)."""
-    return _delete(job, target, "job_id = %(job)s")
-
-
-def _delete(job: Job, target: Target, which: str) -> int:
-    """Delete entries of the target's module, type and source (their emissions go with
-    them: the cascade of migration 0002)."""
+    between attempts is loaded again whole). They were never read: the load is not
+    current yet."""
     with transaction.atomic():
         locks.lock_module(target.module_id)
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"DELETE FROM factors_dataentry WHERE module_id = %(module)s "
-                f"AND data_entry_type = %(type)s AND source = %(source)s AND {which}",
-                {"module": target.module_id, "type": target.data_entry_type,
-                 "source": target.source, "job": job.pk})
+            cursor.execute("DELETE FROM factors_dataentry WHERE module_id = %s "
+                           "AND data_entry_type = %s AND job_id = %s",
+                           [target.module_id, target.data_entry_type, job.pk])
             deleted = cursor.rowcount
         hold_lease(job)
     return deleted

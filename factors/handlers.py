@@ -22,6 +22,7 @@ module recalculations are open to API clients (``factors.payloads``).
 from __future__ import annotations
 
 import io
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
@@ -30,9 +31,11 @@ import jobs
 from factors import (
     aggregation,
     catalog,
+    conf,
     csv_schemas,
     emissions,
     entry_ingest,
+    entry_loads,
     factor_ingest,
     json_rows,
     payloads,
@@ -101,12 +104,12 @@ def _platform_only(ctx: jobs.JobContext) -> None:
 
 @jobs.handler("factors.csv_ingest", atomic=False, max_attempts=5, backoff=RETRY)
 def csv_ingest(ctx: jobs.JobContext) -> dict[str, Any]:
-    """Load a staged CSV upload into entries, then replace the earlier CSV entries of the
-    module and type; chains the module's recalculation."""
+    """Load a staged CSV upload into entries, as a load no reader sees yet; chains the
+    module's closing recalculation, which makes the load current in place of the earlier
+    CSV entries of the module and type (``factors.entry_loads``)."""
     target = _target(ctx, "csv")
     upload = _upload(ctx, Upload.Kind.ENTRIES)
     result = entry_ingest.load(ctx.job, target, upload, first_row=2, progress=ctx.progress)
-    result.replaced = entry_ingest.replace_earlier(ctx.job, target)
     staging.discard(upload)
     _chain_recalc(ctx, target)
     return result.as_dict()
@@ -122,7 +125,6 @@ def api_ingest(ctx: jobs.JobContext) -> dict[str, Any]:
         # A source can change between attempts: an earlier attempt's rows go, all load.
         entry_ingest.forget_partial(ctx.job, target)
         result = entry_ingest.load(ctx.job, target, upload, first_row=1, progress=ctx.progress)
-        result.replaced = entry_ingest.replace_earlier(ctx.job, target)
     finally:
         staging.discard(upload)  # a retry reads the source again
     _chain_recalc(ctx, target)
@@ -146,7 +148,8 @@ def _staged_api_entries(ctx: jobs.JobContext, target: entry_ingest.Target) -> st
 
 def _chain_recalc(ctx: jobs.JobContext, target: entry_ingest.Target) -> None:
     """Chain the recalculation that closes the ingest: it covers what the chunks queued
-    during the load did not, then aggregates (``factors.recalc_chunks``)."""
+    during the load did not, makes the load current, then aggregates
+    (``factors.recalc_chunks``, ``factors.entry_loads``)."""
     scope = emissions.Scope(target.data_entry_type, module_id=target.module_id)
     ctx.chain("factors.emission_recalc", recalc_chunks.closing_payload(scope, ctx.job),
               concurrency_key=services.recalc_key(target.data_entry_type, target.module_id))
@@ -166,18 +169,21 @@ def emission_recalc(ctx: jobs.JobContext) -> dict[str, Any]:
         _module(ctx, scope.module_id)
     elif ctx.tenant_id is not None:
         raise jobs.PermanentError("a tenant's recalculation covers one of its modules; name it")
-    if "closes" in ctx.payload:
-        scope = recalc_chunks.closing_scope(ctx.job, scope, int(ctx.payload["closes"]))
+    closes = int(ctx.payload["closes"]) if "closes" in ctx.payload else None
+    if closes is not None:
+        scope = recalc_chunks.closing_scope(ctx.job, scope, closes)
     result = emissions.recalculate(scope, ctx.job, progress=ctx.progress)
     if "chunk_of" in ctx.payload:
         return {"scope": scope.describe(), "chunk_of": ctx.payload["chunk_of"], **result.as_dict()}
+    switched = {} if closes is None else entry_loads.make_current(
+        ctx.job, closes, module_id=scope.module_id).as_dict()
     tenants = dict(ReportModule.objects.filter(pk__in=result.modules)
                    .values_list("pk", "report__unit__tenant_id"))
     for module_id in sorted(tenants):
         key = services.aggregation_key(module_id)
         ctx.chain("factors.aggregation", {"module": module_id}, unique_key=key,
                   concurrency_key=key, tenant=tenants[module_id])
-    return {"scope": scope.describe(), **result.as_dict()}
+    return {"scope": scope.describe(), **result.as_dict(), **switched}
 
 
 # --- aggregation: stats only -----------------------------------------------------------------------
@@ -192,6 +198,22 @@ def aggregate(ctx: jobs.JobContext) -> dict[str, Any]:
         # Deleted since it was queued (or never this tenant's): nothing to aggregate.
         return {"module": ctx.payload.get("module"), "skipped": "the module no longer exists"}
     return aggregation.recompute_module(module.pk, job_id=ctx.job.pk)
+
+
+# --- retention ----------------------------------------------------------------------------------
+
+
+@jobs.handler("factors.prune_loads", queue="maintenance", max_attempts=3, atomic=False)
+def prune_loads(ctx: jobs.JobContext) -> dict[str, Any]:
+    """Delete the rows of ingests nobody will read (scheduled hourly; an operator's
+    admin action names loads and removes them without waiting out their age)."""
+    _platform_only(ctx)
+    only = ctx.payload.get("loads")
+    if only is not None:
+        if not isinstance(only, list) or not all(isinstance(i, int) for i in only):
+            raise jobs.PermanentError("loads: a list of ingest job ids")
+        return entry_loads.prune(older_than=timedelta(0), only=only).as_dict()
+    return entry_loads.prune(older_than=conf.abandoned_load_age()).as_dict()
 
 
 # --- factors and units ------------------------------------------------------------------------------

@@ -8,9 +8,10 @@ by id, so no two writers wait on each other in a cycle:
   totals and write stats, one at a time per module;
 - each batch of the recalculation takes ``FOR SHARE`` on the modules of its entries:
   several recalculations share a module, but never with an edit or an aggregation;
-- the ingest's final step (deleting the replaced entries) takes ``FOR NO KEY UPDATE``,
-  so no recalculation batch is between its read of an entry and the insert that
-  references it when the entry goes.
+- making an ingest's load current, and deleting the rows of a load that is replaced or
+  abandoned (``factors.entry_loads``), take ``FOR NO KEY UPDATE``, so no recalculation
+  batch is between its read of an entry and the insert that references it when the
+  entry goes, and no aggregation sums while the module's entries change sides.
 
 Why this makes stats right: the aggregation recomputes a module's stats in one
 transaction that holds the lock from before its sums until its commit. A recalculation

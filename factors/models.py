@@ -130,6 +130,14 @@ class ReportModule(models.Model):
         return f"{self.report} {self.get_module_type_display()}"
 
 
+class DataEntryQuerySet(models.QuerySet["DataEntry"]):
+    def current(self) -> DataEntryQuerySet:
+        """The entries readers see: manual ones, and bulk ones of a current load (see
+        ``EntryLoad``); rows of a load still in progress, abandoned or replaced are left out."""
+        loads = EntryLoad.objects.filter(state=EntryLoad.State.CURRENT).values("job_id")
+        return self.filter(Q(job__isnull=True) | Q(job_id__in=loads))
+
+
 class DataEntry(models.Model):
     """One reported activity: a quantity of a data-entry type, classified."""
 
@@ -171,6 +179,8 @@ class DataEntry(models.Model):
     created_at = models.DateTimeField("created", db_default=Now())
     updated_at = models.DateTimeField("updated", db_default=Now())
 
+    objects = DataEntryQuerySet.as_manager()
+
     class Meta:
         verbose_name_plural = "data entries"
         ordering = ["id"]
@@ -202,6 +212,68 @@ class DataEntry(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.data_entry_type} {self.quantity} {self.unit}"
+
+
+class EntryLoad(models.Model):
+    """The rows one bulk ingest wrote, and whether readers see them.
+
+    A bulk entry names the ingest job that wrote it; this row, keyed by that job, says
+    whether its rows are read. A load is *loading* while its ingest writes and until its
+    closing recalculation has priced every row; it then becomes *current* in one
+    transaction that also marks the module's previous load of the same type and source
+    *replaced*. Readers see manual entries and the rows of current loads only
+    (``DataEntry.objects.current()``), so an ingest killed, failed or cancelled at any
+    point is never half-read: its rows stay out of sight until retention deletes them
+    (``factors.entry_loads``).
+    """
+
+    class State(models.TextChoices):
+        LOADING = "loading", "Loading (not read)"
+        CURRENT = "current", "Current"
+        REPLACED = "replaced", "Replaced (not read)"
+
+    job = models.OneToOneField(
+        "jobs.Job", verbose_name="ingest job", primary_key=True, on_delete=models.DO_NOTHING,
+        db_constraint=False, related_name="+",
+        help_text="The ingest that wrote the rows; kept as a plain id once the job is pruned.")
+    module = models.ForeignKey(ReportModule, verbose_name="module", on_delete=models.CASCADE,
+                               related_name="+")
+    data_entry_type = models.CharField("type", max_length=20, choices=DataEntryType.choices)
+    source = models.CharField("source", max_length=10, choices=[
+        (DataEntry.Source.CSV, DataEntry.Source.CSV.label),
+        (DataEntry.Source.API, DataEntry.Source.API.label)])
+    state = models.CharField("state", max_length=10, choices=State.choices,
+                             default=State.LOADING)
+    created_at = models.DateTimeField("started", default=timezone.now)
+    current_since = models.DateTimeField("current since", null=True, blank=True)
+    replaced_at = models.DateTimeField("replaced", null=True, blank=True)
+
+    class Meta:
+        ordering = ["-job_id"]
+        constraints = [
+            # What makes a re-upload a replacement: one load read per module, type and
+            # source. Also the index of the switch's "which load is current here".
+            models.UniqueConstraint(fields=["module", "data_entry_type", "source"],
+                                    condition=Q(state="current"), name="load_one_current"),
+            models.CheckConstraint(name="load_state_valid",
+                                   condition=Q(state__in=["loading", "current", "replaced"])),
+            models.CheckConstraint(name="load_source_bulk", condition=Q(source__in=["csv", "api"])),
+            models.CheckConstraint(name="load_type_valid",
+                                   condition=Q(data_entry_type__in=DataEntryType.values)),
+            models.CheckConstraint(
+                name="load_dates_follow_state",
+                condition=Q(state="loading", current_since__isnull=True)
+                | Q(state="current", current_since__isnull=False, replaced_at__isnull=True)
+                | Q(state="replaced", current_since__isnull=False, replaced_at__isnull=False)),
+        ]
+        indexes = [
+            # Retention's scan: what is not current.
+            models.Index(fields=["created_at"], name="load_not_current_idx",
+                         condition=~Q(state="current")),
+        ]
+
+    def __str__(self) -> str:
+        return f"load of job {self.job_id} ({self.get_state_display()})"
 
 
 class EmissionFactorQuerySet(models.QuerySet["EmissionFactor"]):

@@ -42,7 +42,8 @@ from jobs.models import Job
 __all__ = [
     "AlreadyRunning", "CleanEntry", "Dispatched", "EntryChange", "InvalidRequest",
     "UploadRejected", "clean_entry", "create_entry", "delete_entry", "dispatch_csv",
-    "ingest_from_api", "open_report", "recalculate_emissions", "recompute_stats", "sync_units",
+    "ingest_from_api", "open_report", "recalculate_emissions", "recompute_stats", "remove_loads",
+    "sync_units",
     "update_entry", "upload_factors",
 ]
 
@@ -266,6 +267,14 @@ def recalculate_emissions(data_entry_type: str, *, year: int | None = None,
     if queued.created:
         _link_modules_of(queued.job, spec.module_type, year)
     return Dispatched(queued.job, created=queued.created)
+
+
+def remove_loads(ingest_ids: list[int], *, actor: Actor = None) -> Job:
+    """Queue the removal of these ingests' rows now, without waiting out the abandoned
+    loads' age: those replaced, or whose pipeline is over without making them current.
+    Current loads and loads an ingest is still writing are kept."""
+    return jobs.enqueue("factors.prune_loads", {"loads": sorted(set(ingest_ids))},
+                        created_by=actor_user(actor))
 
 
 @transaction.atomic

@@ -364,6 +364,10 @@ JOBS_TENANT_SHARE = env_float("JOBS_TENANT_SHARE", 0.5)
 JOBS_HANDLER_TIMEOUT_SECONDS = env_float("JOBS_HANDLER_TIMEOUT_SECONDS", 1800)
 JOBS_STUCK_GRACE_SECONDS = env_float("JOBS_STUCK_GRACE_SECONDS", 30)
 JOBS_HANDLER_MODULES = env_list("JOBS_HANDLER_MODULES", [])
+# Periodic jobs besides the engine's own prune (jobs/schedules.py).
+JOBS_SCHEDULES = {
+    "prune-entry-loads": {"job": "factors.prune_loads", "cron": "47 * * * *"},
+}
 
 # The CO2 calculator's bulk path (factors/conf.py holds the defaults and their meaning):
 # batch sizes and the HTTP sources' body bound can be tuned without a code change.
@@ -379,8 +383,9 @@ if os.environ.get("FACTORS_UPLOAD_DIR"):
 # public internet addresses, unless listed here (CIDRs and host names, comma-separated).
 INTAKE_HTTP_ALLOW = env_list("INTAKE_HTTP_ALLOW", [])
 # The CO2 calculator's HTTP sources: connect timeout and total deadline (seconds), and
-# the body's size bound (FACTORS_HTTP_MAX_BYTES, above).
-for _name in ("HTTP_CONNECT_SECONDS", "HTTP_DEADLINE_SECONDS"):
+# the body's size bound (FACTORS_HTTP_MAX_BYTES, above); hours a failed ingest's unread
+# rows are kept for a retry before retention deletes them.
+for _name in ("HTTP_CONNECT_SECONDS", "HTTP_DEADLINE_SECONDS", "ABANDONED_LOAD_HOURS"):
     if f"FACTORS_{_name}" in os.environ:
         globals()[f"FACTORS_{_name}"] = env_float(f"FACTORS_{_name}", 0.0)
 

@@ -1,0 +1,187 @@
+"""A bulk ingest is all or nothing for readers.
+
+An ingest's rows go into the entries table as they are loaded, batch by batch, but as a
+*load* (``EntryLoad``, keyed by the ingest job) that no reader sees: the report's stats,
+the API, the admin and interactive edits read manual entries and the rows of *current*
+loads only. The ingest's closing recalculation, once every row of the load has its
+emission, makes the load current and the module's previous load of the same type and
+source *replaced*, in one short transaction; it then deletes the replaced rows.
+
+So a killed worker, a failed or cancelled ingest, or a closing recalculation that fails
+for good, leaves the previous entries and stats exactly as they were. The rows of a load
+that will never become current are deleted by retention (``prune``) once every job of
+its pipeline has been finished for ``FACTORS_ABANDONED_LOAD_HOURS``: until then an
+operator's retry of the failed job resumes the load where it stopped.
+
+Locks, in the order of ``factors.locks``: the module first, then the load row. The
+switch and the deletions hold the module's lock, so no recalculation batch is between
+its read of an entry and the emission it writes for it when the entry goes. An ingest
+starting (``begin``) locks only its load row, which retention locks before it deletes a
+load's rows: a retried ingest either finds its rows whole or finds none.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+
+import jobs
+from factors import locks
+from factors.fence import hold_lease
+from factors.models import EntryLoad
+from jobs import clock
+from jobs.models import Job
+
+logger = logging.getLogger(__name__)
+
+#: ``DataEntry.objects.current()`` in SQL, for the entries ``d`` of the module given as
+#: ``%(module)s``: the module's current loads are read once (an InitPlan), not per row.
+CURRENT_IN_MODULE = ("(d.job_id IS NULL OR d.job_id = ANY(ARRAY(SELECT l.job_id "
+                     "FROM factors_entryload l WHERE l.module_id = %(module)s "
+                     "AND l.state = 'current')))")
+
+
+def begin(job: Job, module_id: int, data_entry_type: str, source: str) -> None:
+    """Open the load of an ingest attempt, or resume its own; refuses a load that was
+    already made current (the ingest's rows are read: writing more would change them)."""
+    with transaction.atomic():
+        load, _ = EntryLoad.objects.select_for_update().get_or_create(
+            job_id=job.pk, defaults={"module_id": module_id, "data_entry_type": data_entry_type,
+                                     "source": source})
+        if load.state != EntryLoad.State.LOADING:
+            raise jobs.PermanentError(f"the rows of job {job.pk} are already {load.state}; "
+                                      "an ingest never writes into a load that is read")
+        hold_lease(job)
+
+
+@dataclass(frozen=True)
+class Switch:
+    """What making a load current did."""
+
+    load: EntryLoad
+    replaced: int  # rows of earlier loads deleted
+
+    def as_dict(self) -> dict[str, int]:
+        return {"made_current": self.load.job_id, "replaced": self.replaced}
+
+
+def make_current(job: Job, ingest_id: int, *, module_id: int | None) -> Switch:
+    """Make the load of ``ingest_id`` the one readers see, then delete the rows it
+    replaces. ``job`` is the closing recalculation (fenced by its lease). Idempotent: a
+    retry after a crash finds the load current and finishes the deletions. The load must
+    be of ``module_id``, the module the recalculation was checked to cover."""
+    with transaction.atomic():
+        found = EntryLoad.objects.filter(job_id=ingest_id).values_list("module_id", flat=True).first()
+        if found is None or found != module_id:
+            raise jobs.PermanentError(f"no rows of ingest {ingest_id} in module {module_id} (a "
+                                      "failed ingest's rows are removed after a while): upload "
+                                      "the file again")
+        locks.lock_module(found)
+        load = EntryLoad.objects.select_for_update().get(job_id=ingest_id)
+        if load.state == EntryLoad.State.REPLACED:
+            raise jobs.PermanentError(f"the rows of ingest {ingest_id} were already replaced by "
+                                      "a later upload")
+        if load.state == EntryLoad.State.LOADING:
+            now = clock.now()
+            EntryLoad.objects.filter(
+                module_id=load.module_id, data_entry_type=load.data_entry_type,
+                source=load.source, state=EntryLoad.State.CURRENT,
+            ).update(state=EntryLoad.State.REPLACED, replaced_at=now)
+            load.state, load.current_since = EntryLoad.State.CURRENT, now
+            load.save(update_fields=["state", "current_since"])
+        hold_lease(job)
+    replaced = EntryLoad.objects.filter(
+        module_id=load.module_id, data_entry_type=load.data_entry_type, source=load.source,
+        state=EntryLoad.State.REPLACED).values_list("job_id", flat=True)
+    deleted = sum(_delete_load(job_id, fence=job) or 0 for job_id in list(replaced))
+    return Switch(load, deleted)
+
+
+def _delete_load(job_id: int, *, cutoff: datetime | None = None, fence: Job | None = None
+                 ) -> int | None:
+    """Delete a load's rows (their emissions go with them: the cascade of migration 0002)
+    and the load itself, if it is replaced, or abandoned before ``cutoff``; None when
+    it is not (it became current, or a retry started loading it again meanwhile)."""
+    with transaction.atomic():
+        module_id = EntryLoad.objects.filter(job_id=job_id).values_list("module_id", flat=True).first()
+        if module_id is None:
+            return None
+        locks.lock_module(module_id)
+        load = EntryLoad.objects.select_for_update().filter(job_id=job_id).first()
+        if load is None or load.state == EntryLoad.State.CURRENT:
+            return None
+        if load.state == EntryLoad.State.LOADING and (cutoff is None
+                                                      or not _abandoned(job_id, cutoff)):
+            return None
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM factors_dataentry WHERE module_id = %s "
+                           "AND data_entry_type = %s AND job_id = %s",
+                           [load.module_id, load.data_entry_type, job_id])
+            deleted = cursor.rowcount
+        load.delete()
+        if fence is not None:
+            hold_lease(fence)
+    return deleted
+
+
+# --- retention -------------------------------------------------------------------------------------
+
+_ABANDONED = """
+NOT EXISTS (SELECT 1 FROM jobs_job i JOIN jobs_job p ON p.pipeline_id = i.pipeline_id
+            WHERE i.id = {load}.job_id AND (p.state IN ('pending', 'running')
+                                            OR p.finished_at IS NULL OR p.finished_at > %(cutoff)s))
+"""
+
+
+def _abandoned(job_id: int, cutoff: datetime) -> bool:
+    """Whether a loading load will never become current: every job of its ingest's
+    pipeline finished before ``cutoff`` (or the ingest job is pruned)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {_ABANDONED.format(load='l')} FROM factors_entryload l "
+                       "WHERE l.job_id = %(job)s", {"job": job_id, "cutoff": cutoff})
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+@dataclass(frozen=True)
+class Pruned:
+    loads: int
+    rows: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"loads": self.loads, "rows": self.rows}
+
+
+def removable(*, older_than: timedelta) -> list[int]:
+    """Loads whose rows nobody will read: replaced ones, and loading ones whose pipeline
+    has been over for ``older_than`` (a failed or cancelled ingest, or one whose closing
+    recalculation failed)."""
+    cutoff = clock.now() - older_than
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT l.job_id FROM factors_entryload l WHERE l.state <> 'current' AND "
+            f"(l.state = 'replaced' OR {_ABANDONED.format(load='l')}) ORDER BY l.job_id",
+            {"cutoff": cutoff})
+        return [row[0] for row in cursor.fetchall()]
+
+
+def prune(*, older_than: timedelta, only: list[int] | None = None) -> Pruned:
+    """Delete the rows of every removable load (of ``only``, if given), one load per
+    transaction. Each deletion checks again, under the load's lock, that the load is
+    still removable, so a retry that has just started is never cut short."""
+    cutoff = clock.now() - older_than
+    wanted = None if only is None else set(only)
+    loads = rows = 0
+    for job_id in removable(older_than=older_than):
+        if wanted is not None and job_id not in wanted:
+            continue
+        deleted = _delete_load(job_id, cutoff=cutoff)
+        if deleted is None:
+            continue
+        loads, rows = loads + 1, rows + deleted
+        logger.info("entry load of job %s removed with %s rows", job_id, deleted,
+                    extra={"job": job_id, "rows": deleted})
+    return Pruned(loads, rows)

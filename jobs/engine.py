@@ -317,7 +317,7 @@ def claim(worker: str, *, limit: int, queues: Sequence[str] = (),
 
     Unkeyed jobs are claimed by one statement (``jobs.sql.claim``): ``SELECT … FOR UPDATE
     SKIP LOCKED`` (concurrent claimers skip each other's rows instead of waiting), the
-    update with the attempt count and lease, and the history rows, all or nothing. A job
+    update of state and lease, and the history rows, all or nothing. A job
     with a concurrency key also becomes ``is_current`` for its key, in a transaction of
     its own; a concurrent claimer of the same key trips ``job_one_current_per_key`` and
     leaves the job alone. A tenant holding its share of the workers (``TENANT_SHARE``)
@@ -437,6 +437,16 @@ def start(jobs: Sequence[Job], token: uuid.UUID) -> set[int]:
     return set(attempts)
 
 
+def unstart(job_ids: Iterable[int], token: uuid.UUID) -> int:
+    """Give back the attempts ``start`` counted for jobs whose handlers did not run after
+    all (they stay claimed, to be started again later); returns how many."""
+    ids = list(job_ids)
+    if not ids:
+        return 0
+    return Job.objects.filter(pk__in=ids, state=State.RUNNING, lease_token=token).update(
+        attempts=F("attempts") - 1)
+
+
 # --- outcomes of an attempt ------------------------------------------------------------
 
 
@@ -502,10 +512,14 @@ def lock_running(jobs: Sequence[Job], token: uuid.UUID) -> set[int]:
     rows it holds locked), and a worker frozen inside it must not hold them longer."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("lock_running needs a transaction to hold the locks")
-    idle = min(_lease_for(job.type) for job in jobs) if jobs else conf.lease_seconds()
-    cursor = sql.execute(sql.lock_running(), {"ids": [job.pk for job in jobs], "token": token,
-                                              "idle_ms": int(idle * 1000)})
+    sql.execute(sql.bound_idle_transaction(), {"idle_ms": int(group_idle_bound(jobs) * 1000)})
+    cursor = sql.execute(sql.lock_running(), {"ids": [job.pk for job in jobs], "token": token})
     return {row[0] for row in cursor.fetchall()}
+
+
+def group_idle_bound(jobs: Sequence[Job]) -> float:
+    """Seconds a group's transaction may sit idle: the shortest lease of its jobs."""
+    return min(_lease_for(job.type) for job in jobs) if jobs else conf.lease_seconds()
 
 
 def complete_locked(successes: Sequence[Success], token: uuid.UUID, *, worker: str = "") -> None:
@@ -601,14 +615,14 @@ def release(jobs: Sequence[Job], token: uuid.UUID, *, worker: str = "",
     now = clock.now()
     counted = set(started)
     with transaction.atomic():
+        # Locked as they are read: a reaper, an operator or another worker must not take a
+        # job between this read and the updates, or the update would take it from them.
         ids = [job.pk for job in jobs]
-        released = list(
-            Job.objects.filter(pk__in=ids, state=State.RUNNING, lease_token=token)
-            .values_list("pk", flat=True)
-        )
-        Job.objects.filter(pk__in=[pk for pk in released if pk not in counted]).update(
+        held = Job.objects.filter(pk__in=ids, state=State.RUNNING, lease_token=token)
+        released = list(held.select_for_update().order_by("pk").values_list("pk", flat=True))
+        held.filter(pk__in=[pk for pk in released if pk not in counted]).update(
             state=State.PENDING, **NO_LEASE)
-        Job.objects.filter(pk__in=[pk for pk in released if pk in counted]).update(
+        held.filter(pk__in=[pk for pk in released if pk in counted]).update(
             state=State.PENDING, attempts=F("attempts") - 1, **NO_LEASE)
         JobEvent.objects.bulk_create(
             JobEvent(job_id=pk, at=now, kind=Kind.RELEASED, from_state=State.RUNNING,

@@ -124,8 +124,8 @@ class Heartbeat:
         """Refresh the worker's row, or write it if it is missing."""
         updated = Worker.objects.filter(name=self.holder.name).update(
             last_seen_at=clock.now(), jobs_done=self.holder.jobs_done)
-        if updated:
-            return
+        if updated or (self._started_at is not None and self.done.is_set()):
+            return  # a stopping worker's row was just unregistered: it must stay gone
         if self._started_at is not None:
             logger.warning("worker %s: its row was gone (reaped as dead); registering again",
                            self.holder.name, extra={"worker": self.holder.name})

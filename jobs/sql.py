@@ -328,20 +328,23 @@ def lock_running() -> str:
     and return their ids. While this transaction holds them nobody can rescue, cancel or
     recover those jobs, so their completion later in it cannot be fenced out.
 
-    The same statement bounds how long the transaction may sit idle between statements
-    (``%(idle_ms)s``, for this transaction only): a worker frozen inside it (stopped,
+    Taken after ``bound_idle_transaction``, which bounds how long the transaction may sit
+    idle between statements (for this transaction only): a worker frozen inside it (stopped,
     swapped out, its host hung) would otherwise hold the locks, and keep the reaper from
     its jobs, until TCP gave up on it. PostgreSQL ends such a session; the locks go with
     it, and the jobs are rescued once their leases lapse."""
     return """
-WITH bounded AS (
-    SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s::text, true)
-)
-SELECT j.id FROM jobs_job j, bounded
+SELECT j.id FROM jobs_job j
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = 'running' AND j.lease_token = %(token)s
 ORDER BY j.id
 FOR UPDATE OF j
 """
+
+
+def bound_idle_transaction() -> str:
+    """For the rest of this transaction, end the session if it sits idle between
+    statements longer than ``%(idle_ms)s`` (``lock_running``)."""
+    return "SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s::text, true)"
 
 
 def heartbeat() -> str:

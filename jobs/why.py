@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils.timesince import timeuntil
 
 from jobs import clock, registry
@@ -51,7 +51,8 @@ def _why_running(job: Job, now: datetime) -> str:
     if expired:
         lease = f"its lease expired at {job.lease_expires_at:%H:%M:%S}"
         if rescuer:
-            return f"{where}, but {lease}; a live worker's reaper will rescue it within seconds"
+            return (f"{where}, but {lease}; the reaper of a live worker rescues it between "
+                    f"that worker's batches, or recover it now with {by_hand}")
         return (f"{where}, but {lease} and no worker is alive to rescue it: starting the "
                 f"cluster (manage.py qcluster) will, as will manage.py jobs_recover_stale; "
                 f"or recover it with {by_hand}")
@@ -83,8 +84,11 @@ def _why_pending(job: Job, now: datetime) -> str:
                   .exclude(pk=job.pk).values_list("pk", "tenant_id").first())
         if holder is not None:
             return f"its concurrency key {job.concurrency_key!r} is held by {_whose(job, holder)}"
+        # As the claim sees the key's queue: an earlier job waiting on its parent does
+        # not go first.
         ahead_of_it = (Job.objects.due(now).filter(concurrency_key=job.concurrency_key,
                                                    key_scope=job.key_scope, pk__lt=job.pk)
+                       .filter(Q(parent__isnull=True) | Q(parent__state=Job.State.SUCCEEDED))
                        .order_by("id").values_list("pk", "tenant_id").first())
         if ahead_of_it is not None:
             return (f"jobs of its concurrency key {job.concurrency_key!r} run in the order "

@@ -101,6 +101,7 @@ class EngineWorker:
         # Claimed jobs known not to have run, to hand back once the database answers, and
         # which of them had their attempts counted (given back with them).
         self._unstarted: tuple[uuid.UUID, list[Job], set[int]] | None = None
+        self._group_seconds: float | None = None  # a group's handlers' time limit
         self._last_reap = 0.0
         # How long each type's handler took last time: fast ones share commits.
         self._durations: dict[str, float] = {}
@@ -133,6 +134,9 @@ class EngineWorker:
                     label_connection(f"conveyor engine {self.name}")
                     self.maybe_reap()
                     ran = self.run_once()
+                    if not ran and not exit_when_idle:
+                        self._idle_wait()
+                    self._recycle_connection()
                 except Exception as error:
                     # A lost connection (database restart, failover) or any other error
                     # of a step: close, wait, try again. Jobs of a failed batch that never
@@ -141,11 +145,8 @@ class EngineWorker:
                     step_failed(self.name, "claim loop", error, failures, self.stopping)
                     continue
                 failures.succeeded()
-                if not ran:
-                    if exit_when_idle:
-                        break
-                    self._idle_wait()
-                self._recycle_connection()
+                if not ran and exit_when_idle:
+                    break
         finally:
             self._wind_down(beat)
 
@@ -206,7 +207,7 @@ class EngineWorker:
                     self._unstarted = (batch.token, batch.jobs[ran:], set(self._started))
                     break
                 ran += self._run_group(batch.jobs[ran:], batch.token)
-        except Exception:
+        except BaseException:  # SystemExit from a handler too: what never started goes back
             self._unstarted = (batch.token, self._not_started(batch.jobs), set(self._started))
             raise
         finally:
@@ -300,21 +301,31 @@ class EngineWorker:
         deadline = time.monotonic() + conf.group_commit_seconds()
         successes: list[engine.Success] = []
         count = 0
-        with transaction.atomic():
-            # Locked, the group's jobs cannot be fenced out before this commits: their
-            # successes are recorded together at the end, in one statement.
-            owned = engine.lock_running(group, token)
-            for job in group:
-                if count and (self.stopping.is_set() or time.monotonic() > deadline
-                              or not self._groupable(job, fast)):
-                    break
-                count += 1
-                if job.pk not in self._started:
-                    self._forget(job)  # taken away before it started: it must not run
-                    continue
-                # A job fenced out since it started runs as if alone: its success is refused.
-                self._run_and_forget(job, token, successes if job.pk in owned else None)
-            engine.complete_locked(successes, token, worker=self.name)
+        # A handler of the group is interrupted well before PostgreSQL would end the
+        # session for idling (``lock_running``): only its own savepoint is lost then,
+        # not the whole group's work.
+        self._group_seconds = engine.group_idle_bound(group) / 2
+        try:
+            with transaction.atomic():
+                # Locked, the group's jobs cannot be fenced out before this commits: their
+                # successes are recorded together at the end, in one statement.
+                owned = engine.lock_running(group, token)
+                for job in group:
+                    if count and (self.stopping.is_set() or time.monotonic() > deadline
+                                  or not self._groupable(job, fast)):
+                        break
+                    count += 1
+                    if job.pk not in self._started:
+                        self._forget(job)  # taken away before it started: it must not run
+                        continue
+                    # Fenced out since it started: it runs as if alone, its success refused.
+                    self._run_and_forget(job, token, successes if job.pk in owned else None)
+                # Those the group closed before reaching get their attempts back with
+                # its commit: they start again (and count again) in a later group.
+                self._uncount(group[count:], token)
+                engine.complete_locked(successes, token, worker=self.name)
+        finally:
+            self._group_seconds = None
         return count
 
     def _count_starts(self, jobs: list[Job], token: uuid.UUID) -> None:
@@ -322,6 +333,15 @@ class EngineWorker:
         started = engine.start(jobs, token)
         with self._lock:
             self._started |= started
+
+    def _uncount(self, jobs: list[Job], token: uuid.UUID) -> None:
+        """Give back the counted attempts of ``jobs``, which did not start after all."""
+        counted = [job for job in jobs if job.pk in self._started]
+        engine.unstart([job.pk for job in counted], token)
+        with self._lock:
+            self._started -= {job.pk for job in counted}
+        for job in counted:
+            job.attempts -= 1
 
     def _groupable(self, job: Job, fast: float) -> bool:
         """Atomic, and its handler took less than ``fast`` seconds last time."""
@@ -435,6 +455,8 @@ class EngineWorker:
                  successes: list[engine.Success] | None) -> None:
         started = time.perf_counter()
         seconds = handler.timeout or conf.handler_timeout_seconds()
+        if successes is not None and self._group_seconds is not None:
+            seconds = min(seconds, self._group_seconds)
         try:
             result = self._time_limits.call(lambda: handler(ctx), seconds=seconds,
                                             job_id=ctx.job.pk)

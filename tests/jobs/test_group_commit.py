@@ -101,3 +101,37 @@ def test_a_heartbeat_skips_rows_an_open_group_holds_instead_of_waiting():
     with row_locked(job):
         assert engine.heartbeat(batch.token, [job.pk]) == 0
     assert engine.heartbeat(batch.token, [job.pk]) == 1
+
+
+def test_jobs_a_group_closes_before_reaching_keep_their_attempts(hits_table, settings):
+    worker = warmed_worker()
+    settings.JOBS_GROUP_COMMIT_SECONDS = 1e-9  # the group closes after its first job
+    ids = engine.enqueue_many("tests.group_write", [{}] * 5)
+    batch = engine.claim(worker.name, limit=10)
+    for job in batch.jobs:
+        worker._held.add(job.pk)
+
+    assert worker._run_group(batch.jobs, batch.token) == 1
+
+    # Committed with the group: a worker dying now has spent nothing for the other four.
+    assert dict(Job.objects.filter(pk__in=ids).values_list("pk", "attempts")) == {
+        ids[0]: 1, **{pk: 0 for pk in ids[1:]}}
+    assert worker._started == {ids[0]}
+    assert worker._run_group(batch.jobs[1:], batch.token) == 1  # counted again as it starts
+    assert Job.objects.get(pk=ids[1]).attempts == 1
+
+
+def test_a_grouped_handler_has_half_the_lease_before_it_is_interrupted(hits_table, settings):
+    settings.JOBS_LEASE_SECONDS = 6
+    seen: list[float] = []
+    worker = warmed_worker()
+    real = worker._time_limits.call
+
+    def call(func, *, seconds, job_id):
+        seen.append(seconds)
+        return real(func, seconds=seconds, job_id=job_id)
+
+    worker._time_limits.call = call
+    engine.enqueue_many("tests.group_write", [{}] * 3)
+    assert worker.run_once() == 3
+    assert seen == [3.0, 3.0, 3.0]

@@ -87,8 +87,9 @@ def test_an_expired_lease_with_a_live_worker_is_left_to_its_reaper(clock):
     live_worker(clock, name="host:10")
 
     assert explain(job) == (f"running on host:9, but its lease expired at "
-                            f"{job.lease_expires_at:%H:%M:%S}; a live worker's reaper will "
-                            f"rescue it within seconds")
+                            f"{job.lease_expires_at:%H:%M:%S}; the reaper of a live worker "
+                            f"rescues it between that worker's batches, or recover it now with "
+                            f"the admin's Recover action or POST /api/jobs/{job.pk}/recover/")
 
 
 def test_an_expired_lease_with_no_live_worker_says_nothing_will_rescue_it_and_what_would(clock):

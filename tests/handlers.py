@@ -192,10 +192,13 @@ def fast_or_blocked(ctx: jobs.JobContext) -> str:
 @jobs.handler("tests.fast_or_pausing", max_attempts=3, backoff=Fixed(seconds=0))
 def fast_or_pausing(ctx: jobs.JobContext) -> str:
     """Fast, so that the worker groups it with other fast jobs; with ``pause``, it marks
-    that it started and then pauses inside its group's transaction."""
+    that it started and then pauses inside its group's transaction (in short sleeps, so
+    that its time limit can interrupt it)."""
     if ctx.payload.get("pause") and ctx.attempt == 1:
         Path(ctx.payload["started"]).write_text(str(os.getpid()))
-        time.sleep(ctx.payload["pause"])
+        until = time.monotonic() + ctx.payload["pause"]
+        while time.monotonic() < until:
+            time.sleep(0.02)
     with connection.cursor() as cursor:
         cursor.execute("INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, %s) "
                        "ON CONFLICT DO NOTHING", [ctx.job.pk, os.getpid()])

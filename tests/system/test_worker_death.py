@@ -179,7 +179,9 @@ def test_jobs_claimed_but_not_started_by_a_killed_worker_spend_no_attempt(
 def test_a_worker_frozen_inside_a_commit_group_loses_its_locks_and_its_jobs_are_rescued(
         processes, hits_table, tmp_path):
     """A group holds its jobs' rows locked until it commits, and the reaper passes over
-    locked rows: PostgreSQL ends the frozen session after the lease, and the jobs go on."""
+    locked rows: PostgreSQL ends the frozen session after the lease, and the jobs go on.
+    Unfrozen, the pausing handler would be interrupted at its time limit (half the
+    lease) and the group would commit with no rescue: the freeze is what is tested."""
     warm_up = engine.enqueue_many("tests.fast_or_pausing", [{}] * 3)
     frozen = processes.manage("frozen", "jobs_worker", "--batch-size", "10",
                               env=processes.env(**FAST))
@@ -204,3 +206,24 @@ def test_a_worker_frozen_inside_a_commit_group_loses_its_locks_and_its_jobs_are_
         frozen.signal(signal.SIGKILL)
     # The frozen group's writes were rolled back with its session: each job wrote once.
     assert {pk: hits(pk) for pk in group} == {pk: [rescuer.pid] for pk in group}
+
+
+def test_a_slow_handler_inside_a_live_group_is_interrupted_not_rescued(
+        processes, hits_table, tmp_path):
+    """The same group, not frozen: the handler that turned slow is stopped at its time
+    limit (half the lease) and retried on its own; PostgreSQL never ends the session, so
+    the rest of the group commits and nothing is rescued."""
+    warm_up = engine.enqueue_many("tests.fast_or_pausing", [{}] * 3)
+    processes.manage("live", "jobs_worker", "--batch-size", "10", env=processes.env(**FAST))
+    wait_until(lambda: Job.objects.filter(pk__in=warm_up, state=Job.State.SUCCEEDED).count()
+               == 3, 30, "the warm-up jobs (the type is known fast now)")
+    group = engine.enqueue_many("tests.fast_or_pausing", [
+        {}, {"pause": 5, "started": str(tmp_path / "started")}, {}, {}])
+
+    wait_until(lambda: Job.objects.filter(pk__in=group, state=Job.State.SUCCEEDED).count()
+               == 4, 30, "the group to finish")
+    assert not JobEvent.objects.filter(job_id__in=group, kind=JobEvent.Kind.RESCUED).exists()
+    slow = Job.objects.get(pk=group[1])
+    assert slow.attempts == 2
+    failed = slow.events.get(kind=JobEvent.Kind.RETRY_SCHEDULED)
+    assert "HandlerTimeout" in failed.message

@@ -5,7 +5,9 @@ An ingest's rows go into the entries table as they are loaded, batch by batch, b
 the API, the admin and interactive edits read manual entries and the rows of *current*
 loads only. The ingest's closing recalculation, once every row of the load has its
 emission, makes the load current and the module's previous load of the same type and
-source *replaced*, in one short transaction; it then deletes the replaced rows.
+source *replaced*, and queues the module's aggregation, in one short transaction; it
+then deletes the replaced rows in batches. The latest upload wins: a load whose module
+already reads a later ingest's load is superseded instead of made current.
 
 So a killed worker, a failed or cancelled ingest, or a closing recalculation that fails
 for good, leaves the previous entries and stats exactly as they were. The rows of a load
@@ -23,6 +25,7 @@ load's rows: a retried ingest either finds its rows whole or finds none.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -36,6 +39,9 @@ from jobs import clock
 from jobs.models import Job
 
 logger = logging.getLogger(__name__)
+
+#: Rows of a replaced load deleted per transaction.
+DELETE_BATCH_ROWS = 20_000
 
 #: ``DataEntry.objects.current()`` in SQL, for the entries ``d`` of the module given as
 #: ``%(module)s``: the module's current loads are read once (an InitPlan), not per row.
@@ -59,71 +65,118 @@ def begin(job: Job, module_id: int, data_entry_type: str, source: str) -> None:
 
 @dataclass(frozen=True)
 class Switch:
-    """What making a load current did."""
+    """What the switch did: made the load current, or found a later upload's load
+    current already (the load is then superseded, and replaced at once)."""
 
     load: EntryLoad
-    replaced: int  # rows of earlier loads deleted
+    replaced: int  # rows of replaced loads deleted
+    superseded_by: int | None = None
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, int | None]:
+        if self.load.state == EntryLoad.State.REPLACED:
+            return {"superseded_by": self.superseded_by, "replaced": self.replaced}
         return {"made_current": self.load.job_id, "replaced": self.replaced}
 
 
-def make_current(job: Job, ingest_id: int, *, module_id: int | None) -> Switch:
+def make_current(job: Job, ingest_id: int, *, module_id: int | None,
+                 on_switch: Callable[[int], None]) -> Switch:
     """Make the load of ``ingest_id`` the one readers see, then delete the rows it
-    replaces. ``job`` is the closing recalculation (fenced by its lease). Idempotent: a
-    retry after a crash finds the load current and finishes the deletions. The load must
-    be of ``module_id``, the module the recalculation was checked to cover."""
+    replaces. ``job`` is the closing recalculation (fenced by its lease); the load must be
+    of ``module_id``, the module that job was checked to cover.
+
+    The latest upload wins, whichever closing recalculation ends first: a load whose
+    module already reads a later ingest's load is superseded instead. ``on_switch``
+    (given the module id) runs in the switching transaction: the caller queues the
+    module's aggregation there, so the stats follow the entries even if this job fails
+    afterwards. Idempotent: a retry finds the switch done and finishes the deletions.
+    """
     with transaction.atomic():
         found = EntryLoad.objects.filter(job_id=ingest_id).values_list("module_id", flat=True).first()
-        if found is None or found != module_id:
+        if found is not None and found == module_id:
+            locks.lock_module(found)
+        load = EntryLoad.objects.select_for_update().filter(job_id=ingest_id).first()
+        if load is None or load.module_id != module_id:
             raise jobs.PermanentError(f"no rows of ingest {ingest_id} in module {module_id} (a "
                                       "failed ingest's rows are removed after a while): upload "
                                       "the file again")
-        locks.lock_module(found)
-        load = EntryLoad.objects.select_for_update().get(job_id=ingest_id)
-        if load.state == EntryLoad.State.REPLACED:
-            raise jobs.PermanentError(f"the rows of ingest {ingest_id} were already replaced by "
-                                      "a later upload")
+        same = EntryLoad.objects.filter(module_id=load.module_id,
+                                        data_entry_type=load.data_entry_type, source=load.source)
+        current = same.select_for_update().filter(state=EntryLoad.State.CURRENT).first()
         if load.state == EntryLoad.State.LOADING:
             now = clock.now()
-            EntryLoad.objects.filter(
-                module_id=load.module_id, data_entry_type=load.data_entry_type,
-                source=load.source, state=EntryLoad.State.CURRENT,
-            ).update(state=EntryLoad.State.REPLACED, replaced_at=now)
-            load.state, load.current_since = EntryLoad.State.CURRENT, now
-            load.save(update_fields=["state", "current_since"])
+            if current is not None and current.job_id > load.job_id:
+                load.state, load.replaced_at = EntryLoad.State.REPLACED, now
+                load.save(update_fields=["state", "replaced_at"])
+            else:
+                if current is not None:
+                    current.state, current.replaced_at = EntryLoad.State.REPLACED, now
+                    current.save(update_fields=["state", "replaced_at"])
+                    current = None
+                load.state, load.current_since = EntryLoad.State.CURRENT, now
+                load.save(update_fields=["state", "current_since"])
+                on_switch(load.module_id)
         hold_lease(job)
-    replaced = EntryLoad.objects.filter(
-        module_id=load.module_id, data_entry_type=load.data_entry_type, source=load.source,
-        state=EntryLoad.State.REPLACED).values_list("job_id", flat=True)
-    deleted = sum(_delete_load(job_id, fence=job) or 0 for job_id in list(replaced))
-    return Switch(load, deleted)
+    replaced = list(same.filter(state=EntryLoad.State.REPLACED).values_list("job_id", flat=True))
+    deleted = sum(_delete_replaced(job_id, fence=job) for job_id in replaced)
+    superseded_by = current.job_id if current is not None and current.job_id != load.job_id else None
+    return Switch(load, deleted, superseded_by)
 
 
-def _delete_load(job_id: int, *, cutoff: datetime | None = None, fence: Job | None = None
-                 ) -> int | None:
-    """Delete a load's rows (their emissions go with them: the cascade of migration 0002)
-    and the load itself, if it is replaced, or abandoned before ``cutoff``; None when
-    it is not (it became current, or a retry started loading it again meanwhile)."""
+def _delete_rows(load: EntryLoad, limit: int | None = None) -> int:
+    """Delete rows of a load (their emissions go with them: the cascade of migration
+    0002), at most ``limit`` of them; returns how many."""
+    bound = "" if limit is None else f" AND id IN (SELECT id FROM factors_dataentry WHERE " \
+        f"module_id = %(module)s AND data_entry_type = %(type)s AND job_id = %(job)s LIMIT {int(limit)})"
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM factors_dataentry WHERE module_id = %(module)s "
+                       "AND data_entry_type = %(type)s AND job_id = %(job)s" + bound,
+                       {"module": load.module_id, "type": load.data_entry_type,
+                        "job": load.job_id})
+        return cursor.rowcount
+
+
+def _locked_load(job_id: int) -> EntryLoad | None:
+    """A load, locked after its module (the order of ``factors.locks``)."""
+    module_id = EntryLoad.objects.filter(job_id=job_id).values_list("module_id", flat=True).first()
+    if module_id is None:
+        return None
+    locks.lock_module(module_id)
+    return EntryLoad.objects.select_for_update().filter(job_id=job_id).first()
+
+
+def _delete_replaced(job_id: int, *, fence: Job | None = None) -> int:
+    """Delete a replaced load's rows, then the load, in batches of ``DELETE_BATCH_ROWS``:
+    each batch is a short transaction under the module's lock, so an edit or an
+    aggregation of the module waits for one batch, not for the whole deletion. Nothing
+    reads a replaced load, and nothing brings it back, so a crash between batches just
+    leaves the rest to the next attempt or to retention."""
+    deleted = 0
+    while True:
+        with transaction.atomic():
+            load = _locked_load(job_id)
+            if load is None or load.state != EntryLoad.State.REPLACED:
+                return deleted
+            batch = _delete_rows(load, DELETE_BATCH_ROWS)
+            if batch < DELETE_BATCH_ROWS:
+                load.delete()
+            if fence is not None:
+                hold_lease(fence)
+        deleted += batch
+        if batch < DELETE_BATCH_ROWS:
+            return deleted
+
+
+def _delete_abandoned(job_id: int, cutoff: datetime) -> int | None:
+    """Delete the rows of a load that will never become current, and the load, in one
+    transaction: an operator's retry of its ingest must find either all of its rows or
+    none (``begin`` waits for this lock). None when the load is not abandoned after all
+    (a retry started, or it became current)."""
     with transaction.atomic():
-        module_id = EntryLoad.objects.filter(job_id=job_id).values_list("module_id", flat=True).first()
-        if module_id is None:
+        load = _locked_load(job_id)
+        if load is None or load.state != EntryLoad.State.LOADING or not _abandoned(job_id, cutoff):
             return None
-        locks.lock_module(module_id)
-        load = EntryLoad.objects.select_for_update().filter(job_id=job_id).first()
-        if load is None or load.state == EntryLoad.State.CURRENT:
-            return None
-        if load.state == EntryLoad.State.LOADING and (cutoff is None
-                                                      or not _abandoned(job_id, cutoff)):
-            return None
-        with connection.cursor() as cursor:
-            cursor.execute("DELETE FROM factors_dataentry WHERE module_id = %s "
-                           "AND data_entry_type = %s AND job_id = %s",
-                           [load.module_id, load.data_entry_type, job_id])
-            deleted = cursor.rowcount
+        deleted = _delete_rows(load)
         load.delete()
-        if fence is not None:
-            hold_lease(fence)
     return deleted
 
 
@@ -178,7 +231,11 @@ def prune(*, older_than: timedelta, only: list[int] | None = None) -> Pruned:
     for job_id in removable(older_than=older_than):
         if wanted is not None and job_id not in wanted:
             continue
-        deleted = _delete_load(job_id, cutoff=cutoff)
+        state = EntryLoad.objects.filter(job_id=job_id).values_list("state", flat=True).first()
+        if state == EntryLoad.State.REPLACED:
+            deleted: int | None = _delete_replaced(job_id)
+        else:
+            deleted = _delete_abandoned(job_id, cutoff)
         if deleted is None:
             continue
         loads, rows = loads + 1, rows + deleted

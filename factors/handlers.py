@@ -175,15 +175,28 @@ def emission_recalc(ctx: jobs.JobContext) -> dict[str, Any]:
     result = emissions.recalculate(scope, ctx.job, progress=ctx.progress)
     if "chunk_of" in ctx.payload:
         return {"scope": scope.describe(), "chunk_of": ctx.payload["chunk_of"], **result.as_dict()}
-    switched = {} if closes is None else entry_loads.make_current(
-        ctx.job, closes, module_id=scope.module_id).as_dict()
     tenants = dict(ReportModule.objects.filter(pk__in=result.modules)
                    .values_list("pk", "report__unit__tenant_id"))
+    if closes is not None:
+        # The switch queues the module's aggregation in its own transaction.
+        switch = entry_loads.make_current(
+            ctx.job, closes, module_id=scope.module_id,
+            on_switch=lambda module_id: _aggregate_soon(ctx, module_id, tenants.get(module_id)))
+        return {"scope": scope.describe(), **result.as_dict(), **switch.as_dict()}
     for module_id in sorted(tenants):
         key = services.aggregation_key(module_id)
         ctx.chain("factors.aggregation", {"module": module_id}, unique_key=key,
                   concurrency_key=key, tenant=tenants[module_id])
-    return {"scope": scope.describe(), **result.as_dict(), **switched}
+    return {"scope": scope.describe(), **result.as_dict()}
+
+
+def _aggregate_soon(ctx: jobs.JobContext, module_id: int, tenant: int | None) -> None:
+    """Queue a module's aggregation now, in the caller's transaction, in this job's
+    pipeline (not as its child: it must run even if this job fails later)."""
+    key = services.aggregation_key(module_id)
+    jobs.enqueue("factors.aggregation", {"module": module_id}, unique_key=key,
+                 concurrency_key=key, tenant=tenant, pipeline=ctx.job.pipeline_id,
+                 created_by=ctx.job.created_by_id)
 
 
 # --- aggregation: stats only -----------------------------------------------------------------------

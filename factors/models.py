@@ -264,7 +264,9 @@ class EntryLoad(models.Model):
                 name="load_dates_follow_state",
                 condition=Q(state="loading", current_since__isnull=True)
                 | Q(state="current", current_since__isnull=False, replaced_at__isnull=True)
-                | Q(state="replaced", current_since__isnull=False, replaced_at__isnull=False)),
+                # A replaced load may never have been current: a later upload's load
+                # was made current first (the latest upload wins).
+                | Q(state="replaced", replaced_at__isnull=False)),
         ]
         indexes = [
             # Retention's scan: what is not current.

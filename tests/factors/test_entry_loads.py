@@ -203,7 +203,8 @@ def test_a_retry_after_retention_loads_every_row_once_and_is_read(travel, half_f
 def test_a_load_is_made_current_only_in_its_own_module(travel, clock):
     ingest = upload(travel, plane_rows(10))
     with pytest.raises(jobs.PermanentError, match="no rows of ingest"):
-        entry_loads.make_current(ingest, ingest.pk, module_id=travel.pk + 1)
+        entry_loads.make_current(ingest, ingest.pk, module_id=travel.pk + 1,
+                                 on_switch=lambda module_id: None)
 
 
 def test_the_prune_command_lists_then_removes(travel, half_failed, clock):
@@ -249,3 +250,70 @@ def test_tenant_staff_see_their_loads_but_may_not_remove_them(client, travel, ha
     assert not Job.objects.filter(type="factors.prune_loads").exists()
     client.force_login(viewer("gina", "Globex"))
     assert client.get("/admin/factors/entryload/").context["cl"].result_count == 0
+
+
+def test_the_latest_upload_wins_whichever_closing_recalculation_ends_last(travel, clock,
+                                                                          monkeypatch):
+    upload(travel, plane_rows(100))
+    real = emissions.recalculate
+
+    def fail_the_closing_one(scope, job, **kwargs):
+        if "closes" in job.payload:
+            raise jobs.PermanentError("the closing recalculation broke")
+        return real(scope, job, **kwargs)
+
+    monkeypatch.setattr(emissions, "recalculate", fail_the_closing_one)
+    older = upload(travel, plane_rows(300, start=100))
+    monkeypatch.setattr(emissions, "recalculate", real)
+    rows = plane_rows(200, start=400)
+    newer = upload(travel, rows)  # accepted: the older ingest itself has finished
+    assert EntryLoad.objects.get(job=newer).state == EntryLoad.State.CURRENT
+
+    closing = Job.objects.get(pipeline_id=older.pipeline_id, payload__closes=older.pk)
+    engine.retry(closing)  # an operator retries the older upload's closing step
+    run_until_idle()
+
+    closing.refresh_from_db()
+    assert closing.state == Job.State.SUCCEEDED
+    assert (closing.result["superseded_by"], closing.result["replaced"]) == (newer.pk, 300)
+    assert not EntryLoad.objects.filter(job=older).exists()
+    assert EntryLoad.objects.get(job=newer).state == EntryLoad.State.CURRENT
+    assert read_totals(travel) == expected(rows)
+
+
+def test_the_stats_follow_a_switch_even_when_its_job_fails_after_it(travel, clock, monkeypatch):
+    upload(travel, plane_rows(100))
+    monkeypatch.setattr(entry_loads, "_delete_replaced", _broken_delete)
+    rows = plane_rows(300, start=100)
+    second = upload(travel, rows)
+    closing = Job.objects.get(pipeline_id=second.pipeline_id, payload__closes=second.pk)
+    assert closing.state == Job.State.FAILED  # after the switch: deleting the old rows broke
+    assert EntryLoad.objects.get(job=second).state == EntryLoad.State.CURRENT
+    assert read_totals(travel) == expected(rows)  # the aggregation was queued with the switch
+    monkeypatch.undo()
+    clock.advance(DAY + 1)
+    assert entry_loads.prune(older_than=timedelta(hours=24)).rows == 100  # the replaced rows
+
+
+def _broken_delete(job_id: int, *, fence: Job | None = None) -> int:
+    raise jobs.PermanentError("the disk said no")
+
+
+def test_replaced_rows_go_in_batches_each_under_the_module_lock(travel, clock, settings,
+                                                                monkeypatch):
+    monkeypatch.setattr(entry_loads, "DELETE_BATCH_ROWS", 400)
+    first = upload(travel, plane_rows(1_000))
+    batches: list[int] = []
+    real = entry_loads._delete_rows
+
+    def counted(load, limit=None):
+        batches.append(real(load, limit))
+        return batches[-1]
+
+    monkeypatch.setattr(entry_loads, "_delete_rows", counted)
+    second = upload(travel, plane_rows(10, start=1_000))
+    assert batches == [400, 400, 200]
+    closing = Job.objects.get(pipeline_id=second.pipeline_id, payload__closes=second.pk)
+    assert closing.result["replaced"] == 1_000
+    assert not DataEntry.objects.filter(job=first).exists()
+    assert not EntryLoad.objects.filter(job=first).exists()

@@ -4,6 +4,7 @@ and retention removes them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from io import StringIO
 
@@ -65,6 +66,19 @@ class BatchBreaker:
 @pytest.fixture
 def break_batch(monkeypatch) -> BatchBreaker:
     return BatchBreaker(monkeypatch)
+
+
+def break_closing(monkeypatch: pytest.MonkeyPatch) -> Callable[..., object]:
+    """Make every closing recalculation fail for good; returns the real function."""
+    real = emissions.recalculate
+
+    def fail_the_closing_one(scope, job, **kwargs):
+        if "closes" in job.payload:
+            raise jobs.PermanentError("the closing recalculation broke")
+        return real(scope, job, **kwargs)
+
+    monkeypatch.setattr(emissions, "recalculate", fail_the_closing_one)
+    return real
 
 
 def upload(travel: ReportModule, rows: list[list[str]]) -> Job:
@@ -145,14 +159,7 @@ def test_a_successful_upload_replaces_the_earlier_one_at_once(travel, clock):
 def test_until_its_closing_recalculation_ends_an_upload_is_not_read(travel, clock, monkeypatch):
     first = plane_rows(500)
     upload(travel, first)
-    real = emissions.recalculate
-
-    def fail_the_closing_one(scope, job, **kwargs):
-        if "closes" in job.payload:
-            raise jobs.PermanentError("the closing recalculation broke")
-        return real(scope, job, **kwargs)
-
-    monkeypatch.setattr(emissions, "recalculate", fail_the_closing_one)
+    real = break_closing(monkeypatch)
     rows = plane_rows(3_000, start=500)
     second = upload(travel, rows)
     closing = Job.objects.get(pipeline_id=second.pipeline_id, payload__closes=second.pk)
@@ -255,14 +262,7 @@ def test_tenant_staff_see_their_loads_but_may_not_remove_them(client, travel, ha
 def test_the_latest_upload_wins_whichever_closing_recalculation_ends_last(travel, clock,
                                                                           monkeypatch):
     upload(travel, plane_rows(100))
-    real = emissions.recalculate
-
-    def fail_the_closing_one(scope, job, **kwargs):
-        if "closes" in job.payload:
-            raise jobs.PermanentError("the closing recalculation broke")
-        return real(scope, job, **kwargs)
-
-    monkeypatch.setattr(emissions, "recalculate", fail_the_closing_one)
+    real = break_closing(monkeypatch)
     older = upload(travel, plane_rows(300, start=100))
     monkeypatch.setattr(emissions, "recalculate", real)
     rows = plane_rows(200, start=400)

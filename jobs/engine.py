@@ -140,7 +140,8 @@ def _enqueue(name: str, payload: Any, *, unique_key: Any, pending_key: Any,
              **options: Any) -> Enqueued:
     params = _prepare(name, [{} if payload is None else payload], [unique_key], [pending_key],
                       options)
-    statement = sql.enqueue_one(keyed=unique_key is not None or pending_key is not None)
+    statement = sql.enqueue_one(keyed=unique_key is not None or pending_key is not None,
+                                checked=_given_references(params))
     for _ in range(5):
         # One round trip: the INSERT, its NOTIFY and the new row (no second SELECT).
         inserted = _jobs_from(sql.execute(statement, params, binary=True))
@@ -194,7 +195,7 @@ def enqueue_many(
         return []
     keyed = unique_keys is not None or pending_keys is not None
     with connection.cursor() as cursor:
-        cursor.execute(sql.insert_jobs(keyed=keyed), params)
+        cursor.execute(sql.insert_jobs(keyed=keyed, checked=_given_references(params)), params)
         ids = [row[0] for row in cursor.fetchall()]
         if ids:
             cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, params["queue"]])
@@ -273,6 +274,11 @@ def _insert_params(handler: registry.Handler, encoded: list[str], unique_keys: l
 
 def _related(field: str) -> Any:
     return Job._meta.get_field(field).related_model
+
+
+def _given_references(params: dict[str, Any]) -> tuple[str, ...]:
+    """The references an insert names, whose rows it must check."""
+    return tuple(argument for argument in REFERENCES if params[argument] is not None)
 
 
 def _check_references(params: dict[str, Any]) -> None:
@@ -429,7 +435,9 @@ def start(jobs: Sequence[Job], token: uuid.UUID) -> set[int]:
     """
     if not jobs:
         return set()
-    rows = sql.execute(sql.start(), {"ids": [job.pk for job in jobs], "token": token}).fetchall()
+    # Inside a caller's transaction (a test's), relaxing would relax the caller's commit.
+    statement = sql.start(relaxed=not connection.in_atomic_block)
+    rows = sql.execute(statement, {"ids": [job.pk for job in jobs], "token": token}).fetchall()
     attempts = dict(rows)
     for job in jobs:
         if job.pk in attempts:
@@ -512,9 +520,9 @@ def lock_running(jobs: Sequence[Job], token: uuid.UUID) -> set[int]:
     rows it holds locked), and a worker frozen inside it must not hold them longer."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("lock_running needs a transaction to hold the locks")
-    sql.execute(sql.bound_idle_transaction(), {"idle_ms": int(group_idle_bound(jobs) * 1000)})
-    cursor = sql.execute(sql.lock_running(), {"ids": [job.pk for job in jobs], "token": token})
-    return {row[0] for row in cursor.fetchall()}
+    cursor = sql.execute(sql.lock_running(), {"ids": [job.pk for job in jobs], "token": token,
+                                              "idle_ms": int(group_idle_bound(jobs) * 1000)})
+    return set(cursor.fetchone()[1])
 
 
 def group_idle_bound(jobs: Sequence[Job]) -> float:

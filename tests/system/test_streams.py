@@ -75,7 +75,7 @@ def start_web(processes: Processes, **env: str) -> int:
 def stream_and_reconnect(processes: Processes, **env: str) -> None:
     """A worker's events stream live, then a reconnect replays from the third.
 
-    The issue's latency target (p95 under 250 ms with 500 clients) is measured by
+    The latency target (p95 under 250 ms with 500 clients) is measured by
     ``bench/streams.py`` (docs/streams.md), not here: the suite makes no timed assertion
     beyond a generous bound that catches a stream that is not live at all. The latencies
     of this one client are printed for a look.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -16,8 +15,6 @@ from jobs import engine
 from jobs.models import Job
 from jobs.worker import EngineWorker
 from tenancy.models import Membership, Tenant
-
-T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 
 
 def make_job(name: str = "tests.noop", payload: dict[str, Any] | None = None, **options: Any) -> Job:

@@ -6,9 +6,9 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from jobs.clock import ManualClock, use_clock
 from project import embedded_db
-from tests.base import T0
+
+pytest_plugins = ["jobs.testing"]  # the clock fixture
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -25,13 +25,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     to whoever started it (a ./conveyor start, another run) and is left alone."""
     for data_dir in embedded_db.started_by_this_process():
         embedded_db.stop(data_dir)
-
-
-@pytest.fixture
-def clock():
-    """The engine's clock, standing still at T0 until the test moves it."""
-    with use_clock(ManualClock(T0)) as manual:
-        yield manual
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connections
 
-from tests.system.conftest import ROOT, Proc, Processes, processes, wait_until  # noqa: F401
+from tests.system.conftest import ROOT, Proc, Processes, processes  # noqa: F401
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "var" / "test-artifacts" / "browser"

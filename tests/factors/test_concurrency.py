@@ -28,7 +28,7 @@ from tests.factors.builders import (
     plane_rows,
     report,
 )
-from tests.system.conftest import processes, wait_until  # noqa: F401 (fixture)
+from tests.system.conftest import processes  # noqa: F401 (fixture)
 
 HEADER = ["quantity", "unit", "haul", "cabin"]
 FAST = {"JOBS_LEASE_SECONDS": "2", "JOBS_HEARTBEAT_SECONDS": "0.5", "JOBS_REAPER_SECONDS": "0.5"}

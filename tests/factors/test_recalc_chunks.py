@@ -12,8 +12,8 @@ from factors import emissions, recalc_chunks
 from factors.models import DataEntry, Emission
 from factors.stats import amount
 from jobs.models import Job
+from jobs.testing import T0
 from jobs.worker import run_until_idle
-from tests.base import T0
 from tests.factors.builders import (
     PLANE_FACTORS,
     csv_bytes,

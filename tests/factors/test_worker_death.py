@@ -12,6 +12,7 @@ from factors import stats
 from factors.models import DataEntry, Emission
 from jobs.models import Job, JobEvent
 from jobs.notify import raw_connection
+from jobs.testing import wait_until
 from tests.factors.builders import (
     PLANE_FACTORS,
     csv_bytes,
@@ -22,7 +23,7 @@ from tests.factors.builders import (
     plane_rows,
     report,
 )
-from tests.system.conftest import processes, wait_until  # noqa: F401 (fixture)
+from tests.system.conftest import processes  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 

@@ -13,7 +13,8 @@ from django.test.utils import CaptureQueriesContext
 
 from jobs import dashboard, engine
 from jobs.models import Job
-from tests.base import T0, make_job
+from jobs.testing import T0
+from tests.base import make_job
 
 pytestmark = pytest.mark.django_db
 

@@ -17,7 +17,8 @@ from jobs import engine, events, registry
 from jobs.context import JobContext
 from jobs.errors import InvalidArgument, InvalidPayload, UnknownJobType
 from jobs.models import Event, Job
-from tests.base import T0, make_job, staff, tenant
+from jobs.testing import T0
+from tests.base import make_job, staff, tenant
 
 pytestmark = pytest.mark.django_db
 

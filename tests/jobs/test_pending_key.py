@@ -14,8 +14,8 @@ from jobs import engine
 from jobs.context import JobContext
 from jobs.errors import IllegalTransition, InvalidArgument
 from jobs.models import Job
+from jobs.testing import wait_until
 from tests.base import claim_one, make_job, tenant
-from tests.system.conftest import wait_until
 
 pytestmark = pytest.mark.django_db
 

@@ -20,7 +20,7 @@ from jobs import engine
 from jobs.clock import ManualClock, use_clock
 from jobs.errors import IllegalTransition, LeaseLost
 from jobs.models import Job, JobEvent
-from tests.base import T0
+from jobs.testing import T0
 
 State = Job.State
 

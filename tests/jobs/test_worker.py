@@ -4,25 +4,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from django.db import connection
 
 from jobs import engine
 from jobs.models import Job, JobEvent, Worker
+from jobs.testing import wait_until
 from jobs.worker import EngineWorker
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import time_machine
 from django.contrib.auth.models import User
 from django.test import Client
 
-from tests.base import T0
+from jobs.testing import T0
 
 pytestmark = pytest.mark.django_db
 

@@ -19,9 +19,10 @@ from rest_framework.response import Response
 from rest_framework.test import APIClient
 from rest_framework.views import APIView
 
+from jobs.testing import T0
 from project.bodylimit import BodyLimit, BodyLimits
 from project.settings import env_rate
-from tests.base import T0, staff, tenant
+from tests.base import staff, tenant
 
 pytestmark = pytest.mark.django_db
 

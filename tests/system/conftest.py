@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,23 +32,11 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from jobs.testing import wait_until
 from project import embedded_db
 
 T = TypeVar("T")
 ROOT = Path(settings.BASE_DIR)
-
-
-def wait_until(predicate: Callable[[], T], timeout: float, what: str = "the condition",
-               interval: float = 0.05) -> T:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
 
 
 def free_port() -> int:

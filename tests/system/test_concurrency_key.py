@@ -11,7 +11,7 @@ from django.db import connection
 from jobs import engine
 from jobs.models import Job
 from jobs.notify import raw_connection
-from tests.system.conftest import wait_until
+from jobs.testing import wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 

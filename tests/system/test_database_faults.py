@@ -19,8 +19,9 @@ from jobs import engine, reaper
 from jobs.clock import ManualClock, use_clock
 from jobs.models import Job, JobEvent, Worker
 from jobs.notify import raw_connection
+from jobs.testing import wait_until
 from tests.conftest import hit_count
-from tests.system.conftest import Proc, Processes, log_lines, wait_until
+from tests.system.conftest import Proc, Processes, log_lines
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 

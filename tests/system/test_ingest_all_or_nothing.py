@@ -32,6 +32,7 @@ from factors.models import DataEntry, EntryLoad, ReportModule
 from jobs import engine
 from jobs.models import Job
 from jobs.notify import raw_connection
+from jobs.testing import wait_until
 from jobs.worker import run_until_idle
 from tests.base import as_user, staff, tenant
 from tests.factors.builders import (
@@ -44,7 +45,7 @@ from tests.factors.builders import (
     plane_rows,
     report,
 )
-from tests.system.conftest import Proc, Processes, processes, wait_until  # noqa: F401 (fixture)
+from tests.system.conftest import Proc, Processes, processes  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 

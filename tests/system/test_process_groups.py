@@ -10,8 +10,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from jobs.testing import wait_until
 from project import process_groups
-from tests.system.conftest import wait_until
 
 pytestmark = pytest.mark.system
 

@@ -15,8 +15,9 @@ import psycopg
 import pytest
 
 from jobs.models import Worker
+from jobs.testing import wait_until
 from project import embedded_db
-from tests.system.conftest import Proc, Processes, free_port, wait_until
+from tests.system.conftest import Proc, Processes, free_port
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 

@@ -22,8 +22,9 @@ from rest_framework.authtoken.models import Token
 from websockets.sync.client import connect
 
 from jobs.models import Job, JobEvent
+from jobs.testing import wait_until
 from tests.base import make_job, run_next, staff
-from tests.system.conftest import Processes, wait_until
+from tests.system.conftest import Processes
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 REDIS = ("127.0.0.1", 6379)

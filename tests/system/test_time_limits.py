@@ -7,8 +7,9 @@ import pytest
 
 from jobs import engine
 from jobs.models import Job, Worker
+from jobs.testing import wait_until
 from jobs.worker import EXIT_STUCK_HANDLER
-from tests.system.conftest import Processes, wait_until
+from tests.system.conftest import Processes
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 

@@ -15,7 +15,8 @@ from django.utils import timezone
 from jobs import engine, reaper
 from jobs.errors import LeaseLost
 from jobs.models import Job, JobEvent, Worker
-from tests.system.conftest import Proc, Processes, wait_until
+from jobs.testing import wait_until
+from tests.system.conftest import Proc, Processes
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 

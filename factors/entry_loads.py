@@ -125,11 +125,11 @@ def make_current(job: Job, ingest_id: int, *, module_id: int | None,
 def _delete_rows(load: EntryLoad, limit: int | None = None) -> int:
     """Delete rows of a load (their emissions go with them: the cascade of migration
     0002), at most ``limit`` of them; returns how many."""
-    bound = "" if limit is None else f" AND id IN (SELECT id FROM factors_dataentry WHERE " \
-        f"module_id = %(module)s AND data_entry_type = %(type)s AND job_id = %(job)s LIMIT {int(limit)})"
+    rows = "module_id = %(module)s AND data_entry_type = %(type)s AND job_id = %(job)s"
+    if limit is not None:
+        rows += f" AND id IN (SELECT id FROM factors_dataentry WHERE {rows} LIMIT {int(limit)})"
     with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM factors_dataentry WHERE module_id = %(module)s "
-                       "AND data_entry_type = %(type)s AND job_id = %(job)s" + bound,
+        cursor.execute(f"DELETE FROM factors_dataentry WHERE {rows}",
                        {"module": load.module_id, "type": load.data_entry_type,
                         "job": load.job_id})
         return cursor.rowcount

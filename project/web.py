@@ -10,6 +10,7 @@ and the last one given wins (``--timeout-graceful-shutdown 30``).
 
 from __future__ import annotations
 
+import os
 import sys
 
 import uvicorn
@@ -34,6 +35,12 @@ OPTIONS = [
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
+    # Without DATABASE_URL, the embedded PostgreSQL must run before the first request
+    # (./conveyor start has started it already; by hand, this does).
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+    from project import embedded_db
+
+    embedded_db.ensure_started()
     uvicorn.main.main(args=[*OPTIONS, *args], prog_name="python -m project.web")
 
 

@@ -11,6 +11,12 @@ from project import embedded_db
 pytest_plugins = ["jobs.testing"]  # the clock fixture
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Start the embedded PostgreSQL (DATABASE_URL unset) before any test needs it: the
+    settings only say where it listens."""
+    embedded_db.ensure_started()
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Drop this run's throttle counts (project/test_settings.py names their directory)."""
     cache = settings.CACHES["default"]

@@ -83,8 +83,8 @@ def test_a_non_staff_operator_is_refused():
     assert client.get("/metrics").status_code == 403
 
 
-def test_the_metrics_token_lets_a_scraper_in(clock, monkeypatch):
-    monkeypatch.setenv("METRICS_TOKEN", "s3cret-token")
+def test_the_metrics_token_lets_a_scraper_in(clock, settings):
+    settings.METRICS_TOKEN = "s3cret-token"
     make_job("tests.noop")
 
     good = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret-token")
@@ -95,8 +95,8 @@ def test_the_metrics_token_lets_a_scraper_in(clock, monkeypatch):
     assert bad.status_code == 401
 
 
-def test_without_a_configured_token_no_bearer_header_gets_in(monkeypatch):
-    monkeypatch.delenv("METRICS_TOKEN", raising=False)
+def test_without_a_configured_token_no_bearer_header_gets_in(settings):
+    settings.METRICS_TOKEN = ""
 
     assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 401
 
@@ -112,8 +112,10 @@ def test_metrics_public_allows_anonymous_scrapes(clock, settings):
 
 
 def test_multiprocess_mode_sums_the_counters_of_every_process(clock, operator_client,
-                                                              tmp_path, monkeypatch):
+                                                              tmp_path, monkeypatch, settings):
+    # The library's counters write where the variable says; /metrics reads the setting.
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    settings.PROMETHEUS_MULTIPROC_DIR = str(tmp_path)
     make_job("tests.noop")
     # Two "processes" writing their counters to the shared directory, as cluster
     # workers do when PROMETHEUS_MULTIPROC_DIR is set before prometheus_client loads.

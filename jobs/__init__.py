@@ -14,50 +14,68 @@ The public API, for the domain apps and users' own code::
     jobs.enqueue_once("reports.rebuild", {"report": 7}, pending_key="report:7").created
     jobs.publish("ReportRebuilt", {"report": 7})         # outbox: one delivery job per subscriber
 
-Names resolve lazily so that ``import jobs`` works before Django's apps are ready.
+``import jobs`` runs while Django loads its apps, before the models can be imported (an
+installed app's package is imported first), so everything it imports here must not
+need them: the engine's functions come through ``jobs.public``, which imports the engine
+when called, and ``JobContext`` and ``Enqueued`` name the models in annotations only.
 """
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from jobs.backoff import Backoff, Exponential, Fibonacci, Fixed, Schedule
+from jobs.context import JobContext
+from jobs.enqueueing import Enqueued
+from jobs.errors import (
+    IllegalTransition,
+    InvalidArgument,
+    InvalidPayload,
+    LeaseLost,
+    PermanentError,
+    Snooze,
+    TransientError,
+    UnknownJobType,
+)
+from jobs.payloads import ApiPayload, TenantObject
+from jobs.public import (
+    cancel,
+    enqueue,
+    enqueue_many,
+    enqueue_once,
+    explain,
+    publish,
+    recover,
+    retry,
+    run_now,
+)
+from jobs.registry import Handler, handler
 
-_EXPORTS = {
-    "handler": "jobs.registry",
-    "Handler": "jobs.registry",
-    "enqueue": "jobs.engine",
-    "enqueue_many": "jobs.engine",
-    "enqueue_once": "jobs.engine",
-    "Enqueued": "jobs.engine",
-    "publish": "jobs.events",
-    "JobContext": "jobs.context",
-    "TransientError": "jobs.errors",
-    "PermanentError": "jobs.errors",
-    "Snooze": "jobs.errors",
-    "UnknownJobType": "jobs.errors",
-    "InvalidArgument": "jobs.errors",
-    "InvalidPayload": "jobs.errors",
-    "LeaseLost": "jobs.errors",
-    "IllegalTransition": "jobs.errors",
-    "Backoff": "jobs.backoff",
-    "Exponential": "jobs.backoff",
-    "Fibonacci": "jobs.backoff",
-    "Fixed": "jobs.backoff",
-    "Schedule": "jobs.backoff",
-    "recover": "jobs.engine",
-    "retry": "jobs.engine",
-    "cancel": "jobs.engine",
-    "run_now": "jobs.engine",
-    "explain": "jobs.why",
-    "ApiPayload": "jobs.payloads",
-    "TenantObject": "jobs.payloads",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'jobs' has no attribute {name!r}")
-    return getattr(import_module(module), name)
+__all__ = [
+    "ApiPayload",
+    "Backoff",
+    "Enqueued",
+    "Exponential",
+    "Fibonacci",
+    "Fixed",
+    "Handler",
+    "IllegalTransition",
+    "InvalidArgument",
+    "InvalidPayload",
+    "JobContext",
+    "LeaseLost",
+    "PermanentError",
+    "Schedule",
+    "Snooze",
+    "TenantObject",
+    "TransientError",
+    "UnknownJobType",
+    "cancel",
+    "enqueue",
+    "enqueue_many",
+    "enqueue_once",
+    "explain",
+    "handler",
+    "publish",
+    "recover",
+    "retry",
+    "run_now",
+]

@@ -1,15 +1,22 @@
-"""What a handler receives: its job, the clock, progress reporting and chaining."""
+"""What a handler receives: its job, the clock, progress reporting and chaining.
+
+``JobContext`` is part of ``jobs``' public API, which is imported while Django loads its
+apps; so this module reads neither the models nor the engine when it is imported (the
+engine does, at its own import), only when a handler chains a job.
+"""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobs.clock import Clock
-from jobs.engine import ChildSpec, check_enqueue
-from jobs.models import Job
+from jobs.enqueueing import ChildSpec
+
+if TYPE_CHECKING:
+    from jobs.models import Job
 
 
 class ProgressSlot:
@@ -78,6 +85,8 @@ class JobContext:
         run_after …). They are checked now, so that a bad child fails this attempt here
         rather than its success at commit time.
         """
+        from jobs import engine  # needs the models ready: see the module's docstring
+
         payload = {} if payload is None else payload
-        check_enqueue(name, payload, **options)
+        engine.check_enqueue(name, payload, **options)
         self.children.append(ChildSpec(name, payload, options))

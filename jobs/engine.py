@@ -26,6 +26,7 @@ from django.db.models.functions import Coalesce
 from jobs import arguments, clock, conf, registry, sql
 from jobs.backoff import DEFAULT_BACKOFF
 from jobs.conf import WORKER_STALE_SECONDS
+from jobs.enqueueing import ChildSpec, Enqueued
 from jobs.errors import IllegalTransition, InvalidArgument, LeaseLost, UnknownJobType
 from jobs.models import Job, JobEvent
 
@@ -50,15 +51,6 @@ NO_LEASE: dict[str, Any] = {
 }
 
 
-@dataclass
-class ChildSpec:
-    """A job to enqueue when its parent succeeds (``ctx.chain``)."""
-
-    name: str
-    payload: dict[str, Any]
-    options: dict[str, Any] = field(default_factory=dict)
-
-
 # --- enqueue ---------------------------------------------------------------------------
 
 
@@ -67,15 +59,6 @@ def _handler_or_raise(name: Any) -> registry.Handler:
     if handler is None:
         raise UnknownJobType(f"unknown job type {name!r}; registered: {', '.join(registry.names())}")
     return handler
-
-
-@dataclass(frozen=True)
-class Enqueued:
-    """What ``enqueue_once`` did: the job that holds the key now, and whether this call
-    created it (False: another job already held the key and is returned instead)."""
-
-    job: Job
-    created: bool
 
 
 def enqueue(

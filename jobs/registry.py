@@ -11,16 +11,18 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jobs.backoff import DEFAULT_BACKOFF, Backoff
 
 if TYPE_CHECKING:
     from rest_framework.serializers import Serializer
 
-    from jobs.context import JobContext
-
-HandlerFunc = Callable[["JobContext"], Any]
+# A handler takes one argument, the ``jobs.JobContext`` of its run. The registry stores
+# the function without naming that class: the context enqueues through the engine, which
+# looks handlers up here, so the registry sits below both and imports neither.
+HandlerFunc = Callable[[Any], Any]
+F = TypeVar("F", bound=HandlerFunc)
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 
 
@@ -43,7 +45,7 @@ class Handler:
     # type cannot be enqueued through the API at all.
     api_payload: type[Serializer] | None = None
 
-    def __call__(self, ctx: JobContext) -> Any:
+    def __call__(self, ctx: Any) -> Any:
         return self.func(ctx)
 
 
@@ -78,8 +80,9 @@ def handler(
     subscribes: tuple[str, ...] | list[str] = (),
     api_payload: type[Serializer] | None = None,
     global_keys: bool = False,
-) -> Callable[[HandlerFunc], HandlerFunc]:
-    """Register the decorated function as the handler of job type ``name``.
+) -> Callable[[F], F]:
+    """Register the decorated function as the handler of job type ``name``. It is called
+    with the run's ``jobs.JobContext``, and returned unchanged (its type too).
 
     ``atomic=True`` runs the handler inside the transaction that records its success, so
     its writes and the job's outcome commit together (and a fenced-out attempt's writes
@@ -99,7 +102,7 @@ def handler(
     tenant. Types without one are started by their own services only.
     """
 
-    def decorate(func: HandlerFunc) -> HandlerFunc:
+    def decorate(func: F) -> F:
         register(
             Handler(
                 name=name,

@@ -18,40 +18,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from django.conf import settings
 
+from jobs.streams import pgsource, relay
+from jobs.streams.batch import Batch, Source
 from jobs.streams.serialize import End, StreamEvent
 
 logger = logging.getLogger(__name__)
 
 MAX_QUEUED = 5_000  # items a subscriber may have waiting before it is cut loose
 RECENT_IDS = 20_000  # ids remembered to drop repeats (a superset range re-names some)
-
-
-@dataclass
-class Batch:
-    """Events and ends of one load. ``encoded`` memoizes each event's JSON text and is
-    shared by the per-subscriber slices of a batch: an event is serialized once per
-    process and kind of reader (staff, who see tracebacks, or not), not once per client."""
-
-    events: list[StreamEvent]
-    ends: list[End]
-    encoded: dict[tuple[int, bool], str] = field(default_factory=dict)
-
-    def json(self, event: StreamEvent, staff: bool) -> str:
-        key = (event.id, staff)
-        text = self.encoded.get(key)
-        if text is None:
-            text = self.encoded[key] = json.dumps(event.data_for(staff), separators=(",", ":"))
-        return text
 
 
 @dataclass
@@ -150,10 +131,6 @@ class Lagged(Exception):
     """The subscriber may have missed events (too slow, or the source was interrupted)."""
 
 
-class Source(Protocol):
-    async def batches(self, ready: asyncio.Event) -> AsyncIterator[Batch]: ...
-
-
 class Hub:
     def __init__(self) -> None:
         self.subscribers: set[Subscription] = set()
@@ -244,12 +221,8 @@ def idle_seconds() -> float:
 
 def make_source() -> Source:
     if getattr(settings, "REDIS_URL", ""):
-        from jobs.streams.relay import RedisSource
-
-        return RedisSource()
-    from jobs.streams.pgsource import PostgresSource
-
-    return PostgresSource()
+        return relay.RedisSource()
+    return pgsource.PostgresSource()
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()

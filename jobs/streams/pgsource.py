@@ -12,7 +12,7 @@ import psycopg
 from django.db import connections
 
 from jobs.streams import serialize
-from jobs.streams.hub import Batch
+from jobs.streams.batch import Batch
 
 CHANNEL = "conveyor_job_events"
 TICK = 1.0  # seconds between empty batches, so that the hub can notice it is idle

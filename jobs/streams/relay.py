@@ -23,7 +23,7 @@ from typing import Any
 from channels.layers import get_channel_layer
 from django.db import connections
 
-from jobs.streams.hub import Batch
+from jobs.streams.batch import Batch
 from jobs.streams.pgsource import TICK, PostgresSource, connect
 from jobs.streams.serialize import End, StreamEvent
 

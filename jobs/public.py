@@ -1,0 +1,138 @@
+"""The engine's public functions as ``jobs`` exports them (``jobs.enqueue`` …).
+
+``jobs`` is imported while Django loads its apps, before any model can be: Django imports
+each installed app's package first. ``jobs.engine``, ``jobs.events`` and ``jobs.why`` read
+the models when they are imported, so ``jobs`` cannot import them; it imports these
+functions instead, which have the same signatures (a test holds them to it) and import
+their module when first called, once the apps are ready.
+
+Each call costs one more function call and a look-up in ``sys.modules``: nothing next to
+the database round trip behind it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jobs.enqueueing import Enqueued
+    from jobs.models import Event, Job
+
+
+def enqueue(
+    name: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    run_after: datetime | None = None,
+    priority: int = 0,
+    queue: str | None = None,
+    unique_key: str | None = None,
+    pending_key: str | None = None,
+    concurrency_key: str | None = None,
+    pipeline: uuid.UUID | str | None = None,
+    parent: Job | int | None = None,
+    tenant: Any = None,
+    created_by: Any = None,
+    max_attempts: int | None = None,
+) -> Job:
+    """Enqueue one job in the caller's transaction and return it; a unique or pending key
+    that another job holds returns that job instead. Every argument is checked first
+    (``InvalidArgument`` names the one refused). See ``jobs.engine.enqueue``."""
+    from jobs import engine
+
+    return engine.enqueue(
+        name, payload, run_after=run_after, priority=priority, queue=queue,
+        unique_key=unique_key, pending_key=pending_key, concurrency_key=concurrency_key,
+        pipeline=pipeline, parent=parent, tenant=tenant, created_by=created_by,
+        max_attempts=max_attempts,
+    )
+
+
+def enqueue_once(name: str, payload: dict[str, Any] | None = None, *,
+                 unique_key: str | None = None, pending_key: str | None = None,
+                 **options: Any) -> Enqueued:
+    """``enqueue`` with a key, saying whether this call created the job
+    (``Enqueued.created``). See ``jobs.engine.enqueue_once``."""
+    from jobs import engine
+
+    return engine.enqueue_once(name, payload, unique_key=unique_key, pending_key=pending_key,
+                               **options)
+
+
+def enqueue_many(
+    name: str,
+    payloads: Sequence[dict[str, Any]],
+    *,
+    unique_keys: Sequence[str | None] | None = None,
+    pending_keys: Sequence[str | None] | None = None,
+    run_after: datetime | None = None,
+    priority: int = 0,
+    queue: str | None = None,
+    concurrency_key: str | None = None,
+    pipeline: uuid.UUID | str | None = None,
+    parent: Job | int | None = None,
+    tenant: Any = None,
+    created_by: Any = None,
+    max_attempts: int | None = None,
+) -> list[int]:
+    """Insert one job per payload in a single statement, in the caller's transaction;
+    return the new ids (a payload whose key another job holds is skipped). See
+    ``jobs.engine.enqueue_many``."""
+    from jobs import engine
+
+    return engine.enqueue_many(
+        name, payloads, unique_keys=unique_keys, pending_keys=pending_keys,
+        run_after=run_after, priority=priority, queue=queue, concurrency_key=concurrency_key,
+        pipeline=pipeline, parent=parent, tenant=tenant, created_by=created_by,
+        max_attempts=max_attempts,
+    )
+
+
+def publish(name: str, payload: dict[str, Any] | None = None, *, tenant: Any = None,
+            pipeline: Any = None, created_by: Any = None) -> Event:
+    """Record event ``name`` and enqueue a delivery job for each subscribed handler, in
+    the caller's transaction. See ``jobs.events.publish``."""
+    from jobs import events
+
+    return events.publish(name, payload, tenant=tenant, pipeline=pipeline,
+                          created_by=created_by)
+
+
+def recover(job: Job, *, actor: Any = None, reason: str = "") -> Job:
+    """Operator: a stuck job runs again now. See ``jobs.engine.recover``."""
+    from jobs import engine
+
+    return engine.recover(job, actor=actor, reason=reason)
+
+
+def retry(job: Job, *, actor: Any = None, reason: str = "") -> Job:
+    """Operator: a failed or cancelled job runs again from scratch. See ``jobs.engine.retry``."""
+    from jobs import engine
+
+    return engine.retry(job, actor=actor, reason=reason)
+
+
+def cancel(job: Job, *, actor: Any = None, reason: str = "") -> Job:
+    """Operator: stop a pending job, or fence out a running one. See ``jobs.engine.cancel``."""
+    from jobs import engine
+
+    return engine.cancel(job, actor=actor, reason=reason)
+
+
+def run_now(job: Job, *, actor: Any = None, reason: str = "") -> Job:
+    """Operator: a pending job waiting for its run_after becomes due immediately. See
+    ``jobs.engine.run_now``."""
+    from jobs import engine
+
+    return engine.run_now(job, actor=actor, reason=reason)
+
+
+def explain(job: Job) -> str:
+    """One line an operator can act on: why the job is (not) running. See
+    ``jobs.why.explain``."""
+    from jobs import why
+
+    return why.explain(job)

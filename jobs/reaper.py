@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from jobs import clock, engine, metrics
 from jobs.conf import WORKER_STALE_SECONDS
 from jobs.models import Job, Worker
+from jobs.notify import notify
 
 logger = logging.getLogger(__name__)
 
@@ -93,5 +94,5 @@ def wake_due() -> int:
         cursor.execute(_DUE_QUEUES, [clock.now()])
         queues = [row[0] for row in cursor.fetchall()]
         for queue in queues:
-            cursor.execute("SELECT pg_notify(%s, %s)", [engine.NOTIFY_CHANNEL, queue])
+            notify(queue)
     return len(queues)

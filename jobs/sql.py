@@ -131,6 +131,8 @@ def enqueue_one(*, keyed: bool, checked: tuple[str, ...] = ()) -> str:
     ``pg_notify`` as a FROM item runs once; like any NOTIFY it is delivered only when the
     caller's transaction commits. (It also runs when a key conflict or a missing
     reference inserted nothing: a spurious wake-up finds no work, which is harmless.)
+    It is written here rather than left to ``jobs.notify.notify``, which would cost a
+    second round trip; ``%(channel)s`` is that module's ``CHANNEL``.
     """
     return f"""
 WITH job AS ({insert_jobs(keyed=keyed, returning="*", checked=checked)})

@@ -187,7 +187,9 @@ def due_queues() -> str:
 
 
 # A due job a worker may run: the conditions of ``JobQuerySet.claimable()`` (which keyed
-# claims and the "why" explanations use); keep the two in step. A keyed job qualifies
+# claims and the "why" explanations use), written out again for the claim's statement.
+# tests/jobs/test_claimable_agrees.py checks, on generated tables, that the two select
+# the same jobs (through ``claimable_ids``); change both together. A keyed job qualifies
 # only as the head of its key (no earlier due job of the key waits): jobs of one key run
 # one at a time in the order they came, and a claim's batch holds one job per key, so a
 # backlog of one key cannot fill a batch that other keys' jobs could use.
@@ -209,6 +211,19 @@ _CLAIMABLE = """
               AND (e.parent_id IS NULL OR EXISTS (
                     SELECT FROM jobs_job ep WHERE ep.id = e.parent_id AND ep.state = 'succeeded')))))
 """
+
+@cache
+def claimable_ids(*, named_queues: bool) -> str:
+    """The ids of every job ``_CLAIMABLE`` admits, given ``%(now)s``, ``%(types)s`` and (with
+    ``named_queues``) ``%(queues)s``: the claim's condition and served queues alone, with
+    no ranking, limit or locks, so that it can be compared with ``JobQuerySet.claimable()``
+    (which serves every queue when given none, as the claim does)."""
+    return f"""
+WITH RECURSIVE {_served(named_queues=named_queues)}
+SELECT j.id FROM served, jobs_job j
+WHERE {_CLAIMABLE}
+"""
+
 
 # Per served queue, the best due jobs meeting ``condition``, read in the order of
 # job_claim_idx and locked so that concurrent claimers pass over each other's rows.

@@ -29,10 +29,10 @@ from jobs.conf import WORKER_STALE_SECONDS
 from jobs.enqueueing import ChildSpec, Enqueued
 from jobs.errors import IllegalTransition, InvalidArgument, LeaseLost, UnknownJobType
 from jobs.models import Job, JobEvent
+from jobs.notify import CHANNEL, notify
 
 logger = logging.getLogger(__name__)
 
-NOTIFY_CHANNEL = "conveyor_jobs"
 State = Job.State
 Kind = JobEvent.Kind
 
@@ -181,7 +181,7 @@ def enqueue_many(
         cursor.execute(sql.insert_jobs(keyed=keyed, checked=_given_references(params)), params)
         ids = [row[0] for row in cursor.fetchall()]
         if ids:
-            cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, params["queue"]])
+            notify(params["queue"])
         else:
             _check_references(params)
     return ids
@@ -251,7 +251,7 @@ def _insert_params(handler: registry.Handler, encoded: list[str], unique_keys: l
         "payloads": encoded,
         "unique_keys": unique_keys,
         "pending_keys": pending_keys,
-        "channel": NOTIFY_CHANNEL,
+        "channel": CHANNEL,
     }
 
 
@@ -621,7 +621,7 @@ def release(jobs: Sequence[Job], token: uuid.UUID, *, worker: str = "",
             for pk in released
         )
         if released:
-            connection.cursor().execute("SELECT pg_notify(%s, '')", [NOTIFY_CHANNEL])
+            notify()
     return len(released)
 
 
@@ -696,7 +696,7 @@ def rescue(job: Job, *, now: datetime | None = None) -> str | None:
         if to_state == State.FAILED:
             _cancel_dependants(job.pk, now)
         else:
-            connection.cursor().execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, job.queue])
+            notify(job.queue)
     return to_state
 
 
@@ -733,7 +733,7 @@ def _operator_change(job: Job, action: str, kind: str, actor: Any, message: str,
         if current.state in (State.FAILED, State.CANCELLED):
             _cancel_dependants(current.pk, now)
         if current.state == State.PENDING:
-            connection.cursor().execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, current.queue])
+            notify(current.queue)
     return current
 
 

@@ -1,7 +1,9 @@
-"""The wake-up channel: a dedicated autocommit connection LISTENing for new work.
+"""The wake-up channel: the signal that new work is due, and the dedicated autocommit
+connection a worker LISTENs on for it.
 
-Enqueue runs ``pg_notify`` inside the caller's transaction, so PostgreSQL delivers the
-signal exactly when the jobs become visible (on commit) and never for a rollback.
+Every signal is sent inside the caller's transaction (``notify``, or ``pg_notify`` written
+into a statement, as enqueue does), so PostgreSQL delivers it exactly when the jobs become
+visible (on commit) and never for a rollback.
 """
 
 from __future__ import annotations
@@ -10,9 +12,21 @@ import time
 from typing import Any
 
 import psycopg
-from django.db import connections
+from django.db import connection, connections
 
 from jobs.backoff import FailureStreak
+
+# The channel workers listen on. Statements that signal from inside themselves (to save
+# a round trip) take it as a parameter from here too.
+CHANNEL = "conveyor_jobs"
+
+
+def notify(queue: str = "") -> None:
+    """Wake the workers listening on ``CHANNEL`` when the current transaction commits.
+    The payload names the queue that has new work ("" for any); a spurious signal finds
+    no work, which is harmless."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, queue])
 
 
 def raw_connection(alias: str = "default", **extra: Any) -> psycopg.Connection:

@@ -13,9 +13,10 @@ from datetime import timedelta
 
 from django.db import connection, transaction
 
-from jobs import clock, engine, metrics
+from jobs import clock, engine, metrics, sql
 from jobs.conf import WORKER_STALE_SECONDS
 from jobs.models import Job, Worker
+from jobs.notify import notify
 
 logger = logging.getLogger(__name__)
 
@@ -66,32 +67,12 @@ def rescue_expired(limit: int = 500) -> ReapResult:
     return result
 
 
-# The queues that have a due pending job. A "loose index scan" of job_claim_idx finds each
-# queue with pending jobs in one index probe, then one probe per queue for a due one: about
-# 1 ms at 100,000 pending jobs, where SELECT DISTINCT over the due rows takes 50 ms or more
-# every reaper round.
-_DUE_QUEUES = """
-WITH RECURSIVE queues(queue) AS (
-    (SELECT queue FROM jobs_job WHERE state = 'pending' ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.queue FROM jobs_job j
-            WHERE j.state = 'pending' AND j.queue > q.queue ORDER BY j.queue LIMIT 1)
-    FROM queues q WHERE q.queue IS NOT NULL
-)
-SELECT queue FROM queues
-WHERE queue IS NOT NULL AND EXISTS (
-    SELECT FROM jobs_job j WHERE j.state = 'pending' AND j.queue = queues.queue
-    AND j.run_after <= %s)
-LIMIT 50
-"""
-
-
 def wake_due() -> int:
     """NOTIFY each queue that has due pending jobs, so that no job waits on a lost signal
     (a crash between commit and signal, or a run_after that simply came due)."""
     with connection.cursor() as cursor:
-        cursor.execute(_DUE_QUEUES, [clock.now()])
+        cursor.execute(sql.due_queues(), {"now": clock.now()})
         queues = [row[0] for row in cursor.fetchall()]
         for queue in queues:
-            cursor.execute("SELECT pg_notify(%s, %s)", [engine.NOTIFY_CHANNEL, queue])
+            notify(queue)
     return len(queues)

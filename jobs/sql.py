@@ -131,6 +131,8 @@ def enqueue_one(*, keyed: bool, checked: tuple[str, ...] = ()) -> str:
     ``pg_notify`` as a FROM item runs once; like any NOTIFY it is delivered only when the
     caller's transaction commits. (It also runs when a key conflict or a missing
     reference inserted nothing: a spurious wake-up finds no work, which is harmless.)
+    It is written here rather than left to ``jobs.notify.notify``, which would cost a
+    second round trip; ``%(channel)s`` is that module's ``CHANNEL``.
     """
     return f"""
 WITH job AS ({insert_jobs(keyed=keyed, returning="*", checked=checked)})
@@ -138,12 +140,9 @@ SELECT job.* FROM job, pg_notify(%(channel)s, %(queue)s)
 """
 
 
-# The served queues of a claim: the worker's own list, or every queue that has pending
-# jobs, found by a "loose index scan" of job_claim_idx (one index probe per queue).
-_NAMED_QUEUES = "SELECT unnest(%(queues)s::text[]) AS queue"
-_PENDING_QUEUES = """
-    SELECT queue FROM pending_queues WHERE queue IS NOT NULL
-"""
+# Every queue that has pending jobs, found by a "loose index scan" of job_claim_idx: one
+# index probe per queue (then a NULL row, which ends the recursion), where SELECT DISTINCT
+# would read every pending row. One CTE of a WITH RECURSIVE.
 _PENDING_QUEUES_CTE = """
 pending_queues(queue) AS (
     (SELECT queue FROM jobs_job WHERE state = 'pending' ORDER BY queue LIMIT 1)
@@ -151,12 +150,46 @@ pending_queues(queue) AS (
     SELECT (SELECT j.queue FROM jobs_job j
             WHERE j.state = 'pending' AND j.queue > q.queue ORDER BY j.queue LIMIT 1)
     FROM pending_queues q WHERE q.queue IS NOT NULL
-),
+)
+"""
+
+# The served queues of a claim: the worker's own list, or every queue that has pending
+# jobs.
+_NAMED_QUEUES = "SELECT unnest(%(queues)s::text[]) AS queue"
+_PENDING_QUEUES = """
+    SELECT queue FROM pending_queues WHERE queue IS NOT NULL
 """
 
 
+def _served(*, named_queues: bool) -> str:
+    """The CTEs, for a WITH RECURSIVE, that end with ``served`` (one ``queue`` a row)."""
+    if named_queues:
+        return f"served AS ({_NAMED_QUEUES})"
+    return f"{_PENDING_QUEUES_CTE.strip()},\nserved AS ({_PENDING_QUEUES})"
+
+
+# The queues that have a due pending job (the reaper's wake-up round): each queue with
+# pending jobs, then one probe per queue for a due one. About 1 ms at 100,000 pending
+# jobs, where SELECT DISTINCT over the due rows takes 50 ms or more every round.
+_DUE_QUEUES = f"""
+WITH RECURSIVE {_PENDING_QUEUES_CTE.strip()}
+SELECT queue FROM pending_queues
+WHERE queue IS NOT NULL AND EXISTS (
+    SELECT FROM jobs_job j WHERE j.state = 'pending' AND j.queue = pending_queues.queue
+    AND j.run_after <= %(now)s)
+LIMIT 50
+"""
+
+
+def due_queues() -> str:
+    """Up to 50 queues that have a pending job due at ``%(now)s``, one a row."""
+    return _DUE_QUEUES
+
+
 # A due job a worker may run: the conditions of ``JobQuerySet.claimable()`` (which keyed
-# claims and the "why" explanations use); keep the two in step. A keyed job qualifies
+# claims and the "why" explanations use), written out again for the claim's statement.
+# tests/jobs/test_claimable_agrees.py checks, on generated tables, that the two select
+# the same jobs (through ``claimable_ids``); change both together. A keyed job qualifies
 # only as the head of its key (no earlier due job of the key waits): jobs of one key run
 # one at a time in the order they came, and a claim's batch holds one job per key, so a
 # backlog of one key cannot fill a batch that other keys' jobs could use.
@@ -178,6 +211,19 @@ _CLAIMABLE = """
               AND (e.parent_id IS NULL OR EXISTS (
                     SELECT FROM jobs_job ep WHERE ep.id = e.parent_id AND ep.state = 'succeeded')))))
 """
+
+@cache
+def claimable_ids(*, named_queues: bool) -> str:
+    """The ids of every job ``_CLAIMABLE`` admits, given ``%(now)s``, ``%(types)s`` and (with
+    ``named_queues``) ``%(queues)s``: the claim's condition and served queues alone, with
+    no ranking, limit or locks, so that it can be compared with ``JobQuerySet.claimable()``
+    (which serves every queue when given none, as the claim does)."""
+    return f"""
+WITH RECURSIVE {_served(named_queues=named_queues)}
+SELECT j.id FROM served, jobs_job j
+WHERE {_CLAIMABLE}
+"""
+
 
 # Per served queue, the best due jobs meeting ``condition``, read in the order of
 # job_claim_idx and locked so that concurrent claimers pass over each other's rows.
@@ -238,8 +284,6 @@ def claim(*, named_queues: bool, fair: bool = False) -> str:
     unchanged (``claimed`` false); the caller hands their key over in a transaction of
     its own (``engine._claim_keyed``).
     """
-    served = _NAMED_QUEUES if named_queues else _PENDING_QUEUES
-    recursive = "" if named_queues else _PENDING_QUEUES_CTE
     if fair:
         candidates = " UNION ALL ".join([
             _PER_QUEUE.format(tier=0, claimable=_CLAIMABLE, condition=(
@@ -254,8 +298,7 @@ def claim(*, named_queues: bool, fair: bool = False) -> str:
         candidates = _PER_QUEUE.format(tier=0, claimable=_CLAIMABLE, condition="true")
         crowded = ""
     return f"""
-WITH RECURSIVE {recursive}
-served AS ({served}),
+WITH RECURSIVE {_served(named_queues=named_queues)},
 {crowded}
 candidates AS ({candidates}),
 picked AS (

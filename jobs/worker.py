@@ -51,7 +51,7 @@ from jobs.errors import LeaseLost, PermanentError, Snooze
 from jobs.heartbeat import Heartbeat, Holdings, label_connection, step_failed, unregister
 from jobs.leases import LeaseWatch
 from jobs.models import Job
-from jobs.notify import Listener
+from jobs.notify import CHANNEL, Listener
 from jobs.time_limits import HandlerTimeout, Limit, Watcher
 
 logger = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class EngineWorker:
         # Set only once the run loop has ended: the heartbeat must keep renewing the lease
         # of the job that is finishing after stop(), or a reaper elsewhere rescues it.
         self._finished = threading.Event()
-        self._listener = Listener(engine.NOTIFY_CHANNEL,
+        self._listener = Listener(CHANNEL,
                                   application_name=f"conveyor listen {self.name}")
         self._lock = threading.Lock()
         self._token: uuid.UUID | None = None

@@ -20,8 +20,9 @@ from hypothesis.extra.django import TestCase
 
 from jobs import sql
 from jobs.models import Job
+from jobs.testing import T0
 from tenancy.models import Tenant
-from tests.base import T0, tenant
+from tests.base import tenant
 
 NOW = T0
 # Few values of each, so that jobs often share a queue, a type or a key.

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection, transaction
 
@@ -33,7 +33,9 @@ from factors import catalog, conf, entry_loads, locks
 from factors.fence import hold_lease, relax_commit
 from factors.recalc_chunks import ChunkQueue
 from factors.staging import StagedUpload
-from jobs.models import Job
+
+if TYPE_CHECKING:  # the engine's model, named in annotations only
+    from jobs.models import Job
 
 logger = logging.getLogger(__name__)
 
@@ -119,11 +121,7 @@ def forget_partial(job: Job, target: Target) -> int:
     current yet."""
     with transaction.atomic():
         locks.lock_module(target.module_id)
-        with connection.cursor() as cursor:
-            cursor.execute("DELETE FROM factors_dataentry WHERE module_id = %s "
-                           "AND data_entry_type = %s AND job_id = %s",
-                           [target.module_id, target.data_entry_type, job.pk])
-            deleted = cursor.rowcount
+        deleted = entry_loads.delete_rows(target.module_id, target.data_entry_type, job.pk)
         hold_lease(job)
     return deleted
 

@@ -28,6 +28,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.db import connection, transaction
 
@@ -36,7 +37,9 @@ from factors import locks
 from factors.fence import hold_lease
 from factors.models import EntryLoad
 from jobs import clock
-from jobs.models import Job
+
+if TYPE_CHECKING:  # the engine's model, named in annotations only
+    from jobs.models import Job
 
 logger = logging.getLogger(__name__)
 
@@ -123,15 +126,21 @@ def make_current(job: Job, ingest_id: int, *, module_id: int | None,
 
 
 def _delete_rows(load: EntryLoad, limit: int | None = None) -> int:
-    """Delete rows of a load (their emissions go with them: the cascade of migration
-    0002), at most ``limit`` of them; returns how many."""
+    """Delete rows of a load, at most ``limit`` of them; returns how many."""
+    return delete_rows(load.module_id, load.data_entry_type, load.job_id, limit)
+
+
+def delete_rows(module_id: int, data_entry_type: str, job_id: int,
+                limit: int | None = None) -> int:
+    """Delete the rows one ingest job wrote into a module's entries of a type (their
+    emissions go with them: the cascade of migration 0002), at most ``limit`` of them;
+    returns how many. The caller holds the module's lock."""
     rows = "module_id = %(module)s AND data_entry_type = %(type)s AND job_id = %(job)s"
     if limit is not None:
         rows += f" AND id IN (SELECT id FROM factors_dataentry WHERE {rows} LIMIT {int(limit)})"
     with connection.cursor() as cursor:
         cursor.execute(f"DELETE FROM factors_dataentry WHERE {rows}",
-                       {"module": load.module_id, "type": load.data_entry_type,
-                        "job": load.job_id})
+                       {"module": module_id, "type": data_entry_type, "job": job_id})
         return cursor.rowcount
 
 

@@ -193,10 +193,8 @@ def emission_recalc(ctx: jobs.JobContext) -> dict[str, Any]:
 def _aggregate_soon(ctx: jobs.JobContext, module_id: int, tenant: int | None) -> None:
     """Queue a module's aggregation now, in the caller's transaction, in this job's
     pipeline (not as its child: it must run even if this job fails later)."""
-    key = services.aggregation_key(module_id)
-    jobs.enqueue("factors.aggregation", {"module": module_id}, unique_key=key,
-                 concurrency_key=key, tenant=tenant, pipeline=ctx.job.pipeline_id,
-                 created_by=ctx.job.created_by_id)
+    services.queue_aggregation(module_id, tenant=tenant, pipeline=ctx.job.pipeline_id,
+                               created_by=ctx.job.created_by_id)
 
 
 # --- aggregation: stats only -----------------------------------------------------------------------

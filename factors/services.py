@@ -19,7 +19,7 @@ from __future__ import annotations
 import io
 import uuid
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from django.db import connection, transaction
 
@@ -37,7 +37,9 @@ from factors.entry_edits import (
 )
 from factors.errors import AlreadyRunning, InvalidRequest, UploadRejected
 from factors.models import CarbonReport, PipelineModule, ReportModule, Unit, Upload
-from jobs.models import Job
+
+if TYPE_CHECKING:  # the engine's model, named in annotations only
+    from jobs.models import Job
 
 __all__ = [
     "AlreadyRunning", "CleanEntry", "Dispatched", "EntryChange", "InvalidRequest",
@@ -283,11 +285,17 @@ def recompute_stats(report_ids: list[int], *, actor: Actor = None) -> int:
     by hand); modules with one already waiting keep that one. Returns how many."""
     modules = ReportModule.objects.filter(report_id__in=report_ids).select_related("report__unit")
     for module in modules:
-        key = aggregation_key(module.pk)
-        job = jobs.enqueue("factors.aggregation", {"module": module.pk}, unique_key=key,
-                           concurrency_key=key, tenant=_tenant_of(module), created_by=actor_user(actor))
+        job = queue_aggregation(module.pk, tenant=_tenant_of(module), created_by=actor_user(actor))
         _link(job, [module.pk])
     return len(modules)
+
+
+def queue_aggregation(module_id: int, *, tenant: int | None, **options: Any) -> Job:
+    """Enqueue a module's aggregation, or get the one already waiting (its key is both
+    unique and a concurrency key: one waits, one runs). ``options`` go to ``enqueue``."""
+    key = aggregation_key(module_id)
+    return jobs.enqueue("factors.aggregation", {"module": module_id}, unique_key=key,
+                        concurrency_key=key, tenant=tenant, **options)
 
 
 def _check_type(module: ReportModule, data_entry_type: str) -> None:

@@ -8,10 +8,10 @@ from decimal import Decimal
 
 from django.db import connection
 
+import jobs
 from factors import locks, stats
 from factors.entry_loads import CURRENT_IN_MODULE
 from factors.models import CarbonReport, ReportModule
-from jobs import clock
 
 _TOTALS = f"""
 SELECT d.data_entry_type, count(*), coalesce(sum(d.quantity), 0),
@@ -35,7 +35,7 @@ def recompute_module(module_id: int, *, job_id: int | None = None) -> dict[str, 
     """Replace a module's stats by a full recompute, then its report's; in the caller's
     transaction, which must be the one that records the job's success."""
     module = locks.lock_module(module_id)
-    now = clock.now()
+    now = jobs.now()
     module.stats = stats.module_stats(module_totals(module_id))
     module.stats_updated_at, module.stats_job_id = now, job_id
     module.save(update_fields=["stats", "stats_updated_at", "stats_job"])
@@ -50,5 +50,5 @@ def recompute_report(report: CarbonReport) -> None:
     """A report's stats as the sum of its modules' (the report row must be locked)."""
     modules = ReportModule.objects.filter(report=report).values_list("module_type", "stats")
     report.stats = stats.report_stats(modules)
-    report.stats_updated_at = clock.now()
+    report.stats_updated_at = jobs.now()
     report.save(update_fields=["stats", "stats_updated_at"])

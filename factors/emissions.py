@@ -17,19 +17,16 @@ Batches are fenced and commit without waiting for the disk (``factors.fence``).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection
 
+import jobs
 from factors import conf, locks
-from factors.fence import hold_lease, relax_commit
-from jobs import clock
-from jobs.models import Job
 
-Progress = Callable[[int, int | None, str], None]
 MISSING_SAMPLE = 20
 
 
@@ -113,7 +110,7 @@ class RecalcResult:
                                     for key, count in sorted(self.missing.items())]}
 
 
-def recalculate(scope: Scope, job: Job, *, progress: Progress) -> RecalcResult:
+def recalculate(scope: Scope, ctx: jobs.JobContext) -> RecalcResult:
     """Recompute the emissions of every entry in ``scope``, batch by batch."""
     result = RecalcResult()
     total = None
@@ -122,18 +119,16 @@ def recalculate(scope: Scope, job: Job, *, progress: Progress) -> RecalcResult:
         total = _count(scope)
     after, size = scope.after, conf.recalc_batch_rows()
     while True:
-        with transaction.atomic():
-            relax_commit()
+        with ctx.batch():
             bounds = _next_batch(scope, after, size)
             if bounds is None:
                 break
             upto, modules = bounds
             locks.share_modules(modules)
-            _recalc_batch(scope, after, upto, job.pk, result)
-            hold_lease(job)
+            _recalc_batch(scope, after, upto, ctx.job.pk, result)
         result.modules.update(modules)
         after = upto
-        progress(result.entries, total, f"{result.entries:,} entries recalculated "
+        ctx.progress(result.entries, total, f"{result.entries:,} entries recalculated "
                                        f"({result.without_factor:,} without factor)")
     return result
 
@@ -196,7 +191,7 @@ def _recalc_batch(scope: Scope, after: int, upto: int, job_id: int | None,
     condition, params = scope.where()
     with connection.cursor() as cursor:
         cursor.execute(_RECALC.format(condition=condition), {
-            **params, "after": after, "upto": upto, "job": job_id, "now": clock.now(),
+            **params, "after": after, "upto": upto, "job": job_id, "now": jobs.now(),
             "sample": MISSING_SAMPLE})
         entries, priced, changed, removed, missing = cursor.fetchone()
     result.entries += entries
@@ -239,4 +234,4 @@ def store(entry_id: int, priced: Priced | None) -> None:
             "VALUES (%s, %s, %s, NULL, %s) ON CONFLICT (data_entry_id) DO UPDATE SET "
             "factor_id = EXCLUDED.factor_id, kg_co2e = EXCLUDED.kg_co2e, job_id = NULL, "
             "computed_at = EXCLUDED.computed_at",
-            [entry_id, priced.factor_id, priced.kg_co2e, clock.now()])
+            [entry_id, priced.factor_id, priced.kg_co2e, jobs.now()])

@@ -17,11 +17,11 @@ from typing import Any
 
 from django.db import transaction
 
+import jobs
 from factors import catalog, emissions, locks, stats
 from factors.csv_validation import Column, shown
 from factors.errors import InvalidRequest
 from factors.models import CarbonReport, DataEntry, ReportModule
-from jobs import clock
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def create_entry(module_id: int, data: Mapping[str, Any], *, actor: Actor) -> En
     clean = clean_entry(module, data)
     priced = emissions.price(clean.data_entry_type, report.year, clean.classification,
                              clean.quantity)
-    now = clock.now()
+    now = jobs.now()
     entry = DataEntry.objects.create(
         module=module, data_entry_type=clean.data_entry_type, year=report.year,
         quantity=clean.quantity, unit=clean.unit, classification=clean.classification,
@@ -160,7 +160,7 @@ def update_entry(module_id: int, entry_id: int, data: Mapping[str, Any], *,
                              clean.quantity)
     entry.data_entry_type, entry.quantity = clean.data_entry_type, clean.quantity
     entry.unit, entry.classification = clean.unit, clean.classification
-    entry.updated_by, entry.updated_at = actor_user(actor), clock.now()
+    entry.updated_by, entry.updated_at = actor_user(actor), jobs.now()
     entry.save(update_fields=["data_entry_type", "quantity", "unit", "classification",
                               "updated_by", "updated_at"])
     emissions.store(entry.pk, priced)
@@ -206,7 +206,7 @@ def _contribution(clean: CleanEntry, priced: emissions.Priced | None) -> stats.T
 
 
 def _apply(module: ReportModule, report: CarbonReport, deltas: list[stats.TypeTotals]) -> None:
-    now = clock.now()
+    now = jobs.now()
     for delta in deltas:
         module.stats = stats.add(module.stats, delta)
         report.stats = stats.add_to_report(report.stats, module.module_type, delta)

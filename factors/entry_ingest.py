@@ -7,7 +7,7 @@ PostgreSQL inserts them as a bulk load, with no staging table and no ``INSERT â€
 SELECT`` between. Entries are written in file order and a batch commits whole, so after
 a crash the rows of the job already in the table are exactly rows 1..n of the file: the
 next attempt counts them and carries on from row n + 1. Batches are fenced
-(``factors.fence``), so a stale attempt cannot keep writing beside its successor, and
+(``ctx.batch()``), so a stale attempt cannot keep writing beside its successor, and
 commit without waiting for the disk. Every ``RECALC_CHUNK_ROWS`` rows, a batch also
 queues the recalculation of the rows loaded so far (``factors.recalc_chunks``).
 
@@ -21,25 +21,22 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from django.db import connection, transaction
+from django.db import connection
 
 import jobs
 from factors import catalog, conf, entry_loads, locks
-from factors.fence import hold_lease, relax_commit
 from factors.recalc_chunks import ChunkQueue
 from factors.staging import StagedUpload
 
 if TYPE_CHECKING:  # the engine's model, named in annotations only
-    from jobs.models import Job
+    pass
 
 logger = logging.getLogger(__name__)
 
-Progress = Callable[[int, int, str], None]
 
 
 @dataclass(frozen=True)
@@ -70,60 +67,57 @@ class LoadResult:
         return {"rows": self.rows, "loaded": self.loaded, "resumed_from": self.resumed_from}
 
 
-def committed_rows(job: Job, target: Target) -> int:
-    """How many rows of ``job`` are in the table (they are its first rows, see above)."""
+def committed_rows(job_id: int, target: Target) -> int:
+    """How many rows of job ``job_id`` are in the table (they are its first rows, see
+    above)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*), coalesce(max(row_number), 0), coalesce(min(row_number), 0) "
             "FROM factors_dataentry WHERE module_id = %s AND data_entry_type = %s "
-            "AND job_id = %s", [target.module_id, target.data_entry_type, job.pk])
+            "AND job_id = %s", [target.module_id, target.data_entry_type, job_id])
         count, last, first = cursor.fetchone()
     if count and last - first + 1 != count:
-        raise jobs.PermanentError(f"entries of job {job.pk} are not a run of rows "
+        raise jobs.PermanentError(f"entries of job {job_id} are not a run of rows "
                                   f"({count} rows between {first} and {last})")
     return count
 
 
-def load(job: Job, target: Target, upload: StagedUpload, *, first_row: int,
-         progress: Progress) -> LoadResult:
+def load(ctx: jobs.JobContext, target: Target, upload: StagedUpload, *, first_row: int
+         ) -> LoadResult:
     """Insert the staged rows not yet in the table; ``first_row`` numbers the first one
     (2 for a CSV file, whose row 1 is the header). Queues the recalculation of each
     chunk of loaded rows as it goes (``factors.recalc_chunks``)."""
-    entry_loads.begin(job, target.module_id, target.data_entry_type, target.source)
-    done = committed_rows(job, target)
+    entry_loads.begin(ctx, target.module_id, target.data_entry_type, target.source)
+    done = committed_rows(ctx.job.pk, target)
     result = LoadResult(rows=upload.rows, loaded=0, resumed_from=done)
     if done >= upload.rows:
         return result
     if not upload.exists():
         raise jobs.PermanentError(f"the staged upload {upload.path} is gone with {done} of "
                                   f"{upload.rows} rows loaded: upload the file again")
-    rows = CopyRows(job, target, upload.columns)
+    rows = CopyRows(ctx.job.pk, target, upload.columns)
     batch_rows = conf.ingest_batch_rows()
-    chunks = ChunkQueue(job, target.module_id, target.data_entry_type)
+    chunks = ChunkQueue(ctx.job, target.module_id, target.data_entry_type)
     chunks.start()
     with upload.open() as handle:
         deque(islice(handle, done), maxlen=0)  # skip the rows already loaded
         while lines := list(islice(handle, batch_rows)):
-            with transaction.atomic():
-                relax_commit()
+            with ctx.batch():
                 _copy(rows.format(lines, first_row + done))
                 chunks.batch_loaded(len(lines))
-                hold_lease(job)
             done += len(lines)
             result.loaded += len(lines)
-            progress(done, upload.rows, f"{done:,} of {upload.rows:,} rows loaded")
+            ctx.progress(done, upload.rows, f"{done:,} of {upload.rows:,} rows loaded")
     return result
 
 
-def forget_partial(job: Job, target: Target) -> int:
-    """Delete the rows an earlier attempt of ``job`` loaded (a source that may change
+def forget_partial(ctx: jobs.JobContext, target: Target) -> int:
+    """Delete the rows an earlier attempt of the job loaded (a source that may change
     between attempts is loaded again whole). They were never read: the load is not
     current yet."""
-    with transaction.atomic():
+    with ctx.batch(relaxed=False):
         locks.lock_module(target.module_id)
-        deleted = entry_loads.delete_rows(target.module_id, target.data_entry_type, job.pk)
-        hold_lease(job)
-    return deleted
+        return entry_loads.delete_rows(target.module_id, target.data_entry_type, ctx.job.pk)
 
 
 COPY_COLUMNS = ("row_number", "module_id", "data_entry_type", "year", "quantity", "unit",
@@ -139,11 +133,11 @@ class CopyRows:
     quote or a line break. One f-string per row: the cheapest way Python has to do it.
     """
 
-    def __init__(self, job: Job, target: Target, columns: tuple[str, ...]) -> None:
+    def __init__(self, job_id: int, target: Target, columns: tuple[str, ...]) -> None:
         spec = catalog.spec(target.data_entry_type)
         self.head = f"{target.module_id}\t{target.data_entry_type}\t{target.year}\t"
         self.middle = f"\t{spec.unit}\t"
-        self.tail = f"\t{target.source}\t{job.pk}\n"
+        self.tail = f"\t{target.source}\t{job_id}\n"
         self.quantity = columns.index("quantity")
         self.keys = [(key, columns.index(key)) for key in spec.keys]
 

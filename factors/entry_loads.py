@@ -28,18 +28,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from django.db import connection, transaction
 
 import jobs
 from factors import locks
-from factors.fence import hold_lease
 from factors.models import EntryLoad
-from jobs import clock
-
-if TYPE_CHECKING:  # the engine's model, named in annotations only
-    from jobs.models import Job
 
 logger = logging.getLogger(__name__)
 
@@ -53,17 +47,17 @@ CURRENT_IN_MODULE = ("(d.job_id IS NULL OR d.job_id = ANY(ARRAY(SELECT l.job_id 
                      "AND l.state = 'current')))")
 
 
-def begin(job: Job, module_id: int, data_entry_type: str, source: str) -> None:
+def begin(ctx: jobs.JobContext, module_id: int, data_entry_type: str, source: str) -> None:
     """Open the load of an ingest attempt, or resume its own; refuses a load that was
     already made current (the ingest's rows are read: writing more would change them)."""
-    with transaction.atomic():
+    job_id = ctx.job.pk
+    with ctx.batch(relaxed=False):
         load, _ = EntryLoad.objects.select_for_update().get_or_create(
-            job_id=job.pk, defaults={"module_id": module_id, "data_entry_type": data_entry_type,
+            job_id=job_id, defaults={"module_id": module_id, "data_entry_type": data_entry_type,
                                      "source": source})
         if load.state != EntryLoad.State.LOADING:
-            raise jobs.PermanentError(f"the rows of job {job.pk} are already {load.state}; "
+            raise jobs.PermanentError(f"the rows of job {job_id} are already {load.state}; "
                                       "an ingest never writes into a load that is read")
-        hold_lease(job)
 
 
 @dataclass(frozen=True)
@@ -81,11 +75,11 @@ class Switch:
         return {"made_current": self.load.job_id, "replaced": self.replaced}
 
 
-def make_current(job: Job, ingest_id: int, *, module_id: int | None,
+def make_current(ctx: jobs.JobContext, ingest_id: int, *, module_id: int | None,
                  on_switch: Callable[[int], None]) -> Switch:
     """Make the load of ``ingest_id`` the one readers see, then delete the rows it
-    replaces. ``job`` is the closing recalculation (fenced by its lease); the load must be
-    of ``module_id``, the module that job was checked to cover.
+    replaces. ``ctx`` is the closing recalculation's (each transaction fenced by its
+    lease); the load must be of ``module_id``, the module that job was checked to cover.
 
     The latest upload wins, whichever closing recalculation ends first: a load whose
     module already reads a later ingest's load is superseded instead. ``on_switch``
@@ -93,7 +87,7 @@ def make_current(job: Job, ingest_id: int, *, module_id: int | None,
     module's aggregation there, so the stats follow the entries even if this job fails
     afterwards. Idempotent: a retry finds the switch done and finishes the deletions.
     """
-    with transaction.atomic():
+    with ctx.batch(relaxed=False):
         found = EntryLoad.objects.filter(job_id=ingest_id).values_list("module_id", flat=True).first()
         if found is not None and found == module_id:
             locks.lock_module(found)
@@ -106,7 +100,7 @@ def make_current(job: Job, ingest_id: int, *, module_id: int | None,
                                         data_entry_type=load.data_entry_type, source=load.source)
         current = same.select_for_update().filter(state=EntryLoad.State.CURRENT).first()
         if load.state == EntryLoad.State.LOADING:
-            now = clock.now()
+            now = jobs.now()
             if current is not None and current.job_id > load.job_id:
                 load.state, load.replaced_at = EntryLoad.State.REPLACED, now
                 load.save(update_fields=["state", "replaced_at"])
@@ -118,9 +112,8 @@ def make_current(job: Job, ingest_id: int, *, module_id: int | None,
                 load.state, load.current_since = EntryLoad.State.CURRENT, now
                 load.save(update_fields=["state", "current_since"])
                 on_switch(load.module_id)
-        hold_lease(job)
     replaced = list(same.filter(state=EntryLoad.State.REPLACED).values_list("job_id", flat=True))
-    deleted = sum(_delete_replaced(job_id, fence=job) for job_id in replaced)
+    deleted = sum(_delete_replaced(job_id, fence=ctx) for job_id in replaced)
     superseded_by = current.job_id if current is not None and current.job_id != load.job_id else None
     return Switch(load, deleted, superseded_by)
 
@@ -153,23 +146,22 @@ def _locked_load(job_id: int) -> EntryLoad | None:
     return EntryLoad.objects.select_for_update().filter(job_id=job_id).first()
 
 
-def _delete_replaced(job_id: int, *, fence: Job | None = None) -> int:
+def _delete_replaced(job_id: int, *, fence: jobs.JobContext | None = None) -> int:
     """Delete a replaced load's rows, then the load, in batches of ``DELETE_BATCH_ROWS``:
     each batch is a short transaction under the module's lock, so an edit or an
     aggregation of the module waits for one batch, not for the whole deletion. Nothing
     reads a replaced load, and nothing brings it back, so a crash between batches just
-    leaves the rest to the next attempt or to retention."""
+    leaves the rest to the next attempt or to retention. ``fence``: the context of the job
+    deleting them, whose lease each batch holds."""
     deleted = 0
     while True:
-        with transaction.atomic():
+        with fence.batch(relaxed=False) if fence is not None else transaction.atomic():
             load = _locked_load(job_id)
             if load is None or load.state != EntryLoad.State.REPLACED:
                 return deleted
             batch = _delete_rows(load, DELETE_BATCH_ROWS)
             if batch < DELETE_BATCH_ROWS:
                 load.delete()
-            if fence is not None:
-                hold_lease(fence)
         deleted += batch
         if batch < DELETE_BATCH_ROWS:
             return deleted
@@ -221,7 +213,7 @@ def removable(*, older_than: timedelta) -> list[int]:
     """Loads whose rows nobody will read: replaced ones, and loading ones whose pipeline
     has been over for ``older_than`` (a failed or cancelled ingest, or one whose closing
     recalculation failed)."""
-    cutoff = clock.now() - older_than
+    cutoff = jobs.now() - older_than
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT l.job_id FROM factors_entryload l WHERE l.state <> 'current' AND "
@@ -234,7 +226,7 @@ def prune(*, older_than: timedelta, only: list[int] | None = None) -> Pruned:
     """Delete the rows of every removable load (of ``only``, if given), one load per
     transaction. Each deletion checks again, under the load's lock, that the load is
     still removable, so a retry that has just started is never cut short."""
-    cutoff = clock.now() - older_than
+    cutoff = jobs.now() - older_than
     wanted = None if only is None else set(only)
     loads = rows = 0
     for job_id in removable(older_than=older_than):

@@ -3,8 +3,12 @@ turn into answers (400, 409, form errors, CommandError)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from factors.csv_validation import ValidationReport
-from jobs.models import Job
+
+if TYPE_CHECKING:  # the engine's model, named in annotations only
+    from jobs.models import Job
 
 
 class InvalidRequest(Exception):

@@ -9,15 +9,17 @@ are marked stale: "not in the latest upload", visible to operators, still linked
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 from psycopg import sql
 
+import jobs
 from factors import catalog
 from factors.staging import StagedUpload
-from jobs import clock
-from jobs.models import Job
+
+if TYPE_CHECKING:  # the engine's model, named in annotations only
+    from jobs.models import Job
 
 _UPSERT = """
 WITH incoming AS (
@@ -69,7 +71,7 @@ def upsert(job: Job, data_entry_type: str, upload: StagedUpload) -> dict[str, An
     with connection.cursor() as cursor:
         cursor.execute(statement.as_string(cursor.connection),
                        {"type": data_entry_type, "unit": spec.unit, "job": job.pk,
-                        "now": clock.now()})
+                        "now": jobs.now()})
         rows, inserted, changed, years = cursor.fetchone()
         cursor.execute(_MARK_STALE, {"job": job.pk, "type": data_entry_type})
         cursor.execute("SELECT count(*), (array_agg(id ORDER BY id))[1:50] "

@@ -109,7 +109,7 @@ def csv_ingest(ctx: jobs.JobContext) -> dict[str, Any]:
     CSV entries of the module and type (``factors.entry_loads``)."""
     target = _target(ctx, "csv")
     upload = _upload(ctx, Upload.Kind.ENTRIES)
-    result = entry_ingest.load(ctx.job, target, upload, first_row=2, progress=ctx.progress)
+    result = entry_ingest.load(ctx, target, upload, first_row=2)
     staging.discard(upload)
     _chain_recalc(ctx, target)
     return result.as_dict()
@@ -123,8 +123,8 @@ def api_ingest(ctx: jobs.JobContext) -> dict[str, Any]:
     upload = _staged_api_entries(ctx, target)
     try:
         # A source can change between attempts: an earlier attempt's rows go, all load.
-        entry_ingest.forget_partial(ctx.job, target)
-        result = entry_ingest.load(ctx.job, target, upload, first_row=1, progress=ctx.progress)
+        entry_ingest.forget_partial(ctx, target)
+        result = entry_ingest.load(ctx, target, upload, first_row=1)
     finally:
         staging.discard(upload)  # a retry reads the source again
     _chain_recalc(ctx, target)
@@ -152,7 +152,8 @@ def _chain_recalc(ctx: jobs.JobContext, target: entry_ingest.Target) -> None:
     (``factors.recalc_chunks``, ``factors.entry_loads``)."""
     scope = emissions.Scope(target.data_entry_type, module_id=target.module_id)
     ctx.chain("factors.emission_recalc", recalc_chunks.closing_payload(scope, ctx.job),
-              concurrency_key=services.recalc_key(target.data_entry_type, target.module_id))
+              concurrency_key=services.recalc_key(target.data_entry_type, target.module_id),
+              after=recalc_chunks.chunk_jobs(ctx.job.pk))
 
 
 # --- recalculation: emissions only ---------------------------------------------------------------
@@ -171,8 +172,8 @@ def emission_recalc(ctx: jobs.JobContext) -> dict[str, Any]:
         raise jobs.PermanentError("a tenant's recalculation covers one of its modules; name it")
     closes = int(ctx.payload["closes"]) if "closes" in ctx.payload else None
     if closes is not None:
-        scope = recalc_chunks.closing_scope(ctx.job, scope, closes)
-    result = emissions.recalculate(scope, ctx.job, progress=ctx.progress)
+        scope = recalc_chunks.closing_scope(ctx, scope)
+    result = emissions.recalculate(scope, ctx)
     if "chunk_of" in ctx.payload:
         return {"scope": scope.describe(), "chunk_of": ctx.payload["chunk_of"], **result.as_dict()}
     tenants = dict(ReportModule.objects.filter(pk__in=result.modules)
@@ -180,7 +181,7 @@ def emission_recalc(ctx: jobs.JobContext) -> dict[str, Any]:
     if closes is not None:
         # The switch queues the module's aggregation in its own transaction.
         switch = entry_loads.make_current(
-            ctx.job, closes, module_id=scope.module_id,
+            ctx, closes, module_id=scope.module_id,
             on_switch=lambda module_id: _aggregate_soon(ctx, module_id, tenants.get(module_id)))
         return {"scope": scope.describe(), **result.as_dict(), **switch.as_dict()}
     for module_id in sorted(tenants):
@@ -262,7 +263,7 @@ def unit_sync(ctx: jobs.JobContext) -> dict[str, Any]:
         upload = _upload(ctx, Upload.Kind.UNITS)
         with upload.open() as handle:
             rows = unit_directory.read_rows(handle, upload.columns)
-    result = unit_directory.apply(rows, year, ctx.job)
+    result = unit_directory.apply(rows, year, ctx)
     if upload is not None:
         staging.discard(upload)
     return result

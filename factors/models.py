@@ -278,6 +278,37 @@ class EntryLoad(models.Model):
         return f"load of job {self.job_id} ({self.get_state_display()})"
 
 
+class LoadChunk(models.Model):
+    """A run of a load's rows whose emissions a recalculation job computes while the load
+    goes on: the entries with ``after < id <= upto`` (ids of the entries' sequence).
+
+    Written in the transaction of the batch that completes the chunk, with its job, so a
+    crash loses or doubles neither. The next attempt of the ingest starts its first chunk
+    where the last one ended, and the ingest's closing recalculation waits for every
+    chunk's job (``factors.recalc_chunks``).
+    """
+
+    load = models.ForeignKey(EntryLoad, verbose_name="load", on_delete=models.CASCADE,
+                             related_name="chunks")
+    job = models.OneToOneField(
+        "jobs.Job", verbose_name="recalculation", on_delete=models.DO_NOTHING,
+        db_constraint=False, related_name="+",
+        help_text="The job pricing the chunk; kept as a plain id once the job is pruned.")
+    after = models.BigIntegerField("after id")
+    upto = models.BigIntegerField("up to id")
+
+    class Meta:
+        ordering = ["load", "after"]
+        constraints = [
+            models.CheckConstraint(name="chunk_not_empty", condition=Q(upto__gt=F("after"))),
+            # Chunks of a load are contiguous and disjoint: one starts where one ended.
+            models.UniqueConstraint(fields=["load", "after"], name="chunk_one_per_start"),
+        ]
+
+    def __str__(self) -> str:
+        return f"ids {self.after + 1}..{self.upto} of job {self.load_id}"
+
+
 class EmissionFactorQuerySet(models.QuerySet["EmissionFactor"]):
     def stale(self) -> EmissionFactorQuerySet:
         return self.filter(is_stale=True)

@@ -6,38 +6,23 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from django.db import connection
 from django.db.models import QuerySet
 
+import jobs
 from factors.models import PipelineModule, ReportModule
-from jobs.models import Job
 
 
 def recalculating(module_ids: Iterable[int]) -> set[int]:
     """The modules among ``module_ids`` that a pending or running job works on: a job of
     any pipeline linked to the module (the ingest, its recalculation, the aggregation)."""
-    ids = list(module_ids)
-    if not ids:
-        return set()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT DISTINCT pm.module_id FROM factors_pipelinemodule pm "
-            "WHERE pm.module_id = ANY(%s) AND EXISTS (SELECT 1 FROM jobs_job j "
-            "WHERE j.pipeline_id = pm.pipeline_id AND j.state IN ('pending', 'running'))",
-            [ids])
-        return {row[0] for row in cursor.fetchall()}
+    links = list(PipelineModule.objects.filter(module_id__in=list(module_ids))
+                 .values_list("module_id", "pipeline_id"))
+    busy = jobs.busy_pipelines({pipeline for _, pipeline in links})
+    return {module for module, pipeline in links if pipeline in busy}
 
 
 def is_recalculating(module: ReportModule) -> bool:
     return module.pk in recalculating([module.pk])
-
-
-def pipeline_jobs(pipeline_id: uuid.UUID, jobs: QuerySet[Job] | None = None) -> list[Job]:
-    """Every job of a pipeline, in the order they were enqueued (``jobs``: a scoped
-    queryset to read from)."""
-    queryset = jobs if jobs is not None else Job.objects.all()
-    return list(queryset.filter(pipeline_id=pipeline_id).select_related("created_by")
-                .defer("payload").order_by("id"))
 
 
 def pipeline_modules(pipeline_id: uuid.UUID, modules: QuerySet[ReportModule] | None = None

@@ -3,17 +3,19 @@
 An ingest writes entries only and the recalculation writes emissions only, but they need
 not run one after the other. Every ``RECALC_CHUNK_ROWS`` rows, in the transaction of the
 batch that completes the chunk, the ingest queues an ``emission_recalc`` of the ids it
-has loaded since the last chunk; another worker computes those emissions while the load
-goes on. Queued with the rows they cover, chunks are never lost nor doubled by a crash.
+has loaded since the last chunk, and records the chunk (``LoadChunk``); another worker
+computes those emissions while the load goes on. Queued with the rows they cover, chunks
+are never lost nor doubled by a crash.
 
 Chunks are contiguous: each begins where the ingest's previous one ended, even across
 attempts, so rows an attempt loaded before a crash are in the next chunk.
 
 When the ingest succeeds it chains the usual recalculation of its module, marked as the
-*closing* one of that ingest: it waits (snoozes) while a chunk of the ingest is still
-unfinished, then covers every id from the first one no succeeded chunk covers (the tail
-of the load, and any chunk that failed), and only then chains the aggregation. So the
-stats are computed once, after every emission of the upload is in.
+*closing* one of that ingest and enqueued with ``after=`` every chunk's job: the engine
+runs it once they have all finished, whatever their outcomes (a fan-in). It then covers
+every id from the first one no succeeded chunk covers (the tail of the load, and any
+chunk that failed or was cancelled), and only then chains the aggregation. So the stats
+are computed once, after every emission of the upload is in.
 
 Chunks cover disjoint id ranges, so they take no concurrency key: once the load is done,
 every free worker prices the chunks still waiting, side by side. Ids come from the
@@ -24,17 +26,19 @@ inserted in it (and maybe rows of others, which the recalculation handles the sa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from django.db import connection
 
 import jobs
 from factors import conf
 from factors.emissions import Scope
-from jobs import clock
-from jobs.models import Job
+from factors.models import LoadChunk
+
+if TYPE_CHECKING:  # the engine's model, named in annotations only
+    from jobs.models import Job
 
 RECALC = "factors.emission_recalc"
-SNOOZE_SECONDS = 0.25
 
 
 def _sequence_value(function: str) -> int:
@@ -61,11 +65,10 @@ class ChunkQueue:
         chunk for them), or, for a fresh start, at a new id (taken, and wasted)."""
         if not self.size:
             return
-        last = (Job.objects.filter(pipeline_id=self.job.pipeline_id, type=RECALC,
-                                   payload__chunk_of=self.job.pk)
-                .order_by("-id").values_list("payload", flat=True).first())
+        last = (LoadChunk.objects.filter(load_id=self.job.pk).order_by("-upto")
+                .values_list("upto", flat=True).first())
         if last is not None:
-            self.after = Scope.from_payload(last).upto or 0
+            self.after = last
             return
         with connection.cursor() as cursor:
             cursor.execute("SELECT min(id) - 1 FROM factors_dataentry WHERE module_id = %s "
@@ -83,11 +86,19 @@ class ChunkQueue:
             return
         upto = _sequence_value("currval")
         scope = Scope(self.data_entry_type, self.module_id, after=self.after, upto=upto)
-        jobs.enqueue(RECALC, {**scope.payload(), "chunk_of": self.job.pk},
-                     pipeline=self.job.pipeline_id, tenant=self.job.tenant_id,
-                     created_by=self.job.created_by_id)
+        chunk = jobs.enqueue(RECALC, {**scope.payload(), "chunk_of": self.job.pk},
+                             pipeline=self.job.pipeline_id, tenant=self.job.tenant_id,
+                             created_by=self.job.created_by_id)
+        LoadChunk.objects.create(load_id=self.job.pk, job_id=chunk.pk, after=self.after,
+                                 upto=upto)
         self.after, self.pending = upto, 0
         self.queued += 1
+
+
+def chunk_jobs(ingest_id: int) -> list[int]:
+    """The recalculation jobs of every chunk an ingest queued, over all its attempts."""
+    return list(LoadChunk.objects.filter(load_id=ingest_id).order_by("after")
+                .values_list("job_id", flat=True))
 
 
 def closing_payload(scope: Scope, ingest: Job) -> dict[str, object]:
@@ -95,24 +106,14 @@ def closing_payload(scope: Scope, ingest: Job) -> dict[str, object]:
     return {**scope.payload(), "closes": ingest.pk}
 
 
-def closing_scope(job: Job, scope: Scope, ingest_id: int) -> Scope:
-    """What ``job``, the closing recalculation of ``ingest_id``, must still cover.
-
-    Raises ``jobs.Snooze`` while a chunk of that ingest is unfinished (until the first of
-    them is due again: a chunk waiting out a retry's backoff is not polled for).
-    """
-    chunks = list(Job.objects.filter(pipeline_id=job.pipeline_id, type=RECALC,
-                                     payload__chunk_of=ingest_id)
-                  .values_list("state", "payload", "run_after"))
-    waiting = [run_after for state, _, run_after in chunks if state in Job.UNFINISHED]
-    if waiting:
-        delay = max((min(waiting) - clock.now()).total_seconds(), SNOOZE_SECONDS)
-        raise jobs.Snooze(delay, f"waiting for {len(waiting)} chunk(s) of job {ingest_id}")
-    done = [Scope.from_payload(p) for state, p, _ in chunks if state == Job.State.SUCCEEDED]
-    left = [Scope.from_payload(p) for state, p, _ in chunks if state != Job.State.SUCCEEDED]
+def closing_scope(ctx: jobs.JobContext, scope: Scope) -> Scope:
+    """What the closing recalculation running in ``ctx`` must still cover, once the
+    chunks it waited on have all finished: from the first id that no succeeded chunk
+    covers."""
+    chunks = [job for job in ctx.prerequisites() if job.type == RECALC]
+    left = [Scope.from_payload(job.payload) for job in chunks if not job.succeeded]
     if left:
         after = min(chunk.after for chunk in left)
     else:
-        after = max((chunk.upto or 0 for chunk in done), default=0)
+        after = max((Scope.from_payload(job.payload).upto or 0 for job in chunks), default=0)
     return Scope(scope.data_entry_type, scope.module_id, scope.years, after=after)
-

@@ -17,7 +17,6 @@ Every operation records who asked: ``created_by`` on jobs and reports, ``created
 from __future__ import annotations
 
 import io
-import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -140,29 +139,22 @@ def _start_ingest(job_type: str, module: ReportModule, data_entry_type: str, act
     """
     module = ReportModule.objects.select_related("report__unit").get(pk=module.pk)
     key = ingest_key(module.pk, data_entry_type)
-    marker = _marker()
     tenant = _tenant_of(module)
-    payload: dict[str, Any] = {"module": module.pk, "data_entry_type": data_entry_type,
-                               "marker": marker}
+    payload: dict[str, Any] = {"module": module.pk, "data_entry_type": data_entry_type}
     if upload is not None:
         payload["upload"] = staging.register(upload, Upload.Kind.ENTRIES, tenant_id=tenant,
                                              created_by=actor_user(actor))
     else:
         payload["url"] = url
-    job = jobs.enqueue(job_type, payload, unique_key=key, concurrency_key=key, tenant=tenant,
-                       created_by=actor_user(actor))
-    if job.payload.get("marker") != marker:
+    job, created = jobs.enqueue_once(job_type, payload, unique_key=key, concurrency_key=key,
+                                     tenant=tenant, created_by=actor_user(actor))
+    if not created:
         raise AlreadyRunning(job, f"an ingest of {data_entry_type} entries into {module} is "
                                   f"already {job.state} (job {job.pk}, pipeline "
                                   f"{job.pipeline_id}); wait for it to finish, or cancel it, "
                                   f"then upload again")
     _link(job, [module.pk])
     return Dispatched(job, upload.rows if upload else None)
-
-
-def _marker() -> str:
-    """A token that tells our enqueue from one that returned an existing job."""
-    return uuid.uuid4().hex
 
 
 def upload_factors(data_entry_type: str, source: BinaryIO, *, filename: str = "",
@@ -187,9 +179,9 @@ def _start_factor_ingest(spec: catalog.EntryTypeSpec, upload: staging.StagedUplo
     payload = {"data_entry_type": spec.type,
                "upload": staging.register(upload, Upload.Kind.FACTORS, tenant_id=None,
                                           created_by=actor_user(actor))}
-    job = jobs.enqueue("factors.factor_ingest", payload, unique_key=key, concurrency_key=key,
-                       created_by=actor_user(actor))
-    if job.payload.get("upload") != upload.id:
+    job, created = jobs.enqueue_once("factors.factor_ingest", payload, unique_key=key,
+                                     concurrency_key=key, created_by=actor_user(actor))
+    if not created:
         raise AlreadyRunning(job, f"a factor upload for {spec.type} is already {job.state} "
                                   f"(job {job.pk}); wait for it to finish, then upload again")
     _link_modules_of(job, spec.module_type)
@@ -236,16 +228,15 @@ def _sync_units_from_file(year: int, source: BinaryIO, filename: str, actor: Act
 def _start_unit_sync(year: int, actor: Actor, *, upload: staging.StagedUpload | None = None,
                      url: str = "") -> Dispatched:
     key = f"factors.unit_sync:{year}"
-    marker = _marker()
-    payload: dict[str, Any] = {"year": year, "marker": marker}
+    payload: dict[str, Any] = {"year": year}
     if upload is not None:
         payload["upload"] = staging.register(upload, Upload.Kind.UNITS, tenant_id=None,
                                              created_by=actor_user(actor))
     else:
         payload["url"] = url
-    job = jobs.enqueue("factors.unit_sync", payload, unique_key=key, concurrency_key=key,
-                       created_by=actor_user(actor))
-    if job.payload.get("marker") != marker:
+    job, created = jobs.enqueue_once("factors.unit_sync", payload, unique_key=key,
+                                     concurrency_key=key, created_by=actor_user(actor))
+    if not created:
         raise AlreadyRunning(job, f"a unit sync for {year} is already {job.state} (job {job.pk})")
     return Dispatched(job, upload.rows if upload else None)
 

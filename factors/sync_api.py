@@ -24,6 +24,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+import jobs
 from factors import conf, queries, services
 from factors.api import invalid, visible_module
 from factors.models import ReportModule
@@ -280,27 +281,17 @@ class PipelineDetail(APIView):
                    responses={200: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT})
     def get(self, request: Request, pipeline_id: Any) -> Response:
         visible = scope_queryset(Job.objects.all(), request.user)
-        jobs = queries.pipeline_jobs(pipeline_id, visible)
-        if not jobs:
+        pipeline = jobs.pipeline_jobs(pipeline_id, visible)
+        if not pipeline:
             raise NotFound("no such pipeline visible to you")
         modules = queries.pipeline_modules(pipeline_id, scope_queryset(
             ReportModule.objects.all(), request.user, field="report__unit__tenant"))
         busy = queries.recalculating(m.pk for m in modules)
         return Response({
             "pipeline": str(pipeline_id),
-            "state": _pipeline_state(jobs),
-            "jobs": PipelineJobSerializer(jobs, many=True, context={"request": request}).data,
+            "state": jobs.pipeline_state(pipeline),
+            "jobs": PipelineJobSerializer(pipeline, many=True, context={"request": request}).data,
             "modules": [{"id": m.pk, "report": m.report_id, "unit": m.report.unit.code,
                          "year": m.report.year, "module_type": m.module_type,
                          "recalculating": m.pk in busy} for m in modules],
         })
-
-
-def _pipeline_state(jobs: list[Job]) -> str:
-    """running while any job is unfinished; then failed, cancelled or succeeded."""
-    states = {job.state for job in jobs}
-    for state in (Job.State.RUNNING, Job.State.PENDING, Job.State.FAILED, Job.State.CANCELLED):
-        if state in states:
-            return "running" if state == Job.State.PENDING else state
-    return Job.State.SUCCEEDED
-

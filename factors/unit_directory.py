@@ -14,14 +14,10 @@ import io
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from django.db import transaction
-
 import jobs
 from factors import stats
 from factors.catalog import ModuleType
-from factors.fence import hold_lease
 from factors.models import CarbonReport, ReportModule, Unit
-from jobs.models import Job
 from tenancy.models import Tenant
 
 
@@ -43,11 +39,11 @@ def read_rows(canonical: BinaryIO, columns: tuple[str, ...]) -> list[UnitRow]:
     return rows
 
 
-def apply(rows: list[UnitRow], year: int, job: Job) -> dict[str, Any]:
+def apply(rows: list[UnitRow], year: int, ctx: jobs.JobContext) -> dict[str, Any]:
     """Write the directory in one (fenced) transaction; PermanentError names unresolvable
     rows."""
-    job_id = job.pk
-    with transaction.atomic():
+    job_id = ctx.job.pk
+    with ctx.batch(relaxed=False):
         tenants = _tenants(rows)
         existing = dict(Unit.objects.values_list("code", "pk"))
         _check_parents(rows, existing)
@@ -63,7 +59,6 @@ def apply(rows: list[UnitRow], year: int, job: Job) -> dict[str, Any]:
             unit.parent_id = ids.get(parents[unit.code]) or existing.get(parents[unit.code])
         Unit.objects.bulk_update(units, ["parent"], batch_size=1000)
         opened = open_reports(list(ids.values()), year)
-        hold_lease(job)
     listed = {row.code for row in rows}
     absent = sorted(code for code in existing if code not in listed)
     return {"year": year, "units": len(rows), "created": len(listed - set(existing)),

@@ -13,6 +13,8 @@ The public API, for the domain apps and users' own code::
     jobs.enqueue("reports.rebuild", {"report": 7})       # in the caller's transaction
     jobs.enqueue_once("reports.rebuild", {"report": 7}, pending_key="report:7").created
     jobs.publish("ReportRebuilt", {"report": 7})         # outbox: one delivery job per subscriber
+    parts = jobs.enqueue_many("reports.part", [{"part": n} for n in range(8)])
+    jobs.enqueue("reports.merge", after=parts)           # fan-in: runs once all eight finished
 
 ``import jobs`` runs while Django loads its apps, before the models can be imported (an
 installed app's package is imported first), so everything it imports here must not
@@ -23,8 +25,9 @@ when called, and ``JobContext`` and ``Enqueued`` name the models in annotations 
 from __future__ import annotations
 
 from jobs.backoff import Backoff, Exponential, Fibonacci, Fixed, Schedule
+from jobs.clock import now
 from jobs.context import JobContext
-from jobs.enqueueing import Enqueued
+from jobs.enqueueing import Enqueued, Prerequisite
 from jobs.errors import (
     IllegalTransition,
     InvalidArgument,
@@ -37,15 +40,19 @@ from jobs.errors import (
 )
 from jobs.payloads import ApiPayload, TenantObject
 from jobs.public import (
+    busy_pipelines,
     cancel,
     enqueue,
     enqueue_many,
     enqueue_once,
     explain,
+    pipeline_jobs,
+    pipeline_state,
     publish,
     recover,
     retry,
     run_now,
+    run_until_idle,
 )
 from jobs.registry import Handler, handler
 
@@ -63,19 +70,25 @@ __all__ = [
     "JobContext",
     "LeaseLost",
     "PermanentError",
+    "Prerequisite",
     "Schedule",
     "Snooze",
     "TenantObject",
     "TransientError",
     "UnknownJobType",
+    "busy_pipelines",
     "cancel",
     "enqueue",
     "enqueue_many",
     "enqueue_once",
     "explain",
     "handler",
+    "now",
+    "pipeline_jobs",
+    "pipeline_state",
     "publish",
     "recover",
     "retry",
     "run_now",
+    "run_until_idle",
 ]

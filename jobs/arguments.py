@@ -160,6 +160,26 @@ def reference(argument: str, value: Any, model: type[models.Model], *,
     return int(value)
 
 
+def references(argument: str, value: Any, model: type[models.Model], *, limit: int
+               ) -> list[int] | None:
+    """The distinct ids of the ``model`` rows a list (or tuple or set) of instances or
+    ids names, in the order given; at most ``limit`` of them. Each is checked as by
+    ``reference``; an empty list means none."""
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple | set | frozenset):
+        raise InvalidArgument(argument, f"{argument} must be a list of {model._meta.verbose_name}s "
+                                        f"or their ids, got {describe(value)}")
+    if len(value) > limit:
+        raise InvalidArgument(argument, f"{argument} names {len(value)} rows; at most {limit}")
+    ids = []
+    for i, item in enumerate(value):
+        if item is None:
+            raise _not_a(f"{argument}[{i}]", item, model)
+        ids.append(reference(f"{argument}[{i}]", item, model))
+    return list(dict.fromkeys(ids))
+
+
 @cache
 def _largest_id(model: type[models.Model]) -> int:
     return connection.ops.integer_field_range(model._meta.pk.get_internal_type())[1]

@@ -14,7 +14,7 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,9 +26,9 @@ from django.db.models.functions import Coalesce
 from jobs import arguments, clock, conf, registry, sql
 from jobs.backoff import DEFAULT_BACKOFF
 from jobs.conf import WORKER_STALE_SECONDS
-from jobs.enqueueing import ChildSpec, Enqueued
+from jobs.enqueueing import ChildSpec, Enqueued, Prerequisite
 from jobs.errors import IllegalTransition, InvalidArgument, LeaseLost, UnknownJobType
-from jobs.models import Job, JobEvent
+from jobs.models import Dependency, Job, JobEvent
 from jobs.notify import CHANNEL, notify
 
 logger = logging.getLogger(__name__)
@@ -40,6 +40,9 @@ Kind = JobEvent.Kind
 QUEUE_LENGTH = Job._meta.get_field("queue").max_length
 KEY_LENGTH = Job._meta.get_field("unique_key").max_length
 REFERENCES = ("parent", "tenant", "created_by")  # the order of sql.references()'s columns
+# How many jobs one job may wait on (``after``): a fan-in of a large load's chunks is a
+# few hundred.
+MAX_PREREQUISITES = 10_000
 
 # Columns cleared whenever a job stops running.
 NO_LEASE: dict[str, Any] = {
@@ -73,6 +76,7 @@ def enqueue(
     concurrency_key: str | None = None,
     pipeline: uuid.UUID | str | None = None,
     parent: Job | int | None = None,
+    after: Sequence[Job | int] | None = None,
     tenant: Any = None,
     created_by: Any = None,
     max_attempts: int | None = None,
@@ -95,11 +99,18 @@ def enqueue(
     ``created_by`` that does not exist; nothing is written then. ``None`` means the
     default: an empty payload, the handler's queue and max_attempts, now for
     ``run_after`` (which must be an aware datetime), a new pipeline.
+
+    ``after`` makes a fan-in: the new job is not claimed before every job listed has
+    finished, whatever its outcome (``jobs.models.Dependency``); its handler reads their
+    outcomes with ``ctx.prerequisites()``. Listed jobs must exist and, for a tenant's
+    job, be the tenant's (``InvalidArgument`` otherwise, with nothing written). A job
+    that a key returns instead of a new one keeps its own prerequisites.
     """
     return _enqueue(
         name, payload, unique_key=unique_key, pending_key=pending_key, run_after=run_after,
         priority=priority, queue=queue, concurrency_key=concurrency_key, pipeline=pipeline,
-        parent=parent, tenant=tenant, created_by=created_by, max_attempts=max_attempts,
+        parent=parent, after=after, tenant=tenant, created_by=created_by,
+        max_attempts=max_attempts,
     ).job
 
 
@@ -125,16 +136,18 @@ def _enqueue(name: str, payload: Any, *, unique_key: Any, pending_key: Any,
                       options)
     statement = sql.enqueue_one(keyed=unique_key is not None or pending_key is not None,
                                 checked=_given_references(params))
-    for _ in range(5):
-        # One round trip: the INSERT, its NOTIFY and the new row (no second SELECT).
-        inserted = _jobs_from(sql.execute(statement, params, binary=True))
-        if inserted:
-            return Enqueued(inserted[0][0], created=True)
-        _check_references(params)
-        holder = _key_holder(params)
-        if holder is not None:
-            return Enqueued(holder, created=False)
-        # The holder finished (or started) between our insert and our read: insert again.
+    with _waiting(params) as wait:
+        for _ in range(5):
+            # One round trip: the INSERT, its NOTIFY and the new row (no second SELECT).
+            inserted = _jobs_from(sql.execute(statement, params, binary=True))
+            if inserted:
+                wait([inserted[0][0].pk])
+                return Enqueued(inserted[0][0], created=True)
+            _check_references(params)
+            holder = _key_holder(params)
+            if holder is not None:
+                return Enqueued(holder, created=False)
+            # The holder finished (or started) between our insert and our read: insert again.
     raise IntegrityError(f"could not enqueue {name!r} with unique key {unique_key!r} and "
                          f"pending key {pending_key!r}")
 
@@ -151,6 +164,7 @@ def enqueue_many(
     concurrency_key: str | None = None,
     pipeline: uuid.UUID | str | None = None,
     parent: Job | int | None = None,
+    after: Sequence[Job | int] | None = None,
     tenant: Any = None,
     created_by: Any = None,
     max_attempts: int | None = None,
@@ -162,10 +176,11 @@ def enqueue_many(
     a payload whose key another job holds (as in ``enqueue``) is skipped, so the result
     can be shorter than ``payloads``. Without ``pipeline`` each job starts its own
     pipeline. Arguments are checked as by ``enqueue``; one bad payload refuses the batch.
+    With ``after``, every new job waits on the jobs listed.
     """
     options = dict(
         run_after=run_after, priority=priority, queue=queue, concurrency_key=concurrency_key,
-        pipeline=pipeline, parent=parent, tenant=tenant, created_by=created_by,
+        pipeline=pipeline, parent=parent, after=after, tenant=tenant, created_by=created_by,
         max_attempts=max_attempts,
     )
     if isinstance(payloads, Mapping | str | bytes):
@@ -177,10 +192,11 @@ def enqueue_many(
     if not payloads:
         return []
     keyed = unique_keys is not None or pending_keys is not None
-    with connection.cursor() as cursor:
+    with _waiting(params) as wait, connection.cursor() as cursor:
         cursor.execute(sql.insert_jobs(keyed=keyed, checked=_given_references(params)), params)
         ids = [row[0] for row in cursor.fetchall()]
         if ids:
+            wait(ids)
             notify(params["queue"])
         else:
             _check_references(params)
@@ -228,8 +244,8 @@ def _prepare(name: str, payloads: list[Any], unique_keys: list[Any], pending_key
 def _insert_params(handler: registry.Handler, encoded: list[str], unique_keys: list[str | None],
                    pending_keys: list[str | None], *, run_after: Any = None, priority: Any = 0,
                    queue: Any = None, concurrency_key: Any = None, pipeline: Any = None,
-                   parent: Any = None, tenant: Any = None, created_by: Any = None,
-                   max_attempts: Any = None) -> dict[str, Any]:
+                   parent: Any = None, after: Any = None, tenant: Any = None,
+                   created_by: Any = None, max_attempts: Any = None) -> dict[str, Any]:
     now = clock.now()
     tenant_id = arguments.reference("tenant", tenant, _related("tenant"))
     return {
@@ -242,6 +258,7 @@ def _insert_params(handler: registry.Handler, encoded: list[str], unique_keys: l
         "run_after": now if run_after is None else arguments.run_after(run_after),
         "pipeline": arguments.pipeline(pipeline),
         "parent": arguments.reference("parent", parent, Job),
+        "after": arguments.references("after", after, Job, limit=MAX_PREREQUISITES),
         "concurrency_key": arguments.key("concurrency_key", concurrency_key, KEY_LENGTH),
         "key_scope": 0 if handler.global_keys or tenant_id is None else tenant_id,
         "tenant": tenant_id,
@@ -253,6 +270,26 @@ def _insert_params(handler: registry.Handler, encoded: list[str], unique_keys: l
         "pending_keys": pending_keys,
         "channel": CHANNEL,
     }
+
+
+@contextlib.contextmanager
+def _waiting(params: dict[str, Any]) -> Iterator[Callable[[list[int]], None]]:
+    """For an insert with ``after``: check and lock the prerequisites first (refusing the
+    call before anything is written), and give the caller the function that makes the
+    jobs it inserted wait on them, all in one transaction, so that no worker can see a
+    waiter before its edges. Without ``after``, nothing and no transaction."""
+    after = params["after"]
+    if not after:
+        yield lambda waiters: None
+        return
+    with transaction.atomic():
+        found = {row[0] for row in sql.execute(sql.lock_prerequisites(), params).fetchall()}
+        missing = [pk for pk in after if pk not in found]
+        if missing:
+            whose = "" if params["tenant"] is None else " of this tenant"
+            raise InvalidArgument("after", f"after names job {missing[0]}, which is no job{whose}")
+        yield lambda waiters: sql.execute(sql.add_prerequisites(),
+                                          {"waiters": waiters, "after": after})
 
 
 def _related(field: str) -> Any:
@@ -436,6 +473,33 @@ def unstart(job_ids: Iterable[int], token: uuid.UUID) -> int:
         return 0
     return Job.objects.filter(pk__in=ids, state=State.RUNNING, lease_token=token).update(
         attempts=F("attempts") - 1)
+
+
+# --- while a handler runs --------------------------------------------------------------
+
+
+def hold_lease(job: Job) -> None:
+    """Raise ``LeaseLost`` unless ``job`` still runs under the lease it was claimed with;
+    otherwise keep it so until the caller's transaction ends (``ctx.hold_lease``)."""
+    row = None
+    if job.lease_token is not None:
+        row = sql.execute(sql.hold_lease(), {"id": job.pk, "token": job.lease_token}).fetchone()
+    if row is None:
+        raise LeaseLost(f"job {job.pk}: lease {job.lease_token} is no longer current; "
+                        "its write is refused")
+
+
+def prerequisites(job: Job) -> list[Prerequisite]:
+    """The jobs ``job`` waits on (``enqueue(..., after=...)``), by id, with their outcomes."""
+    rows = (Job.objects.filter(waiter_edges__waiter=job.pk).order_by("id")
+            .values_list("id", "type", "state", "payload", "result"))
+    return [Prerequisite(*row) for row in rows]
+
+
+def waiting_on(job: Job) -> list[int]:
+    """The unfinished jobs ``job`` still waits on, by id."""
+    return list(Dependency.objects.filter(waiter=job.pk, prerequisite__state__in=Job.UNFINISHED)
+                .order_by("prerequisite_id").values_list("prerequisite_id", flat=True))
 
 
 # --- outcomes of an attempt ------------------------------------------------------------

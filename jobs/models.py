@@ -4,7 +4,8 @@ The invariants the engine relies on are enforced here, by PostgreSQL:
 - one running job per concurrency key and key scope (``job_one_current_per_key``),
 - one unfinished job per unique key and tenant (``job_one_active_per_unique_key``),
 - one job waiting to start per pending key and tenant (``job_one_pending_per_key``),
-- a running job always carries a lease, a finished one a finish time.
+- a running job always carries a lease, a finished one a finish time,
+- a job waits on another at most once, and never on itself (``Dependency``).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def claimable(self, now: datetime, types: list[str], queues: list[str]) -> JobQuerySet:
         """Due pending jobs this worker can run: known type, served queue, parent done,
-        and (for keyed jobs) no running job holding the key and no earlier due job of the
-        key waiting (the head of the key runs first)."""
+        every prerequisite finished, and (for keyed jobs) no running job holding the key
+        and no earlier due job of the key waiting (the head of the key runs first)."""
         qs = self.due(now).filter(type__in=types)
         if queues:
             qs = qs.filter(queue__in=queues)
@@ -45,15 +46,24 @@ class JobQuerySet(models.QuerySet["Job"]):
         # An earlier due job of the key: this one is not the head of its key.
         queued_before = same_key.due(now).filter(
             pk__lt=models.OuterRef("pk"), type__in=types).filter(
-            Q(parent__isnull=True) | Q(parent__state=Job.State.SUCCEEDED))
+            Q(parent__isnull=True) | Q(parent__state=Job.State.SUCCEEDED)).filter(
+            ~models.Exists(unfinished_prerequisites()))
         return qs.filter(
             Q(parent__isnull=True) | Q(parent__state=Job.State.SUCCEEDED),
+            ~models.Exists(unfinished_prerequisites()),
             Q(concurrency_key__isnull=True) | (~models.Exists(key_held)
                                                & ~models.Exists(queued_before)),
         )
 
     def lease_expired(self, now: datetime) -> JobQuerySet:
         return self.filter(state=Job.State.RUNNING, lease_expires_at__lt=now)
+
+
+def unfinished_prerequisites() -> models.QuerySet[Dependency]:
+    """The edges to unfinished prerequisites of the job of the enclosing query (for an
+    ``Exists``): while there is one, the job waits."""
+    return Dependency.objects.filter(waiter=models.OuterRef("pk"),
+                                     prerequisite__state__in=Job.UNFINISHED)
 
 
 class Job(models.Model):
@@ -256,6 +266,37 @@ class Job(models.Model):
         if self.started_at and self.finished_at:
             return (self.finished_at - self.started_at).total_seconds()
         return None
+
+
+class Dependency(models.Model):
+    """A fan-in edge: ``waiter`` is not claimed before ``prerequisite`` has finished.
+
+    Finished means any outcome (succeeded, failed or cancelled): a job that gathers the
+    work of many reads their outcomes itself (``ctx.prerequisites()``) and decides what
+    a failed one means, where a parent's failure would cancel a child unseen. Edges are
+    written with the waiter, so they can only point to jobs that already exist: no cycle
+    can form. A prerequisite deleted by retention (only finished jobs are) takes its
+    edges with it.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    waiter = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="prerequisite_edges")
+    prerequisite = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="waiter_edges")
+
+    class Meta:
+        constraints = [
+            # Also the claim's index: "does this job still wait on an unfinished one?"
+            models.UniqueConstraint(fields=["waiter", "prerequisite"], name="dependency_once"),
+            models.CheckConstraint(name="dependency_not_on_itself",
+                                   condition=~Q(waiter=models.F("prerequisite"))),
+        ]
+        indexes = [
+            # The pipeline graph and "who waits on this job".
+            models.Index(fields=["prerequisite"], name="dependency_prerequisite_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.waiter_id} after #{self.prerequisite_id}"
 
 
 class JobEvent(models.Model):

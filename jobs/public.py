@@ -13,11 +13,13 @@ the database round trip behind it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
     from jobs.enqueueing import Enqueued
     from jobs.models import Event, Job
 
@@ -34,19 +36,21 @@ def enqueue(
     concurrency_key: str | None = None,
     pipeline: uuid.UUID | str | None = None,
     parent: Job | int | None = None,
+    after: Sequence[Job | int] | None = None,
     tenant: Any = None,
     created_by: Any = None,
     max_attempts: int | None = None,
 ) -> Job:
     """Enqueue one job in the caller's transaction and return it; a unique or pending key
-    that another job holds returns that job instead. Every argument is checked first
+    that another job holds returns that job instead. With ``after``, the job waits until
+    every job listed has finished (a fan-in). Every argument is checked first
     (``InvalidArgument`` names the one refused). See ``jobs.engine.enqueue``."""
     from jobs import engine
 
     return engine.enqueue(
         name, payload, run_after=run_after, priority=priority, queue=queue,
         unique_key=unique_key, pending_key=pending_key, concurrency_key=concurrency_key,
-        pipeline=pipeline, parent=parent, tenant=tenant, created_by=created_by,
+        pipeline=pipeline, parent=parent, after=after, tenant=tenant, created_by=created_by,
         max_attempts=max_attempts,
     )
 
@@ -74,6 +78,7 @@ def enqueue_many(
     concurrency_key: str | None = None,
     pipeline: uuid.UUID | str | None = None,
     parent: Job | int | None = None,
+    after: Sequence[Job | int] | None = None,
     tenant: Any = None,
     created_by: Any = None,
     max_attempts: int | None = None,
@@ -86,7 +91,7 @@ def enqueue_many(
     return engine.enqueue_many(
         name, payloads, unique_keys=unique_keys, pending_keys=pending_keys,
         run_after=run_after, priority=priority, queue=queue, concurrency_key=concurrency_key,
-        pipeline=pipeline, parent=parent, tenant=tenant, created_by=created_by,
+        pipeline=pipeline, parent=parent, after=after, tenant=tenant, created_by=created_by,
         max_attempts=max_attempts,
     )
 
@@ -136,3 +141,36 @@ def explain(job: Job) -> str:
     from jobs import why
 
     return why.explain(job)
+
+
+def run_until_idle() -> int:
+    """Run due jobs in this process until none is left; returns how many ran. For
+    commands that finish what they started without a cluster, and for tests."""
+    from jobs import worker
+
+    return worker.run_until_idle()
+
+
+def busy_pipelines(pipeline_ids: Iterable[uuid.UUID | str]) -> set[uuid.UUID]:
+    """The pipelines among ``pipeline_ids`` that have a pending or running job. See
+    ``jobs.pipelines.busy``."""
+    from jobs import pipelines
+
+    return pipelines.busy(pipeline_ids)
+
+
+def pipeline_jobs(pipeline_id: uuid.UUID | str, within: QuerySet[Job] | None = None
+                  ) -> list[Job]:
+    """Every job of a pipeline, in the order they were enqueued (``within``: the jobs the
+    caller may see). See ``jobs.pipelines.jobs_of``."""
+    from jobs import pipelines
+
+    return pipelines.jobs_of(pipeline_id, within)
+
+
+def pipeline_state(jobs: Iterable[Job]) -> str:
+    """running while any of a pipeline's ``jobs`` is unfinished; then failed, cancelled,
+    or succeeded. See ``jobs.pipelines.summary``."""
+    from jobs import pipelines
+
+    return pipelines.summary(job.state for job in jobs)

@@ -198,6 +198,9 @@ _CLAIMABLE = """
     AND j.type = ANY(%(types)s::text[])
     AND (j.parent_id IS NULL OR EXISTS (
           SELECT FROM jobs_job p WHERE p.id = j.parent_id AND p.state = 'succeeded'))
+    AND NOT EXISTS (
+          SELECT FROM jobs_dependency d JOIN jobs_job w ON w.id = d.prerequisite_id
+          WHERE d.waiter_id = j.id AND w.state IN ('pending', 'running'))
     AND (j.concurrency_key IS NULL OR (
           NOT EXISTS (
             SELECT FROM jobs_job k
@@ -209,7 +212,10 @@ _CLAIMABLE = """
               AND e.state = 'pending' AND e.id < j.id AND e.run_after <= %(now)s
               AND e.type = ANY(%(types)s::text[])
               AND (e.parent_id IS NULL OR EXISTS (
-                    SELECT FROM jobs_job ep WHERE ep.id = e.parent_id AND ep.state = 'succeeded')))))
+                    SELECT FROM jobs_job ep WHERE ep.id = e.parent_id AND ep.state = 'succeeded'))
+              AND NOT EXISTS (
+                    SELECT FROM jobs_dependency ed JOIN jobs_job ew ON ew.id = ed.prerequisite_id
+                    WHERE ed.waiter_id = e.id AND ew.state IN ('pending', 'running')))))
 """
 
 @cache
@@ -265,8 +271,9 @@ def claim(*, named_queues: bool, fair: bool = False) -> str:
     then the best ``limit`` of them across queues. Walking the index per queue matters:
     ordering all pending rows by priority without a queue would sort the whole backlog
     on every claim (about 100 ms at 20,000 pending jobs, instead of well under 1 ms).
-    A job qualifies if its type is registered, its parent (if any) succeeded and no
-    running job holds its concurrency key in its key scope (``_CLAIMABLE``).
+    A job qualifies if its type is registered, its parent (if any) succeeded, every
+    job it waits on (``jobs_dependency``) has finished and no running job holds its
+    concurrency key in its key scope (``_CLAIMABLE``).
 
     ``fair``: jobs of a tenant that already holds its share of the workers
     (``_CROWDED``) come after every other due job, whatever their priority. The claim
@@ -415,4 +422,34 @@ WHERE j.id IN (
     WHERE id = ANY(%(ids)s::bigint[]) AND state = 'running' AND lease_token = %(token)s
     FOR UPDATE SKIP LOCKED
 )
+"""
+
+
+def hold_lease() -> str:
+    """Share-lock job ``%(id)s`` if it still runs under ``%(token)s``; returns a row if so.
+    Until the caller's transaction ends, a rescue, cancel or recovery (each an UPDATE of
+    the row) waits for it; one that came first makes this return nothing."""
+    return """
+SELECT 1 FROM jobs_job WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+FOR SHARE
+"""
+
+
+def lock_prerequisites() -> str:
+    """The jobs of ``%(after)s`` that exist and that a job of tenant ``%(tenant)s`` may
+    wait on (its own tenant's; any job, for a platform job), locked against deletion
+    until the caller's transaction ends."""
+    return """
+SELECT p.id FROM jobs_job p
+WHERE p.id = ANY(%(after)s::bigint[])
+  AND (%(tenant)s::bigint IS NULL OR p.tenant_id = %(tenant)s::bigint)
+FOR KEY SHARE
+"""
+
+
+def add_prerequisites() -> str:
+    """Make each job of ``%(waiters)s`` wait on each job of ``%(after)s``."""
+    return """
+INSERT INTO jobs_dependency (waiter_id, prerequisite_id)
+SELECT w, p FROM unnest(%(waiters)s::bigint[]) AS w, unnest(%(after)s::bigint[]) AS p
 """

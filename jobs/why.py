@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, Q, QuerySet
 from django.utils.timesince import timeuntil
 
 from jobs import clock, registry
 from jobs.conf import WORKER_STALE_SECONDS
-from jobs.models import Job, Worker
+from jobs.models import Dependency, Job, Worker, unfinished_prerequisites
 
 
 def explain(job: Job) -> str:
@@ -78,17 +78,25 @@ def _why_pending(job: Job, now: datetime) -> str:
         parent = Job.objects.filter(pk=job.parent_id).values_list("state", flat=True).first()
         if parent is not None and parent != Job.State.SUCCEEDED:
             return f"waiting on its parent job {job.parent_id} ({parent})"
+    # Counting stops at 100, like the queue's below: the first few ids are what helps.
+    waiting = list(Dependency.objects.filter(waiter=job.pk, prerequisite__state__in=Job.UNFINISHED)
+                   .order_by("prerequisite_id").values_list("prerequisite_id", flat=True)[:100])
+    if waiting:
+        count = f"{len(waiting)}{'+' if len(waiting) == 100 else ''}"
+        shown = ", ".join(map(str, waiting[:5])) + (", …" if len(waiting) > 5 else "")
+        return f"waiting for {count} job(s) it fans in from to finish: {shown}"
     if job.concurrency_key:
         holder = (Job.objects.filter(concurrency_key=job.concurrency_key, key_scope=job.key_scope,
                                      state=Job.State.RUNNING)
                   .exclude(pk=job.pk).values_list("pk", "tenant_id").first())
         if holder is not None:
             return f"its concurrency key {job.concurrency_key!r} is held by {_whose(job, holder)}"
-        # As the claim sees the key's queue: an earlier job waiting on its parent does
-        # not go first.
+        # As the claim sees the key's queue: an earlier job waiting on its parent, or on
+        # jobs it fans in from, does not go first.
         ahead_of_it = (Job.objects.due(now).filter(concurrency_key=job.concurrency_key,
                                                    key_scope=job.key_scope, pk__lt=job.pk)
                        .filter(Q(parent__isnull=True) | Q(parent__state=Job.State.SUCCEEDED))
+                       .filter(~Exists(unfinished_prerequisites()))
                        .order_by("id").values_list("pk", "tenant_id").first())
         if ahead_of_it is not None:
             return (f"jobs of its concurrency key {job.concurrency_key!r} run in the order "

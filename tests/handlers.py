@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from django.db import connection
+from django.db import connection, connections
 from rest_framework import serializers
 
 import jobs
@@ -229,3 +229,37 @@ def exit_engine(ctx: jobs.JobContext) -> dict[str, Any]:
         marker.write_text(f"{os.getpid()}\n")
         sys.exit(3)
     return {"pid": os.getpid()}
+
+
+@jobs.handler("tests.gather", max_attempts=1)
+def gather(ctx: jobs.JobContext) -> dict[str, Any]:
+    """A fan-in: reports the outcome of each job it waited on."""
+    return {"seen": [[p.id, p.state, p.succeeded] for p in ctx.prerequisites()]}
+
+
+@jobs.handler("tests.fenced_batches", atomic=False, max_attempts=2)
+def fenced_batches(ctx: jobs.JobContext) -> int:
+    """Writes one tests_hits row per batch, each batch fenced by the job's lease; the
+    payload's ``rescue_before`` names the batch before which the job's lease is taken
+    from it (as the reaper would, from another connection)."""
+    written = 0
+    for n in range(ctx.payload.get("batches", 3)):
+        with ctx.batch():
+            if n == ctx.payload.get("rescue_before"):
+                _take_lease(ctx.job.pk)
+            with connection.cursor() as cursor:
+                cursor.execute("INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, %s)",
+                               [ctx.job.pk * 100 + n, os.getpid()])
+        written += 1
+    return written
+
+
+def _take_lease(job_id: int) -> None:
+    """Give the job a new lease token from a connection of its own, committed at once."""
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("UPDATE jobs_job SET lease_token = gen_random_uuid() WHERE id = %s",
+                           [job_id])
+    finally:
+        other.close()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import jobs
-from jobs import engine, events, public, why
+from jobs import engine, events, pipelines, public, why
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,6 +46,8 @@ def test_the_public_api_names_every_documented_name():
         "UnknownJobType", "InvalidArgument", "InvalidPayload", "LeaseLost",
         "IllegalTransition", "Backoff", "Exponential", "Fibonacci", "Fixed", "Schedule",
         "recover", "retry", "cancel", "run_now", "explain", "ApiPayload", "TenantObject",
+        "Prerequisite", "now", "run_until_idle", "busy_pipelines", "pipeline_jobs",
+        "pipeline_state",
     ])
     assert jobs.Enqueued is engine.Enqueued
 
@@ -55,6 +57,7 @@ def test_the_public_api_names_every_documented_name():
     ("enqueue_many", engine.enqueue_many), ("recover", engine.recover),
     ("retry", engine.retry), ("cancel", engine.cancel), ("run_now", engine.run_now),
     ("publish", events.publish), ("explain", why.explain),
+    ("busy_pipelines", pipelines.busy), ("pipeline_jobs", pipelines.jobs_of),
 ])
 def test_each_public_function_has_the_signature_of_the_one_it_calls(name, target):
     assert getattr(jobs, name) is getattr(public, name)

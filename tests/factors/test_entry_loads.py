@@ -72,10 +72,10 @@ def break_closing(monkeypatch: pytest.MonkeyPatch) -> Callable[..., object]:
     """Make every closing recalculation fail for good; returns the real function."""
     real = emissions.recalculate
 
-    def fail_the_closing_one(scope, job, **kwargs):
-        if "closes" in job.payload:
+    def fail_the_closing_one(scope, ctx):
+        if "closes" in ctx.payload:
             raise jobs.PermanentError("the closing recalculation broke")
-        return real(scope, job, **kwargs)
+        return real(scope, ctx)
 
     monkeypatch.setattr(emissions, "recalculate", fail_the_closing_one)
     return real
@@ -210,7 +210,8 @@ def test_a_retry_after_retention_loads_every_row_once_and_is_read(travel, half_f
 def test_a_load_is_made_current_only_in_its_own_module(travel, clock):
     ingest = upload(travel, plane_rows(10))
     with pytest.raises(jobs.PermanentError, match="no rows of ingest"):
-        entry_loads.make_current(ingest, ingest.pk, module_id=travel.pk + 1,
+        entry_loads.make_current(jobs.JobContext(ingest, clock), ingest.pk,
+                                 module_id=travel.pk + 1,
                                  on_switch=lambda module_id: None)
 
 

@@ -3,15 +3,13 @@ recalculation that closes the ingest (``factors.recalc_chunks``)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 
 import jobs
 from factors import emissions, recalc_chunks
-from factors.models import DataEntry, Emission
+from factors.models import DataEntry, Emission, EntryLoad, LoadChunk
 from factors.stats import amount
-from jobs.models import Job
+from jobs.models import Dependency, Job
 from jobs.testing import T0
 from jobs.worker import run_until_idle
 from tests.factors.builders import (
@@ -61,6 +59,9 @@ def test_chunks_are_queued_as_the_load_goes_and_the_closing_recalc_takes_the_tai
     assert all(a.upto == b.after for a, b in zip(ranges, ranges[1:], strict=False))
     assert [c.result["entries"] for c in chunks] == [3_000] * 4
     assert len(closing) == 1 and closing[0].parent_id == ingest.pk
+    # The closing recalculation waited on every chunk: a fan-in, recorded as such.
+    assert set(Dependency.objects.filter(waiter=closing[0]).values_list(
+        "prerequisite_id", flat=True)) == {c.pk for c in chunks}
     assert closing[0].result["entries"] == 345
     aggregations = [j for j in pipeline if j.type == "factors.aggregation"]
     # Queued by the switch, in the pipeline but not as the closing job's child: it runs
@@ -96,62 +97,73 @@ def test_chunking_can_be_switched_off(clock, settings):
     assert pipeline[1].result["entries"] == 5_000
 
 
-# --- the closing recalculation's barrier -------------------------------------------------------
+# --- the closing recalculation's fan-in ---------------------------------------------------------
 
 
-def _chunk(clock, ingest: Job, after: int, upto: int, *, state: str = "pending",
-           run_after=None) -> Job:
-    scope = emissions.Scope("plane", ingest.payload["module"], after=after, upto=upto)
-    job = jobs.enqueue("factors.emission_recalc", {**scope.payload(), "chunk_of": ingest.pk},
-                       pipeline=ingest.pipeline_id)
-    finished = {"finished_at": clock.now()} if state not in Job.UNFINISHED else {}
-    Job.objects.filter(pk=job.pk).update(state=state, run_after=run_after or clock.now(), **finished)
-    return job
-
-
-def _ingest_and_closer(clock) -> tuple[Job, Job]:
+def _ingest(clock) -> Job:
     travel = module(report())
     ingest = jobs.enqueue("factors.csv_ingest", {"module": travel.pk, "data_entry_type": "plane",
                                                  "year": 2024, "source": "csv", "upload": {}})
-    scope = emissions.Scope("plane", module_id=travel.pk)
-    closer = jobs.enqueue("factors.emission_recalc", recalc_chunks.closing_payload(scope, ingest),
-                          pipeline=ingest.pipeline_id, parent=ingest)
-    return ingest, closer
+    EntryLoad.objects.create(job_id=ingest.pk, module=travel, data_entry_type="plane",
+                             source="csv")
+    return ingest
 
 
-def test_the_closer_waits_for_an_unfinished_chunk_until_it_is_due(clock):
-    ingest, closer = _ingest_and_closer(clock)
+def _chunk(clock, ingest: Job, after: int, upto: int, *, state: str = "pending") -> Job:
+    """A chunk of ``ingest``'s load, queued as the ingest queues one, in ``state``."""
+    scope = emissions.Scope("plane", ingest.payload["module"], after=after, upto=upto)
+    job = jobs.enqueue("factors.emission_recalc", {**scope.payload(), "chunk_of": ingest.pk},
+                       pipeline=ingest.pipeline_id)
+    LoadChunk.objects.create(load_id=ingest.pk, job_id=job.pk, after=after, upto=upto)
+    finished = {"finished_at": clock.now()} if state not in Job.UNFINISHED else {}
+    Job.objects.filter(pk=job.pk).update(state=state, **finished)
+    return job
+
+
+def _closer(ingest: Job) -> Job:
+    """The closing recalculation, enqueued as the ingest chains it: after its chunks."""
+    scope = emissions.Scope("plane", module_id=ingest.payload["module"])
+    return jobs.enqueue("factors.emission_recalc", recalc_chunks.closing_payload(scope, ingest),
+                        pipeline=ingest.pipeline_id, after=recalc_chunks.chunk_jobs(ingest.pk))
+
+
+def _closing_scope(clock, closer: Job) -> emissions.Scope:
+    return recalc_chunks.closing_scope(jobs.JobContext(closer, clock),
+                                       emissions.Scope.from_payload(closer.payload))
+
+
+def test_the_closer_is_not_claimed_while_a_chunk_is_unfinished(clock):
+    ingest = _ingest(clock)
     _chunk(clock, ingest, 0, 100, state="succeeded")
-    _chunk(clock, ingest, 100, 200, run_after=clock.now() + timedelta(seconds=30))  # in a backoff
-    scope = emissions.Scope.from_payload(closer.payload)
-    with pytest.raises(jobs.Snooze) as snooze:
-        recalc_chunks.closing_scope(closer, scope, ingest.pk)
-    assert snooze.value.seconds == 30
+    late = _chunk(clock, ingest, 100, 200)  # pending: in a backoff, say
+    closer = _closer(ingest)
+    claimable = Job.objects.claimable(clock.now(), ["factors.emission_recalc"], [])
+
+    assert closer.pk not in claimable.values_list("id", flat=True)
+    assert jobs.explain(closer).endswith(f"to finish: {late.pk}")
+    Job.objects.filter(pk=late.pk).update(state="failed", finished_at=clock.now())
+    assert closer.pk in claimable.values_list("id", flat=True)
 
 
 def test_the_closer_starts_after_the_last_succeeded_chunk(clock):
-    ingest, closer = _ingest_and_closer(clock)
+    ingest = _ingest(clock)
     _chunk(clock, ingest, 0, 100, state="succeeded")
     _chunk(clock, ingest, 100, 200, state="succeeded")
-    scope = recalc_chunks.closing_scope(closer, emissions.Scope.from_payload(closer.payload),
-                                        ingest.pk)
+    scope = _closing_scope(clock, _closer(ingest))
     assert (scope.after, scope.upto, scope.module_id) == (200, None, ingest.payload["module"])
 
 
 def test_the_closer_covers_a_chunk_that_did_not_succeed(clock):
-    ingest, closer = _ingest_and_closer(clock)
+    ingest = _ingest(clock)
     _chunk(clock, ingest, 0, 100, state="succeeded")
     _chunk(clock, ingest, 100, 200, state="failed")
     _chunk(clock, ingest, 200, 300, state="succeeded")
-    scope = recalc_chunks.closing_scope(closer, emissions.Scope.from_payload(closer.payload),
-                                        ingest.pk)
+    scope = _closing_scope(clock, _closer(ingest))
     assert (scope.after, scope.upto) == (100, None)
 
 
 def test_without_chunks_the_closer_covers_the_whole_module(clock):
-    ingest, closer = _ingest_and_closer(clock)
-    scope = recalc_chunks.closing_scope(closer, emissions.Scope.from_payload(closer.payload),
-                                        ingest.pk)
+    scope = _closing_scope(clock, _closer(_ingest(clock)))
     assert (scope.after, scope.upto) == (0, None)
 
 
@@ -197,23 +209,24 @@ def _load_rows(ingest: Job, rows: int, *, manual: bool = False) -> list[int]:
 
 
 def test_a_fresh_attempt_starts_its_first_chunk_at_a_new_id(clock):
-    ingest, _ = _ingest_and_closer(clock)
+    ingest = _ingest(clock)
     before = _load_rows(ingest, 1, manual=True)  # a row of someone else, earlier
     assert _queue(ingest).after > before[0]
 
 
 def test_rows_an_earlier_attempt_left_without_a_chunk_go_in_the_next_one(clock):
-    ingest, _ = _ingest_and_closer(clock)
+    ingest = _ingest(clock)
     earlier = _load_rows(ingest, 5)  # attempt 1 loaded them, then died before any chunk
     queue = _queue(ingest)
     assert queue.after == earlier[0] - 1
     queue.batch_loaded(10)  # attempt 2's first batch completes a chunk
-    chunk = Job.objects.get(payload__chunk_of=ingest.pk)
-    assert emissions.Scope.from_payload(chunk.payload).after == earlier[0] - 1
+    chunk = LoadChunk.objects.get(load_id=ingest.pk)
+    assert chunk.after == earlier[0] - 1
+    assert emissions.Scope.from_payload(Job.objects.get(pk=chunk.job_id).payload).after == chunk.after
 
 
 def test_the_next_attempt_carries_on_where_the_last_chunk_ended(clock):
-    ingest, _ = _ingest_and_closer(clock)
+    ingest = _ingest(clock)
     _chunk(clock, ingest, 100, 200, state="succeeded")
     _load_rows(ingest, 5)
     assert _queue(ingest).after == 200

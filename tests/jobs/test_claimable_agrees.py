@@ -3,9 +3,10 @@
 dashboard and the "why" explanations use. Were they to drift, a worker would claim jobs
 the rest of the system calls blocked (or pass over jobs it calls due), and a keyed
 claim would drop the jobs the claim statement picked. Hypothesis builds small job tables
-(parents in every state, concurrency keys with running and pending holders in and out of
-their key scope, run_after either side of now, known and unknown types, served and
-unserved queues) and both must select exactly the same jobs from each.
+(parents in every state, jobs waiting on others in every state, concurrency keys with
+running and pending holders in and out of their key scope, run_after either side of now,
+known and unknown types, served and unserved queues) and both must select exactly the
+same jobs from each.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.django import TestCase
 
 from jobs import sql
-from jobs.models import Job
+from jobs.models import Dependency, Job
 from jobs.testing import T0
 from tenancy.models import Tenant
 from tests.base import tenant
@@ -37,7 +38,8 @@ RUN_AFTER = (-60, 0, 60)  # seconds from now: due, due exactly now, not yet due
 
 @st.composite
 def tables(draw: st.DrawFn) -> list[dict[str, Any]]:
-    """Up to eight jobs; ``parent`` is the index of another (or the same) row."""
+    """Up to eight jobs; ``parent`` is the index of another (or the same) row, ``after``
+    the indexes of the rows it waits on."""
     count = draw(st.integers(1, 8))
     return [{
         "state": draw(st.sampled_from(STATES)),
@@ -47,6 +49,9 @@ def tables(draw: st.DrawFn) -> list[dict[str, Any]]:
         # One job in four has a parent: most parents have not succeeded, so more would
         # leave little else to tell the two apart.
         "parent": draw(st.integers(0, count - 1)) if draw(st.integers(0, 3)) == 3 else None,
+        # One job in four fans in from up to three others (never itself).
+        "after": (draw(st.sets(st.integers(0, count - 1), min_size=1, max_size=3))
+                  if draw(st.integers(0, 3)) == 3 else set()),
         "concurrency_key": draw(st.sampled_from(KEYS)),
         # A tenant's job keys in the tenant's scope, unless its handler declares its keys
         # global (scope 0, the platform's, like a job without a tenant).
@@ -73,6 +78,10 @@ def build(rows: list[dict[str, Any]], owner: Tenant) -> None:
             job.finished_at = NOW
         jobs.append(job)
     Job.objects.bulk_create(jobs)
+    Dependency.objects.bulk_create(
+        Dependency(waiter_id=pk, prerequisite_id=index + 1)
+        for pk, row in enumerate(rows, start=1) for index in row.get("after", ())
+        if index + 1 != pk)
 
 
 # Each worker's view of a table: every type known, or only the first; every queue named,
@@ -87,15 +96,17 @@ WORKERS = [(types, queues) for types in (list(TYPES), [TYPES[0]])
 def job(**overrides: Any) -> dict[str, Any]:
     """A pending, due, keyed platform job of the first type and queue, but for ``overrides``."""
     return {"state": "pending", "queue": "a", "type": "t1", "run_after": -60, "parent": None,
-            "concurrency_key": "k", "tenant": False, "global_keys": False, **overrides}
+            "after": set(), "concurrency_key": "k", "tenant": False, "global_keys": False,
+            **overrides}
 
 
 # The rarest differences random tables reach: an earlier job of the same key that does
-# not count as ahead (another type, a parent not done, not yet due, another key scope),
-# and one that does. Pinned, so that every run checks them.
+# not count as ahead (another type, a parent not done, waiting on an unfinished job, not
+# yet due, another key scope), and one that does. Pinned, so that every run checks them.
 EARLIER_OF_THE_KEY = [
     [job(type="t2"), job()],
     [job(state="failed", concurrency_key=None), job(parent=0), job()],
+    [job(state="running", concurrency_key=None), job(after={0}), job()],
     [job(run_after=60), job()],
     [job(tenant=True), job()],
     [job(), job()],
@@ -116,6 +127,7 @@ class TestClaimableAgrees(TestCase):
     @example(rows=EARLIER_OF_THE_KEY[2])
     @example(rows=EARLIER_OF_THE_KEY[3])
     @example(rows=EARLIER_OF_THE_KEY[4])
+    @example(rows=EARLIER_OF_THE_KEY[5])
     def test_sql_and_queryset_select_the_same_jobs(self, rows: list[dict[str, Any]]) -> None:
         build(rows, self.acme)
         most = 0

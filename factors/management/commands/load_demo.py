@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+import jobs
 from factors import services
 from factors.management.commanding import actor, add_user_argument
 from factors.models import CarbonReport, DataEntry, ReportModule
-from jobs.models import Job
-from jobs.worker import run_until_idle
+
+if TYPE_CHECKING:  # the engine's model, named in annotations only
+    from jobs.models import Job
 
 DEMO = Path(__file__).resolve().parent.parent.parent / "demo"
 YEAR = 2024
@@ -85,18 +87,20 @@ class Command(BaseCommand):
                                               module_type=module_type)
             services.create_entry(module.pk, entry, actor=self.who)
 
-    def _wait(self, jobs: list[Job]) -> None:
+    def _wait(self, started: list[Job]) -> None:
         """Run due jobs here until these pipelines are done (a cluster may help)."""
-        pipelines = {job.pipeline_id for job in jobs}
+        pipelines = {job.pipeline_id for job in started}
         deadline = time.monotonic() + self.timeout
-        while Job.objects.filter(pipeline_id__in=pipelines, state__in=Job.UNFINISHED).exists():
-            if not run_until_idle():
+        while jobs.busy_pipelines(pipelines):
+            if not jobs.run_until_idle():
                 time.sleep(0.2)
             if time.monotonic() > deadline:
                 raise CommandError("the demo's jobs did not finish in time; see manage.py jobs_status")
-        failed = Job.objects.filter(pipeline_id__in=pipelines, state=Job.State.FAILED).first()
-        if failed is not None:
-            raise CommandError(f"demo job {failed.pk} ({failed.type}) failed: {failed.last_error}")
+        failed = [job for pipeline in sorted(pipelines) for job in jobs.pipeline_jobs(pipeline)
+                  if job.state == "failed"]
+        if failed:
+            raise CommandError(f"demo job {failed[0].pk} ({failed[0].type}) failed: "
+                               f"{failed[0].last_error}")
 
     def _summary(self) -> None:
         for report in CarbonReport.objects.filter(unit__code__startswith="DEMO-", year=YEAR):

@@ -1,0 +1,47 @@
+"""Reads about pipelines, for the apps and the operator surfaces.
+
+A pipeline is the jobs enqueued under one ``pipeline`` id: an upload's ingest, the
+recalculations it queues and the aggregation that follows share one. Apps ask whether
+their pipelines are still working and what they did through these functions (re-exported
+by ``jobs``) rather than by querying the engine's tables.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+
+from django.db.models import QuerySet
+
+from jobs.models import Job
+
+# A pipeline's summary state, from its jobs' states: the first that any job is in.
+_SUMMARY = (("running", Job.UNFINISHED), ("failed", (Job.State.FAILED,)),
+            ("cancelled", (Job.State.CANCELLED,)))
+
+
+def busy(pipeline_ids: Iterable[uuid.UUID | str]) -> set[uuid.UUID]:
+    """The pipelines among ``pipeline_ids`` that have a pending or running job."""
+    ids = list(pipeline_ids)
+    if not ids:
+        return set()
+    return set(Job.objects.unfinished().filter(pipeline_id__in=ids)
+               .values_list("pipeline_id", flat=True).distinct())
+
+
+def jobs_of(pipeline_id: uuid.UUID | str, within: QuerySet[Job] | None = None) -> list[Job]:
+    """Every job of a pipeline in the order they were enqueued, without their payloads;
+    ``within``: the jobs the caller may see (a tenant-scoped queryset)."""
+    queryset = within if within is not None else Job.objects.all()
+    return list(queryset.filter(pipeline_id=pipeline_id).select_related("created_by")
+                .defer("payload").order_by("id"))
+
+
+def summary(states: Iterable[str]) -> str:
+    """A pipeline's state from its jobs' states: running while any job is unfinished, then
+    failed, cancelled, or succeeded when all did."""
+    seen = set(states)
+    for name, members in _SUMMARY:
+        if seen & set(members):
+            return name
+    return Job.State.SUCCEEDED.value

@@ -1,0 +1,43 @@
+"""``ctx.batch()``: a handler that commits its own batches commits each only while its
+attempt holds the job's lease; once the lease is taken from it, the batch in flight rolls
+back and the attempt stops, so two attempts never write side by side."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.context import JobContext
+from jobs.errors import LeaseLost
+from jobs.models import Job
+from jobs.testing import frozen_clock
+from tests.base import make_job, run_next
+from tests.conftest import hit_count
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_every_batch_commits_while_the_lease_holds(hits_table):
+    job = make_job("tests.fenced_batches", {"batches": 3})
+
+    assert run_next() == "succeeded"
+    assert hit_count() == 3
+    job.refresh_from_db()
+    assert job.result == 3
+
+
+def test_a_batch_whose_lease_was_taken_rolls_back_and_the_attempt_stops(hits_table):
+    job = make_job("tests.fenced_batches", {"batches": 3, "rescue_before": 1})
+
+    run_next()
+
+    assert hit_count() == 1  # the first batch only: the second saw its lease gone
+    job.refresh_from_db()
+    assert job.state == Job.State.RUNNING  # the outcome is the new lease holder's to write
+    assert "lease_lost" in job.events.values_list("kind", flat=True)
+
+
+def test_hold_lease_refuses_a_job_that_no_longer_runs(hits_table):
+    job = make_job("tests.fenced_batches")
+
+    with pytest.raises(LeaseLost, match=f"job {job.pk}: lease None is no longer current"):
+        JobContext(job, frozen_clock()).hold_lease()

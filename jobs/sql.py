@@ -429,10 +429,8 @@ def hold_lease() -> str:
     """Share-lock job ``%(id)s`` if it still runs under ``%(token)s``; returns a row if so.
     Until the caller's transaction ends, a rescue, cancel or recovery (each an UPDATE of
     the row) waits for it; one that came first makes this return nothing."""
-    return """
-SELECT 1 FROM jobs_job WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
-FOR SHARE
-"""
+    return ("SELECT 1 FROM jobs_job WHERE id = %(id)s AND state = 'running' "
+            "AND lease_token = %(token)s FOR SHARE")
 
 
 def lock_prerequisites() -> str:

@@ -324,7 +324,10 @@ def test_an_upload_killed_while_loading_and_while_switching_is_read_whole_once_d
     entries.hold_entries()
     victim = start_worker(processes, "attempt-3")
     wait_until(in_copy, 30, "the third attempt to wait inside a batch")  # the load exists
-    load_row.hold(("SELECT 1 FROM factors_entryload WHERE job_id = %s FOR UPDATE", [second.pk]))
+    # NO KEY UPDATE: it stops the switch's FOR UPDATE, not the batches that record a
+    # chunk of the load (their foreign key takes KEY SHARE on the row).
+    load_row.hold(("SELECT 1 FROM factors_entryload WHERE job_id = %s FOR NO KEY UPDATE",
+                   [second.pk]))
     entries.release()
     wait_until(lambda: waiting('SELECT "factors_entryload"'), 60,
                "the closing recalculation to reach the switch")

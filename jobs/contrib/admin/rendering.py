@@ -1,4 +1,5 @@
-"""Small renderers shared by the jobs admin's Python code and its templates."""
+"""Small renderers shared by the jobs admin's Python code and its templates (the
+templates load them as the ``jobs_admin`` library, ``jobs/templatetags/jobs_admin.py``)."""
 
 from __future__ import annotations
 

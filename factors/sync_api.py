@@ -27,13 +27,7 @@ from rest_framework.views import APIView
 from factors import conf, queries, services
 from factors.api import invalid, visible_module
 from factors.models import ReportModule
-from jobs.contrib.api import (
-    BoundedJSONParser,
-    ErrorSerializer,
-    ErrorTextField,
-    JobSerializer,
-    object_body,
-)
+from jobs.contrib.api import BoundedJSONParser, ErrorSerializer, ErrorTextField, JobSerializer, object_body
 from jobs.models import Job
 from tenancy.scoping import scope_queryset, tenant_scope
 

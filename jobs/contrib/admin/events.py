@@ -12,12 +12,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from jobs.contrib.admin.lists import (
-    CappedCountPaginator,
-    change_link,
-    pipeline_link,
-    pretty_json,
-)
+from jobs.contrib.admin.lists import CappedCountPaginator, change_link, pipeline_link, pretty_json
 from jobs.contrib.admin.rendering import STATES_CSS, state_badge
 from jobs.models import Delivery, Event
 from tenancy.scoping import scope_queryset

@@ -35,7 +35,7 @@ from factors.models import (
     Unit,
     Upload,
 )
-from jobs.admin.lists import CappedCountPaginator
+from jobs.contrib.admin import CappedCountPaginator
 from tenancy.scoping import scope_queryset, tenant_scope
 
 

@@ -26,8 +26,7 @@ from factors import queries, services
 from factors.catalog import DataEntryType, ModuleType
 from factors.csv_validation import shown
 from factors.models import CarbonReport, DataEntry, ReportModule
-from jobs.filters import CheckedCursorPagination, StrictFilterBackend
-from jobs.parsers import BoundedJSONParser
+from jobs.contrib.api import BoundedJSONParser, CheckedCursorPagination, StrictFilterBackend
 from tenancy.scoping import scope_queryset
 
 # --- serializers ----------------------------------------------------------------------------------

@@ -28,9 +28,8 @@ import jobs
 from factors import conf, queries, services
 from factors.api import invalid, visible_module
 from factors.models import ReportModule
-from jobs.api import ErrorSerializer, ErrorTextField, JobSerializer
+from jobs.contrib.api import BoundedJSONParser, ErrorSerializer, ErrorTextField, JobSerializer, object_body
 from jobs.models import Job
-from jobs.parsers import BoundedJSONParser, object_body
 from tenancy.scoping import scope_queryset, tenant_scope
 
 # Multipart framing around a file: a request this much over the file limit is refused

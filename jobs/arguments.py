@@ -11,25 +11,48 @@ as the same instant in UTC, and a tuple in a payload as a JSON array.
 
 These checks run on every enqueue, so the common case costs a few type tests and, for a
 payload, one ``json.dumps`` and a ``json.loads`` (both in C) with scans of the text; the
-payload is walked in Python only when its text shows something to look for.
+payload is walked in Python only when its text shows something to look for. The depth
+measure, ``json_depth``, also bounds the API's request bodies.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
 from functools import cache
+from itertools import accumulate
 from typing import Any
 
 from django.db import connection, models
 
 from jobs.errors import InvalidArgument, InvalidPayload
-from jobs.parsers import MAX_JSON_DEPTH, json_depth
 
-# As deep as the API lets a request body be: deeper than any payload a handler takes,
-# far below the interpreter's recursion limit (a 5,000-deep payload is refused here,
-# not by a RecursionError in the encoder).
+# How deeply nested JSON may be, in a payload and in an API request body: deeper than any
+# payload a handler takes, far below the interpreter's recursion limit.
+MAX_JSON_DEPTH = 64
+
+# A JSON string (escapes included), so that brackets inside strings are not counted. The
+# closing quote is optional: a string left open runs to the end of the body (as it does
+# for the decoder, which fails there without nesting further), and every quote is matched
+# at its first try. With the quote required, each ``"`` of a body like ``"\"\"\"…`` would
+# scan to the end and fail: quadratic, an hour of CPU for one megabyte.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}.__getitem__
+
+
+def json_depth(text: str) -> int:
+    """The deepest bracket nesting of ``text`` outside strings (the nesting of valid JSON;
+    for invalid JSON an estimate that the decoder never exceeds). Runs in C loops: the
+    body is never walked one Python step per character."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    return max(accumulate(map(_DEPTH_STEP, brackets)), default=0)
+
+
+# As deep as the API lets a request body be (a 5,000-deep payload is refused here, not by
+# a RecursionError in the encoder).
 MAX_PAYLOAD_DEPTH = MAX_JSON_DEPTH
 
 SMALLINT = (-(2**15), 2**15 - 1)

@@ -7,9 +7,9 @@ from __future__ import annotations
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
-from jobs.api import EventViewSet, JobViewSet, SyncJobViewSet
+from jobs.contrib.api.views import EventViewSet, JobViewSet, SyncJobViewSet
+from jobs.contrib.prometheus import metrics_view
 from jobs.streams import sse
-from jobs.views import metrics_view
 
 router = SimpleRouter()
 router.register("jobs", JobViewSet, basename="job")

@@ -321,10 +321,10 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     # Bad input is a 400 naming the problem: cursors checked against their ordering,
-    # JSON of bounded depth (jobs/filters.py, jobs/parsers.py).
-    "DEFAULT_PAGINATION_CLASS": "jobs.filters.NewestFirst",
+    # JSON of bounded depth (jobs/contrib/api/pagination.py, jobs/contrib/api/parsers.py).
+    "DEFAULT_PAGINATION_CLASS": "jobs.contrib.api.pagination.NewestFirst",
     "DEFAULT_PARSER_CLASSES": [
-        "jobs.parsers.BoundedJSONParser",
+        "jobs.contrib.api.parsers.BoundedJSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
@@ -355,7 +355,7 @@ SPECTACULAR_SETTINGS = {
 }
 
 # /metrics without credentials (a scraper on a private network); otherwise it needs
-# "Authorization: Bearer $METRICS_TOKEN" or a staff platform operator (jobs/views.py).
+# "Authorization: Bearer $METRICS_TOKEN" or a staff platform operator (jobs/contrib/prometheus.py).
 METRICS_PUBLIC = env_bool("METRICS_PUBLIC", False)
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 # prometheus_client's multiprocess mode: the directory every web and cluster process

@@ -1,15 +1,18 @@
 """The engine's public API (``import jobs``) and how it is wired: explicit names that
 import while Django loads its apps, and functions that match the engine's. The import
-rules themselves (no cycles in ``jobs``, the core's layers) are import-linter contracts,
-checked by ``tests/test_project.py``."""
+rules themselves (no cycles in ``jobs``, the core's layers, a core that imports none of
+the operator surfaces) are import-linter contracts, checked by ``tests/test_project.py``;
+here, that the core's contract names every module of the core."""
 
 from __future__ import annotations
 
 import inspect
 import json
 import os
+import pkgutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -62,3 +65,22 @@ def test_the_public_api_names_every_documented_name():
 def test_each_public_function_has_the_signature_of_the_one_it_calls(name, target):
     assert getattr(jobs, name) is getattr(public, name)
     assert str(inspect.signature(getattr(public, name))) == str(inspect.signature(target))
+
+
+# The modules of jobs that are not its core: the operator surfaces, and the hooks through
+# which Django's discovery finds them (admin autodiscovery, template tag libraries, the
+# URL conf).
+SURFACES = {"jobs.contrib", "jobs.streams", "jobs.management"}
+HOOKS = {"jobs.admin", "jobs.templatetags", "jobs.urls"}
+
+
+def test_every_module_of_jobs_is_core_or_a_surface():
+    """A new module of jobs lands in the core's import-linter contract (its source
+    modules) or among the surfaces: a core module missing from the contract would be
+    free to import a surface without the contract noticing."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    core = next(c for c in contracts["contracts"]
+                if c["name"] == "The engine's core imports none of its operator surfaces")
+    modules = {f"jobs.{m.name}" for m in pkgutil.iter_modules([str(ROOT / "jobs")])}
+    assert set(core["forbidden_modules"]) == SURFACES
+    assert modules - SURFACES - HOOKS == set(core["source_modules"])

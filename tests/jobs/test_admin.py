@@ -24,8 +24,8 @@ from django.utils import timezone
 
 import jobs
 from jobs import engine
-from jobs.admin import job as job_admin
-from jobs.admin.lists import CappedCountPaginator
+from jobs.contrib.admin import CappedCountPaginator
+from jobs.contrib.admin import job as job_admin
 from jobs.models import Job, JobEvent, Worker
 from tests.base import claim_one, make_job, staff, tenant
 

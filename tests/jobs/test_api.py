@@ -9,7 +9,8 @@ from django.core.management import call_command
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from jobs import api, engine
+from jobs import engine
+from jobs.contrib.api import serializers as api_serializers
 from jobs.events import publish
 from jobs.models import Job, JobEvent
 from tests.base import as_user, claim_one, make_job, run_next, staff
@@ -239,7 +240,7 @@ def test_the_history_names_the_staff_user_who_acted(clock, alice, acme):
 
 
 def test_a_long_history_shows_its_newest_rows(clock, alice, acme, monkeypatch):
-    monkeypatch.setattr(api, "HISTORY_LIMIT", 2)
+    monkeypatch.setattr(api_serializers, "HISTORY_LIMIT", 2)
     job = make_job(tenant=acme)
     for change in (engine.cancel, engine.retry, engine.cancel):
         change(job)

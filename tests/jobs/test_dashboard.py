@@ -6,7 +6,8 @@ import pytest
 from django.db import connection, transaction
 from rest_framework.test import APIClient
 
-from jobs import dashboard, engine
+from jobs import engine
+from jobs.contrib import dashboard
 from jobs.models import Job
 from tests.base import make_job, staff, tenant
 

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rest_framework.exceptions import ParseError
 
-from jobs.parsers import MAX_JSON_DEPTH, BoundedJSONParser, json_depth
+from jobs.arguments import MAX_JSON_DEPTH, json_depth
+from jobs.contrib.api import BoundedJSONParser
 from jobs.redaction import without_traceback
 
 json_values = st.recursive(
@@ -85,7 +86,7 @@ def test_a_megabyte_of_escaped_quotes_is_measured_in_one_pass(body, tmp_path):
     # CPU for this megabyte, holding the web process (the regex engine keeps the GIL, so
     # the bound is kept by a process of its own, killed when it runs past it).
     (tmp_path / "body.json").write_text(body)
-    script = ("import sys; from jobs.parsers import json_depth; "
+    script = ("import sys; from jobs.arguments import json_depth; "
               "print(json_depth(open(sys.argv[1]).read()))")
     measured = subprocess.run([sys.executable, "-c", script, str(tmp_path / "body.json")],
                               capture_output=True, text=True, timeout=20, check=True)

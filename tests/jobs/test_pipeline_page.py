@@ -11,7 +11,7 @@ import pytest
 from django.urls import reverse
 
 from jobs import engine
-from jobs.admin.pipeline import MAX_JOBS, pipeline_state
+from jobs.contrib.admin.pipeline import MAX_JOBS, pipeline_state
 from jobs.models import Job
 from tests.base import claim_one, make_job, run_next, staff, tenant
 from tests.jobs.test_admin import grant, operator

@@ -1,4 +1,4 @@
-/* The pipeline page kept live (jobs/admin/pipeline.py renders it). Each event of the
+/* The pipeline page kept live (jobs/contrib/admin/pipeline.py renders it). Each event of the
    pipeline's stream (GET /sync/pipelines/<uuid>/events) patches its job's box; an event
    naming a job the page does not show yet (a chained child, a chunk) brings the graph
    fragment again. Every box knows the newest event it reflects, so an event is applied

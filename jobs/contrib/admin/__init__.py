@@ -7,12 +7,16 @@ stay fast on millions of rows: counts are capped, every filter and search is ser
 index declared on the models, and no filter's choices come from scanning the jobs table.
 
 ``lists`` holds that list machinery; ``job``, ``events`` and ``workers`` register one
-model admin each (importing them here is what registers them); ``dashboard`` is the
-operators' dashboard page, routed through ``JobAdmin.get_urls``.
+model admin each (``jobs/admin.py`` imports them, which is what registers them);
+``dashboard`` is the operators' dashboard page, routed through ``JobAdmin.get_urls``,
+drawing its charts with ``charts``; ``pipeline`` is the pipeline page; ``rendering``
+holds the badges and durations shared by the pages' code and their templates.
+
+Other apps' admins build on the pieces listed in ``__all__``.
 """
 
 from __future__ import annotations
 
-from jobs.admin import dashboard, events, job, lists, workers
+from jobs.contrib.admin.lists import CappedCountPaginator
 
-__all__ = ["dashboard", "events", "job", "lists", "workers"]
+__all__ = ["CappedCountPaginator"]

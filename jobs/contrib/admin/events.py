@@ -12,9 +12,9 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from jobs.admin.lists import CappedCountPaginator, change_link, pipeline_link, pretty_json
+from jobs.contrib.admin.lists import CappedCountPaginator, change_link, pipeline_link, pretty_json
+from jobs.contrib.admin.rendering import STATES_CSS, state_badge
 from jobs.models import Delivery, Event
-from jobs.templatetags.jobs_admin import STATES_CSS, state_badge
 from tenancy.scoping import scope_queryset
 
 

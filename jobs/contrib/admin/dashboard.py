@@ -2,7 +2,7 @@
 failures, retries and rescues over a window, as a table and as server-rendered SVG
 charts, plus the oldest due jobs and the jobs stuck past their lease.
 
-The figures come from ``jobs.dashboard.board``, the same computation as
+The figures come from ``jobs.contrib.dashboard.board``, the same computation as
 ``GET /api/jobs/dashboard/``, over querysets narrowed to the user's tenant exactly as
 the API narrows them. The page is complete without JS; a ``<meta refresh>`` reloads it.
 """
@@ -22,9 +22,11 @@ from django.urls import URLPattern, path
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
-from jobs import charts, dashboard, throttling
+from jobs import throttling
+from jobs.contrib import dashboard
+from jobs.contrib.admin import charts
+from jobs.contrib.admin.rendering import format_duration
 from jobs.models import Job, JobEvent
-from jobs.templatetags.jobs_admin import format_duration
 from tenancy.scoping import scope_queryset
 
 if TYPE_CHECKING:

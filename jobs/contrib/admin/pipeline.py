@@ -40,7 +40,7 @@ class Operation(Protocol):
 
 
 class PipelineAdmin(Protocol):
-    """What the page needs from the job admin (``jobs.admin.job.JobAdmin``)."""
+    """What the page needs from the job admin (``jobs.contrib.admin.job.JobAdmin``)."""
 
     admin_site: Any
 

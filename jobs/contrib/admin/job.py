@@ -23,9 +23,9 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import SafeString
 
 from jobs import clock, engine
-from jobs.admin import dashboard
-from jobs.admin import pipeline as pipeline_page
-from jobs.admin.lists import (
+from jobs.contrib.admin import dashboard
+from jobs.contrib.admin import pipeline as pipeline_page
+from jobs.contrib.admin.lists import (
     CappedCountPaginator,
     FailedRecentlyFilter,
     JobChangeList,
@@ -36,9 +36,9 @@ from jobs.admin.lists import (
     pipeline_link,
     pretty_json,
 )
+from jobs.contrib.admin.rendering import STATES_CSS, format_duration, state_badge
 from jobs.errors import IllegalTransition
 from jobs.models import Job
-from jobs.templatetags.jobs_admin import STATES_CSS, format_duration, state_badge
 from jobs.why import explain
 from tenancy.scoping import scope_queryset, tenant_scope
 

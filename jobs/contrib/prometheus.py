@@ -1,4 +1,5 @@
-"""Plain Django views of the engine (outside DRF): the Prometheus ``/metrics`` page."""
+"""The Prometheus page, ``/metrics``: a plain Django view (outside DRF) over the engine's
+counters (``jobs.metrics``) and the job table's counts."""
 
 from __future__ import annotations
 

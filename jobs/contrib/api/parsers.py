@@ -11,9 +11,7 @@ fail at the INSERT.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from itertools import accumulate
 from typing import Any
 
 from rest_framework.exceptions import ParseError, ValidationError
@@ -21,25 +19,7 @@ from rest_framework.parsers import JSONParser, get_encoding
 from rest_framework.request import Request
 from rest_framework.utils import json
 
-# Deeper than any payload a handler takes; far below the interpreter's recursion limit.
-MAX_JSON_DEPTH = 64
-
-# A JSON string (escapes included), so that brackets inside strings are not counted. The
-# closing quote is optional: a string left open runs to the end of the body (as it does
-# for the decoder, which fails there without nesting further), and every quote is matched
-# at its first try. With the quote required, each ``"`` of a body like ``"\"\"\"…`` would
-# scan to the end and fail: quadratic, an hour of CPU for one megabyte.
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}.__getitem__
-
-
-def json_depth(text: str) -> int:
-    """The deepest bracket nesting of ``text`` outside strings (the nesting of valid JSON;
-    for invalid JSON an estimate that the decoder never exceeds). Runs in C loops: the
-    body is never walked one Python step per character."""
-    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
-    return max(accumulate(map(_DEPTH_STEP, brackets)), default=0)
+from jobs.arguments import MAX_JSON_DEPTH, json_depth
 
 
 class BoundedJSONParser(JSONParser):

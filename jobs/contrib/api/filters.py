@@ -1,11 +1,10 @@
-"""Listing rules shared by the API's viewsets: cursor pages, and filtering that refuses
-what it does not understand.
+"""Filtering for the API's listings that refuses what it does not understand.
 
 A typo in a filter (``?stat=failed``) or an unsupported ordering must answer 400 naming
 the parameter, never silently return the unfiltered list: an operator who bulk-retries
 "the failed jobs" from such a listing would act on everything. Likewise a value the
-database cannot take (a cursor position that is not an id, a UTC offset PostgreSQL does
-not store) is refused here, as a 400 naming the parameter, before any query runs.
+database cannot take (a UTC offset PostgreSQL does not store) is refused here, as a 400
+naming the parameter, before any query runs. (Cursor pages: ``jobs.contrib.api.pagination``.)
 """
 
 from __future__ import annotations
@@ -20,54 +19,12 @@ from django.db.models import QuerySet
 from django_filters import fields as filter_fields
 from django_filters import rest_framework as filters
 from django_filters.utils import translate_validation
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import ValidationError
 from rest_framework.filters import OrderingFilter
-from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
 from jobs.models import Event, Job
-
-
-class CheckedCursorPagination(CursorPagination):
-    """DRF's cursor pages, except that a cursor the client did not get from us is a 400
-    naming ``cursor``: DRF checks the cursor's framing (404 when it is garbage) but hands
-    its position to the query as is, so a crafted ``p=abc`` on an id ordering reached
-    PostgreSQL and failed there."""
-
-    page_size_query_param = "page_size"
-    max_page_size = 500
-
-    def paginate_queryset(self, queryset: QuerySet, request: Request, view: Any = None) -> Any:
-        self._model = queryset.model
-        return super().paginate_queryset(queryset, request, view)
-
-    def decode_cursor(self, request: Request) -> Cursor | None:
-        try:
-            cursor = super().decode_cursor(request)
-        except NotFound:
-            raise self._invalid("not a cursor from this list's next or previous link") from None
-        if cursor is None or cursor.position is None:
-            return cursor
-        name = self.ordering[0] if isinstance(self.ordering, (list, tuple)) else self.ordering
-        field = self._model._meta.get_field(name.lstrip("-"))
-        try:
-            # clean() also runs the field's range validators: a position beyond a bigint
-            # would otherwise fail in PostgreSQL rather than here.
-            field.clean(cursor.position, None)
-        except DjangoValidationError:
-            raise self._invalid(f"its position is not a valid {field.name}") from None
-        return cursor
-
-    def _invalid(self, reason: str) -> ValidationError:
-        return ValidationError({self.cursor_query_param: [f"invalid cursor: {reason}"]})
-
-
-class NewestFirst(CheckedCursorPagination):
-    """Cursor pages ordered by id: stable under inserts and cheap at any depth."""
-
-    ordering = "-id"
-
 
 # PostgreSQL's timestamptz input takes UTC offsets up to 15:59 either way; Python's
 # datetime takes up to 23:59, so a wider one parses here and then fails in the query.

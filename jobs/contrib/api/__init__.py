@@ -1,0 +1,29 @@
+"""The REST API over the engine: jobs and events, scoped to the caller's tenant.
+
+``views`` holds the viewsets (routed by ``jobs/urls.py``), ``serializers`` what they
+read and write, ``pagination`` and ``filters`` the listing rules (cursor pages, filters
+that refuse what they do not understand), and ``parsers`` the request bodies they accept.
+Other apps' APIs build on the pieces listed in ``__all__``.
+
+The views are not imported here: DRF imports the pagination and parser classes named in
+``REST_FRAMEWORK`` while its own view classes are being defined, and importing the views
+from this package at that moment would import DRF's views again, half-defined.
+"""
+
+from __future__ import annotations
+
+from jobs.contrib.api.filters import StrictFilterBackend
+from jobs.contrib.api.pagination import CheckedCursorPagination, NewestFirst
+from jobs.contrib.api.parsers import BoundedJSONParser, object_body
+from jobs.contrib.api.serializers import ErrorSerializer, ErrorTextField, JobSerializer
+
+__all__ = [
+    "BoundedJSONParser",
+    "CheckedCursorPagination",
+    "ErrorSerializer",
+    "ErrorTextField",
+    "JobSerializer",
+    "NewestFirst",
+    "StrictFilterBackend",
+    "object_body",
+]

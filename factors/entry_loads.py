@@ -183,21 +183,10 @@ def _delete_abandoned(job_id: int, cutoff: datetime) -> int | None:
 
 # --- retention -------------------------------------------------------------------------------------
 
-_ABANDONED = """
-NOT EXISTS (SELECT 1 FROM jobs_job i JOIN jobs_job p ON p.pipeline_id = i.pipeline_id
-            WHERE i.id = {load}.job_id AND (p.state IN ('pending', 'running')
-                                            OR p.finished_at IS NULL OR p.finished_at > %(cutoff)s))
-"""
-
-
 def _abandoned(job_id: int, cutoff: datetime) -> bool:
     """Whether a loading load will never become current: every job of its ingest's
     pipeline finished before ``cutoff`` (or the ingest job is pruned)."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {_ABANDONED.format(load='l')} FROM factors_entryload l "
-                       "WHERE l.job_id = %(job)s", {"job": job_id, "cutoff": cutoff})
-        row = cursor.fetchone()
-    return bool(row and row[0])
+    return job_id in jobs.pipelines_over([job_id], before=cutoff)
 
 
 @dataclass(frozen=True)
@@ -214,12 +203,12 @@ def removable(*, older_than: timedelta) -> list[int]:
     has been over for ``older_than`` (a failed or cancelled ingest, or one whose closing
     recalculation failed)."""
     cutoff = jobs.now() - older_than
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT l.job_id FROM factors_entryload l WHERE l.state <> 'current' AND "
-            f"(l.state = 'replaced' OR {_ABANDONED.format(load='l')}) ORDER BY l.job_id",
-            {"cutoff": cutoff})
-        return [row[0] for row in cursor.fetchall()]
+    candidates = list(EntryLoad.objects.exclude(state=EntryLoad.State.CURRENT)
+                      .values_list("job_id", "state"))
+    over = jobs.pipelines_over([job_id for job_id, state in candidates
+                                if state == EntryLoad.State.LOADING], before=cutoff)
+    return sorted(job_id for job_id, state in candidates
+                  if state == EntryLoad.State.REPLACED or job_id in over)
 
 
 def prune(*, older_than: timedelta, only: list[int] | None = None) -> Pruned:

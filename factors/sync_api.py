@@ -28,8 +28,14 @@ import jobs
 from factors import conf, queries, services
 from factors.api import invalid, visible_module
 from factors.models import ReportModule
-from jobs.contrib.api import BoundedJSONParser, ErrorSerializer, ErrorTextField, JobSerializer, object_body
-from jobs.models import Job
+from jobs.contrib.api import (
+    BoundedJSONParser,
+    ErrorSerializer,
+    ErrorTextField,
+    JobSerializer,
+    object_body,
+    visible_jobs,
+)
 from tenancy.scoping import scope_queryset, tenant_scope
 
 # Multipart framing around a file: a request this much over the file limit is refused
@@ -279,8 +285,7 @@ class PipelineDetail(APIView):
     @extend_schema(tags=["sync"], summary="A pipeline's jobs: state, progress, timings",
                    responses={200: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT})
     def get(self, request: Request, pipeline_id: Any) -> Response:
-        visible = scope_queryset(Job.objects.all(), request.user)
-        pipeline = jobs.pipeline_jobs(pipeline_id, visible)
+        pipeline = jobs.pipeline_jobs(pipeline_id, visible_jobs(request.user))
         if not pipeline:
             raise NotFound("no such pipeline visible to you")
         modules = queries.pipeline_modules(pipeline_id, scope_queryset(

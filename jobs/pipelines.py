@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from datetime import datetime
 
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from jobs.models import Job
 
@@ -27,6 +28,19 @@ def busy(pipeline_ids: Iterable[uuid.UUID | str]) -> set[uuid.UUID]:
         return set()
     return set(Job.objects.unfinished().filter(pipeline_id__in=ids)
                .values_list("pipeline_id", flat=True).distinct())
+
+
+def over(job_ids: Iterable[int], *, before: datetime) -> set[int]:
+    """The jobs among ``job_ids`` whose pipeline was over before ``before``: every job of
+    it finished, the last one before then. A job no longer in the table (retention
+    removed it) counts too: only finished jobs are removed."""
+    ids = set(job_ids)
+    if not ids:
+        return set()
+    active = Job.objects.filter(pipeline_id=OuterRef("pipeline_id")).filter(
+        Q(state__in=Job.UNFINISHED) | Q(finished_at__isnull=True) | Q(finished_at__gt=before))
+    return ids - set(Job.objects.filter(pk__in=ids).filter(Exists(active))
+                     .values_list("pk", flat=True))
 
 
 def jobs_of(pipeline_id: uuid.UUID | str, within: QuerySet[Job] | None = None) -> list[Job]:

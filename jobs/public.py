@@ -159,6 +159,14 @@ def busy_pipelines(pipeline_ids: Iterable[uuid.UUID | str]) -> set[uuid.UUID]:
     return pipelines.busy(pipeline_ids)
 
 
+def pipelines_over(job_ids: Iterable[int], *, before: datetime) -> set[int]:
+    """The jobs among ``job_ids`` whose whole pipeline had finished before ``before`` (a
+    job retention removed counts). See ``jobs.pipelines.over``."""
+    from jobs import pipelines
+
+    return pipelines.over(job_ids, before=before)
+
+
 def pipeline_jobs(pipeline_id: uuid.UUID | str, within: QuerySet[Job] | None = None
                   ) -> list[Job]:
     """Every job of a pipeline, in the order they were enqueued (``within``: the jobs the

@@ -15,6 +15,7 @@ from __future__ import annotations
 from jobs.contrib.api.filters import StrictFilterBackend
 from jobs.contrib.api.pagination import CheckedCursorPagination, NewestFirst
 from jobs.contrib.api.parsers import BoundedJSONParser, object_body
+from jobs.contrib.api.scoping import visible_jobs
 from jobs.contrib.api.serializers import ErrorSerializer, ErrorTextField, JobSerializer
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "NewestFirst",
     "StrictFilterBackend",
     "object_body",
+    "visible_jobs",
 ]

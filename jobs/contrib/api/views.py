@@ -39,6 +39,7 @@ from jobs.contrib.api.filters import (
     reject_unknown,
 )
 from jobs.contrib.api.pagination import NewestFirst
+from jobs.contrib.api.scoping import visible_jobs
 from jobs.contrib.api.serializers import (
     ActionSerializer,
     DashboardSerializer,
@@ -116,7 +117,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
     throttle_scope: str | None = None  # the dashboard action's own rate (ScopedThrottle)
 
     def get_queryset(self) -> QuerySet[Job]:
-        return scope_queryset(Job.objects.select_related("created_by"), self.request.user)
+        return visible_jobs(self.request.user).select_related("created_by")
 
     def get_serializer_class(self) -> type[serializers.BaseSerializer]:
         return JobSerializer if self.action == "list" else JobDetailSerializer
@@ -208,7 +209,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
         if errors:
             raise ValidationError(errors)
         figures = dashboard.figures(
-            window, jobs=scope_queryset(Job.objects.all(), request.user),
+            window, jobs=visible_jobs(request.user),
             events=scope_queryset(JobEvent.objects.all(), request.user, field="job__tenant"),
         )
         return Response(DashboardSerializer(figures).data)

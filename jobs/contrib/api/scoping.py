@@ -1,0 +1,16 @@
+"""The jobs a user of the API may see: their tenants' jobs (every job, for a platform
+operator), as ``tenancy.scoping`` decides for every tenant-owned table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from jobs.models import Job
+from tenancy.scoping import scope_queryset
+
+
+def visible_jobs(user: Any) -> QuerySet[Job]:
+    """The jobs ``user`` may read, for a view to filter further."""
+    return scope_queryset(Job.objects.all(), user)

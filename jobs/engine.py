@@ -40,7 +40,7 @@ Kind = JobEvent.Kind
 QUEUE_LENGTH = Job._meta.get_field("queue").max_length
 KEY_LENGTH = Job._meta.get_field("unique_key").max_length
 REFERENCES = ("parent", "tenant", "created_by")  # the order of sql.references()'s columns
-# How many jobs one job may wait on (``after``): a fan-in of a large load's chunks is a
+# How many jobs one job may wait on (``after``): a fan-in over the parts of a large load is a
 # few hundred.
 MAX_PREREQUISITES = 10_000
 

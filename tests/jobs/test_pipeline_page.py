@@ -1,5 +1,5 @@
 """The pipeline page: the graph of a pipeline's jobs (chained children under their parent,
-ingest chunks as branches of their ingest), the buttons each state allows, the fragment
+the jobs a fan-in waited for under it), the buttons each state allows, the fragment
 the page's script reloads, and who may see what."""
 
 from __future__ import annotations
@@ -41,17 +41,17 @@ def visible_buttons(html: str, job: Job) -> list[str]:
 
 
 def ingest_with_chunks() -> tuple[Job, Job, list[Job]]:
-    """An ingest, two chunk recalculations of it (no parent: queued mid-load) and the
-    closing recalculation chained to it; plus a job of another pipeline."""
+    """An ingest, two chunk recalculations queued while it ran (no parent) and the closing
+    recalculation chained to it, waiting for the chunks; plus a job of another pipeline."""
     ingest = make_job("tests.noop")
-    chunks = [make_job("tests.noop", {"chunk_of": ingest.pk, "n": n}, pipeline=ingest.pipeline_id)
-              for n in range(2)]
-    closing = make_job("tests.noop", {"closes": ingest.pk}, pipeline=ingest.pipeline_id, parent=ingest)
+    chunks = [make_job("tests.noop", {"n": n}, pipeline=ingest.pipeline_id) for n in range(2)]
+    closing = make_job("tests.noop", {"closes": ingest.pk}, pipeline=ingest.pipeline_id,
+                       parent=ingest, after=chunks)
     make_job("tests.noop")
     return ingest, closing, chunks
 
 
-def test_the_graph_puts_children_under_their_parent_and_chunks_under_their_ingest(admin_client):
+def test_the_graph_puts_children_under_their_parent_and_a_fan_ins_jobs_under_it(admin_client):
     ingest, closing, chunks = ingest_with_chunks()
 
     response = admin_client.get(page_url(ingest.pipeline_id))
@@ -60,13 +60,25 @@ def test_the_graph_puts_children_under_their_parent_and_chunks_under_their_inges
     graph = response.context["graph"]
     [root] = graph.roots
     assert root.job.pk == ingest.pk
-    assert [node.job.pk for node in root.children] == [closing.pk]
-    assert [node.job.pk for node in root.chunks] == [chunk.pk for chunk in chunks]
-    assert [node.chunk_of for node in root.chunks] == [ingest.pk, ingest.pk]
+    [node] = root.children
+    assert node.job.pk == closing.pk
+    assert node.waits_for == [chunk.pk for chunk in chunks]
+    assert [below.job.pk for below in node.prerequisites] == [chunk.pk for chunk in chunks]
     html = response.content.decode()
     assert html.count('class="pl-job ') == 4
-    assert f"chunk of #{ingest.pk}" in html
-    assert 'class="pl-chunks"' in html
+    assert f"after 2 jobs: #{chunks[0].pk}, #{chunks[1].pk}" in html
+    assert 'class="pl-fan-in"' in html
+
+
+def test_a_fan_in_on_its_own_ancestor_leaves_that_job_where_it_is(admin_client):
+    parent = make_job("tests.noop")
+    child = make_job("tests.noop", parent=parent, pipeline=parent.pipeline_id, after=[parent])
+
+    [root] = admin_client.get(page_url(parent.pipeline_id)).context["graph"].roots
+
+    assert root.job.pk == parent.pk
+    assert [node.job.pk for node in root.children] == [child.pk]
+    assert root.children[0].prerequisites == []
 
 
 def test_a_job_whose_parent_is_in_another_pipeline_is_a_root(admin_client):

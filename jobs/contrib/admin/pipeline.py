@@ -1,9 +1,11 @@
-"""The pipeline page: every job of one pipeline as a graph (parent → children), kept live
-in the browser by ``jobs/static/jobs/pipeline.js`` from the pipeline's event stream.
+"""The pipeline page: every job of one pipeline as a graph (parent → children, and each
+fan-in with the jobs it waited for), kept live in the browser by
+``jobs/static/jobs/pipeline.js`` from the pipeline's event stream.
 
 The page and its graph fragment are rendered here from the jobs table; the script then
 applies each streamed event to the job's box, and fetches the graph fragment again only
-when an event names a job the page does not show yet (a chained child, a chunk). Each
+when an event names a job the page does not show yet (a chained child, a job queued by a
+running one). Each
 box carries the id of the newest history row it reflects, so an event the page already
 shows is never applied twice, whichever of the two arrives first.
 """
@@ -15,14 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from django.core.exceptions import PermissionDenied
-from django.db.models import IntegerField, Max, QuerySet
-from django.db.models.fields.json import KT
-from django.db.models.functions import Cast
+from django.db.models import Max, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from jobs.models import Job, JobEvent
+from jobs.models import Dependency, Job, JobEvent
 
 # A pipeline page draws at most this many jobs (a huge fan-out is read in the job list).
 MAX_JOBS = 300
@@ -53,19 +53,23 @@ class PipelineAdmin(Protocol):
 
 @dataclass
 class Node:
-    """One job's box, with the jobs it leads to: chained children and ingest chunks."""
+    """One job's box, with the jobs it leads to: its chained children, and for a fan-in
+    the jobs it waited for that are drawn nowhere else."""
 
     job: Job
     last_event: int
     buttons: list[tuple[Operation, bool]]
-    chunk_of: int | None = None
+    waits_for: list[int] = field(default_factory=list)
     children: list[Node] = field(default_factory=list)
-    chunks: list[Node] = field(default_factory=list)
+    prerequisites: list[Node] = field(default_factory=list)
 
     @property
     def percent(self) -> float | None:
         total = self.job.progress_total
         return min(100.0, 100 * self.job.progress_done / total) if total else None
+
+    def below(self) -> list[Node]:
+        return self.prerequisites + self.children
 
 
 @dataclass
@@ -101,11 +105,19 @@ def pipeline_state(states: Any) -> str:
 
 
 def pipeline_jobs(jobs: QuerySet[Job], pipeline_id: uuid.UUID) -> list[Job]:
-    """The pipeline's jobs (the first MAX_JOBS + 1 by id), with the ingest a chunk belongs
-    to read out of the payload in SQL: payloads themselves stay in the table."""
-    chunk_of = Cast(KT("payload__chunk_of"), IntegerField())
+    """The pipeline's jobs (the first MAX_JOBS + 1 by id); payloads stay in the table."""
     return list(jobs.filter(pipeline_id=pipeline_id).only(*GRAPH_FIELDS)
-                .annotate(chunk_of=chunk_of).order_by("id")[: MAX_JOBS + 1])
+                .order_by("id")[: MAX_JOBS + 1])
+
+
+def fan_in_edges(job_ids: list[int]) -> dict[int, list[int]]:
+    """For each of these jobs that waited on others, the ids it waited on."""
+    edges: dict[int, list[int]] = {}
+    for waiter, prerequisite in (Dependency.objects.filter(waiter__in=job_ids)
+                                 .order_by("waiter", "prerequisite")
+                                 .values_list("waiter", "prerequisite")):
+        edges.setdefault(waiter, []).append(prerequisite)
+    return edges
 
 
 def newest_events(job_ids: list[int]) -> dict[int, int]:
@@ -116,22 +128,42 @@ def newest_events(job_ids: list[int]) -> dict[int, int]:
 
 
 def build_graph(pipeline_id: uuid.UUID, jobs: list[Job], operations: list[Operation]) -> Graph:
-    """Jobs become nodes under their parent, chunks under the ingest they belong to; a job
-    whose parent is outside the pipeline (or not visible) is a root."""
+    """Jobs become nodes under their parent; a job without a parent in the graph goes
+    under the first fan-in that waited for it; any other job is a root. A job whose
+    placement would hang it below itself (a fan-in waiting on its own ancestor) is a root
+    too, so that every job is drawn once."""
     truncated = len(jobs) > MAX_JOBS
     jobs = jobs[:MAX_JOBS]
     newest = newest_events([job.pk for job in jobs])
+    edges = fan_in_edges([job.pk for job in jobs])
     nodes = {job.pk: Node(job, newest.get(job.pk, 0),
                           [(op, op.allows(job)) for op in operations],
-                          getattr(job, "chunk_of", None)) for job in jobs}
-    roots: list[Node] = []
-    for node in nodes.values():
+                          edges.get(job.pk, [])) for job in jobs}
+    waited_by: dict[int, int] = {}
+    for waiter in sorted(edges):
+        for prerequisite in edges[waiter]:
+            waited_by.setdefault(prerequisite, waiter)
+    above: dict[int, int] = {}
+    for pk, node in nodes.items():
         if node.job.parent_id in nodes:
-            nodes[node.job.parent_id].children.append(node)
-        elif node.chunk_of in nodes:
-            nodes[node.chunk_of].chunks.append(node)  # type: ignore[index]
-        else:
+            above[pk] = node.job.parent_id
+        elif waited_by.get(pk) in nodes:
+            above[pk] = waited_by[pk]
+    for pk in nodes:  # break any loop: each node's chain upwards must end at a root
+        seen, current = {pk}, above.get(pk)
+        while current is not None and current not in seen:
+            seen.add(current)
+            current = above.get(current)
+        if current is not None:
+            above.pop(pk)
+    roots: list[Node] = []
+    for pk, node in nodes.items():
+        if pk not in above:
             roots.append(node)
+        elif above[pk] == node.job.parent_id:
+            nodes[above[pk]].children.append(node)
+        else:
+            nodes[above[pk]].prerequisites.append(node)
     return Graph(pipeline_id, roots, jobs, truncated, max(newest.values(), default=0))
 
 

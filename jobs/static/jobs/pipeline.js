@@ -1,6 +1,6 @@
 /* The pipeline page kept live (jobs/contrib/admin/pipeline.py renders it). Each event of the
    pipeline's stream (GET /sync/pipelines/<uuid>/events) patches its job's box; an event
-   naming a job the page does not show yet (a chained child, a chunk) brings the graph
+   naming a job the page does not show yet (a chained child, a job queued by a running one) brings the graph
    fragment again. Every box knows the newest event it reflects, so an event is applied
    once whichever comes first, the stream or a fresh fragment; the same rule drops the
    repeats of the stream, which is at-least-once (a reconnection's replay overlaps what

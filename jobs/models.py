@@ -339,7 +339,7 @@ class JobEvent(models.Model):
         indexes = [
             # A job's timeline, and stream replay after Last-Event-ID.
             models.Index(fields=["job", "id"], name="jobevent_job_idx"),
-            # The dashboard's retries and rescues in a window (jobs/dashboard.py).
+            # The dashboard's retries and rescues in a window (jobs/contrib/dashboard.py).
             models.Index(fields=["at"], condition=Q(kind__in=["retry_scheduled", "rescued"]),
                          name="jobevent_incident_idx"),
         ]

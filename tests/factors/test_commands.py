@@ -85,7 +85,7 @@ def test_old_staged_uploads_are_cleaned_with_their_records(upload_dir):
     upload_dir.mkdir(parents=True)
     (upload_dir / "old.csv").write_text("1,km,short,economy\n")
     staged = uuid.uuid4()
-    (upload_dir / f"{staged.hex}.csv").write_text("1,km,short,economy\n")
+    (upload_dir / staged.hex).write_text("1,km,short,economy\n")
     Upload.objects.create(id=staged, kind="units", rows=1, columns=["code"])
     assert "Would delete 2 staged upload(s) and 1 record(s)" in command(
         "factors_clean_uploads", "--days", "0", "--dry-run")

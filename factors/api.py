@@ -24,8 +24,8 @@ from rest_framework.views import APIView
 
 from factors import queries, services
 from factors.catalog import DataEntryType, ModuleType
-from factors.csv_validation import shown
 from factors.models import CarbonReport, DataEntry, ReportModule
+from intake.csv_validation import shown
 from jobs.contrib.api import BoundedJSONParser, CheckedCursorPagination, StrictFilterBackend
 from tenancy.scoping import scope_queryset
 

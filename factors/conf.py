@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 from django.conf import settings
 
 MB = 1024 * 1024
 
 DEFAULTS: dict[str, object] = {
-    # Where validated uploads wait for their ingest job. Every web and worker process
-    # must see the same directory (a shared volume when they run on several machines).
-    "UPLOAD_DIR": None,  # None: VAR_DIR / "uploads"
     # Upload size limits per kind of file; bigger files are refused before any row is read.
     "ENTRIES_MAX_BYTES": 100 * MB,
     "FACTORS_MAX_BYTES": 20 * MB,
@@ -39,18 +35,8 @@ DEFAULTS: dict[str, object] = {
 }
 
 
-def human(size: int) -> str:
-    """``104857600`` → ``"100 MB"``; below a megabyte, in kB."""
-    return f"{size // MB} MB" if size >= MB else f"{max(size // 1024, 1)} kB"
-
-
 def get(name: str) -> object:
     return getattr(settings, f"FACTORS_{name}", DEFAULTS[name])
-
-
-def upload_dir() -> Path:
-    configured = get("UPLOAD_DIR")
-    return Path(configured) if configured else Path(settings.VAR_DIR) / "uploads"  # type: ignore[arg-type]
 
 
 def max_bytes(kind: str) -> int:

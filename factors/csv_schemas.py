@@ -4,7 +4,7 @@ one data-entry type, and the unit directory."""
 from __future__ import annotations
 
 from factors import catalog, conf
-from factors.csv_validation import Column, CsvSchema
+from intake.csv_validation import Column, CsvSchema
 
 
 def entries(data_entry_type: str) -> CsvSchema:

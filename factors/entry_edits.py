@@ -19,9 +19,9 @@ from django.db import transaction
 
 import jobs
 from factors import catalog, emissions, locks, stats
-from factors.csv_validation import Column, shown
 from factors.errors import InvalidRequest
 from factors.models import CarbonReport, DataEntry, ReportModule
+from intake.csv_validation import Column, shown
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from factors.csv_validation import ValidationReport
+from intake.csv_validation import ValidationReport
 
 if TYPE_CHECKING:  # the engine's model, named in annotations only
     from jobs.models import Job

@@ -46,8 +46,8 @@ from factors import (
     staging,
     unit_directory,
 )
-from factors.csv_validation import validate
 from factors.models import ReportModule, Upload
+from intake.csv_validation import validate
 
 RETRY = jobs.Exponential(base=10, factor=3, cap=600)
 

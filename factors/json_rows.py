@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from factors import catalog
-from factors.csv_validation import CsvError, shown
+from intake.csv_validation import CsvError, shown
 
 
 class ShapeError(Exception):

@@ -209,7 +209,9 @@ def sync_units(year: int, *, source: BinaryIO | None = None, filename: str = "",
 def _sync_units_from_file(year: int, source: BinaryIO, filename: str, actor: Actor) -> Dispatched:
     if filename.lower().endswith(".json"):
         try:
-            source = io.BytesIO(json_rows.units_csv(sources.json_document(source.read())))
+            source = io.BytesIO(json_rows.units_csv(sources.read_json(source, "units")))
+        except sources.DocumentTooLarge as exc:
+            raise InvalidRequest({"file": [str(exc)]}) from exc
         except sources.SourceError as exc:
             raise InvalidRequest({"file": [f"not valid JSON: {exc}"]}) from exc
         except json_rows.ShapeError as exc:

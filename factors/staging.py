@@ -1,37 +1,38 @@
-"""Validated uploads waiting for their ingest job, as files under ``FACTORS_UPLOAD_DIR``.
+"""Validated uploads waiting for their ingest job: the calculator's records of files the
+intake stages (``intake.staging``, area ``factors`` under ``INTAKE_STAGING_URL``).
 
-The web process validates an upload in one streaming pass and writes its canonical rows
-(``factors.csv_validation``) to a staging file; the job that ingests it reads that file
-back with ``COPY``. Nothing of a refused file is kept. A staged file is recorded as an
-``Upload`` row in the transaction that enqueues its job, and the job's payload names it
-by id alone: the file's path follows from the id, and its columns and owner are read
-from the row, through the job's tenant (``resolve``). A staged file is deleted by the
-job that ingested it; files of failed jobs stay so that a retry can run, until
+The web process validates an upload and stages its canonical rows in one streaming pass
+(``intake.staging.stage_csv``); the job that ingests it reads the file back with
+``COPY``. Nothing of a refused file is kept. A staged file is recorded as an ``Upload``
+row in the transaction that enqueues its job, and the job's payload names it by id
+alone: the file follows from the id, and its columns and owner are read from the row,
+through the job's tenant (``resolve``). A staged file is deleted by the job that
+ingested it; files of failed jobs stay so that a retry can run, until
 ``manage.py factors_clean_uploads`` removes old ones.
 """
 
 from __future__ import annotations
 
-import io
-import os
-import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, BinaryIO
 
-from factors import conf
-from factors.csv_validation import CsvError, CsvSchema, ValidationReport, too_large, validate
 from factors.models import Upload
+from intake import staging
+from intake.csv_validation import CsvSchema, ValidationReport
 
-UPLOAD_ID = re.compile(r"^[0-9a-f]{32}$")
+AREA = "factors"
 
 
 class UploadMissing(Exception):
     """A job names an upload that is not there for it (gone, another tenant's, or of
     another kind)."""
+
+
+def store() -> staging.Store:
+    return staging.store(AREA)
 
 
 @dataclass(frozen=True)
@@ -45,57 +46,32 @@ class StagedUpload:
 
     @property
     def path(self) -> str:
-        """Always under the upload directory, whatever the id: ids are checked hex."""
-        if not UPLOAD_ID.match(self.id):
-            raise UploadMissing(f"{self.id!r} is not an upload id")
-        return str(conf.upload_dir() / f"{self.id}.csv")
+        """Where the file is, for messages; always in the store, whatever the id (ids
+        are checked hex)."""
+        try:
+            return store().location(self.id)
+        except staging.NotStaged as exc:
+            raise UploadMissing(str(exc)) from exc
 
     def exists(self) -> bool:
-        return Path(self.path).exists()
+        return staging.is_staged_id(self.id) and store().exists(self.id)
 
     @contextmanager
     def open(self) -> Iterator[BinaryIO]:
-        with open(self.path, "rb") as handle:
-            yield handle
+        try:
+            with store().open(self.id) as handle:
+                yield handle
+        except staging.NotStaged as exc:
+            raise UploadMissing(str(exc)) from exc
 
 
 def stage(source: BinaryIO, schema: CsvSchema, *, filename: str = ""
           ) -> tuple[ValidationReport, StagedUpload | None]:
-    """Validate ``source`` and keep its canonical rows; None when the file is refused.
-
-    The rows go to a hidden temporary name first and are renamed only when the whole file
-    is valid, so a half-written or refused file never looks like an upload.
-    """
-    size = _known_size(source)
-    if size is not None and size > schema.max_bytes:
-        report = ValidationReport()
-        report.add(CsvError(None, None, too_large(schema.max_bytes)))
-        return report, None  # refused before reading a byte
-    directory = conf.upload_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    upload_id = uuid.uuid4().hex
-    final = directory / f"{upload_id}.csv"
-    partial = directory / f".{upload_id}.partial"
-    try:
-        with open(partial, "wb") as out:
-            report = validate(source, schema, out=out)
-        if not report.ok:
-            return report, None
-        os.replace(partial, final)
-    finally:
-        partial.unlink(missing_ok=True)
-    return report, StagedUpload(upload_id, report.rows, tuple(report.header), filename[:200])
-
-
-def _known_size(source: BinaryIO) -> int | None:
-    """The size of an uploaded file or an open regular file, when it is known."""
-    size = getattr(source, "size", None)  # Django's UploadedFile
-    if isinstance(size, int):
-        return size
-    try:
-        return os.fstat(source.fileno()).st_size
-    except (AttributeError, OSError, io.UnsupportedOperation):
-        return None
+    """Validate ``source`` and keep its canonical rows; None when the file is refused."""
+    report, staged = staging.stage_csv(store(), source, schema)
+    if staged is None:
+        return report, None
+    return report, StagedUpload(staged.id, staged.rows, staged.columns, filename[:200])
 
 
 def register(upload: StagedUpload, kind: str, *, tenant_id: int | None,
@@ -112,7 +88,7 @@ def resolve(upload_id: Any, kind: str, *, tenant_id: int | None) -> StagedUpload
     """The staged file a job's payload names, if it is of ``kind`` and belongs to the
     job's tenant (None: a platform job's, which has no tenant either)."""
     text = str(upload_id)
-    if not UPLOAD_ID.match(text):
+    if not staging.is_staged_id(text):
         raise UploadMissing(f"{text[:40]!r} is not an upload id")
     row = Upload.objects.filter(pk=uuid.UUID(text), kind=kind, tenant_id=tenant_id).first()
     if row is None:
@@ -127,4 +103,4 @@ def resolve(upload_id: Any, kind: str, *, tenant_id: int | None) -> StagedUpload
 def discard(upload: StagedUpload) -> None:
     """Delete a staged file and its record (an ingest that succeeded, or a refused one)."""
     Upload.objects.filter(pk=uuid.UUID(upload.id)).delete()
-    Path(upload.path).unlink(missing_ok=True)
+    store().delete(upload.id)

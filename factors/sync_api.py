@@ -17,7 +17,7 @@ from django.http import QueryDict
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import APIException, NotFound, PermissionDenied
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
@@ -28,6 +28,7 @@ import jobs
 from factors import conf, queries, services
 from factors.api import invalid, visible_module
 from factors.models import ReportModule
+from intake import uploads
 from jobs.contrib.api import (
     BoundedJSONParser,
     ErrorSerializer,
@@ -37,15 +38,6 @@ from jobs.contrib.api import (
     visible_jobs,
 )
 from tenancy.scoping import scope_queryset, tenant_scope
-
-# Multipart framing around a file: a request this much over the file limit is refused
-# before its body is read.
-MULTIPART_SLACK = 64 * 1024
-
-
-class TooLarge(APIException):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_code = "too_large"
 
 
 class PipelineJobSerializer(JobSerializer):
@@ -76,9 +68,7 @@ def _dispatched(result: services.Dispatched) -> Response:
 
 
 def _rejected(exc: services.UploadRejected) -> Response:
-    report = exc.report
-    return Response({"detail": str(exc), "rows_checked": report.rows,
-                     **report.as_dict()}, status=status.HTTP_400_BAD_REQUEST)
+    return uploads.rejected(exc.report, str(exc))
 
 
 def _conflict(exc: services.AlreadyRunning) -> Response:
@@ -102,11 +92,7 @@ def _answer(start: Callable[[], services.Dispatched]) -> Response:
 
 def _refuse_large_body(request: Request, kind: str) -> None:
     """413 before the body is read: a file over the limit is not streamed to disk first."""
-    limit = conf.max_bytes(kind)
-    length = request.META.get("CONTENT_LENGTH") or "0"
-    if length.isdigit() and int(length) > limit + MULTIPART_SLACK:
-        raise TooLarge(f"the upload is {conf.human(int(length))}; the limit for {kind} files "
-                       f"is {conf.human(limit)}: split the file")
+    uploads.refuse_large_body(request, conf.max_bytes(kind), kind)
 
 
 def _require_operator(request: Request) -> None:

@@ -13,16 +13,21 @@
   safe to show the tenant who supplied the URL: a refused URL is "not allowed", without
   the address it resolved to, and since nothing is sent there, no message can tell
   whether something listens on it.
+
+JSON sources: ``fetch_json`` fetches and decodes a JSON document, ``read_json`` decodes
+an uploaded one up to a size bound; both keep numbers as their exact text.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, BinaryIO
 
 import httpx
 
@@ -60,6 +65,13 @@ class FetchError(Exception):
     def __init__(self, message: str, *, transient: bool) -> None:
         super().__init__(message)
         self.transient = transient
+
+
+class DocumentTooLarge(FetchError):
+    """An uploaded document over its size bound (never retried)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, transient=False)
 
 
 def check(url: str, *, timeout: float = 5.0) -> str | None:
@@ -206,3 +218,35 @@ def _log_refused(url: str, refused: connections.Refused) -> None:
 
 def _human(size: int) -> str:
     return f"{size // MB} MB" if size >= MB else f"{max(size // 1024, 1)} kB"
+
+
+# --- JSON documents ---------------------------------------------------------------------------
+
+
+def fetch_json(url: str, limits: Limits, *, headers: Mapping[str, str] | None = None) -> Any:
+    """GET ``url`` under the outbound rules and decode its JSON body (numbers kept as
+    their exact text). A body that is not JSON is a permanent FetchError naming the URL."""
+    fetched = fetch(url, limits, headers={"Accept": "application/json", **(headers or {})})
+    try:
+        return json_document(fetched.body)
+    except FetchError as exc:
+        raise FetchError(f"{url} did not send valid JSON: {exc}", transient=False) from exc
+
+
+def read_json(source: BinaryIO, max_bytes: int) -> Any:
+    """Decode an uploaded JSON document, reading at most ``max_bytes`` of it: a bigger
+    one is refused (DocumentTooLarge) without being held in memory whole."""
+    body = source.read(max_bytes + 1)
+    if len(body) > max_bytes:
+        raise DocumentTooLarge(f"the file is larger than the {_human(max_bytes)} limit: split "
+                               "it into smaller files")
+    return json_document(body)
+
+
+def json_document(body: bytes) -> Any:
+    """Decode JSON, keeping numbers as their exact text (``12.50`` stays ``"12.50"``), so
+    that no value goes through a float. Not JSON: a permanent FetchError."""
+    try:
+        return json.loads(body, parse_float=str, parse_int=str)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise FetchError(str(exc), transient=False) from exc

@@ -384,14 +384,15 @@ JOBS_SCHEDULES = {
 for _name in ("INGEST_BATCH_ROWS", "RECALC_BATCH_ROWS", "RECALC_CHUNK_ROWS", "HTTP_MAX_BYTES"):
     if f"FACTORS_{_name}" in os.environ:
         globals()[f"FACTORS_{_name}"] = env_int(f"FACTORS_{_name}", 0)
-# Staged uploads wait here for their ingest job: one directory every web and worker
-# process sees (a shared volume when they run on several machines).
-if os.environ.get("FACTORS_UPLOAD_DIR"):
-    FACTORS_UPLOAD_DIR = os.environ["FACTORS_UPLOAD_DIR"]
 
 # Outbound HTTP to tenant-supplied URLs (intake/http_sources.py has the rules): only
 # public internet addresses, unless listed here (CIDRs and host names, comma-separated).
 INTAKE_HTTP_ALLOW = env_list("INTAKE_HTTP_ALLOW", [])
+# Validated uploads wait here for the job that reads them (intake/staging.py): a local
+# directory or any fsspec URL (s3://bucket/staging), one place every web and worker
+# process sees. Default: VAR_DIR/staging.
+if os.environ.get("INTAKE_STAGING_URL"):
+    INTAKE_STAGING_URL = os.environ["INTAKE_STAGING_URL"]
 # The CO2 calculator's HTTP sources: connect timeout and total deadline (seconds), and
 # the body's size bound (FACTORS_HTTP_MAX_BYTES, above); hours a failed ingest's unread
 # rows are kept for a retry before retention deletes them.
@@ -405,7 +406,7 @@ for _name in ("HTTP_CONNECT_SECONDS", "HTTP_DEADLINE_SECONDS", "ABANDONED_LOAD_H
 # multipart framing. A body over WEB_MAX_ANONYMOUS_BODY_BYTES (or chunked) needs a valid
 # token or session before a byte of it is read.
 _MB = 1024 * 1024
-_MULTIPART_FRAMING = 64 * 1024  # as factors/sync_api.py MULTIPART_SLACK
+_MULTIPART_FRAMING = 64 * 1024  # as intake/uploads.py MULTIPART_SLACK
 FACTORS_ENTRIES_MAX_BYTES = env_int("FACTORS_ENTRIES_MAX_BYTES", 100 * _MB)
 FACTORS_FACTORS_MAX_BYTES = env_int("FACTORS_FACTORS_MAX_BYTES", 20 * _MB)
 FACTORS_UNITS_MAX_BYTES = env_int("FACTORS_UNITS_MAX_BYTES", 20 * _MB)

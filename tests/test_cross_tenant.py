@@ -56,7 +56,7 @@ class Acme:
 
 @pytest.fixture(autouse=True)
 def upload_dir(tmp_path, settings):
-    settings.FACTORS_UPLOAD_DIR = str(tmp_path / "uploads")
+    settings.INTAKE_STAGING_URL = str(tmp_path / "staging")
 
 
 @pytest.fixture

@@ -5,9 +5,10 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def upload_dir(tmp_path, settings):
-    """Staged uploads of each test in a directory of its own."""
-    settings.FACTORS_UPLOAD_DIR = str(tmp_path / "uploads")
-    return tmp_path / "uploads"
+    """Staged uploads of each test in a directory of its own: the factors' area of a
+    staging root of its own."""
+    settings.INTAKE_STAGING_URL = str(tmp_path / "staging")
+    return tmp_path / "staging" / "factors"
 
 
 @pytest.fixture

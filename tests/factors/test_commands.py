@@ -9,7 +9,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from factors import aggregation, stats
+from factors import aggregation, staging, stats
 from factors.models import CarbonReport, DataEntry, EmissionFactor, Unit, Upload
 from jobs.models import Job
 from jobs.worker import run_until_idle
@@ -85,7 +85,7 @@ def test_old_staged_uploads_are_cleaned_with_their_records(upload_dir):
     upload_dir.mkdir(parents=True)
     (upload_dir / "old.csv").write_text("1,km,short,economy\n")
     staged = uuid.uuid4()
-    (upload_dir / f"{staged.hex}.csv").write_text("1,km,short,economy\n")
+    (upload_dir / staged.hex).write_text("1,km,short,economy\n")
     Upload.objects.create(id=staged, kind="units", rows=1, columns=["code"])
     assert "Would delete 2 staged upload(s) and 1 record(s)" in command(
         "factors_clean_uploads", "--days", "0", "--dry-run")
@@ -93,3 +93,20 @@ def test_old_staged_uploads_are_cleaned_with_their_records(upload_dir):
     assert "Deleted 2 staged upload(s) and 1 record(s)" in command("factors_clean_uploads",
                                                                     "--days", "0")
     assert not list(upload_dir.iterdir()) and not Upload.objects.exists()
+
+
+def test_old_staged_uploads_are_cleaned_from_any_fsspec_store(settings):
+    settings.INTAKE_STAGING_URL = f"memory://staging-{uuid.uuid4().hex}"
+    staged = uuid.uuid4()
+    store = staging.store()
+    with store.stage() as pending:
+        pending.write(b"1,km,short,economy\n")
+        pending.keep()
+    Upload.objects.create(id=uuid.UUID(pending.id), kind="units", rows=1, columns=["code"])
+    Upload.objects.create(id=staged, kind="units", rows=1, columns=["code"])  # its file is gone
+
+    output = command("factors_clean_uploads", "--days", "0")
+
+    assert output == (f"Deleted 1 staged upload(s) and 2 record(s) older than 0 days in "
+                      f"{settings.INTAKE_STAGING_URL}/factors.\n")
+    assert store.files() == [] and not Upload.objects.exists()

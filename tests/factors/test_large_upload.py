@@ -13,8 +13,8 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from factors import csv_schemas, services
-from factors.csv_validation import validate
 from factors.models import DataEntry
+from intake.csv_validation import validate
 from jobs.models import Job
 from tests.base import staff
 from tests.factors.builders import module, report

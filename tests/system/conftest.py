@@ -120,11 +120,11 @@ class Processes:
         env = {key: value for key, value in os.environ.items() if not key.startswith("JOBS_")}
         env.update(DATABASE_URL=database_url(), DJANGO_SETTINGS_MODULE="project.test_settings",
                    CONVEYOR_ALLOW_DEV_SECRET="1", PYTHONUNBUFFERED="1")
-        # Staged uploads are found by id under the upload directory, so every process of
-        # a test must share the test's own one.
-        upload_dir = getattr(settings, "FACTORS_UPLOAD_DIR", None)
-        if upload_dir:
-            env["FACTORS_UPLOAD_DIR"] = str(upload_dir)
+        # Staged uploads are found by id under the staging root, so every process of a
+        # test must share the test's own one.
+        staging_url = getattr(settings, "INTAKE_STAGING_URL", None)
+        if staging_url:
+            env["INTAKE_STAGING_URL"] = str(staging_url)
         env.update(extra)
         return env
 

@@ -62,8 +62,8 @@ HEADER = ["quantity", "unit", "haul", "cabin"]
 @pytest.fixture
 def upload_dir(tmp_path, settings):
     """Staged uploads in the test's own directory, which the workers are told about."""
-    settings.FACTORS_UPLOAD_DIR = str(tmp_path / "uploads")
-    return tmp_path / "uploads"
+    settings.INTAKE_STAGING_URL = str(tmp_path / "staging")
+    return tmp_path / "staging" / "factors"
 
 
 # --- where the workers are ---------------------------------------------------------------------

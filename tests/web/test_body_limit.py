@@ -14,7 +14,7 @@ from django.urls import reverse
 from rest_framework.authtoken.models import Token
 
 from factors import conf
-from factors.sync_api import MULTIPART_SLACK
+from intake.uploads import MULTIPART_SLACK
 from project.bodylimit import BodyLimit, BodyLimits, valid_credential
 from tests.base import staff
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
-from factors import conf
+from factors import staging
 from factors.models import Upload
 
 
@@ -24,27 +23,19 @@ class Command(BaseCommand):
         parser.add_argument("--dry-run", action="store_true", help="List, delete nothing.")
 
     def handle(self, *args: Any, days: float, dry_run: bool, **options: Any) -> None:
-        directory = conf.upload_dir()
-        cutoff = time.time() - days * 86400
-        old = [p for p in directory.glob("*") if p.is_file() and p.stat().st_mtime < cutoff] \
-            if directory.exists() else []
-        records = Upload.objects.filter(created_at__lt=timezone.now() - timedelta(days=days))
+        store = staging.store()
+        age = timedelta(days=days)
+        old = store.older_than(age)
+        records = Upload.objects.filter(created_at__lt=timezone.now() - age)
         # Each file deleted takes its record along; old records whose file is already
         # gone (removed by hand, a lost volume) go too.
-        stale_ids = {_upload_id(p.stem) for p in old} - {None}
+        stale_ids = {uuid.UUID(found.staged_id) for found in old if found.staged_id}
         if not dry_run:
-            for path in old:
-                path.unlink(missing_ok=True)
+            for found in old:
+                store.remove(found)
             removed, _ = (records | Upload.objects.filter(pk__in=stale_ids)).delete()
         else:
             removed = (records | Upload.objects.filter(pk__in=stale_ids)).count()
         verb = "Would delete" if dry_run else "Deleted"
         self.stdout.write(f"{verb} {len(old)} staged upload(s) and {removed} record(s) older "
-                          f"than {days:g} days in {directory}.")
-
-
-def _upload_id(stem: str) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(stem)
-    except ValueError:
-        return None
+                          f"than {days:g} days in {store.url}.")

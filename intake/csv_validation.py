@@ -1,5 +1,7 @@
-"""Streaming validation of uploaded CSV files: the header, every row, the encoding, the
-size, formula-looking cells. Nothing is kept in memory but the first errors.
+"""Streaming validation of uploaded CSV files against a schema: the header, every row, the
+encoding, the size, formula-looking cells. Nothing is kept in memory but the first
+errors. The schemas (which columns a kind of file has) belong to the apps that accept
+the files; this module only knows the kinds of cells.
 
 A file is read in chunks of bytes, decoded as strict UTF-8 and cut into lines. Each line
 is first tried against one compiled regular expression for a whole row of plain cells
@@ -31,7 +33,7 @@ import io
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import BinaryIO, TypedDict
+from typing import BinaryIO, Protocol, TypedDict
 
 CHUNK_BYTES = 1 << 20
 MB = 1024 * 1024
@@ -61,6 +63,12 @@ def shown(value: str) -> str:
 def shown_name(name: str) -> str:
     """A header name as an error's ``column``, cut like ``shown`` but unquoted."""
     return name if len(name) <= SHOWN_CHARS else f"{name[:SHOWN_CHARS]}… ({len(name):,} characters)"
+
+
+class Writable(Protocol):
+    """Where canonical rows go: an open binary file, or anything with its ``write``."""
+
+    def write(self, data: bytes, /) -> object: ...
 
 
 class CsvErrorDict(TypedDict):
@@ -240,7 +248,7 @@ class ValidationReport:
 # --- the pass ----------------------------------------------------------------------------------
 
 
-def validate(source: BinaryIO, schema: CsvSchema, *, out: BinaryIO | None = None,
+def validate(source: BinaryIO, schema: CsvSchema, *, out: Writable | None = None,
              max_errors: int = MAX_ERRORS) -> ValidationReport:
     """Validate the CSV file ``source`` against ``schema`` in one streaming pass.
 
@@ -276,13 +284,19 @@ def validate(source: BinaryIO, schema: CsvSchema, *, out: BinaryIO | None = None
     return checker.finish()
 
 
+def human(size: int) -> str:
+    """``104857600`` → ``"100 MB"``; below a megabyte, in kB."""
+    return f"{size // MB} MB" if size >= MB else f"{max(size // 1024, 1)} kB"
+
+
 def too_large(limit: int) -> str:
-    size = f"{limit // MB} MB" if limit >= MB else f"{max(limit // 1024, 1)} kB"
-    return f"the file is larger than the {size} limit: split it into smaller files"
+    """The reason a file over ``limit`` bytes is refused, the same whether it is refused
+    before reading (its size is known) or once that many bytes were read."""
+    return f"the file is larger than the {human(limit)} limit: split it into smaller files"
 
 
 class _Pass:
-    def __init__(self, schema: CsvSchema, out: BinaryIO | None, max_errors: int) -> None:
+    def __init__(self, schema: CsvSchema, out: Writable | None, max_errors: int) -> None:
         self.schema = schema
         self.out = out
         self.max_errors = max_errors

@@ -12,16 +12,33 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from factors import csv_schemas
-from factors.csv_validation import MAX_LINE_CHARS, MAX_REPORT_CHARS, CsvSchema, validate
-from tests.factors.builders import csv_bytes
+from intake.csv_validation import MAX_LINE_CHARS, MAX_REPORT_CHARS, Column, CsvSchema, validate
 
 HEADER = ["quantity", "unit", "haul", "cabin"]
+# Two schemas of the kind an app declares: measured rows with a fixed unit and two codes,
+# and yearly values unique per year and codes.
+TRIPS = CsvSchema("trips", (Column("quantity", "number", digits=12, decimals=6),
+                            Column("unit", "fixed", value="km"),
+                            Column("haul", "code"), Column("cabin", "code")),
+                  max_bytes=100 * 1024 * 1024)
+RATES = CsvSchema("rates", (Column("year", "year"), Column("haul", "code"), Column("cabin", "code"),
+                            Column("value", "number", digits=9, decimals=9),
+                            Column("unit", "fixed", value="km"),
+                            Column("source", "text", required=False, optional_header=True)),
+                  unique=("year", "haul", "cabin"), max_bytes=20 * 1024 * 1024)
+
+
+def csv_bytes(header: list[str], rows: list[list[str]]) -> bytes:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buffer.getvalue().encode()
 
 
 def check(body: bytes, schema: CsvSchema | None = None):
     out = io.BytesIO()
-    report = validate(io.BytesIO(body), schema or csv_schemas.entries("plane"), out=out)
+    report = validate(io.BytesIO(body), schema or TRIPS, out=out)
     return report, out.getvalue()
 
 
@@ -97,7 +114,7 @@ def test_only_the_first_hundred_errors_are_listed_but_all_are_counted():
 
 
 def test_a_file_over_the_size_limit_stops_being_read_at_the_limit():
-    schema = csv_schemas.entries("plane")
+    schema = TRIPS
     small = CsvSchema(schema.label, schema.columns, max_bytes=1024 * 1024)
     source = io.BytesIO(b"quantity,unit,haul,cabin\n" + b"1,km,short,economy\n" * 200_000)
 
@@ -114,11 +131,11 @@ def test_an_empty_file_and_a_header_only_file_are_refused():
         (None, None, "no data rows: the file has a header only")]
 
 
-def test_factor_files_refuse_duplicate_keys_whatever_the_case():
+def test_unique_columns_refuse_duplicate_keys_whatever_the_case():
     body = csv_bytes(["year", "haul", "cabin", "value", "unit"],
                      [["2024", "short", "economy", "0.1", "km"],
                       ["2024", "Short", "ECONOMY", "0.2", "km"]])
-    report, _ = check(body, csv_schemas.factors("plane"))
+    report, _ = check(body, RATES)
     assert [str(e) for e in report.errors] == ["row 3: duplicates row 2: same year, haul, cabin"]
 
 
@@ -171,7 +188,7 @@ def test_accepted_rows_read_back_as_their_normalised_cells(data):
 @given(st.tuples(cells, cells, cells, cells))
 def test_the_fast_path_accepts_nothing_the_cell_checks_refuse(row):
     line = ",".join(row)
-    schema = csv_schemas.entries("plane")
+    schema = TRIPS
     fast = re.compile(",".join(c.pattern() for c in schema.columns))
     if fast.fullmatch(line):
         checked = [column.check(cell) for column, cell in zip(schema.columns, row, strict=True)]
@@ -233,7 +250,7 @@ def test_a_report_on_forty_rows_of_megabyte_cells_stays_small():
 def test_the_listed_errors_stop_at_the_character_cap():
     row = ["y" * 200, "k" * 200, "h" * 200, "c" * 200]
     body = csv_bytes(HEADER, [row] * 99)
-    report = validate(io.BytesIO(body), csv_schemas.entries("plane"), max_errors=1_000)
+    report = validate(io.BytesIO(body), TRIPS, max_errors=1_000)
     listed = sum(len(e.reason) + len(e.column or "") for e in report.errors)
     assert report.error_count == 4 * 99
     assert len(report.errors) < 396 and MAX_REPORT_CHARS - 300 < listed <= MAX_REPORT_CHARS

@@ -40,3 +40,27 @@ def test_old_upload_payloads_become_ids_with_their_upload_rows(settings, tmp_pat
     row = Upload.objects.get()
     assert (row.id.hex, row.kind, row.tenant_id, row.rows, row.columns) == (
         kept, "entries", acme.pk, 1, old["columns"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_files_staged_in_the_old_directory_move_to_the_intakes_store(settings, tmp_path):
+    """Migration 0010: a waiting job's file moves from ``<dir>/<id>.csv`` to the intake's
+    ``factors`` area, named by its id; other files of the old directory stay."""
+    old, store = tmp_path / "uploads", tmp_path / "staging"
+    old.mkdir()
+    settings.FACTORS_UPLOAD_DIR, settings.INTAKE_STAGING_URL = str(old), str(store)
+    executor = MigrationExecutor(connection)
+    executor.migrate([("factors", "0009_load_chunks")])
+    waiting, missing = uuid.uuid4(), uuid.uuid4()
+    for upload_id in (waiting, missing):
+        Upload.objects.create(id=upload_id, kind="entries", rows=1,
+                              columns=["quantity", "unit", "haul", "cabin"])
+    (old / f"{waiting.hex}.csv").write_bytes(b"12.5,km,short,economy\n")
+    (old / "notes.txt").write_text("not a staged file")
+
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+    assert (store / "factors" / waiting.hex).read_bytes() == b"12.5,km,short,economy\n"
+    assert not (store / "factors" / missing.hex).exists()
+    assert sorted(path.name for path in old.iterdir()) == ["notes.txt"]

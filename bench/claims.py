@@ -35,7 +35,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=200)
     args = parser.parse_args()
     database = f"bench_claims_{os.getpid()}"
-    from bench.engine import create_database, drop_database, setup_django
+    from bench import setup_django
+    from bench.engine import create_database, drop_database
 
     setup_django("bench.settings")
     from django.core.management import call_command

@@ -45,6 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import setup_django  # noqa: E402
+
 PYTHON = sys.executable
 SYSTEMS = ("conveyor", "django-q2-orm", "django-q2-redis", "procrastinate")
 COLUMNS = [
@@ -160,13 +162,6 @@ def kill_group(pgid: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
             time.sleep(0.5)
-
-
-def setup_django(settings_module: str) -> None:
-    os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
-    import django
-
-    django.setup()
 
 
 def admin_cursor() -> Any:

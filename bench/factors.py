@@ -50,6 +50,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import setup_django  # noqa: E402
+
 FACTORS = {("short", "economy"): "0.151", ("short", "business"): "0.226",
            ("medium", "economy"): "0.098", ("medium", "business"): "0.285",
            ("long", "economy"): "0.102", ("long", "business"): "0.296"}  # no factor for "first"
@@ -126,9 +128,7 @@ def _psql(url: str, *statements: str) -> None:
 
 
 def _run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    import django
-
-    django.setup()
+    setup_django()
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
@@ -482,9 +482,7 @@ def _percentile(values: list[float], pct: int) -> float:
 
 def _run_interactive_only(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """A background of ``--background-rows`` entries, then the interactive measurement."""
-    import django
-
-    django.setup()
+    setup_django()
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)

@@ -35,6 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import jobs  # noqa: E402
+from bench import setup_django  # noqa: E402
 
 PYTHON = sys.executable
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -59,9 +60,7 @@ def main() -> int:
                       JOBS_HANDLER_MODULES="bench.handlers,bench.streams")
     if not args.redis:
         os.environ["REDIS_URL"] = ""
-    import django
-
-    django.setup()
+    setup_django()
     admin_sql(f'CREATE DATABASE "{database}"')
     procs: list[subprocess.Popen[bytes]] = []
     try:

@@ -259,7 +259,8 @@ def real_table_copy_baseline(path: Path, rows: int, work: Path) -> dict[str, Any
     started = time.perf_counter()
     with path.open("rb") as handle, typed.open("wb") as out:
         columns = tuple(handle.readline().decode().strip().split(","))
-        copy_rows = CopyRows(job, Target(module.pk, "plane", module.report.year, "csv"), columns)
+        copy_rows = CopyRows(job.pk, Target(module.pk, "plane", module.report.year, "csv"),
+                             columns)
         first = 2  # row 1 is the header
         while lines := list(islice(handle, 50_000)):
             out.write(copy_rows.format(lines, first))

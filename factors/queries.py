@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet
 
 import jobs
 from factors.models import PipelineModule, ReportModule
@@ -15,10 +15,12 @@ from factors.models import PipelineModule, ReportModule
 def recalculating(module_ids: Iterable[int]) -> set[int]:
     """The modules among ``module_ids`` that a pending or running job works on: a job of
     any pipeline linked to the module (the ingest, its recalculation, the aggregation)."""
-    links = list(PipelineModule.objects.filter(module_id__in=list(module_ids))
-                 .values_list("module_id", "pipeline_id"))
-    busy = jobs.busy_pipelines({pipeline for _, pipeline in links})
-    return {module for module, pipeline in links if pipeline in busy}
+    ids = list(module_ids)
+    if not ids:
+        return set()
+    return set(PipelineModule.objects.filter(module_id__in=ids)
+               .filter(jobs.pipeline_busy(OuterRef("pipeline_id")))
+               .values_list("module_id", flat=True).distinct())
 
 
 def is_recalculating(module: ReportModule) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
@@ -28,6 +29,13 @@ def busy(pipeline_ids: Iterable[uuid.UUID | str]) -> set[uuid.UUID]:
         return set()
     return set(Job.objects.unfinished().filter(pipeline_id__in=ids)
                .values_list("pipeline_id", flat=True).distinct())
+
+
+def is_busy(pipeline: Any) -> Exists:
+    """A condition for an app's own queries: true while ``pipeline`` (an id, or an
+    ``OuterRef`` to a column holding one) has a pending or running job. An index probe
+    per row tested, inside the app's statement."""
+    return Exists(Job.objects.unfinished().filter(pipeline_id=pipeline))
 
 
 def over(job_ids: Iterable[int], *, before: datetime) -> set[int]:

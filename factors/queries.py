@@ -6,7 +6,8 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from django.db.models import OuterRef, QuerySet
+from django.db import connection
+from django.db.models import QuerySet
 
 import jobs
 from factors.models import PipelineModule, ReportModule
@@ -14,13 +15,17 @@ from factors.models import PipelineModule, ReportModule
 
 def recalculating(module_ids: Iterable[int]) -> set[int]:
     """The modules among ``module_ids`` that a pending or running job works on: a job of
-    any pipeline linked to the module (the ingest, its recalculation, the aggregation)."""
+    any pipeline linked to the module (the ingest, its recalculation, the aggregation).
+    Two short statements: every response that shows a module asks."""
     ids = list(module_ids)
     if not ids:
         return set()
-    return set(PipelineModule.objects.filter(module_id__in=ids)
-               .filter(jobs.pipeline_busy(OuterRef("pipeline_id")))
-               .values_list("module_id", flat=True).distinct())
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT module_id, pipeline_id FROM factors_pipelinemodule "
+                       "WHERE module_id = ANY(%s)", [ids])
+        links = cursor.fetchall()
+    busy = jobs.busy_pipelines({pipeline for _, pipeline in links})
+    return {module for module, pipeline in links if pipeline in busy}
 
 
 def is_recalculating(module: ReportModule) -> bool:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
+from jobs import sql
 from jobs.models import Job
 
 # A pipeline's summary state, from its jobs' states: the first that any job is in.
@@ -23,19 +23,13 @@ _SUMMARY = (("running", Job.UNFINISHED), ("failed", (Job.State.FAILED,)),
 
 
 def busy(pipeline_ids: Iterable[uuid.UUID | str]) -> set[uuid.UUID]:
-    """The pipelines among ``pipeline_ids`` that have a pending or running job."""
-    ids = list(pipeline_ids)
+    """The pipelines among ``pipeline_ids`` that have a pending or running job. One
+    prepared statement: pages ask this on every request that shows a module."""
+    ids = [value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+           for value in pipeline_ids]
     if not ids:
         return set()
-    return set(Job.objects.unfinished().filter(pipeline_id__in=ids)
-               .values_list("pipeline_id", flat=True).distinct())
-
-
-def is_busy(pipeline: Any) -> Exists:
-    """A condition for an app's own queries: true while ``pipeline`` (an id, or an
-    ``OuterRef`` to a column holding one) has a pending or running job. An index probe
-    per row tested, inside the app's statement."""
-    return Exists(Job.objects.unfinished().filter(pipeline_id=pipeline))
+    return {row[0] for row in sql.execute(sql.busy_pipelines(), {"ids": ids}).fetchall()}
 
 
 def over(job_ids: Iterable[int], *, before: datetime) -> set[int]:

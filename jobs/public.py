@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from django.db.models import Exists, QuerySet
+    from django.db.models import QuerySet
 
     from jobs.enqueueing import Enqueued
     from jobs.models import Event, Job
@@ -157,14 +157,6 @@ def busy_pipelines(pipeline_ids: Iterable[uuid.UUID | str]) -> set[uuid.UUID]:
     from jobs import pipelines
 
     return pipelines.busy(pipeline_ids)
-
-
-def pipeline_busy(pipeline: Any) -> Exists:
-    """An ``Exists`` condition, true while ``pipeline`` (an id or an ``OuterRef``) has a
-    pending or running job, for a query of one's own. See ``jobs.pipelines.is_busy``."""
-    from jobs import pipelines
-
-    return pipelines.is_busy(pipeline)
 
 
 def pipelines_over(job_ids: Iterable[int], *, before: datetime) -> set[int]:

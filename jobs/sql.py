@@ -451,3 +451,10 @@ def add_prerequisites() -> str:
 INSERT INTO jobs_dependency (waiter_id, prerequisite_id)
 SELECT w, p FROM unnest(%(waiters)s::bigint[]) AS w, unnest(%(after)s::bigint[]) AS p
 """
+
+
+def busy_pipelines() -> str:
+    """The pipelines among ``%(ids)s`` that have a pending or running job (an index probe
+    of ``pipeline_id`` per id)."""
+    return ("SELECT DISTINCT pipeline_id FROM jobs_job WHERE pipeline_id = ANY(%(ids)s::uuid[]) "
+            "AND state IN ('pending', 'running')")

@@ -47,10 +47,10 @@ class JobQuerySet(models.QuerySet["Job"]):
         queued_before = same_key.due(now).filter(
             pk__lt=models.OuterRef("pk"), type__in=types).filter(
             Q(parent__isnull=True) | Q(parent__state=Job.State.SUCCEEDED)).filter(
-            ~models.Exists(unfinished_prerequisites()))
+            Q(waits=False) | ~models.Exists(unfinished_prerequisites()))
         return qs.filter(
             Q(parent__isnull=True) | Q(parent__state=Job.State.SUCCEEDED),
-            ~models.Exists(unfinished_prerequisites()),
+            Q(waits=False) | ~models.Exists(unfinished_prerequisites()),
             Q(concurrency_key__isnull=True) | (~models.Exists(key_held)
                                                & ~models.Exists(queued_before)),
         )
@@ -131,6 +131,11 @@ class Job(models.Model):
     concurrency_key = models.CharField(  # noqa: DJ001
         "concurrency key", max_length=200, null=True, blank=True,
         help_text="Jobs sharing a key never run at the same time.",
+    )
+    # A default in the table too: the engine's own INSERT statements leave the column out.
+    waits = models.BooleanField(
+        "waits on other jobs", default=False, db_default=False,
+        help_text="Enqueued with after=: not claimed before those jobs have finished.",
     )
     is_current = models.BooleanField(
         "current for its key", default=False,

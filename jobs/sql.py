@@ -192,15 +192,18 @@ def due_queues() -> str:
 # the same jobs (through ``claimable_ids``); change both together. A keyed job qualifies
 # only as the head of its key (no earlier due job of the key waits): jobs of one key run
 # one at a time in the order they came, and a claim's batch holds one job per key, so a
-# backlog of one key cannot fill a batch that other keys' jobs could use.
+# backlog of one key cannot fill a batch that other keys' jobs could use. The fan-in
+# test sits behind ``waits``, as the parent's behind ``parent_id``: under an OR the
+# planner keeps it a per-row index probe, run for fan-ins only, and never a join
+# against the whole table, whatever the table's statistics say.
 _CLAIMABLE = """
     j.state = 'pending' AND j.queue = served.queue AND j.run_after <= %(now)s
     AND j.type = ANY(%(types)s::text[])
     AND (j.parent_id IS NULL OR EXISTS (
           SELECT FROM jobs_job p WHERE p.id = j.parent_id AND p.state = 'succeeded'))
-    AND NOT EXISTS (
+    AND (NOT j.waits OR NOT EXISTS (
           SELECT FROM jobs_dependency d JOIN jobs_job w ON w.id = d.prerequisite_id
-          WHERE d.waiter_id = j.id AND w.state IN ('pending', 'running'))
+          WHERE d.waiter_id = j.id AND w.state IN ('pending', 'running')))
     AND (j.concurrency_key IS NULL OR (
           NOT EXISTS (
             SELECT FROM jobs_job k
@@ -213,9 +216,9 @@ _CLAIMABLE = """
               AND e.type = ANY(%(types)s::text[])
               AND (e.parent_id IS NULL OR EXISTS (
                     SELECT FROM jobs_job ep WHERE ep.id = e.parent_id AND ep.state = 'succeeded'))
-              AND NOT EXISTS (
+              AND (NOT e.waits OR NOT EXISTS (
                     SELECT FROM jobs_dependency ed JOIN jobs_job ew ON ew.id = ed.prerequisite_id
-                    WHERE ed.waiter_id = e.id AND ew.state IN ('pending', 'running')))))
+                    WHERE ed.waiter_id = e.id AND ew.state IN ('pending', 'running'))))))
 """
 
 @cache
@@ -446,10 +449,14 @@ FOR KEY SHARE
 
 
 def add_prerequisites() -> str:
-    """Make each job of ``%(waiters)s`` wait on each job of ``%(after)s``."""
+    """Make each job of ``%(waiters)s`` wait on each job of ``%(after)s``: the edges, and
+    the flag that makes the claim look for them (``_CLAIMABLE``)."""
     return """
-INSERT INTO jobs_dependency (waiter_id, prerequisite_id)
-SELECT w, p FROM unnest(%(waiters)s::bigint[]) AS w, unnest(%(after)s::bigint[]) AS p
+WITH edges AS (
+    INSERT INTO jobs_dependency (waiter_id, prerequisite_id)
+    SELECT w, p FROM unnest(%(waiters)s::bigint[]) AS w, unnest(%(after)s::bigint[]) AS p
+)
+UPDATE jobs_job SET waits = true WHERE id = ANY(%(waiters)s::bigint[])
 """
 
 

@@ -22,6 +22,8 @@ JOIN factors_loadchunk c ON c.load_id::text = w.payload->>'closes'
 JOIN jobs_job chunk ON chunk.id = c.job_id
 WHERE w.type = 'factors.emission_recalc' AND w.state = 'pending' AND w.started_at IS NULL
 ON CONFLICT DO NOTHING;
+UPDATE jobs_job SET waits = true
+WHERE id IN (SELECT waiter_id FROM jobs_dependency) AND NOT waits;
 """
 
 

@@ -11,6 +11,11 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AddField(
+            model_name='job',
+            name='waits',
+            field=models.BooleanField(db_default=False, default=False, help_text='Enqueued with after=: not claimed before those jobs have finished.', verbose_name='waits on other jobs'),
+        ),
         migrations.CreateModel(
             name='Dependency',
             fields=[

@@ -69,6 +69,7 @@ def build(rows: list[dict[str, Any]], owner: Tenant) -> None:
             run_after=NOW + timedelta(seconds=row["run_after"]),
             parent_id=None if row["parent"] is None else row["parent"] + 1,
             concurrency_key=row["concurrency_key"], tenant=owner if row["tenant"] else None,
+            waits=bool(set(row.get("after", ())) - {pk - 1}),
             key_scope=owner.pk if row["tenant"] and not row["global_keys"] else 0,
         )
         if job.state == Job.State.RUNNING:

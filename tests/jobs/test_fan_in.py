@@ -81,6 +81,7 @@ def test_enqueue_many_makes_every_new_job_wait_and_records_each_edge(clock):
 
     assert Dependency.objects.count() == 6
     assert set(Dependency.objects.values_list("waiter", flat=True)) == set(ids)
+    assert set(Job.objects.filter(waits=True).values_list("pk", flat=True)) == set(ids)
     assert claimable_ids() == {p.pk for p in parts}
 
 

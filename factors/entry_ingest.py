@@ -23,7 +23,7 @@ import logging
 from collections import deque
 from dataclasses import dataclass
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import connection
 
@@ -31,9 +31,6 @@ import jobs
 from factors import catalog, conf, entry_loads, locks
 from factors.recalc_chunks import ChunkQueue
 from factors.staging import StagedUpload
-
-if TYPE_CHECKING:  # the engine's model, named in annotations only
-    pass
 
 logger = logging.getLogger(__name__)
 

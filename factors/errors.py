@@ -3,12 +3,8 @@ turn into answers (400, 409, form errors, CommandError)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+import jobs
 from intake.csv_validation import ValidationReport
-
-if TYPE_CHECKING:  # the engine's model, named in annotations only
-    from jobs.models import Job
 
 
 class InvalidRequest(Exception):
@@ -30,6 +26,6 @@ class UploadRejected(Exception):
 class AlreadyRunning(Exception):
     """Another unfinished job already does this; the request was refused."""
 
-    def __init__(self, job: Job, message: str) -> None:
+    def __init__(self, job: jobs.Job, message: str) -> None:
         super().__init__(message)
         self.job = job

@@ -9,7 +9,7 @@ are marked stale: "not in the latest upload", visible to operators, still linked
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import connection
 from psycopg import sql
@@ -17,9 +17,6 @@ from psycopg import sql
 import jobs
 from factors import catalog
 from factors.staging import StagedUpload
-
-if TYPE_CHECKING:  # the engine's model, named in annotations only
-    from jobs.models import Job
 
 _UPSERT = """
 WITH incoming AS (
@@ -59,7 +56,7 @@ WHERE data_entry_type = %(type)s
 """
 
 
-def upsert(job: Job, data_entry_type: str, upload: StagedUpload) -> dict[str, Any]:
+def upsert(job: jobs.Job, data_entry_type: str, upload: StagedUpload) -> dict[str, Any]:
     """Load the staged factors of one type; in the caller's (the job's) transaction."""
     spec = catalog.spec(data_entry_type)
     table = _stage(data_entry_type, upload)

@@ -26,7 +26,6 @@ inserted in it (and maybe rows of others, which the recalculation handles the sa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from django.db import connection
 
@@ -34,9 +33,6 @@ import jobs
 from factors import conf
 from factors.emissions import Scope
 from factors.models import LoadChunk
-
-if TYPE_CHECKING:  # the engine's model, named in annotations only
-    from jobs.models import Job
 
 RECALC = "factors.emission_recalc"
 
@@ -51,7 +47,7 @@ def _sequence_value(function: str) -> int:
 class ChunkQueue:
     """Queues the recalculation of each chunk of rows an ingest attempt loads."""
 
-    job: Job
+    job: jobs.Job
     module_id: int
     data_entry_type: str
     size: int = field(default_factory=conf.recalc_chunk_rows)
@@ -101,7 +97,7 @@ def chunk_jobs(ingest_id: int) -> list[int]:
                 .values_list("job_id", flat=True))
 
 
-def closing_payload(scope: Scope, ingest: Job) -> dict[str, object]:
+def closing_payload(scope: Scope, ingest: jobs.Job) -> dict[str, object]:
     """The payload of the recalculation an ingest chains when it succeeds."""
     return {**scope.payload(), "closes": ingest.pk}
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 from django.db import connection, transaction
 
@@ -37,9 +37,6 @@ from factors.entry_edits import (
 from factors.errors import AlreadyRunning, InvalidRequest, UploadRejected
 from factors.models import CarbonReport, PipelineModule, ReportModule, Unit, Upload
 
-if TYPE_CHECKING:  # the engine's model, named in annotations only
-    from jobs.models import Job
-
 __all__ = [
     "AlreadyRunning", "CleanEntry", "Dispatched", "EntryChange", "InvalidRequest",
     "UploadRejected", "clean_entry", "create_entry", "delete_entry", "dispatch_csv",
@@ -53,7 +50,7 @@ __all__ = [
 class Dispatched:
     """The first job of a pipeline an operation started (or found already queued)."""
 
-    job: Job
+    job: jobs.Job
     rows: int | None = None
     created: bool = True
 
@@ -264,7 +261,7 @@ def recalculate_emissions(data_entry_type: str, *, year: int | None = None,
     return Dispatched(queued.job, created=queued.created)
 
 
-def remove_loads(ingest_ids: list[int], *, actor: Actor = None) -> Job:
+def remove_loads(ingest_ids: list[int], *, actor: Actor = None) -> jobs.Job:
     """Queue the removal of these ingests' rows now, without waiting out the abandoned
     loads' age: those replaced, or whose pipeline is over without making them current.
     Current loads and loads an ingest is still writing are kept."""
@@ -283,7 +280,7 @@ def recompute_stats(report_ids: list[int], *, actor: Actor = None) -> int:
     return len(modules)
 
 
-def queue_aggregation(module_id: int, *, tenant: int | None, **options: Any) -> Job:
+def queue_aggregation(module_id: int, *, tenant: int | None, **options: Any) -> jobs.Job:
     """Enqueue a module's aggregation, or get the one already waiting (its key is both
     unique and a concurrency key: one waits, one runs). ``options`` go to ``enqueue``."""
     key = aggregation_key(module_id)
@@ -306,14 +303,14 @@ def _spec_or_invalid(data_entry_type: str) -> catalog.EntryTypeSpec:
         raise InvalidRequest({"data_entry_type": [str(exc.args[0])]}) from None
 
 
-def _link(job: Job, module_ids: list[int]) -> None:
+def _link(job: jobs.Job, module_ids: list[int]) -> None:
     """Record the modules a pipeline works on (they show "recalculating" meanwhile)."""
     PipelineModule.objects.bulk_create(
         [PipelineModule(pipeline_id=job.pipeline_id, module_id=m, job=job) for m in module_ids],
         ignore_conflicts=True)
 
 
-def _link_modules_of(job: Job, module_type: str, year: int | None = None) -> None:
+def _link_modules_of(job: jobs.Job, module_type: str, year: int | None = None) -> None:
     """Link every module of a module type (of a year), set-based: a factor change can
     touch any of them."""
     with connection.cursor() as cursor:

@@ -24,6 +24,8 @@ when called, and ``JobContext`` and ``Enqueued`` name the models in annotations 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from jobs.backoff import Backoff, Exponential, Fibonacci, Fixed, Schedule
 from jobs.clock import now
 from jobs.context import JobContext
@@ -56,6 +58,12 @@ from jobs.public import (
     run_until_idle,
 )
 from jobs.registry import Handler, handler
+
+if TYPE_CHECKING:
+    # The job model, for apps' annotations (``def f(job: jobs.Job)``) only: Django imports
+    # this package before any model exists, so it is not bound at run time. Code gets
+    # its jobs from the functions above.
+    from jobs.models import Job  # noqa: F401
 
 __all__ = [
     "ApiPayload",

@@ -28,7 +28,7 @@ from jobs.backoff import DEFAULT_BACKOFF
 from jobs.conf import WORKER_STALE_SECONDS
 from jobs.enqueueing import ChildSpec, Enqueued, Prerequisite
 from jobs.errors import IllegalTransition, InvalidArgument, LeaseLost, UnknownJobType
-from jobs.models import Dependency, Job, JobEvent
+from jobs.models import Job, JobEvent
 from jobs.notify import CHANNEL, notify
 
 logger = logging.getLogger(__name__)
@@ -494,12 +494,6 @@ def prerequisites(job: Job) -> list[Prerequisite]:
     rows = (Job.objects.filter(waiter_edges__waiter=job.pk).order_by("id")
             .values_list("id", "type", "state", "payload", "result"))
     return [Prerequisite(*row) for row in rows]
-
-
-def waiting_on(job: Job) -> list[int]:
-    """The unfinished jobs ``job`` still waits on, by id."""
-    return list(Dependency.objects.filter(waiter=job.pk, prerequisite__state__in=Job.UNFINISHED)
-                .order_by("prerequisite_id").values_list("prerequisite_id", flat=True))
 
 
 # --- outcomes of an attempt ------------------------------------------------------------

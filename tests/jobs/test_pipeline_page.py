@@ -11,8 +11,9 @@ import pytest
 from django.urls import reverse
 
 from jobs import engine
-from jobs.contrib.admin.pipeline import MAX_JOBS, pipeline_state
+from jobs.contrib.admin.pipeline import MAX_JOBS
 from jobs.models import Job
+from jobs.pipelines import summary as pipeline_state
 from tests.base import claim_one, make_job, run_next, staff, tenant
 from tests.jobs.test_admin import grant, operator
 

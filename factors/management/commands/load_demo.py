@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -18,9 +18,6 @@ import jobs
 from factors import services
 from factors.management.commanding import actor, add_user_argument
 from factors.models import CarbonReport, DataEntry, ReportModule
-
-if TYPE_CHECKING:  # the engine's model, named in annotations only
-    from jobs.models import Job
 
 DEMO = Path(__file__).resolve().parent.parent.parent / "demo"
 YEAR = 2024
@@ -87,7 +84,7 @@ class Command(BaseCommand):
                                               module_type=module_type)
             services.create_entry(module.pk, entry, actor=self.who)
 
-    def _wait(self, started: list[Job]) -> None:
+    def _wait(self, started: list[jobs.Job]) -> None:
         """Run due jobs here until these pipelines are done (a cluster may help)."""
         pipelines = {job.pipeline_id for job in started}
         deadline = time.monotonic() + self.timeout

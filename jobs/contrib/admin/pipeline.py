@@ -22,6 +22,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from jobs import pipelines
 from jobs.models import Dependency, Job, JobEvent
 
 # A pipeline page draws at most this many jobs (a huge fan-out is read in the job list).
@@ -82,7 +83,7 @@ class Graph:
 
     @property
     def state(self) -> str:
-        return pipeline_state(job.state for job in self.jobs)
+        return pipelines.summary(job.state for job in self.jobs)
 
     @property
     def finished(self) -> bool:
@@ -91,17 +92,6 @@ class Graph:
     def counts(self) -> list[tuple[str, int]]:
         states = [job.state for job in self.jobs]
         return [(state, states.count(state)) for state in Job.State.values if state in states]
-
-
-def pipeline_state(states: Any) -> str:
-    """running while any job is unfinished; then failed, cancelled, or succeeded."""
-    seen = set(states)
-    if seen & set(Job.UNFINISHED):
-        return "running"
-    for state in (Job.State.FAILED, Job.State.CANCELLED):
-        if state in seen:
-            return state
-    return Job.State.SUCCEEDED
 
 
 def pipeline_jobs(jobs: QuerySet[Job], pipeline_id: uuid.UUID) -> list[Job]:

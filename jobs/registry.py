@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 # looks handlers up here, so the registry sits below both and imports neither.
 HandlerFunc = Callable[[Any], Any]
 F = TypeVar("F", bound=HandlerFunc)
-NAME_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+# An app's name, then the handler's: ``factors.csv_ingest``, or in a domain's own words
+# (``ingest.RunIngester``).
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)+$")
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,7 @@ INSTALLED_APPS = [
     "tenancy",
     "intake",
     "factors",
+    "ingest",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -399,6 +400,17 @@ if os.environ.get("INTAKE_STAGING_URL"):
 for _name in ("HTTP_CONNECT_SECONDS", "HTTP_DEADLINE_SECONDS", "ABANDONED_LOAD_HOURS"):
     if f"FACTORS_{_name}" in os.environ:
         globals()[f"FACTORS_{_name}"] = env_float(f"FACTORS_{_name}", 0.0)
+
+# Ingest runs (ingest/conf.py holds the defaults and their meaning). Hooks run as local
+# processes unless INGEST_HOOK_RUNNER=kubernetes, which starts a batch/v1 Job per hook
+# and batch in INGEST_KUBE_NAMESPACE, through INGEST_KUBECONFIG (empty: the in-cluster
+# service account). File sources read only below INGEST_FILE_ROOTS (comma-separated
+# directories or fsspec URLs); default: VAR_DIR/ingest-files.
+INGEST_HOOK_RUNNER = os.environ.get("INGEST_HOOK_RUNNER", "local")
+for _name in ("KUBECONFIG", "KUBE_CONTEXT", "KUBE_NAMESPACE", "KUBE_SERVICE_ACCOUNT"):
+    if f"INGEST_{_name}" in os.environ:
+        globals()[f"INGEST_{_name}"] = os.environ[f"INGEST_{_name}"]
+INGEST_FILE_ROOTS = env_list("INGEST_FILE_ROOTS", [str(VAR_DIR / "ingest-files")])
 
 # What one request may send the web process (python -m project.web; project/bodylimit.py
 # and project/http_limits.py). Bodies: the limit of the longest matching path prefix,

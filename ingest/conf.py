@@ -1,0 +1,53 @@
+"""Settings of the ingest app, read lazily from Django settings (``INGEST_*``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+MB = 1024 * 1024
+
+DEFAULTS: dict[str, Any] = {
+    # Where hooks run: "local" (a subprocess on the worker's host, the default without a
+    # cluster) or "kubernetes" (a batch/v1 Job per hook and batch).
+    "HOOK_RUNNER": "local",
+    # The cluster, for the "kubernetes" runner: a kubeconfig file and context (empty:
+    # the in-cluster service account), the namespace the Jobs go to, how long a hook's
+    # Pod may wait to be scheduled before the attempt counts as cluster pressure, how
+    # long a finished Job stays for inspection, and each API call's time bound.
+    "KUBECONFIG": "",
+    "KUBE_CONTEXT": "",
+    "KUBE_NAMESPACE": "conveyor-hooks",
+    "KUBE_SCHEDULE_TIMEOUT_SECONDS": 120.0,
+    "KUBE_TTL_SECONDS_AFTER_FINISHED": 3600,
+    "KUBE_REQUEST_TIMEOUT_SECONDS": 10.0,
+    "KUBE_SERVICE_ACCOUNT": "",
+    # Seconds between two looks at a running hook.
+    "HOOK_POLL_SECONDS": 2.0,
+    # Characters of a hook's log kept on its batch.
+    "HOOK_LOG_TAIL_CHARS": 4000,
+    # The hook runner's circuit breaker: this many transient failures of one runner
+    # target within the window open it; a probe goes through after the cool-down, which
+    # doubles on each failed probe up to its cap.
+    "BREAKER_THRESHOLD": 5,
+    "BREAKER_WINDOW_SECONDS": 60.0,
+    "BREAKER_COOLDOWN_SECONDS": 60.0,
+    "BREAKER_MAX_COOLDOWN_SECONDS": 300.0,
+    # Records per batch unless a source says otherwise, and the most a source may ask.
+    "BATCH_RECORDS": 1000,
+    "MAX_BATCH_RECORDS": 10_000,
+    # Bounds on what one batch of a source may bring: its size, and the session state it
+    # hands to the next batch.
+    "MAX_BATCH_BYTES": 50 * MB,
+    "MAX_SESSION_BYTES": 16 * 1024,
+    # HTTP JSON sources: seconds to connect, seconds for the whole fetch.
+    "HTTP_CONNECT_SECONDS": 10.0,
+    "HTTP_DEADLINE_SECONDS": 60.0,
+    # File sources may read only below these roots (local directories or fsspec URLs).
+    "FILE_ROOTS": [],
+}
+
+
+def get(name: str) -> Any:
+    return getattr(settings, f"INGEST_{name}", DEFAULTS[name])

@@ -1,0 +1,1 @@
+"""Ingesters, one per kind of source (``base`` says the contract)."""

@@ -1,0 +1,1 @@
+"""Hook runners: where a source's hooks run (``base`` says the contract)."""

@@ -378,6 +378,8 @@ if "JOBS_HANDLER_MODULES" in os.environ:
 # Periodic jobs besides the engine's own prune (jobs/schedules.py).
 JOBS_SCHEDULES = {
     "prune-entry-loads": {"job": "factors.prune_loads", "cron": "47 * * * *"},
+    # Fails ingest runs that nothing moves any more (ingest/runs/services.py).
+    "ingest-reconcile-runs": {"job": "ingest.ReconcileRuns", "cron": "* * * * *"},
 }
 
 # The CO2 calculator's bulk path (factors/conf.py holds the defaults and their meaning):

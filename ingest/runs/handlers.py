@@ -1,0 +1,160 @@
+"""The run pipeline's handlers, each the only listener of its event:
+
+    NextBatchRequested  → ingest.RunIngester  (one batch from the source, then the next request)
+    IngesterBatchReady  → ingest.RunHooks     (the batch's hooks, local or on Kubernetes)
+    HookBatchCompleted  → ingest.PublishBatch (the batch's records visible in one step)
+
+plus ``ingest.StopHooks``, queued when a run is cancelled, which removes what the run
+still has on the hook runner.
+
+A delivery's payload names the run (and batch); each handler loads them through its
+job's tenant and does nothing for a run that has ended. Batches are fetched one after
+the other: the request for batch n+1 is written with batch n, so one ingester runs at a
+time per run, reading the session batch n left.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jobs
+from ingest import conf
+from ingest.runs import events, hooks, ingesters, runners, services
+from ingest.runs.errors import InfrastructureError, SourceError
+from ingest.runs.models import IngestBatch, IngestRun
+from intake import staging
+
+# Sources are cheap to ask again: a short backoff. Hooks wait on a cluster that may be
+# full: 60 s × 2^n up to 5 min between attempts.
+INGESTER_BACKOFF = jobs.Exponential(base=10, cap=300, jitter=0.1)
+HOOKS_BACKOFF = jobs.Exponential(base=60, cap=300)
+HOOKS_ATTEMPTS = 6
+
+
+def _event(ctx: jobs.JobContext) -> dict[str, Any]:
+    event = ctx.payload.get("payload")
+    if not isinstance(event, dict) or not isinstance(event.get("run"), int):
+        raise jobs.PermanentError("the delivery names no run")
+    return event
+
+
+def _run(ctx: jobs.JobContext, event: dict[str, Any]) -> IngestRun:
+    run = (IngestRun.objects.select_related("source", "tenant")
+           .filter(pk=event["run"], tenant_id=ctx.tenant_id).first())
+    if run is None:
+        raise jobs.PermanentError(f"run {event['run']} is not one of this job's tenant's")
+    return run
+
+
+def _batch(run: IngestRun, event: dict[str, Any]) -> IngestBatch:
+    batch = run.batches.select_related("run__source", "run__tenant").filter(pk=event.get("batch")).first()
+    if batch is None:
+        raise jobs.PermanentError(f"batch {event.get('batch')!r} is not one of run {run.pk}'s")
+    return batch
+
+
+@jobs.handler("ingest.RunIngester", subscribes=[events.NEXT_BATCH_REQUESTED], atomic=False,
+              max_attempts=5, backoff=INGESTER_BACKOFF)
+def run_ingester(ctx: jobs.JobContext) -> dict[str, Any]:
+    event = _event(ctx)
+    run = _run(ctx, event)
+    sequence = event.get("sequence")
+    if not isinstance(sequence, int) or sequence < 1:
+        raise jobs.PermanentError(f"sequence {sequence!r} is not a batch number")
+    if run.finished:
+        return {"skipped": f"run {run.status}"}
+    if run.batches.filter(sequence=sequence).exists():
+        return {"batch": sequence, "already": "fetched"}
+    session: dict[str, Any] = {}
+    if sequence > 1:
+        previous = run.batches.filter(sequence=sequence - 1).values_list("session_out", flat=True)
+        if not previous:
+            return _ingester_failed(ctx, run, sequence, f"batch {sequence - 1} is missing")
+        session = previous[0]
+    source = run.source
+    try:
+        ingester = ingesters.get(source.kind)
+    except KeyError:
+        return _ingester_failed(ctx, run, sequence, f"no ingester of kind {source.kind!r}")
+    started = time.perf_counter()
+    try:
+        fetched = ingester.fetch(source.config, session, source.batch_size)
+    except SourceError as exc:
+        if exc.transient and ctx.attempt < ctx.job.max_attempts:
+            raise jobs.TransientError(f"batch {sequence}: {exc}") from exc
+        return _ingester_failed(ctx, run, sequence, str(exc))
+    fetch_ms = round((time.perf_counter() - started) * 1000)
+    try:
+        staged_id = services.stage_records(fetched.records, int(conf.get("MAX_BATCH_BYTES")))
+    except (staging.StagedTooLarge, OSError) as exc:
+        if isinstance(exc, OSError) and ctx.attempt < ctx.job.max_attempts:
+            raise jobs.TransientError(f"batch {sequence}: cannot stage its records: {exc}") from exc
+        return _ingester_failed(ctx, run, sequence, f"cannot stage its records: {exc}")
+    with ctx.batch(relaxed=False):
+        batch = services.record_batch(run, sequence=sequence, fetched=fetched, session_in=session,
+                                      staged_id=staged_id, fetch_ms=fetch_ms)
+    if batch is None:
+        services.batches_store().delete(staged_id)
+        return {"batch": sequence, "already": "fetched, or the run ended"}
+    ctx.progress(sequence, None, f"batch {sequence}: {batch.records} records")
+    return {"batch": sequence, "records": batch.records, "has_more": batch.has_more}
+
+
+def _ingester_failed(ctx: jobs.JobContext, run: IngestRun, sequence: int, message: str) -> Any:
+    with ctx.batch(relaxed=False):
+        services.fail_run(run, f"fetching batch {sequence} failed: {message}",
+                          current_job=ctx.job.pk)
+    raise jobs.PermanentError(f"batch {sequence}: {message}")
+
+
+@jobs.handler("ingest.RunHooks", subscribes=[events.INGESTER_BATCH_READY], atomic=False,
+              max_attempts=HOOKS_ATTEMPTS, backoff=HOOKS_BACKOFF)
+def run_hooks(ctx: jobs.JobContext) -> dict[str, Any]:
+    event = _event(ctx)
+    run = _run(ctx, event)
+    batch = _batch(run, event)
+    if run.finished:
+        return {"skipped": f"run {run.status}"}
+    if batch.status in (IngestBatch.Status.CHECKED, IngestBatch.Status.PUBLISHED):
+        return {"batch": batch.sequence, "already": batch.status}
+    if batch.status == IngestBatch.Status.HOOKS_FAILED:
+        return {"batch": batch.sequence, "already": batch.status}
+    hooks.check_batch(ctx, batch, runners.current())
+    return {"batch": batch.sequence, "hooks": "passed"}
+
+
+@jobs.handler("ingest.PublishBatch", subscribes=[events.HOOK_BATCH_COMPLETED], max_attempts=5,
+              backoff=INGESTER_BACKOFF)
+def publish_batch(ctx: jobs.JobContext) -> dict[str, Any]:
+    event = _event(ctx)
+    run = _run(ctx, event)
+    batch = _batch(run, event)
+    try:
+        count = services.publish_batch(batch, current_job=ctx.job.pk)
+    except staging.NotStaged as exc:
+        # Nothing can bring the records back; the run is failed by ``ReconcileRuns``.
+        raise jobs.PermanentError(f"batch {batch.sequence}: {exc}") from exc
+    if count is None:
+        return {"batch": batch.sequence, "skipped": "published already, or the run ended"}
+    return {"batch": batch.sequence, "records": count}
+
+
+@jobs.handler("ingest.StopHooks", max_attempts=8, backoff=HOOKS_BACKOFF)
+def stop_hooks(ctx: jobs.JobContext) -> dict[str, Any]:
+    run = IngestRun.objects.filter(pk=ctx.payload.get("run"), tenant_id=ctx.tenant_id).first()
+    if run is None:
+        raise jobs.PermanentError("the job names no run of its tenant")
+    try:
+        removed = runners.current().stop_labelled({"conveyor.io/run": str(run.pk)})
+    except InfrastructureError as exc:
+        raise jobs.TransientError(str(exc)) from exc
+    return {"removed": removed}
+
+
+@jobs.handler("ingest.ReconcileRuns", max_attempts=1)
+def reconcile_runs(ctx: jobs.JobContext) -> dict[str, Any]:
+    """The safety net: a running run with nothing of its pipeline pending or running
+    (its last delivery failed, or died with its worker past its attempts) is failed,
+    with the reason its last failed job gave, instead of looking busy forever."""
+    return {"failed": services.fail_stalled_runs()}

@@ -1,0 +1,182 @@
+"""Running a batch's hooks, one after the other, as a state machine kept in the database.
+
+Each hook over a batch is a ``HookExecution``. A delivery of ``IngesterBatchReady``
+advances the batch's executions as far as it can and snoozes while a hook runs, so no
+worker sits waiting on a cluster; whichever worker comes back next picks it up from the
+rows. A try's name is committed before the runner is asked to launch it: a worker that
+dies in between leaves a name that the next attempt launches again, and the runner
+adopts the Job it finds under it instead of starting a second.
+
+Failures, as the runner sorts them:
+
+- the hook ran and failed (non-zero exit, time limit): a hook failure, its exit code and
+  log tail kept; the delivery fails, the run counts it;
+- ``PermanentRunnerError``: the same, at once, with the runner's reason;
+- ``TransientResourceError``: the breaker counts it, and the delivery retries after its
+  backoff (``deliver_after`` = now + min(60 s × 2^n, 5 min), n failures before); once
+  its attempts are spent, it is a hook failure too.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NoReturn
+
+import jobs
+from ingest import conf
+from ingest.runs import breaker, events, services
+from ingest.runs.errors import PermanentRunnerError, TransientResourceError
+from ingest.runs.models import BatchStatus, ExecutionStatus, Hook, HookExecution, IngestBatch
+from ingest.runs.runners import HookRunner, HookSpec, HookStatus, Phase, Resources
+
+LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def check_batch(ctx: jobs.JobContext, batch: IngestBatch, runner: HookRunner) -> bool:
+    """Advance ``batch``'s hooks; True once every one has passed (and
+    ``HookBatchCompleted`` is emitted). Raises ``jobs.Snooze`` while a hook runs, and the
+    engine's errors when one failed."""
+    executions = _executions(ctx, batch)
+    for execution in executions:
+        if execution.status == ExecutionStatus.SUCCEEDED:
+            continue
+        if execution.status == ExecutionStatus.FAILED:
+            return False  # recorded when it failed; an operator's retry resets it
+        _advance(ctx, execution, runner)
+    with ctx.batch(relaxed=False):
+        locked = IngestBatch.objects.select_for_update().select_related("run").get(pk=batch.pk)
+        if locked.status in (BatchStatus.FETCHED, BatchStatus.CHECKING):
+            IngestBatch.objects.filter(pk=batch.pk).update(status=BatchStatus.CHECKED,
+                                                            checked_at=ctx.now())
+            events.publish_hooks_completed(locked)
+    return True
+
+
+def _executions(ctx: jobs.JobContext, batch: IngestBatch) -> list[HookExecution]:
+    """The batch's executions, created (one per hook of its source, in order) on the
+    first look."""
+    existing = _load(batch)
+    if existing and batch.status != BatchStatus.FETCHED:
+        return existing
+    with ctx.batch(relaxed=False):
+        if not existing:
+            hooks = Hook.objects.filter(source_id=batch.run.source_id).order_by("position", "name")
+            HookExecution.objects.bulk_create(
+                [HookExecution(batch=batch, hook=hook, hook_name=hook.name, position=index)
+                 for index, hook in enumerate(hooks)], ignore_conflicts=True)
+        IngestBatch.objects.filter(pk=batch.pk, status=BatchStatus.FETCHED).update(
+            status=BatchStatus.CHECKING)
+    return _load(batch)
+
+
+def _load(batch: IngestBatch) -> list[HookExecution]:
+    return list(batch.hook_executions.select_related(
+        "hook", "batch__run__tenant", "batch__run__source").order_by("position"))
+
+
+def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner) -> None:
+    """Take one hook as far as it goes now: returns once it has passed."""
+    if execution.hook is None:
+        _hook_failed(ctx, execution, HookStatus(Phase.FAILED, reason="the hook was removed from "
+                                                                     "its source"))
+    if execution.status == ExecutionStatus.RUNNING:
+        status = _call(ctx, execution, runner, lambda spec: runner.poll(
+            spec, execution.launched_at, ctx.now()))
+    else:
+        admission = breaker.admit(runner.target, ctx.job.pk, ctx.now())
+        if not admission.allowed:
+            raise jobs.Snooze(admission.wait_seconds,
+                              f"hooks on {runner.target} are held back: its breaker is "
+                              f"{admission.state}; next probe in {admission.wait_seconds:.0f}s")
+        if execution.status == ExecutionStatus.WAITING:
+            _new_try(ctx, execution, runner)
+        status = _call(ctx, execution, runner, runner.launch)
+    if status.phase != Phase.PENDING:  # scheduled: the target had room
+        breaker.record_success(runner.target, ctx.job.pk, ctx.now())
+    if status.phase == Phase.SUCCEEDED:
+        _save(ctx, execution, status=ExecutionStatus.SUCCEEDED, pod_phase=status.pod_phase,
+              exit_code=status.exit_code, reason="", log_tail=status.log_tail,
+              finished_at=ctx.now())
+        return
+    if status.phase == Phase.FAILED:
+        _hook_failed(ctx, execution, status)
+    _save(ctx, execution, status=ExecutionStatus.RUNNING, pod_phase=status.pod_phase,
+          reason=status.reason)
+    raise jobs.Snooze(float(conf.get("HOOK_POLL_SECONDS")),
+                      f"hook {execution.hook_name} is {status.phase}")
+
+
+def _new_try(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner) -> None:
+    execution.tries += 1
+    _save(ctx, execution, status=ExecutionStatus.LAUNCHING, tries=execution.tries,
+          runner_ref=f"conveyor-hook-{execution.pk}-{execution.tries}", runner_target=runner.target,
+          launched_at=ctx.now(), reason="", pod_phase="", exit_code=None, log_tail="")
+
+
+def _call(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner, call) -> HookStatus:
+    """A runner call, its infrastructure failures turned into the delivery's outcome."""
+    try:
+        return call(spec_for(execution))
+    except TransientResourceError as exc:
+        _transient(ctx, execution, runner, exc)
+    except PermanentRunnerError as exc:
+        _hook_failed(ctx, execution, HookStatus(Phase.FAILED, pod_phase=execution.pod_phase,
+                                                reason=str(exc)), infrastructure=True)
+
+
+def _transient(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner,
+               exc: TransientResourceError) -> NoReturn:
+    breaker.record_failure(runner.target, ctx.job.pk, str(exc), ctx.now())
+    reason = f"try {execution.tries}: {exc}"
+    if ctx.attempt >= ctx.job.max_attempts:
+        with ctx.batch(relaxed=False):
+            services.record_hook_failure(
+                execution, reason=f"gave up after {ctx.attempt} attempts; {reason}",
+                pod_phase=execution.pod_phase, current_job=ctx.job.pk)
+    else:
+        _save(ctx, execution, status=ExecutionStatus.WAITING, reason=reason)
+    raise jobs.TransientError(f"hook {execution.hook_name}: {exc}") from exc
+
+
+def _hook_failed(ctx: jobs.JobContext, execution: HookExecution, status: HookStatus, *,
+                 infrastructure: bool = False) -> NoReturn:
+    with ctx.batch(relaxed=False):
+        services.record_hook_failure(
+            execution, reason=status.reason or "failed", exit_code=status.exit_code,
+            log_tail=status.log_tail, pod_phase=status.pod_phase, current_job=ctx.job.pk)
+    if infrastructure:
+        raise jobs.PermanentError(f"hook {execution.hook_name} cannot run: {status.reason}")
+    code = "" if status.exit_code is None else f" with exit code {status.exit_code}"
+    raise jobs.PermanentError(f"hook {execution.hook_name} failed{code}"
+                              f"{': ' + status.reason if status.reason else ''}")
+
+
+def _save(ctx: jobs.JobContext, execution: HookExecution, **fields) -> None:
+    for name, value in fields.items():
+        setattr(execution, name, value)
+    with ctx.batch(relaxed=False):
+        HookExecution.objects.filter(pk=execution.pk).update(**fields)
+
+
+def spec_for(execution: HookExecution) -> HookSpec:
+    """What the runner needs for the execution's current try."""
+    hook = execution.hook
+    batch = execution.batch
+    run = batch.run
+    tenant = run.tenant.slug
+    labels = {
+        "conveyor.io/run": str(run.pk),
+        "conveyor.io/batch": str(batch.sequence),
+        "conveyor.io/tenant": LABEL_VALUE.sub("-", tenant)[:63].strip("-_.") or "none",
+        "conveyor.io/hook": hook.name,
+    }
+    env = {str(key): str(value) for key, value in hook.env.items()}
+    env.update(INGEST_RUN=str(run.pk), INGEST_BATCH=str(batch.sequence),
+               INGEST_SOURCE=run.source.name, INGEST_TENANT=tenant)
+    return HookSpec(
+        name=execution.runner_ref, image=hook.image, command=tuple(str(a) for a in hook.command),
+        env=env, timeout_seconds=hook.timeout_seconds, labels=labels,
+        batch_location=services.batches_store().location(batch.location),
+        resources=Resources(cpu_request=hook.cpu_request, memory_request=hook.memory_request,
+                            cpu_limit=hook.cpu_limit, memory_limit=hook.memory_limit))
+

@@ -1,0 +1,346 @@
+"""What can be done to ingest runs, for the API, the admin, the commands and the handlers
+alike: start a run, cancel it, retry its failed hooks or its failed batch, and the
+pipeline's own steps that move a run to its end.
+
+Every operator action is a ``RunAction`` row naming who did it and through what, written
+in the transaction of the change itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Count, F, Q
+
+import jobs
+from ingest.runs import events
+from ingest.runs.models import (
+    ActionKind,
+    BatchStatus,
+    ExecutionStatus,
+    HookExecution,
+    IngestBatch,
+    IngestRecord,
+    IngestRun,
+    IngestSource,
+    RunAction,
+    RunStatus,
+)
+from intake import staging
+
+STAGING_AREA = "ingest"
+# Records written per INSERT when a batch is published.
+PUBLISH_CHUNK = 2000
+
+
+class RunRefused(Exception):
+    """An action the run (or its source) does not allow now; the message says why."""
+
+    def __init__(self, message: str, *, run: IngestRun | None = None) -> None:
+        super().__init__(message)
+        self.run = run
+
+
+def batches_store() -> staging.Store:
+    return staging.store(STAGING_AREA)
+
+
+def _actor(user: Any) -> Any:
+    return user if getattr(user, "is_authenticated", False) else None
+
+
+def record_action(run: IngestRun, kind: str, *, actor: Any = None, via: str = "pipeline",
+                  note: str = "") -> RunAction:
+    return RunAction.objects.create(run=run, kind=kind, actor=_actor(actor), via=via,
+                                    note=note[:4000], at=jobs.now())
+
+
+# --- starting -------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def start_ingest(source: IngestSource, *, actor: Any = None, via: str = "api") -> IngestRun:
+    """Open a run of ``source`` and ask for its first batch.
+
+    Emits ``IngestRunStarted`` once (the fact, for audit and observers) and
+    ``NextBatchRequested`` for batch 1. A source has at most one running run (a partial
+    unique index): starting another refuses with the running one attached.
+    """
+    source = IngestSource.objects.select_for_update().get(pk=source.pk)
+    if not source.enabled:
+        raise RunRefused(f"source {source.name!r} is disabled")
+    running = source.runs.filter(status=RunStatus.RUNNING).first()
+    if running is not None:
+        raise RunRefused(f"source {source.name!r} already has run {running.pk} running",
+                         run=running)
+    try:
+        with transaction.atomic():
+            run = IngestRun.objects.create(
+                tenant_id=source.tenant_id, source=source, started_by=_actor(actor),
+                max_failures=source.max_failures, started_at=jobs.now())
+    except IntegrityError:  # a concurrent start won the partial unique index
+        running = source.runs.filter(status=RunStatus.RUNNING).first()
+        raise RunRefused(f"source {source.name!r} already has a run running", run=running) from None
+    record_action(run, ActionKind.STARTED, actor=actor, via=via)
+    user = _actor(actor)
+    events.publish_run_started(run, started_by=user.get_username() if user else "")
+    events.publish_next_batch(run, sequence=1)
+    return run
+
+
+# --- the pipeline's steps -------------------------------------------------------------------
+
+
+def stage_records(records: list[dict[str, Any]], max_bytes: int) -> str:
+    """Write a batch's records as JSON Lines to the staging store; its staged id."""
+    store = batches_store()
+    with store.stage(max_bytes=max_bytes) as pending:
+        pending.write(b"".join(
+            json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+            for record in records))
+        pending.keep()
+    return pending.id
+
+
+def staged_records(staged_id: str) -> Iterator[dict[str, Any]]:
+    with batches_store().open(staged_id) as handle:
+        for line in handle:
+            if line.strip():
+                yield json.loads(line)
+
+
+def record_batch(run: IngestRun, *, sequence: int, fetched: Any, session_in: dict[str, Any],
+                 staged_id: str, fetch_ms: int) -> IngestBatch | None:
+    """Write batch ``sequence`` and emit what follows it, in the caller's transaction:
+    ``IngesterBatchReady``, and ``NextBatchRequested`` when the source has more. None
+    (and nothing written) if the run stopped or the batch exists already."""
+    run = IngestRun.objects.select_for_update(no_key=True).get(pk=run.pk)
+    if run.finished or run.batches.filter(sequence=sequence).exists():
+        return None
+    batch = IngestBatch.objects.create(
+        run=run, sequence=sequence, records=len(fetched.records), session_in=session_in,
+        session_out=fetched.session, has_more=fetched.has_more, location=staged_id,
+        fetch_ms=fetch_ms, fetched_at=jobs.now())
+    IngestRun.objects.filter(pk=run.pk).update(
+        batches_ingested=F("batches_ingested") + 1, ingest_done=not fetched.has_more)
+    events.publish_batch_ready(batch)
+    if fetched.has_more:
+        events.publish_next_batch(run, sequence=sequence + 1)
+    return batch
+
+
+def publish_batch(batch: IngestBatch, *, current_job: int | None = None) -> int | None:
+    """Make a checked batch's records visible: its rows and its ``published`` mark in
+    the caller's transaction, so readers see all of it or none. Returns the number of
+    records, or None if there was nothing to do (already published, or the run ended)."""
+    batch = IngestBatch.objects.select_for_update().select_related("run").get(pk=batch.pk)
+    run = IngestRun.objects.select_for_update(no_key=True).get(pk=batch.run_id)
+    if batch.status == BatchStatus.PUBLISHED or run.finished:
+        return None
+    key_field = run.source.config.get("key_field") or ""
+    count = 0
+    chunk: list[IngestRecord] = []
+    for position, record in enumerate(staged_records(batch.location)):
+        key = record.get(key_field, "") if key_field else ""
+        chunk.append(IngestRecord(source_id=run.source_id, batch=batch, position=position,
+                                  key=str(key)[:255], data=record))
+        if len(chunk) >= PUBLISH_CHUNK:
+            IngestRecord.objects.bulk_create(chunk)
+            count += len(chunk)
+            chunk = []
+    IngestRecord.objects.bulk_create(chunk)
+    count += len(chunk)
+    now = jobs.now()
+    IngestBatch.objects.filter(pk=batch.pk).update(status=BatchStatus.PUBLISHED, published_at=now)
+    IngestRun.objects.filter(pk=run.pk).update(
+        batches_published=F("batches_published") + 1, records_published=F("records_published") + count)
+    settle(run, current_job=current_job)
+    staged = batch.location
+    transaction.on_commit(lambda: batches_store().delete(staged))
+    return count
+
+
+def settle(run: IngestRun, *, current_job: int | None = None) -> IngestRun:
+    """Finish ``run`` if nothing is left to do: the source is exhausted and every batch is
+    published (succeeded) or failed its hooks (failed). In the caller's transaction."""
+    run = IngestRun.objects.select_for_update(no_key=True).get(pk=run.pk)
+    if run.finished or not run.ingest_done:
+        return run
+    counts = run.batches.aggregate(
+        open=_count(~Q(status__in=[BatchStatus.PUBLISHED, BatchStatus.HOOKS_FAILED])),
+        failed=_count(Q(status=BatchStatus.HOOKS_FAILED)))
+    if counts["open"]:
+        return run
+    if counts["failed"]:
+        return fail_run(run, f"{counts['failed']} of {run.batches_ingested} batches failed "
+                             "their hooks", current_job=current_job)
+    return _finish(run, RunStatus.SUCCEEDED, kind=ActionKind.SUCCEEDED)
+
+
+def record_hook_failure(execution: HookExecution, *, reason: str, exit_code: int | None = None,
+                        log_tail: str = "", pod_phase: str = "", current_job: int | None = None
+                        ) -> IngestRun:
+    """A hook failed its batch: keep why on the execution, count it on the run, and end
+    the run when its failures reach ``max_failures`` (or nothing else is left)."""
+    now = jobs.now()
+    HookExecution.objects.filter(pk=execution.pk).update(
+        status=ExecutionStatus.FAILED, reason=reason[:4000], exit_code=exit_code,
+        log_tail=log_tail, pod_phase=pod_phase or execution.pod_phase, finished_at=now)
+    IngestBatch.objects.filter(pk=execution.batch_id).update(
+        status=BatchStatus.HOOKS_FAILED, checked_at=now)
+    run = IngestRun.objects.select_for_update(no_key=True).get(batches=execution.batch_id)
+    if run.finished:
+        return run
+    IngestRun.objects.filter(pk=run.pk).update(hook_failures=F("hook_failures") + 1)
+    run.refresh_from_db()
+    if run.hook_failures >= run.max_failures:
+        return fail_run(run, f"{run.hook_failures} hook failures reached the run's limit of "
+                             f"{run.max_failures}; the last: {execution.hook_name} on batch "
+                             f"{execution.batch.sequence}: {reason}", current_job=current_job)
+    return settle(run, current_job=current_job)
+
+
+def fail_run(run: IngestRun, reason: str, *, actor: Any = None, via: str = "pipeline",
+             current_job: int | None = None) -> IngestRun:
+    """Mark ``run`` failed and cancel its outstanding deliveries (each cancellation is
+    recorded on its job; nothing is deleted). In the caller's transaction."""
+    run = _finish(run, RunStatus.FAILED, kind=ActionKind.FAILED, reason=reason, actor=actor, via=via)
+    cancel_outstanding(run, actor=actor, reason=f"run {run.pk} failed", skip=current_job)
+    return run
+
+
+def cancel_outstanding(run: IngestRun, *, actor: Any, reason: str, skip: int | None = None) -> int:
+    cancelled = 0
+    for job in outstanding_jobs(run):
+        if job.pk != skip:
+            jobs.cancel(job, actor=actor, reason=reason)
+            cancelled += 1
+    return cancelled
+
+
+def outstanding_jobs(run: IngestRun) -> Iterable[jobs.Job]:
+    return [job for job in jobs.pipeline_jobs(run.pipeline) if job.state in ("pending", "running")]
+
+
+def _finish(run: IngestRun, status: str, *, kind: str, reason: str = "", actor: Any = None,
+            via: str = "pipeline") -> IngestRun:
+    IngestRun.objects.filter(pk=run.pk).update(status=status, failure_reason=reason[:4000],
+                                               finished_at=jobs.now())
+    run.refresh_from_db()
+    record_action(run, kind, actor=actor, via=via, note=reason)
+    return run
+
+
+def _count(condition: Q) -> Count:
+    return Count("id", filter=condition)
+
+
+# --- operator actions -----------------------------------------------------------------------
+
+
+@transaction.atomic
+def cancel_run(run: IngestRun, *, actor: Any = None, via: str = "admin", reason: str = "") -> IngestRun:
+    """Stop a running run: its outstanding deliveries are cancelled (recorded with the
+    actor), and a job removes whatever hooks it still has on the runner."""
+    run = IngestRun.objects.select_for_update(no_key=True).get(pk=run.pk)
+    if run.finished:
+        raise RunRefused(f"run {run.pk} is already {run.status}", run=run)
+    run = _finish(run, RunStatus.CANCELLED, kind=ActionKind.CANCELLED, reason=reason or "cancelled",
+                  actor=actor, via=via)
+    cancel_outstanding(run, actor=actor, reason=f"run {run.pk} cancelled")
+    jobs.enqueue("ingest.StopHooks", {"run": run.pk}, tenant=run.tenant_id, pipeline=run.pipeline,
+                 created_by=_actor(actor))
+    return run
+
+
+def _reopen(run: IngestRun, *, except_batches: Iterable[int] = ()) -> None:
+    """Set a finished run running again, and deliver again what its end cancelled: the
+    hooks of batches not yet checked, the publication of batches checked."""
+    IngestRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, finished_at=None,
+                                               failure_reason="", hook_failures=0)
+    run.refresh_from_db()
+    for batch in run.batches.exclude(pk__in=list(except_batches)).order_by("sequence"):
+        if batch.status in (BatchStatus.FETCHED, BatchStatus.CHECKING):
+            events.publish_batch_ready(batch)
+        elif batch.status == BatchStatus.CHECKED:
+            events.publish_hooks_completed(batch)
+
+
+@transaction.atomic
+def retry_failed_hooks(run: IngestRun, *, actor: Any = None, via: str = "admin") -> int:
+    """Run the hooks again on every batch whose hooks failed, reopening the run if it
+    had failed (its hook-failure count starts again). How many batches."""
+    run = IngestRun.objects.select_for_update(no_key=True).get(pk=run.pk)
+    failed = list(run.batches.filter(status=BatchStatus.HOOKS_FAILED).order_by("sequence"))
+    if not failed:
+        raise RunRefused(f"run {run.pk} has no batch whose hooks failed", run=run)
+    if run.status == RunStatus.CANCELLED:
+        raise RunRefused(f"run {run.pk} was cancelled; start a new run", run=run)
+    _claim_source(run)
+    if run.finished:
+        _reopen(run, except_batches=[batch.pk for batch in failed])
+    for batch in failed:
+        batch.hook_executions.filter(status=ExecutionStatus.FAILED).update(
+            status=ExecutionStatus.WAITING, reason="", exit_code=None, log_tail="", finished_at=None)
+        IngestBatch.objects.filter(pk=batch.pk).update(status=BatchStatus.FETCHED, checked_at=None)
+        events.publish_batch_ready(batch)
+    record_action(run, ActionKind.RETRIED_HOOKS, actor=actor, via=via,
+                  note="batches " + ", ".join(str(b.sequence) for b in failed))
+    return len(failed)
+
+
+@transaction.atomic
+def retry_from_failed_batch(run: IngestRun, *, actor: Any = None, via: str = "admin") -> int:
+    """Fetch again from the batch the ingester failed on (the one after the last batch
+    fetched), with the session the last batch left, reopening the run. The batch number."""
+    run = IngestRun.objects.select_for_update(no_key=True).get(pk=run.pk)
+    if run.status != RunStatus.FAILED or run.ingest_done:
+        raise RunRefused(f"run {run.pk} did not fail while fetching; nothing to fetch again",
+                         run=run)
+    _claim_source(run)
+    _reopen(run)
+    sequence = run.batches_ingested + 1
+    events.publish_next_batch(run, sequence=sequence)
+    record_action(run, ActionKind.RETRIED_FROM_BATCH, actor=actor, via=via, note=f"batch {sequence}")
+    return sequence
+
+
+def _claim_source(run: IngestRun) -> None:
+    other = (IngestRun.objects.filter(source_id=run.source_id, status=RunStatus.RUNNING)
+             .exclude(pk=run.pk).first())
+    if other is not None:
+        raise RunRefused(f"source {run.source.name!r} has run {other.pk} running; a run can be "
+                         "reopened only when no other is", run=other)
+
+
+# --- the safety net ---------------------------------------------------------------------------
+
+# A run younger than this is never called stalled: its first delivery may not be
+# committed by the time a sweep reads it.
+STALL_GRACE_SECONDS = 60
+
+
+def fail_stalled_runs() -> list[int]:
+    """Fail every running run whose pipeline has no pending or running job: nothing
+    will move it any more. The reason names the last job that failed."""
+    cutoff = jobs.now() - timedelta(seconds=STALL_GRACE_SECONDS)
+    candidates = list(IngestRun.objects.filter(status=RunStatus.RUNNING, started_at__lt=cutoff)
+                      .values_list("pk", "pipeline"))
+    busy = jobs.busy_pipelines(pipeline for _, pipeline in candidates)
+    failed = []
+    for pk, pipeline in candidates:
+        if pipeline in busy:
+            continue
+        with transaction.atomic():
+            run = IngestRun.objects.select_for_update(no_key=True).get(pk=pk)
+            if run.finished or jobs.busy_pipelines([run.pipeline]):
+                continue
+            last = [job for job in jobs.pipeline_jobs(run.pipeline) if job.state == "failed"]
+            why = f"; the last failure: {last[-1].type} #{last[-1].pk}: {last[-1].last_error}" if last else ""
+            fail_run(run, f"stalled: nothing of the run is queued or running{why}")
+            failed.append(pk)
+    return failed

@@ -1,0 +1,180 @@
+"""The run pipeline end to end on the local hook runner: the events, their deliveries,
+batches published once, hook failures counted up to the run's limit."""
+
+from __future__ import annotations
+
+import pytest
+
+import jobs
+from ingest.runs import events, services
+from ingest.runs.models import ActionKind, BatchStatus, IngestRecord, IngestRun, RunStatus
+from jobs import registry
+from jobs.models import Event, Job
+from tests.base import staff, tenant
+from tests.ingest import builders
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def acme():
+    return tenant("Acme")
+
+
+def _drain(clock, rounds: int = 50) -> None:
+    """Run every due job; move the clock to the next one; until nothing is left."""
+    for _ in range(rounds):
+        jobs.run_until_idle()
+        upcoming = Job.objects.filter(state="pending").order_by("run_after").first()
+        if upcoming is None:
+            return
+        clock.advance(max((upcoming.run_after - clock.now()).total_seconds(), 0) + 0.001)
+    raise AssertionError("the pipeline did not settle")
+
+
+def test_a_run_fetches_checks_and_publishes_every_batch(clock, acme):
+    source = builders.source(acme, batches=3, size=2)
+    run = services.start_ingest(source, actor=staff("alice", of=acme), via="api")
+    _drain(clock)
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    assert (run.batches_ingested, run.batches_published, run.records_published) == (3, 3, 6)
+    assert run.finished_at is not None
+    assert [b.status for b in run.batches.order_by("sequence")] == [BatchStatus.PUBLISHED] * 3
+    assert [b.session_in for b in run.batches.order_by("sequence")] == [{}, {"next": 2}, {"next": 3}]
+    assert IngestRecord.objects.filter(batch__run=run).count() == 6
+    names = list(Event.objects.filter(pipeline_id=run.pipeline).values_list("name", flat=True))
+    assert names.count("IngestRunStarted") == 1
+    assert names.count("NextBatchRequested") == 3
+    assert names.count("IngesterBatchReady") == 3
+    assert names.count("HookBatchCompleted") == 3
+    assert list(run.actions.values_list("kind", flat=True)) == [ActionKind.STARTED, ActionKind.SUCCEEDED]
+    assert run.actions.first().actor.username == "alice"
+
+
+def test_each_event_has_its_one_listener():
+    subscribers = {name: [h.name for h in registry.subscribers(name)] for name in
+                   (events.NEXT_BATCH_REQUESTED, events.INGESTER_BATCH_READY,
+                    events.HOOK_BATCH_COMPLETED, events.INGEST_RUN_STARTED)}
+    assert subscribers[events.NEXT_BATCH_REQUESTED] == ["ingest.RunIngester"]
+    assert subscribers[events.INGESTER_BATCH_READY] == ["ingest.RunHooks"]
+    assert subscribers[events.HOOK_BATCH_COMPLETED] == ["ingest.PublishBatch"]
+    assert registry.get("ingest.RunIngester").subscribes == (events.NEXT_BATCH_REQUESTED,)
+
+
+def test_a_failing_hook_keeps_its_exit_code_and_log_and_fails_the_run_at_its_limit(clock, acme):
+    source = builders.source(acme, batches=4, hooks=[builders.exit_with(3, "bad row 7")],
+                             max_failures=2)
+    run = services.start_ingest(source)
+    _drain(clock)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert run.hook_failures == 2
+    assert "reached the run's limit of 2" in run.failure_reason
+    failed = run.batches.filter(status=BatchStatus.HOOKS_FAILED).first()
+    execution = failed.hook_executions.get()
+    assert execution.exit_code == 3
+    assert "bad row 7" in execution.log_tail
+    assert IngestRecord.objects.filter(batch__run=run).count() == 0
+    # What was still queued when the run failed is cancelled, and says why.
+    cancelled = Job.objects.filter(pipeline_id=run.pipeline, state="cancelled")
+    assert cancelled.exists()
+    assert not Job.objects.filter(pipeline_id=run.pipeline, state__in=["pending", "running"]).exists()
+
+
+def test_a_hook_that_cannot_start_is_a_failure_at_once(clock, acme):
+    source = builders.source(acme, batches=1, hooks=[["/nonexistent/hook"]], max_failures=1)
+    run = services.start_ingest(source)
+    _drain(clock)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    execution = run.batches.get().hook_executions.get()
+    assert "cannot run" in execution.reason
+    delivery = Job.objects.get(pipeline_id=run.pipeline, type="ingest.RunHooks")
+    assert (delivery.state, delivery.attempts) == ("failed", 1)
+
+
+def test_a_source_runs_once_at_a_time(acme):
+    source = builders.source(acme)
+    first = services.start_ingest(source)
+    with pytest.raises(services.RunRefused) as refused:
+        services.start_ingest(source)
+    assert refused.value.run == first
+
+
+def test_cancel_stops_the_run_and_its_queued_work(clock, acme):
+    source = builders.source(acme, batches=5)
+    run = services.start_ingest(source)
+    user = staff("olga", operator=True)
+    services.cancel_run(run, actor=user, via="admin")
+    _drain(clock)
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+    assert run.batches.count() == 0
+    action = run.actions.get(kind=ActionKind.CANCELLED)
+    assert (action.actor, action.via) == (user, "admin")
+    assert Job.objects.get(pipeline_id=run.pipeline, type="ingest.StopHooks").state == "succeeded"
+
+
+def test_retry_failed_hooks_reopens_the_run_and_publishes(clock, acme):
+    source = builders.source(acme, batches=2, hooks=[builders.exit_with(1)], max_failures=5)
+    run = services.start_ingest(source)
+    _drain(clock)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert "2 of 2 batches failed their hooks" in run.failure_reason
+    source.hooks.update(command=builders.PASS)
+    assert services.retry_failed_hooks(run, via="admin") == 2
+    _drain(clock)
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    assert run.records_published == 4
+
+
+def test_a_source_that_fails_fails_the_run_and_a_retry_goes_on_from_that_batch(clock, acme):
+    source = builders.source(acme, config={"batches": 3, "size": 1, "fail_at": 2})
+    run = services.start_ingest(source)
+    _drain(clock)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert "fetching batch 2 failed: the source refused batch 2" in run.failure_reason
+    # Batch 1's hooks and publication, queued when the run failed, were cancelled with it.
+    assert run.batches_published == 0
+    source.config = {"batches": 3, "size": 1}
+    source.save()
+    assert services.retry_from_failed_batch(run) == 2
+    _drain(clock)
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    assert [b.session_in for b in run.batches.order_by("sequence")] == [{}, {"next": 2}, {"next": 3}]
+    assert run.records_published == 3
+
+
+def test_a_transient_source_error_is_retried_with_backoff(clock, acme):
+    source = builders.source(acme, config={"batches": 2, "size": 1, "fail_at": 2, "transient": True})
+    run = services.start_ingest(source)
+    jobs.run_until_idle()
+    waiting = Job.objects.get(pipeline_id=run.pipeline, type="ingest.RunIngester", state="pending")
+    assert waiting.attempts == 1
+    assert (waiting.run_after - clock.now()).total_seconds() >= 9
+
+
+def test_a_stalled_run_is_failed_by_the_sweep(clock, acme):
+    source = builders.source(acme, batches=1)
+    run = services.start_ingest(source)
+    for job in Job.objects.filter(pipeline_id=run.pipeline, state="pending"):
+        jobs.cancel(job, reason="lost")
+    clock.advance(120)
+    assert services.fail_stalled_runs() == [run.pk]
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.failure_reason.startswith("stalled")
+
+
+def test_the_records_appear_only_with_their_batch(clock, acme):
+    source = builders.source(acme, batches=1, size=3)
+    run = services.start_ingest(source)
+    jobs.run_until_idle()
+    run = IngestRun.objects.get(pk=run.pk)
+    assert run.status == RunStatus.SUCCEEDED
+    batch = run.batches.get()
+    assert list(IngestRecord.objects.filter(batch=batch).values_list("position", flat=True)) == [0, 1, 2]

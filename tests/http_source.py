@@ -1,7 +1,8 @@
 """A real HTTP server on a loopback address for the sources at the edge of the world (the
 unit directory, API ingest): it answers each path with a status, headers and a body,
 optionally after a delay or a byte at a time, and records the requests it got. Given a
-server-side TLS context it speaks HTTPS."""
+server-side TLS context it speaks HTTPS. A path without an exact route may be answered by
+a function of its query (``answer``), for paged APIs."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import json
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 
 @dataclass
@@ -28,6 +31,7 @@ class Route:
 class SourceServer:
     def __init__(self, host: str = "127.0.0.1", tls: ssl.SSLContext | None = None) -> None:
         self.routes: dict[str, Route] = {}
+        self.answers: dict[str, Callable[[dict[str, str]], Route]] = {}
         self.hits: list[str] = []
         self.host = host
         self.scheme = "https" if tls else "http"
@@ -36,7 +40,7 @@ class SourceServer:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 server.hits.append(self.path)
-                route = server.routes.get(self.path, Route(404, b'{"error": "not found"}'))
+                route = server.routes.get(self.path) or server.answer_to(self.path)
                 time.sleep(route.delay)
                 try:
                     self.send_response(route.status)
@@ -90,6 +94,18 @@ class SourceServer:
             trickle: float = 0.0, sized: bool = True) -> str:
         self.routes[path] = Route(status, body, delay, trickle=trickle, sized=sized)
         return self.url(path)
+
+    def answer(self, path: str, respond: Callable[[dict[str, str]], Route]) -> str:
+        """Answer ``path`` with whatever query by ``respond(query)``."""
+        self.answers[path] = respond
+        return self.url(path)
+
+    def answer_to(self, target: str) -> Route:
+        parts = urlsplit(target)
+        respond = self.answers.get(parts.path)
+        if respond is None:
+            return Route(404, b'{"error": "not found"}')
+        return respond(dict(parse_qsl(parts.query, keep_blank_values=True)))
 
     def redirect(self, path: str, location: str, status: int = 302) -> str:
         self.routes[path] = Route(status, b"", headers={"Location": location})

@@ -91,7 +91,7 @@ def run_ingester(ctx: jobs.JobContext) -> dict[str, Any]:
         if isinstance(exc, OSError) and ctx.attempt < ctx.job.max_attempts:
             raise jobs.TransientError(f"batch {sequence}: cannot stage its records: {exc}") from exc
         return _ingester_failed(ctx, run, sequence, f"cannot stage its records: {exc}")
-    with ctx.batch(relaxed=False):
+    with ctx.batch():
         batch = services.record_batch(run, sequence=sequence, fetched=fetched, session_in=session,
                                       staged_id=staged_id, fetch_ms=fetch_ms)
     if batch is None:
@@ -102,7 +102,7 @@ def run_ingester(ctx: jobs.JobContext) -> dict[str, Any]:
 
 
 def _ingester_failed(ctx: jobs.JobContext, run: IngestRun, sequence: int, message: str) -> Any:
-    with ctx.batch(relaxed=False):
+    with ctx.batch():
         services.fail_run(run, f"fetching batch {sequence} failed: {message}",
                           current_job=ctx.job.pk)
     raise jobs.PermanentError(f"batch {sequence}: {message}")

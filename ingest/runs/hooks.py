@@ -20,13 +20,13 @@ Failures, as the runner sorts them:
 from __future__ import annotations
 
 import re
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import jobs
 from ingest import conf
 from ingest.runs import breaker, events, services
 from ingest.runs.errors import PermanentRunnerError, TransientResourceError
-from ingest.runs.models import BatchStatus, ExecutionStatus, Hook, HookExecution, IngestBatch
+from ingest.runs.models import BatchStatus, ExecutionStatus, HookExecution, IngestBatch
 from ingest.runs.runners import HookRunner, HookSpec, HookStatus, Phase, Resources
 
 LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -36,15 +36,21 @@ def check_batch(ctx: jobs.JobContext, batch: IngestBatch, runner: HookRunner) ->
     """Advance ``batch``'s hooks; True once every one has passed (and
     ``HookBatchCompleted`` is emitted). Raises ``jobs.Snooze`` while a hook runs, and the
     engine's errors when one failed."""
-    executions = _executions(ctx, batch)
+    executions = _load(batch)
+    last: tuple[HookExecution, dict[str, Any]] | None = None
     for execution in executions:
         if execution.status == ExecutionStatus.SUCCEEDED:
             continue
         if execution.status == ExecutionStatus.FAILED:
             return False  # recorded when it failed; an operator's retry resets it
-        _advance(ctx, execution, runner)
-    with ctx.batch(relaxed=False):
-        locked = IngestBatch.objects.select_for_update().select_related("run").get(pk=batch.pk)
+        if last is not None:
+            _save(ctx, *last)
+        last = (execution, _advance(ctx, execution, runner))
+    with ctx.batch():
+        if last is not None:  # the last hook's success commits with the batch's
+            HookExecution.objects.filter(pk=last[0].pk).update(**last[1])
+        locked = (IngestBatch.objects.select_for_update(of=("self",)).select_related("run")
+                  .get(pk=batch.pk))
         if locked.status in (BatchStatus.FETCHED, BatchStatus.CHECKING):
             IngestBatch.objects.filter(pk=batch.pk).update(status=BatchStatus.CHECKED,
                                                             checked_at=ctx.now())
@@ -52,30 +58,15 @@ def check_batch(ctx: jobs.JobContext, batch: IngestBatch, runner: HookRunner) ->
     return True
 
 
-def _executions(ctx: jobs.JobContext, batch: IngestBatch) -> list[HookExecution]:
-    """The batch's executions, created (one per hook of its source, in order) on the
-    first look."""
-    existing = _load(batch)
-    if existing and batch.status != BatchStatus.FETCHED:
-        return existing
-    with ctx.batch(relaxed=False):
-        if not existing:
-            hooks = Hook.objects.filter(source_id=batch.run.source_id).order_by("position", "name")
-            HookExecution.objects.bulk_create(
-                [HookExecution(batch=batch, hook=hook, hook_name=hook.name, position=index)
-                 for index, hook in enumerate(hooks)], ignore_conflicts=True)
-        IngestBatch.objects.filter(pk=batch.pk, status=BatchStatus.FETCHED).update(
-            status=BatchStatus.CHECKING)
-    return _load(batch)
-
-
 def _load(batch: IngestBatch) -> list[HookExecution]:
     return list(batch.hook_executions.select_related(
         "hook", "batch__run__tenant", "batch__run__source").order_by("position"))
 
 
-def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner) -> None:
-    """Take one hook as far as it goes now: returns once it has passed."""
+def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
+             ) -> dict[str, Any]:
+    """Take one hook as far as it goes now: once it has passed, the fields that say so
+    (for the caller to save)."""
     if execution.hook is None:
         _hook_failed(ctx, execution, HookStatus(Phase.FAILED, reason="the hook was removed from "
                                                                      "its source"))
@@ -94,10 +85,9 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner)
     if status.phase != Phase.PENDING:  # scheduled: the target had room
         breaker.record_success(runner.target, ctx.job.pk, ctx.now())
     if status.phase == Phase.SUCCEEDED:
-        _save(ctx, execution, status=ExecutionStatus.SUCCEEDED, pod_phase=status.pod_phase,
-              exit_code=status.exit_code, reason="", log_tail=status.log_tail,
-              finished_at=ctx.now())
-        return
+        return {"status": ExecutionStatus.SUCCEEDED, "pod_phase": status.pod_phase,
+                "exit_code": status.exit_code, "reason": "", "log_tail": status.log_tail,
+                "finished_at": ctx.now()}
     if status.phase == Phase.FAILED:
         _hook_failed(ctx, execution, status)
     _save(ctx, execution, status=ExecutionStatus.RUNNING, pod_phase=status.pod_phase,
@@ -107,10 +97,18 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner)
 
 
 def _new_try(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner) -> None:
-    execution.tries += 1
-    _save(ctx, execution, status=ExecutionStatus.LAUNCHING, tries=execution.tries,
-          runner_ref=f"conveyor-hook-{execution.pk}-{execution.tries}", runner_target=runner.target,
-          launched_at=ctx.now(), reason="", pod_phase="", exit_code=None, log_tail="")
+    """Commit the try's name before the runner hears of it, and mark the batch as being
+    checked."""
+    fields = {"status": ExecutionStatus.LAUNCHING, "tries": execution.tries + 1,
+              "runner_ref": f"conveyor-hook-{execution.pk}-{execution.tries + 1}",
+              "runner_target": runner.target, "launched_at": ctx.now(), "reason": "",
+              "pod_phase": "", "exit_code": None, "log_tail": ""}
+    with ctx.batch():
+        IngestBatch.objects.filter(pk=execution.batch_id, status=BatchStatus.FETCHED).update(
+            status=BatchStatus.CHECKING)
+        HookExecution.objects.filter(pk=execution.pk).update(**fields)
+    for name, value in fields.items():
+        setattr(execution, name, value)
 
 
 def _call(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner, call) -> HookStatus:
@@ -129,7 +127,7 @@ def _transient(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunne
     breaker.record_failure(runner.target, ctx.job.pk, str(exc), ctx.now())
     reason = f"try {execution.tries}: {exc}"
     if ctx.attempt >= ctx.job.max_attempts:
-        with ctx.batch(relaxed=False):
+        with ctx.batch():
             services.record_hook_failure(
                 execution, reason=f"gave up after {ctx.attempt} attempts; {reason}",
                 pod_phase=execution.pod_phase, current_job=ctx.job.pk)
@@ -140,7 +138,7 @@ def _transient(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunne
 
 def _hook_failed(ctx: jobs.JobContext, execution: HookExecution, status: HookStatus, *,
                  infrastructure: bool = False) -> NoReturn:
-    with ctx.batch(relaxed=False):
+    with ctx.batch():
         services.record_hook_failure(
             execution, reason=status.reason or "failed", exit_code=status.exit_code,
             log_tail=status.log_tail, pod_phase=status.pod_phase, current_job=ctx.job.pk)
@@ -151,10 +149,14 @@ def _hook_failed(ctx: jobs.JobContext, execution: HookExecution, status: HookSta
                               f"{': ' + status.reason if status.reason else ''}")
 
 
-def _save(ctx: jobs.JobContext, execution: HookExecution, **fields) -> None:
+def _save(ctx: jobs.JobContext, execution: HookExecution, fields: dict[str, Any] | None = None,
+          **more: Any) -> None:
+    fields = {**(fields or {}), **more}
     for name, value in fields.items():
         setattr(execution, name, value)
-    with ctx.batch(relaxed=False):
+    # A lost state write is redone by the next attempt (the runner adopts a try by name),
+    # so these commits need not wait for the disk.
+    with ctx.batch():
         HookExecution.objects.filter(pk=execution.pk).update(**fields)
 
 

@@ -127,6 +127,11 @@ def record_batch(run: IngestRun, *, sequence: int, fetched: Any, session_in: dic
         fetch_ms=fetch_ms, fetched_at=jobs.now())
     IngestRun.objects.filter(pk=run.pk).update(
         batches_ingested=F("batches_ingested") + 1, ingest_done=not fetched.has_more)
+    # The hooks it goes through are the source's hooks now: changing them later does not
+    # change what an earlier batch was checked by.
+    HookExecution.objects.bulk_create(
+        [HookExecution(batch=batch, hook=hook, hook_name=hook.name, position=index)
+         for index, hook in enumerate(run.source.hooks.order_by("position", "name"))])
     events.publish_batch_ready(batch)
     if fetched.has_more:
         events.publish_next_batch(run, sequence=sequence + 1)
@@ -137,8 +142,8 @@ def publish_batch(batch: IngestBatch, *, current_job: int | None = None) -> int 
     """Make a checked batch's records visible: its rows and its ``published`` mark in
     the caller's transaction, so readers see all of it or none. Returns the number of
     records, or None if there was nothing to do (already published, or the run ended)."""
-    batch = IngestBatch.objects.select_for_update().select_related("run").get(pk=batch.pk)
-    run = IngestRun.objects.select_for_update(no_key=True).get(pk=batch.run_id)
+    batch = IngestBatch.objects.select_for_update().get(pk=batch.pk)
+    run = IngestRun.objects.select_for_update(no_key=True).select_related("source").get(pk=batch.run_id)
     if batch.status == BatchStatus.PUBLISHED or run.finished:
         return None
     key_field = run.source.config.get("key_field") or ""
@@ -158,7 +163,8 @@ def publish_batch(batch: IngestBatch, *, current_job: int | None = None) -> int 
     IngestBatch.objects.filter(pk=batch.pk).update(status=BatchStatus.PUBLISHED, published_at=now)
     IngestRun.objects.filter(pk=run.pk).update(
         batches_published=F("batches_published") + 1, records_published=F("records_published") + count)
-    settle(run, current_job=current_job)
+    if run.ingest_done:
+        settle(run, current_job=current_job)
     staged = batch.location
     transaction.on_commit(lambda: batches_store().delete(staged))
     return count

@@ -34,6 +34,11 @@ DEFAULTS: dict[str, Any] = {
     "BREAKER_WINDOW_SECONDS": 60.0,
     "BREAKER_COOLDOWN_SECONDS": 60.0,
     "BREAKER_MAX_COOLDOWN_SECONDS": 300.0,
+    # The launch window: how many launched hooks may wait for room on a target at once.
+    # Each launch that gets room widens it by one (up to the maximum), each transient
+    # failure halves it; a launch beyond it waits QUEUE_WAIT_SECONDS and asks again.
+    "MAX_LAUNCH_WINDOW": 1024,
+    "QUEUE_WAIT_SECONDS": 10.0,
     # Records per batch unless a source says otherwise, and the most a source may ask.
     "BATCH_RECORDS": 1000,
     "MAX_BATCH_RECORDS": 10_000,

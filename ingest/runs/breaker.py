@@ -25,7 +25,7 @@ from django.db import transaction
 from django.db.models import F
 
 from ingest import conf
-from ingest.runs.models import BreakerState, RunnerBreaker
+from ingest.runs.models import BreakerState, ExecutionStatus, HookExecution, RunnerBreaker
 
 # A probe that neither succeeded nor failed within this long (its worker died) is
 # given to the next delivery that asks.
@@ -53,10 +53,22 @@ def _cooldown(breaker: RunnerBreaker, *, longer: bool) -> float:
 
 
 def admit(target: str, job_id: int, now: datetime) -> Admission:
-    """May delivery ``job_id`` launch a hook on ``target`` now?"""
-    closed = RunnerBreaker.objects.filter(target=target).values_list("state", flat=True).first()
-    if closed in (None, BreakerState.CLOSED):
-        return Admission(allowed=True)
+    """May delivery ``job_id`` launch a hook on ``target`` now?
+
+    Closed, it may while fewer launches than the window are waiting for room there
+    (launched, not yet scheduled); otherwise it waits ``QUEUE_WAIT_SECONDS`` and asks
+    again, so that a full cluster's queue drains before it is made longer."""
+    row = RunnerBreaker.objects.filter(target=target).values_list("state", "window").first()
+    if row is None or row[0] == BreakerState.CLOSED:
+        window = row[1] if row is not None else RunnerBreaker._meta.get_field("window").default
+        waiting = HookExecution.objects.filter(
+            runner_target=target, status__in=[ExecutionStatus.LAUNCHING, ExecutionStatus.RUNNING],
+            scheduled=False)[:window].count()
+        if waiting < window:
+            return Admission(allowed=True)
+        RunnerBreaker.objects.filter(target=target).update(denied=F("denied") + 1)
+        return Admission(allowed=False, wait_seconds=float(conf.get("QUEUE_WAIT_SECONDS")),
+                         state="full")
     with transaction.atomic():
         breaker = _row(target)
         if breaker.state == BreakerState.CLOSED:
@@ -86,6 +98,7 @@ def record_failure(target: str, job_id: int, message: str, now: datetime) -> Run
         breaker = _row(target)
         breaker.last_failure = message[:2000]
         breaker.updated_at = now
+        breaker.window = max(1, breaker.window // 2)
         if breaker.state == BreakerState.HALF_OPEN and breaker.probe_job == job_id:
             _open(breaker, now, longer=True)
         elif breaker.state == BreakerState.CLOSED:
@@ -101,14 +114,17 @@ def record_failure(target: str, job_id: int, message: str, now: datetime) -> Run
 
 
 def record_success(target: str, job_id: int, now: datetime) -> None:
-    """A hook on ``target`` was scheduled: the target has room. Closes an open or
-    probing breaker and clears the failure count; costs one read when there is nothing
-    to clear."""
-    row = RunnerBreaker.objects.filter(target=target).values_list("state", "failures").first()
-    if row is None or row == (BreakerState.CLOSED, 0):
+    """A hook on ``target`` got room: the target can take more. Widens the launch window
+    by one (up to its maximum; a failure halves it, so the window settles where the
+    target's room is), and closes an open or probing breaker. Costs one read when there
+    is nothing to change."""
+    most = int(conf.get("MAX_LAUNCH_WINDOW"))
+    row = RunnerBreaker.objects.filter(target=target).values_list("state", "failures", "window").first()
+    if row is not None and row == (BreakerState.CLOSED, 0, most):
         return
     with transaction.atomic():
         breaker = _row(target)
+        breaker.window = min(most, breaker.window + 1)
         breaker.state = BreakerState.CLOSED
         breaker.failures = 0
         breaker.window_started_at = None
@@ -123,7 +139,8 @@ def record_success(target: str, job_id: int, now: datetime) -> None:
 def reset(target: str, now: datetime) -> None:
     """Close the breaker by hand (an operator who knows the cluster is back)."""
     RunnerBreaker.objects.filter(target=target).update(
-        state=BreakerState.CLOSED, failures=0, window_started_at=None, next_probe_at=None,
+        state=BreakerState.CLOSED, failures=0, window=RunnerBreaker._meta.get_field("window").default,
+        window_started_at=None, next_probe_at=None,
         probe_job=None, probe_started_at=None, cooldown_seconds=0, updated_at=now)
 
 

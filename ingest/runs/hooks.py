@@ -82,16 +82,20 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
         if execution.status == ExecutionStatus.WAITING:
             _new_try(ctx, execution, runner)
         status = _call(ctx, execution, runner, runner.launch)
-    if status.phase != Phase.PENDING:  # scheduled: the target had room
+    scheduled = status.scheduled or status.phase != Phase.PENDING
+    if scheduled and not execution.scheduled:  # the target had room for it
         breaker.record_success(runner.target, ctx.job.pk, ctx.now())
     if status.phase == Phase.SUCCEEDED:
         return {"status": ExecutionStatus.SUCCEEDED, "pod_phase": status.pod_phase,
+                "scheduled": True,
                 "exit_code": status.exit_code, "reason": "", "log_tail": status.log_tail,
                 "finished_at": ctx.now()}
     if status.phase == Phase.FAILED:
         _hook_failed(ctx, execution, status)
-    _save(ctx, execution, status=ExecutionStatus.RUNNING, pod_phase=status.pod_phase,
-          reason=status.reason)
+    if (execution.status, execution.pod_phase, execution.reason, execution.scheduled) != (
+            ExecutionStatus.RUNNING, status.pod_phase, status.reason, scheduled):
+        _save(ctx, execution, status=ExecutionStatus.RUNNING, pod_phase=status.pod_phase,
+              reason=status.reason, scheduled=scheduled)
     raise jobs.Snooze(float(conf.get("HOOK_POLL_SECONDS")),
                       f"hook {execution.hook_name} is {status.phase}")
 
@@ -102,7 +106,7 @@ def _new_try(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner)
     fields = {"status": ExecutionStatus.LAUNCHING, "tries": execution.tries + 1,
               "runner_ref": f"conveyor-hook-{execution.pk}-{execution.tries + 1}",
               "runner_target": runner.target, "launched_at": ctx.now(), "reason": "",
-              "pod_phase": "", "exit_code": None, "log_tail": ""}
+              "pod_phase": "", "exit_code": None, "log_tail": "", "scheduled": False}
     with ctx.batch():
         IngestBatch.objects.filter(pk=execution.batch_id, status=BatchStatus.FETCHED).update(
             status=BatchStatus.CHECKING)
@@ -132,7 +136,7 @@ def _transient(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunne
                 execution, reason=f"gave up after {ctx.attempt} attempts; {reason}",
                 pod_phase=execution.pod_phase, current_job=ctx.job.pk)
     else:
-        _save(ctx, execution, status=ExecutionStatus.WAITING, reason=reason)
+        _save(ctx, execution, status=ExecutionStatus.WAITING, reason=reason, scheduled=False)
     raise jobs.TransientError(f"hook {execution.hook_name}: {exc}") from exc
 
 

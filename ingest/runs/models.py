@@ -251,10 +251,15 @@ class HookExecution(models.Model):
     exit_code = models.IntegerField("exit code", null=True, blank=True)
     reason = models.TextField("reason", blank=True)
     log_tail = models.TextField("log tail", blank=True)
+    scheduled = models.BooleanField(
+        "scheduled", default=False,
+        help_text="The current try holds its place on the runner (its Pod has a node).")
     finished_at = models.DateTimeField("finished", null=True, blank=True)
 
     class Meta:
         ordering = ["batch", "position"]
+        indexes = [models.Index(fields=["runner_target"], name="ingest_hook_awaiting_room",
+                                condition=Q(status__in=["launching", "running"], scheduled=False))]
         constraints = [
             models.UniqueConstraint(fields=["batch", "position"], name="ingest_hook_execution_once"),
             _choices_check("ingest_hook_execution_status_valid", "status", ExecutionStatus),
@@ -345,6 +350,10 @@ class RunnerBreaker(models.Model):
     cooldown_seconds = models.FloatField("cool-down (s)", default=0)
     probe_job = models.BigIntegerField("probing delivery", null=True, blank=True)
     probe_started_at = models.DateTimeField("probe started", null=True, blank=True)
+    window = models.PositiveIntegerField(
+        "launch window", default=8,
+        help_text="Launches that may wait for room at once; one more for each launch that "
+                  "got room, half as many after each failure.")
     times_opened = models.PositiveIntegerField("times opened", default=0)
     denied = models.PositiveBigIntegerField("launches held back", default=0)
     last_failure = models.TextField("last failure", blank=True)

@@ -12,6 +12,7 @@ from jobs import registry
 from jobs.models import Event, Job
 from tests.base import staff, tenant
 from tests.ingest import builders
+from tests.ingest.drive import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,21 +22,10 @@ def acme():
     return tenant("Acme")
 
 
-def _drain(clock, rounds: int = 50) -> None:
-    """Run every due job; move the clock to the next one; until nothing is left."""
-    for _ in range(rounds):
-        jobs.run_until_idle()
-        upcoming = Job.objects.filter(state="pending").order_by("run_after").first()
-        if upcoming is None:
-            return
-        clock.advance(max((upcoming.run_after - clock.now()).total_seconds(), 0) + 0.001)
-    raise AssertionError("the pipeline did not settle")
-
-
 def test_a_run_fetches_checks_and_publishes_every_batch(clock, acme):
     source = builders.source(acme, batches=3, size=2)
     run = services.start_ingest(source, actor=staff("alice", of=acme), via="api")
-    _drain(clock)
+    drain(clock)
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED
     assert (run.batches_ingested, run.batches_published, run.records_published) == (3, 3, 6)
@@ -66,7 +56,7 @@ def test_a_failing_hook_keeps_its_exit_code_and_log_and_fails_the_run_at_its_lim
     source = builders.source(acme, batches=4, hooks=[builders.exit_with(3, "bad row 7")],
                              max_failures=2)
     run = services.start_ingest(source)
-    _drain(clock)
+    drain(clock)
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     assert run.hook_failures == 2
@@ -85,7 +75,7 @@ def test_a_failing_hook_keeps_its_exit_code_and_log_and_fails_the_run_at_its_lim
 def test_a_hook_that_cannot_start_is_a_failure_at_once(clock, acme):
     source = builders.source(acme, batches=1, hooks=[["/nonexistent/hook"]], max_failures=1)
     run = services.start_ingest(source)
-    _drain(clock)
+    drain(clock)
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     execution = run.batches.get().hook_executions.get()
@@ -107,7 +97,7 @@ def test_cancel_stops_the_run_and_its_queued_work(clock, acme):
     run = services.start_ingest(source)
     user = staff("olga", operator=True)
     services.cancel_run(run, actor=user, via="admin")
-    _drain(clock)
+    drain(clock)
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
     assert run.batches.count() == 0
@@ -119,13 +109,13 @@ def test_cancel_stops_the_run_and_its_queued_work(clock, acme):
 def test_retry_failed_hooks_reopens_the_run_and_publishes(clock, acme):
     source = builders.source(acme, batches=2, hooks=[builders.exit_with(1)], max_failures=5)
     run = services.start_ingest(source)
-    _drain(clock)
+    drain(clock)
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     assert "2 of 2 batches failed their hooks" in run.failure_reason
     source.hooks.update(command=builders.PASS)
     assert services.retry_failed_hooks(run, via="admin") == 2
-    _drain(clock)
+    drain(clock)
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED
     assert run.records_published == 4
@@ -134,7 +124,7 @@ def test_retry_failed_hooks_reopens_the_run_and_publishes(clock, acme):
 def test_a_source_that_fails_fails_the_run_and_a_retry_goes_on_from_that_batch(clock, acme):
     source = builders.source(acme, config={"batches": 3, "size": 1, "fail_at": 2})
     run = services.start_ingest(source)
-    _drain(clock)
+    drain(clock)
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     assert "fetching batch 2 failed: the source refused batch 2" in run.failure_reason
@@ -143,7 +133,7 @@ def test_a_source_that_fails_fails_the_run_and_a_retry_goes_on_from_that_batch(c
     source.config = {"batches": 3, "size": 1}
     source.save()
     assert services.retry_from_failed_batch(run) == 2
-    _drain(clock)
+    drain(clock)
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED
     assert [b.session_in for b in run.batches.order_by("sequence")] == [{}, {"next": 2}, {"next": 3}]

@@ -65,6 +65,9 @@ class HookStatus:
     exit_code: int | None = None
     reason: str = ""  # why it is pending or failed, in the runner's words
     log_tail: str = ""
+    # The hook holds its place on the cluster (a Pod bound to a node, a local process):
+    # the runner target had room for it.
+    scheduled: bool = False
 
 
 class HookRunner(Protocol):

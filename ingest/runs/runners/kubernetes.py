@@ -202,9 +202,9 @@ class KubernetesRunner:
                     f"(schedule timeout {self.schedule_timeout:.0f}s): {why}")
             return HookStatus(Phase.PENDING, pod_phase=phase, reason=why)
         if phase == "Running":
-            return HookStatus(Phase.RUNNING, pod_phase=phase)
+            return HookStatus(Phase.RUNNING, pod_phase=phase, scheduled=True)
         waiting = _waiting(pod)
-        return HookStatus(Phase.PENDING, pod_phase=phase,
+        return HookStatus(Phase.PENDING, pod_phase=phase, scheduled=True,
                           reason=waiting.reason if waiting is not None else "")
 
     def _outcome(self, spec: HookSpec, finished: Any, pod: client.V1Pod | None) -> HookStatus:

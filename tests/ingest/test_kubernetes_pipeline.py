@@ -1,0 +1,164 @@
+"""Runs whose hooks are Kubernetes Jobs, through the official client, against the fake
+API server on the engine's clock: the labels and manifests the cluster gets, failures
+sorted and backed off, and a full cluster pressed no harder than the backoff and the
+breaker allow."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import timedelta
+
+import pytest
+from django.test import override_settings
+
+import jobs
+from ingest.runs import services
+from ingest.runs.models import BatchStatus, HookExecution, IngestRun, RunnerBreaker, RunStatus
+from jobs.models import Job
+from tests.base import tenant
+from tests.ingest import builders
+from tests.ingest.drive import drain
+from tests.kube_api import Behaviour, FakeCluster
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+IMAGE = "registry.example/hooks:1"
+
+
+@pytest.fixture
+def cluster(clock, tmp_path):
+    with FakeCluster(clock=clock.now) as fake:
+        config = fake.kubeconfig(tmp_path / "kubeconfig")
+        with override_settings(INGEST_HOOK_RUNNER="kubernetes", INGEST_KUBECONFIG=str(config),
+                               INGEST_KUBE_NAMESPACE=fake.namespace,
+                               INGEST_KUBE_REQUEST_TIMEOUT_SECONDS=5):
+            yield fake
+
+
+def test_hooks_run_as_labelled_jobs_and_the_run_succeeds(clock, cluster):
+    acme = tenant("Acme")
+    cluster.behaviours[IMAGE] = Behaviour(run_seconds=5, log="checked 2 records\n")
+    run = services.start_ingest(builders.source(acme, batches=2, hooks=[["check"]]))
+    drain(clock)
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.failure_reason
+    execution = HookExecution.objects.filter(batch__run=run).order_by("batch__sequence").first()
+    assert execution.runner_ref == f"conveyor-hook-{execution.pk}-1"
+    assert (execution.pod_phase, execution.exit_code) == ("Succeeded", 0)
+    assert "checked 2 records" in execution.log_tail
+    manifest = cluster.received_jobs[0]
+    labels = manifest["metadata"]["labels"]
+    assert labels["conveyor.io/run"] == str(run.pk)
+    assert labels["conveyor.io/batch"] == "1"
+    assert labels["conveyor.io/tenant"] == "acme"
+    assert manifest["spec"]["ttlSecondsAfterFinished"] == 3600
+    env = {e["name"]: e["value"] for e in manifest["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["INGEST_BATCH_URL"].endswith(run.batches.get(sequence=1).location)
+    assert cluster.create_calls == 2
+
+
+def test_a_hook_that_exits_non_zero_keeps_its_code_and_log(clock, cluster):
+    cluster.behaviours[IMAGE] = Behaviour(run_seconds=3, exit_code=3, log="row 7: no price\n")
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, hooks=[["check"]],
+                                                max_failures=1))
+    drain(clock)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    execution = HookExecution.objects.get(batch__run=run)
+    assert (execution.exit_code, execution.pod_phase) == (3, "Failed")
+    assert "row 7: no price" in execution.log_tail
+
+
+def test_an_image_that_cannot_be_pulled_fails_the_hook_at_once(clock, cluster):
+    cluster.behaviours[IMAGE] = Behaviour(pull_error=True)
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, hooks=[["check"]],
+                                                max_failures=1))
+    drain(clock)
+    run.refresh_from_db()
+    execution = HookExecution.objects.get(batch__run=run)
+    assert "ErrImagePull" in execution.reason or "ImagePullBackOff" in execution.reason
+    delivery = Job.objects.get(pipeline_id=run.pipeline, type="ingest.RunHooks")
+    assert (delivery.state, delivery.attempts) == ("failed", 1)
+    assert run.status == RunStatus.FAILED
+    assert cluster.create_calls == 1
+
+
+@override_settings(INGEST_BREAKER_THRESHOLD=1000)
+def test_a_busy_api_is_retried_after_min_60s_2_to_the_n_capped_at_5_minutes(clock, cluster):
+    cluster.refuse_creates(503, "the server is currently unable to handle the request")
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, hooks=[["check"]],
+                                                max_failures=1))
+    jobs.run_until_idle()
+    delays = []
+    for _ in range(6):
+        delivery = Job.objects.get(pipeline_id=run.pipeline, type="ingest.RunHooks")
+        if delivery.state != "pending":
+            break
+        delays.append(round((delivery.run_after - clock.now()).total_seconds()))
+        clock.advance(delays[-1] + 0.001)
+        jobs.run_until_idle()
+    assert delays == [60, 120, 240, 300, 300]
+    delivery.refresh_from_db()
+    assert (delivery.state, delivery.attempts) == ("failed", 6)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and "gave up after 6 attempts" in run.failure_reason
+    assert cluster.create_calls == 6
+
+
+def _finish_order() -> dict[str, list]:
+    order = defaultdict(list)
+    for slug, published in (IngestRun.objects.filter(batches__status=BatchStatus.PUBLISHED)
+                            .values_list("tenant__slug", "batches__published_at")):
+        order[slug].append(published)
+    return {slug: sorted(times) for slug, times in order.items()}
+
+
+@override_settings(INGEST_HOOK_POLL_SECONDS=10, INGEST_KUBE_SCHEDULE_TIMEOUT_SECONDS=60)
+def test_a_full_cluster_is_pressed_no_harder_than_backoff_and_breaker_allow(clock, cluster):
+    """20 runs × 10 batches from 3 tenants on a cluster with room for 2 hooks."""
+    cluster.capacity = 2
+    cluster.behaviours[IMAGE] = Behaviour(run_seconds=5, create_seconds=1)
+    tenants = [tenant(name) for name in ("Acme", "Globex", "Initech")]
+    runs = [services.start_ingest(builders.source(tenants[n % 3], f"feed{n}", batches=10,
+                                                  hooks=[["check"]], max_failures=200))
+            for n in range(20)]
+    drain(clock)
+    finished = {run.status for run in IngestRun.objects.filter(pk__in=[r.pk for r in runs])}
+    assert finished == {RunStatus.SUCCEEDED}
+    batches = 200
+    tries = HookExecution.objects.filter(batch__run__in=runs).values_list("tries", flat=True)
+    assert sum(tries) == cluster.create_calls
+    # Each batch's hook is created once, plus once per try the cluster had no room for:
+    # at most max_attempts - 1 of those per batch, and in fact far fewer.
+    assert batches <= cluster.create_calls <= batches * 6
+    breaker = RunnerBreaker.objects.get()
+    print(f"creates={cluster.create_calls} opened={breaker.times_opened} "
+          f"held={breaker.denied} elapsed={(clock.now() - jobs.now()).total_seconds()}")
+    order = _finish_order()
+    last = {slug: times[-1] for slug, times in order.items()}
+    for slug, times in order.items():
+        for other, other_last in last.items():
+            if other != slug:
+                assert times[0] < other_last, f"{slug} waited for all of {other}'s batches"
+
+
+@override_settings(INGEST_KUBE_SCHEDULE_TIMEOUT_SECONDS=60)
+@pytest.mark.parametrize("threshold", [5, 1_000_000], ids=["breaker", "no breaker"])
+def test_a_cluster_that_refuses_everything_fails_runs_by_max_failures_without_a_busy_loop(
+        clock, cluster, threshold):
+    cluster.refuse_creates(403, 'jobs.batch "x" is forbidden: exceeded quota: hooks, '
+                                "requested: count/jobs.batch=1, used: count/jobs.batch=50, "
+                                "limited: count/jobs.batch=50")
+    start = clock.now()
+    with override_settings(INGEST_BREAKER_THRESHOLD=threshold):
+        runs = [services.start_ingest(builders.source(tenant("Acme"), f"feed{n}", batches=10,
+                                                      hooks=[["check"]], max_failures=3))
+                for n in range(5)]
+        drain(clock)
+    minutes = (clock.now() - start) / timedelta(minutes=1)
+    for run in IngestRun.objects.filter(pk__in=[r.pk for r in runs]):
+        assert run.status == RunStatus.FAILED
+        assert "reached the run's limit of 3" in run.failure_reason
+    per_minute = cluster.create_calls / minutes
+    print(f"threshold={threshold} creates={cluster.create_calls} minutes={minutes:.1f}")
+    assert per_minute < 60

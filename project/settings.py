@@ -353,6 +353,12 @@ SPECTACULAR_SETTINGS = {
     # The 400/401/403/404 answers every endpoint can give, documented (project/api_schema.py).
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "project.api_schema.document_error_answers"],
+    # Several models have a "status": each its own enum, named for what it is.
+    "ENUM_NAME_OVERRIDES": {
+        "IngestRunStatusEnum": "ingest.runs.models.RunStatus",
+        "IngestBatchStatusEnum": "ingest.runs.models.BatchStatus",
+        "HookExecutionStatusEnum": "ingest.runs.models.ExecutionStatus",
+    },
 }
 
 # /metrics without credentials (a scraper on a private network); otherwise it needs

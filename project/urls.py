@@ -15,6 +15,7 @@ urlpatterns = [
     path("api/docs/", ApiDocsView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include("jobs.urls")),
     path("", include("factors.urls")),
+    path("", include("ingest.urls")),
     # Last: whatever the routes above did not take under an API prefix is a JSON 404.
     re_path(rf"^(?:{'|'.join(API_PREFIXES)})/", api_not_found),
 ]

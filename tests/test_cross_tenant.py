@@ -1,7 +1,7 @@
 """Another tenant's ids, at every door.
 
 Acme has reports, entries, a finished pipeline, a failed job, a waiting job, a published
-event and a staged upload. Globex's staff and members hold all of Acme's ids and try
+event, a staged upload and a running ingest run. Globex's staff and members hold all of Acme's ids and try
 every endpoint of the API (each URL pattern is probed: a new endpoint without a probe
 fails ``test_every_endpoint_is_probed``), the event streams, the WebSocket and the
 admin. They get refusals that look like "no such thing", listings without Acme's rows,
@@ -28,12 +28,15 @@ from rest_framework.test import APIClient
 import jobs
 from factors import csv_schemas, staging
 from factors.models import CarbonReport, DataEntry, Emission, ReportModule, Upload
+from ingest.runs import services as ingest_services
+from ingest.runs.models import IngestRun, RunAction
 from jobs.models import Event, Job
 from jobs.streams.hub import get_hub
 from jobs.streams.ws import JobEventsConsumer
 from jobs.worker import run_until_idle
 from tests.base import make_job, staff, tenant
 from tests.factors.builders import csv_bytes, dispatch, module, plane_factors, plane_rows, report
+from tests.ingest import builders as ingest_builders
 
 pytestmark = pytest.mark.django_db
 
@@ -52,6 +55,7 @@ class Acme:
     waiting: Job
     event: Event
     upload: staging.StagedUpload
+    run: IngestRun
 
 
 @pytest.fixture(autouse=True)
@@ -75,8 +79,9 @@ def acme(clock) -> Acme:
     _, upload = staging.stage(io.BytesIO(csv_bytes(HEADER, plane_rows(3))),
                               csv_schemas.entries("plane"))
     staging.register(upload, Upload.Kind.ENTRIES, tenant_id=owner.pk)
+    run = ingest_services.start_ingest(ingest_builders.source(owner, ACME_MARK))
     return Acme(owner, the_report, travel, DataEntry.objects.filter(module=travel).first(),
-                started.job, Job.objects.get(pk=failed.pk), waiting, event, upload)
+                started.job, Job.objects.get(pk=failed.pk), waiting, event, upload, run)
 
 
 def snapshot(acme: Acme) -> tuple[Any, ...]:
@@ -88,6 +93,8 @@ def snapshot(acme: Acme) -> tuple[Any, ...]:
         ReportModule.objects.get(pk=acme.travel.pk).stats,
         CarbonReport.objects.get(pk=acme.report.pk).stats,
         Upload.objects.filter(tenant=acme.tenant).count(),
+        sorted(IngestRun.objects.filter(tenant=acme.tenant).values_list("id", "status")),
+        RunAction.objects.filter(run__tenant=acme.tenant).count(),
     )
 
 
@@ -139,6 +146,11 @@ def probes(acme: Acme) -> list[tuple[str, str, str, dict[str, Any] | None]]:
                                                   "url": "https://example.org/units.json"}),
         ("factors-recalculate", "post", "/sync/recalculate-emissions/plane", {"year": 2024}),
         ("factors-pipeline", "get", f"/sync/pipelines/{acme.ingest.pipeline_id}", None),
+        ("ingest-run-detail", "get", f"/api/ingest/runs/{acme.run.pk}/", None),
+        ("ingest-run-cancel", "post", f"/api/ingest/runs/{acme.run.pk}/cancel/", {}),
+        ("ingest-run-retry-hooks", "post", f"/api/ingest/runs/{acme.run.pk}/retry-hooks/", {}),
+        ("ingest-run-retry-from-batch", "post", f"/api/ingest/runs/{acme.run.pk}/retry-from-batch/",
+         {}),
     ]
 
 
@@ -147,6 +159,7 @@ LISTINGS = {
     "job-list": "/api/jobs/", "event-list": "/api/events/",
     "job-dashboard": "/api/jobs/dashboard/?window=7d", "factors-reports": "/v1/carbon_reports",
     "metrics": "/metrics", "api-schema": "/api/schema/", "api-docs": "/api/docs/",
+    "ingest-run-list": "/api/ingest/runs/",
 }
 
 
@@ -197,6 +210,10 @@ def test_acmes_ids_at_every_endpoint_find_nothing_and_change_nothing(acme, globe
     assert all(status in (403, 404) for status in statuses.values()), statuses
     for response in answers.values():
         assert ACME_MARK not in response.content.decode(errors="replace")
+    # A run of Acme's source, named by its id: as unknown as a source that does not exist.
+    start = client.post("/api/ingest/runs/", {"source": acme.run.source_id}, format="json")
+    assert start.status_code == (400 if who == "staff" else 403)
+    assert ACME_MARK not in start.content.decode()
     assert snapshot(acme) == before
 
 
@@ -210,6 +227,7 @@ def test_listings_show_none_of_acmes_rows(acme, globex, who):
         assert ACME_MARK not in response.content.decode(errors="replace"), name
     assert client.get("/api/jobs/").json()["results"] == []
     assert client.get("/api/events/").json()["results"] == []
+    assert client.get("/api/ingest/runs/").json()["results"] == []
     dashboard = client.get("/api/jobs/dashboard/?window=7d").json()
     assert dashboard["types"] == [] and dashboard["queues"] == []
 
@@ -217,13 +235,16 @@ def test_listings_show_none_of_acmes_rows(acme, globex, who):
 def test_the_admin_shows_globex_staff_none_of_acmes_objects(acme):
     gina = staff("gina", of=tenant("Globex"))
     gina.user_permissions.set(Permission.objects.filter(
-        content_type__app_label__in=["jobs", "factors"]))
+        content_type__app_label__in=["jobs", "factors", "ingest"]))
     browser = Client()
     browser.force_login(gina)
     pages = [f"/admin/jobs/job/{acme.failed.pk}/change/",
              f"/admin/jobs/job/pipeline/{acme.ingest.pipeline_id}/",
              f"/admin/factors/carbonreport/{acme.report.pk}/change/",
-             f"/admin/factors/upload/{acme.upload.id}/change/"]
+             f"/admin/factors/upload/{acme.upload.id}/change/",
+             f"/admin/ingest/ingestrun/{acme.run.pk}/change/",
+             f"/admin/ingest/ingestrun/{acme.run.pk}/timeline/",
+             f"/admin/ingest/ingestsource/{acme.run.source_id}/change/"]
     for page in pages:
         response = browser.get(page)
         assert response.status_code in (302, 403, 404), page
@@ -234,6 +255,9 @@ def test_the_admin_shows_globex_staff_none_of_acmes_objects(acme):
     cancel = browser.post(f"/admin/jobs/job/{acme.waiting.pk}/cancel/")
     assert cancel.status_code in (302, 403, 404)
     assert cancel.status_code != 302 or "/cancel/" not in cancel["Location"]
+    assert browser.post(f"/admin/ingest/ingestrun/{acme.run.pk}/cancel/").status_code == 404
+    for listing in ("/admin/ingest/ingestrun/", "/admin/ingest/ingestsource/"):
+        assert ACME_MARK not in browser.get(listing).content.decode(), listing
     assert snapshot(acme) == before
 
 

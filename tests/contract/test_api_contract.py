@@ -5,8 +5,9 @@ every operation in it is exercised against the app in-process (Django's WSGI han
 on this test's own database connection), once per identity: a platform operator, a
 tenant's staff user and a tenant's member (each with a token), and nobody. Real rows
 exist first (tenants, reports with modules and entries, jobs in several states, events
-with deliveries); besides schemathesis' positive and negative cases, a third of the
-cases address those rows, so the answers checked include real objects, not only 404s.
+with deliveries, ingest runs that succeeded, failed and still run); besides
+schemathesis' positive and negative cases, a third of the cases address those rows, so
+the answers checked include real objects, not only 404s.
 
 Checks on every answer: not a server error, the status code is documented, the content
 type is documented, the body conforms to the documented schema. Each operation runs a
@@ -49,10 +50,12 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from factors import services
+from ingest.runs import services as ingest_services
 from jobs.events import publish
 from jobs.models import Job
 from tests.base import make_job, run_next, staff, tenant
 from tests.factors.builders import module, plane_factors, report
+from tests.ingest import builders as ingest_builders
 
 pytestmark = pytest.mark.django_db
 
@@ -75,6 +78,8 @@ class World:
 
     def values(self, path: str, name: str) -> list[Any]:
         if name == "id":
+            if path.startswith("/api/ingest/runs/"):
+                return self.known["runs"]
             return self.known["events" if path.startswith("/api/events/") else "jobs"]
         return self.known[name]
 
@@ -92,13 +97,19 @@ def build_world() -> World:
     jobs = [make_job("tests.crash", tenant=acme), make_job("tests.noop", tenant=acme),
             make_job("tests.permanent", tenant=globex)]
     events = [publish("OrderPlaced", {"order": 1}, tenant=acme), publish("Crashing", {}, tenant=globex)]
+    runs = [ingest_services.start_ingest(ingest_builders.source(acme, "orders", batches=2)),
+            ingest_services.start_ingest(ingest_builders.source(
+                acme, "checked", batches=1, hooks=[ingest_builders.exit_with(1)], max_failures=1)),
+            ingest_services.start_ingest(ingest_builders.source(globex, "orders", batches=1))]
     while Job.objects.filter(state=Job.State.PENDING, attempts=0).exists():
         run_next()  # one failure with a traceback, one success, one permanent failure, deliveries
     jobs.append(make_job("tests.noop", tenant=acme))  # and one still pending
+    runs.append(ingest_services.start_ingest(ingest_builders.source(acme, "invoices")))  # running
     return World(
         tokens={name: Token.objects.create(user=user).key for name, user in users.items()},
         known={"jobs": list(Job.objects.values_list("pk", flat=True)),
                "events": [event.pk for event in events],
+               "runs": [run.pk for run in runs],
                "report": [r.pk for r in reports],
                "module": ["travel", "energy"],
                "entry": [e.pk for e in entries if e is not None],

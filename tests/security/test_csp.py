@@ -10,8 +10,10 @@ from django.contrib.auth.models import User
 from django.test import Client
 from rest_framework.test import APIClient
 
+from ingest.runs import services as ingest_services
 from jobs.events import publish
 from tests.base import make_job, staff, tenant
+from tests.ingest import builders as ingest_builders
 
 pytestmark = pytest.mark.django_db
 
@@ -64,11 +66,16 @@ def test_the_nonce_is_the_pages_and_new_on_every_response(root_client):
 def test_our_pages_have_no_style_attribute_inline_script_or_unnonced_style(root_client):
     job = make_job("tests.noop", tenant=tenant())
     event = publish("tests.Happened", {"n": 1})
+    run = ingest_services.start_ingest(ingest_builders.source(tenant()))
     pages = ["/admin/", "/admin/jobs/job/", f"/admin/jobs/job/{job.pk}/change/",
              f"/admin/jobs/job/pipeline/{job.pipeline_id}/",
              f"/admin/jobs/job/pipeline/{job.pipeline_id}/graph/", "/admin/jobs/job/dashboard/",
              f"/admin/jobs/event/{event.pk}/change/", "/admin/jobs/event/",
-             "/admin/factors/dataentry/upload/", "/api/docs/", "/admin/axes/accessattempt/"]
+             "/admin/factors/dataentry/upload/", "/api/docs/", "/admin/axes/accessattempt/",
+             "/admin/ingest/ingestsource/", "/admin/ingest/ingestsource/add/",
+             f"/admin/ingest/ingestsource/{run.source_id}/change/", "/admin/ingest/ingestrun/",
+             f"/admin/ingest/ingestrun/{run.pk}/change/", f"/admin/ingest/ingestrun/{run.pk}/timeline/",
+             "/admin/ingest/runnerbreaker/"]
 
     for url in pages:
         response = root_client.get(url)

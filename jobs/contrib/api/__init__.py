@@ -12,7 +12,7 @@ from this package at that moment would import DRF's views again, half-defined.
 
 from __future__ import annotations
 
-from jobs.contrib.api.filters import StrictFilterBackend
+from jobs.contrib.api.filters import DateTimeFilter, StrictFilterBackend
 from jobs.contrib.api.pagination import CheckedCursorPagination, NewestFirst
 from jobs.contrib.api.parsers import BoundedJSONParser, object_body
 from jobs.contrib.api.scoping import visible_jobs
@@ -21,6 +21,7 @@ from jobs.contrib.api.serializers import ErrorSerializer, ErrorTextField, JobSer
 __all__ = [
     "BoundedJSONParser",
     "CheckedCursorPagination",
+    "DateTimeFilter",
     "ErrorSerializer",
     "ErrorTextField",
     "JobSerializer",

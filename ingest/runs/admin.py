@@ -1,0 +1,409 @@
+"""Ingest runs in the admin: sources with their hooks, runs with a live timeline of their
+batches, and the hook runner's circuit breakers.
+
+Every operator action (start, cancel, retry the failed hooks, fetch again from the failed
+batch) calls ``ingest.runs.services`` with the staff user and ``via="admin"``, so it is
+recorded on the run like one from the API or a command. Runs and breakers are written by
+the pipeline only: their pages show them and act on them, they do not edit them. Staff of
+a tenant see their tenant's sources and runs; the breakers are the platform's, shared
+by every tenant, and are for platform operators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+import jobs
+from ingest.runs import breaker, services, timeline
+from ingest.runs.forms import HookForm, SourceForm
+from ingest.runs.models import (
+    BatchStatus,
+    Hook,
+    HookExecution,
+    IngestBatch,
+    IngestRun,
+    IngestSource,
+    RunnerBreaker,
+    RunStatus,
+)
+from ingest.runs.rendering import countdown, status_badge
+from jobs.contrib.admin import CappedCountPaginator
+from tenancy.scoping import scope_queryset, tenant_scope
+
+CSS = "ingest/runs.css"
+SCRIPT = "ingest/run_live.js"
+OPERATE_RUNS = "ingest.change_ingestrun"
+
+
+def _is_operator(request: HttpRequest) -> bool:
+    return tenant_scope(request.user) is True
+
+
+def _may_operate(request: HttpRequest) -> bool:
+    """Start, cancel and retry runs: staff granted the run model's change permission."""
+    return request.user.has_perm(OPERATE_RUNS)
+
+
+def _job_link(request: HttpRequest, job: jobs.Job) -> SafeString:
+    if not request.user.has_perm("jobs.view_job"):
+        return format_html("#{}", job.pk)
+    return format_html('<a href="{}">#{}</a>', reverse("admin:jobs_job_change", args=[job.pk]), job.pk)
+
+
+def _refusal(exc: services.RunRefused) -> str:
+    return str(exc)[:1].upper() + str(exc)[1:] + "."
+
+
+# --- sources and their hooks --------------------------------------------------------------------
+
+
+class HookInline(admin.StackedInline):
+    model = Hook
+    form = HookForm
+    extra = 0
+    fieldsets = [
+        (None, {"fields": [("name", "position"), "image", "command", "env", "timeout_seconds"]}),
+        ("Resources (Kubernetes)", {"fields": [("cpu_request", "cpu_limit"),
+                                               ("memory_request", "memory_limit")],
+                                    "classes": ["collapse"]}),
+    ]
+
+
+@admin.register(IngestSource)
+class IngestSourceAdmin(admin.ModelAdmin):
+    list_display = ["name", "tenant", "kind", "hooks", "batch_size", "max_failures", "enabled",
+                    "running"]
+    list_filter = ["enabled", "kind"]
+    list_select_related = ["tenant"]
+    search_fields = ["name"]
+    form = SourceForm
+    inlines = [HookInline]
+    actions = ["start_runs"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[IngestSource]:
+        running = IngestRun.objects.filter(source=OuterRef("pk"), status=RunStatus.RUNNING)
+        sources = super().get_queryset(request).annotate(
+            hook_count=Count("hooks"), running_run=Subquery(running.values("pk")[:1]))
+        return scope_queryset(sources, request.user)
+
+    def get_list_filter(self, request: HttpRequest) -> list[Any]:
+        return [*self.list_filter, "tenant"] if _is_operator(request) else list(self.list_filter)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return tenant_scope(request.user) not in (False, None) and super().has_add_permission(request)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        fields = list(SourceForm.Meta.fields)
+        return fields if _is_operator(request) else [f for f in fields if f != "tenant"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        # A source's runs carry its tenant: it never moves to another one.
+        return ["tenant"] if obj is not None and _is_operator(request) else []
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False,
+                 **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        scope = tenant_scope(request.user)
+        fixed = scope if isinstance(scope, int) and not isinstance(scope, bool) else None
+        return type(form.__name__, (form,), {"fixed_tenant": fixed})
+
+    def save_model(self, request: HttpRequest, obj: IngestSource, form: Any, change: bool) -> None:
+        if form.fixed_tenant is not None:
+            obj.tenant_id = form.fixed_tenant
+        super().save_model(request, obj, form, change)
+
+    @admin.display(description="hooks", ordering="hook_count")
+    def hooks(self, source: IngestSource) -> int:
+        return source.hook_count
+
+    @admin.display(description="running")
+    def running(self, source: IngestSource) -> SafeString:
+        if source.running_run is None:
+            return format_html("{}", "—")
+        url = reverse("admin:ingest_ingestrun_change", args=[source.running_run])
+        return format_html('<a href="{}">run {}</a>', url, source.running_run)
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        return _may_operate(request)
+
+    @admin.action(description="Start a run of the selected sources", permissions=["operate"])
+    def start_runs(self, request: HttpRequest, queryset: QuerySet[IngestSource]) -> None:
+        for source in queryset:
+            try:
+                run = services.start_ingest(source, actor=request.user, via="admin")
+            except services.RunRefused as exc:
+                self.message_user(request, f"Not started: {exc}.", messages.ERROR)
+                continue
+            url = reverse("admin:ingest_ingestrun_change", args=[run.pk])
+            self.message_user(request, format_html('Started <a href="{}">run {}</a> of {}.', url,
+                                                   run.pk, source.name), messages.SUCCESS)
+
+
+# --- runs -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Operation:
+    """An operator action on a run: the service it calls, when it applies, and what the
+    operator is told it did (from the service's answer)."""
+
+    name: str
+    label: str
+    call: Callable[..., Any]
+    applies: Callable[[IngestRun, dict[str, int]], bool]
+    done: Callable[[IngestRun, Any], str]
+
+    @property
+    def url_name(self) -> str:
+        return f"ingest_ingestrun_{self.name.replace('-', '_')}"
+
+    def url(self, run: IngestRun) -> str:
+        return reverse(f"admin:{self.url_name}", args=[run.pk])
+
+
+OPERATIONS = {op.name: op for op in [
+    Operation("cancel", "Cancel the run", services.cancel_run,
+              applies=lambda run, batches: not run.finished,
+              done=lambda run, _: f"Run {run.pk} cancelled."),
+    Operation("retry-hooks", "Retry the failed hooks", services.retry_failed_hooks,
+              applies=lambda run, batches: run.status != RunStatus.CANCELLED
+              and batches[BatchStatus.HOOKS_FAILED] > 0,
+              done=lambda run, count: f"Run {run.pk}: the hooks of {count} batch(es) run again."),
+    Operation("retry-from-batch", "Fetch again from the failed batch",
+              services.retry_from_failed_batch,
+              applies=lambda run, batches: run.status == RunStatus.FAILED and not run.ingest_done,
+              done=lambda run, sequence: f"Run {run.pk}: fetching again from batch {sequence}."),
+]}
+
+
+@dataclass
+class BatchRow:
+    batch: IngestBatch
+    executions: list[HookExecution]
+    delivery: jobs.Job | None
+    delivery_link: SafeString | None
+
+
+@admin.register(IngestRun)
+class IngestRunAdmin(admin.ModelAdmin):
+    list_display = ["id", "source", "tenant", "status_display", "batches", "records_published",
+                    "failures", "started_at", "started_by", "finished_at"]
+    list_display_links = ["id", "source"]
+    list_filter = ["status", ("source", admin.RelatedOnlyFieldListFilter)]
+    list_select_related = ["source", "tenant", "started_by"]
+    sortable_by = ["id", "started_at"]
+    search_fields = ["=id", "source__name"]
+    search_help_text = "A run id or a source's name."
+    show_full_result_count = False
+    paginator = CappedCountPaginator
+    change_form_template = "admin/ingest/ingestrun/change_form.html"
+    actions = ["cancel_runs", "retry_failed_hooks", "retry_from_failed_batch"]
+    # What never changes; where the run stands is the live timeline's (timeline.html).
+    fields = ["id", "source", "tenant", "started_by", "started_at", "pipeline"]
+    readonly_fields = fields
+
+    class Media:
+        css = {"all": [CSS]}
+        js = [SCRIPT]
+
+    # -- who may do what --
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[IngestRun]:
+        return scope_queryset(super().get_queryset(request), request.user)
+
+    def get_list_filter(self, request: HttpRequest) -> list[Any]:
+        tenants = [("tenant", admin.RelatedOnlyFieldListFilter)] if _is_operator(request) else []
+        return [*self.list_filter, *tenants]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # runs are started from their source, the API or a command
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the pipeline writes runs; operators act through the services
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # a run is the record of what was published
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        return _may_operate(request)
+
+    # -- the list --
+
+    @admin.display(description="status", ordering="status")
+    def status_display(self, run: IngestRun) -> SafeString:
+        return status_badge(run.status)
+
+    @admin.display(description="batches published / fetched")
+    def batches(self, run: IngestRun) -> str:
+        return f"{run.batches_published} / {run.batches_ingested}"
+
+    @admin.display(description="hook failures")
+    def failures(self, run: IngestRun) -> str:
+        return f"{run.hook_failures} of {run.max_failures} allowed"
+
+    # -- the run page: its timeline, kept live by ingest/run_live.js --
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view
+        own = [path("<path:object_id>/timeline/", view(self.timeline_view),
+                    name="ingest_ingestrun_timeline")]
+        own += [path(f"<path:object_id>/{name}/", view(self.operation_view), {"operation": name},
+                     name=op.url_name) for name, op in OPERATIONS.items()]
+        return own + super().get_urls()
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict | None = None) -> HttpResponse:
+        run = self.get_object(request, unquote(object_id))
+        context = dict(extra_context or {})
+        if run is not None and self.has_view_permission(request, run):
+            context.update(self.timeline_context(request, run))
+            context["timeline_url"] = reverse("admin:ingest_ingestrun_timeline", args=[run.pk])
+            context["events_url"] = reverse("pipeline-events", args=[run.pipeline])
+        return super().change_view(request, object_id, form_url, context)
+
+    def timeline_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The timeline alone, for the page's script to swap in when the run's pipeline
+        says something happened."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        run = self.get_object(request, unquote(object_id))
+        if run is None:
+            raise Http404("No such run visible to you.")
+        return TemplateResponse(request, "admin/ingest/ingestrun/timeline.html",
+                                self.timeline_context(request, run))
+
+    def timeline_context(self, request: HttpRequest, run: IngestRun) -> dict[str, Any]:
+        shown = timeline.load(run)
+        batch_counts = timeline.counts(run)["batches"]
+        rows = []
+        for batch in shown.batches:
+            delivery = shown.hook_deliveries.get(batch.pk)
+            rows.append(BatchRow(batch, list(batch.hook_executions.all()), delivery,
+                                 _job_link(request, delivery) if delivery is not None else None))
+        operations = [(op.label, op.url(run)) for op in OPERATIONS.values()
+                      if op.applies(run, batch_counts)] if self.has_operate_permission(request) else []
+        return {
+            "run": run,
+            "timeline": shown,
+            "rows": rows,
+            "fetching": [(sequence, job, _job_link(request, job)) for sequence, job in shown.fetching],
+            "actions": run.actions.select_related("actor"),
+            "operations": operations,
+            "pipeline_url": reverse("admin:jobs_job_pipeline", args=[run.pipeline])
+            if request.user.has_perm("jobs.view_job") else "",
+        }
+
+    def operation_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
+        """A button of the run page: the service's action, reported back on the page."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        run = self.get_object(request, unquote(object_id))
+        if run is None:
+            raise Http404("No such run visible to you.")
+        self.carry_out(request, OPERATIONS[operation], run)
+        return redirect(reverse("admin:ingest_ingestrun_change", args=[run.pk]))
+
+    def carry_out(self, request: HttpRequest, op: Operation, run: IngestRun) -> None:
+        try:
+            result = op.call(run, actor=request.user, via="admin")
+        except services.RunRefused as exc:
+            self.message_user(request, f"Run {run.pk}: not done. {_refusal(exc)}", messages.ERROR)
+        else:
+            self.message_user(request, op.done(run, result), messages.SUCCESS)
+
+    # -- bulk actions --
+
+    def _bulk(self, request: HttpRequest, queryset: QuerySet[IngestRun], name: str) -> None:
+        for run in queryset.order_by("id"):
+            self.carry_out(request, OPERATIONS[name], run)
+
+    @admin.action(description="Cancel the selected runs", permissions=["operate"])
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[IngestRun]) -> None:
+        self._bulk(request, queryset, "cancel")
+
+    @admin.action(description="Retry the failed hooks of the selected runs", permissions=["operate"])
+    def retry_failed_hooks(self, request: HttpRequest, queryset: QuerySet[IngestRun]) -> None:
+        self._bulk(request, queryset, "retry-hooks")
+
+    @admin.action(description="Fetch the selected runs again from their failed batch",
+                  permissions=["operate"])
+    def retry_from_failed_batch(self, request: HttpRequest, queryset: QuerySet[IngestRun]) -> None:
+        self._bulk(request, queryset, "retry-from-batch")
+
+
+# --- the hook runner's circuit breakers -----------------------------------------------------------
+
+
+@admin.register(RunnerBreaker)
+class RunnerBreakerAdmin(admin.ModelAdmin):
+    """Shared by every tenant's runs, so shown to platform operators only."""
+
+    list_display = ["target", "state_display", "failures", "next_probe", "times_opened",
+                    "denied", "last_failure_display", "opened_at", "updated_at"]
+    list_filter = ["state"]
+    fields = ["target", "state_display", "failures", "window_started_at", "opened_at",
+              "next_probe", "cooldown_seconds", "probe_job", "probe_started_at", "times_opened",
+              "denied", "last_failure", "updated_at"]
+    readonly_fields = fields
+    actions = ["close_breakers"]
+
+    class Media:
+        css = {"all": [CSS]}
+        js = [SCRIPT]
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return _is_operator(request) and super().has_module_permission(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return _is_operator(request) and super().has_view_permission(request, obj)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        return _is_operator(request) and request.user.has_perm("ingest.change_runnerbreaker")
+
+    @admin.display(description="state", ordering="state")
+    def state_display(self, row: RunnerBreaker) -> SafeString:
+        return status_badge(row.state, row.get_state_display())
+
+    @admin.display(description="next probe", ordering="next_probe_at")
+    def next_probe(self, row: RunnerBreaker) -> SafeString:
+        if row.state == RunnerBreaker.State.CLOSED:
+            return format_html("{}", "—")
+        return countdown(row.next_probe_at)
+
+    @admin.display(description="last failure")
+    def last_failure_display(self, row: RunnerBreaker) -> str:
+        text = row.last_failure.splitlines()[0] if row.last_failure else "—"
+        return text if len(text) <= 120 else text[:119] + "…"
+
+    @admin.action(description="Close the selected breakers (the cluster is back)",
+                  permissions=["operate"])
+    def close_breakers(self, request: HttpRequest, queryset: QuerySet[RunnerBreaker]) -> None:
+        targets = list(queryset.values_list("target", flat=True))
+        for target in targets:
+            breaker.reset(target, jobs.now())
+        self.message_user(request, f"Closed: {', '.join(targets)}. Held-back hooks launch at "
+                                   "their next attempt.", messages.SUCCESS)

@@ -421,6 +421,9 @@ for _name in ("KUBECONFIG", "KUBE_CONTEXT", "KUBE_NAMESPACE", "KUBE_SERVICE_ACCO
     if f"INGEST_{_name}" in os.environ:
         globals()[f"INGEST_{_name}"] = os.environ[f"INGEST_{_name}"]
 INGEST_FILE_ROOTS = env_list("INGEST_FILE_ROOTS", [str(VAR_DIR / "ingest-files")])
+for _name in ("HOOK_POLL_SECONDS", "KUBE_SCHEDULE_TIMEOUT_SECONDS", "QUEUE_WAIT_SECONDS"):
+    if f"INGEST_{_name}" in os.environ:
+        globals()[f"INGEST_{_name}"] = env_float(f"INGEST_{_name}", 0.0)
 
 # What one request may send the web process (python -m project.web; project/bodylimit.py
 # and project/http_limits.py). Bodies: the limit of the longest matching path prefix,

@@ -11,11 +11,12 @@ PostgreSQL, or ``DATABASE_URL``):
   sum of its deliveries' handler times (events, deliveries, state changes, staging, the
   hook's process, publishing), p50 and p95; and the whole run's wall time, claims
   included, as batches per second.
-- pressure: 20 runs × 10 batches from 3 tenants against the fake Kubernetes API server
+- pressure: 20 runs × 10 batches from 3 tenants (each run failing after 10 hook
+  failures) against the tests' fake Kubernetes API server (``tests/kube_api.py``)
   refusing every Job create (403 "exceeded quota", which the runner counts as cluster
-  pressure), with and without the runner's breaker, on the engine's clock moved from
-  each due job to the next (no waiting): Job create calls per minute of simulated time,
-  and how the runs ended.
+  pressure), with and without the runner's breaker, for ``--pressure-minutes`` of the
+  engine's clock moved from each due job to the next (no waiting): Job create calls per
+  simulated minute, and how many runs had failed by then.
 """
 
 from __future__ import annotations
@@ -184,8 +185,63 @@ def main() -> int:
     return 0
 
 
-def _pressure_cases(minutes: float) -> list[dict[str, Any]] | None:
-    return None
+def _pressure_cases(minutes: float) -> list[dict[str, Any]]:
+    """Full refusal for ``minutes`` of the engine's clock, with the breaker and without
+    it (a threshold nothing reaches); the fake API server is the tests' own."""
+    return [_refusal(label, threshold, minutes)
+            for label, threshold in (("with the breaker", 5), ("without the breaker", 10**9))]
+
+
+def _refusal(label: str, threshold: int, minutes: float) -> dict[str, Any]:
+    import tempfile
+    from datetime import timedelta
+
+    from django.test import override_settings
+
+    import jobs
+    from ingest.runs import services
+    from ingest.runs.models import Hook, IngestRun, IngestSource, RunnerBreaker
+    from jobs.clock import ManualClock, use_clock
+    from jobs.models import Job
+    from tenancy.models import Tenant
+    from tests.kube_api import FakeCluster
+
+    clock = ManualClock()
+    start = clock.now()
+    end = start + timedelta(minutes=minutes)
+    RunnerBreaker.objects.all().delete()
+    with use_clock(clock), FakeCluster(clock=clock.now) as cluster, \
+            tempfile.TemporaryDirectory() as scratch:
+        cluster.refuse_creates(403, 'jobs.batch "hook" is forbidden: exceeded quota: hooks')
+        config = cluster.kubeconfig(f"{scratch}/kubeconfig")
+        with override_settings(INGEST_HOOK_RUNNER="kubernetes", INGEST_KUBECONFIG=str(config),
+                               INGEST_KUBE_NAMESPACE=cluster.namespace,
+                               INGEST_BREAKER_THRESHOLD=threshold):
+            runs = []
+            for n in range(20):
+                tenant, _ = Tenant.objects.get_or_create(slug=f"pressure{n % 3}",
+                                                         defaults={"name": f"Pressure {n % 3}"})
+                source = IngestSource.objects.create(
+                    tenant=tenant, name=f"refused-{threshold}-{n}", kind="bench_generated",
+                    config={"batches": 10, "records": 1}, max_failures=10)
+                Hook.objects.create(source=source, name="check", image="hooks:1", command=["check"])
+                runs.append(services.start_ingest(source).pk)
+            while clock.now() < end:
+                jobs.run_until_idle()
+                upcoming = Job.objects.filter(state="pending").order_by("run_after").first()
+                if upcoming is None:
+                    break
+                clock.advance(max((upcoming.run_after - clock.now()).total_seconds(), 0) + 0.001)
+            creates = cluster.create_calls
+        for job in Job.objects.filter(state__in=["pending", "running"]):
+            jobs.cancel(job, reason="the bench is over")
+        failed = IngestRun.objects.filter(pk__in=runs, status="failed").count()
+        IngestRun.objects.filter(pk__in=runs, status="running").update(
+            status="cancelled", finished_at=clock.now())
+    elapsed = min(clock.now(), end) - start
+    return {"case": label, "minutes": elapsed / timedelta(minutes=1), "creates": creates,
+            "per_minute": creates / max(elapsed / timedelta(minutes=1), 1e-9),
+            "failed": failed, "runs": len(runs)}
 
 
 if __name__ == "__main__":

@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         _manage(env, "migrate", "--noinput", "-v", "0")
         _ensure_admin(env)
         _manage(env, "load_demo", "--user", "admin")  # a filled CO2 report (idempotent)
+        _manage(env, "ingest_demo", "--user", "admin")  # a source and a finished run
         host = env.get("HOST", "127.0.0.1")
         children.append(process_groups.start(
             "web", [PYTHON, "-m", "project.web", "--host", host, "--port", port], env))

@@ -77,7 +77,7 @@ def test_every_ingest_page_answers_with_rows_in_it(admin_client, acme, clock):
     breaker.record_failure("kube:conveyor-hooks", 1, "429 Too Many Requests", clock.now())
     for url in [SOURCES, f"{SOURCES}add/", f"{SOURCES}{run.source_id}/change/", RUNS,
                 f"{RUNS}{run.pk}/change/", f"{RUNS}{run.pk}/timeline/", BREAKERS,
-                f"{BREAKERS}{RunnerBreaker.objects.get().pk}/change/",
+                f"{BREAKERS}{RunnerBreaker.objects.get(target='kube:conveyor-hooks').pk}/change/",
                 f"{RUNS}?status=succeeded", f"{RUNS}?source__id__exact={run.source_id}"]:
         page(admin_client, url)
 

@@ -40,6 +40,9 @@ def _open_it(start: float = 0) -> None:
 
 def test_a_closed_breaker_admits_and_costs_one_read_for_a_success(django_assert_max_num_queries):
     assert breaker.admit(TARGET, 1, at(0)).allowed
+    breaker.record_success(TARGET, 1, at(0))
+    assert RunnerBreaker.objects.get(target=TARGET).window == 9  # one more launch may wait
+    RunnerBreaker.objects.filter(target=TARGET).update(window=1024)
     with django_assert_max_num_queries(1):
         breaker.record_success(TARGET, 1, at(0))
 

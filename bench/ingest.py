@@ -16,7 +16,7 @@ PostgreSQL, or ``DATABASE_URL``):
   refusing every Job create (403 "exceeded quota", which the runner counts as cluster
   pressure), with and without the runner's breaker, for ``--pressure-minutes`` of the
   engine's clock moved from each due job to the next (no waiting): Job create calls per
-  simulated minute, and how many runs had failed by then.
+  minute of that clock, and how many runs had failed by then.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def table(result: dict[str, Any]) -> str:
     ]
     pressure = result.get("pressure")
     if pressure:
-        lines += ["", "| full refusal, simulated | minutes | create calls | calls/min | runs failed |",
+        lines += ["", "| full refusal (engine clock) | minutes | create calls | calls/min | runs failed |",
                   "|---|---:|---:|---:|---:|"]
         for row in pressure:
             lines.append(f"| {row['case']} | {row['minutes']:.0f} | {row['creates']:,} | "

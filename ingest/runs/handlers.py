@@ -16,7 +16,7 @@ time per run, reading the session batch n left.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import jobs
 from ingest import conf
@@ -101,7 +101,7 @@ def run_ingester(ctx: jobs.JobContext) -> dict[str, Any]:
     return {"batch": sequence, "records": batch.records, "has_more": batch.has_more}
 
 
-def _ingester_failed(ctx: jobs.JobContext, run: IngestRun, sequence: int, message: str) -> Any:
+def _ingester_failed(ctx: jobs.JobContext, run: IngestRun, sequence: int, message: str) -> NoReturn:
     with ctx.batch():
         services.fail_run(run, f"fetching batch {sequence} failed: {message}",
                           current_job=ctx.job.pk)

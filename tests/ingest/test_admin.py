@@ -15,7 +15,7 @@ from ingest.runs import breaker, services
 from ingest.runs.errors import TransientResourceError
 from ingest.runs.models import ActionKind, BreakerState, IngestRun, IngestSource, RunnerBreaker, RunStatus
 from ingest.runs.runners.local import LocalRunner
-from tests.base import staff, tenant
+from tests.base import staff
 from tests.ingest import builders
 from tests.ingest.running import drain
 
@@ -24,16 +24,6 @@ pytestmark = pytest.mark.django_db
 SOURCES = "/admin/ingest/ingestsource/"
 RUNS = "/admin/ingest/ingestrun/"
 BREAKERS = "/admin/ingest/runnerbreaker/"
-
-
-@pytest.fixture
-def acme():
-    return tenant("Acme")
-
-
-@pytest.fixture
-def globex():
-    return tenant("Globex")
 
 
 def staff_browser(username: str, of) -> Client:

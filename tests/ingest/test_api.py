@@ -11,23 +11,13 @@ from ingest.runs.errors import TransientResourceError
 from ingest.runs.models import ActionKind, IngestRun, RunStatus
 from ingest.runs.runners.local import LocalRunner
 from jobs.models import Job
-from tests.base import as_user, staff, tenant
+from tests.base import as_user, staff
 from tests.ingest import builders
 from tests.ingest.running import drain
 
 pytestmark = pytest.mark.django_db
 
 RUNS = "/api/ingest/runs/"
-
-
-@pytest.fixture
-def acme():
-    return tenant("Acme")
-
-
-@pytest.fixture
-def globex():
-    return tenant("Globex")
 
 
 @pytest.fixture

@@ -10,21 +10,11 @@ from django.core.management import CommandError, call_command
 
 from ingest.runs import services
 from ingest.runs.models import ActionKind, IngestRun, RunStatus
-from tests.base import staff, tenant
+from tests.base import staff
 from tests.ingest import builders
 from tests.ingest.running import drain
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def acme():
-    return tenant("Acme")
-
-
-@pytest.fixture
-def globex():
-    return tenant("Globex")
 
 
 def command(*args: str) -> str:

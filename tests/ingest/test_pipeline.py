@@ -10,16 +10,11 @@ from ingest.runs import events, services
 from ingest.runs.models import ActionKind, BatchStatus, IngestRecord, IngestRun, RunStatus
 from jobs import registry
 from jobs.models import Event, Job
-from tests.base import staff, tenant
+from tests.base import staff
 from tests.ingest import builders
 from tests.ingest.drive import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def acme():
-    return tenant("Acme")
 
 
 def test_a_run_fetches_checks_and_publishes_every_batch(clock, acme):

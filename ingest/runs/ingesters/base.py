@@ -7,6 +7,7 @@ so that any worker can fetch any batch and a retried batch fetches the same reco
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -20,7 +21,7 @@ class Fetched:
     has_more: bool  # False: the source is exhausted, the run's ingesting is done
 
 
-class Ingester:
+class Ingester(ABC):
     """Subclasses name their ``kind``, validate a source's ``config`` with
     ``config_serializer`` and fetch with ``fetch``; ``@register`` makes them usable."""
 
@@ -28,10 +29,10 @@ class Ingester:
     label: ClassVar[str]
     config_serializer: ClassVar[type[serializers.Serializer]]
 
+    @abstractmethod
     def fetch(self, config: dict[str, Any], session: dict[str, Any], batch_size: int) -> Fetched:
         """The next batch after ``session``. Raises ``ingest.runs.errors.SourceError``
         (transient or not) when the source cannot give it."""
-        raise NotImplementedError
 
 
 IngesterClass = TypeVar("IngesterClass", bound=type[Ingester])

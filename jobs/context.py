@@ -110,9 +110,12 @@ class JobContext:
         last, the lock lasts only for the commit, and never holds up the worker's own
         progress writes and heartbeat to that row.
         """
+        self._hold_lease(relaxed=False)
+
+    def _hold_lease(self, *, relaxed: bool) -> None:
         from jobs import engine
 
-        engine.hold_lease(self.job)
+        engine.hold_lease(self.job, relaxed=relaxed)
 
     @contextlib.contextmanager
     def batch(self, *, relaxed: bool = True) -> Iterator[None]:
@@ -128,11 +131,10 @@ class JobContext:
         # Inside a caller's transaction, relaxing would relax the caller's commit.
         relaxed = relaxed and not connection.in_atomic_block
         with transaction.atomic():
-            if relaxed:
-                with connection.cursor() as cursor:
-                    cursor.execute("SET LOCAL synchronous_commit TO off")
             yield
-            self.hold_lease()
+            # synchronous_commit is read at commit: setting it with the lease, just
+            # before, relaxes this commit without a round trip of its own.
+            self._hold_lease(relaxed=relaxed)
 
     def prerequisites(self) -> list[Prerequisite]:
         """The jobs this one waited on (``enqueue(..., after=...)``), in id order, each

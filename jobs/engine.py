@@ -478,12 +478,14 @@ def unstart(job_ids: Iterable[int], token: uuid.UUID) -> int:
 # --- while a handler runs --------------------------------------------------------------
 
 
-def hold_lease(job: Job) -> None:
+def hold_lease(job: Job, *, relaxed: bool = False) -> None:
     """Raise ``LeaseLost`` unless ``job`` still runs under the lease it was claimed with;
-    otherwise keep it so until the caller's transaction ends (``ctx.hold_lease``)."""
+    otherwise keep it so until the caller's transaction ends (``ctx.hold_lease``).
+    ``relaxed``: that transaction's commit need not wait for the disk (``ctx.batch``)."""
     row = None
     if job.lease_token is not None:
-        row = sql.execute(sql.hold_lease(), {"id": job.pk, "token": job.lease_token}).fetchone()
+        row = sql.execute(sql.hold_lease(relaxed=relaxed),
+                          {"id": job.pk, "token": job.lease_token}).fetchone()
     if row is None:
         raise LeaseLost(f"job {job.pk}: lease {job.lease_token} is no longer current; "
                         "its write is refused")

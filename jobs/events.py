@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, connection
 
-from jobs import arguments, clock, engine, registry
-from jobs.models import Delivery, Event
+from jobs import arguments, clock, engine, registry, sql
+from jobs.models import Event
+from jobs.notify import CHANNEL
 
 NAME_LENGTH = Event._meta.get_field("name").max_length
 
@@ -26,23 +27,32 @@ def publish(name: str, payload: dict[str, Any] | None = None, *, tenant: Any = N
     """
     payload = {} if payload is None else payload
     arguments.text("name", name, NAME_LENGTH, none_means="nothing: an event has a name")
-    arguments.payload(payload, max_depth=arguments.MAX_PAYLOAD_DEPTH - 1)
-    tenant_id = arguments.reference("tenant", tenant, Event._meta.get_field("tenant").related_model)
+    encoded = arguments.payload(payload, max_depth=arguments.MAX_PAYLOAD_DEPTH - 1)
+    references = {
+        "tenant": arguments.reference("tenant", tenant, Event._meta.get_field("tenant").related_model),
+        "created_by": arguments.reference("created_by", created_by,
+                                          Event._meta.get_field("created_by").related_model,
+                                          anonymous_is_none=True),
+    }
     pipeline_id = arguments.pipeline(pipeline)
-    engine.check_references(tenant=tenant_id)
-    # No savepoint: the arguments are checked, and inside a caller's transaction the event
-    # and its deliveries commit or roll back with the caller's work. A pipeline that
-    # publishes per batch saves two round trips an event.
-    with transaction.atomic(savepoint=False):
-        event = Event.objects.create(
-            name=name, payload=payload, tenant_id=tenant_id, pipeline_id=pipeline_id,
-            created_at=clock.now(), created_by=created_by
-            if getattr(created_by, "is_authenticated", False) else None,
-        )
-        for subscriber in registry.subscribers(name):
-            job = engine.enqueue(
-                subscriber.name, {"event_id": event.pk, "event": name, "payload": payload},
-                tenant=tenant_id, pipeline=pipeline_id, created_by=event.created_by,
-            )
-            Delivery.objects.create(event=event, subscriber=subscriber.name, job=job)
+    subscribers = registry.subscribers(name)
+    now = clock.now()
+    params = {
+        "event": name, "payload": encoded, "pipeline": pipeline_id, "now": now,
+        "channel": CHANNEL, **references,
+        "types": [s.name for s in subscribers], "queues": [s.queue for s in subscribers],
+        "max_attempts": [s.max_attempts for s in subscribers],
+        "key_scopes": [0 if s.global_keys or references["tenant"] is None else references["tenant"]
+                       for s in subscribers],
+    }
+    checked = tuple(argument for argument, pk in references.items() if pk is not None)
+    # One statement, so no savepoint: inside a caller's transaction the event and its
+    # deliveries commit or roll back with the caller's work.
+    row = sql.execute(sql.publish_event(checked=checked), params).fetchone()
+    if row is None:
+        engine.check_references(**references)
+        raise IntegrityError(f"event {name!r} was not written, yet everything it names exists")
+    event = Event(id=row[0], name=name, payload=payload, pipeline_id=pipeline_id, created_at=now,
+                  tenant_id=references["tenant"], created_by_id=references["created_by"])
+    event._state.adding, event._state.db = False, connection.alias
     return event

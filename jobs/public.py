@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import psycopg
     from django.db.models import QuerySet
 
     from jobs.enqueueing import Enqueued
@@ -104,6 +105,17 @@ def publish(name: str, payload: dict[str, Any] | None = None, *, tenant: Any = N
 
     return events.publish(name, payload, tenant=tenant, pipeline=pipeline,
                           created_by=created_by)
+
+
+def execute_prepared(statement: str, params: dict[str, Any], *, binary: bool = False
+                     ) -> psycopg.Cursor:
+    """Run ``statement`` (``%(name)s`` placeholders) on Django's connection, in its current
+    transaction, as a statement prepared once per connection: for a pipeline's own
+    per-batch statements, which PostgreSQL then plans once rather than on every call.
+    Returns the psycopg cursor. See ``jobs.sql.execute``."""
+    from jobs import sql
+
+    return sql.execute(statement, params, binary=binary)
 
 
 def recover(job: Job, *, actor: Any = None, reason: str = "") -> Job:

@@ -140,6 +140,45 @@ SELECT job.* FROM job, pg_notify(%(channel)s, %(queue)s)
 """
 
 
+@cache
+def publish_event(*, checked: tuple[str, ...] = ()) -> str:
+    """Record an event, one delivery job per subscriber and the deliveries linking them,
+    and signal the workers of the jobs' queues, in one round trip; returns the event's id.
+
+    The subscribers come as parallel arrays (``%(types)s``, ``%(queues)s``,
+    ``%(max_attempts)s``, ``%(key_scopes)s``); each job's payload is the delivery's
+    envelope, ``{"event_id", "event", "payload"}``. As in ``insert_jobs``, nothing at all
+    is written when a referenced tenant or user named in ``checked`` does not exist.
+    """
+    kinds = {argument: kind for argument, kind, _ in _references()}
+    tenant, user = f"%(tenant)s::{kinds['tenant']}", f"%(created_by)s::{kinds['created_by']}"
+    return f"""
+WITH event AS (
+    INSERT INTO jobs_event (name, payload, tenant_id, pipeline_id, created_at, created_by_id)
+    SELECT %(event)s::text, %(payload)s::jsonb, {tenant}, %(pipeline)s::uuid, %(now)s, {user}
+    {_all_exist(checked)}
+    RETURNING id
+), job AS (
+    INSERT INTO jobs_job ({_INSERT_COLUMNS})
+    SELECT s.type, s.queue, 0, 'pending',
+           jsonb_build_object('event_id', event.id, 'event', %(event)s::text,
+                              'payload', %(payload)s::jsonb),
+           0, '', 0, s.max_attempts, %(now)s, '', 0,
+           COALESCE(%(pipeline)s::uuid, gen_random_uuid()), NULL, NULL, s.key_scope, false,
+           NULL, NULL, {tenant}, '', '', %(now)s, {user}
+    FROM event, unnest(%(types)s::text[], %(queues)s::text[], %(max_attempts)s::int[],
+                       %(key_scopes)s::bigint[]) AS s(type, queue, max_attempts, key_scope)
+    RETURNING id, type, queue
+), delivery AS (
+    INSERT INTO jobs_delivery (event_id, subscriber, job_id)
+    SELECT event.id, job.type, job.id FROM event, job
+)
+SELECT event.id, (SELECT count(pg_notify(%(channel)s, woken.queue))
+                  FROM (SELECT DISTINCT queue FROM job) AS woken)
+FROM event
+"""
+
+
 # Every queue that has pending jobs, found by a "loose index scan" of job_claim_idx: one
 # index probe per queue (then a NULL row, which ends the recursion), where SELECT DISTINCT
 # would read every pending row. One CTE of a WITH RECURSIVE.
@@ -428,12 +467,17 @@ WHERE j.id IN (
 """
 
 
-def hold_lease() -> str:
+@cache
+def hold_lease(*, relaxed: bool = False) -> str:
     """Share-lock job ``%(id)s`` if it still runs under ``%(token)s``; returns a row if so.
     Until the caller's transaction ends, a rescue, cancel or recovery (each an UPDATE of
-    the row) waits for it; one that came first makes this return nothing."""
-    return ("SELECT 1 FROM jobs_job WHERE id = %(id)s AND state = 'running' "
-            "AND lease_token = %(token)s FOR SHARE")
+    the row) waits for it; one that came first makes this return nothing.
+
+    ``relaxed`` also sets ``synchronous_commit`` off for the rest of the transaction (it
+    is read at commit), saving the round trip a ``SET LOCAL`` of its own would cost."""
+    relax = ", (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed" if relaxed else ""
+    return (f"SELECT 1 FROM jobs_job{relax} WHERE id = %(id)s AND state = 'running' "
+            "AND lease_token = %(token)s FOR SHARE OF jobs_job")
 
 
 def lock_prerequisites() -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import jobs
-from jobs import engine, events, pipelines, public, why
+from jobs import engine, events, pipelines, public, sql, why
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,7 +50,7 @@ def test_the_public_api_names_every_documented_name():
         "IllegalTransition", "Backoff", "Exponential", "Fibonacci", "Fixed", "Schedule",
         "recover", "retry", "cancel", "run_now", "explain", "ApiPayload", "TenantObject",
         "Prerequisite", "now", "run_until_idle", "busy_pipelines", "pipeline_jobs",
-        "pipeline_state", "pipelines_over",
+        "pipeline_state", "pipelines_over", "execute_prepared",
     ])
     assert jobs.Enqueued is engine.Enqueued
 
@@ -58,6 +58,7 @@ def test_the_public_api_names_every_documented_name():
 @pytest.mark.parametrize("name, target", [
     ("enqueue", engine.enqueue), ("enqueue_once", engine.enqueue_once),
     ("enqueue_many", engine.enqueue_many), ("recover", engine.recover),
+    ("execute_prepared", sql.execute),
     ("retry", engine.retry), ("cancel", engine.cancel), ("run_now", engine.run_now),
     ("publish", events.publish), ("explain", why.explain),
     ("busy_pipelines", pipelines.busy), ("pipeline_jobs", pipelines.jobs_of),

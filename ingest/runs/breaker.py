@@ -21,11 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 
 from ingest import conf
-from ingest.runs.models import BreakerState, ExecutionStatus, HookExecution, RunnerBreaker
+from ingest.runs.models import BreakerState, ExecutionStatus, RunnerBreaker
 
 # A probe that neither succeeded nor failed within this long (its worker died) is
 # given to the next delivery that asks.
@@ -38,6 +38,9 @@ class Admission:
     probe: bool = False  # this launch decides whether the breaker closes
     wait_seconds: float = 0.0  # when not allowed: until the next probe
     state: str = BreakerState.CLOSED
+    # Closed, with no failure counted and the window at its widest: a success would
+    # change nothing, so the caller need not record one.
+    settled: bool = False
 
 
 def _row(target: str) -> RunnerBreaker:
@@ -52,20 +55,62 @@ def _cooldown(breaker: RunnerBreaker, *, longer: bool) -> float:
     return min(breaker.cooldown_seconds * 2, float(conf.get("BREAKER_MAX_COOLDOWN_SECONDS")))
 
 
+# The closed path of ``admit`` in one round trip: the breaker's state and launch window,
+# and how many of the target's launches wait for room, counted no further than the window.
+_ADMIT = """
+SELECT b.state, b."window", b.failures, (
+    SELECT count(*) FROM (
+        SELECT FROM ingest_hookexecution e
+        WHERE e.runner_target = t.target AND NOT e.scheduled
+          AND e.status IN (%(launching)s, %(running)s)
+        LIMIT COALESCE(b."window", %(window)s)) AS waiting)
+FROM (SELECT %(target)s::text AS target) AS t
+LEFT JOIN ingest_runnerbreaker b ON b.target = t.target
+"""
+
+# ``record_success`` in one round trip: an open or probing breaker closed and the window
+# widened by one, or the target's row created. A breaker that is closed, clean and at its
+# widest (a healthy target's steady state) matches neither, and the statement then
+# neither writes nor locks anything.
+_SUCCEEDED = """
+WITH widened AS (
+    UPDATE ingest_runnerbreaker SET
+        "window" = LEAST("window" + 1, %(most)s), state = %(closed)s, failures = 0,
+        window_started_at = NULL, next_probe_at = NULL, probe_job = NULL,
+        probe_started_at = NULL, cooldown_seconds = 0, updated_at = %(now)s
+    WHERE target = %(target)s
+      AND NOT (state = %(closed)s AND failures = 0 AND "window" = %(most)s)
+    RETURNING id
+)
+INSERT INTO ingest_runnerbreaker (
+    target, state, failures, cooldown_seconds, "window", times_opened, denied, last_failure,
+    updated_at)
+SELECT %(target)s, %(closed)s, 0, 0, LEAST(%(window)s + 1, %(most)s), 0, 0, '', %(now)s
+WHERE NOT EXISTS (SELECT FROM widened)
+  AND NOT EXISTS (SELECT FROM ingest_runnerbreaker WHERE target = %(target)s)
+ON CONFLICT (target) DO NOTHING
+"""
+
+
+def _default_window() -> int:
+    return RunnerBreaker._meta.get_field("window").default
+
+
 def admit(target: str, job_id: int, now: datetime) -> Admission:
     """May delivery ``job_id`` launch a hook on ``target`` now?
 
     Closed, it may while fewer launches than the window are waiting for room there
     (launched, not yet scheduled); otherwise it waits ``QUEUE_WAIT_SECONDS`` and asks
     again, so that a full cluster's queue drains before it is made longer."""
-    row = RunnerBreaker.objects.filter(target=target).values_list("state", "window").first()
-    if row is None or row[0] == BreakerState.CLOSED:
-        window = row[1] if row is not None else RunnerBreaker._meta.get_field("window").default
-        waiting = HookExecution.objects.filter(
-            runner_target=target, status__in=[ExecutionStatus.LAUNCHING, ExecutionStatus.RUNNING],
-            scheduled=False)[:window].count()
-        if waiting < window:
-            return Admission(allowed=True)
+    with connection.cursor() as cursor:
+        cursor.execute(_ADMIT, {"target": target, "window": _default_window(),
+                                "launching": ExecutionStatus.LAUNCHING,
+                                "running": ExecutionStatus.RUNNING})
+        state, window, failures, waiting = cursor.fetchone()
+    if state is None or state == BreakerState.CLOSED:
+        if waiting < (window or _default_window()):
+            return Admission(allowed=True, settled=(
+                failures == 0 and window == int(conf.get("MAX_LAUNCH_WINDOW"))))
         RunnerBreaker.objects.filter(target=target).update(denied=F("denied") + 1)
         return Admission(allowed=False, wait_seconds=float(conf.get("QUEUE_WAIT_SECONDS")),
                          state="full")
@@ -116,30 +161,17 @@ def record_failure(target: str, job_id: int, message: str, now: datetime) -> Run
 def record_success(target: str, job_id: int, now: datetime) -> None:
     """A hook on ``target`` got room: the target can take more. Widens the launch window
     by one (up to its maximum; a failure halves it, so the window settles where the
-    target's room is), and closes an open or probing breaker. Costs one read when there
-    is nothing to change."""
-    most = int(conf.get("MAX_LAUNCH_WINDOW"))
-    row = RunnerBreaker.objects.filter(target=target).values_list("state", "failures", "window").first()
-    if row is not None and row == (BreakerState.CLOSED, 0, most):
-        return
-    with transaction.atomic():
-        breaker = _row(target)
-        breaker.window = min(most, breaker.window + 1)
-        breaker.state = BreakerState.CLOSED
-        breaker.failures = 0
-        breaker.window_started_at = None
-        breaker.next_probe_at = None
-        breaker.probe_job = None
-        breaker.probe_started_at = None
-        breaker.cooldown_seconds = 0
-        breaker.updated_at = now
-        breaker.save()
+    target's room is), and closes an open or probing breaker."""
+    with connection.cursor() as cursor:
+        cursor.execute(_SUCCEEDED, {"target": target, "closed": BreakerState.CLOSED,
+                                    "window": _default_window(),
+                                    "most": int(conf.get("MAX_LAUNCH_WINDOW")), "now": now})
 
 
 def reset(target: str, now: datetime) -> None:
     """Close the breaker by hand (an operator who knows the cluster is back)."""
     RunnerBreaker.objects.filter(target=target).update(
-        state=BreakerState.CLOSED, failures=0, window=RunnerBreaker._meta.get_field("window").default,
+        state=BreakerState.CLOSED, failures=0, window=_default_window(),
         window_started_at=None, next_probe_at=None,
         probe_job=None, probe_started_at=None, cooldown_seconds=0, updated_at=now)
 

@@ -28,7 +28,7 @@ HOOK_BATCH_COMPLETED = "HookBatchCompleted"
 
 def _publish(name: str, run: IngestRun, payload: dict) -> None:
     jobs.publish(name, {"run": run.pk, **payload}, tenant=run.tenant_id, pipeline=run.pipeline,
-                 created_by=run.started_by)
+                 created_by=run.started_by_id)
 
 
 def publish_run_started(run: IngestRun, *, started_by: str) -> None:

@@ -18,9 +18,11 @@ from __future__ import annotations
 import time
 from typing import Any, NoReturn
 
+from django.db import IntegrityError
+
 import jobs
 from ingest import conf
-from ingest.runs import events, hooks, ingesters, runners, services
+from ingest.runs import events, hooks, ingesters, runners, services, sql
 from ingest.runs.errors import InfrastructureError, SourceError
 from ingest.runs.models import IngestBatch, IngestRun
 from intake import staging
@@ -39,39 +41,41 @@ def _event(ctx: jobs.JobContext) -> dict[str, Any]:
     return event
 
 
-def _run(ctx: jobs.JobContext, event: dict[str, Any]) -> IngestRun:
-    run = (IngestRun.objects.select_related("source", "tenant")
-           .filter(pk=event["run"], tenant_id=ctx.tenant_id).first())
+def _run(ctx: jobs.JobContext, event: dict[str, Any], sequence: int) -> IngestRun:
+    """The event's run with its source, through the job's tenant, with ``batch_fetched``
+    and ``previous_session`` for batch ``sequence`` (``sql.run_for_fetch``)."""
+    run = sql.run_for_fetch(run=event["run"], tenant=ctx.tenant_id, sequence=sequence)
     if run is None:
         raise jobs.PermanentError(f"run {event['run']} is not one of this job's tenant's")
     return run
 
 
-def _batch(run: IngestRun, event: dict[str, Any]) -> IngestBatch:
-    batch = run.batches.select_related("run__source", "run__tenant").filter(pk=event.get("batch")).first()
-    if batch is None:
-        raise jobs.PermanentError(f"batch {event.get('batch')!r} is not one of run {run.pk}'s")
-    return batch
+def _batch_id(event: dict[str, Any]) -> int:
+    if not isinstance(event.get("batch"), int):
+        raise jobs.PermanentError("the delivery names no batch")
+    return event["batch"]
+
+
+def _no_such_batch(event: dict[str, Any]) -> jobs.PermanentError:
+    return jobs.PermanentError(f"batch {event['batch']} is not one of run {event['run']}'s, or "
+                               "the run is not this job's tenant's")
 
 
 @jobs.handler("ingest.RunIngester", subscribes=[events.NEXT_BATCH_REQUESTED], atomic=False,
               max_attempts=5, backoff=INGESTER_BACKOFF)
 def run_ingester(ctx: jobs.JobContext) -> dict[str, Any]:
     event = _event(ctx)
-    run = _run(ctx, event)
     sequence = event.get("sequence")
     if not isinstance(sequence, int) or sequence < 1:
         raise jobs.PermanentError(f"sequence {sequence!r} is not a batch number")
+    run = _run(ctx, event, sequence)
     if run.finished:
         return {"skipped": f"run {run.status}"}
-    if run.batches.filter(sequence=sequence).exists():
+    if run.batch_fetched:  # an earlier attempt wrote it
         return {"batch": sequence, "already": "fetched"}
-    session: dict[str, Any] = {}
-    if sequence > 1:
-        previous = run.batches.filter(sequence=sequence - 1).values_list("session_out", flat=True)
-        if not previous:
-            return _ingester_failed(ctx, run, sequence, f"batch {sequence - 1} is missing")
-        session = previous[0]
+    if sequence > 1 and run.previous_session is None:
+        return _ingester_failed(ctx, run, sequence, f"batch {sequence - 1} is missing")
+    session: dict[str, Any] = run.previous_session or {}
     source = run.source
     try:
         ingester = ingesters.get(source.kind)
@@ -91,9 +95,15 @@ def run_ingester(ctx: jobs.JobContext) -> dict[str, Any]:
         if isinstance(exc, OSError) and ctx.attempt < ctx.job.max_attempts:
             raise jobs.TransientError(f"batch {sequence}: cannot stage its records: {exc}") from exc
         return _ingester_failed(ctx, run, sequence, f"cannot stage its records: {exc}")
-    with ctx.batch():
-        batch = services.record_batch(run, sequence=sequence, fetched=fetched, session_in=session,
-                                      staged_id=staged_id, fetch_ms=fetch_ms)
+    try:
+        with ctx.batch():
+            batch = services.record_batch(run, sequence=sequence, fetched=fetched,
+                                          session_in=session, staged_id=staged_id,
+                                          fetch_ms=fetch_ms)
+    except IntegrityError as exc:
+        if not services.is_duplicate_batch(exc):
+            raise
+        batch = None  # a concurrent attempt wrote it first
     if batch is None:
         services.batches_store().delete(staged_id)
         return {"batch": sequence, "already": "fetched, or the run ended"}
@@ -112,15 +122,18 @@ def _ingester_failed(ctx: jobs.JobContext, run: IngestRun, sequence: int, messag
               max_attempts=HOOKS_ATTEMPTS, backoff=HOOKS_BACKOFF)
 def run_hooks(ctx: jobs.JobContext) -> dict[str, Any]:
     event = _event(ctx)
-    run = _run(ctx, event)
-    batch = _batch(run, event)
+    batch, executions = sql.batch_with_hooks(batch=_batch_id(event), run=event["run"],
+                                             tenant=ctx.tenant_id)
+    if batch is None:
+        raise _no_such_batch(event)
+    run = batch.run
     if run.finished:
         return {"skipped": f"run {run.status}"}
     if batch.status in (IngestBatch.Status.CHECKED, IngestBatch.Status.PUBLISHED):
         return {"batch": batch.sequence, "already": batch.status}
     if batch.status == IngestBatch.Status.HOOKS_FAILED:
         return {"batch": batch.sequence, "already": batch.status}
-    hooks.check_batch(ctx, batch, runners.current())
+    hooks.check_batch(ctx, batch, executions, runners.current())
     return {"batch": batch.sequence, "hooks": "passed"}
 
 
@@ -128,16 +141,17 @@ def run_hooks(ctx: jobs.JobContext) -> dict[str, Any]:
               backoff=INGESTER_BACKOFF)
 def publish_batch(ctx: jobs.JobContext) -> dict[str, Any]:
     event = _event(ctx)
-    run = _run(ctx, event)
-    batch = _batch(run, event)
     try:
-        count = services.publish_batch(batch, current_job=ctx.job.pk)
+        published = services.publish_batch(_batch_id(event), run=event["run"],
+                                           tenant=ctx.tenant_id, current_job=ctx.job.pk)
+    except IngestBatch.DoesNotExist:
+        raise _no_such_batch(event) from None
     except staging.NotStaged as exc:
         # Nothing can bring the records back; the run is failed by ``ReconcileRuns``.
-        raise jobs.PermanentError(f"batch {batch.sequence}: {exc}") from exc
-    if count is None:
-        return {"batch": batch.sequence, "skipped": "published already, or the run ended"}
-    return {"batch": batch.sequence, "records": count}
+        raise jobs.PermanentError(f"batch {event.get('sequence')}: {exc}") from exc
+    if published.records is None:
+        return {"batch": published.sequence, "skipped": "published already, or the run ended"}
+    return {"batch": published.sequence, "records": published.records}
 
 
 @jobs.handler("ingest.StopHooks", max_attempts=8, backoff=HOOKS_BACKOFF)

@@ -32,11 +32,11 @@ from ingest.runs.runners import HookRunner, HookSpec, HookStatus, Phase, Resourc
 LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def check_batch(ctx: jobs.JobContext, batch: IngestBatch, runner: HookRunner) -> bool:
-    """Advance ``batch``'s hooks; True once every one has passed (and
-    ``HookBatchCompleted`` is emitted). Raises ``jobs.Snooze`` while a hook runs, and the
-    engine's errors when one failed."""
-    executions = _load(batch)
+def check_batch(ctx: jobs.JobContext, batch: IngestBatch, executions: list[HookExecution],
+                runner: HookRunner) -> bool:
+    """Advance ``batch``'s hooks (``executions``, in order); True once every one has
+    passed (and ``HookBatchCompleted`` is emitted). Raises ``jobs.Snooze`` while a hook
+    runs, and the engine's errors when one failed."""
     last: tuple[HookExecution, dict[str, Any]] | None = None
     for execution in executions:
         if execution.status == ExecutionStatus.SUCCEEDED:
@@ -49,18 +49,13 @@ def check_batch(ctx: jobs.JobContext, batch: IngestBatch, runner: HookRunner) ->
     with ctx.batch():
         if last is not None:  # the last hook's success commits with the batch's
             HookExecution.objects.filter(pk=last[0].pk).update(**last[1])
-        locked = (IngestBatch.objects.select_for_update(of=("self",)).select_related("run")
-                  .get(pk=batch.pk))
-        if locked.status in (BatchStatus.FETCHED, BatchStatus.CHECKING):
-            IngestBatch.objects.filter(pk=batch.pk).update(status=BatchStatus.CHECKED,
-                                                            checked_at=ctx.now())
-            events.publish_hooks_completed(locked)
+        # Whichever delivery moves the batch to checked emits the event: the row lock of
+        # this UPDATE makes a concurrent one wait, then find the batch checked already.
+        if IngestBatch.objects.filter(
+                pk=batch.pk, status__in=[BatchStatus.FETCHED, BatchStatus.CHECKING]).update(
+                status=BatchStatus.CHECKED, checked_at=ctx.now()):
+            events.publish_hooks_completed(batch)
     return True
-
-
-def _load(batch: IngestBatch) -> list[HookExecution]:
-    return list(batch.hook_executions.select_related(
-        "hook", "batch__run__tenant", "batch__run__source").order_by("position"))
 
 
 def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
@@ -70,6 +65,7 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
     if execution.hook is None:
         _hook_failed(ctx, execution, HookStatus(Phase.FAILED, reason="the hook was removed from "
                                                                      "its source"))
+    admission = None
     if execution.status == ExecutionStatus.RUNNING:
         status = _call(ctx, execution, runner, lambda spec: runner.poll(
             spec, execution.launched_at, ctx.now()))
@@ -83,7 +79,9 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
             _new_try(ctx, execution, runner)
         status = _call(ctx, execution, runner, runner.launch)
     scheduled = status.scheduled or status.phase != Phase.PENDING
-    if scheduled and not execution.scheduled:  # the target had room for it
+    # The target had room for it; nothing to record if the breaker was settled when it
+    # admitted this launch (a success changes nothing then).
+    if scheduled and not execution.scheduled and not (admission and admission.settled):
         breaker.record_success(runner.target, ctx.job.pk, ctx.now())
     if status.phase == Phase.SUCCEEDED:
         return {"status": ExecutionStatus.SUCCEEDED, "pod_phase": status.pod_phase,
@@ -108,8 +106,10 @@ def _new_try(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner)
               "runner_target": runner.target, "launched_at": ctx.now(), "reason": "",
               "pod_phase": "", "exit_code": None, "log_tail": "", "scheduled": False}
     with ctx.batch():
-        IngestBatch.objects.filter(pk=execution.batch_id, status=BatchStatus.FETCHED).update(
-            status=BatchStatus.CHECKING)
+        if execution.batch.status == BatchStatus.FETCHED:  # as loaded: its first hook
+            IngestBatch.objects.filter(pk=execution.batch_id, status=BatchStatus.FETCHED).update(
+                status=BatchStatus.CHECKING)
+            execution.batch.status = BatchStatus.CHECKING
         HookExecution.objects.filter(pk=execution.pk).update(**fields)
     for name, value in fields.items():
         setattr(execution, name, value)

@@ -178,6 +178,10 @@ class BatchStatus(models.TextChoices):
     PUBLISHED = "published", "published"
 
 
+# The constraint a second insert of a run's batch violates.
+BATCH_SEQUENCE_UNIQUE = "ingest_batch_sequence_per_run"
+
+
 class IngestBatch(models.Model):
     """One batch of a run: the records one ingester call fetched, staged until its hooks
     pass and it is published."""
@@ -207,7 +211,7 @@ class IngestBatch(models.Model):
         verbose_name = "ingest batch"
         verbose_name_plural = "ingest batches"
         constraints = [
-            models.UniqueConstraint(fields=["run", "sequence"], name="ingest_batch_sequence_per_run"),
+            models.UniqueConstraint(fields=["run", "sequence"], name=BATCH_SEQUENCE_UNIQUE),
             models.CheckConstraint(name="ingest_batch_sequence_positive", condition=Q(sequence__gte=1)),
             _choices_check("ingest_batch_status_valid", "status", BatchStatus),
             models.CheckConstraint(

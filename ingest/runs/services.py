@@ -11,17 +11,19 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, F, Q
+from django.db.models import Count, Exists, F, OuterRef, Q
 
 import jobs
-from ingest.runs import events
+from ingest.runs import events, sql
 from ingest.runs.models import (
+    BATCH_SEQUENCE_UNIQUE,
     ActionKind,
     BatchStatus,
     ExecutionStatus,
+    Hook,
     HookExecution,
     IngestBatch,
     IngestRecord,
@@ -117,41 +119,62 @@ def record_batch(run: IngestRun, *, sequence: int, fetched: Any, session_in: dic
                  staged_id: str, fetch_ms: int) -> IngestBatch | None:
     """Write batch ``sequence`` and emit what follows it, in the caller's transaction:
     ``IngesterBatchReady``, and ``NextBatchRequested`` when the source has more. None
-    (and nothing written) if the run stopped or the batch exists already."""
-    run = IngestRun.objects.select_for_update(no_key=True).get(pk=run.pk)
-    if run.finished or run.batches.filter(sequence=sequence).exists():
+    (and nothing written) if the run stopped or the batch exists already.
+
+    The run's counters move first: that UPDATE takes the run's row lock (a cancel waits
+    for this batch, or this batch sees the run ended) and skips a batch that exists. A
+    concurrent attempt of the same request that got there first makes the insert below
+    fail on the batch's unique constraint instead (``is_duplicate_batch``)."""
+    moved = (IngestRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING)
+             .exclude(Exists(IngestBatch.objects.filter(run=OuterRef("pk"), sequence=sequence)))
+             .update(batches_ingested=F("batches_ingested") + 1, ingest_done=not fetched.has_more))
+    if not moved:
         return None
     batch = IngestBatch.objects.create(
         run=run, sequence=sequence, records=len(fetched.records), session_in=session_in,
         session_out=fetched.session, has_more=fetched.has_more, location=staged_id,
         fetch_ms=fetch_ms, fetched_at=jobs.now())
-    IngestRun.objects.filter(pk=run.pk).update(
-        batches_ingested=F("batches_ingested") + 1, ingest_done=not fetched.has_more)
     # The hooks it goes through are the source's hooks now: changing them later does not
     # change what an earlier batch was checked by.
     HookExecution.objects.bulk_create(
         [HookExecution(batch=batch, hook=hook, hook_name=hook.name, position=index)
-         for index, hook in enumerate(run.source.hooks.order_by("position", "name"))])
+         for index, hook in enumerate(Hook.objects.filter(source_id=run.source_id)
+                                      .order_by("position", "name").only("name"))])
     events.publish_batch_ready(batch)
     if fetched.has_more:
         events.publish_next_batch(run, sequence=sequence + 1)
     return batch
 
 
-def publish_batch(batch: IngestBatch, *, current_job: int | None = None) -> int | None:
+def is_duplicate_batch(error: IntegrityError) -> bool:
+    """Whether ``error`` is a second insert of a run's batch (its unique constraint)."""
+    diagnostics = getattr(error.__cause__, "diag", None)
+    return getattr(diagnostics, "constraint_name", None) == BATCH_SEQUENCE_UNIQUE
+
+
+class Published(NamedTuple):
+    sequence: int
+    records: int | None  # None: nothing was done (published already, or the run ended)
+
+
+def publish_batch(batch_id: int, *, run: int, tenant: int | None,
+                  current_job: int | None = None) -> Published:
     """Make a checked batch's records visible: its rows and its ``published`` mark in
-    the caller's transaction, so readers see all of it or none. Returns the number of
-    records, or None if there was nothing to do (already published, or the run ended)."""
-    batch = IngestBatch.objects.select_for_update().get(pk=batch.pk)
-    run = IngestRun.objects.select_for_update(no_key=True).select_related("source").get(pk=batch.run_id)
+    the caller's transaction, so readers see all of it or none. The batch is looked up
+    within ``run`` and ``tenant`` (``IngestBatch.DoesNotExist`` otherwise) and locked
+    with its run in the same query."""
+    batch = sql.batch_to_publish(batch=batch_id, run=run, tenant=tenant)
+    if batch is None:
+        raise IngestBatch.DoesNotExist(f"batch {batch_id} of run {run} (tenant {tenant})")
+    run = batch.run
     if batch.status == BatchStatus.PUBLISHED or run.finished:
-        return None
+        return Published(batch.sequence, None)
     key_field = run.source.config.get("key_field") or ""
     count = 0
     chunk: list[IngestRecord] = []
     for position, record in enumerate(staged_records(batch.location)):
         key = record.get(key_field, "") if key_field else ""
-        chunk.append(IngestRecord(source_id=run.source_id, batch=batch, position=position,
+        chunk.append(IngestRecord(source_id=run.source_id, batch_id=batch.pk, position=position,
                                   key=str(key)[:255], data=record))
         if len(chunk) >= PUBLISH_CHUNK:
             IngestRecord.objects.bulk_create(chunk)
@@ -167,7 +190,7 @@ def publish_batch(batch: IngestBatch, *, current_job: int | None = None) -> int 
         settle(run, current_job=current_job)
     staged = batch.location
     transaction.on_commit(lambda: batches_store().delete(staged))
-    return count
+    return Published(batch.sequence, count)
 
 
 def settle(run: IngestRun, *, current_job: int | None = None) -> IngestRun:

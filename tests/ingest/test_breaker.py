@@ -38,13 +38,30 @@ def _open_it(start: float = 0) -> None:
         breaker.record_failure(TARGET, 100 + n, "0/3 nodes are available", at(start + n))
 
 
-def test_a_closed_breaker_admits_and_costs_one_read_for_a_success(django_assert_max_num_queries):
-    assert breaker.admit(TARGET, 1, at(0)).allowed
-    breaker.record_success(TARGET, 1, at(0))
-    assert RunnerBreaker.objects.get(target=TARGET).window == 9  # one more launch may wait
-    RunnerBreaker.objects.filter(target=TARGET).update(window=1024)
+def test_a_closed_breaker_admits_and_records_a_success_in_one_statement_each(
+        django_assert_max_num_queries):
+    with django_assert_max_num_queries(1):
+        assert breaker.admit(TARGET, 1, at(0)).allowed
     with django_assert_max_num_queries(1):
         breaker.record_success(TARGET, 1, at(0))
+    assert RunnerBreaker.objects.get(target=TARGET).window == 9  # one more launch may wait
+    breaker.record_success(TARGET, 1, at(1))
+    assert RunnerBreaker.objects.get(target=TARGET).window == 10
+    RunnerBreaker.objects.filter(target=TARGET).update(window=1024)
+    breaker.record_success(TARGET, 1, at(2))
+    widest = RunnerBreaker.objects.get(target=TARGET)
+    assert (widest.window, widest.updated_at) == (1024, at(1))  # nothing left to write
+
+
+def test_an_admission_is_settled_only_when_a_success_would_change_nothing():
+    assert not breaker.admit(TARGET, 1, at(0)).settled  # no row yet: a success creates it
+    breaker.record_success(TARGET, 1, at(0))
+    assert not breaker.admit(TARGET, 1, at(1)).settled  # the window can still widen
+    RunnerBreaker.objects.filter(target=TARGET).update(window=1024)
+    assert breaker.admit(TARGET, 1, at(2)).settled
+    breaker.record_failure(TARGET, 2, "evicted", at(3))
+    RunnerBreaker.objects.filter(target=TARGET).update(window=1024)
+    assert not breaker.admit(TARGET, 1, at(4)).settled  # a success clears the failure count
 
 
 def test_failures_below_the_threshold_or_spread_beyond_the_window_keep_it_closed():

@@ -3,11 +3,23 @@ batches published once, hook failures counted up to the run's limit."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
+from django.db import IntegrityError, connection, transaction
 
 import jobs
 from ingest.runs import events, services
-from ingest.runs.models import ActionKind, BatchStatus, IngestRecord, IngestRun, RunStatus
+from ingest.runs.ingesters import Fetched
+from ingest.runs.models import (
+    ActionKind,
+    BatchStatus,
+    IngestBatch,
+    IngestRecord,
+    IngestRun,
+    RunStatus,
+)
 from jobs import registry
 from jobs.models import Event, Job
 from tests.base import staff
@@ -163,3 +175,61 @@ def test_the_records_appear_only_with_their_batch(clock, acme):
     assert run.status == RunStatus.SUCCEEDED
     batch = run.batches.get()
     assert list(IngestRecord.objects.filter(batch=batch).values_list("position", flat=True)) == [0, 1, 2]
+
+
+def test_two_attempts_recording_the_same_batch_at_once_write_it_once(acme):
+    """Two attempts of one request racing past the handler's check: the second waits for
+    the first's row lock on the run, then writes nothing, or fails on the batch's unique
+    constraint (which the handler takes as "fetched already")."""
+    run = services.start_ingest(builders.source(acme, batches=2))
+    fetched = Fetched([{"id": 1}], {"next": 2}, True)
+    first_wrote, release, outcomes = threading.Event(), threading.Event(), {}
+
+    def record(name: str) -> None:
+        try:
+            with transaction.atomic():
+                outcomes[name] = services.record_batch(run, sequence=1, fetched=fetched,
+                                                       session_in={}, staged_id=name, fetch_ms=1)
+                if name == "first":
+                    first_wrote.set()
+                    release.wait(10)
+        except IntegrityError as exc:
+            outcomes[name] = exc
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=record, args=("first",))
+    first.start()
+    assert first_wrote.wait(10)
+    second = threading.Thread(target=record, args=("second",))
+    second.start()
+    _wait_until_a_backend_waits_for_a_lock()
+    release.set()
+    first.join(10), second.join(10)
+
+    assert isinstance(outcomes["first"], IngestBatch)
+    late = outcomes["second"]
+    assert late is None or services.is_duplicate_batch(late), late
+    run.refresh_from_db()
+    assert run.batches_ingested == 1
+    assert list(run.batches.values_list("location", flat=True)) == ["first"]
+    assert Event.objects.filter(pipeline_id=run.pipeline, name="IngesterBatchReady").count() == 1
+
+
+def _wait_until_a_backend_waits_for_a_lock(timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                           "AND datname = current_database()")
+            if cursor.fetchone()[0]:
+                return
+            time.sleep(0.01)
+    raise AssertionError("the second attempt never waited for the first's lock")
+
+
+def test_an_integrity_error_of_another_constraint_is_no_duplicate_batch(acme):
+    source = builders.source(acme)
+    with pytest.raises(IntegrityError) as refused, transaction.atomic():
+        builders.source(acme, name=source.name)
+    assert not services.is_duplicate_batch(refused.value)

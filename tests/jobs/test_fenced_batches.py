@@ -5,12 +5,14 @@ back and the attempt stops, so two attempts never write side by side."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection, transaction
 
+from jobs import engine
 from jobs.context import JobContext
 from jobs.errors import LeaseLost
 from jobs.models import Job
 from jobs.testing import frozen_clock
-from tests.base import make_job, run_next
+from tests.base import claim_one, make_job, run_next
 from tests.conftest import hit_count
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,3 +43,21 @@ def test_hold_lease_refuses_a_job_that_no_longer_runs(hits_table):
 
     with pytest.raises(LeaseLost, match=f"job {job.pk}: lease None is no longer current"):
         JobContext(job, frozen_clock()).hold_lease()
+
+
+def _synchronous_commit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.parametrize(("relaxed", "at_commit"), [(True, "off"), (False, "on")])
+def test_a_relaxed_batch_commits_without_waiting_for_the_disk_and_only_that_batch(
+        hits_table, relaxed, at_commit):
+    make_job("tests.fenced_batches")
+    job, _ = claim_one()
+
+    with transaction.atomic():
+        engine.hold_lease(job, relaxed=relaxed)  # what ctx.batch() runs last
+        assert _synchronous_commit() == at_commit
+    assert _synchronous_commit() == "on"

@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any, NamedTuple
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, F, OuterRef, Q
+from django.db.models import Count, F, Q
 
 import jobs
 from ingest.runs import events, sql
@@ -23,10 +23,8 @@ from ingest.runs.models import (
     ActionKind,
     BatchStatus,
     ExecutionStatus,
-    Hook,
     HookExecution,
     IngestBatch,
-    IngestRecord,
     IngestRun,
     IngestSource,
     RunAction,
@@ -108,38 +106,29 @@ def stage_records(records: list[dict[str, Any]], max_bytes: int) -> str:
     return pending.id
 
 
-def staged_records(staged_id: str) -> Iterator[dict[str, Any]]:
+def staged_lines(staged_id: str) -> Iterator[str]:
+    """A staged batch's records, each its line of JSON text."""
     with batches_store().open(staged_id) as handle:
         for line in handle:
             if line.strip():
-                yield json.loads(line)
+                yield line.decode()
 
 
 def record_batch(run: IngestRun, *, sequence: int, fetched: Any, session_in: dict[str, Any],
                  staged_id: str, fetch_ms: int) -> IngestBatch | None:
-    """Write batch ``sequence`` and emit what follows it, in the caller's transaction:
-    ``IngesterBatchReady``, and ``NextBatchRequested`` when the source has more. None
-    (and nothing written) if the run stopped or the batch exists already.
-
-    The run's counters move first: that UPDATE takes the run's row lock (a cancel waits
-    for this batch, or this batch sees the run ended) and skips a batch that exists. A
-    concurrent attempt of the same request that got there first makes the insert below
-    fail on the batch's unique constraint instead (``is_duplicate_batch``)."""
-    moved = (IngestRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING)
-             .exclude(Exists(IngestBatch.objects.filter(run=OuterRef("pk"), sequence=sequence)))
-             .update(batches_ingested=F("batches_ingested") + 1, ingest_done=not fetched.has_more))
-    if not moved:
-        return None
-    batch = IngestBatch.objects.create(
-        run=run, sequence=sequence, records=len(fetched.records), session_in=session_in,
+    """Write batch ``sequence`` with its hook executions (the source's hooks now: changing
+    them later does not change what an earlier batch was checked by), and emit what
+    follows it, in the caller's transaction: ``IngesterBatchReady``, and
+    ``NextBatchRequested`` when the source has more. None (and nothing written) if the run
+    stopped or the batch exists already; an attempt that races another to the same batch
+    fails on the batch's unique constraint instead (``is_duplicate_batch``)."""
+    batch = sql.record_batch(
+        run=run.pk, sequence=sequence, records=len(fetched.records), session_in=session_in,
         session_out=fetched.session, has_more=fetched.has_more, location=staged_id,
-        fetch_ms=fetch_ms, fetched_at=jobs.now())
-    # The hooks it goes through are the source's hooks now: changing them later does not
-    # change what an earlier batch was checked by.
-    HookExecution.objects.bulk_create(
-        [HookExecution(batch=batch, hook=hook, hook_name=hook.name, position=index)
-         for index, hook in enumerate(Hook.objects.filter(source_id=run.source_id)
-                                      .order_by("position", "name").only("name"))])
+        fetch_ms=fetch_ms, now=jobs.now())
+    if batch is None:
+        return None
+    batch.run = run
     events.publish_batch_ready(batch)
     if fetched.has_more:
         events.publish_next_batch(run, sequence=sequence + 1)
@@ -171,21 +160,21 @@ def publish_batch(batch_id: int, *, run: int, tenant: int | None,
         return Published(batch.sequence, None)
     key_field = run.source.config.get("key_field") or ""
     count = 0
-    chunk: list[IngestRecord] = []
-    for position, record in enumerate(staged_records(batch.location)):
-        key = record.get(key_field, "") if key_field else ""
-        chunk.append(IngestRecord(source_id=run.source_id, batch_id=batch.pk, position=position,
-                                  key=str(key)[:255], data=record))
-        if len(chunk) >= PUBLISH_CHUNK:
-            IngestRecord.objects.bulk_create(chunk)
-            count += len(chunk)
-            chunk = []
-    IngestRecord.objects.bulk_create(chunk)
-    count += len(chunk)
-    now = jobs.now()
-    IngestBatch.objects.filter(pk=batch.pk).update(status=BatchStatus.PUBLISHED, published_at=now)
-    IngestRun.objects.filter(pk=run.pk).update(
-        batches_published=F("batches_published") + 1, records_published=F("records_published") + count)
+    keys: list[str] = []
+    data: list[str] = []
+    for line in staged_lines(batch.location):
+        # The line goes to PostgreSQL as it was staged; it is read here only for its key.
+        keys.append(str(json.loads(line).get(key_field, ""))[:255] if key_field else "")
+        data.append(line)
+        if len(keys) >= PUBLISH_CHUNK:
+            sql.insert_records(source=run.source_id, batch=batch.pk, first=count, keys=keys,
+                               data=data)
+            count += len(keys)
+            keys, data = [], []
+    if keys:
+        sql.insert_records(source=run.source_id, batch=batch.pk, first=count, keys=keys, data=data)
+        count += len(keys)
+    sql.mark_published(batch=batch.pk, count=count, now=jobs.now())
     if run.ingest_done:
         settle(run, current_job=current_job)
     staged = batch.location

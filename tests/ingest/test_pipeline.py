@@ -233,3 +233,17 @@ def test_an_integrity_error_of_another_constraint_is_no_duplicate_batch(acme):
     with pytest.raises(IntegrityError) as refused, transaction.atomic():
         builders.source(acme, name=source.name)
     assert not services.is_duplicate_batch(refused.value)
+
+
+def test_a_batch_larger_than_a_chunk_is_published_whole_in_order_with_its_keys(
+        clock, acme, monkeypatch):
+    monkeypatch.setattr(services, "PUBLISH_CHUNK", 2)
+    source = builders.source(acme, batches=1, size=5,
+                             config={"batches": 1, "size": 5, "key_field": "id"})
+    run = services.start_ingest(source)
+    drain(clock)
+    run.refresh_from_db()
+    assert (run.status, run.records_published) == (RunStatus.SUCCEEDED, 5)
+    records = list(IngestRecord.objects.filter(batch__run=run).order_by("position")
+                   .values_list("position", "key", "data"))
+    assert records == [(n, f"1-{n}", {"id": f"1-{n}", "batch": 1}) for n in range(5)]

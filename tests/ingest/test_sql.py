@@ -91,3 +91,33 @@ def test_nothing_is_found_through_another_tenant_or_run(finished_run, acme, glob
     assert sql.batch_with_hooks(batch=batch.pk, run=finished_run.pk, tenant=globex.pk) == (None, [])
     assert sql.batch_with_hooks(batch=batch.pk, run=finished_run.pk + 1, tenant=acme.pk) == (None, [])
     assert sql.batch_to_publish(batch=batch.pk, run=finished_run.pk, tenant=globex.pk) is None
+
+
+def test_a_recorded_batch_and_its_executions_hold_what_the_orm_would_have_written(acme, clock):
+    source = builders.source(acme, hooks=[builders.PASS, builders.PASS, builders.PASS])
+    Hook.objects.filter(source=source, position=0).update(position=7)  # hooks go by position
+    run = services.start_ingest(source)
+    with transaction.atomic():
+        batch = sql.record_batch(run=run.pk, sequence=1, records=2, session_in={},
+                                 session_out={"next": 2}, has_more=True, location="staged-1",
+                                 fetch_ms=3, now=clock.now())
+    stored = IngestBatch.objects.get(pk=batch.pk)
+    assert _fields(batch) == _fields(stored)
+    expected = IngestBatch(run=run, sequence=1, records=2, session_out={"next": 2}, has_more=True,
+                           location="staged-1", fetch_ms=3, fetched_at=clock.now())
+    assert {**_fields(expected), "id": stored.pk} == _fields(stored)
+    hooks = list(source.hooks.order_by("position"))
+    executions = list(HookExecution.objects.filter(batch=batch).order_by("position"))
+    assert [_fields(e) for e in executions] == [
+        {**_fields(HookExecution(batch=stored, hook=hook, hook_name=hook.name, position=n)),
+         "id": executions[n].pk} for n, hook in enumerate(hooks)]
+    run.refresh_from_db()
+    assert (run.batches_ingested, run.ingest_done) == (1, False)
+
+    with transaction.atomic():
+        again = sql.record_batch(run=run.pk, sequence=1, records=2, session_in={},
+                                 session_out={}, has_more=False, location="staged-2",
+                                 fetch_ms=3, now=clock.now())
+    assert again is None  # the batch exists: nothing written
+    run.refresh_from_db()
+    assert (run.batches_ingested, run.ingest_done) == (1, False)

@@ -5,3 +5,7 @@ class IngestConfig(AppConfig):
     name = "ingest"
     verbose_name = "Ingest"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # The scraped-reference ingester reads its model: registered once the apps are.
+        from ingest.scraping import ingester  # noqa: F401

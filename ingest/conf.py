@@ -51,6 +51,15 @@ DEFAULTS: dict[str, Any] = {
     "HTTP_DEADLINE_SECONDS": 60.0,
     # File sources may read only below these roots (local directories or fsspec URLs).
     "FILE_ROOTS": [],
+    # Scrape syncs: references one call may bring (more is a 400 naming the limit; the
+    # body itself is bounded by WEB_BODY_LIMITS["/scraping/"]).
+    "SCRAPE_MAX_REFERENCES": 50_000,
+    # Queueing a sync's ingestions: attempts on transient errors, the backoff base (each
+    # wait is base × 2^(attempt − 1); 0 keeps the call fast), and how long it may wait
+    # for the references' rows before that counts as a transient error.
+    "HANDOFF_MAX_ATTEMPTS": 3,
+    "HANDOFF_BACKOFF_BASE_SECONDS": 0.0,
+    "HANDOFF_LOCK_TIMEOUT_MS": 5000,
 }
 
 

@@ -2,3 +2,4 @@
 ``handlers`` module at start-up)."""
 
 from ingest.runs import handlers  # noqa: F401
+from ingest.scraping import handlers as scraping_handlers  # noqa: F401

@@ -1,4 +1,5 @@
-"""The app's models, defined in its parts (``ingest.runs``) and gathered here for Django."""
+"""The app's models, defined in its parts (``ingest.runs``, ``ingest.scraping``) and
+gathered here for Django."""
 
 from ingest.runs.models import (
     Hook,
@@ -10,6 +11,13 @@ from ingest.runs.models import (
     RunAction,
     RunnerBreaker,
 )
+from ingest.scraping.models import (
+    HandoffTransition,
+    IngestionHandoff,
+    ScrapeReference,
+    ScrapeRun,
+)
 
 __all__ = ["Hook", "HookExecution", "IngestBatch", "IngestRecord", "IngestRun", "IngestSource",
-           "RunAction", "RunnerBreaker"]
+           "RunAction", "RunnerBreaker", "HandoffTransition", "IngestionHandoff", "ScrapeReference",
+           "ScrapeRun"]

@@ -1,9 +1,9 @@
 """Unknown addresses under the API's prefixes answer like the API: JSON, not an HTML page.
 
 Django's own 404 page is HTML, and with ``DEBUG`` on it lists every URL pattern. An API
-client (or a scanner) that strays under ``/api/``, ``/v1/``, ``/sync/`` or ``/jobs/``
-gets ``{"detail": ...}`` instead, as DRF answers for an object that does not exist, and
-learns nothing about the other routes.
+client (or a scanner) that strays under ``/api/``, ``/v1/``, ``/sync/``, ``/jobs/`` or
+``/scraping/`` gets ``{"detail": ...}`` instead, as DRF answers for an object that does
+not exist, and learns nothing about the other routes.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import Resolver404, resolve
 from django.views.decorators.csrf import csrf_exempt
 
-API_PREFIXES = ("api", "v1", "sync", "jobs")
+API_PREFIXES = ("api", "v1", "sync", "jobs", "scraping")
 
 
 @csrf_exempt  # it changes nothing: a POST here gets the same JSON 404, not a CSRF page

@@ -424,6 +424,13 @@ INGEST_FILE_ROOTS = env_list("INGEST_FILE_ROOTS", [str(VAR_DIR / "ingest-files")
 for _name in ("HOOK_POLL_SECONDS", "KUBE_SCHEDULE_TIMEOUT_SECONDS", "QUEUE_WAIT_SECONDS"):
     if f"INGEST_{_name}" in os.environ:
         globals()[f"INGEST_{_name}"] = env_float(f"INGEST_{_name}", 0.0)
+# Scrape syncs: references per call, and queueing their ingestions (attempts, backoff
+# base in seconds, wait for a reference's row in ms).
+for _name in ("SCRAPE_MAX_REFERENCES", "HANDOFF_MAX_ATTEMPTS", "HANDOFF_LOCK_TIMEOUT_MS"):
+    if f"INGEST_{_name}" in os.environ:
+        globals()[f"INGEST_{_name}"] = env_int(f"INGEST_{_name}", 0)
+if "INGEST_HANDOFF_BACKOFF_BASE_SECONDS" in os.environ:
+    INGEST_HANDOFF_BACKOFF_BASE_SECONDS = env_float("INGEST_HANDOFF_BACKOFF_BASE_SECONDS", 0.0)
 
 # What one request may send the web process (python -m project.web; project/bodylimit.py
 # and project/http_limits.py). Bodies: the limit of the longest matching path prefix,
@@ -435,12 +442,15 @@ _MULTIPART_FRAMING = 64 * 1024  # as intake/uploads.py MULTIPART_SLACK
 FACTORS_ENTRIES_MAX_BYTES = env_int("FACTORS_ENTRIES_MAX_BYTES", 100 * _MB)
 FACTORS_FACTORS_MAX_BYTES = env_int("FACTORS_FACTORS_MAX_BYTES", 20 * _MB)
 FACTORS_UNITS_MAX_BYTES = env_int("FACTORS_UNITS_MAX_BYTES", 20 * _MB)
+# A scrape sync's JSON body: 50,000 references of about 600 bytes each.
+INGEST_SCRAPE_MAX_BYTES = env_int("INGEST_SCRAPE_MAX_BYTES", 32 * _MB)
 WEB_BODY_LIMITS = {
     prefix: limit + _MULTIPART_FRAMING
     for prefixes, limit in [
         (("/sync/dispatch", "/admin/factors/dataentry/upload/"), FACTORS_ENTRIES_MAX_BYTES),
         (("/sync/factors/", "/admin/factors/emissionfactor/upload/"), FACTORS_FACTORS_MAX_BYTES),
         (("/sync/units", "/admin/factors/unit/upload/"), FACTORS_UNITS_MAX_BYTES),
+        (("/scraping/",), INGEST_SCRAPE_MAX_BYTES),
     ]
     for prefix in prefixes
 }

@@ -1,4 +1,4 @@
-"""The run pipeline's four events, each an outbox event with one delivery per subscriber:
+"""The run pipeline's events, each an outbox event with one delivery per subscriber:
 
 - ``IngestRunStarted``: a run was started (once per run). A fact for audit and observers;
   nothing in the pipeline waits on it.
@@ -6,6 +6,8 @@
   run starts and by ``RunIngester`` while the source has more; only ``RunIngester`` listens.
 - ``IngesterBatchReady``: a batch is fetched and staged; ``RunHooks`` checks it.
 - ``HookBatchCompleted``: a batch passed its hooks; ``PublishBatch`` publishes it.
+- ``IngestRunFinished``: a run ended (succeeded, failed or cancelled), with its status;
+  ``SettleHandoff`` follows it for a run that ingests a scraped reference.
 
 Every event names the run, goes to the run's tenant and pipeline, and carries ids only:
 handlers load the rows through the job's tenant.
@@ -24,6 +26,7 @@ INGEST_RUN_STARTED = "IngestRunStarted"
 NEXT_BATCH_REQUESTED = "NextBatchRequested"
 INGESTER_BATCH_READY = "IngesterBatchReady"
 HOOK_BATCH_COMPLETED = "HookBatchCompleted"
+INGEST_RUN_FINISHED = "IngestRunFinished"
 
 
 def _publish(name: str, run: IngestRun, payload: dict) -> None:
@@ -45,3 +48,7 @@ def publish_batch_ready(batch: IngestBatch) -> None:
 
 def publish_hooks_completed(batch: IngestBatch) -> None:
     _publish(HOOK_BATCH_COMPLETED, batch.run, {"batch": batch.pk, "sequence": batch.sequence})
+
+
+def publish_run_finished(run: IngestRun) -> None:
+    _publish(INGEST_RUN_FINISHED, run, {"status": run.status, "reference": run.reference_id})

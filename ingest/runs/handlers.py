@@ -75,7 +75,7 @@ def run_ingester(ctx: jobs.JobContext) -> dict[str, Any]:
         return {"batch": sequence, "already": "fetched"}
     if sequence > 1 and run.previous_session is None:
         return _ingester_failed(ctx, run, sequence, f"batch {sequence - 1} is missing")
-    session: dict[str, Any] = run.previous_session or {}
+    session: dict[str, Any] = run.previous_session if sequence > 1 else run.first_session()
     source = run.source
     try:
         ingester = ingesters.get(source.kind)
@@ -170,5 +170,9 @@ def stop_hooks(ctx: jobs.JobContext) -> dict[str, Any]:
 def reconcile_runs(ctx: jobs.JobContext) -> dict[str, Any]:
     """The safety net: a running run with nothing of its pipeline pending or running
     (its last delivery failed, or died with its worker past its attempts) is failed,
-    with the reason its last failed job gave, instead of looking busy forever."""
-    return {"failed": services.fail_stalled_runs()}
+    with the reason its last failed job gave, instead of looking busy forever; and so
+    is a handoff whose ingestion job ended without starting its run."""
+    from ingest.scraping import services as scraping
+
+    settled = scraping.settle_stuck_handoffs() if scraping.handoffs_available() else 0
+    return {"failed": services.fail_stalled_runs(), "handoffs_settled": settled}

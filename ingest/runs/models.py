@@ -143,6 +143,11 @@ class IngestRun(models.Model):
     failure_reason = models.TextField("failure reason", blank=True)
     started_at = models.DateTimeField("started")
     finished_at = models.DateTimeField("finished", null=True, blank=True)
+    reference = models.ForeignKey(
+        "ingest.ScrapeReference", verbose_name="reference", on_delete=models.PROTECT, null=True,
+        blank=True, related_name="runs",
+        help_text="A run that ingests one scraped reference (its handoff's ingestion); empty "
+                  "for a run over the whole source.")
 
     class Meta:
         ordering = ["-started_at", "-id"]
@@ -154,8 +159,13 @@ class IngestRun(models.Model):
                 name="ingest_run_finished_when_not_running",
                 condition=Q(status="running", finished_at__isnull=True)
                 | (~Q(status="running") & Q(finished_at__isnull=False))),
-            models.UniqueConstraint(fields=["source"], condition=Q(status="running"),
+            # A source runs once at a time, and so does each of its references; runs of
+            # different references go side by side.
+            models.UniqueConstraint(fields=["source"],
+                                    condition=Q(status="running", reference__isnull=True),
                                     name="ingest_run_one_running_per_source"),
+            models.UniqueConstraint(fields=["reference"], condition=Q(status="running"),
+                                    name="ingest_run_one_running_per_reference"),
             models.CheckConstraint(name="ingest_run_publishes_what_it_fetched",
                                    condition=Q(batches_published__lte=F("batches_ingested"))),
             models.CheckConstraint(name="ingest_run_max_failures_positive",
@@ -168,6 +178,10 @@ class IngestRun(models.Model):
     @property
     def finished(self) -> bool:
         return self.status != self.Status.RUNNING
+
+    def first_session(self) -> dict:
+        """The session the run's first batch starts from: the reference it ingests, if any."""
+        return {} if self.reference_id is None else {"reference": self.reference_id}
 
 
 class BatchStatus(models.TextChoices):

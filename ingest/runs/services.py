@@ -63,28 +63,38 @@ def record_action(run: IngestRun, kind: str, *, actor: Any = None, via: str = "p
 
 
 @transaction.atomic
-def start_ingest(source: IngestSource, *, actor: Any = None, via: str = "api") -> IngestRun:
+def start_ingest(source: IngestSource, *, actor: Any = None, via: str = "api",
+                 reference: Any = None, pipeline: Any = None) -> IngestRun:
     """Open a run of ``source`` and ask for its first batch.
 
     Emits ``IngestRunStarted`` once (the fact, for audit and observers) and
-    ``NextBatchRequested`` for batch 1. A source has at most one running run (a partial
-    unique index): starting another refuses with the running one attached.
+    ``NextBatchRequested`` for batch 1. A source has at most one running run, and so has
+    each scraped ``reference`` (a run of only that reference; partial unique indexes):
+    starting another refuses with the running one attached. ``pipeline``: the engine
+    pipeline the run's jobs join (the handoff's, for a reference), else a new one.
     """
-    source = IngestSource.objects.select_for_update().get(pk=source.pk)
+    if reference is None:
+        source = IngestSource.objects.select_for_update().get(pk=source.pk)
+        running = source.runs.filter(status=RunStatus.RUNNING, reference=None).first()
+        what = f"source {source.name!r}"
+    else:  # the caller holds the reference's row; runs of other references go on
+        source = IngestSource.objects.get(pk=source.pk)
+        running = IngestRun.objects.filter(reference=reference, status=RunStatus.RUNNING).first()
+        what = f"reference {reference.external_id!r} of source {source.name!r}"
     if not source.enabled:
         raise RunRefused(f"source {source.name!r} is disabled")
-    running = source.runs.filter(status=RunStatus.RUNNING).first()
     if running is not None:
-        raise RunRefused(f"source {source.name!r} already has run {running.pk} running",
-                         run=running)
+        raise RunRefused(f"{what} already has run {running.pk} running", run=running)
     try:
         with transaction.atomic():
             run = IngestRun.objects.create(
                 tenant_id=source.tenant_id, source=source, started_by=_actor(actor),
-                max_failures=source.max_failures, started_at=jobs.now())
+                max_failures=source.max_failures, started_at=jobs.now(), reference=reference,
+                **({} if pipeline is None else {"pipeline": pipeline}))
     except IntegrityError:  # a concurrent start won the partial unique index
-        running = source.runs.filter(status=RunStatus.RUNNING).first()
-        raise RunRefused(f"source {source.name!r} already has a run running", run=running) from None
+        running = IngestRun.objects.filter(source=source, reference=reference,
+                                           status=RunStatus.RUNNING).first()
+        raise RunRefused(f"{what} already has a run running", run=running) from None
     record_action(run, ActionKind.STARTED, actor=actor, via=via)
     user = _actor(actor)
     events.publish_run_started(run, started_by=user.get_username() if user else "")
@@ -250,6 +260,7 @@ def _finish(run: IngestRun, status: str, *, kind: str, reason: str = "", actor: 
                                                finished_at=jobs.now())
     run.refresh_from_db()
     record_action(run, kind, actor=actor, via=via, note=reason)
+    events.publish_run_finished(run)
     return run
 
 
@@ -328,11 +339,18 @@ def retry_from_failed_batch(run: IngestRun, *, actor: Any = None, via: str = "ad
 
 
 def _claim_source(run: IngestRun) -> None:
-    other = (IngestRun.objects.filter(source_id=run.source_id, status=RunStatus.RUNNING)
-             .exclude(pk=run.pk).first())
+    """Refuse to reopen ``run`` while another run holds its place: of the whole source, or
+    of the same reference."""
+    running = IngestRun.objects.filter(status=RunStatus.RUNNING).exclude(pk=run.pk)
+    if run.reference_id is None:
+        other = running.filter(source_id=run.source_id, reference=None).first()
+        what = f"source {run.source.name!r}"
+    else:
+        other = running.filter(reference_id=run.reference_id).first()
+        what = f"reference {run.reference_id} of source {run.source.name!r}"
     if other is not None:
-        raise RunRefused(f"source {run.source.name!r} has run {other.pk} running; a run can be "
-                         "reopened only when no other is", run=other)
+        raise RunRefused(f"{what} has run {other.pk} running; a run can be reopened only when "
+                         "no other is", run=other)
 
 
 # --- the safety net ---------------------------------------------------------------------------

@@ -45,6 +45,7 @@ def test_a_run_fetches_checks_and_publishes_every_batch(clock, acme):
     assert names.count("NextBatchRequested") == 3
     assert names.count("IngesterBatchReady") == 3
     assert names.count("HookBatchCompleted") == 3
+    assert names.count("IngestRunFinished") == 1
     assert list(run.actions.values_list("kind", flat=True)) == [ActionKind.STARTED, ActionKind.SUCCEEDED]
     assert run.actions.first().actor.username == "alice"
 
@@ -52,10 +53,12 @@ def test_a_run_fetches_checks_and_publishes_every_batch(clock, acme):
 def test_each_event_has_its_one_listener():
     subscribers = {name: [h.name for h in registry.subscribers(name)] for name in
                    (events.NEXT_BATCH_REQUESTED, events.INGESTER_BATCH_READY,
-                    events.HOOK_BATCH_COMPLETED, events.INGEST_RUN_STARTED)}
+                    events.HOOK_BATCH_COMPLETED, events.INGEST_RUN_STARTED,
+                    events.INGEST_RUN_FINISHED)}
     assert subscribers[events.NEXT_BATCH_REQUESTED] == ["ingest.RunIngester"]
     assert subscribers[events.INGESTER_BATCH_READY] == ["ingest.RunHooks"]
     assert subscribers[events.HOOK_BATCH_COMPLETED] == ["ingest.PublishBatch"]
+    assert subscribers[events.INGEST_RUN_FINISHED] == ["ingest.SettleHandoff"]
     assert registry.get("ingest.RunIngester").subscribes == (events.NEXT_BATCH_REQUESTED,)
 
 

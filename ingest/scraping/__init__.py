@@ -1,0 +1,1 @@
+"""Scraped references and their handoffs to ingestion (``POST /scraping/{source}/sync``)."""

@@ -1,0 +1,595 @@
+"""What can be done with scraped references, for the API, the admin and the handlers:
+sync a scrape run's references, follow each new payload's handoff to ingestion, retry a
+failed one.
+
+A sync, in one transaction:
+
+1. the references are upserted in bulk; a reference whose payload hash did not change
+   is not touched at all;
+2. each reference whose payload is new or changed gets its handoff, one per
+   ``(reference, payload_hash)`` (a database unique constraint): created ``queued``
+   (``queued_from_scrape``), or a finished one of the same payload queued again;
+3. the handoffs' ingestions are queued, one engine job each (``ingest.IngestReference``,
+   which starts the reference's ingest run), unless the reference's ingestion is already
+   queued or running: then the handoff waits for it (``ingestion_job_already_active``)
+   and is queued when that one ends. Queueing is retried on transient errors only
+   (``retrying``); exhausted, the handoffs fail with ``retry_exhausted``.
+
+Every change of a handoff is a ``HandoffTransition``, written with the change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection, transaction
+
+import jobs
+from ingest import conf
+from ingest.runs.models import IngestRun, IngestSource, RunStatus
+from ingest.scraping import retrying
+from ingest.scraping.hashing import canonical_json, digest
+from ingest.scraping.models import (
+    EXTERNAL_ID_LENGTH,
+    SCRAPE_RUN_ID_LENGTH,
+    HandoffReason,
+    HandoffStatus,
+    HandoffTransition,
+    IngestionHandoff,
+    ScrapeReference,
+    ScrapeRun,
+)
+
+INGEST_REFERENCE = "ingest.IngestReference"
+
+
+class SyncRefused(Exception):
+    """A sync's input that cannot be taken; ``field`` names what is wrong."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field_name
+
+
+class HandoffRefused(Exception):
+    """An operator action a handoff does not allow now; the message says why."""
+
+
+def _user(actor: Any) -> Any:
+    return actor if getattr(actor, "is_authenticated", False) else None
+
+
+# --- reading a sync's references --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A sync's references, checked: parallel lists, external ids distinct."""
+
+    external_ids: list[str]
+    payloads: list[str]  # canonical JSON text
+    hashes: list[str]
+
+    def __len__(self) -> int:
+        return len(self.external_ids)
+
+
+def read_references(items: Any) -> Incoming:
+    """The references of a sync body: a list of ``{"external_id": str, "payload": {...}}``,
+    at most ``SCRAPE_MAX_REFERENCES``, each external id once. ``SyncRefused`` names the
+    first problem (``references[12].payload`` …); nothing is written for a refused sync."""
+    if not isinstance(items, list):
+        raise SyncRefused("references", "references must be a list of "
+                                        '{"external_id": ..., "payload": {...}} objects')
+    limit = int(conf.get("SCRAPE_MAX_REFERENCES"))
+    if len(items) > limit:
+        raise SyncRefused("references", f"{len(items):,} references in one sync; the limit is "
+                                        f"{limit:,} (send the rest in further syncs of the same "
+                                        "scrape run)")
+    external_ids, payloads, hashes = [], [], []
+    seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        where = f"references[{index}]"
+        if not isinstance(item, dict) or set(item) - {"external_id", "payload"}:
+            raise SyncRefused(where, f"{where} must be an object with external_id and payload "
+                                     "only")
+        external_id, payload = item.get("external_id"), item.get("payload")
+        if not isinstance(external_id, str) or not 0 < len(external_id) <= EXTERNAL_ID_LENGTH:
+            raise SyncRefused(f"{where}.external_id", f"{where}.external_id must be a string of "
+                                                      f"1 to {EXTERNAL_ID_LENGTH} characters")
+        if external_id in seen:
+            raise SyncRefused(f"{where}.external_id",
+                              f"{where}.external_id {external_id!r} is also references"
+                              f"[{seen[external_id]}]'s; each reference comes once per sync")
+        seen[external_id] = index
+        if not isinstance(payload, dict):
+            raise SyncRefused(f"{where}.payload", f"{where}.payload must be a JSON object")
+        try:
+            text = canonical_json(payload)
+        except ValueError as exc:  # NaN or Infinity
+            raise SyncRefused(f"{where}.payload", f"{where}.payload: {exc}") from None
+        external_ids.append(external_id)
+        payloads.append(text.decode())
+        hashes.append(digest(text))
+    # In the order of their ids: concurrent syncs then lock shared references in the same
+    # order, and never deadlock on them.
+    order = sorted(range(len(external_ids)), key=external_ids.__getitem__)
+    return Incoming([external_ids[i] for i in order], [payloads[i] for i in order],
+                    [hashes[i] for i in order])
+
+
+def check_scrape_run_id(value: Any) -> str:
+    if not isinstance(value, str) or not 0 < len(value.strip()) <= SCRAPE_RUN_ID_LENGTH:
+        raise SyncRefused("scrape_run_id", f"scrape_run_id must be a non-empty string of at "
+                                           f"most {SCRAPE_RUN_ID_LENGTH} characters")
+    return value.strip()
+
+
+# --- the sync ---------------------------------------------------------------------------------
+
+
+@dataclass
+class HandoffCounts:
+    """What this sync did about handoffs; the four counts add up to the references sent.
+
+    ``queued``: an ingestion was queued now. ``completed``: the payload was ingested
+    before. ``failed``: queueing failed now, or the payload's handoff had failed (an
+    operator retries it). ``skipped``: nothing to do now, ``reasons`` says why
+    (``payload_unchanged``: its handoff is queued or running;
+    ``ingestion_job_already_active``: it waits for the reference's running ingestion).
+    """
+
+    queued: int = 0
+    completed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    reasons: Counter = field(default_factory=Counter)
+
+    def skip(self, reason: str, count: int) -> None:
+        if count:
+            self.skipped += count
+            self.reasons[reason] += count
+
+
+@dataclass
+class SyncResult:
+    scrape_run: ScrapeRun
+    received: int
+    created: int
+    changed: int
+    unchanged: int
+    handoffs: HandoffCounts | None  # None: the handoff tables are not there
+
+
+def handoffs_available() -> bool:
+    """Whether the handoff tables exist (they are dropped when their migration is
+    reversed; a sync then stores references only)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [IngestionHandoff._meta.db_table])
+        return cursor.fetchone()[0]
+
+
+def sync(source: IngestSource, scrape_run_id: Any, items: Any, *, actor: Any = None,
+         policy: retrying.RetryPolicy | None = None,
+         sleep: Callable[[float], None] = time.sleep) -> SyncResult:
+    """Store a scrape run's references for ``source`` and hand each new payload off to
+    ingestion, all in one transaction (see the module's docstring)."""
+    run_id = check_scrape_run_id(scrape_run_id)
+    incoming = read_references(items)
+    policy = policy or default_policy()
+    with transaction.atomic():
+        now = jobs.now()
+        scrape_run = _record_scrape_run(source, run_id, len(incoming), actor, now)
+        changed = _upsert_references(source, scrape_run, incoming, now)
+        ScrapeRun.objects.filter(pk=scrape_run.pk).update(
+            references_changed=scrape_run.references_changed + len(changed))
+        scrape_run.references_changed += len(changed)
+        created = sum(1 for row in changed if row[2])
+        counts = None
+        if handoffs_available():
+            counts = _hand_off(source, scrape_run, incoming, changed, actor=actor, now=now,
+                               policy=policy, sleep=sleep)
+    return SyncResult(scrape_run, received=len(incoming), created=created,
+                      changed=len(changed) - created, unchanged=len(incoming) - len(changed),
+                      handoffs=counts)
+
+
+def default_policy() -> retrying.RetryPolicy:
+    return retrying.RetryPolicy(max_attempts=int(conf.get("HANDOFF_MAX_ATTEMPTS")),
+                                base_seconds=float(conf.get("HANDOFF_BACKOFF_BASE_SECONDS")))
+
+
+def _record_scrape_run(source: IngestSource, run_id: str, received: int, actor: Any,
+                       now: Any) -> ScrapeRun:
+    with connection.cursor() as cursor:
+        cursor.execute(f"""
+            INSERT INTO {ScrapeRun._meta.db_table} AS r (
+                tenant_id, source_id, run_id, syncs, references_received, references_changed,
+                first_sync_at, last_sync_at, last_synced_by_id)
+            VALUES (%(tenant)s, %(source)s, %(run_id)s, 1, %(received)s, 0, %(now)s, %(now)s,
+                    %(user)s)
+            ON CONFLICT (source_id, run_id) DO UPDATE SET
+                syncs = r.syncs + 1, references_received = r.references_received + %(received)s,
+                last_sync_at = %(now)s, last_synced_by_id = %(user)s
+            RETURNING id""", {"tenant": source.tenant_id, "source": source.pk, "run_id": run_id,
+                              "received": received, "now": now,
+                              "user": getattr(_user(actor), "pk", None)})
+        pk = cursor.fetchone()[0]
+    return ScrapeRun.objects.get(pk=pk)
+
+
+def _upsert_references(source: IngestSource, scrape_run: ScrapeRun, incoming: Incoming,
+                       now: Any) -> list[tuple[int, str, bool]]:
+    """Insert new references and update those whose payload changed; ``(id, hash,
+    created)`` of each. A reference whose hash is unchanged is left as it is (no write,
+    no row lock)."""
+    if not incoming:
+        return []
+    table = ScrapeReference._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"""
+            WITH incoming AS (
+                SELECT * FROM unnest(%(ids)s::text[], %(payloads)s::jsonb[], %(hashes)s::text[])
+                    AS i(external_id, payload, payload_hash)
+            ), current AS (
+                SELECT r.external_id, r.payload_hash FROM {table} r
+                WHERE r.source_id = %(source)s AND r.external_id = ANY(%(ids)s::text[])
+            )
+            INSERT INTO {table} AS r (
+                tenant_id, source_id, external_id, payload, payload_hash, first_seen_at,
+                changed_at, changed_in_id)
+            SELECT %(tenant)s, %(source)s, i.external_id, i.payload, i.payload_hash, %(now)s,
+                   %(now)s, %(scrape_run)s
+            FROM incoming i LEFT JOIN current c USING (external_id)
+            WHERE c.payload_hash IS DISTINCT FROM i.payload_hash
+            ON CONFLICT (source_id, external_id) DO UPDATE SET
+                payload = EXCLUDED.payload, payload_hash = EXCLUDED.payload_hash,
+                changed_at = EXCLUDED.changed_at, changed_in_id = EXCLUDED.changed_in_id
+            WHERE r.payload_hash <> EXCLUDED.payload_hash
+            RETURNING r.id, r.payload_hash, r.first_seen_at = %(now)s AND xmax = 0""",
+                       {"ids": incoming.external_ids, "payloads": incoming.payloads,
+                        "hashes": incoming.hashes, "source": source.pk,
+                        "tenant": source.tenant_id, "now": now, "scrape_run": scrape_run.pk})
+        return [(row[0], row[1], row[2]) for row in cursor.fetchall()]
+
+
+def _hand_off(source: IngestSource, scrape_run: ScrapeRun, incoming: Incoming,
+              changed: list[tuple[int, str, bool]], *, actor: Any, now: Any,
+              policy: retrying.RetryPolicy, sleep: Callable[[float], None]) -> HandoffCounts:
+    counts = HandoffCounts()
+    opened = _open_handoffs(source, scrape_run, changed, actor=actor, now=now)
+    # A changed reference whose payload's handoff is still queued or running (its payload
+    # went back to one still on its way) has nothing new to hand off.
+    unchanged_while_active = len(changed) - len(opened)
+    counts.skip(HandoffReason.PAYLOAD_UNCHANGED, unchanged_while_active)
+    _count_unchanged(source, incoming, {row[0] for row in changed}, counts)
+    if opened:
+        _queue_with_retries(source, opened, counts, actor=actor, policy=policy, sleep=sleep)
+    return counts
+
+
+def _open_handoffs(source: IngestSource, scrape_run: ScrapeRun,
+                   changed: list[tuple[int, str, bool]], *, actor: Any,
+                   now: Any) -> list[tuple[int, int]]:
+    """A queued handoff per changed reference's payload: created, or a finished one of
+    the same payload queued again. ``(handoff id, reference id)`` of each, with its
+    transition written."""
+    if not changed:
+        return []
+    table = IngestionHandoff._meta.db_table
+    user = getattr(_user(actor), "pk", None)
+    with connection.cursor() as cursor:
+        cursor.execute(f"""
+            WITH incoming AS (
+                SELECT * FROM unnest(%(refs)s::bigint[], %(hashes)s::text[])
+                    AS i(reference_id, payload_hash)
+            ), previous AS (
+                SELECT h.id, h.status FROM {table} h JOIN incoming USING (reference_id, payload_hash)
+            ), opened AS (
+                INSERT INTO {table} AS h (
+                    tenant_id, source_id, reference_id, payload_hash, scrape_run_id, status,
+                    reason_code, attempts, last_error, job_id, ingest_run_id, created_by_id,
+                    created_at, updated_at)
+                SELECT %(tenant)s, %(source)s, i.reference_id, i.payload_hash, %(scrape_run)s,
+                       %(queued)s, %(reason)s, 0, '', NULL, NULL, %(user)s, %(now)s, %(now)s
+                FROM incoming i
+                ON CONFLICT (reference_id, payload_hash) DO UPDATE SET
+                    status = EXCLUDED.status, reason_code = EXCLUDED.reason_code,
+                    scrape_run_id = EXCLUDED.scrape_run_id, attempts = 0, last_error = '',
+                    job_id = NULL, ingest_run_id = NULL, created_by_id = EXCLUDED.created_by_id
+                WHERE h.status IN (%(completed)s, %(failed)s)
+                RETURNING h.id, h.reference_id
+            ), noted AS (
+                INSERT INTO {HandoffTransition._meta.db_table} (
+                    handoff_id, at, from_status, to_status, reason_code, note, actor_id)
+                SELECT o.id, %(now)s, COALESCE(p.status, ''), %(queued)s, %(reason)s,
+                       %(note)s, %(user)s
+                FROM opened o LEFT JOIN previous p ON p.id = o.id
+            )
+            SELECT id, reference_id FROM opened""",
+                       {"refs": [row[0] for row in changed], "hashes": [row[1] for row in changed],
+                        "tenant": source.tenant_id, "source": source.pk,
+                        "scrape_run": scrape_run.pk, "queued": HandoffStatus.QUEUED,
+                        "completed": HandoffStatus.COMPLETED, "failed": HandoffStatus.FAILED,
+                        "reason": HandoffReason.QUEUED_FROM_SCRAPE, "user": user, "now": now,
+                        "note": f"scrape run {scrape_run.run_id}"})
+        return [(row[0], row[1]) for row in cursor.fetchall()]
+
+
+def _count_unchanged(source: IngestSource, incoming: Incoming, changed: set[int],
+                     counts: HandoffCounts) -> None:
+    """Count the references whose payload did not change, by where their payload's
+    handoff stands."""
+    unchanged = len(incoming) - len(changed)
+    if not unchanged:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(f"""
+            SELECT h.status, count(*) FROM {ScrapeReference._meta.db_table} r
+            JOIN {IngestionHandoff._meta.db_table} h
+              ON h.reference_id = r.id AND h.payload_hash = r.payload_hash
+            WHERE r.source_id = %(source)s AND r.external_id = ANY(%(ids)s::text[])
+              AND NOT r.id = ANY(%(changed)s::bigint[])
+            GROUP BY h.status""", {"source": source.pk, "ids": incoming.external_ids,
+                                   "changed": list(changed)})
+        by_status = dict(cursor.fetchall())
+    counts.completed += by_status.get(HandoffStatus.COMPLETED, 0)
+    counts.failed += by_status.get(HandoffStatus.FAILED, 0)
+    # Queued or running, or (stored before the handoff tables existed) none at all.
+    rest = unchanged - by_status.get(HandoffStatus.COMPLETED, 0) - by_status.get(
+        HandoffStatus.FAILED, 0)
+    counts.skip(HandoffReason.PAYLOAD_UNCHANGED, rest)
+
+
+# --- queueing ingestions ----------------------------------------------------------------------
+
+
+def _queue_with_retries(source: IngestSource, opened: list[tuple[int, int]],
+                        counts: HandoffCounts, *, actor: Any, policy: retrying.RetryPolicy,
+                        sleep: Callable[[float], None]) -> None:
+    if not source.enabled:
+        _fail(opened, HandoffReason.QUEUE_REFUSED, f"source {source.name!r} is disabled",
+              attempts=1, actor=actor)
+        counts.failed += len(opened)
+        return
+
+    def queue_once() -> tuple[int, int]:
+        with transaction.atomic():  # a savepoint: a failed try leaves nothing behind
+            return queue(source, opened, actor=actor)
+
+    outcome = retrying.attempt(queue_once, policy, sleep=sleep)
+    if outcome.error is None:
+        queued, waiting = outcome.value
+        counts.queued += queued
+        counts.skip(HandoffReason.INGESTION_JOB_ALREADY_ACTIVE, waiting)
+        if outcome.attempts > 1:
+            IngestionHandoff.objects.filter(pk__in=[h for h, _ in opened]).update(
+                attempts=outcome.attempts)
+        return
+    reason = (HandoffReason.RETRY_EXHAUSTED if outcome.exhausted
+              else HandoffReason.QUEUE_REFUSED)
+    error = f"{type(outcome.error).__name__}: {outcome.error}"
+    _fail(opened, reason, error, attempts=outcome.attempts, actor=actor)
+    counts.failed += len(opened)
+
+
+def queue(source: IngestSource, opened: Sequence[tuple[int, int]], *, actor: Any = None,
+          reason: str = HandoffReason.INGESTION_JOB_QUEUED) -> tuple[int, int]:
+    """Queue the ingestion of each handoff ``(id, reference id)`` whose reference has
+    none queued or running; the others wait for it. In the caller's transaction, holding
+    the references' rows. A lock it cannot have within ``INGEST_HANDOFF_LOCK_TIMEOUT_MS``
+    (a reference's row, the job queue's table) is a transient error. Returns (queued,
+    waiting)."""
+    references = sorted({reference for _, reference in opened})
+    with _lock_timeout(int(conf.get("HANDOFF_LOCK_TIMEOUT_MS"))):
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT id FROM {ScrapeReference._meta.db_table} WHERE id = ANY(%s) "
+                           "ORDER BY id FOR UPDATE", [references])
+        return _queue_locked(source, opened, references, actor=actor, reason=reason)
+
+
+@contextlib.contextmanager
+def _lock_timeout(milliseconds: int) -> Iterator[None]:
+    """Within the caller's transaction: a lock not had within ``milliseconds`` raises
+    (SQLSTATE 55P03, a transient error) instead of waiting on."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, "
+                       "true)", [f"{milliseconds}ms"])
+        previous = cursor.fetchone()[0]
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
+
+
+def _queue_locked(source: IngestSource, opened: Sequence[tuple[int, int]],
+                  references: list[int], *, actor: Any, reason: str) -> tuple[int, int]:
+    busy = active_references(references, excluding=[handoff for handoff, _ in opened])
+    ready = [(handoff, reference) for handoff, reference in opened if reference not in busy]
+    waiting = [handoff for handoff, reference in opened if reference in busy]
+    now = jobs.now()
+    if waiting:
+        _move(waiting, HandoffStatus.QUEUED, HandoffReason.INGESTION_JOB_ALREADY_ACTIVE,
+              note="waits for the reference's ingestion in progress", actor=actor, now=now)
+    if ready:
+        job_ids = jobs.enqueue_many(INGEST_REFERENCE, [{"handoff": h} for h, _ in ready],
+                                    tenant=source.tenant_id, created_by=_user(actor))
+        with connection.cursor() as cursor:
+            cursor.execute(f"""
+                UPDATE {IngestionHandoff._meta.db_table} h SET job_id = q.job_id
+                FROM unnest(%s::bigint[], %s::bigint[]) AS q(handoff_id, job_id)
+                WHERE h.id = q.handoff_id""", [[h for h, _ in ready], job_ids])
+        _move([h for h, _ in ready], HandoffStatus.QUEUED, reason,
+              note="ingestion job queued", actor=actor, now=now)
+    return len(ready), len(waiting)
+
+
+def active_references(references: Iterable[int], *, excluding: Iterable[int] = ()) -> set[int]:
+    """The references among these whose ingestion is queued (its job is) or running,
+    not counting the handoffs ``excluding``."""
+    references = list(references)
+    active = set(IngestionHandoff.objects.filter(reference_id__in=references)
+                 .exclude(pk__in=list(excluding))
+                 .filter(status=HandoffStatus.QUEUED, job_id__isnull=False)
+                 .values_list("reference_id", flat=True))
+    active |= set(IngestionHandoff.objects.filter(reference_id__in=references,
+                                                  status=HandoffStatus.RUNNING)
+                  .values_list("reference_id", flat=True))
+    active |= set(IngestRun.objects.filter(reference_id__in=references, status=RunStatus.RUNNING)
+                  .values_list("reference_id", flat=True))
+    return active
+
+
+# --- transitions ------------------------------------------------------------------------------
+
+
+def _move(handoffs: Sequence[int], status: str, reason: str, *, note: str = "", actor: Any = None,
+          now: Any = None, **fields: Any) -> None:
+    """Move ``handoffs`` to ``status`` for ``reason`` (setting ``fields`` too), each with
+    its transition."""
+    now = now or jobs.now()
+    before = dict(IngestionHandoff.objects.filter(pk__in=handoffs).values_list("pk", "status"))
+    IngestionHandoff.objects.filter(pk__in=handoffs).update(status=status, reason_code=reason,
+                                                            **fields)
+    HandoffTransition.objects.bulk_create([
+        HandoffTransition(handoff_id=pk, at=now, from_status=before.get(pk, ""),
+                          to_status=status, reason_code=reason, note=note[:4000],
+                          actor=_user(actor))
+        for pk in handoffs])
+
+
+def _fail(opened: Sequence[tuple[int, int]], reason: str, error: str, *, attempts: int,
+          actor: Any) -> None:
+    _move([h for h, _ in opened], HandoffStatus.FAILED, reason, note=error, actor=actor,
+          attempts=attempts, last_error=error[:4000])
+
+
+def json_counts(counts: HandoffCounts) -> dict[str, Any]:
+    return {"handoff_queued_count": counts.queued, "handoff_completed_count": counts.completed,
+            "handoff_failed_count": counts.failed, "handoff_skipped_count": counts.skipped,
+            "handoff_skipped_reasons": {str(k): v for k, v in sorted(counts.reasons.items()) if v}}
+
+
+
+# --- following the ingestion ------------------------------------------------------------------
+
+
+def start_ingestion(handoff_id: int, *, tenant: int | None, job_id: int, pipeline: Any) -> str:
+    """The job ``job_id`` of a queued handoff starts the reference's ingest run (in the
+    job's ``pipeline``) and the handoff runs. What it did, in words; a handoff that moved
+    on meanwhile (retried, superseded) is left alone."""
+    from ingest.runs import services as runs
+
+    handoff = (IngestionHandoff.objects.select_related("source", "created_by")
+               .filter(pk=handoff_id, tenant_id=tenant).first())
+    if handoff is None:
+        raise HandoffRefused(f"handoff {handoff_id} is not one of this job's tenant's")
+    reference = ScrapeReference.objects.select_for_update().get(pk=handoff.reference_id)
+    handoff = IngestionHandoff.objects.select_for_update().get(pk=handoff.pk)
+    if handoff.status != HandoffStatus.QUEUED or handoff.job_id != job_id:
+        return f"handoff {handoff.pk} is {handoff.status}, no longer this job's"
+    try:
+        run = runs.start_ingest(handoff.source, actor=handoff.created_by, via="scrape",
+                                reference=reference, pipeline=pipeline)
+    except runs.RunRefused as exc:
+        _move([handoff.pk], HandoffStatus.FAILED, HandoffReason.QUEUE_REFUSED, note=str(exc),
+              last_error=str(exc)[:4000])
+        return f"handoff {handoff.pk} failed: {exc}"
+    _move([handoff.pk], HandoffStatus.RUNNING, HandoffReason.INGESTION_STARTED,
+          note=f"ingest run {run.pk}", ingest_run=run)
+    return f"handoff {handoff.pk}: ingest run {run.pk} started"
+
+
+OUTCOMES = {
+    RunStatus.SUCCEEDED: (HandoffStatus.COMPLETED, HandoffReason.INGESTION_COMPLETED),
+    RunStatus.FAILED: (HandoffStatus.FAILED, HandoffReason.INGESTION_FAILED),
+    RunStatus.CANCELLED: (HandoffStatus.FAILED, HandoffReason.INGESTION_CANCELLED),
+}
+
+
+def settle_for_run(run: IngestRun) -> str:
+    """A reference's ingest run ended: its handoff takes the run's outcome, and the
+    newest payload that waited for it is queued (older waiting ones are superseded)."""
+    if run.reference_id is None or run.status not in OUTCOMES:
+        return "not a finished run of a reference"
+    ScrapeReference.objects.select_for_update().get(pk=run.reference_id)
+    status, reason = OUTCOMES[RunStatus(run.status)]
+    settled = list(IngestionHandoff.objects.filter(ingest_run=run).exclude(
+        status=status, reason_code=reason).values_list("pk", flat=True))
+    if settled:
+        _move(settled, status, reason, note=run.failure_reason or f"ingest run {run.pk} {run.status}",
+              last_error=run.failure_reason[:4000] if status == HandoffStatus.FAILED else "")
+    return f"{len(settled)} handoff(s) settled; " + queue_next(run.reference_id)
+
+
+def queue_next(reference_id: int, *, actor: Any = None) -> str:
+    """Queue the newest handoff waiting for ``reference_id``'s ingestion, if none is
+    active any more; older waiting ones are superseded. The caller holds the reference."""
+    if active_references([reference_id]):
+        return "the reference's ingestion is still active"
+    waiting = list(IngestionHandoff.objects.filter(
+        reference_id=reference_id, status=HandoffStatus.QUEUED, job_id__isnull=True)
+        .order_by("-id").values_list("pk", "source_id"))
+    if not waiting:
+        return "nothing waits"
+    (newest, source_id), older = waiting[0], [pk for pk, _ in waiting[1:]]
+    if older:
+        _move(older, HandoffStatus.FAILED, HandoffReason.SUPERSEDED,
+              note=f"handoff {newest} brought a newer payload")
+    queue(IngestSource.objects.get(pk=source_id), [(newest, reference_id)], actor=actor)
+    return f"handoff {newest} queued"
+
+
+@transaction.atomic
+def retry_handoffs(handoffs: Iterable[IngestionHandoff], *, actor: Any = None) -> int:
+    """Queue failed handoffs again (an operator's action, recorded with the actor). Only
+    the reference's latest payload is retried: a failed handoff whose reference has moved
+    on to another payload is refused. How many were queued or set waiting."""
+    retried = 0
+    for handoff in handoffs:
+        reference = ScrapeReference.objects.select_for_update().get(pk=handoff.reference_id)
+        current = IngestionHandoff.objects.select_for_update().get(pk=handoff.pk)
+        if current.status != HandoffStatus.FAILED:
+            raise HandoffRefused(f"handoff {current.pk} is {current.status}, not failed")
+        if current.payload_hash != reference.payload_hash:
+            raise HandoffRefused(f"handoff {current.pk} is of an older payload of reference "
+                                 f"{reference.external_id!r}; only its latest is ingested")
+        _move([current.pk], HandoffStatus.QUEUED, HandoffReason.RETRIED_BY_OPERATOR,
+              note="retried", actor=actor, attempts=0, last_error="", job_id=None,
+              ingest_run=None)
+        queue(current.source, [(current.pk, reference.pk)], actor=actor)
+        retried += 1
+    return retried
+
+
+def settle_stuck_handoffs() -> int:
+    """The safety net: a handoff queued behind a job whose whole pipeline ended without
+    starting the run (the job failed or was cancelled) fails, and the next payload of its
+    reference is queued; a running handoff whose run ended takes the run's outcome. How
+    many were settled."""
+    settled = 0
+    queued = dict(IngestionHandoff.objects.filter(status=HandoffStatus.QUEUED,
+                                                  job_id__isnull=False)
+                  .values_list("job_id", "pk"))
+    for job_id in jobs.pipelines_over(list(queued), before=jobs.now()):
+        with transaction.atomic():
+            handoff = IngestionHandoff.objects.get(pk=queued[job_id])
+            ScrapeReference.objects.select_for_update().get(pk=handoff.reference_id)
+            moved = IngestionHandoff.objects.filter(pk=handoff.pk, status=HandoffStatus.QUEUED,
+                                                    job_id=job_id).exists()
+            if moved:
+                _move([handoff.pk], HandoffStatus.FAILED, HandoffReason.INGESTION_FAILED,
+                      note=f"its ingestion job {job_id} ended without starting the run",
+                      last_error=f"ingestion job {job_id} ended without starting the run")
+                queue_next(handoff.reference_id)
+                settled += 1
+    for run in IngestRun.objects.filter(handoffs__status=HandoffStatus.RUNNING).exclude(
+            status=RunStatus.RUNNING).distinct():
+        with transaction.atomic():
+            settle_for_run(run)
+            settled += 1
+    return settled

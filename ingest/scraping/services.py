@@ -51,9 +51,10 @@ INGEST_REFERENCE = "ingest.IngestReference"
 class SyncRefused(Exception):
     """A sync's input that cannot be taken; ``field`` names what is wrong."""
 
-    def __init__(self, field_name: str, message: str) -> None:
+    def __init__(self, field_name: str, message: str, *, too_many: bool = False) -> None:
         super().__init__(message)
         self.field = field_name
+        self.too_many = too_many  # more references than one sync may bring
 
 
 class HandoffRefused(Exception):
@@ -90,7 +91,7 @@ def read_references(items: Any) -> Incoming:
     if len(items) > limit:
         raise SyncRefused("references", f"{len(items):,} references in one sync; the limit is "
                                         f"{limit:,} (send the rest in further syncs of the same "
-                                        "scrape run)")
+                                        "scrape run)", too_many=True)
     external_ids, payloads, hashes = [], [], []
     seen: dict[str, int] = {}
     for index, item in enumerate(items):

@@ -81,11 +81,13 @@ class StrictOrderingFilter(OrderingFilter):
 
 def passthrough_parameters(view: Any) -> set[str]:
     """Query parameters that are not filters but still mean something: the cursor, the
-    page size, the ordering and DRF's ``format``."""
+    page size (or limit and offset), the ordering and DRF's ``format``."""
     names = {api_settings.URL_FORMAT_OVERRIDE}
     paginator = getattr(view, "paginator", None)
     names |= {getattr(paginator, "cursor_query_param", None),
-              getattr(paginator, "page_size_query_param", None)}
+              getattr(paginator, "page_size_query_param", None),
+              getattr(paginator, "limit_query_param", None),
+              getattr(paginator, "offset_query_param", None)}
     names |= {getattr(backend, "ordering_param", None) for backend in view.filter_backends}
     return {name for name in names if name}
 

@@ -1,0 +1,235 @@
+"""The scraper's API: ``POST /scraping/{source}/sync`` and ``GET /scraping/{source}/handoffs``.
+
+``{source}`` is a source's name among those the caller may see (``?tenant=<slug>`` for a
+platform operator when several tenants have the name); another tenant's source answers
+404 like one that does not exist. Staff sync (the scraper's account is staff of its
+tenant); members read handoffs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django_filters import rest_framework as filters
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import generics, serializers, status
+from rest_framework.exceptions import APIException, NotFound, ValidationError
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ingest.runs.api import StaffWrites
+from ingest.runs.models import IngestSource
+from ingest.scraping import services
+from ingest.scraping.ingester import ScrapedReference
+from ingest.scraping.models import SCRAPE_RUN_ID_LENGTH, HandoffStatus, IngestionHandoff
+from jobs.contrib.api import BoundedJSONParser, ErrorSerializer, StrictFilterBackend, object_body
+from tenancy.scoping import scope_queryset
+
+MAX_LIMIT = 1000
+MAX_OFFSET = 10**9
+
+
+class Unavailable(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = ("Handoffs are unavailable: their tables are not migrated (ingest 0003). "
+                      "Syncs still store references.")
+    default_code = "handoffs_unavailable"
+
+
+class TooManyReferences(APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "too_many_references"
+
+
+class Conflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+
+
+def visible_source(request: Request, name: str) -> IngestSource:
+    """The source named in the URL, among those the caller may see; 404 otherwise."""
+    sources = scope_queryset(IngestSource.objects.all(), request.user).filter(name=name)
+    tenant = request.query_params.get("tenant")
+    if tenant:
+        sources = sources.filter(tenant__slug=tenant)
+    found = list(sources[:2])
+    if not found:
+        raise NotFound(f"No source named {name!r} visible to you.")
+    if len(found) > 1:
+        raise ValidationError({"tenant": [f"several tenants have a source named {name!r}; "
+                                          "name its tenant with ?tenant=<slug>"]})
+    return found[0]
+
+
+# --- sync -------------------------------------------------------------------------------------
+
+
+class ReferenceSerializer(serializers.Serializer):
+    external_id = serializers.CharField(max_length=255)
+    payload = serializers.DictField(help_text="A JSON object; its hash (SHA-256 of canonical "
+                                              "JSON) is computed here.")
+
+
+class SyncRequestSerializer(serializers.Serializer):
+    """Documentation of the body; the references are checked by ``services.read_references``
+    (a serializer per item would cost more than the whole sync)."""
+
+    scrape_run_id = serializers.CharField(max_length=SCRAPE_RUN_ID_LENGTH)
+    references = ReferenceSerializer(many=True)
+
+
+class SkippedReasonsSerializer(serializers.Serializer):
+    payload_unchanged = serializers.IntegerField(required=False)
+    ingestion_job_already_active = serializers.IntegerField(required=False)
+
+
+class SyncResponseSerializer(serializers.Serializer):
+    scrape_run_id = serializers.CharField()
+    references_received = serializers.IntegerField()
+    references_created = serializers.IntegerField()
+    references_changed = serializers.IntegerField()
+    references_unchanged = serializers.IntegerField()
+    handoff_queued_count = serializers.IntegerField(allow_null=True)
+    handoff_completed_count = serializers.IntegerField(allow_null=True)
+    handoff_failed_count = serializers.IntegerField(allow_null=True)
+    handoff_skipped_count = serializers.IntegerField(allow_null=True)
+    handoff_skipped_reasons = SkippedReasonsSerializer(allow_null=True)
+    handoffs_unavailable = serializers.CharField(required=False)
+
+
+class Sync(APIView):
+    """``POST /scraping/{source}/sync``: store a scrape run's references and hand each new
+    payload off to ingestion (``ingest.scraping.services.sync``), in one transaction."""
+
+    permission_classes = [IsAuthenticated, StaffWrites]
+    parser_classes = [BoundedJSONParser]
+
+    @extend_schema(
+        tags=["scraping"], summary="Sync a scrape run's references and hand them off",
+        request=SyncRequestSerializer,
+        parameters=[OpenApiParameter("tenant", OpenApiTypes.STR, required=False,
+                                     description="The source's tenant (slug), for a platform "
+                                                 "operator when several tenants have the name.")],
+        responses={200: SyncResponseSerializer,
+                   400: OpenApiResponse(ErrorSerializer, description="A bad body; names it."),
+                   404: OpenApiResponse(ErrorSerializer, description="No such source."),
+                   409: OpenApiResponse(ErrorSerializer,
+                                        description="The source takes no scraped references."),
+                   413: OpenApiResponse(ErrorSerializer,
+                                        description="More references than a sync may bring.")})
+    def post(self, request: Request, source: str) -> Response:
+        found = visible_source(request, source)
+        if found.kind != ScrapedReference.kind:
+            raise Conflict(f"source {found.name!r} takes no scraped references: its ingester is "
+                           f"{found.kind!r}, not {ScrapedReference.kind!r}")
+        body = object_body(request)
+        unknown = sorted(set(body) - {"scrape_run_id", "references"})
+        if unknown:
+            raise ValidationError({name: ["unknown field"] for name in unknown})
+        if "references" not in body:
+            raise ValidationError({"references": ["This field is required."]})
+        try:
+            result = services.sync(found, body.get("scrape_run_id"), body["references"],
+                                   actor=request.user)
+        except services.SyncRefused as exc:
+            if exc.too_many:
+                raise TooManyReferences(str(exc)) from None
+            raise ValidationError({exc.field: [str(exc)]}) from None
+        answer: dict[str, Any] = {
+            "scrape_run_id": result.scrape_run.run_id,
+            "references_received": result.received, "references_created": result.created,
+            "references_changed": result.changed, "references_unchanged": result.unchanged,
+        }
+        if result.handoffs is None:
+            answer.update(handoff_queued_count=None, handoff_completed_count=None,
+                          handoff_failed_count=None, handoff_skipped_count=None,
+                          handoff_skipped_reasons=None,
+                          handoffs_unavailable=str(Unavailable.default_detail))
+        else:
+            answer.update(services.json_counts(result.handoffs))
+        return Response(answer)
+
+
+# --- handoffs ---------------------------------------------------------------------------------
+
+
+class HandoffSerializer(serializers.ModelSerializer):
+    external_id = serializers.CharField(source="reference.external_id", read_only=True)
+    scrape_run_id = serializers.CharField(source="scrape_run.run_id", read_only=True)
+    reason = serializers.CharField(source="get_reason_code_display", read_only=True,
+                                   help_text="The reason code in words.")
+
+    class Meta:
+        model = IngestionHandoff
+        fields = ["id", "reference_id", "external_id", "payload_hash", "scrape_run_id", "status",
+                  "reason_code", "reason", "attempts", "last_error", "job_id", "ingest_run_id",
+                  "created_at", "updated_at"]
+        read_only_fields = fields
+
+
+class HandoffFilter(filters.FilterSet):
+    status = filters.ChoiceFilter(choices=HandoffStatus.choices)
+    scrape_run_id = filters.CharFilter(field_name="scrape_run__run_id",
+                                       max_length=SCRAPE_RUN_ID_LENGTH,
+                                       help_text="The scraper's run id, exactly.")
+
+    class Meta:
+        model = IngestionHandoff
+        fields: list[str] = []
+
+
+class StrictLimitOffset(LimitOffsetPagination):
+    """``limit`` (1 to 1,000, default 100) and ``offset`` (0 or more): a bad value is a
+    400 naming it, never a silent default."""
+
+    default_limit = 100
+    max_limit = MAX_LIMIT
+
+    def get_limit(self, request: Request) -> int:
+        return self._bounded(request, self.limit_query_param, self.default_limit, 1, MAX_LIMIT)
+
+    def get_offset(self, request: Request) -> int:
+        return self._bounded(request, self.offset_query_param, 0, 0, MAX_OFFSET)
+
+    @staticmethod
+    def _bounded(request: Request, name: str, default: int, low: int, high: int) -> int:
+        raw = request.query_params.get(name)
+        if raw is None:
+            return default
+        if not raw.isascii() or not raw.isdigit() or not low <= int(raw) <= high:
+            raise ValidationError({name: [f"must be a whole number from {low} to {high:,}"]})
+        return int(raw)
+
+
+class Handoffs(generics.ListAPIView):
+    """``GET /scraping/{source}/handoffs``: the source's handoffs, newest first."""
+
+    permission_classes = [IsAuthenticated]
+    serializer_class = HandoffSerializer
+    filter_backends = [StrictFilterBackend]
+    filterset_class = HandoffFilter
+    pagination_class = StrictLimitOffset
+
+    @extend_schema(tags=["scraping"], summary="List a source's handoffs, newest first",
+                   parameters=[OpenApiParameter("tenant", OpenApiTypes.STR, required=False)],
+                   responses={200: HandoffSerializer(many=True),
+                              400: OpenApiResponse(ErrorSerializer, description="A bad filter."),
+                              404: OpenApiResponse(ErrorSerializer, description="No such source."),
+                              503: OpenApiResponse(ErrorSerializer,
+                                                   description="Handoff tables not migrated.")})
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self) -> QuerySet[IngestionHandoff]:
+        if getattr(self, "swagger_fake_view", False):
+            return IngestionHandoff.objects.none()
+        source = visible_source(self.request, self.kwargs["source"])
+        if not services.handoffs_available():
+            raise Unavailable()
+        return (IngestionHandoff.objects.filter(source=source)
+                .select_related("reference", "scrape_run").order_by("-id"))

@@ -1,0 +1,146 @@
+"""The scraper's API: ``POST /scraping/{source}/sync`` and ``GET /scraping/{source}/handoffs``,
+token-authenticated, scoped to the caller's tenant, refusing bad input by name with
+nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import override_settings
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from ingest.runs.models import IngestSource
+from ingest.scraping.models import IngestionHandoff, ScrapeReference, ScrapeRun
+from tests.base import as_user, staff
+from tests.ingest import builders
+from tests.ingest.drive import drain
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def listings(acme) -> IngestSource:
+    return builders.source(acme, name="listings", kind="scraped_reference", config={})
+
+
+@pytest.fixture
+def scraper(acme) -> APIClient:
+    """The scraper service: an Acme staff account calling with its API token."""
+    client = APIClient()
+    token = Token.objects.create(user=staff("scraper", of=acme))
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+def body(run: str, *items: tuple[str, int]) -> dict:
+    return {"scrape_run_id": run,
+            "references": [{"external_id": e, "payload": {"price": p}} for e, p in items]}
+
+
+def sync(client: APIClient, payload, source: str = "listings", **extra):
+    return client.post(f"/scraping/{source}/sync", payload, format="json", **extra)
+
+
+def test_a_sync_stores_the_references_and_answers_the_handoff_counts(scraper, listings, clock):
+    answer = sync(scraper, body("run-1", ("a", 1), ("b", 2)))
+    assert answer.status_code == 200, answer.content
+    assert answer.json() == {
+        "scrape_run_id": "run-1", "references_received": 2, "references_created": 2,
+        "references_changed": 0, "references_unchanged": 0, "handoff_queued_count": 2,
+        "handoff_completed_count": 0, "handoff_failed_count": 0, "handoff_skipped_count": 0,
+        "handoff_skipped_reasons": {}}
+    again = sync(scraper, body("run-2", ("a", 1), ("b", 3))).json()
+    assert (again["handoff_queued_count"], again["handoff_skipped_count"]) == (0, 2)
+    assert again["handoff_skipped_reasons"] == {"ingestion_job_already_active": 1,
+                                                "payload_unchanged": 1}
+    run = ScrapeRun.objects.get(run_id="run-2")
+    assert (run.references_received, run.references_changed, run.last_synced_by.username) == (
+        2, 1, "scraper")
+
+
+def test_handoffs_are_listed_with_filters_and_bounded_pagination(scraper, listings, clock):
+    sync(scraper, body("run-1", ("a", 1), ("b", 2), ("c", 3)))
+    drain(clock)
+    sync(scraper, body("run-2", ("a", 5)))
+    page = scraper.get("/scraping/listings/handoffs", {"limit": 2}).json()
+    assert page["count"] == 4 and len(page["results"]) == 2
+    assert page["results"][0]["external_id"] == "a"  # newest first
+    assert page["results"][0]["reason"] == "its ingestion was queued"
+    done = scraper.get("/scraping/listings/handoffs", {"status": "completed"}).json()
+    assert sorted(h["external_id"] for h in done["results"]) == ["a", "b", "c"]
+    assert all(h["ingest_run_id"] for h in done["results"])
+    second = scraper.get("/scraping/listings/handoffs", {"scrape_run_id": "run-2"}).json()
+    assert [h["external_id"] for h in second["results"]] == ["a"]
+    offset = scraper.get("/scraping/listings/handoffs", {"limit": 2, "offset": 3}).json()
+    assert len(offset["results"]) == 1
+
+
+@pytest.mark.parametrize(("query", "named"), [
+    ({"limit": "0"}, "limit"), ({"limit": "1001"}, "limit"), ({"limit": "ten"}, "limit"),
+    ({"offset": "-1"}, "offset"), ({"offset": "1.5"}, "offset"), ({"status": "done"}, "status"),
+    ({"stat": "queued"}, "stat"), ({"limit": "１"}, "limit"),
+])
+def test_a_bad_filter_or_page_is_a_400_naming_it(scraper, listings, query, named):
+    answer = scraper.get("/scraping/listings/handoffs", query)
+    assert answer.status_code == 400 and named in answer.json(), answer.content
+
+
+@pytest.mark.parametrize(("payload", "named"), [
+    ({"references": []}, "scrape_run_id"),
+    ({"scrape_run_id": "r"}, "references"),
+    ({"scrape_run_id": "r", "references": {}}, "references"),
+    ({"scrape_run_id": "r", "references": [{"external_id": "a", "payload": []}]},
+     "references[0].payload"),
+    ({"scrape_run_id": "r", "references": [{"external_id": "a", "payload": {}},
+                                           {"external_id": "a", "payload": {"x": 1}}]},
+     "references[1].external_id"),
+    ({"scrape_run_id": "r", "references": [], "extra": 1}, "extra"),
+    (["not", "an", "object"], "non_field_errors"),
+])
+def test_a_bad_sync_is_a_400_naming_the_problem_and_writes_nothing(scraper, listings, payload,
+                                                                   named):
+    answer = sync(scraper, payload)
+    assert answer.status_code == 400 and named in answer.json(), answer.content
+    assert not ScrapeReference.objects.exists() and not ScrapeRun.objects.exists()
+
+
+def test_malformed_json_is_a_400(scraper, listings):
+    answer = scraper.post("/scraping/listings/sync", b'{"scrape_run_id": "r", "refer',
+                          content_type="application/json")
+    assert answer.status_code == 400 and "JSON parse error" in answer.json()["detail"]
+
+
+@override_settings(INGEST_SCRAPE_MAX_REFERENCES=1000)
+def test_more_references_than_the_limit_is_a_413_that_states_it(scraper, listings):
+    answer = sync(scraper, body("r", *[(str(n), n) for n in range(1001)]))
+    assert answer.status_code == 413
+    assert "1,001 references in one sync; the limit is 1,000" in answer.json()["detail"]
+    assert not ScrapeReference.objects.exists()
+
+
+def test_another_tenants_source_is_a_404_and_members_cannot_sync(listings, globex, acme):
+    outsider = as_user(staff("gina", of=globex))
+    assert sync(outsider, body("r", ("a", 1))).status_code == 404
+    assert outsider.get("/scraping/listings/handoffs").status_code == 404
+    member = as_user(staff("bob", of=acme, is_staff=False))
+    assert sync(member, body("r", ("a", 1))).status_code == 403
+    assert member.get("/scraping/listings/handoffs").status_code == 200
+    assert APIClient().post("/scraping/listings/sync", {}, format="json").status_code == 401
+    assert not ScrapeReference.objects.exists()
+
+
+def test_a_source_of_another_kind_is_a_409(scraper, acme):
+    builders.source(acme, name="orders")
+    answer = sync(scraper, body("r", ("a", 1)), source="orders")
+    assert answer.status_code == 409 and "takes no scraped references" in answer.json()["detail"]
+
+
+def test_the_openapi_schema_documents_both_endpoints(scraper):
+    schema = json.loads(scraper.get("/api/schema/", HTTP_ACCEPT="application/json").content)
+    assert "/scraping/{source}/sync" in schema["paths"]
+    parameters = {p["name"] for p in schema["paths"]["/scraping/{source}/handoffs"]["get"]
+                  ["parameters"]}
+    assert {"status", "scrape_run_id", "limit", "offset"} <= parameters
+    assert IngestionHandoff.objects.count() == 0

@@ -1,0 +1,89 @@
+"""The handoff migration goes back and forth with data in place: going back drops only
+the handoff tables and their timestamp trigger (references, scrape runs and ingest runs
+stay), syncs keep storing references meanwhile and say handoffs are unavailable, and going
+forward again brings handoffs back."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from ingest.runs.models import IngestRun
+from ingest.scraping.models import IngestionHandoff, ScrapeReference, ScrapeRun
+from tests.base import as_user, staff
+from tests.ingest import builders
+from tests.ingest.drive import drain
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BEFORE_HANDOFFS = "0002_scrape_references"
+
+
+def _exists(sql: str, name: str) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {sql}(%s) IS NOT NULL", [name])
+        return cursor.fetchone()[0]
+
+
+def _handoff_objects() -> tuple[bool, bool, bool]:
+    return (_exists("to_regclass", "ingestion_handoffs"),
+            _exists("to_regclass", "ingestion_handoff_transitions"),
+            _exists("to_regprocedure", "update_ingestion_handoff_timestamp()"))
+
+
+@pytest.fixture
+def forward_at_the_end():
+    """Whatever the test does, the next one finds the schema migrated to the end."""
+    yield
+    call_command("migrate", "ingest", verbosity=0)
+
+
+def _sync(client, run: str, price: int):
+    return client.post("/scraping/listings/sync", {
+        "scrape_run_id": run,
+        "references": [{"external_id": "a", "payload": {"price": price}},
+                       {"external_id": "b", "payload": {"price": price}}]}, format="json")
+
+
+def test_back_forward_and_back_again_keeps_references_and_runs(acme, clock,
+                                                              forward_at_the_end):
+    builders.source(acme, name="listings", kind="scraped_reference", config={})
+    scraper = as_user(staff("scraper", of=acme))
+    assert _sync(scraper, "run-1", 1).json()["handoff_queued_count"] == 2
+    drain(clock)
+
+    for _ in range(2):  # back and forward, twice
+        runs = IngestRun.objects.filter(reference__isnull=False).count()
+        scrape_runs = ScrapeRun.objects.count()
+        call_command("migrate", "ingest", BEFORE_HANDOFFS, verbosity=0)
+        assert _handoff_objects() == (False, False, False)
+        assert ScrapeReference.objects.count() == 2
+        assert ScrapeRun.objects.count() == scrape_runs
+        assert IngestRun.objects.filter(reference__isnull=False).count() == runs
+
+        answer = _sync(scraper, "run-2", 2)
+        assert answer.status_code == 200
+        body = answer.json()
+        assert (body["references_changed"], body["handoff_queued_count"]) == (2, None)
+        assert "not migrated" in body["handoffs_unavailable"]
+        assert ScrapeReference.objects.get(external_id="a").payload == {"price": 2}
+        listing = scraper.get("/scraping/listings/handoffs")
+        assert listing.status_code == 503 and "not migrated" in listing.json()["detail"]
+        _sync(scraper, "run-2b", 1)  # back to the first payload, still without handoffs
+
+        call_command("migrate", "ingest", verbosity=0)
+        assert _handoff_objects() == (True, True, True)
+        assert not IngestionHandoff.objects.exists()  # the history went with the tables
+        assert _sync(scraper, "run-3", 3).json()["handoff_queued_count"] == 2
+        drain(clock)
+        assert set(IngestionHandoff.objects.values_list("status", flat=True)) == {"completed"}
+
+
+def test_the_database_keeps_a_handoffs_updated_time(acme, clock):
+    builders.source(acme, name="listings", kind="scraped_reference", config={})
+    _sync(as_user(staff("scraper", of=acme)), "run-1", 1)
+    handoff = IngestionHandoff.objects.first()
+    IngestionHandoff.objects.filter(pk=handoff.pk).update(attempts=2)  # no updated_at given
+    handoff.refresh_from_db()
+    assert handoff.updated_at > handoff.created_at  # the trigger's time, not the test clock's

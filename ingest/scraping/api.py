@@ -8,8 +8,10 @@ tenant); members read handoffs.
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
+from django.conf import settings
 from django.db.models import QuerySet
 from django_filters import rest_framework as filters
 from drf_spectacular.types import OpenApiTypes
@@ -17,6 +19,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.parsers import BaseParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -49,6 +52,23 @@ class TooManyReferences(APIException):
 class Conflict(APIException):
     status_code = status.HTTP_409_CONFLICT
     default_code = "conflict"
+
+
+class SyncBodyParser(BaseParser):
+    """JSON as ``BoundedJSONParser`` reads it, for bodies past Django's
+    ``DATA_UPLOAD_MAX_MEMORY_SIZE``: DRF hands a ``JSONParser`` the body through
+    ``request.body``, which refuses them, so this one reads the stream itself, up to
+    ``INGEST_SCRAPE_MAX_BYTES`` (the web server's limit for ``/scraping/`` too)."""
+
+    media_type = "application/json"
+
+    def parse(self, stream: Any, media_type: str | None = None,
+              parser_context: dict[str, Any] | None = None) -> Any:
+        limit = int(settings.INGEST_SCRAPE_MAX_BYTES)
+        raw = stream.read(limit + 1) if stream is not None else b""
+        if len(raw) > limit:
+            raise TooManyReferences(f"the body is over {limit:,} bytes, the limit of a sync")
+        return BoundedJSONParser().parse(io.BytesIO(raw), media_type, parser_context)
 
 
 def visible_source(request: Request, name: str) -> IngestSource:
@@ -107,7 +127,7 @@ class Sync(APIView):
     payload off to ingestion (``ingest.scraping.services.sync``), in one transaction."""
 
     permission_classes = [IsAuthenticated, StaffWrites]
-    parser_classes = [BoundedJSONParser]
+    parser_classes = [SyncBodyParser]
 
     @extend_schema(
         tags=["scraping"], summary="Sync a scrape run's references and hand them off",

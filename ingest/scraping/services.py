@@ -21,6 +21,7 @@ Every change of a handoff is a ``HandoffTransition``, written with the change.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -186,15 +187,16 @@ def sync(source: IngestSource, scrape_run_id: Any, items: Any, *, actor: Any = N
     with transaction.atomic():
         now = jobs.now()
         scrape_run = _record_scrape_run(source, run_id, len(incoming), actor, now)
-        changed = _upsert_references(source, scrape_run, incoming, now)
+        upserted = _upsert_references(source, scrape_run, incoming, now)
+        changed = upserted.changed
         ScrapeRun.objects.filter(pk=scrape_run.pk).update(
             references_changed=scrape_run.references_changed + len(changed))
         scrape_run.references_changed += len(changed)
         created = sum(1 for row in changed if row[2])
         counts = None
         if handoffs_available():
-            counts = _hand_off(source, scrape_run, incoming, changed, actor=actor, now=now,
-                               policy=policy, sleep=sleep)
+            counts = _hand_off(source, scrape_run, len(incoming), upserted, actor=actor,
+                               now=now, policy=policy, sleep=sleep)
     return SyncResult(scrape_run, received=len(incoming), created=created,
                       changed=len(changed) - created, unchanged=len(incoming) - len(changed),
                       handoffs=counts)
@@ -224,61 +226,163 @@ def _record_scrape_run(source: IngestSource, run_id: str, received: int, actor: 
     return ScrapeRun.objects.get(pk=pk)
 
 
+@dataclass(frozen=True)
+class Upserted:
+    changed: list[tuple[int, str, bool]]  # (id, payload hash, created) of each written
+    unchanged: list[int]  # the ids of the references whose payload hash was the same
+
+
 def _upsert_references(source: IngestSource, scrape_run: ScrapeRun, incoming: Incoming,
-                       now: Any) -> list[tuple[int, str, bool]]:
-    """Insert new references and update those whose payload changed; ``(id, hash,
-    created)`` of each. A reference whose hash is unchanged is left as it is (no write,
-    no row lock)."""
+                       now: Any) -> Upserted:
+    """Insert new references and update those whose payload changed. The stored hashes
+    are read first, so that an unchanged reference costs its id's lookup only: no payload
+    sent, no write, no row lock."""
     if not incoming:
-        return []
+        return Upserted([], [])
     table = ScrapeReference._meta.db_table
     with connection.cursor() as cursor:
+        cursor.execute(f"SELECT external_id, id, payload_hash FROM {table} "
+                       "WHERE source_id = %s AND external_id = ANY(%s::text[])",
+                       [source.pk, incoming.external_ids])
+        stored = {external_id: (pk, hash_) for external_id, pk, hash_ in cursor.fetchall()}
+        unchanged, write = [], []
+        for index, external_id in enumerate(incoming.external_ids):
+            known = stored.get(external_id)
+            if known is not None and known[1] == incoming.hashes[index]:
+                unchanged.append(known[0])
+            else:
+                write.append(index)
+        if not write:
+            return Upserted([], unchanged)
+        # One JSON document of [external id, payload, hash] rows: PostgreSQL parses it
+        # three times faster than a jsonb[] parameter of the same payloads.
+        rows = ",".join(f'[{json.dumps(incoming.external_ids[i])},{incoming.payloads[i]},'
+                        f'"{incoming.hashes[i]}"]' for i in write)
         cursor.execute(f"""
-            WITH incoming AS (
-                SELECT * FROM unnest(%(ids)s::text[], %(payloads)s::jsonb[], %(hashes)s::text[])
-                    AS i(external_id, payload, payload_hash)
-            ), current AS (
-                SELECT r.external_id, r.payload_hash FROM {table} r
-                WHERE r.source_id = %(source)s AND r.external_id = ANY(%(ids)s::text[])
-            )
             INSERT INTO {table} AS r (
                 tenant_id, source_id, external_id, payload, payload_hash, first_seen_at,
                 changed_at, changed_in_id)
-            SELECT %(tenant)s, %(source)s, i.external_id, i.payload, i.payload_hash, %(now)s,
-                   %(now)s, %(scrape_run)s
-            FROM incoming i LEFT JOIN current c USING (external_id)
-            WHERE c.payload_hash IS DISTINCT FROM i.payload_hash
+            SELECT %(tenant)s, %(source)s, i->>0, i->1, i->>2, %(now)s, %(now)s,
+                   %(scrape_run)s
+            FROM jsonb_array_elements(%(rows)s::jsonb) AS i
             ON CONFLICT (source_id, external_id) DO UPDATE SET
                 payload = EXCLUDED.payload, payload_hash = EXCLUDED.payload_hash,
                 changed_at = EXCLUDED.changed_at, changed_in_id = EXCLUDED.changed_in_id
             WHERE r.payload_hash <> EXCLUDED.payload_hash
-            RETURNING r.id, r.payload_hash, r.first_seen_at = %(now)s AND xmax = 0""",
-                       {"ids": incoming.external_ids, "payloads": incoming.payloads,
-                        "hashes": incoming.hashes, "source": source.pk,
-                        "tenant": source.tenant_id, "now": now, "scrape_run": scrape_run.pk})
-        return [(row[0], row[1], row[2]) for row in cursor.fetchall()]
+            RETURNING r.id, r.payload_hash, xmax = 0""",
+                       {"rows": f"[{rows}]", "source": source.pk, "tenant": source.tenant_id,
+                        "now": now, "scrape_run": scrape_run.pk})
+        return Upserted([(row[0], row[1], row[2]) for row in cursor.fetchall()], unchanged)
 
 
-def _hand_off(source: IngestSource, scrape_run: ScrapeRun, incoming: Incoming,
-              changed: list[tuple[int, str, bool]], *, actor: Any, now: Any,
-              policy: retrying.RetryPolicy, sleep: Callable[[float], None]) -> HandoffCounts:
+def _hand_off(source: IngestSource, scrape_run: ScrapeRun, received: int, upserted: Upserted,
+              *, actor: Any, now: Any, policy: retrying.RetryPolicy,
+              sleep: Callable[[float], None]) -> HandoffCounts:
     counts = HandoffCounts()
+    new = [(pk, hash_) for pk, hash_, created in upserted.changed if created]
+    changed = [(pk, hash_) for pk, hash_, created in upserted.changed if not created]
     opened = _open_handoffs(source, scrape_run, changed, actor=actor, now=now)
     # A changed reference whose payload's handoff is still queued or running (its payload
     # went back to one still on its way) has nothing new to hand off.
-    unchanged_while_active = len(changed) - len(opened)
-    counts.skip(HandoffReason.PAYLOAD_UNCHANGED, unchanged_while_active)
-    _count_unchanged(source, incoming, {row[0] for row in changed}, counts)
+    counts.skip(HandoffReason.PAYLOAD_UNCHANGED, len(changed) - len(opened))
+    _count_unchanged(upserted.unchanged, received - len(upserted.changed), counts)
+    if new:
+        _hand_off_new(source, scrape_run, new, counts, actor=actor, now=now, policy=policy,
+                      sleep=sleep)
     if opened:
         _queue_with_retries(source, opened, counts, actor=actor, policy=policy, sleep=sleep)
     return counts
 
 
+def _hand_off_new(source: IngestSource, scrape_run: ScrapeRun, new: list[tuple[int, str]],
+                  counts: HandoffCounts, *, actor: Any, now: Any, policy: retrying.RetryPolicy,
+                  sleep: Callable[[float], None]) -> None:
+    """References this sync created have no handoff and no ingestion anywhere yet: each
+    handoff is written already queued, with its ingestion job and both transitions (no
+    second write of the row, the bulk of a first sync)."""
+    table = IngestionHandoff._meta.db_table
+    created = [("", HandoffStatus.QUEUED, HandoffReason.QUEUED_FROM_SCRAPE,
+                f"scrape run {scrape_run.run_id}")]
+    tries = 0
+
+    def once() -> None:
+        nonlocal tries
+        tries += 1
+        with transaction.atomic(), _lock_timeout(int(conf.get("HANDOFF_LOCK_TIMEOUT_MS"))):
+            ids = _allocate(table, len(new))
+            job_ids = jobs.enqueue_many(INGEST_REFERENCE, [{"handoff": pk} for pk in ids],
+                                        tenant=source.tenant_id, created_by=_user(actor))
+            _insert_handoffs(source, scrape_run, ids, new, job_ids=job_ids, attempts=tries,
+                             status=HandoffStatus.QUEUED, reason=HandoffReason.INGESTION_JOB_QUEUED,
+                             steps=[*created, (HandoffStatus.QUEUED, HandoffStatus.QUEUED,
+                                               HandoffReason.INGESTION_JOB_QUEUED,
+                                               "ingestion job queued")], actor=actor, now=now)
+
+    refused = _attempt_queueing(source, once, policy, sleep)
+    if refused is None:
+        counts.queued += len(new)
+        return
+    reason, error, attempts = refused
+    _insert_handoffs(source, scrape_run, _allocate(table, len(new)), new, job_ids=None,
+                     attempts=attempts, status=HandoffStatus.FAILED, reason=reason,
+                     last_error=error, actor=actor, now=now,
+                     steps=[*created, (HandoffStatus.QUEUED, HandoffStatus.FAILED, reason, error)])
+    counts.failed += len(new)
+
+
+def _allocate(table: str, count: int) -> list[int]:
+    """``count`` ids of ``table``'s sequence, so that rows can be named before they exist."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id')) "
+                       "FROM generate_series(1, %s)", [table, count])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _insert_handoffs(source: IngestSource, scrape_run: ScrapeRun, ids: list[int],
+                     rows: list[tuple[int, str]], *, job_ids: list[int] | None, attempts: int,
+                     status: str, reason: str, steps: list[tuple[str, str, str, str]],
+                     actor: Any, now: Any, last_error: str = "") -> None:
+    """Handoffs ``ids`` of ``rows`` (reference id, payload hash), in ``status`` for
+    ``reason``, with the transitions ``steps`` (from, to, reason, note) each: one
+    statement."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"""
+            WITH inserted AS (
+                INSERT INTO {IngestionHandoff._meta.db_table} (
+                    id, tenant_id, source_id, reference_id, payload_hash, scrape_run_id, status,
+                    reason_code, attempts, last_error, job_id, ingest_run_id, created_by_id,
+                    created_at, updated_at)
+                SELECT r.id, %(tenant)s, %(source)s, r.reference_id, r.payload_hash,
+                       %(scrape_run)s, %(status)s, %(reason)s, %(attempts)s, %(error)s, r.job_id,
+                       NULL, %(user)s, %(now)s, %(now)s
+                FROM unnest(%(ids)s::bigint[], %(refs)s::bigint[], %(hashes)s::text[],
+                            %(jobs)s::bigint[]) AS r(id, reference_id, payload_hash, job_id)
+                RETURNING id
+            )
+            INSERT INTO {HandoffTransition._meta.db_table} (
+                handoff_id, at, from_status, to_status, reason_code, note, actor_id)
+            SELECT i.id, %(now)s, s.from_status, s.to_status, s.reason_code, s.note, %(user)s
+            FROM inserted i, unnest(%(from)s::text[], %(to)s::text[], %(reasons)s::text[],
+                                    %(notes)s::text[]) WITH ORDINALITY
+                 AS s(from_status, to_status, reason_code, note, step)
+            ORDER BY i.id, s.step""",
+                       {"ids": ids, "refs": [pk for pk, _ in rows],
+                        "hashes": [hash_ for _, hash_ in rows],
+                        "jobs": job_ids if job_ids is not None else [None] * len(ids),
+                        "tenant": source.tenant_id, "source": source.pk,
+                        "scrape_run": scrape_run.pk, "status": status, "reason": reason,
+                        "attempts": attempts, "error": last_error[:4000],
+                        "user": getattr(_user(actor), "pk", None), "now": now,
+                        "from": [step[0] for step in steps], "to": [step[1] for step in steps],
+                        "reasons": [step[2] for step in steps],
+                        "notes": [step[3][:4000] for step in steps]})
+
+
 def _open_handoffs(source: IngestSource, scrape_run: ScrapeRun,
-                   changed: list[tuple[int, str, bool]], *, actor: Any,
+                   changed: list[tuple[int, str]], *, actor: Any,
                    now: Any) -> list[tuple[int, int]]:
-    """A queued handoff per changed reference's payload: created, or a finished one of
-    the same payload queued again. ``(handoff id, reference id)`` of each, with its
+    """A queued handoff per payload of a reference that existed and changed: created, or a
+    finished one of the same payload queued again. ``(handoff id, reference id)`` of each, with its
     transition written."""
     if not changed:
         return []
@@ -322,11 +426,9 @@ def _open_handoffs(source: IngestSource, scrape_run: ScrapeRun,
         return [(row[0], row[1]) for row in cursor.fetchall()]
 
 
-def _count_unchanged(source: IngestSource, incoming: Incoming, changed: set[int],
-                     counts: HandoffCounts) -> None:
-    """Count the references whose payload did not change, by where their payload's
-    handoff stands."""
-    unchanged = len(incoming) - len(changed)
+def _count_unchanged(references: list[int], unchanged: int, counts: HandoffCounts) -> None:
+    """Count the ``unchanged`` references whose payload did not change, by where their
+    payload's handoff stands."""
     if not unchanged:
         return
     with connection.cursor() as cursor:
@@ -334,63 +436,75 @@ def _count_unchanged(source: IngestSource, incoming: Incoming, changed: set[int]
             SELECT h.status, count(*) FROM {ScrapeReference._meta.db_table} r
             JOIN {IngestionHandoff._meta.db_table} h
               ON h.reference_id = r.id AND h.payload_hash = r.payload_hash
-            WHERE r.source_id = %(source)s AND r.external_id = ANY(%(ids)s::text[])
-              AND NOT r.id = ANY(%(changed)s::bigint[])
-            GROUP BY h.status""", {"source": source.pk, "ids": incoming.external_ids,
-                                   "changed": list(changed)})
+            WHERE r.id = ANY(%s::bigint[])
+            GROUP BY h.status""", [references])
         by_status = dict(cursor.fetchall())
-    counts.completed += by_status.get(HandoffStatus.COMPLETED, 0)
-    counts.failed += by_status.get(HandoffStatus.FAILED, 0)
+    completed = by_status.get(HandoffStatus.COMPLETED, 0)
+    failed = by_status.get(HandoffStatus.FAILED, 0)
+    counts.completed += completed
+    counts.failed += failed
     # Queued or running, or (stored before the handoff tables existed) none at all.
-    rest = unchanged - by_status.get(HandoffStatus.COMPLETED, 0) - by_status.get(
-        HandoffStatus.FAILED, 0)
-    counts.skip(HandoffReason.PAYLOAD_UNCHANGED, rest)
+    counts.skip(HandoffReason.PAYLOAD_UNCHANGED, unchanged - completed - failed)
 
 
 # --- queueing ingestions ----------------------------------------------------------------------
 
 
+def _attempt_queueing(source: IngestSource, call: Callable[[], Any],
+                      policy: retrying.RetryPolicy, sleep: Callable[[float], None]
+                      ) -> tuple[str, str, int] | None:
+    """Run ``call`` under the retry policy; None once it succeeded, else the reason the
+    handoffs fail for, the error and the attempts made. A disabled source refuses at once."""
+    if not source.enabled:
+        return HandoffReason.QUEUE_REFUSED, f"source {source.name!r} is disabled", 1
+    outcome = retrying.attempt(call, policy, sleep=sleep)
+    if outcome.error is None:
+        return None
+    reason = (HandoffReason.RETRY_EXHAUSTED if outcome.exhausted
+              else HandoffReason.QUEUE_REFUSED)
+    return reason, f"{type(outcome.error).__name__}: {outcome.error}", outcome.attempts
+
+
 def _queue_with_retries(source: IngestSource, opened: list[tuple[int, int]],
                         counts: HandoffCounts, *, actor: Any, policy: retrying.RetryPolicy,
                         sleep: Callable[[float], None]) -> None:
-    if not source.enabled:
-        _fail(opened, HandoffReason.QUEUE_REFUSED, f"source {source.name!r} is disabled",
-              attempts=1, actor=actor)
-        counts.failed += len(opened)
-        return
+    done: list[tuple[int, int]] = []
+    tries = 0
 
-    def queue_once() -> tuple[int, int]:
+    def once() -> None:
+        nonlocal tries
+        tries += 1
         with transaction.atomic():  # a savepoint: a failed try leaves nothing behind
-            return queue(source, opened, actor=actor)
+            # The sync's upsert holds every reference of ``opened`` already.
+            done[:] = [queue(source, opened, actor=actor, locked=True)]
 
-    outcome = retrying.attempt(queue_once, policy, sleep=sleep)
-    if outcome.error is None:
-        queued, waiting = outcome.value
+    refused = _attempt_queueing(source, once, policy, sleep)
+    if refused is None:
+        queued, waiting = done[0]
         counts.queued += queued
         counts.skip(HandoffReason.INGESTION_JOB_ALREADY_ACTIVE, waiting)
-        if outcome.attempts > 1:
-            IngestionHandoff.objects.filter(pk__in=[h for h, _ in opened]).update(
-                attempts=outcome.attempts)
+        if tries > 1:
+            IngestionHandoff.objects.filter(pk__in=[h for h, _ in opened]).update(attempts=tries)
         return
-    reason = (HandoffReason.RETRY_EXHAUSTED if outcome.exhausted
-              else HandoffReason.QUEUE_REFUSED)
-    error = f"{type(outcome.error).__name__}: {outcome.error}"
-    _fail(opened, reason, error, attempts=outcome.attempts, actor=actor)
+    reason, error, attempts = refused
+    _fail(opened, reason, error, attempts=attempts, actor=actor)
     counts.failed += len(opened)
 
 
 def queue(source: IngestSource, opened: Sequence[tuple[int, int]], *, actor: Any = None,
-          reason: str = HandoffReason.INGESTION_JOB_QUEUED) -> tuple[int, int]:
+          reason: str = HandoffReason.INGESTION_JOB_QUEUED, locked: bool = False
+          ) -> tuple[int, int]:
     """Queue the ingestion of each handoff ``(id, reference id)`` whose reference has
     none queued or running; the others wait for it. In the caller's transaction, holding
-    the references' rows. A lock it cannot have within ``INGEST_HANDOFF_LOCK_TIMEOUT_MS``
-    (a reference's row, the job queue's table) is a transient error. Returns (queued,
-    waiting)."""
+    the references' rows (taken here unless ``locked``). A lock it cannot have within
+    ``INGEST_HANDOFF_LOCK_TIMEOUT_MS`` (a reference's row, the job queue's table) is a
+    transient error. Returns (queued, waiting)."""
     references = sorted({reference for _, reference in opened})
     with _lock_timeout(int(conf.get("HANDOFF_LOCK_TIMEOUT_MS"))):
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT id FROM {ScrapeReference._meta.db_table} WHERE id = ANY(%s) "
-                           "ORDER BY id FOR UPDATE", [references])
+        if not locked:
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT id FROM {ScrapeReference._meta.db_table} "
+                               "WHERE id = ANY(%s) ORDER BY id FOR UPDATE", [references])
         return _queue_locked(source, opened, references, actor=actor, reason=reason)
 
 
@@ -410,57 +524,77 @@ def _lock_timeout(milliseconds: int) -> Iterator[None]:
 def _queue_locked(source: IngestSource, opened: Sequence[tuple[int, int]],
                   references: list[int], *, actor: Any, reason: str) -> tuple[int, int]:
     busy = active_references(references, excluding=[handoff for handoff, _ in opened])
-    ready = [(handoff, reference) for handoff, reference in opened if reference not in busy]
+    ready = [handoff for handoff, reference in opened if reference not in busy]
     waiting = [handoff for handoff, reference in opened if reference in busy]
     now = jobs.now()
     if waiting:
         _move(waiting, HandoffStatus.QUEUED, HandoffReason.INGESTION_JOB_ALREADY_ACTIVE,
               note="waits for the reference's ingestion in progress", actor=actor, now=now)
     if ready:
-        job_ids = jobs.enqueue_many(INGEST_REFERENCE, [{"handoff": h} for h, _ in ready],
+        job_ids = jobs.enqueue_many(INGEST_REFERENCE, [{"handoff": h} for h in ready],
                                     tenant=source.tenant_id, created_by=_user(actor))
-        with connection.cursor() as cursor:
-            cursor.execute(f"""
-                UPDATE {IngestionHandoff._meta.db_table} h SET job_id = q.job_id
-                FROM unnest(%s::bigint[], %s::bigint[]) AS q(handoff_id, job_id)
-                WHERE h.id = q.handoff_id""", [[h for h, _ in ready], job_ids])
-        _move([h for h, _ in ready], HandoffStatus.QUEUED, reason,
-              note="ingestion job queued", actor=actor, now=now)
+        _move(ready, HandoffStatus.QUEUED, reason, note="ingestion job queued", actor=actor,
+              now=now, job_ids=job_ids)
     return len(ready), len(waiting)
 
 
-def active_references(references: Iterable[int], *, excluding: Iterable[int] = ()) -> set[int]:
+def active_references(references: Sequence[int], *, excluding: Sequence[int] = ()) -> set[int]:
     """The references among these whose ingestion is queued (its job is) or running,
     not counting the handoffs ``excluding``."""
-    references = list(references)
-    active = set(IngestionHandoff.objects.filter(reference_id__in=references)
-                 .exclude(pk__in=list(excluding))
-                 .filter(status=HandoffStatus.QUEUED, job_id__isnull=False)
-                 .values_list("reference_id", flat=True))
-    active |= set(IngestionHandoff.objects.filter(reference_id__in=references,
-                                                  status=HandoffStatus.RUNNING)
-                  .values_list("reference_id", flat=True))
-    active |= set(IngestRun.objects.filter(reference_id__in=references, status=RunStatus.RUNNING)
-                  .values_list("reference_id", flat=True))
-    return active
+    if not references:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(f"""
+            SELECT reference_id FROM {IngestionHandoff._meta.db_table}
+            WHERE reference_id = ANY(%(refs)s::bigint[]) AND NOT id = ANY(%(excluding)s::bigint[])
+              AND (status = %(running)s OR (status = %(queued)s AND job_id IS NOT NULL))
+            UNION
+            SELECT reference_id FROM {IngestRun._meta.db_table}
+            WHERE reference_id = ANY(%(refs)s::bigint[]) AND status = %(run_running)s""",
+                       {"refs": list(references), "excluding": list(excluding),
+                        "running": HandoffStatus.RUNNING, "queued": HandoffStatus.QUEUED,
+                        "run_running": RunStatus.RUNNING})
+        return {row[0] for row in cursor.fetchall()}
 
 
 # --- transitions ------------------------------------------------------------------------------
 
 
-def _move(handoffs: Sequence[int], status: str, reason: str, *, note: str = "", actor: Any = None,
-          now: Any = None, **fields: Any) -> None:
-    """Move ``handoffs`` to ``status`` for ``reason`` (setting ``fields`` too), each with
-    its transition."""
-    now = now or jobs.now()
-    before = dict(IngestionHandoff.objects.filter(pk__in=handoffs).values_list("pk", "status"))
-    IngestionHandoff.objects.filter(pk__in=handoffs).update(status=status, reason_code=reason,
-                                                            **fields)
-    HandoffTransition.objects.bulk_create([
-        HandoffTransition(handoff_id=pk, at=now, from_status=before.get(pk, ""),
-                          to_status=status, reason_code=reason, note=note[:4000],
-                          actor=_user(actor))
-        for pk in handoffs])
+def _move(handoffs: Sequence[int], status: str, reason: str, *, note: str = "",
+          actor: Any = None, now: Any = None, job_ids: Sequence[int] | None = None,
+          **fields: Any) -> None:
+    """Move ``handoffs`` to ``status`` for ``reason``, setting ``fields`` too (and each its
+    job id, from the parallel ``job_ids``), each with its transition: one statement."""
+    if not handoffs:
+        return
+    meta = IngestionHandoff._meta
+    assignments = [f"{connection.ops.quote_name(meta.get_field(name).column)} = %(f_{name})s"
+                   for name in fields]
+    values = {f"f_{name}": getattr(value, "pk", value) for name, value in fields.items()}
+    if job_ids is not None:
+        assignments.append("job_id = m.job_id")
+    with connection.cursor() as cursor:
+        cursor.execute(f"""
+            WITH m AS (
+                SELECT * FROM unnest(%(ids)s::bigint[], %(jobs)s::bigint[]) AS m(id, job_id)
+            ), before AS (
+                SELECT h.id, h.status FROM {meta.db_table} h JOIN m USING (id)
+                ORDER BY h.id FOR UPDATE OF h
+            ), moved AS (
+                UPDATE {meta.db_table} h
+                SET {", ".join(["status = %(status)s", "reason_code = %(reason)s", *assignments])}
+                FROM before b JOIN m USING (id) WHERE h.id = b.id
+                RETURNING h.id, b.status AS before
+            )
+            INSERT INTO {HandoffTransition._meta.db_table} (
+                handoff_id, at, from_status, to_status, reason_code, note, actor_id)
+            SELECT id, %(now)s, before, %(status)s, %(reason)s, %(note)s, %(actor)s
+            FROM moved""",
+                       {"ids": list(handoffs),
+                        "jobs": list(job_ids) if job_ids is not None else [None] * len(handoffs),
+                        "status": status, "reason": reason, "now": now or jobs.now(),
+                        "note": note[:4000], "actor": getattr(_user(actor), "pk", None),
+                        **values})
 
 
 def _fail(opened: Sequence[tuple[int, int]], reason: str, error: str, *, attempts: int,

@@ -144,3 +144,13 @@ def test_the_openapi_schema_documents_both_endpoints(scraper):
                   ["parameters"]}
     assert {"status", "scrape_run_id", "limit", "offset"} <= parameters
     assert IngestionHandoff.objects.count() == 0
+
+
+@override_settings(INGEST_SCRAPE_MAX_BYTES=4096)
+def test_a_body_past_djangos_memory_limit_is_read_and_one_past_the_sync_limit_is_a_413(
+        scraper, listings, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
+    fits = sync(scraper, body("r", *[(f"{n:03d}", n) for n in range(40)]))  # about 1.7 kB
+    assert fits.status_code == 200, fits.content
+    too_big = sync(scraper, body("r", *[(f"{n:03d}", n) for n in range(200)]))
+    assert too_big.status_code == 413 and "4,096 bytes" in too_big.json()["detail"]

@@ -1,8 +1,11 @@
 """Django's admin autodiscovery imports ``<app>.admin`` of every installed app; the ingest
-runs' model admins live in ``ingest.runs.admin``, and importing it registers them."""
+model admins live in ``ingest.runs.admin`` (sources, runs, breakers) and
+``ingest.scraping.admin`` (scrape runs, references, handoffs), and importing them
+registers them."""
 
 from __future__ import annotations
 
-from ingest.runs import admin
+from ingest.runs import admin as runs_admin
+from ingest.scraping import admin as scraping_admin
 
-__all__ = ["admin"]
+__all__ = ["runs_admin", "scraping_admin"]

@@ -1,0 +1,297 @@
+"""Scrape handoffs in the admin: the scraper's runs, the references it found, and each
+payload's handoff to ingestion with its history.
+
+All of it is written by the syncs and the engine's handlers, so the pages show it and
+never edit it. The one operator action, retrying failed handoffs, calls
+``ingest.scraping.services.retry_handoffs`` with the staff user, so it is recorded on each
+handoff's history like any other transition. Staff of a tenant see their tenant's rows.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import F, QuerySet
+from django.http import HttpRequest
+from django.template.defaultfilters import date as date_format
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.http import urlencode
+from django.utils.safestring import SafeString
+
+from ingest.runs.rendering import status_badge
+from ingest.scraping import services
+from ingest.scraping.models import HandoffTransition, IngestionHandoff, ScrapeReference, ScrapeRun
+from jobs.contrib.admin import CappedCountPaginator
+from tenancy.scoping import scope_queryset, tenant_scope
+
+CSS = "ingest/runs.css"
+OPERATE_HANDOFFS = "ingest.change_ingestionhandoff"
+RECENT_SCRAPE_RUNS = 20
+
+
+def _tenant_filter(request: HttpRequest) -> list[Any]:
+    """Platform operators see every tenant's rows, and may filter them by tenant."""
+    return [("tenant", admin.RelatedOnlyFieldListFilter)] if tenant_scope(request.user) is True else []
+
+
+def _short_hash(value: str) -> str:
+    return f"{value[:12]}…"
+
+
+def _run_link(run_id: int | None) -> SafeString:
+    if run_id is None:
+        return format_html("{}", "—")
+    url = reverse("admin:ingest_ingestrun_change", args=[run_id])
+    return format_html('<a href="{}">run {}</a>', url, run_id)
+
+
+def _pre(text: str) -> SafeString:
+    return format_html('<pre class="ingest-pre">{}</pre>', text) if text else format_html("{}", "—")
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """The syncs and the handlers write these rows; the admin shows them, scoped to the
+    staff user's tenant."""
+
+    paginator = CappedCountPaginator
+    show_full_result_count = False
+
+    class Media:
+        css = {"all": [CSS]}
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return scope_queryset(super().get_queryset(request), request.user)
+
+    def get_list_filter(self, request: HttpRequest) -> list[Any]:
+        return [*self.list_filter, *_tenant_filter(request)]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+# --- scrape runs ----------------------------------------------------------------------------------
+
+
+@admin.register(ScrapeRun)
+class ScrapeRunAdmin(ReadOnlyAdmin):
+    list_display = ["run_id", "source", "syncs", "references_received", "references_changed",
+                    "last_sync_at", "last_synced_by", "handoffs"]
+    list_filter = [("source", admin.RelatedOnlyFieldListFilter)]
+    list_select_related = ["source", "last_synced_by"]
+    search_fields = ["=run_id"]
+    search_help_text = "A scrape run's exact id."
+    fields = ["run_id", "tenant", "source", "syncs", "references_received", "references_changed",
+              "first_sync_at", "last_sync_at", "last_synced_by", "handoffs"]
+    readonly_fields = fields
+
+    @admin.display(description="handoffs")
+    def handoffs(self, run: ScrapeRun) -> SafeString:
+        query = urlencode({ScrapeRunFilter.parameter_name: run.run_id,
+                           "source__id__exact": run.source_id})
+        url = reverse("admin:ingest_ingestionhandoff_changelist")
+        return format_html('<a href="{}?{}">its handoffs</a>', url, query)
+
+
+# --- references -----------------------------------------------------------------------------------
+
+
+class ReferenceHandoffInline(ReadOnlyInline):
+    model = IngestionHandoff
+    fields = ["status_display", "reason", "hash", "scrape_run", "attempts", "ingest_run_link",
+              "updated_at"]
+    readonly_fields = fields
+    ordering = ["-id"]
+    show_change_link = True
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[IngestionHandoff]:
+        return super().get_queryset(request).select_related("scrape_run")
+
+    @admin.display(description="status")
+    def status_display(self, handoff: IngestionHandoff) -> SafeString:
+        return status_badge(handoff.status)
+
+    @admin.display(description="reason")
+    def reason(self, handoff: IngestionHandoff) -> str:
+        return handoff.get_reason_code_display()
+
+    @admin.display(description="payload hash")
+    def hash(self, handoff: IngestionHandoff) -> str:
+        return _short_hash(handoff.payload_hash)
+
+    @admin.display(description="ingest run")
+    def ingest_run_link(self, handoff: IngestionHandoff) -> SafeString:
+        return _run_link(handoff.ingest_run_id)
+
+
+@admin.register(ScrapeReference)
+class ScrapeReferenceAdmin(ReadOnlyAdmin):
+    list_display = ["source", "external_id", "hash", "first_seen_at", "changed_at",
+                    "changed_in_run"]
+    list_display_links = ["external_id"]
+    list_filter = [("source", admin.RelatedOnlyFieldListFilter)]
+    list_select_related = ["source", "changed_in"]
+    search_fields = ["=external_id"]
+    search_help_text = "A reference's exact external id."
+    fields = ["external_id", "tenant", "source", "payload_display", "payload_hash",
+              "first_seen_at", "changed_at", "changed_in"]
+    readonly_fields = fields
+    inlines = [ReferenceHandoffInline]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ScrapeReference]:
+        # A page of the list never loads the payloads; the reference's page reads its own.
+        return super().get_queryset(request).defer("payload")
+
+    @admin.display(description="payload hash")
+    def hash(self, reference: ScrapeReference) -> str:
+        return _short_hash(reference.payload_hash)
+
+    @admin.display(description="changed in", ordering="changed_in__run_id")
+    def changed_in_run(self, reference: ScrapeReference) -> str:
+        return reference.changed_in.run_id
+
+    @admin.display(description="payload")
+    def payload_display(self, reference: ScrapeReference) -> SafeString:
+        return _pre(json.dumps(reference.payload, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+# --- handoffs -------------------------------------------------------------------------------------
+
+
+class ScrapeRunFilter(admin.SimpleListFilter):
+    """By the scraper's own run id, which is what an operator has in hand. The choices are
+    the latest scrape runs the user may see; an older one is ``?scrape_run=<id>``."""
+
+    title = "scrape run"
+    parameter_name = "scrape_run"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        runs = scope_queryset(ScrapeRun.objects.order_by("-last_sync_at", "-id"), request.user)
+        recent = dict.fromkeys(runs.values_list("run_id", flat=True)[:RECENT_SCRAPE_RUNS])
+        return [(run_id, run_id) for run_id in recent]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        return queryset.filter(scrape_run__run_id=self.value()) if self.value() else queryset
+
+
+class TransitionInline(ReadOnlyInline):
+    model = HandoffTransition
+    verbose_name_plural = "history"
+    fields = ["at_display", "change", "reason", "note", "actor"]
+    readonly_fields = fields
+    ordering = ["at", "id"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[HandoffTransition]:
+        return super().get_queryset(request).select_related("actor")
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The history is the handoff's own record: whoever may see the handoff sees it.
+        return self.admin_site.get_model_admin(IngestionHandoff).has_view_permission(request, obj)
+
+    @admin.display(description="at")
+    def at_display(self, transition: HandoffTransition) -> str:
+        # To the second, as the runs' action log: a sync's transitions share a minute.
+        return date_format(transition.at, "Y-m-d H:i:s")
+
+    @admin.display(description="from → to")
+    def change(self, transition: HandoffTransition) -> str:
+        return f"{transition.from_status or '∅'} → {transition.to_status}"
+
+    @admin.display(description="reason")
+    def reason(self, transition: HandoffTransition) -> str:
+        return transition.get_reason_code_display()
+
+
+@admin.register(IngestionHandoff)
+class IngestionHandoffAdmin(ReadOnlyAdmin):
+    list_display = ["id", "source", "external_id", "scrape_run_id_display", "status_display",
+                    "reason", "attempts", "ingest_run_link", "updated_at"]
+    list_filter = ["status", "reason_code", ("source", admin.RelatedOnlyFieldListFilter),
+                   ScrapeRunFilter]
+    list_select_related = ["source"]
+    sortable_by = ["id", "updated_at"]  # what the list orders by cheaply
+    search_fields = ["=reference__external_id", "=scrape_run__run_id"]
+    search_help_text = "A reference's exact external id, or a scrape run's exact id."
+    fields = ["id", "tenant", "source", "reference", "payload_hash", "scrape_run",
+              "status_display", "reason", "attempts", "last_error_display", "job",
+              "ingest_run", "created_by", "created_at", "updated_at"]
+    readonly_fields = fields
+    inlines = [TransitionInline]
+    actions = ["retry_handoffs"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[IngestionHandoff]:
+        # The two ids the list shows, without loading the reference's payload.
+        return super().get_queryset(request).annotate(
+            reference_external_id=F("reference__external_id"),
+            scraper_run_id=F("scrape_run__run_id"))
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        """Retry handoffs: staff granted the handoff model's change permission."""
+        return request.user.has_perm(OPERATE_HANDOFFS)
+
+    @admin.display(description="external id")
+    def external_id(self, handoff: IngestionHandoff) -> str:
+        return handoff.reference_external_id
+
+    @admin.display(description="scrape run")
+    def scrape_run_id_display(self, handoff: IngestionHandoff) -> str:
+        return handoff.scraper_run_id
+
+    @admin.display(description="status")
+    def status_display(self, handoff: IngestionHandoff) -> SafeString:
+        return status_badge(handoff.status)
+
+    @admin.display(description="reason")
+    def reason(self, handoff: IngestionHandoff) -> str:
+        return handoff.get_reason_code_display()
+
+    @admin.display(description="ingest run")
+    def ingest_run_link(self, handoff: IngestionHandoff) -> SafeString:
+        return _run_link(handoff.ingest_run_id)
+
+    @admin.display(description="last error")
+    def last_error_display(self, handoff: IngestionHandoff) -> SafeString:
+        return _pre(handoff.last_error)
+
+    @admin.display(description="ingestion job")
+    def job(self, handoff: IngestionHandoff) -> SafeString:
+        # No foreign key: the engine's retention may have pruned the job since.
+        if handoff.job_id is None:
+            return format_html("{}", "—")
+        url = reverse("admin:jobs_job_change", args=[handoff.job_id])
+        return format_html('<a href="{}">#{}</a>', url, handoff.job_id)
+
+    @admin.action(description="Retry the selected failed handoffs", permissions=["operate"])
+    def retry_handoffs(self, request: HttpRequest, queryset: QuerySet[IngestionHandoff]) -> None:
+        """All or nothing: the service retries the selection in one transaction, and one
+        handoff it refuses leaves every one as it was."""
+        try:
+            # In the references' order, as the syncs lock them.
+            retried = services.retry_handoffs(queryset.order_by("reference_id", "id"),
+                                              actor=request.user)
+        except services.HandoffRefused as exc:
+            self.message_user(request, f"Nothing retried: {exc}.", messages.ERROR)
+            return
+        self.message_user(request, f"{retried} handoff(s) queued again.", messages.SUCCESS)

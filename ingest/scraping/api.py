@@ -136,7 +136,8 @@ class Sync(APIView):
                                      description="The source's tenant (slug), for a platform "
                                                  "operator when several tenants have the name.")],
         responses={200: SyncResponseSerializer,
-                   400: OpenApiResponse(ErrorSerializer, description="A bad body; names it."),
+                   400: OpenApiResponse(OpenApiTypes.OBJECT,
+                                        description="A bad body: each field named, with why."),
                    404: OpenApiResponse(ErrorSerializer, description="No such source."),
                    409: OpenApiResponse(ErrorSerializer,
                                         description="The source takes no scraped references."),
@@ -238,7 +239,8 @@ class Handoffs(generics.ListAPIView):
     @extend_schema(tags=["scraping"], summary="List a source's handoffs, newest first",
                    parameters=[OpenApiParameter("tenant", OpenApiTypes.STR, required=False)],
                    responses={200: HandoffSerializer(many=True),
-                              400: OpenApiResponse(ErrorSerializer, description="A bad filter."),
+                              400: OpenApiResponse(OpenApiTypes.OBJECT,
+                                                   description="A bad filter or page, named."),
                               404: OpenApiResponse(ErrorSerializer, description="No such source."),
                               503: OpenApiResponse(ErrorSerializer,
                                                    description="Handoff tables not migrated.")})

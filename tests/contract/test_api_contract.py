@@ -51,6 +51,7 @@ from schemathesis.specs.openapi.checks import (
 
 from factors import services
 from ingest.runs import services as ingest_services
+from ingest.scraping import services as scraping
 from jobs.events import publish
 from jobs.models import Job
 from tests.base import make_job, run_next, staff, tenant
@@ -105,6 +106,9 @@ def build_world() -> World:
         run_next()  # one failure with a traceback, one success, one permanent failure, deliveries
     jobs.append(make_job("tests.noop", tenant=acme))  # and one still pending
     runs.append(ingest_services.start_ingest(ingest_builders.source(acme, "invoices")))  # running
+    listings = ingest_builders.source(acme, "listings", kind="scraped_reference", config={})
+    scraping.sync(listings, "scrape-1", [{"external_id": "a", "payload": {"price": 1}}],
+                  actor=users["tenant_staff"])
     return World(
         tokens={name: Token.objects.create(user=user).key for name, user in users.items()},
         known={"jobs": list(Job.objects.values_list("pk", flat=True)),
@@ -114,7 +118,8 @@ def build_world() -> World:
                "module": ["travel", "energy"],
                "entry": [e.pk for e in entries if e is not None],
                "data_entry_type": ["plane", "train"],
-               "pipeline_id": [str(job.pipeline_id) for job in jobs]},
+               "pipeline_id": [str(job.pipeline_id) for job in jobs],
+               "source": ["listings", "orders"]},
     )
 
 

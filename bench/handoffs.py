@@ -64,13 +64,13 @@ def measure(client: Any, label: str, run_id: str, references: list[dict[str, Any
 
 
 def run(count: int) -> list[dict]:
+    from django.contrib.auth import get_user_model
     from django.test import Client
     from rest_framework.authtoken.models import Token
 
     from ingest.runs.models import IngestSource
     from ingest.scraping.models import IngestionHandoff
     from tenancy.models import Membership, Tenant
-    from django.contrib.auth import get_user_model
 
     tenant = Tenant.objects.create(name="Bench", slug="bench")
     user = get_user_model().objects.create_user("scraper", is_staff=True)

@@ -30,6 +30,8 @@ from factors import csv_schemas, staging
 from factors.models import CarbonReport, DataEntry, Emission, ReportModule, Upload
 from ingest.runs import services as ingest_services
 from ingest.runs.models import IngestRun, RunAction
+from ingest.scraping import services as scraping
+from ingest.scraping.models import IngestionHandoff, ScrapeReference
 from jobs.models import Event, Job
 from jobs.streams.hub import get_hub
 from jobs.streams.ws import JobEventsConsumer
@@ -41,6 +43,7 @@ from tests.ingest import builders as ingest_builders
 pytestmark = pytest.mark.django_db
 
 ACME_MARK = "ACME-SECRET-LAB"
+SCRAPED = f"scraped-{ACME_MARK}"
 HEADER = ["quantity", "unit", "haul", "cabin"]
 
 
@@ -56,6 +59,7 @@ class Acme:
     event: Event
     upload: staging.StagedUpload
     run: IngestRun
+    handoff: IngestionHandoff
 
 
 @pytest.fixture(autouse=True)
@@ -80,8 +84,11 @@ def acme(clock) -> Acme:
                               csv_schemas.entries("plane"))
     staging.register(upload, Upload.Kind.ENTRIES, tenant_id=owner.pk)
     run = ingest_services.start_ingest(ingest_builders.source(owner, ACME_MARK))
+    scraped = ingest_builders.source(owner, SCRAPED, kind="scraped_reference", config={})
+    scraping.sync(scraped, ACME_MARK, [{"external_id": ACME_MARK, "payload": {"m": ACME_MARK}}])
     return Acme(owner, the_report, travel, DataEntry.objects.filter(module=travel).first(),
-                started.job, Job.objects.get(pk=failed.pk), waiting, event, upload, run)
+                started.job, Job.objects.get(pk=failed.pk), waiting, event, upload, run,
+                IngestionHandoff.objects.get(source=scraped))
 
 
 def snapshot(acme: Acme) -> tuple[Any, ...]:
@@ -95,6 +102,9 @@ def snapshot(acme: Acme) -> tuple[Any, ...]:
         Upload.objects.filter(tenant=acme.tenant).count(),
         sorted(IngestRun.objects.filter(tenant=acme.tenant).values_list("id", "status")),
         RunAction.objects.filter(run__tenant=acme.tenant).count(),
+        sorted(IngestionHandoff.objects.filter(tenant=acme.tenant).values_list(
+            "id", "status", "reason_code")),
+        sorted(ScrapeReference.objects.filter(tenant=acme.tenant).values_list("id", "payload_hash")),
     )
 
 
@@ -151,6 +161,9 @@ def probes(acme: Acme) -> list[tuple[str, str, str, dict[str, Any] | None]]:
         ("ingest-run-retry-hooks", "post", f"/api/ingest/runs/{acme.run.pk}/retry-hooks/", {}),
         ("ingest-run-retry-from-batch", "post", f"/api/ingest/runs/{acme.run.pk}/retry-from-batch/",
          {}),
+        ("scraping-sync", "post", f"/scraping/{SCRAPED}/sync",
+         {"scrape_run_id": "globex", "references": [{"external_id": ACME_MARK, "payload": {}}]}),
+        ("scraping-handoffs", "get", f"/scraping/{SCRAPED}/handoffs", None),
     ]
 
 
@@ -244,7 +257,10 @@ def test_the_admin_shows_globex_staff_none_of_acmes_objects(acme):
              f"/admin/factors/upload/{acme.upload.id}/change/",
              f"/admin/ingest/ingestrun/{acme.run.pk}/change/",
              f"/admin/ingest/ingestrun/{acme.run.pk}/timeline/",
-             f"/admin/ingest/ingestsource/{acme.run.source_id}/change/"]
+             f"/admin/ingest/ingestsource/{acme.run.source_id}/change/",
+             f"/admin/ingest/ingestionhandoff/{acme.handoff.pk}/change/",
+             f"/admin/ingest/scrapereference/{acme.handoff.reference_id}/change/",
+             f"/admin/ingest/scraperun/{acme.handoff.scrape_run_id}/change/"]
     for page in pages:
         response = browser.get(page)
         assert response.status_code in (302, 403, 404), page
@@ -256,7 +272,9 @@ def test_the_admin_shows_globex_staff_none_of_acmes_objects(acme):
     assert cancel.status_code in (302, 403, 404)
     assert cancel.status_code != 302 or "/cancel/" not in cancel["Location"]
     assert browser.post(f"/admin/ingest/ingestrun/{acme.run.pk}/cancel/").status_code == 404
-    for listing in ("/admin/ingest/ingestrun/", "/admin/ingest/ingestsource/"):
+    for listing in ("/admin/ingest/ingestrun/", "/admin/ingest/ingestsource/",
+                    "/admin/ingest/ingestionhandoff/", "/admin/ingest/scrapereference/",
+                    "/admin/ingest/scraperun/"):
         assert ACME_MARK not in browser.get(listing).content.decode(), listing
     assert snapshot(acme) == before
 

@@ -79,7 +79,7 @@ def visible_source(request: Request, name: str) -> IngestSource:
         sources = sources.filter(tenant__slug=tenant)
     found = list(sources[:2])
     if not found:
-        raise NotFound(f"No source named {name!r} visible to you.")
+        raise NotFound("No such source visible to you.")
     if len(found) > 1:
         raise ValidationError({"tenant": [f"several tenants have a source named {name!r}; "
                                           "name its tenant with ?tenant=<slug>"]})

@@ -154,3 +154,13 @@ def test_a_body_past_djangos_memory_limit_is_read_and_one_past_the_sync_limit_is
     assert fits.status_code == 200, fits.content
     too_big = sync(scraper, body("r", *[(f"{n:03d}", n) for n in range(200)]))
     assert too_big.status_code == 413 and "4,096 bytes" in too_big.json()["detail"]
+
+
+def test_a_hundred_thousand_references_in_one_call_are_a_413_stating_the_limit(scraper,
+                                                                               listings):
+    references = [{"external_id": str(n), "payload": {}} for n in range(100_000)]
+    answer = sync(scraper, {"scrape_run_id": "r", "references": references})
+    assert answer.status_code == 413
+    assert answer.json()["detail"].startswith("100,000 references in one sync; the limit is "
+                                              "50,000")
+    assert not ScrapeReference.objects.exists() and not ScrapeRun.objects.exists()

@@ -206,7 +206,9 @@ def settle(run: IngestRun, *, current_job: int | None = None) -> IngestRun:
     if counts["failed"]:
         return fail_run(run, f"{counts['failed']} of {run.batches_ingested} batches failed "
                              "their hooks", current_job=current_job)
-    return _finish(run, RunStatus.SUCCEEDED, kind=ActionKind.SUCCEEDED)
+    run = _finish(run, RunStatus.SUCCEEDED, kind=ActionKind.SUCCEEDED)
+    events.publish_run_finished(run)
+    return run
 
 
 def record_hook_failure(execution: HookExecution, *, reason: str, exit_code: int | None = None,
@@ -238,6 +240,7 @@ def fail_run(run: IngestRun, reason: str, *, actor: Any = None, via: str = "pipe
     recorded on its job; nothing is deleted). In the caller's transaction."""
     run = _finish(run, RunStatus.FAILED, kind=ActionKind.FAILED, reason=reason, actor=actor, via=via)
     cancel_outstanding(run, actor=actor, reason=f"run {run.pk} failed", skip=current_job)
+    events.publish_run_finished(run)  # after the cancellations, which would take it too
     return run
 
 
@@ -260,7 +263,6 @@ def _finish(run: IngestRun, status: str, *, kind: str, reason: str = "", actor: 
                                                finished_at=jobs.now())
     run.refresh_from_db()
     record_action(run, kind, actor=actor, via=via, note=reason)
-    events.publish_run_finished(run)
     return run
 
 
@@ -283,6 +285,7 @@ def cancel_run(run: IngestRun, *, actor: Any = None, via: str = "admin", reason:
     cancel_outstanding(run, actor=actor, reason=f"run {run.pk} cancelled")
     jobs.enqueue("ingest.StopHooks", {"run": run.pk}, tenant=run.tenant_id, pipeline=run.pipeline,
                  created_by=_actor(actor))
+    events.publish_run_finished(run)  # after the cancellations, which would take it too
     return run
 
 

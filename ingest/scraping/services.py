@@ -47,6 +47,8 @@ from ingest.scraping.models import (
 )
 
 INGEST_REFERENCE = "ingest.IngestReference"
+# Queued handoffs a sweep looks at (``settle_stuck_handoffs``).
+SWEEP_LIMIT = 1000
 
 
 class SyncRefused(Exception):
@@ -707,9 +709,11 @@ def settle_stuck_handoffs() -> int:
     reference is queued; a running handoff whose run ended takes the run's outcome. How
     many were settled."""
     settled = 0
+    # The longest-queued first, a bounded number a sweep: a backlog of queued jobs is
+    # not stuck, and the next sweep goes on from here.
     queued = dict(IngestionHandoff.objects.filter(status=HandoffStatus.QUEUED,
                                                   job_id__isnull=False)
-                  .values_list("job_id", "pk"))
+                  .order_by("updated_at", "id").values_list("job_id", "pk")[:SWEEP_LIMIT])
     for job_id in jobs.pipelines_over(list(queued), before=jobs.now()):
         with transaction.atomic():
             handoff = IngestionHandoff.objects.get(pk=queued[job_id])

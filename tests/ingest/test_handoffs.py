@@ -11,11 +11,14 @@ import pytest
 from django.db import connections
 from django.test import override_settings
 
+import jobs
+from ingest.runs import services as run_services
 from ingest.runs.models import IngestRecord, IngestRun, IngestSource, RunStatus
 from ingest.scraping import retrying, services
 from ingest.scraping.hashing import payload_hash
 from ingest.scraping.models import HandoffReason, HandoffStatus, IngestionHandoff, ScrapeReference
-from tests.base import staff
+from jobs.models import Job
+from tests.base import run_next, staff
 from tests.ingest import builders
 from tests.ingest.drive import drain
 
@@ -205,3 +208,55 @@ def test_bad_references_are_refused_by_name_and_nothing_is_written(listings):
 def test_more_references_than_the_limit_is_refused_naming_it(listings):
     with pytest.raises(services.SyncRefused, match="4 references in one sync; the limit is 3"):
         services.sync(listings, "scrape-1", refs(*[(str(n), n) for n in range(4)]))
+
+
+def test_the_sweep_fails_a_handoff_whose_job_ended_without_starting_its_run(clock, listings):
+    services.sync(listings, "scrape-1", refs(("a", 10)))
+    services.sync(listings, "scrape-2", refs(("a", 11)))  # waits behind the first
+    first, waiting = IngestionHandoff.objects.order_by("id")
+    jobs.cancel(Job.objects.get(pk=first.job_id), reason="an operator stopped it")
+    assert services.settle_stuck_handoffs() == 1
+    first.refresh_from_db()
+    waiting.refresh_from_db()
+    assert (first.status, first.reason_code) == (HandoffStatus.FAILED,
+                                                 HandoffReason.INGESTION_FAILED)
+    assert "ended without starting the run" in first.last_error
+    assert (waiting.reason_code, waiting.job_id is not None) == (
+        HandoffReason.INGESTION_JOB_QUEUED, True)  # the next payload goes
+    drain(clock)
+    waiting.refresh_from_db()
+    assert waiting.status == HandoffStatus.COMPLETED
+
+
+def test_the_sweep_settles_a_running_handoff_whose_run_ended_unannounced(clock, listings):
+    services.sync(listings, "scrape-1", refs(("a", 10)))
+    assert run_next() == "succeeded"  # the handoff's job: it starts the run
+    handoff = IngestionHandoff.objects.get()
+    assert handoff.status == HandoffStatus.RUNNING
+    run_services.cancel_run(handoff.ingest_run, reason="stop")
+    for delivery in Job.objects.filter(type="ingest.SettleHandoff"):
+        jobs.cancel(delivery, reason="lost")
+    assert services.settle_stuck_handoffs() == 1
+    handoff.refresh_from_db()
+    assert (handoff.status, handoff.reason_code) == (HandoffStatus.FAILED,
+                                                     HandoffReason.INGESTION_CANCELLED)
+
+
+def test_a_failed_or_cancelled_ingest_run_fails_its_handoff_through_the_event(clock, acme):
+    source = builders.source(acme, name="checked", kind="scraped_reference", config={},
+                             hooks=[builders.exit_with(2, "bad listing")], max_failures=1)
+    services.sync(source, "scrape-1", refs(("a", 10)))
+    drain(clock)
+    failed = IngestionHandoff.objects.get()
+    assert (failed.status, failed.reason_code) == (HandoffStatus.FAILED,
+                                                   HandoffReason.INGESTION_FAILED)
+    assert "exit code 2" in failed.last_error or "hook failures" in failed.last_error
+
+    services.sync(source, "scrape-2", refs(("a", 11)))
+    assert run_next() == "succeeded"  # the new handoff's job starts its run
+    running = IngestionHandoff.objects.get(status=HandoffStatus.RUNNING)
+    run_services.cancel_run(running.ingest_run, reason="not today")
+    drain(clock)
+    running.refresh_from_db()
+    assert (running.status, running.reason_code) == (HandoffStatus.FAILED,
+                                                     HandoffReason.INGESTION_CANCELLED)

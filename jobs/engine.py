@@ -169,7 +169,8 @@ def enqueue_many(
     created_by: Any = None,
     max_attempts: int | None = None,
 ) -> list[int]:
-    """Insert one job per payload in a single statement; return the new ids.
+    """Insert one job per payload in a single statement; return the new ids, in the
+    order of their payloads.
 
     Runs in the caller's transaction; workers are woken when it commits (NOTIFY is
     transactional). ``unique_keys`` and ``pending_keys`` run parallel to ``payloads``;
@@ -192,8 +193,10 @@ def enqueue_many(
     if not payloads:
         return []
     keyed = unique_keys is not None or pending_keys is not None
+    statement = sql.insert_jobs(keyed=keyed, checked=_given_references(params), document=True)
+    params["payloads"] = f"[{','.join(params['payloads'])}]"
     with _waiting(params) as wait, connection.cursor() as cursor:
-        cursor.execute(sql.insert_jobs(keyed=keyed, checked=_given_references(params)), params)
+        cursor.execute(statement, params)
         ids = [row[0] for row in cursor.fetchall()]
         if ids:
             wait(ids)

@@ -85,8 +85,8 @@ def enqueue_many(
     max_attempts: int | None = None,
 ) -> list[int]:
     """Insert one job per payload in a single statement, in the caller's transaction;
-    return the new ids (a payload whose key another job holds is skipped). See
-    ``jobs.engine.enqueue_many``."""
+    return the new ids in the order of their payloads (a payload whose key another job
+    holds is skipped). See ``jobs.engine.enqueue_many``."""
     from jobs import engine
 
     return engine.enqueue_many(

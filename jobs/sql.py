@@ -91,8 +91,14 @@ def _all_exist(checked: tuple[str, ...]) -> str:
 
 
 @cache
-def insert_jobs(*, keyed: bool, returning: str = "id", checked: tuple[str, ...] = ()) -> str:
-    """One job per element of ``%(payloads)s`` (a jsonb[]), in a single INSERT.
+def insert_jobs(*, keyed: bool, returning: str = "id", checked: tuple[str, ...] = (),
+                document: bool = False) -> str:
+    """One job per element of ``%(payloads)s`` (a jsonb[]), in a single INSERT, in the
+    payloads' order (ids ascending with it).
+
+    ``document``: ``%(payloads)s`` is instead one JSON array of the payloads. PostgreSQL
+    parses a large batch so about three times faster than the same payloads as a
+    ``jsonb[]``, each of which is an escaped string inside an array literal.
 
     Nothing is inserted when the parent job, tenant or user it names does not exist (the
     caller then says which, from ``references()``): their foreign keys are deferred, so
@@ -107,11 +113,18 @@ def insert_jobs(*, keyed: bool, returning: str = "id", checked: tuple[str, ...] 
     about a quarter faster on large batches.
     """
     conflict = "ON CONFLICT DO NOTHING" if keyed else ""
+    rows = """unnest(%(payloads)s::jsonb[], %(unique_keys)s::text[], %(pending_keys)s::text[])
+     AS p(payload, unique_key, pending_key)"""
+    if document:
+        rows = """(SELECT d.payload, k.unique_key, k.pending_key
+      FROM jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS d(payload, n)
+      JOIN unnest(%(unique_keys)s::text[], %(pending_keys)s::text[]) WITH ORDINALITY
+           AS k(unique_key, pending_key, n) USING (n)
+      ORDER BY n) AS p"""
     return f"""
 INSERT INTO jobs_job ({_INSERT_COLUMNS})
 SELECT {_INSERT_VALUES}
-FROM unnest(%(payloads)s::jsonb[], %(unique_keys)s::text[], %(pending_keys)s::text[])
-     AS p(payload, unique_key, pending_key)
+FROM {rows}
 {_all_exist(checked)}
 {conflict}
 RETURNING {returning}

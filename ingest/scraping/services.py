@@ -103,9 +103,11 @@ def read_references(items: Any) -> Incoming:
             raise SyncRefused(where, f"{where} must be an object with external_id and payload "
                                      "only")
         external_id, payload = item.get("external_id"), item.get("payload")
-        if not isinstance(external_id, str) or not 0 < len(external_id) <= EXTERNAL_ID_LENGTH:
+        if (not isinstance(external_id, str) or not 0 < len(external_id) <= EXTERNAL_ID_LENGTH
+                or not _storable(external_id)):
             raise SyncRefused(f"{where}.external_id", f"{where}.external_id must be a string of "
-                                                      f"1 to {EXTERNAL_ID_LENGTH} characters")
+                                                      f"1 to {EXTERNAL_ID_LENGTH} characters "
+                                                      "(no NUL, no lone surrogate)")
         if external_id in seen:
             raise SyncRefused(f"{where}.external_id",
                               f"{where}.external_id {external_id!r} is also references"
@@ -115,8 +117,14 @@ def read_references(items: Any) -> Incoming:
             raise SyncRefused(f"{where}.payload", f"{where}.payload must be a JSON object")
         try:
             text = canonical_json(payload)
+        except UnicodeEncodeError:
+            raise SyncRefused(f"{where}.payload", f"{where}.payload holds a lone surrogate "
+                                                  "(\\ud800 …), which is no character") from None
         except ValueError as exc:  # NaN or Infinity
             raise SyncRefused(f"{where}.payload", f"{where}.payload: {exc}") from None
+        if b"\\u0000" in text and _holds_nul(payload):
+            raise SyncRefused(f"{where}.payload", f"{where}.payload holds a NUL character "
+                                                  "(\\u0000), which cannot be stored")
         external_ids.append(external_id)
         payloads.append(text.decode())
         hashes.append(digest(text))
@@ -127,8 +135,30 @@ def read_references(items: Any) -> Incoming:
                     [hashes[i] for i in order])
 
 
+def _storable(text: str) -> bool:
+    """Whether PostgreSQL can store ``text``: no NUL, and valid UTF-8 (no lone surrogate)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(item) for item in value)
+    return False
+
+
 def check_scrape_run_id(value: Any) -> str:
-    if not isinstance(value, str) or not 0 < len(value.strip()) <= SCRAPE_RUN_ID_LENGTH:
+    if (not isinstance(value, str) or not 0 < len(value.strip()) <= SCRAPE_RUN_ID_LENGTH
+            or not _storable(value)):
         raise SyncRefused("scrape_run_id", f"scrape_run_id must be a non-empty string of at "
                                            f"most {SCRAPE_RUN_ID_LENGTH} characters")
     return value.strip()

@@ -260,3 +260,18 @@ def test_a_failed_or_cancelled_ingest_run_fails_its_handoff_through_the_event(cl
     running.refresh_from_db()
     assert (running.status, running.reason_code) == (HandoffStatus.FAILED,
                                                      HandoffReason.INGESTION_CANCELLED)
+
+
+def test_text_postgresql_cannot_store_is_refused_by_name(listings):
+    for items, field in [
+        ([{"external_id": "a\ud800", "payload": {}}], "references[0].external_id"),
+        ([{"external_id": "a\x00", "payload": {}}], "references[0].external_id"),
+        ([{"external_id": "a", "payload": {"t": "\ud800"}}], "references[0].payload"),
+        ([{"external_id": "a", "payload": {"t\x00": 1}}], "references[0].payload"),
+    ]:
+        with pytest.raises(services.SyncRefused) as refused:
+            services.sync(listings, "scrape-1", items)
+        assert refused.value.field == field
+    result = services.sync(listings, "scrape-1", [{"external_id": "a",
+                                                   "payload": {"t": "a literal \\u0000"}}])
+    assert result.created == 1  # the text of an escape is not a NUL

@@ -53,6 +53,8 @@ def test_enqueue_many_inserts_in_one_statement(django_assert_num_queries):
         ids = engine.enqueue_many("tests.noop", payloads)
     assert len(ids) == 2_000
     assert Job.objects.filter(state=Job.State.PENDING).count() == 2_000
+    stored = dict(Job.objects.filter(pk__in=ids).values_list("pk", "payload"))
+    assert [stored[pk]["n"] for pk in ids] == list(range(2_000))  # the payloads' order
 
 
 def test_enqueue_many_skips_payloads_whose_unique_key_is_taken():

@@ -146,9 +146,9 @@ def test_the_openapi_schema_documents_both_endpoints(scraper):
     assert IngestionHandoff.objects.count() == 0
 
 
-@override_settings(INGEST_SCRAPE_MAX_BYTES=4096)
 def test_a_body_past_djangos_memory_limit_is_read_and_one_past_the_sync_limit_is_a_413(
         scraper, listings, settings):
+    settings.INGEST_SCRAPE_MAX_BYTES = 4096
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
     fits = sync(scraper, body("r", *[(f"{n:03d}", n) for n in range(40)]))  # about 1.7 kB
     assert fits.status_code == 200, fits.content

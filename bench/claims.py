@@ -17,7 +17,6 @@ claimed jobs straight back so that every round sees the same backlog:
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -34,25 +33,12 @@ def main() -> int:
     parser.add_argument("--backlog", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=200)
     args = parser.parse_args()
-    database = f"bench_claims_{os.getpid()}"
     from bench import setup_django
-    from bench.engine import create_database, drop_database
+    from bench.engine import scratch_database
 
     setup_django("bench.settings")
-    from django.core.management import call_command
-    from django.db import connection
-
-    create_database(database)
-    home = connection.settings_dict["NAME"]
-    try:
-        connection.close()
-        connection.settings_dict["NAME"] = database
-        call_command("migrate", verbosity=0)
+    with scratch_database("bench_claims"):
         print(table(measure(args.backlog, args.rounds)))
-    finally:
-        connection.close()
-        connection.settings_dict["NAME"] = home
-        drop_database(database)
     return 0
 
 

@@ -181,6 +181,27 @@ def drop_database(name: str) -> None:
         cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@contextlib.contextmanager
+def scratch_database(prefix: str) -> Iterator[str]:
+    """A new database on the project's server, migrated, that this process's Django
+    connection uses for the block; dropped afterwards, whatever happened."""
+    from django.core.management import call_command
+    from django.db import connection
+
+    name = f"{prefix}_{os.getpid()}"
+    create_database(name)
+    home = connection.settings_dict["NAME"]
+    try:
+        connection.close()
+        connection.settings_dict["NAME"] = name
+        call_command("migrate", verbosity=0)
+        yield name
+    finally:
+        connection.close()
+        connection.settings_dict["NAME"] = home
+        drop_database(name)
+
+
 def dsn(database: str) -> str:
     """A libpq conninfo string for ``database`` on the project's server."""
     from django.db import connection

@@ -101,30 +101,19 @@ def table(result: dict[str, Any]) -> str:
 def main() -> int:
     args = parse_args()
     from bench import setup_django
-    from bench.engine import create_database, drop_database
+    from bench.engine import scratch_database
 
-    database = f"bench_handoffs_{os.getpid()}"
     setup_django("bench.settings")
-    from django.core.management import call_command
     from django.db import connection
     from django.test.utils import override_settings
 
-    create_database(database)
-    home = connection.settings_dict["NAME"]
-    try:
-        connection.close()
-        connection.settings_dict["NAME"] = database
-        call_command("migrate", verbosity=0)
+    with scratch_database("bench_handoffs"):
         with connection.cursor() as cursor:
             cursor.execute("SHOW server_version")
             server = cursor.fetchone()[0]
         with override_settings(ALLOWED_HOSTS=["testserver"],
                                INGEST_SCRAPE_MAX_REFERENCES=max(args.references, 50_000)):
             result = {"server": server, "rows": run(args.references)}
-    finally:
-        connection.close()
-        connection.settings_dict["NAME"] = home
-        drop_database(database)
     print(json.dumps(result, indent=2) if args.json else table(result))
     return 0
 

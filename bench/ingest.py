@@ -155,19 +155,12 @@ def table(result: dict[str, Any]) -> str:
 def main() -> int:
     args = parse_args()
     from bench import setup_django
-    from bench.engine import create_database, drop_database
+    from bench.engine import scratch_database
 
-    database = f"bench_ingest_{os.getpid()}"
     setup_django("bench.settings")
-    from django.core.management import call_command
     from django.db import connection
 
-    create_database(database)
-    home = connection.settings_dict["NAME"]
-    try:
-        connection.close()
-        connection.settings_dict["NAME"] = database
-        call_command("migrate", verbosity=0)
+    with scratch_database("bench_ingest"):
         register_bench_source()
         with connection.cursor() as cursor:
             cursor.execute("SHOW server_version")
@@ -177,10 +170,6 @@ def main() -> int:
         pressure = _pressure_cases(args.pressure_minutes)
         if pressure is not None:
             result["pressure"] = pressure
-    finally:
-        connection.close()
-        connection.settings_dict["NAME"] = home
-        drop_database(database)
     print(json.dumps(result, indent=2) if args.json else table(result))
     return 0
 

@@ -118,7 +118,24 @@ class ScrapeRunAdmin(ReadOnlyAdmin):
 # --- references -----------------------------------------------------------------------------------
 
 
-class ReferenceHandoffInline(ReadOnlyInline):
+class HandoffColumns:
+    """The columns a handoff shows wherever it is listed: its status as a badge, its
+    reason in words, and its ingest run as a link."""
+
+    @admin.display(description="status")
+    def status_display(self, handoff: IngestionHandoff) -> SafeString:
+        return status_badge(handoff.status)
+
+    @admin.display(description="reason")
+    def reason(self, handoff: IngestionHandoff) -> str:
+        return handoff.get_reason_code_display()
+
+    @admin.display(description="ingest run")
+    def ingest_run_link(self, handoff: IngestionHandoff) -> SafeString:
+        return _run_link(handoff.ingest_run_id)
+
+
+class ReferenceHandoffInline(HandoffColumns, ReadOnlyInline):
     model = IngestionHandoff
     fields = ["status_display", "reason", "hash", "scrape_run", "attempts", "ingest_run_link",
               "updated_at"]
@@ -129,21 +146,9 @@ class ReferenceHandoffInline(ReadOnlyInline):
     def get_queryset(self, request: HttpRequest) -> QuerySet[IngestionHandoff]:
         return super().get_queryset(request).select_related("scrape_run")
 
-    @admin.display(description="status")
-    def status_display(self, handoff: IngestionHandoff) -> SafeString:
-        return status_badge(handoff.status)
-
-    @admin.display(description="reason")
-    def reason(self, handoff: IngestionHandoff) -> str:
-        return handoff.get_reason_code_display()
-
     @admin.display(description="payload hash")
     def hash(self, handoff: IngestionHandoff) -> str:
         return _short_hash(handoff.payload_hash)
-
-    @admin.display(description="ingest run")
-    def ingest_run_link(self, handoff: IngestionHandoff) -> SafeString:
-        return _run_link(handoff.ingest_run_id)
 
 
 @admin.register(ScrapeReference)
@@ -225,7 +230,7 @@ class TransitionInline(ReadOnlyInline):
 
 
 @admin.register(IngestionHandoff)
-class IngestionHandoffAdmin(ReadOnlyAdmin):
+class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
     list_display = ["id", "source", "external_id", "scrape_run_id_display", "status_display",
                     "reason", "attempts", "ingest_run_link", "updated_at"]
     list_filter = ["status", "reason_code", ("source", admin.RelatedOnlyFieldListFilter),
@@ -259,17 +264,6 @@ class IngestionHandoffAdmin(ReadOnlyAdmin):
     def scrape_run_id_display(self, handoff: IngestionHandoff) -> str:
         return handoff.scraper_run_id
 
-    @admin.display(description="status")
-    def status_display(self, handoff: IngestionHandoff) -> SafeString:
-        return status_badge(handoff.status)
-
-    @admin.display(description="reason")
-    def reason(self, handoff: IngestionHandoff) -> str:
-        return handoff.get_reason_code_display()
-
-    @admin.display(description="ingest run")
-    def ingest_run_link(self, handoff: IngestionHandoff) -> SafeString:
-        return _run_link(handoff.ingest_run_id)
 
     @admin.display(description="last error")
     def last_error_display(self, handoff: IngestionHandoff) -> SafeString:

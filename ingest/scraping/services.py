@@ -16,15 +16,18 @@ A sync, in one transaction:
    (``retrying``); exhausted, the handoffs fail with ``retry_exhausted``.
 
 Every change of a handoff is a ``HandoffTransition``, written with the change.
+
+The parts: ``reading`` checks a sync's body, ``history`` writes handoffs with their
+transitions, ``queueing`` queues ingestions, ``following`` follows them to the end. This
+module runs the sync and is what the API, the admin and the handlers call.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,12 +35,18 @@ from django.db import connection, transaction
 
 import jobs
 from ingest import conf
-from ingest.runs.models import IngestRun, IngestSource, RunStatus
-from ingest.scraping import retrying
-from ingest.scraping.hashing import canonical_json, digest
+from ingest.runs.models import IngestSource
+from ingest.scraping import history, queueing, retrying
+from ingest.scraping.following import (
+    HandoffRefused,
+    queue_next,
+    retry_handoffs,
+    settle_for_run,
+    settle_stuck_handoffs,
+    start_ingestion,
+)
+from ingest.scraping.history import actor_user
 from ingest.scraping.models import (
-    EXTERNAL_ID_LENGTH,
-    SCRAPE_RUN_ID_LENGTH,
     HandoffReason,
     HandoffStatus,
     HandoffTransition,
@@ -45,126 +54,13 @@ from ingest.scraping.models import (
     ScrapeReference,
     ScrapeRun,
 )
+from ingest.scraping.queueing import INGEST_REFERENCE, active_references, queue
+from ingest.scraping.reading import Incoming, SyncRefused, check_scrape_run_id, read_references
 
-INGEST_REFERENCE = "ingest.IngestReference"
-# Queued handoffs a sweep looks at (``settle_stuck_handoffs``).
-SWEEP_LIMIT = 1000
-
-
-class SyncRefused(Exception):
-    """A sync's input that cannot be taken; ``field`` names what is wrong."""
-
-    def __init__(self, field_name: str, message: str, *, too_many: bool = False) -> None:
-        super().__init__(message)
-        self.field = field_name
-        self.too_many = too_many  # more references than one sync may bring
-
-
-class HandoffRefused(Exception):
-    """An operator action a handoff does not allow now; the message says why."""
-
-
-def _user(actor: Any) -> Any:
-    return actor if getattr(actor, "is_authenticated", False) else None
-
-
-# --- reading a sync's references --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Incoming:
-    """A sync's references, checked: parallel lists, external ids distinct."""
-
-    external_ids: list[str]
-    payloads: list[str]  # canonical JSON text
-    hashes: list[str]
-
-    def __len__(self) -> int:
-        return len(self.external_ids)
-
-
-def read_references(items: Any) -> Incoming:
-    """The references of a sync body: a list of ``{"external_id": str, "payload": {...}}``,
-    at most ``SCRAPE_MAX_REFERENCES``, each external id once. ``SyncRefused`` names the
-    first problem (``references[12].payload`` …); nothing is written for a refused sync."""
-    if not isinstance(items, list):
-        raise SyncRefused("references", "references must be a list of "
-                                        '{"external_id": ..., "payload": {...}} objects')
-    limit = int(conf.get("SCRAPE_MAX_REFERENCES"))
-    if len(items) > limit:
-        raise SyncRefused("references", f"{len(items):,} references in one sync; the limit is "
-                                        f"{limit:,} (send the rest in further syncs of the same "
-                                        "scrape run)", too_many=True)
-    external_ids, payloads, hashes = [], [], []
-    seen: dict[str, int] = {}
-    for index, item in enumerate(items):
-        where = f"references[{index}]"
-        if not isinstance(item, dict) or set(item) - {"external_id", "payload"}:
-            raise SyncRefused(where, f"{where} must be an object with external_id and payload "
-                                     "only")
-        external_id, payload = item.get("external_id"), item.get("payload")
-        if (not isinstance(external_id, str) or not 0 < len(external_id) <= EXTERNAL_ID_LENGTH
-                or not _storable(external_id)):
-            raise SyncRefused(f"{where}.external_id", f"{where}.external_id must be a string of "
-                                                      f"1 to {EXTERNAL_ID_LENGTH} characters "
-                                                      "(no NUL, no lone surrogate)")
-        if external_id in seen:
-            raise SyncRefused(f"{where}.external_id",
-                              f"{where}.external_id {external_id!r} is also references"
-                              f"[{seen[external_id]}]'s; each reference comes once per sync")
-        seen[external_id] = index
-        if not isinstance(payload, dict):
-            raise SyncRefused(f"{where}.payload", f"{where}.payload must be a JSON object")
-        try:
-            text = canonical_json(payload)
-        except UnicodeEncodeError:
-            raise SyncRefused(f"{where}.payload", f"{where}.payload holds a lone surrogate "
-                                                  "(\\ud800 …), which is no character") from None
-        except ValueError as exc:  # NaN or Infinity
-            raise SyncRefused(f"{where}.payload", f"{where}.payload: {exc}") from None
-        if b"\\u0000" in text and _holds_nul(payload):
-            raise SyncRefused(f"{where}.payload", f"{where}.payload holds a NUL character "
-                                                  "(\\u0000), which cannot be stored")
-        external_ids.append(external_id)
-        payloads.append(text.decode())
-        hashes.append(digest(text))
-    # In the order of their ids: concurrent syncs then lock shared references in the same
-    # order, and never deadlock on them.
-    order = sorted(range(len(external_ids)), key=external_ids.__getitem__)
-    return Incoming([external_ids[i] for i in order], [payloads[i] for i in order],
-                    [hashes[i] for i in order])
-
-
-def _storable(text: str) -> bool:
-    """Whether PostgreSQL can store ``text``: no NUL, and valid UTF-8 (no lone surrogate)."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _holds_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
-    if isinstance(value, list):
-        return any(_holds_nul(item) for item in value)
-    return False
-
-
-def check_scrape_run_id(value: Any) -> str:
-    if (not isinstance(value, str) or not 0 < len(value.strip()) <= SCRAPE_RUN_ID_LENGTH
-            or not _storable(value)):
-        raise SyncRefused("scrape_run_id", f"scrape_run_id must be a non-empty string of at "
-                                           f"most {SCRAPE_RUN_ID_LENGTH} characters")
-    return value.strip()
-
-
-# --- the sync ---------------------------------------------------------------------------------
+__all__ = ["INGEST_REFERENCE", "HandoffCounts", "HandoffRefused", "SyncRefused", "SyncResult",
+           "active_references", "check_scrape_run_id", "handoffs_available", "json_counts",
+           "queue", "queue_next", "read_references", "retry_handoffs", "settle_for_run",
+           "settle_stuck_handoffs", "start_ingestion", "sync"]
 
 
 @dataclass
@@ -189,7 +85,6 @@ class HandoffCounts:
             self.skipped += count
             self.reasons[reason] += count
 
-
 @dataclass
 class SyncResult:
     scrape_run: ScrapeRun
@@ -199,14 +94,12 @@ class SyncResult:
     unchanged: int
     handoffs: HandoffCounts | None  # None: the handoff tables are not there
 
-
 def handoffs_available() -> bool:
     """Whether the handoff tables exist (they are dropped when their migration is
     reversed; a sync then stores references only)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [IngestionHandoff._meta.db_table])
         return cursor.fetchone()[0]
-
 
 def sync(source: IngestSource, scrape_run_id: Any, items: Any, *, actor: Any = None,
          policy: retrying.RetryPolicy | None = None,
@@ -233,11 +126,9 @@ def sync(source: IngestSource, scrape_run_id: Any, items: Any, *, actor: Any = N
                       changed=len(changed) - created, unchanged=len(incoming) - len(changed),
                       handoffs=counts)
 
-
 def default_policy() -> retrying.RetryPolicy:
     return retrying.RetryPolicy(max_attempts=int(conf.get("HANDOFF_MAX_ATTEMPTS")),
                                 base_seconds=float(conf.get("HANDOFF_BACKOFF_BASE_SECONDS")))
-
 
 def _record_scrape_run(source: IngestSource, run_id: str, received: int, actor: Any,
                        now: Any) -> ScrapeRun:
@@ -253,16 +144,14 @@ def _record_scrape_run(source: IngestSource, run_id: str, received: int, actor: 
                 last_sync_at = %(now)s, last_synced_by_id = %(user)s
             RETURNING id""", {"tenant": source.tenant_id, "source": source.pk, "run_id": run_id,
                               "received": received, "now": now,
-                              "user": getattr(_user(actor), "pk", None)})
+                              "user": getattr(actor_user(actor), "pk", None)})
         pk = cursor.fetchone()[0]
     return ScrapeRun.objects.get(pk=pk)
-
 
 @dataclass(frozen=True)
 class Upserted:
     changed: list[tuple[int, str, bool]]  # (id, payload hash, created) of each written
     unchanged: list[int]  # the ids of the references whose payload hash was the same
-
 
 def _upsert_references(source: IngestSource, scrape_run: ScrapeRun, incoming: Incoming,
                        now: Any) -> Upserted:
@@ -306,7 +195,6 @@ def _upsert_references(source: IngestSource, scrape_run: ScrapeRun, incoming: In
                         "now": now, "scrape_run": scrape_run.pk})
         return Upserted([(row[0], row[1], row[2]) for row in cursor.fetchall()], unchanged)
 
-
 def _hand_off(source: IngestSource, scrape_run: ScrapeRun, received: int, upserted: Upserted,
               *, actor: Any, now: Any, policy: retrying.RetryPolicy,
               sleep: Callable[[float], None]) -> HandoffCounts:
@@ -325,7 +213,6 @@ def _hand_off(source: IngestSource, scrape_run: ScrapeRun, received: int, upsert
         _queue_with_retries(source, opened, counts, actor=actor, policy=policy, sleep=sleep)
     return counts
 
-
 def _hand_off_new(source: IngestSource, scrape_run: ScrapeRun, new: list[tuple[int, str]],
                   counts: HandoffCounts, *, actor: Any, now: Any, policy: retrying.RetryPolicy,
                   sleep: Callable[[float], None]) -> None:
@@ -340,75 +227,26 @@ def _hand_off_new(source: IngestSource, scrape_run: ScrapeRun, new: list[tuple[i
     def once() -> None:
         nonlocal tries
         tries += 1
-        with transaction.atomic(), _lock_timeout(int(conf.get("HANDOFF_LOCK_TIMEOUT_MS"))):
-            ids = _allocate(table, len(new))
+        with transaction.atomic(), queueing.lock_timeout(int(conf.get("HANDOFF_LOCK_TIMEOUT_MS"))):
+            ids = history.allocate_ids(table, len(new))
             job_ids = jobs.enqueue_many(INGEST_REFERENCE, [{"handoff": pk} for pk in ids],
-                                        tenant=source.tenant_id, created_by=_user(actor))
-            _insert_handoffs(source, scrape_run, ids, new, job_ids=job_ids, attempts=tries,
+                                        tenant=source.tenant_id, created_by=actor_user(actor))
+            history.insert(source, scrape_run, ids, new, job_ids=job_ids, attempts=tries,
                              status=HandoffStatus.QUEUED, reason=HandoffReason.INGESTION_JOB_QUEUED,
                              steps=[*created, (HandoffStatus.QUEUED, HandoffStatus.QUEUED,
                                                HandoffReason.INGESTION_JOB_QUEUED,
                                                "ingestion job queued")], actor=actor, now=now)
 
-    refused = _attempt_queueing(source, once, policy, sleep)
+    refused = queueing.attempt(source, once, policy, sleep)
     if refused is None:
         counts.queued += len(new)
         return
     reason, error, attempts = refused
-    _insert_handoffs(source, scrape_run, _allocate(table, len(new)), new, job_ids=None,
+    history.insert(source, scrape_run, history.allocate_ids(table, len(new)), new, job_ids=None,
                      attempts=attempts, status=HandoffStatus.FAILED, reason=reason,
                      last_error=error, actor=actor, now=now,
                      steps=[*created, (HandoffStatus.QUEUED, HandoffStatus.FAILED, reason, error)])
     counts.failed += len(new)
-
-
-def _allocate(table: str, count: int) -> list[int]:
-    """``count`` ids of ``table``'s sequence, so that rows can be named before they exist."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id')) "
-                       "FROM generate_series(1, %s)", [table, count])
-        return [row[0] for row in cursor.fetchall()]
-
-
-def _insert_handoffs(source: IngestSource, scrape_run: ScrapeRun, ids: list[int],
-                     rows: list[tuple[int, str]], *, job_ids: list[int] | None, attempts: int,
-                     status: str, reason: str, steps: list[tuple[str, str, str, str]],
-                     actor: Any, now: Any, last_error: str = "") -> None:
-    """Handoffs ``ids`` of ``rows`` (reference id, payload hash), in ``status`` for
-    ``reason``, with the transitions ``steps`` (from, to, reason, note) each: one
-    statement."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"""
-            WITH inserted AS (
-                INSERT INTO {IngestionHandoff._meta.db_table} (
-                    id, tenant_id, source_id, reference_id, payload_hash, scrape_run_id, status,
-                    reason_code, attempts, last_error, job_id, ingest_run_id, created_by_id,
-                    created_at, updated_at)
-                SELECT r.id, %(tenant)s, %(source)s, r.reference_id, r.payload_hash,
-                       %(scrape_run)s, %(status)s, %(reason)s, %(attempts)s, %(error)s, r.job_id,
-                       NULL, %(user)s, %(now)s, %(now)s
-                FROM unnest(%(ids)s::bigint[], %(refs)s::bigint[], %(hashes)s::text[],
-                            %(jobs)s::bigint[]) AS r(id, reference_id, payload_hash, job_id)
-                RETURNING id
-            )
-            INSERT INTO {HandoffTransition._meta.db_table} (
-                handoff_id, at, from_status, to_status, reason_code, note, actor_id)
-            SELECT i.id, %(now)s, s.from_status, s.to_status, s.reason_code, s.note, %(user)s
-            FROM inserted i, unnest(%(from)s::text[], %(to)s::text[], %(reasons)s::text[],
-                                    %(notes)s::text[]) WITH ORDINALITY
-                 AS s(from_status, to_status, reason_code, note, step)
-            ORDER BY i.id, s.step""",
-                       {"ids": ids, "refs": [pk for pk, _ in rows],
-                        "hashes": [hash_ for _, hash_ in rows],
-                        "jobs": job_ids if job_ids is not None else [None] * len(ids),
-                        "tenant": source.tenant_id, "source": source.pk,
-                        "scrape_run": scrape_run.pk, "status": status, "reason": reason,
-                        "attempts": attempts, "error": last_error[:4000],
-                        "user": getattr(_user(actor), "pk", None), "now": now,
-                        "from": [step[0] for step in steps], "to": [step[1] for step in steps],
-                        "reasons": [step[2] for step in steps],
-                        "notes": [step[3][:4000] for step in steps]})
-
 
 def _open_handoffs(source: IngestSource, scrape_run: ScrapeRun,
                    changed: list[tuple[int, str]], *, actor: Any,
@@ -419,7 +257,7 @@ def _open_handoffs(source: IngestSource, scrape_run: ScrapeRun,
     if not changed:
         return []
     table = IngestionHandoff._meta.db_table
-    user = getattr(_user(actor), "pk", None)
+    user = getattr(actor_user(actor), "pk", None)
     with connection.cursor() as cursor:
         cursor.execute(f"""
             WITH incoming AS (
@@ -457,7 +295,6 @@ def _open_handoffs(source: IngestSource, scrape_run: ScrapeRun,
                         "note": f"scrape run {scrape_run.run_id}"})
         return [(row[0], row[1]) for row in cursor.fetchall()]
 
-
 def _count_unchanged(references: list[int], unchanged: int, counts: HandoffCounts) -> None:
     """Count the ``unchanged`` references whose payload did not change, by where their
     payload's handoff stands."""
@@ -478,25 +315,6 @@ def _count_unchanged(references: list[int], unchanged: int, counts: HandoffCount
     # Queued or running, or (stored before the handoff tables existed) none at all.
     counts.skip(HandoffReason.PAYLOAD_UNCHANGED, unchanged - completed - failed)
 
-
-# --- queueing ingestions ----------------------------------------------------------------------
-
-
-def _attempt_queueing(source: IngestSource, call: Callable[[], Any],
-                      policy: retrying.RetryPolicy, sleep: Callable[[float], None]
-                      ) -> tuple[str, str, int] | None:
-    """Run ``call`` under the retry policy; None once it succeeded, else the reason the
-    handoffs fail for, the error and the attempts made. A disabled source refuses at once."""
-    if not source.enabled:
-        return HandoffReason.QUEUE_REFUSED, f"source {source.name!r} is disabled", 1
-    outcome = retrying.attempt(call, policy, sleep=sleep)
-    if outcome.error is None:
-        return None
-    reason = (HandoffReason.RETRY_EXHAUSTED if outcome.exhausted
-              else HandoffReason.QUEUE_REFUSED)
-    return reason, f"{type(outcome.error).__name__}: {outcome.error}", outcome.attempts
-
-
 def _queue_with_retries(source: IngestSource, opened: list[tuple[int, int]],
                         counts: HandoffCounts, *, actor: Any, policy: retrying.RetryPolicy,
                         sleep: Callable[[float], None]) -> None:
@@ -508,9 +326,9 @@ def _queue_with_retries(source: IngestSource, opened: list[tuple[int, int]],
         tries += 1
         with transaction.atomic():  # a savepoint: a failed try leaves nothing behind
             # The sync's upsert holds every reference of ``opened`` already.
-            done[:] = [queue(source, opened, actor=actor, locked=True)]
+            done[:] = [queueing.queue(source, opened, actor=actor, locked=True)]
 
-    refused = _attempt_queueing(source, once, policy, sleep)
+    refused = queueing.attempt(source, once, policy, sleep)
     if refused is None:
         queued, waiting = done[0]
         counts.queued += queued
@@ -522,243 +340,12 @@ def _queue_with_retries(source: IngestSource, opened: list[tuple[int, int]],
     _fail(opened, reason, error, attempts=attempts, actor=actor)
     counts.failed += len(opened)
 
-
-def queue(source: IngestSource, opened: Sequence[tuple[int, int]], *, actor: Any = None,
-          reason: str = HandoffReason.INGESTION_JOB_QUEUED, locked: bool = False
-          ) -> tuple[int, int]:
-    """Queue the ingestion of each handoff ``(id, reference id)`` whose reference has
-    none queued or running; the others wait for it. In the caller's transaction, holding
-    the references' rows (taken here unless ``locked``). A lock it cannot have within
-    ``INGEST_HANDOFF_LOCK_TIMEOUT_MS`` (a reference's row, the job queue's table) is a
-    transient error. Returns (queued, waiting)."""
-    references = sorted({reference for _, reference in opened})
-    with _lock_timeout(int(conf.get("HANDOFF_LOCK_TIMEOUT_MS"))):
-        if not locked:
-            with connection.cursor() as cursor:
-                cursor.execute(f"SELECT id FROM {ScrapeReference._meta.db_table} "
-                               "WHERE id = ANY(%s) ORDER BY id FOR UPDATE", [references])
-        return _queue_locked(source, opened, references, actor=actor, reason=reason)
-
-
-@contextlib.contextmanager
-def _lock_timeout(milliseconds: int) -> Iterator[None]:
-    """Within the caller's transaction: a lock not had within ``milliseconds`` raises
-    (SQLSTATE 55P03, a transient error) instead of waiting on."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, "
-                       "true)", [f"{milliseconds}ms"])
-        previous = cursor.fetchone()[0]
-    yield
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
-
-
-def _queue_locked(source: IngestSource, opened: Sequence[tuple[int, int]],
-                  references: list[int], *, actor: Any, reason: str) -> tuple[int, int]:
-    busy = active_references(references, excluding=[handoff for handoff, _ in opened])
-    ready = [handoff for handoff, reference in opened if reference not in busy]
-    waiting = [handoff for handoff, reference in opened if reference in busy]
-    now = jobs.now()
-    if waiting:
-        _move(waiting, HandoffStatus.QUEUED, HandoffReason.INGESTION_JOB_ALREADY_ACTIVE,
-              note="waits for the reference's ingestion in progress", actor=actor, now=now)
-    if ready:
-        job_ids = jobs.enqueue_many(INGEST_REFERENCE, [{"handoff": h} for h in ready],
-                                    tenant=source.tenant_id, created_by=_user(actor))
-        _move(ready, HandoffStatus.QUEUED, reason, note="ingestion job queued", actor=actor,
-              now=now, job_ids=job_ids)
-    return len(ready), len(waiting)
-
-
-def active_references(references: Sequence[int], *, excluding: Sequence[int] = ()) -> set[int]:
-    """The references among these whose ingestion is queued (its job is) or running,
-    not counting the handoffs ``excluding``."""
-    if not references:
-        return set()
-    with connection.cursor() as cursor:
-        cursor.execute(f"""
-            SELECT reference_id FROM {IngestionHandoff._meta.db_table}
-            WHERE reference_id = ANY(%(refs)s::bigint[]) AND NOT id = ANY(%(excluding)s::bigint[])
-              AND (status = %(running)s OR (status = %(queued)s AND job_id IS NOT NULL))
-            UNION
-            SELECT reference_id FROM {IngestRun._meta.db_table}
-            WHERE reference_id = ANY(%(refs)s::bigint[]) AND status = %(run_running)s""",
-                       {"refs": list(references), "excluding": list(excluding),
-                        "running": HandoffStatus.RUNNING, "queued": HandoffStatus.QUEUED,
-                        "run_running": RunStatus.RUNNING})
-        return {row[0] for row in cursor.fetchall()}
-
-
-# --- transitions ------------------------------------------------------------------------------
-
-
-def _move(handoffs: Sequence[int], status: str, reason: str, *, note: str = "",
-          actor: Any = None, now: Any = None, job_ids: Sequence[int] | None = None,
-          **fields: Any) -> None:
-    """Move ``handoffs`` to ``status`` for ``reason``, setting ``fields`` too (and each its
-    job id, from the parallel ``job_ids``), each with its transition: one statement."""
-    if not handoffs:
-        return
-    meta = IngestionHandoff._meta
-    assignments = [f"{connection.ops.quote_name(meta.get_field(name).column)} = %(f_{name})s"
-                   for name in fields]
-    values = {f"f_{name}": getattr(value, "pk", value) for name, value in fields.items()}
-    if job_ids is not None:
-        assignments.append("job_id = m.job_id")
-    with connection.cursor() as cursor:
-        cursor.execute(f"""
-            WITH m AS (
-                SELECT * FROM unnest(%(ids)s::bigint[], %(jobs)s::bigint[]) AS m(id, job_id)
-            ), before AS (
-                SELECT h.id, h.status FROM {meta.db_table} h JOIN m USING (id)
-                ORDER BY h.id FOR UPDATE OF h
-            ), moved AS (
-                UPDATE {meta.db_table} h
-                SET {", ".join(["status = %(status)s", "reason_code = %(reason)s", *assignments])}
-                FROM before b JOIN m USING (id) WHERE h.id = b.id
-                RETURNING h.id, b.status AS before
-            )
-            INSERT INTO {HandoffTransition._meta.db_table} (
-                handoff_id, at, from_status, to_status, reason_code, note, actor_id)
-            SELECT id, %(now)s, before, %(status)s, %(reason)s, %(note)s, %(actor)s
-            FROM moved""",
-                       {"ids": list(handoffs),
-                        "jobs": list(job_ids) if job_ids is not None else [None] * len(handoffs),
-                        "status": status, "reason": reason, "now": now or jobs.now(),
-                        "note": note[:4000], "actor": getattr(_user(actor), "pk", None),
-                        **values})
-
-
 def _fail(opened: Sequence[tuple[int, int]], reason: str, error: str, *, attempts: int,
           actor: Any) -> None:
-    _move([h for h, _ in opened], HandoffStatus.FAILED, reason, note=error, actor=actor,
+    history.move([h for h, _ in opened], HandoffStatus.FAILED, reason, note=error, actor=actor,
           attempts=attempts, last_error=error[:4000])
-
 
 def json_counts(counts: HandoffCounts) -> dict[str, Any]:
     return {"handoff_queued_count": counts.queued, "handoff_completed_count": counts.completed,
             "handoff_failed_count": counts.failed, "handoff_skipped_count": counts.skipped,
             "handoff_skipped_reasons": {str(k): v for k, v in sorted(counts.reasons.items()) if v}}
-
-
-
-# --- following the ingestion ------------------------------------------------------------------
-
-
-def start_ingestion(handoff_id: int, *, tenant: int | None, job_id: int, pipeline: Any) -> str:
-    """The job ``job_id`` of a queued handoff starts the reference's ingest run (in the
-    job's ``pipeline``) and the handoff runs. What it did, in words; a handoff that moved
-    on meanwhile (retried, superseded) is left alone."""
-    from ingest.runs import services as runs
-
-    handoff = (IngestionHandoff.objects.select_related("source", "created_by")
-               .filter(pk=handoff_id, tenant_id=tenant).first())
-    if handoff is None:
-        raise HandoffRefused(f"handoff {handoff_id} is not one of this job's tenant's")
-    reference = ScrapeReference.objects.select_for_update().get(pk=handoff.reference_id)
-    handoff = IngestionHandoff.objects.select_for_update().get(pk=handoff.pk)
-    if handoff.status != HandoffStatus.QUEUED or handoff.job_id != job_id:
-        return f"handoff {handoff.pk} is {handoff.status}, no longer this job's"
-    try:
-        run = runs.start_ingest(handoff.source, actor=handoff.created_by, via="scrape",
-                                reference=reference, pipeline=pipeline)
-    except runs.RunRefused as exc:
-        _move([handoff.pk], HandoffStatus.FAILED, HandoffReason.QUEUE_REFUSED, note=str(exc),
-              last_error=str(exc)[:4000])
-        return f"handoff {handoff.pk} failed: {exc}"
-    _move([handoff.pk], HandoffStatus.RUNNING, HandoffReason.INGESTION_STARTED,
-          note=f"ingest run {run.pk}", ingest_run=run)
-    return f"handoff {handoff.pk}: ingest run {run.pk} started"
-
-
-OUTCOMES = {
-    RunStatus.SUCCEEDED: (HandoffStatus.COMPLETED, HandoffReason.INGESTION_COMPLETED),
-    RunStatus.FAILED: (HandoffStatus.FAILED, HandoffReason.INGESTION_FAILED),
-    RunStatus.CANCELLED: (HandoffStatus.FAILED, HandoffReason.INGESTION_CANCELLED),
-}
-
-
-def settle_for_run(run: IngestRun) -> str:
-    """A reference's ingest run ended: its handoff takes the run's outcome, and the
-    newest payload that waited for it is queued (older waiting ones are superseded)."""
-    if run.reference_id is None or run.status not in OUTCOMES:
-        return "not a finished run of a reference"
-    ScrapeReference.objects.select_for_update().get(pk=run.reference_id)
-    status, reason = OUTCOMES[RunStatus(run.status)]
-    settled = list(IngestionHandoff.objects.filter(ingest_run=run).exclude(
-        status=status, reason_code=reason).values_list("pk", flat=True))
-    if settled:
-        _move(settled, status, reason, note=run.failure_reason or f"ingest run {run.pk} {run.status}",
-              last_error=run.failure_reason[:4000] if status == HandoffStatus.FAILED else "")
-    return f"{len(settled)} handoff(s) settled; " + queue_next(run.reference_id)
-
-
-def queue_next(reference_id: int, *, actor: Any = None) -> str:
-    """Queue the newest handoff waiting for ``reference_id``'s ingestion, if none is
-    active any more; older waiting ones are superseded. The caller holds the reference."""
-    if active_references([reference_id]):
-        return "the reference's ingestion is still active"
-    waiting = list(IngestionHandoff.objects.filter(
-        reference_id=reference_id, status=HandoffStatus.QUEUED, job_id__isnull=True)
-        .order_by("-id").values_list("pk", "source_id"))
-    if not waiting:
-        return "nothing waits"
-    (newest, source_id), older = waiting[0], [pk for pk, _ in waiting[1:]]
-    if older:
-        _move(older, HandoffStatus.FAILED, HandoffReason.SUPERSEDED,
-              note=f"handoff {newest} brought a newer payload")
-    queue(IngestSource.objects.get(pk=source_id), [(newest, reference_id)], actor=actor)
-    return f"handoff {newest} queued"
-
-
-@transaction.atomic
-def retry_handoffs(handoffs: Iterable[IngestionHandoff], *, actor: Any = None) -> int:
-    """Queue failed handoffs again (an operator's action, recorded with the actor). Only
-    the reference's latest payload is retried: a failed handoff whose reference has moved
-    on to another payload is refused. How many were queued or set waiting."""
-    retried = 0
-    for handoff in handoffs:
-        reference = ScrapeReference.objects.select_for_update().get(pk=handoff.reference_id)
-        current = IngestionHandoff.objects.select_for_update().get(pk=handoff.pk)
-        if current.status != HandoffStatus.FAILED:
-            raise HandoffRefused(f"handoff {current.pk} is {current.status}, not failed")
-        if current.payload_hash != reference.payload_hash:
-            raise HandoffRefused(f"handoff {current.pk} is of an older payload of reference "
-                                 f"{reference.external_id!r}; only its latest is ingested")
-        _move([current.pk], HandoffStatus.QUEUED, HandoffReason.RETRIED_BY_OPERATOR,
-              note="retried", actor=actor, attempts=0, last_error="", job_id=None,
-              ingest_run=None)
-        queue(current.source, [(current.pk, reference.pk)], actor=actor)
-        retried += 1
-    return retried
-
-
-def settle_stuck_handoffs() -> int:
-    """The safety net: a handoff queued behind a job whose whole pipeline ended without
-    starting the run (the job failed or was cancelled) fails, and the next payload of its
-    reference is queued; a running handoff whose run ended takes the run's outcome. How
-    many were settled."""
-    settled = 0
-    # The longest-queued first, a bounded number a sweep: a backlog of queued jobs is
-    # not stuck, and the next sweep goes on from here.
-    queued = dict(IngestionHandoff.objects.filter(status=HandoffStatus.QUEUED,
-                                                  job_id__isnull=False)
-                  .order_by("updated_at", "id").values_list("job_id", "pk")[:SWEEP_LIMIT])
-    for job_id in jobs.pipelines_over(list(queued), before=jobs.now()):
-        with transaction.atomic():
-            handoff = IngestionHandoff.objects.get(pk=queued[job_id])
-            ScrapeReference.objects.select_for_update().get(pk=handoff.reference_id)
-            moved = IngestionHandoff.objects.filter(pk=handoff.pk, status=HandoffStatus.QUEUED,
-                                                    job_id=job_id).exists()
-            if moved:
-                _move([handoff.pk], HandoffStatus.FAILED, HandoffReason.INGESTION_FAILED,
-                      note=f"its ingestion job {job_id} ended without starting the run",
-                      last_error=f"ingestion job {job_id} ended without starting the run")
-                queue_next(handoff.reference_id)
-                settled += 1
-    for run in IngestRun.objects.filter(handoffs__status=HandoffStatus.RUNNING).exclude(
-            status=RunStatus.RUNNING).distinct():
-        with transaction.atomic():
-            settle_for_run(run)
-            settled += 1
-    return settled

@@ -1,0 +1,133 @@
+"""Following a handoff's ingestion: its job starts the reference's ingest run, the run's
+end settles it, the next waiting payload goes, an operator retries a failed one, and a
+sweep catches what fell through."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import transaction
+
+import jobs
+from ingest.runs.models import IngestRun, IngestSource, RunStatus
+from ingest.scraping import history, queueing
+from ingest.scraping.models import HandoffReason, HandoffStatus, IngestionHandoff, ScrapeReference
+
+SWEEP_LIMIT = 1000
+
+class HandoffRefused(Exception):
+    """An operator action a handoff does not allow now; the message says why."""
+
+def start_ingestion(handoff_id: int, *, tenant: int | None, job_id: int, pipeline: Any) -> str:
+    """The job ``job_id`` of a queued handoff starts the reference's ingest run (in the
+    job's ``pipeline``) and the handoff runs. What it did, in words; a handoff that moved
+    on meanwhile (retried, superseded) is left alone."""
+    from ingest.runs import services as runs
+
+    handoff = (IngestionHandoff.objects.select_related("source", "created_by")
+               .filter(pk=handoff_id, tenant_id=tenant).first())
+    if handoff is None:
+        raise HandoffRefused(f"handoff {handoff_id} is not one of this job's tenant's")
+    reference = ScrapeReference.objects.select_for_update().get(pk=handoff.reference_id)
+    handoff = IngestionHandoff.objects.select_for_update().get(pk=handoff.pk)
+    if handoff.status != HandoffStatus.QUEUED or handoff.job_id != job_id:
+        return f"handoff {handoff.pk} is {handoff.status}, no longer this job's"
+    try:
+        run = runs.start_ingest(handoff.source, actor=handoff.created_by, via="scrape",
+                                reference=reference, pipeline=pipeline)
+    except runs.RunRefused as exc:
+        history.move([handoff.pk], HandoffStatus.FAILED, HandoffReason.QUEUE_REFUSED, note=str(exc),
+              last_error=str(exc)[:4000])
+        return f"handoff {handoff.pk} failed: {exc}"
+    history.move([handoff.pk], HandoffStatus.RUNNING, HandoffReason.INGESTION_STARTED,
+          note=f"ingest run {run.pk}", ingest_run=run)
+    return f"handoff {handoff.pk}: ingest run {run.pk} started"
+
+OUTCOMES = {
+    RunStatus.SUCCEEDED: (HandoffStatus.COMPLETED, HandoffReason.INGESTION_COMPLETED),
+    RunStatus.FAILED: (HandoffStatus.FAILED, HandoffReason.INGESTION_FAILED),
+    RunStatus.CANCELLED: (HandoffStatus.FAILED, HandoffReason.INGESTION_CANCELLED),
+}
+
+def settle_for_run(run: IngestRun) -> str:
+    """A reference's ingest run ended: its handoff takes the run's outcome, and the
+    newest payload that waited for it is queued (older waiting ones are superseded)."""
+    if run.reference_id is None or run.status not in OUTCOMES:
+        return "not a finished run of a reference"
+    ScrapeReference.objects.select_for_update().get(pk=run.reference_id)
+    status, reason = OUTCOMES[RunStatus(run.status)]
+    settled = list(IngestionHandoff.objects.filter(ingest_run=run).exclude(
+        status=status, reason_code=reason).values_list("pk", flat=True))
+    if settled:
+        history.move(settled, status, reason, note=run.failure_reason or f"ingest run {run.pk} {run.status}",
+              last_error=run.failure_reason[:4000] if status == HandoffStatus.FAILED else "")
+    return f"{len(settled)} handoff(s) settled; " + queue_next(run.reference_id)
+
+def queue_next(reference_id: int, *, actor: Any = None) -> str:
+    """Queue the newest handoff waiting for ``reference_id``'s ingestion, if none is
+    active any more; older waiting ones are superseded. The caller holds the reference."""
+    if queueing.active_references([reference_id]):
+        return "the reference's ingestion is still active"
+    waiting = list(IngestionHandoff.objects.filter(
+        reference_id=reference_id, status=HandoffStatus.QUEUED, job_id__isnull=True)
+        .order_by("-id").values_list("pk", "source_id"))
+    if not waiting:
+        return "nothing waits"
+    (newest, source_id), older = waiting[0], [pk for pk, _ in waiting[1:]]
+    if older:
+        history.move(older, HandoffStatus.FAILED, HandoffReason.SUPERSEDED,
+              note=f"handoff {newest} brought a newer payload")
+    queueing.queue(IngestSource.objects.get(pk=source_id), [(newest, reference_id)], actor=actor)
+    return f"handoff {newest} queued"
+
+@transaction.atomic
+def retry_handoffs(handoffs: Iterable[IngestionHandoff], *, actor: Any = None) -> int:
+    """Queue failed handoffs again (an operator's action, recorded with the actor). Only
+    the reference's latest payload is retried: a failed handoff whose reference has moved
+    on to another payload is refused. How many were queued or set waiting."""
+    retried = 0
+    for handoff in handoffs:
+        reference = ScrapeReference.objects.select_for_update().get(pk=handoff.reference_id)
+        current = IngestionHandoff.objects.select_for_update().get(pk=handoff.pk)
+        if current.status != HandoffStatus.FAILED:
+            raise HandoffRefused(f"handoff {current.pk} is {current.status}, not failed")
+        if current.payload_hash != reference.payload_hash:
+            raise HandoffRefused(f"handoff {current.pk} is of an older payload of reference "
+                                 f"{reference.external_id!r}; only its latest is ingested")
+        history.move([current.pk], HandoffStatus.QUEUED, HandoffReason.RETRIED_BY_OPERATOR,
+              note="retried", actor=actor, attempts=0, last_error="", job_id=None,
+              ingest_run=None)
+        queueing.queue(current.source, [(current.pk, reference.pk)], actor=actor)
+        retried += 1
+    return retried
+
+def settle_stuck_handoffs() -> int:
+    """The safety net: a handoff queued behind a job whose whole pipeline ended without
+    starting the run (the job failed or was cancelled) fails, and the next payload of its
+    reference is queued; a running handoff whose run ended takes the run's outcome. How
+    many were settled."""
+    settled = 0
+    # The longest-queued first, a bounded number a sweep: a backlog of queued jobs is
+    # not stuck, and the next sweep goes on from here.
+    queued = dict(IngestionHandoff.objects.filter(status=HandoffStatus.QUEUED,
+                                                  job_id__isnull=False)
+                  .order_by("updated_at", "id").values_list("job_id", "pk")[:SWEEP_LIMIT])
+    for job_id in jobs.pipelines_over(list(queued), before=jobs.now()):
+        with transaction.atomic():
+            handoff = IngestionHandoff.objects.get(pk=queued[job_id])
+            ScrapeReference.objects.select_for_update().get(pk=handoff.reference_id)
+            moved = IngestionHandoff.objects.filter(pk=handoff.pk, status=HandoffStatus.QUEUED,
+                                                    job_id=job_id).exists()
+            if moved:
+                history.move([handoff.pk], HandoffStatus.FAILED, HandoffReason.INGESTION_FAILED,
+                      note=f"its ingestion job {job_id} ended without starting the run",
+                      last_error=f"ingestion job {job_id} ended without starting the run")
+                queue_next(handoff.reference_id)
+                settled += 1
+    for run in IngestRun.objects.filter(handoffs__status=HandoffStatus.RUNNING).exclude(
+            status=RunStatus.RUNNING).distinct():
+        with transaction.atomic():
+            settle_for_run(run)
+            settled += 1
+    return settled

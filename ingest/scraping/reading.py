@@ -1,0 +1,108 @@
+"""Reading a sync's body: its scrape run id and references, checked before anything is
+written, each problem named by where it is (``references[12].payload`` …)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ingest import conf
+from ingest.scraping.hashing import canonical_json, digest
+from ingest.scraping.models import EXTERNAL_ID_LENGTH, SCRAPE_RUN_ID_LENGTH
+
+
+class SyncRefused(Exception):
+    """A sync's input that cannot be taken; ``field`` names what is wrong."""
+
+    def __init__(self, field_name: str, message: str, *, too_many: bool = False) -> None:
+        super().__init__(message)
+        self.field = field_name
+        self.too_many = too_many  # more references than one sync may bring
+
+@dataclass(frozen=True)
+class Incoming:
+    """A sync's references, checked: parallel lists, external ids distinct."""
+
+    external_ids: list[str]
+    payloads: list[str]  # canonical JSON text
+    hashes: list[str]
+
+    def __len__(self) -> int:
+        return len(self.external_ids)
+
+def read_references(items: Any) -> Incoming:
+    """The references of a sync body: a list of ``{"external_id": str, "payload": {...}}``,
+    at most ``SCRAPE_MAX_REFERENCES``, each external id once. ``SyncRefused`` names the
+    first problem (``references[12].payload`` …); nothing is written for a refused sync."""
+    if not isinstance(items, list):
+        raise SyncRefused("references", "references must be a list of "
+                                        '{"external_id": ..., "payload": {...}} objects')
+    limit = int(conf.get("SCRAPE_MAX_REFERENCES"))
+    if len(items) > limit:
+        raise SyncRefused("references", f"{len(items):,} references in one sync; the limit is "
+                                        f"{limit:,} (send the rest in further syncs of the same "
+                                        "scrape run)", too_many=True)
+    external_ids, payloads, hashes = [], [], []
+    seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        where = f"references[{index}]"
+        if not isinstance(item, dict) or set(item) - {"external_id", "payload"}:
+            raise SyncRefused(where, f"{where} must be an object with external_id and payload "
+                                     "only")
+        external_id, payload = item.get("external_id"), item.get("payload")
+        if (not isinstance(external_id, str) or not 0 < len(external_id) <= EXTERNAL_ID_LENGTH
+                or not _storable(external_id)):
+            raise SyncRefused(f"{where}.external_id", f"{where}.external_id must be a string of "
+                                                      f"1 to {EXTERNAL_ID_LENGTH} characters "
+                                                      "(no NUL, no lone surrogate)")
+        if external_id in seen:
+            raise SyncRefused(f"{where}.external_id",
+                              f"{where}.external_id {external_id!r} is also references"
+                              f"[{seen[external_id]}]'s; each reference comes once per sync")
+        seen[external_id] = index
+        if not isinstance(payload, dict):
+            raise SyncRefused(f"{where}.payload", f"{where}.payload must be a JSON object")
+        try:
+            text = canonical_json(payload)
+        except UnicodeEncodeError:
+            raise SyncRefused(f"{where}.payload", f"{where}.payload holds a lone surrogate "
+                                                  "(\\ud800 …), which is no character") from None
+        except ValueError as exc:  # NaN or Infinity
+            raise SyncRefused(f"{where}.payload", f"{where}.payload: {exc}") from None
+        if b"\\u0000" in text and _holds_nul(payload):
+            raise SyncRefused(f"{where}.payload", f"{where}.payload holds a NUL character "
+                                                  "(\\u0000), which cannot be stored")
+        external_ids.append(external_id)
+        payloads.append(text.decode())
+        hashes.append(digest(text))
+    # In the order of their ids: concurrent syncs then lock shared references in the same
+    # order, and never deadlock on them.
+    order = sorted(range(len(external_ids)), key=external_ids.__getitem__)
+    return Incoming([external_ids[i] for i in order], [payloads[i] for i in order],
+                    [hashes[i] for i in order])
+
+def _storable(text: str) -> bool:
+    """Whether PostgreSQL can store ``text``: no NUL, and valid UTF-8 (no lone surrogate)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(item) for item in value)
+    return False
+
+def check_scrape_run_id(value: Any) -> str:
+    if (not isinstance(value, str) or not 0 < len(value.strip()) <= SCRAPE_RUN_ID_LENGTH
+            or not _storable(value)):
+        raise SyncRefused("scrape_run_id", f"scrape_run_id must be a non-empty string of at "
+                                           f"most {SCRAPE_RUN_ID_LENGTH} characters")
+    return value.strip()

@@ -16,8 +16,10 @@ from ingest.scraping.models import HandoffReason, HandoffStatus, IngestionHandof
 
 SWEEP_LIMIT = 1000
 
+
 class HandoffRefused(Exception):
     """An operator action a handoff does not allow now; the message says why."""
+
 
 def start_ingestion(handoff_id: int, *, tenant: int | None, job_id: int, pipeline: Any) -> str:
     """The job ``job_id`` of a queued handoff starts the reference's ingest run (in the
@@ -38,17 +40,19 @@ def start_ingestion(handoff_id: int, *, tenant: int | None, job_id: int, pipelin
                                 reference=reference, pipeline=pipeline)
     except runs.RunRefused as exc:
         history.move([handoff.pk], HandoffStatus.FAILED, HandoffReason.QUEUE_REFUSED, note=str(exc),
-              last_error=str(exc)[:4000])
+                     last_error=str(exc)[:4000])
         return f"handoff {handoff.pk} failed: {exc}"
     history.move([handoff.pk], HandoffStatus.RUNNING, HandoffReason.INGESTION_STARTED,
-          note=f"ingest run {run.pk}", ingest_run=run)
+                 note=f"ingest run {run.pk}", ingest_run=run)
     return f"handoff {handoff.pk}: ingest run {run.pk} started"
+
 
 OUTCOMES = {
     RunStatus.SUCCEEDED: (HandoffStatus.COMPLETED, HandoffReason.INGESTION_COMPLETED),
     RunStatus.FAILED: (HandoffStatus.FAILED, HandoffReason.INGESTION_FAILED),
     RunStatus.CANCELLED: (HandoffStatus.FAILED, HandoffReason.INGESTION_CANCELLED),
 }
+
 
 def settle_for_run(run: IngestRun) -> str:
     """A reference's ingest run ended: its handoff takes the run's outcome, and the
@@ -60,9 +64,11 @@ def settle_for_run(run: IngestRun) -> str:
     settled = list(IngestionHandoff.objects.filter(ingest_run=run).exclude(
         status=status, reason_code=reason).values_list("pk", flat=True))
     if settled:
-        history.move(settled, status, reason, note=run.failure_reason or f"ingest run {run.pk} {run.status}",
-              last_error=run.failure_reason[:4000] if status == HandoffStatus.FAILED else "")
+        error = run.failure_reason[:4000] if status == HandoffStatus.FAILED else ""
+        history.move(settled, status, reason, last_error=error,
+                     note=run.failure_reason or f"ingest run {run.pk} {run.status}")
     return f"{len(settled)} handoff(s) settled; " + queue_next(run.reference_id)
+
 
 def queue_next(reference_id: int, *, actor: Any = None) -> str:
     """Queue the newest handoff waiting for ``reference_id``'s ingestion, if none is
@@ -77,9 +83,10 @@ def queue_next(reference_id: int, *, actor: Any = None) -> str:
     (newest, source_id), older = waiting[0], [pk for pk, _ in waiting[1:]]
     if older:
         history.move(older, HandoffStatus.FAILED, HandoffReason.SUPERSEDED,
-              note=f"handoff {newest} brought a newer payload")
+                     note=f"handoff {newest} brought a newer payload")
     queueing.queue(IngestSource.objects.get(pk=source_id), [(newest, reference_id)], actor=actor)
     return f"handoff {newest} queued"
+
 
 @transaction.atomic
 def retry_handoffs(handoffs: Iterable[IngestionHandoff], *, actor: Any = None) -> int:
@@ -96,11 +103,12 @@ def retry_handoffs(handoffs: Iterable[IngestionHandoff], *, actor: Any = None) -
             raise HandoffRefused(f"handoff {current.pk} is of an older payload of reference "
                                  f"{reference.external_id!r}; only its latest is ingested")
         history.move([current.pk], HandoffStatus.QUEUED, HandoffReason.RETRIED_BY_OPERATOR,
-              note="retried", actor=actor, attempts=0, last_error="", job_id=None,
-              ingest_run=None)
+                     note="retried", actor=actor, attempts=0, last_error="", job_id=None,
+                     ingest_run=None)
         queueing.queue(current.source, [(current.pk, reference.pk)], actor=actor)
         retried += 1
     return retried
+
 
 def settle_stuck_handoffs() -> int:
     """The safety net: a handoff queued behind a job whose whole pipeline ended without
@@ -117,12 +125,12 @@ def settle_stuck_handoffs() -> int:
         with transaction.atomic():
             handoff = IngestionHandoff.objects.get(pk=queued[job_id])
             ScrapeReference.objects.select_for_update().get(pk=handoff.reference_id)
-            moved = IngestionHandoff.objects.filter(pk=handoff.pk, status=HandoffStatus.QUEUED,
-                                                    job_id=job_id).exists()
-            if moved:
+            still_stuck = IngestionHandoff.objects.filter(
+                pk=handoff.pk, status=HandoffStatus.QUEUED, job_id=job_id).exists()
+            if still_stuck:
+                why = f"its ingestion job {job_id} ended without starting the run"
                 history.move([handoff.pk], HandoffStatus.FAILED, HandoffReason.INGESTION_FAILED,
-                      note=f"its ingestion job {job_id} ended without starting the run",
-                      last_error=f"ingestion job {job_id} ended without starting the run")
+                             note=why, last_error=why)
                 queue_next(handoff.reference_id)
                 settled += 1
     for run in IngestRun.objects.filter(handoffs__status=HandoffStatus.RUNNING).exclude(

@@ -17,12 +17,14 @@ from ingest.scraping.models import HandoffTransition, IngestionHandoff, ScrapeRu
 def actor_user(actor: Any) -> Any:
     return actor if getattr(actor, "is_authenticated", False) else None
 
+
 def allocate_ids(table: str, count: int) -> list[int]:
     """``count`` ids of ``table``'s sequence, so that rows can be named before they exist."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id')) "
                        "FROM generate_series(1, %s)", [table, count])
         return [row[0] for row in cursor.fetchall()]
+
 
 def insert(source: IngestSource, scrape_run: ScrapeRun, ids: list[int],
                      rows: list[tuple[int, str]], *, job_ids: list[int] | None, attempts: int,
@@ -62,6 +64,7 @@ def insert(source: IngestSource, scrape_run: ScrapeRun, ids: list[int],
                         "from": [step[0] for step in steps], "to": [step[1] for step in steps],
                         "reasons": [step[2] for step in steps],
                         "notes": [step[3][:4000] for step in steps]})
+
 
 def move(handoffs: Sequence[int], status: str, reason: str, *, note: str = "",
           actor: Any = None, now: Any = None, job_ids: Sequence[int] | None = None,

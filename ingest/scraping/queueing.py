@@ -18,6 +18,7 @@ from ingest.scraping.models import HandoffReason, HandoffStatus, IngestionHandof
 INGEST_REFERENCE = "ingest.IngestReference"
 # Queued handoffs a sweep looks at (``settle_stuck_handoffs``).
 
+
 def attempt(source: IngestSource, call: Callable[[], Any],
                       policy: retrying.RetryPolicy, sleep: Callable[[float], None]
                       ) -> tuple[str, str, int] | None:
@@ -31,6 +32,7 @@ def attempt(source: IngestSource, call: Callable[[], Any],
     reason = (HandoffReason.RETRY_EXHAUSTED if outcome.exhausted
               else HandoffReason.QUEUE_REFUSED)
     return reason, f"{type(outcome.error).__name__}: {outcome.error}", outcome.attempts
+
 
 def queue(source: IngestSource, opened: Sequence[tuple[int, int]], *, actor: Any = None,
           reason: str = HandoffReason.INGESTION_JOB_QUEUED, locked: bool = False
@@ -48,6 +50,7 @@ def queue(source: IngestSource, opened: Sequence[tuple[int, int]], *, actor: Any
                                "WHERE id = ANY(%s) ORDER BY id FOR UPDATE", [references])
         return _queue_locked(source, opened, references, actor=actor, reason=reason)
 
+
 @contextlib.contextmanager
 def lock_timeout(milliseconds: int) -> Iterator[None]:
     """Within the caller's transaction: a lock not had within ``milliseconds`` raises
@@ -60,6 +63,7 @@ def lock_timeout(milliseconds: int) -> Iterator[None]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
 
+
 def _queue_locked(source: IngestSource, opened: Sequence[tuple[int, int]],
                   references: list[int], *, actor: Any, reason: str) -> tuple[int, int]:
     busy = active_references(references, excluding=[handoff for handoff, _ in opened])
@@ -68,13 +72,14 @@ def _queue_locked(source: IngestSource, opened: Sequence[tuple[int, int]],
     now = jobs.now()
     if waiting:
         history.move(waiting, HandoffStatus.QUEUED, HandoffReason.INGESTION_JOB_ALREADY_ACTIVE,
-              note="waits for the reference's ingestion in progress", actor=actor, now=now)
+                     note="waits for the reference's ingestion in progress", actor=actor, now=now)
     if ready:
         job_ids = jobs.enqueue_many(INGEST_REFERENCE, [{"handoff": h} for h in ready],
                                     tenant=source.tenant_id, created_by=history.actor_user(actor))
         history.move(ready, HandoffStatus.QUEUED, reason, note="ingestion job queued", actor=actor,
-              now=now, job_ids=job_ids)
+                     now=now, job_ids=job_ids)
     return len(ready), len(waiting)
+
 
 def active_references(references: Sequence[int], *, excluding: Sequence[int] = ()) -> set[int]:
     """The references among these whose ingestion is queued (its job is) or running,

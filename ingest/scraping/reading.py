@@ -19,6 +19,7 @@ class SyncRefused(Exception):
         self.field = field_name
         self.too_many = too_many  # more references than one sync may bring
 
+
 @dataclass(frozen=True)
 class Incoming:
     """A sync's references, checked: parallel lists, external ids distinct."""
@@ -29,6 +30,7 @@ class Incoming:
 
     def __len__(self) -> int:
         return len(self.external_ids)
+
 
 def read_references(items: Any) -> Incoming:
     """The references of a sync body: a list of ``{"external_id": str, "payload": {...}}``,
@@ -81,6 +83,7 @@ def read_references(items: Any) -> Incoming:
     return Incoming([external_ids[i] for i in order], [payloads[i] for i in order],
                     [hashes[i] for i in order])
 
+
 def _storable(text: str) -> bool:
     """Whether PostgreSQL can store ``text``: no NUL, and valid UTF-8 (no lone surrogate)."""
     if "\x00" in text:
@@ -91,6 +94,7 @@ def _storable(text: str) -> bool:
         return False
     return True
 
+
 def _holds_nul(value: Any) -> bool:
     if isinstance(value, str):
         return "\x00" in value
@@ -99,6 +103,7 @@ def _holds_nul(value: Any) -> bool:
     if isinstance(value, list):
         return any(_holds_nul(item) for item in value)
     return False
+
 
 def check_scrape_run_id(value: Any) -> str:
     if (not isinstance(value, str) or not 0 < len(value.strip()) <= SCRAPE_RUN_ID_LENGTH

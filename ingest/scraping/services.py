@@ -85,6 +85,7 @@ class HandoffCounts:
             self.skipped += count
             self.reasons[reason] += count
 
+
 @dataclass
 class SyncResult:
     scrape_run: ScrapeRun
@@ -94,12 +95,14 @@ class SyncResult:
     unchanged: int
     handoffs: HandoffCounts | None  # None: the handoff tables are not there
 
+
 def handoffs_available() -> bool:
     """Whether the handoff tables exist (they are dropped when their migration is
     reversed; a sync then stores references only)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [IngestionHandoff._meta.db_table])
         return cursor.fetchone()[0]
+
 
 def sync(source: IngestSource, scrape_run_id: Any, items: Any, *, actor: Any = None,
          policy: retrying.RetryPolicy | None = None,
@@ -126,9 +129,11 @@ def sync(source: IngestSource, scrape_run_id: Any, items: Any, *, actor: Any = N
                       changed=len(changed) - created, unchanged=len(incoming) - len(changed),
                       handoffs=counts)
 
+
 def default_policy() -> retrying.RetryPolicy:
     return retrying.RetryPolicy(max_attempts=int(conf.get("HANDOFF_MAX_ATTEMPTS")),
                                 base_seconds=float(conf.get("HANDOFF_BACKOFF_BASE_SECONDS")))
+
 
 def _record_scrape_run(source: IngestSource, run_id: str, received: int, actor: Any,
                        now: Any) -> ScrapeRun:
@@ -148,10 +153,12 @@ def _record_scrape_run(source: IngestSource, run_id: str, received: int, actor: 
         pk = cursor.fetchone()[0]
     return ScrapeRun.objects.get(pk=pk)
 
+
 @dataclass(frozen=True)
 class Upserted:
     changed: list[tuple[int, str, bool]]  # (id, payload hash, created) of each written
     unchanged: list[int]  # the ids of the references whose payload hash was the same
+
 
 def _upsert_references(source: IngestSource, scrape_run: ScrapeRun, incoming: Incoming,
                        now: Any) -> Upserted:
@@ -195,6 +202,7 @@ def _upsert_references(source: IngestSource, scrape_run: ScrapeRun, incoming: In
                         "now": now, "scrape_run": scrape_run.pk})
         return Upserted([(row[0], row[1], row[2]) for row in cursor.fetchall()], unchanged)
 
+
 def _hand_off(source: IngestSource, scrape_run: ScrapeRun, received: int, upserted: Upserted,
               *, actor: Any, now: Any, policy: retrying.RetryPolicy,
               sleep: Callable[[float], None]) -> HandoffCounts:
@@ -212,6 +220,7 @@ def _hand_off(source: IngestSource, scrape_run: ScrapeRun, received: int, upsert
     if opened:
         _queue_with_retries(source, opened, counts, actor=actor, policy=policy, sleep=sleep)
     return counts
+
 
 def _hand_off_new(source: IngestSource, scrape_run: ScrapeRun, new: list[tuple[int, str]],
                   counts: HandoffCounts, *, actor: Any, now: Any, policy: retrying.RetryPolicy,
@@ -247,6 +256,7 @@ def _hand_off_new(source: IngestSource, scrape_run: ScrapeRun, new: list[tuple[i
                      last_error=error, actor=actor, now=now,
                      steps=[*created, (HandoffStatus.QUEUED, HandoffStatus.FAILED, reason, error)])
     counts.failed += len(new)
+
 
 def _open_handoffs(source: IngestSource, scrape_run: ScrapeRun,
                    changed: list[tuple[int, str]], *, actor: Any,
@@ -295,6 +305,7 @@ def _open_handoffs(source: IngestSource, scrape_run: ScrapeRun,
                         "note": f"scrape run {scrape_run.run_id}"})
         return [(row[0], row[1]) for row in cursor.fetchall()]
 
+
 def _count_unchanged(references: list[int], unchanged: int, counts: HandoffCounts) -> None:
     """Count the ``unchanged`` references whose payload did not change, by where their
     payload's handoff stands."""
@@ -314,6 +325,7 @@ def _count_unchanged(references: list[int], unchanged: int, counts: HandoffCount
     counts.failed += failed
     # Queued or running, or (stored before the handoff tables existed) none at all.
     counts.skip(HandoffReason.PAYLOAD_UNCHANGED, unchanged - completed - failed)
+
 
 def _queue_with_retries(source: IngestSource, opened: list[tuple[int, int]],
                         counts: HandoffCounts, *, actor: Any, policy: retrying.RetryPolicy,
@@ -340,10 +352,12 @@ def _queue_with_retries(source: IngestSource, opened: list[tuple[int, int]],
     _fail(opened, reason, error, attempts=attempts, actor=actor)
     counts.failed += len(opened)
 
+
 def _fail(opened: Sequence[tuple[int, int]], reason: str, error: str, *, attempts: int,
           actor: Any) -> None:
     history.move([h for h, _ in opened], HandoffStatus.FAILED, reason, note=error, actor=actor,
-          attempts=attempts, last_error=error[:4000])
+                 attempts=attempts, last_error=error[:4000])
+
 
 def json_counts(counts: HandoffCounts) -> dict[str, Any]:
     return {"handoff_queued_count": counts.queued, "handoff_completed_count": counts.completed,

@@ -4,7 +4,6 @@ batches published once, hook failures counted up to the run's limit."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from django.db import IntegrityError, connection, transaction
@@ -22,6 +21,7 @@ from ingest.runs.models import (
 )
 from jobs import registry
 from jobs.models import Event, Job
+from jobs.testing import wait_until
 from tests.base import staff
 from tests.ingest import builders
 from tests.ingest.drive import drain
@@ -219,16 +219,14 @@ def test_two_attempts_recording_the_same_batch_at_once_write_it_once(acme):
     assert Event.objects.filter(pipeline_id=run.pipeline, name="IngesterBatchReady").count() == 1
 
 
-def _wait_until_a_backend_waits_for_a_lock(timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    with connection.cursor() as cursor:
-        while time.monotonic() < deadline:
+def _wait_until_a_backend_waits_for_a_lock() -> None:
+    def waiting() -> int:
+        with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
                            "AND datname = current_database()")
-            if cursor.fetchone()[0]:
-                return
-            time.sleep(0.01)
-    raise AssertionError("the second attempt never waited for the first's lock")
+            return cursor.fetchone()[0]
+
+    wait_until(waiting, 10, "the second attempt waiting for the first's lock")
 
 
 def test_an_integrity_error_of_another_constraint_is_no_duplicate_batch(acme):

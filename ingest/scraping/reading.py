@@ -9,6 +9,7 @@ from typing import Any
 from ingest import conf
 from ingest.scraping.hashing import canonical_json, digest
 from ingest.scraping.models import EXTERNAL_ID_LENGTH, SCRAPE_RUN_ID_LENGTH
+from jobs.contrib.api import holds_nul
 
 
 class SyncRefused(Exception):
@@ -71,7 +72,7 @@ def read_references(items: Any) -> Incoming:
                                                   "(\\ud800 …), which is no character") from None
         except ValueError as exc:  # NaN or Infinity
             raise SyncRefused(f"{where}.payload", f"{where}.payload: {exc}") from None
-        if b"\\u0000" in text and _holds_nul(payload):
+        if b"\\u0000" in text and holds_nul(payload):
             raise SyncRefused(f"{where}.payload", f"{where}.payload holds a NUL character "
                                                   "(\\u0000), which cannot be stored")
         external_ids.append(external_id)
@@ -93,16 +94,6 @@ def _storable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _holds_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
-    if isinstance(value, list):
-        return any(_holds_nul(item) for item in value)
-    return False
 
 
 def check_scrape_run_id(value: Any) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from jobs.contrib.api.filters import DateTimeFilter, StrictFilterBackend
 from jobs.contrib.api.pagination import CheckedCursorPagination, NewestFirst
-from jobs.contrib.api.parsers import BoundedJSONParser, object_body
+from jobs.contrib.api.parsers import BoundedJSONParser, holds_nul, object_body
 from jobs.contrib.api.scoping import visible_jobs
 from jobs.contrib.api.serializers import ErrorSerializer, ErrorTextField, JobSerializer
 
@@ -27,6 +27,7 @@ __all__ = [
     "JobSerializer",
     "NewestFirst",
     "StrictFilterBackend",
+    "holds_nul",
     "object_body",
     "visible_jobs",
 ]

@@ -42,21 +42,21 @@ class BoundedJSONParser(JSONParser):
             data = json.loads(text, parse_constant=parse_constant)
         except ValueError as exc:
             raise ParseError(f"JSON parse error - {exc}") from None
-        if "\\u0000" in text and _holds_nul(data):
+        if "\\u0000" in text and holds_nul(data):
             raise ParseError("JSON parse error - a string holds a NUL character (\\u0000), "
                              "which cannot be stored")
         return data
 
 
-def _holds_nul(data: Any) -> bool:
-    """Whether any string (key or value) in decoded JSON holds a NUL character. Recursive:
-    callers decode bodies of bounded depth only."""
+def holds_nul(data: Any) -> bool:
+    """Whether any string (key or value) in decoded JSON holds a NUL character, which
+    PostgreSQL cannot store. Recursive: callers pass JSON of bounded depth only."""
     if isinstance(data, str):
         return "\x00" in data
     if isinstance(data, dict):
-        return any(_holds_nul(key) or _holds_nul(value) for key, value in data.items())
+        return any(holds_nul(key) or holds_nul(value) for key, value in data.items())
     if isinstance(data, list):
-        return any(_holds_nul(item) for item in data)
+        return any(holds_nul(item) for item in data)
     return False
 
 

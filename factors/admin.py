@@ -35,7 +35,7 @@ from factors.models import (
     Unit,
     Upload,
 )
-from jobs.contrib.admin import CappedCountPaginator
+from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
 from tenancy.scoping import scope_queryset, tenant_scope
 
 
@@ -68,19 +68,13 @@ def _is_operator(request: HttpRequest) -> bool:
     return bool(request.user.is_staff and tenant_scope(request.user) is True)
 
 
-class ReadOnly(admin.ModelAdmin):
+class ReadOnly(ReadOnlyMixin, admin.ModelAdmin):
     """Rows written by the calculator's own paths: shown, not edited here."""
 
     show_full_result_count = False
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 class UploadViews(ReadOnly):

@@ -40,7 +40,7 @@ from ingest.runs.models import (
     RunStatus,
 )
 from ingest.runs.rendering import countdown, status_badge
-from jobs.contrib.admin import CappedCountPaginator
+from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
 from tenancy.scoping import scope_queryset, tenant_scope
 
 CSS = "ingest/runs.css"
@@ -198,7 +198,11 @@ class BatchRow:
 
 
 @admin.register(IngestRun)
-class IngestRunAdmin(admin.ModelAdmin):
+class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    """Runs are started from their source, the API or a command, and written by the
+    pipeline; operators act on them through the services, and a run stays as the record
+    of what was published."""
+
     list_display = ["id", "source", "tenant", "status_display", "batches", "records_published",
                     "failures", "started_at", "started_by", "finished_at"]
     list_display_links = ["id", "source"]
@@ -227,15 +231,6 @@ class IngestRunAdmin(admin.ModelAdmin):
     def get_list_filter(self, request: HttpRequest) -> list[Any]:
         tenants = [("tenant", admin.RelatedOnlyFieldListFilter)] if _is_operator(request) else []
         return [*self.list_filter, *tenants]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # runs are started from their source, the API or a command
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # the pipeline writes runs; operators act through the services
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # a run is the record of what was published
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         return _may_operate(request)
@@ -350,7 +345,7 @@ class IngestRunAdmin(admin.ModelAdmin):
 
 
 @admin.register(RunnerBreaker)
-class RunnerBreakerAdmin(admin.ModelAdmin):
+class RunnerBreakerAdmin(ReadOnlyMixin, admin.ModelAdmin):
     """Shared by every tenant's runs, so shown to platform operators only."""
 
     list_display = ["target", "state_display", "failures", "next_probe", "times_opened",
@@ -371,15 +366,6 @@ class RunnerBreakerAdmin(admin.ModelAdmin):
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return _is_operator(request) and super().has_view_permission(request, obj)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         return _is_operator(request) and request.user.has_perm("ingest.change_runnerbreaker")

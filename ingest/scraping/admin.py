@@ -24,7 +24,7 @@ from django.utils.safestring import SafeString
 from ingest.runs.rendering import status_badge
 from ingest.scraping import services
 from ingest.scraping.models import HandoffTransition, IngestionHandoff, ScrapeReference, ScrapeRun
-from jobs.contrib.admin import CappedCountPaginator
+from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
 from tenancy.scoping import scope_queryset, tenant_scope
 
 CSS = "ingest/runs.css"
@@ -52,7 +52,7 @@ def _pre(text: str) -> SafeString:
     return format_html('<pre class="ingest-pre">{}</pre>', text) if text else format_html("{}", "—")
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(ReadOnlyMixin, admin.ModelAdmin):
     """The syncs and the handlers write these rows; the admin shows them, scoped to the
     staff user's tenant."""
 
@@ -68,28 +68,16 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     def get_list_filter(self, request: HttpRequest) -> list[Any]:
         return [*self.list_filter, *_tenant_filter(request)]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
-class ReadOnlyInline(admin.TabularInline):
+
+
+class ReadOnlyInline(ReadOnlyMixin, admin.TabularInline):
     extra = 0
     can_delete = False
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 # --- scrape runs ----------------------------------------------------------------------------------

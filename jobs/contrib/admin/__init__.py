@@ -18,5 +18,6 @@ Other apps' admins build on the pieces listed in ``__all__``.
 from __future__ import annotations
 
 from jobs.contrib.admin.lists import CappedCountPaginator
+from jobs.contrib.admin.readonly import ReadOnlyMixin
 
-__all__ = ["CappedCountPaginator"]
+__all__ = ["CappedCountPaginator", "ReadOnlyMixin"]

@@ -13,12 +13,13 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from jobs.contrib.admin.lists import CappedCountPaginator, change_link, pipeline_link, pretty_json
+from jobs.contrib.admin.readonly import ReadOnlyMixin
 from jobs.contrib.admin.rendering import STATES_CSS, state_badge
 from jobs.models import Delivery, Event
 from tenancy.scoping import scope_queryset
 
 
-class DeliveryInline(admin.TabularInline):
+class DeliveryInline(ReadOnlyMixin, admin.TabularInline):
     model = Delivery
     fields = ["subscriber", "job_link", "job_state", "deliver_after", "job_attempts",
               "job_last_error"]
@@ -28,15 +29,6 @@ class DeliveryInline(admin.TabularInline):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Delivery]:
         return super().get_queryset(request).select_related("job").order_by("subscriber")
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="job")
     def job_link(self, delivery: Delivery) -> SafeString:

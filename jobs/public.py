@@ -109,10 +109,10 @@ def publish(name: str, payload: dict[str, Any] | None = None, *, tenant: Any = N
 
 def execute_prepared(statement: str, params: dict[str, Any], *, binary: bool = False
                      ) -> psycopg.Cursor:
-    """Run ``statement`` (``%(name)s`` placeholders) on Django's connection, in its current
-    transaction, as a statement prepared once per connection: for a pipeline's own
-    per-batch statements, which PostgreSQL then plans once rather than on every call.
-    Returns the psycopg cursor. See ``jobs.sql.execute``."""
+    """Run ``statement``, whose parameters are named (``params`` holds their values), on
+    Django's connection, in its current transaction, as a statement prepared once per
+    connection: for a pipeline's own per-batch statements, which PostgreSQL then plans
+    once rather than on every call. Returns the psycopg cursor. See ``jobs.sql.execute``."""
     from jobs import sql
 
     return sql.execute(statement, params, binary=binary)

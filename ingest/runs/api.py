@@ -260,14 +260,21 @@ def visible_runs(user: Any) -> QuerySet[IngestRun]:
     return scope_queryset(IngestRun.objects.select_related("source", "started_by"), user)
 
 
-def visible_source(user: Any, reference: int | str, tenant: str | None) -> IngestSource:
-    """The source the caller names, among those they may see; a 400 naming ``source``
-    otherwise (another tenant's is as unknown as a missing one)."""
+def sources_named(user: Any, reference: int | str, tenant: str | None) -> list[IngestSource]:
+    """The sources ``user`` may see that ``reference`` names (an id or a name), within
+    ``tenant`` (a slug) if given: none, one, or two when several tenants have the name
+    (the caller then asks for the tenant). Another tenant's is as unknown as a missing one."""
     sources = scope_queryset(IngestSource.objects.all(), user)
     if tenant:
         sources = sources.filter(tenant__slug=tenant)
     key = {"pk": reference} if isinstance(reference, int) else {"name": reference}
-    found = list(sources.filter(**key)[:2])
+    return list(sources.filter(**key)[:2])
+
+
+def visible_source(user: Any, reference: int | str, tenant: str | None) -> IngestSource:
+    """The source the caller names, among those they may see; a 400 naming ``source``
+    otherwise."""
+    found = sources_named(user, reference, tenant)
     if not found:
         raise ValidationError({"source": [f"unknown source {reference!r}"]})
     if len(found) > 1:

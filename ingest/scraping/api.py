@@ -8,10 +8,8 @@ tenant); members read handoffs.
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
-from django.conf import settings
 from django.db.models import QuerySet
 from django_filters import rest_framework as filters
 from drf_spectacular.types import OpenApiTypes
@@ -19,19 +17,22 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.pagination import LimitOffsetPagination
-from rest_framework.parsers import BaseParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ingest.runs.api import StaffWrites
+from ingest.runs.api import StaffWrites, sources_named
 from ingest.runs.models import IngestSource
 from ingest.scraping import services
 from ingest.scraping.ingester import ScrapedReference
 from ingest.scraping.models import SCRAPE_RUN_ID_LENGTH, HandoffStatus, IngestionHandoff
-from jobs.contrib.api import BoundedJSONParser, ErrorSerializer, StrictFilterBackend, object_body
-from tenancy.scoping import scope_queryset
+from jobs.contrib.api import (
+    ErrorSerializer,
+    LargeJSONParser,
+    StrictFilterBackend,
+    object_body,
+)
 
 MAX_LIMIT = 1000
 MAX_OFFSET = 10**9
@@ -54,30 +55,16 @@ class Conflict(APIException):
     default_code = "conflict"
 
 
-class SyncBodyParser(BaseParser):
-    """JSON as ``BoundedJSONParser`` reads it, for bodies past Django's
-    ``DATA_UPLOAD_MAX_MEMORY_SIZE``: DRF hands a ``JSONParser`` the body through
-    ``request.body``, which refuses them, so this one reads the stream itself, up to
-    ``INGEST_SCRAPE_MAX_BYTES`` (the web server's limit for ``/scraping/`` too)."""
+class SyncBodyParser(LargeJSONParser):
+    """A sync's body: up to ``INGEST_SCRAPE_MAX_BYTES`` of JSON (the web server's limit
+    for ``/scraping/`` too)."""
 
-    media_type = "application/json"
-
-    def parse(self, stream: Any, media_type: str | None = None,
-              parser_context: dict[str, Any] | None = None) -> Any:
-        limit = int(settings.INGEST_SCRAPE_MAX_BYTES)
-        raw = stream.read(limit + 1) if stream is not None else b""
-        if len(raw) > limit:
-            raise TooManyReferences(f"the body is over {limit:,} bytes, the limit of a sync")
-        return BoundedJSONParser().parse(io.BytesIO(raw), media_type, parser_context)
+    max_bytes_setting = "INGEST_SCRAPE_MAX_BYTES"
 
 
 def visible_source(request: Request, name: str) -> IngestSource:
     """The source named in the URL, among those the caller may see; 404 otherwise."""
-    sources = scope_queryset(IngestSource.objects.all(), request.user).filter(name=name)
-    tenant = request.query_params.get("tenant")
-    if tenant:
-        sources = sources.filter(tenant__slug=tenant)
-    found = list(sources[:2])
+    found = sources_named(request.user, name, request.query_params.get("tenant"))
     if not found:
         raise NotFound("No such source visible to you.")
     if len(found) > 1:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import F
 
 import jobs
 from ingest import conf
@@ -118,7 +119,7 @@ def sync(source: IngestSource, scrape_run_id: Any, items: Any, *, actor: Any = N
         upserted = _upsert_references(source, scrape_run, incoming, now)
         changed = upserted.changed
         ScrapeRun.objects.filter(pk=scrape_run.pk).update(
-            references_changed=scrape_run.references_changed + len(changed))
+            references_changed=F("references_changed") + len(changed))
         scrape_run.references_changed += len(changed)
         created = sum(1 for row in changed if row[2])
         counts = None

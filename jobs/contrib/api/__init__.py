@@ -14,7 +14,12 @@ from __future__ import annotations
 
 from jobs.contrib.api.filters import DateTimeFilter, StrictFilterBackend
 from jobs.contrib.api.pagination import CheckedCursorPagination, NewestFirst
-from jobs.contrib.api.parsers import BoundedJSONParser, holds_nul, object_body
+from jobs.contrib.api.parsers import (
+    BoundedJSONParser,
+    LargeJSONParser,
+    holds_nul,
+    object_body,
+)
 from jobs.contrib.api.scoping import visible_jobs
 from jobs.contrib.api.serializers import ErrorSerializer, ErrorTextField, JobSerializer
 
@@ -25,6 +30,7 @@ __all__ = [
     "ErrorSerializer",
     "ErrorTextField",
     "JobSerializer",
+    "LargeJSONParser",
     "NewestFirst",
     "StrictFilterBackend",
     "holds_nul",

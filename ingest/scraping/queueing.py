@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
@@ -19,19 +20,28 @@ INGEST_REFERENCE = "ingest.IngestReference"
 # Queued handoffs a sweep looks at (``settle_stuck_handoffs``).
 
 
-def attempt(source: IngestSource, call: Callable[[], Any],
-                      policy: retrying.RetryPolicy, sleep: Callable[[float], None]
-                      ) -> tuple[str, str, int] | None:
-    """Run ``call`` under the retry policy; None once it succeeded, else the reason the
-    handoffs fail for, the error and the attempts made. A disabled source refuses at once."""
+@dataclass(frozen=True)
+class Attempted:
+    attempts: int
+    value: Any = None  # what the call returned, once it succeeded
+    refused: tuple[str, str] | None = None  # else the reason the handoffs fail for, and why
+
+
+def attempt(source: IngestSource, call: Callable[[int], Any], policy: retrying.RetryPolicy,
+            sleep: Callable[[float], None]) -> Attempted:
+    """Run ``call`` (given the attempt's number) under the retry policy. A disabled
+    source refuses at once; an error refuses with ``retry_exhausted`` once transient
+    errors used every attempt, else with ``queue_refused``."""
     if not source.enabled:
-        return HandoffReason.QUEUE_REFUSED, f"source {source.name!r} is disabled", 1
+        return Attempted(1, refused=(HandoffReason.QUEUE_REFUSED,
+                                     f"source {source.name!r} is disabled"))
     outcome = retrying.attempt(call, policy, sleep=sleep)
     if outcome.error is None:
-        return None
+        return Attempted(outcome.attempts, value=outcome.value)
     reason = (HandoffReason.RETRY_EXHAUSTED if outcome.exhausted
               else HandoffReason.QUEUE_REFUSED)
-    return reason, f"{type(outcome.error).__name__}: {outcome.error}", outcome.attempts
+    return Attempted(outcome.attempts,
+                     refused=(reason, f"{type(outcome.error).__name__}: {outcome.error}"))
 
 
 def queue(source: IngestSource, opened: Sequence[tuple[int, int]], *, actor: Any = None,

@@ -65,12 +65,13 @@ class Outcome:
         return self.error is not None and is_transient(self.error)
 
 
-def attempt(call: Callable[[], T], policy: RetryPolicy, *,
+def attempt(call: Callable[[int], T], policy: RetryPolicy, *,
             sleep: Callable[[float], None] = time.sleep) -> Outcome:
-    """Call ``call`` until it succeeds, fails permanently, or ``policy`` runs out."""
+    """Call ``call`` (with the attempt's number, from 1) until it succeeds, fails
+    permanently, or ``policy`` runs out."""
     for number in range(1, policy.max_attempts + 1):
         try:
-            return Outcome(number, value=call())
+            return Outcome(number, value=call(number))
         except Exception as error:
             if not is_transient(error) or number == policy.max_attempts:
                 return Outcome(number, error=error)

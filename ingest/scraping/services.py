@@ -232,30 +232,27 @@ def _hand_off_new(source: IngestSource, scrape_run: ScrapeRun, new: list[tuple[i
     table = IngestionHandoff._meta.db_table
     created = [("", HandoffStatus.QUEUED, HandoffReason.QUEUED_FROM_SCRAPE,
                 f"scrape run {scrape_run.run_id}")]
-    tries = 0
 
-    def once() -> None:
-        nonlocal tries
-        tries += 1
+    def once(attempt: int) -> None:
         with transaction.atomic(), queueing.lock_timeout(int(conf.get("HANDOFF_LOCK_TIMEOUT_MS"))):
             ids = history.allocate_ids(table, len(new))
             job_ids = jobs.enqueue_many(INGEST_REFERENCE, [{"handoff": pk} for pk in ids],
                                         tenant=source.tenant_id, created_by=actor_user(actor))
-            history.insert(source, scrape_run, ids, new, job_ids=job_ids, attempts=tries,
-                             status=HandoffStatus.QUEUED, reason=HandoffReason.INGESTION_JOB_QUEUED,
-                             steps=[*created, (HandoffStatus.QUEUED, HandoffStatus.QUEUED,
-                                               HandoffReason.INGESTION_JOB_QUEUED,
-                                               "ingestion job queued")], actor=actor, now=now)
+            history.insert(source, scrape_run, ids, new, job_ids=job_ids, attempts=attempt,
+                           status=HandoffStatus.QUEUED, reason=HandoffReason.INGESTION_JOB_QUEUED,
+                           steps=[*created, (HandoffStatus.QUEUED, HandoffStatus.QUEUED,
+                                             HandoffReason.INGESTION_JOB_QUEUED,
+                                             "ingestion job queued")], actor=actor, now=now)
 
-    refused = queueing.attempt(source, once, policy, sleep)
-    if refused is None:
+    result = queueing.attempt(source, once, policy, sleep)
+    if result.refused is None:
         counts.queued += len(new)
         return
-    reason, error, attempts = refused
+    reason, error = result.refused
     history.insert(source, scrape_run, history.allocate_ids(table, len(new)), new, job_ids=None,
-                     attempts=attempts, status=HandoffStatus.FAILED, reason=reason,
-                     last_error=error, actor=actor, now=now,
-                     steps=[*created, (HandoffStatus.QUEUED, HandoffStatus.FAILED, reason, error)])
+                   attempts=result.attempts, status=HandoffStatus.FAILED, reason=reason,
+                   last_error=error, actor=actor, now=now,
+                   steps=[*created, (HandoffStatus.QUEUED, HandoffStatus.FAILED, reason, error)])
     counts.failed += len(new)
 
 
@@ -331,26 +328,22 @@ def _count_unchanged(references: list[int], unchanged: int, counts: HandoffCount
 def _queue_with_retries(source: IngestSource, opened: list[tuple[int, int]],
                         counts: HandoffCounts, *, actor: Any, policy: retrying.RetryPolicy,
                         sleep: Callable[[float], None]) -> None:
-    done: list[tuple[int, int]] = []
-    tries = 0
-
-    def once() -> None:
-        nonlocal tries
-        tries += 1
+    def once(_attempt: int) -> tuple[int, int]:
         with transaction.atomic():  # a savepoint: a failed try leaves nothing behind
             # The sync's upsert holds every reference of ``opened`` already.
-            done[:] = [queueing.queue(source, opened, actor=actor, locked=True)]
+            return queueing.queue(source, opened, actor=actor, locked=True)
 
-    refused = queueing.attempt(source, once, policy, sleep)
-    if refused is None:
-        queued, waiting = done[0]
+    result = queueing.attempt(source, once, policy, sleep)
+    if result.refused is None:
+        queued, waiting = result.value
         counts.queued += queued
         counts.skip(HandoffReason.INGESTION_JOB_ALREADY_ACTIVE, waiting)
-        if tries > 1:
-            IngestionHandoff.objects.filter(pk__in=[h for h, _ in opened]).update(attempts=tries)
+        if result.attempts > 1:
+            IngestionHandoff.objects.filter(pk__in=[h for h, _ in opened]).update(
+                attempts=result.attempts)
         return
-    reason, error, attempts = refused
-    _fail(opened, reason, error, attempts=attempts, actor=actor)
+    reason, error = result.refused
+    _fail(opened, reason, error, attempts=result.attempts, actor=actor)
     counts.failed += len(opened)
 
 

@@ -184,7 +184,8 @@ def drop_database(name: str) -> None:
 @contextlib.contextmanager
 def scratch_database(prefix: str) -> Iterator[str]:
     """A new database on the project's server, migrated, that this process's Django
-    connection uses for the block; dropped afterwards, whatever happened."""
+    connection uses for the block (which gets the server's version, for the figures'
+    heading); dropped afterwards, whatever happened."""
     from django.core.management import call_command
     from django.db import connection
 
@@ -195,7 +196,9 @@ def scratch_database(prefix: str) -> Iterator[str]:
         connection.close()
         connection.settings_dict["NAME"] = name
         call_command("migrate", verbosity=0)
-        yield name
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW server_version")
+            yield cursor.fetchone()[0]
     finally:
         connection.close()
         connection.settings_dict["NAME"] = home

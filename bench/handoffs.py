@@ -104,13 +104,9 @@ def main() -> int:
     from bench.engine import scratch_database
 
     setup_django("bench.settings")
-    from django.db import connection
     from django.test.utils import override_settings
 
-    with scratch_database("bench_handoffs"):
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW server_version")
-            server = cursor.fetchone()[0]
+    with scratch_database("bench_handoffs") as server:
         with override_settings(ALLOWED_HOSTS=["testserver"],
                                INGEST_SCRAPE_MAX_REFERENCES=max(args.references, 50_000)):
             result = {"server": server, "rows": run(args.references)}

@@ -158,13 +158,9 @@ def main() -> int:
     from bench.engine import scratch_database
 
     setup_django("bench.settings")
-    from django.db import connection
 
-    with scratch_database("bench_ingest"):
+    with scratch_database("bench_ingest") as server:
         register_bench_source()
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW server_version")
-            server = cursor.fetchone()[0]
         result: dict[str, Any] = {"server": server,
                                   "orchestration": orchestration(args.batches, args.records)}
         pressure = _pressure_cases(args.pressure_minutes)

@@ -11,9 +11,13 @@ Django's test client: parsing, checks, hashing, the bulk statements, the respons
   jobs queued;
 - the same sync again: every payload unchanged, nothing queued;
 - a sync where every tenth payload changed while the first ingestions are still queued:
-  those wait for them (``ingestion_job_already_active``).
+  those wait for them (``ingestion_job_already_active``);
+- the first sync again, of N new references of another source, sent as a scraper with
+  a large run would: in ``--chunks`` concurrent syncs of one scrape run, one thread and
+  database connection each (as one web process's worker threads would serve them).
 
-Each row: wall time of the request and references per second.
+Each row: wall time (of the requests, from the first sent to the last answered) and
+references per second.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import json
 import os
 import platform
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +40,8 @@ if str(ROOT) not in sys.path:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--references", type=int, default=50_000)
+    parser.add_argument("--chunks", type=int, default=4,
+                        help="Concurrent syncs the last case splits the references into.")
     parser.add_argument("--json", action="store_true", help="Print one JSON object.")
     return parser.parse_args()
 
@@ -63,7 +70,40 @@ def measure(client: Any, label: str, run_id: str, references: list[dict[str, Any
             "reasons": result["handoff_skipped_reasons"]}
 
 
-def run(count: int) -> list[dict]:
+def measure_chunks(token: str, source: str, references: list[dict[str, Any]], chunks: int
+                   ) -> dict:
+    """The references in ``chunks`` syncs of one scrape run, all sent at once."""
+    from django.db import connections
+    from django.test import Client
+
+    bodies = [json.dumps({"scrape_run_id": "chunked", "references": references[k::chunks]})
+              for k in range(chunks)]
+    answers: list[Any] = [None] * chunks
+
+    def send(k: int) -> None:
+        try:
+            answers[k] = Client(HTTP_AUTHORIZATION=f"Token {token}").post(
+                f"/scraping/{source}/sync", bodies[k], content_type="application/json")
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=send, args=(k,)) for k in range(chunks)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    assert all(answer.status_code == 200 for answer in answers), answers
+    results = [answer.json() for answer in answers]
+    return {"case": f"first sync in {chunks} concurrent chunks of one scrape run",
+            "references": len(references), "wall_s": wall, "per_s": len(references) / wall,
+            "body_mb": sum(len(body) for body in bodies) / 1e6,
+            "queued": sum(r["handoff_queued_count"] for r in results),
+            "skipped": sum(r["handoff_skipped_count"] for r in results), "reasons": {}}
+
+
+def run(count: int, chunks: int) -> list[dict]:
     from django.contrib.auth import get_user_model
     from django.test import Client
     from rest_framework.authtoken.models import Token
@@ -75,14 +115,19 @@ def run(count: int) -> list[dict]:
     tenant = Tenant.objects.create(name="Bench", slug="bench")
     user = get_user_model().objects.create_user("scraper", is_staff=True)
     Membership.objects.create(user=user, tenant=tenant)
-    IngestSource.objects.create(tenant=tenant, name="listings", kind="scraped_reference",
-                                config={})
-    client = Client(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    for name in ("listings", "chunked-listings"):
+        IngestSource.objects.create(tenant=tenant, name=name, kind="scraped_reference",
+                                    config={})
+    token = Token.objects.create(user=user).key
+    client = Client(HTTP_AUTHORIZATION=f"Token {token}")
     rows = [measure(client, "first sync: all new", "run-1", payloads(count)),
             measure(client, "repeat: all unchanged", "run-2", payloads(count)),
             measure(client, "a tenth changed, first ingestions still queued", "run-3",
                     payloads(count, version=1))]
-    assert IngestionHandoff.objects.count() == count + count // 10 + (1 if count % 10 else 0)
+    handed_off = count + count // 10 + (1 if count % 10 else 0)
+    assert IngestionHandoff.objects.count() == handed_off
+    rows.append(measure_chunks(token, "chunked-listings", payloads(count), chunks))
+    assert IngestionHandoff.objects.count() == handed_off + count
     return rows
 
 
@@ -109,7 +154,7 @@ def main() -> int:
     with scratch_database("bench_handoffs") as server:
         with override_settings(ALLOWED_HOSTS=["testserver"],
                                INGEST_SCRAPE_MAX_REFERENCES=max(args.references, 50_000)):
-            result = {"server": server, "rows": run(args.references)}
+            result = {"server": server, "rows": run(args.references, args.chunks)}
     print(json.dumps(result, indent=2) if args.json else table(result))
     return 0
 

@@ -125,7 +125,8 @@ class Job(models.Model):
 
     pipeline_id = models.UUIDField("pipeline", default=uuid.uuid4, db_index=True)
     parent = models.ForeignKey(
-        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="children"
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="children",
+        db_index=False,  # job_parent_idx holds the jobs that have one
     )
     # NULL, not "", means "no key": the partial unique indexes below ignore NULLs.
     concurrency_key = models.CharField(  # noqa: DJ001
@@ -158,7 +159,8 @@ class Job(models.Model):
                   "job; once it has started, the next request queues a new one.",
     )
     tenant = models.ForeignKey(
-        "tenancy.Tenant", on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
+        "tenancy.Tenant", on_delete=models.PROTECT, null=True, blank=True, related_name="jobs",
+        db_index=False,  # job_tenant_idx leads with it
     )
 
     error_kind = models.CharField(
@@ -171,7 +173,7 @@ class Job(models.Model):
     finished_at = models.DateTimeField("finished", null=True, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
-        related_name="+",
+        related_name="+", db_index=False,  # job_created_by_idx holds the jobs that have one
     )
 
     objects = JobQuerySet.as_manager()
@@ -257,6 +259,12 @@ class Job(models.Model):
             # that it stays empty (and free to probe) while no tenant's job runs.
             models.Index(fields=["tenant", "locked_by"], name="job_running_tenant_idx",
                          condition=Q(state="running", tenant__isnull=False)),
+            # A parent's children, a user's jobs (and deleting either): partial, because
+            # most jobs have neither, and each index entry is paid by every enqueue.
+            models.Index(fields=["parent"], condition=Q(parent__isnull=False),
+                         name="job_parent_idx"),
+            models.Index(fields=["created_by"], condition=Q(created_by__isnull=False),
+                         name="job_created_by_idx"),
         ]
 
     def __str__(self) -> str:

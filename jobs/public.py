@@ -112,7 +112,9 @@ def execute_prepared(statement: str, params: dict[str, Any], *, binary: bool = F
     """Run ``statement``, whose parameters are named (``params`` holds their values), on
     Django's connection, in its current transaction, as a statement prepared once per
     connection: for a pipeline's own per-batch statements, which PostgreSQL then plans
-    once rather than on every call. Returns the psycopg cursor. See ``jobs.sql.execute``."""
+    once rather than on every call, and for bulk statements, whose parameters (arrays of
+    many thousand values, megabytes of text) then go as they are instead of being
+    quoted into the SQL in Python. Returns the psycopg cursor. See ``jobs.sql.execute``."""
     from jobs import sql
 
     return sql.execute(statement, params, binary=binary)

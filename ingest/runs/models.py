@@ -56,6 +56,8 @@ class IngestSource(models.Model):
         verbose_name = "ingest source"
         constraints = [
             models.UniqueConstraint(fields=["tenant", "name"], name="ingest_source_name_per_tenant"),
+            # What a reference's (source, tenant) points at: its source, of its tenant.
+            models.UniqueConstraint(fields=["id", "tenant"], name="ingest_source_id_tenant"),
             models.CheckConstraint(name="ingest_source_name_not_empty", condition=~Q(name="")),
             models.CheckConstraint(name="ingest_source_config_is_object",
                                    condition=_json_type("config", "object")),

@@ -26,44 +26,44 @@ def allocate_ids(table: str, count: int) -> list[int]:
         return [row[0] for row in cursor.fetchall()]
 
 
+_INSERT = f"""
+    WITH inserted AS (
+        INSERT INTO {IngestionHandoff._meta.db_table} (
+            id, tenant_id, source_id, reference_id, payload_hash, scrape_run_id, status,
+            reason_code, attempts, last_error, job_id, ingest_run_id, created_by_id,
+            created_at, updated_at)
+        SELECT r.id, %(tenant)s, %(source)s, r.reference_id, r.payload_hash, %(scrape_run)s,
+               %(status)s, %(reason)s, %(attempts)s, %(error)s, r.job_id, NULL, %(user)s,
+               %(now)s, %(now)s
+        FROM unnest(%(ids)s::bigint[], %(refs)s::bigint[], %(hashes)s::text[],
+                    %(jobs)s::bigint[]) AS r(id, reference_id, payload_hash, job_id)
+        RETURNING id
+    )
+    INSERT INTO {HandoffTransition._meta.db_table} (
+        handoff_id, at, from_status, to_status, reason_code, note, actor_id)
+    SELECT i.id, %(now)s, s.from_status, s.to_status, s.reason_code, s.note, %(user)s
+    FROM inserted i, unnest(%(from)s::text[], %(to)s::text[], %(reasons)s::text[],
+                            %(notes)s::text[]) WITH ORDINALITY
+         AS s(from_status, to_status, reason_code, note, step)
+    ORDER BY i.id, s.step"""
+
+
 def insert(source: IngestSource, scrape_run: ScrapeRun, ids: list[int],
-                     rows: list[tuple[int, str]], *, job_ids: list[int] | None, attempts: int,
-                     status: str, reason: str, steps: list[tuple[str, str, str, str]],
-                     actor: Any, now: Any, last_error: str = "") -> None:
+           rows: list[tuple[int, str]], *, job_ids: list[int] | None, attempts: int,
+           status: str, reason: str, steps: list[tuple[str, str, str, str]], actor: Any,
+           now: Any, last_error: str = "") -> None:
     """Handoffs ``ids`` of ``rows`` (reference id, payload hash), in ``status`` for
     ``reason``, with the transitions ``steps`` (from, to, reason, note) each: one
-    statement."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"""
-            WITH inserted AS (
-                INSERT INTO {IngestionHandoff._meta.db_table} (
-                    id, tenant_id, source_id, reference_id, payload_hash, scrape_run_id, status,
-                    reason_code, attempts, last_error, job_id, ingest_run_id, created_by_id,
-                    created_at, updated_at)
-                SELECT r.id, %(tenant)s, %(source)s, r.reference_id, r.payload_hash,
-                       %(scrape_run)s, %(status)s, %(reason)s, %(attempts)s, %(error)s, r.job_id,
-                       NULL, %(user)s, %(now)s, %(now)s
-                FROM unnest(%(ids)s::bigint[], %(refs)s::bigint[], %(hashes)s::text[],
-                            %(jobs)s::bigint[]) AS r(id, reference_id, payload_hash, job_id)
-                RETURNING id
-            )
-            INSERT INTO {HandoffTransition._meta.db_table} (
-                handoff_id, at, from_status, to_status, reason_code, note, actor_id)
-            SELECT i.id, %(now)s, s.from_status, s.to_status, s.reason_code, s.note, %(user)s
-            FROM inserted i, unnest(%(from)s::text[], %(to)s::text[], %(reasons)s::text[],
-                                    %(notes)s::text[]) WITH ORDINALITY
-                 AS s(from_status, to_status, reason_code, note, step)
-            ORDER BY i.id, s.step""",
-                       {"ids": ids, "refs": [pk for pk, _ in rows],
-                        "hashes": [hash_ for _, hash_ in rows],
-                        "jobs": job_ids if job_ids is not None else [None] * len(ids),
-                        "tenant": source.tenant_id, "source": source.pk,
-                        "scrape_run": scrape_run.pk, "status": status, "reason": reason,
-                        "attempts": attempts, "error": last_error[:4000],
-                        "user": getattr(actor_user(actor), "pk", None), "now": now,
-                        "from": [step[0] for step in steps], "to": [step[1] for step in steps],
-                        "reasons": [step[2] for step in steps],
-                        "notes": [step[3][:4000] for step in steps]})
+    statement, its parameters bound server-side (``jobs.execute_prepared``), which sends
+    arrays of many thousand ids without quoting each in Python."""
+    jobs.execute_prepared(_INSERT, {
+        "ids": ids, "refs": [pk for pk, _ in rows], "hashes": [hash_ for _, hash_ in rows],
+        "jobs": job_ids if job_ids is not None else [None] * len(ids),
+        "tenant": source.tenant_id, "source": source.pk, "scrape_run": scrape_run.pk,
+        "status": status, "reason": reason, "attempts": attempts, "error": last_error[:4000],
+        "user": getattr(actor_user(actor), "pk", None), "now": now,
+        "from": [step[0] for step in steps], "to": [step[1] for step in steps],
+        "reasons": [step[2] for step in steps], "notes": [step[3][:4000] for step in steps]})
 
 
 def move(handoffs: Sequence[int], status: str, reason: str, *, note: str = "",

@@ -12,6 +12,12 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+# Composite foreign keys, which Django does not declare (migration 0004 adds them): a
+# reference's (source, tenant) must be a source of that tenant, a handoff's (reference,
+# source, tenant) a reference of that source and tenant. One lookup per row written checks
+# what three foreign keys did, and also that the three agree. The Django foreign keys they
+# cover have no constraint of their own.
+
 # The scraper's ids: what a URL or a filter may carry, bounded.
 EXTERNAL_ID_LENGTH = 255
 SCRAPE_RUN_ID_LENGTH = 200
@@ -52,10 +58,13 @@ class ScrapeReference(models.Model):
     """A thing the scraper found (a listing, a document…), by its external id, with the
     payload the latest sync brought and that payload's hash."""
 
+    # Checked together by ingest_reference_source_of_tenant; the unique constraint on
+    # (source, external id) serves lookups by source.
     tenant = models.ForeignKey("tenancy.Tenant", verbose_name="tenant", on_delete=models.PROTECT,
-                               related_name="+")
+                               related_name="+", db_constraint=False, db_index=False)
     source = models.ForeignKey("ingest.IngestSource", verbose_name="source",
-                               on_delete=models.PROTECT, related_name="references")
+                               on_delete=models.PROTECT, related_name="references",
+                               db_constraint=False, db_index=False)
     external_id = models.CharField("external id", max_length=EXTERNAL_ID_LENGTH)
     payload = models.JSONField("payload")
     payload_hash = models.CharField(
@@ -73,6 +82,9 @@ class ScrapeReference(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["source", "external_id"],
                                     name="ingest_reference_once_per_source"),
+            # What a handoff's (reference, source, tenant) points at.
+            models.UniqueConstraint(fields=["id", "source", "tenant"],
+                                    name="ingest_reference_id_source_tenant"),
             models.CheckConstraint(name="ingest_reference_external_id_not_empty",
                                    condition=~Q(external_id="")),
             models.CheckConstraint(name="ingest_reference_hash_is_sha256",
@@ -115,15 +127,19 @@ class IngestionHandoff(models.Model):
     Status = HandoffStatus
     Reason = HandoffReason
 
+    # Checked together by ingestion_handoffs_reference_of_source; the indexes below serve
+    # lookups by source and by reference.
     tenant = models.ForeignKey("tenancy.Tenant", verbose_name="tenant", on_delete=models.PROTECT,
-                               related_name="+")
+                               related_name="+", db_constraint=False, db_index=False)
     source = models.ForeignKey("ingest.IngestSource", verbose_name="source",
-                               on_delete=models.PROTECT, related_name="handoffs")
+                               on_delete=models.PROTECT, related_name="handoffs",
+                               db_constraint=False, db_index=False)
     reference = models.ForeignKey(ScrapeReference, verbose_name="reference",
-                                  on_delete=models.CASCADE, related_name="handoffs")
+                                  on_delete=models.CASCADE, related_name="handoffs",
+                                  db_constraint=False, db_index=False)
     payload_hash = models.CharField("payload hash", max_length=HASH_LENGTH)
     scrape_run = models.ForeignKey(ScrapeRun, verbose_name="scrape run", on_delete=models.PROTECT,
-                                   related_name="handoffs",
+                                   related_name="handoffs", db_index=False,  # by_scrape
                                    help_text="The scrape run whose sync brought the payload.")
     status = models.CharField("status", max_length=10, choices=Status.choices,
                               default=Status.QUEUED)
@@ -136,12 +152,13 @@ class IngestionHandoff(models.Model):
         "ingestion job", null=True, blank=True,
         help_text="The engine job that starts the ingest run (no foreign key: the engine's "
                   "retention prunes jobs, the handoff's history stays).")
+    # Indexed where set (below): a queued handoff has no run, an automatic one no user.
     ingest_run = models.ForeignKey("ingest.IngestRun", verbose_name="ingest run",
                                    on_delete=models.SET_NULL, null=True, blank=True,
-                                   related_name="handoffs")
+                                   related_name="handoffs", db_index=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name="synced by",
                                    on_delete=models.SET_NULL, null=True, blank=True,
-                                   related_name="+")
+                                   related_name="+", db_index=False)
     created_at = models.DateTimeField("created")
     updated_at = models.DateTimeField(
         "updated", help_text="Kept by the database on every update (a trigger).")
@@ -155,6 +172,10 @@ class IngestionHandoff(models.Model):
             models.Index(fields=["scrape_run"], name="ingestion_handoffs_by_scrape"),
             models.Index(fields=["reference"], condition=Q(status="queued"),
                          name="ingestion_handoffs_waiting"),
+            models.Index(fields=["ingest_run"], condition=Q(ingest_run__isnull=False),
+                         name="ingestion_handoffs_by_run"),
+            models.Index(fields=["created_by"], condition=Q(created_by__isnull=False),
+                         name="ingestion_handoffs_by_user"),
         ]
         constraints = [
             models.UniqueConstraint(fields=["reference", "payload_hash"],
@@ -187,11 +208,16 @@ class HandoffTransition(models.Model):
     reason_code = models.CharField("reason", max_length=40, choices=HandoffReason.choices)
     note = models.TextField("note", blank=True)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name="by", on_delete=models.SET_NULL,
-                              null=True, blank=True, related_name="+")
+                              null=True, blank=True, related_name="+", db_index=False)
 
     class Meta:
         db_table = "ingestion_handoff_transitions"
         ordering = ["handoff", "at", "id"]
+        indexes = [
+            # Most moves are the system's own (no actor): only a person's are indexed.
+            models.Index(fields=["actor"], condition=Q(actor__isnull=False),
+                         name="handoff_transition_by_actor"),
+        ]
         constraints = [
             models.CheckConstraint(name="ingestion_handoff_transition_to_valid",
                                    condition=Q(to_status__in=HandoffStatus.values)),

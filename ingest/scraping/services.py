@@ -2,7 +2,7 @@
 sync a scrape run's references, follow each new payload's handoff to ingestion, retry a
 failed one.
 
-A sync, in one transaction:
+A sync registers its scrape run (if new), then, in one transaction:
 
 1. the references are upserted in bulk; a reference whose payload hash did not change
    is not touched at all;
@@ -14,6 +14,8 @@ A sync, in one transaction:
    queued or running: then the handoff waits for it (``ingestion_job_already_active``)
    and is queued when that one ends. Queueing is retried on transient errors only
    (``retrying``); exhausted, the handoffs fail with ``retry_exhausted``.
+4. the sync is added to its scrape run's counts, last: that row is the one concurrent
+   syncs of a run share.
 
 Every change of a handoff is a ``HandoffTransition``, written with the change.
 
@@ -109,23 +111,27 @@ def sync(source: IngestSource, scrape_run_id: Any, items: Any, *, actor: Any = N
          policy: retrying.RetryPolicy | None = None,
          sleep: Callable[[float], None] = time.sleep) -> SyncResult:
     """Store a scrape run's references for ``source`` and hand each new payload off to
-    ingestion, all in one transaction (see the module's docstring)."""
+    ingestion, all in one transaction (see the module's docstring).
+
+    Concurrent syncs of one scrape run (a scraper sending its references in parallel
+    chunks) do not wait for each other: the run's row is registered apart, and locked
+    only by the last statement, which adds this sync to its counts once every other
+    write is done and checked."""
     run_id = check_scrape_run_id(scrape_run_id)
     incoming = read_references(items)
     policy = policy or default_policy()
+    scrape_run = _register_scrape_run(source, run_id, jobs.now())
     with transaction.atomic():
         now = jobs.now()
-        scrape_run = _record_scrape_run(source, run_id, len(incoming), actor, now)
         upserted = _upsert_references(source, scrape_run, incoming, now)
         changed = upserted.changed
-        ScrapeRun.objects.filter(pk=scrape_run.pk).update(
-            references_changed=F("references_changed") + len(changed))
-        scrape_run.references_changed += len(changed)
         created = sum(1 for row in changed if row[2])
         counts = None
         if handoffs_available():
             counts = _hand_off(source, scrape_run, len(incoming), upserted, actor=actor,
                                now=now, policy=policy, sleep=sleep)
+        scrape_run = _count_sync(scrape_run, received=len(incoming), changed=len(changed),
+                                 actor=actor, now=now)
     return SyncResult(scrape_run, received=len(incoming), created=created,
                       changed=len(changed) - created, unchanged=len(incoming) - len(changed),
                       handoffs=counts)
@@ -136,23 +142,32 @@ def default_policy() -> retrying.RetryPolicy:
                                 base_seconds=float(conf.get("HANDOFF_BACKOFF_BASE_SECONDS")))
 
 
-def _record_scrape_run(source: IngestSource, run_id: str, received: int, actor: Any,
-                       now: Any) -> ScrapeRun:
+def _register_scrape_run(source: IngestSource, run_id: str, now: Any) -> ScrapeRun:
+    """The scrape run, registered by its first sync (with no syncs counted yet), in a
+    transaction of its own unless the caller has one open: concurrent first syncs of a
+    run would otherwise wait on its unique key until the first of them commits. A run
+    whose first sync then fails stays registered, with nothing synced."""
+    with transaction.atomic():
+        ScrapeRun.objects.bulk_create(
+            [ScrapeRun(tenant_id=source.tenant_id, source=source, run_id=run_id, syncs=0,
+                       first_sync_at=now, last_sync_at=now)], ignore_conflicts=True)
+        return ScrapeRun.objects.get(source=source, run_id=run_id)
+
+
+def _count_sync(scrape_run: ScrapeRun, *, received: int, changed: int, actor: Any,
+                now: Any) -> ScrapeRun:
+    """Add this sync to its scrape run's counts: the last write of a sync, because it
+    locks the row that concurrent syncs of the run share until the commit. The
+    foreign-key checks deferred to the commit are run first, so that the commit that
+    releases the lock is a short one."""
     with connection.cursor() as cursor:
-        cursor.execute(f"""
-            INSERT INTO {ScrapeRun._meta.db_table} AS r (
-                tenant_id, source_id, run_id, syncs, references_received, references_changed,
-                first_sync_at, last_sync_at, last_synced_by_id)
-            VALUES (%(tenant)s, %(source)s, %(run_id)s, 1, %(received)s, 0, %(now)s, %(now)s,
-                    %(user)s)
-            ON CONFLICT (source_id, run_id) DO UPDATE SET
-                syncs = r.syncs + 1, references_received = r.references_received + %(received)s,
-                last_sync_at = %(now)s, last_synced_by_id = %(user)s
-            RETURNING id""", {"tenant": source.tenant_id, "source": source.pk, "run_id": run_id,
-                              "received": received, "now": now,
-                              "user": getattr(actor_user(actor), "pk", None)})
-        pk = cursor.fetchone()[0]
-    return ScrapeRun.objects.get(pk=pk)
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute("SET CONSTRAINTS ALL DEFERRED")  # as Django declares them
+    ScrapeRun.objects.filter(pk=scrape_run.pk).update(
+        syncs=F("syncs") + 1, references_received=F("references_received") + received,
+        references_changed=F("references_changed") + changed, last_sync_at=now,
+        last_synced_by=actor_user(actor))
+    return ScrapeRun.objects.get(pk=scrape_run.pk)
 
 
 @dataclass(frozen=True)
@@ -161,47 +176,51 @@ class Upserted:
     unchanged: list[int]  # the ids of the references whose payload hash was the same
 
 
+_STORED_HASHES = f"""
+    SELECT external_id, id, payload_hash FROM {ScrapeReference._meta.db_table}
+    WHERE source_id = %(source)s AND external_id = ANY(%(external_ids)s::text[])"""
+
+# One JSON document of [external id, payload, hash] rows: PostgreSQL parses it three times
+# faster than a jsonb[] parameter of the same payloads.
+_UPSERT_REFERENCES = f"""
+    INSERT INTO {ScrapeReference._meta.db_table} AS r (
+        tenant_id, source_id, external_id, payload, payload_hash, first_seen_at, changed_at,
+        changed_in_id)
+    SELECT %(tenant)s, %(source)s, i->>0, i->1, i->>2, %(now)s, %(now)s, %(scrape_run)s
+    FROM jsonb_array_elements(%(rows)s::jsonb) AS i
+    ON CONFLICT (source_id, external_id) DO UPDATE SET
+        payload = EXCLUDED.payload, payload_hash = EXCLUDED.payload_hash,
+        changed_at = EXCLUDED.changed_at, changed_in_id = EXCLUDED.changed_in_id
+    WHERE r.payload_hash <> EXCLUDED.payload_hash
+    RETURNING r.id, r.payload_hash, xmax = 0"""
+
+
 def _upsert_references(source: IngestSource, scrape_run: ScrapeRun, incoming: Incoming,
                        now: Any) -> Upserted:
     """Insert new references and update those whose payload changed. The stored hashes
     are read first, so that an unchanged reference costs its id's lookup only: no payload
-    sent, no write, no row lock."""
+    sent, no write, no row lock. Both statements bind their parameters server-side
+    (``jobs.execute_prepared``): tens of thousands of ids and megabytes of payloads go as
+    they are, not quoted in Python."""
     if not incoming:
         return Upserted([], [])
-    table = ScrapeReference._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT external_id, id, payload_hash FROM {table} "
-                       "WHERE source_id = %s AND external_id = ANY(%s::text[])",
-                       [source.pk, incoming.external_ids])
-        stored = {external_id: (pk, hash_) for external_id, pk, hash_ in cursor.fetchall()}
-        unchanged, write = [], []
-        for index, external_id in enumerate(incoming.external_ids):
-            known = stored.get(external_id)
-            if known is not None and known[1] == incoming.hashes[index]:
-                unchanged.append(known[0])
-            else:
-                write.append(index)
-        if not write:
-            return Upserted([], unchanged)
-        # One JSON document of [external id, payload, hash] rows: PostgreSQL parses it
-        # three times faster than a jsonb[] parameter of the same payloads.
-        rows = ",".join(f'[{json.dumps(incoming.external_ids[i])},{incoming.payloads[i]},'
-                        f'"{incoming.hashes[i]}"]' for i in write)
-        cursor.execute(f"""
-            INSERT INTO {table} AS r (
-                tenant_id, source_id, external_id, payload, payload_hash, first_seen_at,
-                changed_at, changed_in_id)
-            SELECT %(tenant)s, %(source)s, i->>0, i->1, i->>2, %(now)s, %(now)s,
-                   %(scrape_run)s
-            FROM jsonb_array_elements(%(rows)s::jsonb) AS i
-            ON CONFLICT (source_id, external_id) DO UPDATE SET
-                payload = EXCLUDED.payload, payload_hash = EXCLUDED.payload_hash,
-                changed_at = EXCLUDED.changed_at, changed_in_id = EXCLUDED.changed_in_id
-            WHERE r.payload_hash <> EXCLUDED.payload_hash
-            RETURNING r.id, r.payload_hash, xmax = 0""",
-                       {"rows": f"[{rows}]", "source": source.pk, "tenant": source.tenant_id,
-                        "now": now, "scrape_run": scrape_run.pk})
-        return Upserted([(row[0], row[1], row[2]) for row in cursor.fetchall()], unchanged)
+    stored = {external_id: (pk, hash_) for external_id, pk, hash_ in jobs.execute_prepared(
+        _STORED_HASHES, {"source": source.pk, "external_ids": incoming.external_ids})}
+    unchanged, write = [], []
+    for index, external_id in enumerate(incoming.external_ids):
+        known = stored.get(external_id)
+        if known is not None and known[1] == incoming.hashes[index]:
+            unchanged.append(known[0])
+        else:
+            write.append(index)
+    if not write:
+        return Upserted([], unchanged)
+    rows = ",".join(f'[{json.dumps(incoming.external_ids[i])},{incoming.payloads[i]},'
+                    f'"{incoming.hashes[i]}"]' for i in write)
+    written = jobs.execute_prepared(_UPSERT_REFERENCES, {
+        "rows": f"[{rows}]", "source": source.pk, "tenant": source.tenant_id, "now": now,
+        "scrape_run": scrape_run.pk}).fetchall()
+    return Upserted([(pk, hash_, created) for pk, hash_, created in written], unchanged)
 
 
 def _hand_off(source: IngestSource, scrape_run: ScrapeRun, received: int, upserted: Upserted,

@@ -1,6 +1,16 @@
-"""The app's models, defined in its parts (``ingest.runs``, ``ingest.scraping``) and
-gathered here for Django."""
+"""The app's models, defined in its parts (``ingest.runs``, ``ingest.scraping``,
+``ingest.market``) and gathered here for Django."""
 
+from ingest.market.models import (
+    DailyBar,
+    DailyBatch,
+    DayLoad,
+    Instrument,
+    MarketAction,
+    MarketFeed,
+    SourceFreshness,
+    TradingDay,
+)
 from ingest.runs.models import (
     Hook,
     HookExecution,
@@ -20,4 +30,5 @@ from ingest.scraping.models import (
 
 __all__ = ["Hook", "HookExecution", "IngestBatch", "IngestRecord", "IngestRun", "IngestSource",
            "RunAction", "RunnerBreaker", "HandoffTransition", "IngestionHandoff", "ScrapeReference",
-           "ScrapeRun"]
+           "ScrapeRun", "DailyBar", "DailyBatch", "DayLoad", "Instrument", "MarketAction",
+           "MarketFeed", "SourceFreshness", "TradingDay"]

@@ -1,11 +1,13 @@
 """Routes of the ingest app: its runs in the REST API (``/api/ingest/runs/``), and the
-scraper's sync and handoffs (``/scraping/{source}/…``, the addresses scrapers call)."""
+scraper's sync and handoffs (``/scraping/{source}/…``, the addresses scrapers call), and
+the market data's freshness (``/quality/status``, for monitors)."""
 
 from __future__ import annotations
 
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
+from ingest.market import api as market
 from ingest.runs.api import RunViewSet
 from ingest.scraping import api as scraping
 
@@ -16,4 +18,5 @@ urlpatterns = [
     path("api/", include(router.urls)),
     path("scraping/<str:source>/sync", scraping.Sync.as_view(), name="scraping-sync"),
     path("scraping/<str:source>/handoffs", scraping.Handoffs.as_view(), name="scraping-handoffs"),
+    path("quality/status", market.QualityStatus.as_view(), name="quality-status"),
 ]

@@ -1,8 +1,10 @@
 """``./conveyor start``: everything a new user needs, in one foreground command.
 
-Migrates, creates an admin login (printed once, when it is created), then runs the web
-process (uvicorn, ASGI: ``python -m project.web``) and the django-q2 cluster side by
-side, each with every process it spawns in a process group of its own. Ctrl-C (or
+Migrates, creates an admin login (printed once, when it is created), loads the demos
+(a CO2 report, an ingest run, a market-data feed fed by a fake market-data API that runs
+alongside), then runs the web process (uvicorn, ASGI: ``python -m project.web``) and the
+django-q2 cluster side by side, each with every process it spawns in a process group of
+its own. Ctrl-C (or
 SIGTERM) stops both groups cleanly: the cluster lets running jobs finish, the web
 process gives requests in flight up to 10 s; whatever is still running after
 ``--stop-timeout`` is terminated, then killed. When either one exits on its own, the
@@ -16,6 +18,7 @@ import argparse
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -66,6 +69,31 @@ def _ensure_admin(env: dict[str, str]) -> None:
     )
     env = {**env, "CONVEYOR_ADMIN_PASSWORD": secrets.token_urlsafe(12)}
     _manage(env, "shell", "-v", "0", "-c", script)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _start_market_api(env: dict[str, str]) -> tuple[process_groups.Child, str]:
+    """The fake market-data API the demo feed calls (``ingest/market/fake_server.py``):
+    on ``MARKET_DEMO_PORT``, or a free port; its URL once it accepts connections."""
+    port = int(env.get("MARKET_DEMO_PORT") or _free_port())
+    child = process_groups.start("market-api", [
+        PYTHON, "-m", "ingest.market.fake_server", "--host", "127.0.0.1", "--port", str(port)],
+        env)
+    deadline = time.monotonic() + 15.0
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return child, f"http://127.0.0.1:{port}/"
+        except OSError:
+            if child.exited() or time.monotonic() > deadline:
+                raise RuntimeError(f"the fake market-data API did not start on port {port}") \
+                    from None
+            time.sleep(0.1)
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -132,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
         _ensure_admin(env)
         _manage(env, "load_demo", "--user", "admin")  # a filled CO2 report (idempotent)
         _manage(env, "ingest_demo", "--user", "admin")  # a source and a finished run
+        market_api, market_url = _start_market_api(env)
+        children.append(market_api)
+        # A feed with a week of daily bars, healthy on the board.
+        _manage(env, "market_demo", "--api-url", market_url, "--user", "admin")
         host = env.get("HOST", "127.0.0.1")
         children.append(process_groups.start(
             "web", [PYTHON, "-m", "project.web", "--host", host, "--port", port], env))

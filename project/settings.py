@@ -358,6 +358,7 @@ SPECTACULAR_SETTINGS = {
         "IngestRunStatusEnum": "ingest.runs.models.RunStatus",
         "IngestBatchStatusEnum": "ingest.runs.models.BatchStatus",
         "HookExecutionStatusEnum": "ingest.runs.models.ExecutionStatus",
+        "FreshnessStatusEnum": "ingest.market.api.STATUSES",
     },
 }
 
@@ -388,6 +389,9 @@ JOBS_SCHEDULES = {
     "prune-entry-loads": {"job": "factors.prune_loads", "cron": "47 * * * *"},
     # Fails ingest runs that nothing moves any more (ingest/runs/services.py).
     "ingest-reconcile-runs": {"job": "ingest.ReconcileRuns", "cron": "* * * * *"},
+    # Starts each market feed's daily batch when it is due in the market's timezone, or
+    # records it missed past the misfire grace (ingest/market/batch.py).
+    "market-daily-batch": {"job": "market.Tick", "cron": "*/5 * * * *"},
 }
 
 # The CO2 calculator's bulk path (factors/conf.py holds the defaults and their meaning):

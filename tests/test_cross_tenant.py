@@ -28,6 +28,7 @@ from rest_framework.test import APIClient
 import jobs
 from factors import csv_schemas, staging
 from factors.models import CarbonReport, DataEntry, Emission, ReportModule, Upload
+from ingest.market.models import MarketFeed, SourceFreshness
 from ingest.runs import services as ingest_services
 from ingest.runs.models import IngestRun, RunAction
 from ingest.scraping import services as scraping
@@ -86,6 +87,10 @@ def acme(clock) -> Acme:
     run = ingest_services.start_ingest(ingest_builders.source(owner, ACME_MARK))
     scraped = ingest_builders.source(owner, SCRAPED, kind="scraped_reference", config={})
     scraping.sync(scraped, ACME_MARK, [{"external_id": ACME_MARK, "payload": {"m": ACME_MARK}}])
+    feed = MarketFeed.objects.create(tenant=owner, name=f"feed-{ACME_MARK}".lower(),
+                                     api_url="http://127.0.0.1:9/", token=ACME_MARK)
+    SourceFreshness.objects.create(feed=feed, dataset="daily", last_failure=clock.now(),
+                                   last_error=f"daily: {ACME_MARK} refused")
     return Acme(owner, the_report, travel, DataEntry.objects.filter(module=travel).first(),
                 started.job, Job.objects.get(pk=failed.pk), waiting, event, upload, run,
                 IngestionHandoff.objects.get(source=scraped))
@@ -172,7 +177,7 @@ LISTINGS = {
     "job-list": "/api/jobs/", "event-list": "/api/events/",
     "job-dashboard": "/api/jobs/dashboard/?window=7d", "factors-reports": "/v1/carbon_reports",
     "metrics": "/metrics", "api-schema": "/api/schema/", "api-docs": "/api/docs/",
-    "ingest-run-list": "/api/ingest/runs/",
+    "ingest-run-list": "/api/ingest/runs/", "quality-status": "/quality/status",
 }
 
 
@@ -241,6 +246,7 @@ def test_listings_show_none_of_acmes_rows(acme, globex, who):
     assert client.get("/api/jobs/").json()["results"] == []
     assert client.get("/api/events/").json()["results"] == []
     assert client.get("/api/ingest/runs/").json()["results"] == []
+    assert client.get("/quality/status").json()["sources"] == []
     dashboard = client.get("/api/jobs/dashboard/?window=7d").json()
     assert dashboard["types"] == [] and dashboard["queues"] == []
 

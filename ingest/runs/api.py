@@ -264,6 +264,8 @@ def sources_named(user: Any, reference: int | str, tenant: str | None) -> list[I
     """The sources ``user`` may see that ``reference`` names (an id or a name), within
     ``tenant`` (a slug) if given: none, one, or two when several tenants have the name
     (the caller then asks for the tenant). Another tenant's is as unknown as a missing one."""
+    if "\x00" in str(reference) or "\x00" in (tenant or ""):
+        return []  # no name or slug holds a NUL (PostgreSQL's text cannot)
     sources = scope_queryset(IngestSource.objects.all(), user)
     if tenant:
         sources = sources.filter(tenant__slug=tenant)

@@ -164,3 +164,12 @@ def test_a_hundred_thousand_references_in_one_call_are_a_413_stating_the_limit(s
     assert answer.json()["detail"].startswith("100,000 references in one sync; the limit is "
                                               "50,000")
     assert not ScrapeReference.objects.exists() and not ScrapeRun.objects.exists()
+
+
+def test_a_nul_in_the_source_or_tenant_names_no_source(scraper, listings):
+    # PostgreSQL's text holds no NUL: such a name is unknown, not a database error.
+    assert sync(scraper, body("run-1", ("a", 1)), source="listings%00").status_code == 404
+    answer = scraper.post("/scraping/listings/sync?tenant=acme%00", body("run-1", ("a", 1)),
+                          format="json")
+    assert answer.status_code == 404, answer.content
+    assert scraper.get("/scraping/listings/handoffs?tenant=%00").status_code == 404

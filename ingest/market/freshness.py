@@ -1,0 +1,93 @@
+"""How fresh a feed's data is: recording each load's outcome, and the status a person
+or a monitor reads from it.
+
+The status of a source (a feed's dataset), first rule that applies:
+
+========================================================  ================
+neither a success nor a failure recorded                   ``never_ingested``
+the last attempt failed (a failure after the last
+success, or failures and no success)                      ``error``
+the last success within 48 hours                           ``healthy``
+the last success 48 hours to 7 days ago                    ``stale``
+the last success more than 7 days ago                      ``error``
+========================================================  ================
+
+A week without a success is an error, not staleness: the gap-fill looks back 7 days,
+so older days no longer heal by themselves and need a person.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from django.db.models import F
+from django.db.models.functions import Greatest
+
+from ingest import conf
+from ingest.market.models import MarketFeed, SourceFreshness
+
+HEALTHY = "healthy"
+STALE = "stale"
+ERROR = "error"
+NEVER_INGESTED = "never_ingested"
+# From best to worst: the overall status is the worst of its sources'.
+SEVERITY = {HEALTHY: 0, STALE: 1, NEVER_INGESTED: 2, ERROR: 3}
+
+FRESH_FOR = timedelta(hours=48)
+STALE_FOR = timedelta(days=7)
+
+
+def market_timezone() -> ZoneInfo:
+    return ZoneInfo(str(conf.get("MARKET_TIMEZONE")))
+
+
+def market_date(at: datetime) -> date:
+    """The market's calendar date at ``at``."""
+    return at.astimezone(market_timezone()).date()
+
+
+def status(last_success: datetime | None, last_failure: datetime | None,
+           now: datetime) -> str:
+    if last_success is None and last_failure is None:
+        return NEVER_INGESTED
+    if last_failure is not None and (last_success is None or last_failure > last_success):
+        return ERROR
+    age = now - last_success
+    if age <= FRESH_FOR:
+        return HEALTHY
+    if age <= STALE_FOR:
+        return STALE
+    return ERROR
+
+
+def overall(statuses: list[str]) -> str:
+    """The worst of ``statuses``; with none, nothing was ever ingested."""
+    return max(statuses, key=SEVERITY.__getitem__, default=NEVER_INGESTED)
+
+
+def rows_today(row: SourceFreshness, now: datetime) -> int:
+    """Rows the source wrote on the current market date."""
+    return row.rows_today if row.rows_date == market_date(now) else 0
+
+
+def record_success(feed: MarketFeed, dataset: str, rows: int, now: datetime) -> None:
+    """A load of ``rows`` rows succeeded: rows of the same market date add up."""
+    today = market_date(now)
+    row, created = SourceFreshness.objects.get_or_create(
+        feed=feed, dataset=dataset,
+        defaults={"last_success": now, "rows_today": rows, "rows_date": today})
+    if created:
+        return
+    same_day = row.rows_date == today
+    SourceFreshness.objects.filter(pk=row.pk).update(
+        last_success=Greatest(F("last_success"), now) if row.last_success else now,
+        rows_today=(F("rows_today") + rows) if same_day else rows, rows_date=today)
+
+
+def record_failure(feed: MarketFeed, dataset: str, error: str, now: datetime) -> None:
+    row, created = SourceFreshness.objects.get_or_create(
+        feed=feed, dataset=dataset, defaults={"last_failure": now, "last_error": error[:4000]})
+    if not created:
+        SourceFreshness.objects.filter(pk=row.pk).update(last_failure=now,
+                                                         last_error=error[:4000])

@@ -49,7 +49,8 @@ from ingest.market.models import (
 )
 from ingest.runs.rendering import status_badge
 from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
-from tenancy.scoping import scope_queryset, tenant_scope
+from tenancy.owned_admin import TenantOwnedAdmin, is_platform_operator
+from tenancy.scoping import scope_queryset
 
 CSS = ["ingest/runs.css", "ingest/market.css"]
 STRIP_DAYS = 30
@@ -57,10 +58,6 @@ RECENT_PER_FEED = 10
 GAP_FILL_DEFAULT_DAYS = 7
 LISTED_DAYS = 20  # days named in a gap-fill's message; the rest are counted
 MASK = "••••"
-
-
-def _is_operator(request: HttpRequest) -> bool:
-    return tenant_scope(request.user) is True
 
 
 def masked(token: str) -> str:
@@ -247,7 +244,7 @@ def recent(queryset: QuerySet, *order: OrderBy, per_feed: int = RECENT_PER_FEED
 
 
 @admin.register(MarketFeed)
-class MarketFeedAdmin(admin.ModelAdmin):
+class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
     list_display = ["name", "exchange", "api_url", "token_display", "enabled", "sources",
                     "created_at"]
     list_filter = ["enabled", "exchange"]
@@ -268,39 +265,12 @@ class MarketFeedAdmin(admin.ModelAdmin):
 
     def get_list_display(self, request: HttpRequest) -> list[str]:
         shown = list(self.list_display)
-        return [shown[0], "tenant", *shown[1:]] if _is_operator(request) else shown
-
-    def get_list_filter(self, request: HttpRequest) -> list[Any]:
-        return [*self.list_filter, "tenant"] if _is_operator(request) else list(self.list_filter)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return (tenant_scope(request.user) not in (False, None)
-                and super().has_add_permission(request))
+        return [shown[0], "tenant", *shown[1:]] if is_platform_operator(request) else shown
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         """Disable a feed instead: deleting one deletes its bars, which the admin's
         confirmation page would list one by one."""
         return False
-
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        fields = list(FeedForm.Meta.fields)
-        return fields if _is_operator(request) else [f for f in fields if f != "tenant"]
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        # A feed's data and jobs carry its tenant: it never moves to another one.
-        return ["tenant"] if obj is not None and _is_operator(request) else []
-
-    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False,
-                 **kwargs: Any) -> Any:
-        form = super().get_form(request, obj, change, **kwargs)
-        scope = tenant_scope(request.user)
-        fixed = scope if isinstance(scope, int) and not isinstance(scope, bool) else None
-        return type(form.__name__, (form,), {"fixed_tenant": fixed})
-
-    def save_model(self, request: HttpRequest, obj: MarketFeed, form: Any, change: bool) -> None:
-        if form.fixed_tenant is not None:
-            obj.tenant_id = form.fixed_tenant
-        super().save_model(request, obj, form, change)
 
     # -- the list --
 
@@ -359,7 +329,7 @@ class MarketFeedAdmin(admin.ModelAdmin):
                   for n, feed in enumerate(feeds)]
         context = {**self.page_context(request, "Market data freshness"), "boards": boards,
                    "today": today, "first": first, "now": now, "legend": LEGEND,
-                   "strip_days": STRIP_DAYS, "is_operator": _is_operator(request)}
+                   "strip_days": STRIP_DAYS, "is_operator": is_platform_operator(request)}
         return TemplateResponse(request, "admin/ingest/marketfeed/board.html", context)
 
     def gap_fill_view(self, request: HttpRequest, object_id: str) -> HttpResponse:

@@ -41,15 +41,12 @@ from ingest.runs.models import (
 )
 from ingest.runs.rendering import countdown, status_badge
 from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
-from tenancy.scoping import scope_queryset, tenant_scope
+from tenancy.owned_admin import TenantOwnedAdmin, is_platform_operator
+from tenancy.scoping import scope_queryset
 
 CSS = "ingest/runs.css"
 SCRIPT = "ingest/run_live.js"
 OPERATE_RUNS = "ingest.change_ingestrun"
-
-
-def _is_operator(request: HttpRequest) -> bool:
-    return tenant_scope(request.user) is True
 
 
 def _may_operate(request: HttpRequest) -> bool:
@@ -83,7 +80,7 @@ class HookInline(admin.StackedInline):
 
 
 @admin.register(IngestSource)
-class IngestSourceAdmin(admin.ModelAdmin):
+class IngestSourceAdmin(TenantOwnedAdmin, admin.ModelAdmin):
     list_display = ["name", "tenant", "kind", "hooks", "batch_size", "max_failures", "enabled",
                     "running"]
     list_filter = ["enabled", "kind"]
@@ -98,32 +95,6 @@ class IngestSourceAdmin(admin.ModelAdmin):
         sources = super().get_queryset(request).annotate(
             hook_count=Count("hooks"), running_run=Subquery(running.values("pk")[:1]))
         return scope_queryset(sources, request.user)
-
-    def get_list_filter(self, request: HttpRequest) -> list[Any]:
-        return [*self.list_filter, "tenant"] if _is_operator(request) else list(self.list_filter)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return tenant_scope(request.user) not in (False, None) and super().has_add_permission(request)
-
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        fields = list(SourceForm.Meta.fields)
-        return fields if _is_operator(request) else [f for f in fields if f != "tenant"]
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        # A source's runs carry its tenant: it never moves to another one.
-        return ["tenant"] if obj is not None and _is_operator(request) else []
-
-    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False,
-                 **kwargs: Any) -> Any:
-        form = super().get_form(request, obj, change, **kwargs)
-        scope = tenant_scope(request.user)
-        fixed = scope if isinstance(scope, int) and not isinstance(scope, bool) else None
-        return type(form.__name__, (form,), {"fixed_tenant": fixed})
-
-    def save_model(self, request: HttpRequest, obj: IngestSource, form: Any, change: bool) -> None:
-        if form.fixed_tenant is not None:
-            obj.tenant_id = form.fixed_tenant
-        super().save_model(request, obj, form, change)
 
     @admin.display(description="hooks", ordering="hook_count")
     def hooks(self, source: IngestSource) -> int:
@@ -229,7 +200,7 @@ class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return scope_queryset(super().get_queryset(request), request.user)
 
     def get_list_filter(self, request: HttpRequest) -> list[Any]:
-        tenants = [("tenant", admin.RelatedOnlyFieldListFilter)] if _is_operator(request) else []
+        tenants = [("tenant", admin.RelatedOnlyFieldListFilter)] if is_platform_operator(request) else []
         return [*self.list_filter, *tenants]
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
@@ -362,13 +333,13 @@ class RunnerBreakerAdmin(ReadOnlyMixin, admin.ModelAdmin):
         js = [SCRIPT]
 
     def has_module_permission(self, request: HttpRequest) -> bool:
-        return _is_operator(request) and super().has_module_permission(request)
+        return is_platform_operator(request) and super().has_module_permission(request)
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return _is_operator(request) and super().has_view_permission(request, obj)
+        return is_platform_operator(request) and super().has_view_permission(request, obj)
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        return _is_operator(request) and request.user.has_perm("ingest.change_runnerbreaker")
+        return is_platform_operator(request) and request.user.has_perm("ingest.change_runnerbreaker")
 
     @admin.display(description="state", ordering="state")
     def state_display(self, row: RunnerBreaker) -> SafeString:

@@ -165,7 +165,10 @@ def main() -> int:
     from bench.engine import scratch_database
 
     setup_django("bench.settings")
-    with fake_api(args.instruments) as url, scratch_database("bench_market") as server:
+    from django.test.utils import override_settings
+
+    with fake_api(args.instruments) as url, scratch_database("bench_market") as server, \
+            override_settings(INTAKE_HTTP_ALLOW=["127.0.0.1"]):
         result = {"server": server, "instruments": args.instruments,
                   "rows": run(url, args.instruments, args.repeat)}
     print(json.dumps(result, indent=2) if args.json else table(result))

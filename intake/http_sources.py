@@ -100,11 +100,7 @@ def fetch(url: str, limits: Limits = Limits(), *, headers: Mapping[str, str] | N
     if _parse(url) is None:
         raise FetchError(f"{url!r} {NOT_HTTP}", transient=False)
     deadline = connections.Deadline(limits.deadline_seconds)
-    backend = connections.GuardedBackend(conf.http_allow_list(), deadline)
-    with httpx.Client(transport=connections.GuardedTransport(backend, tls or default_tls()),
-                      timeout=httpx.Timeout(None, connect=limits.connect_seconds),
-                      headers={"Accept-Encoding": "identity", **(headers or {})},
-                      follow_redirects=False, trust_env=False) as client:
+    with guarded_client(deadline, limits.connect_seconds, headers=headers, tls=tls) as client:
         try:
             response = _open(client, url, limits)
         except (httpx.HTTPError, connections.Unresolved) as exc:
@@ -116,6 +112,20 @@ def fetch(url: str, limits: Limits = Limits(), *, headers: Mapping[str, str] | N
             except httpx.HTTPError as exc:
                 raise _explain(exc, url, limits, deadline, answered=True) from exc
     return Fetched(str(response.url), response.headers.get("content-type", ""), body)
+
+
+def guarded_client(deadline: connections.Deadline, connect_seconds: float, *,
+                   headers: Mapping[str, str] | None = None,
+                   tls: ssl.SSLContext | None = None) -> httpx.Client:
+    """An httpx client under the outbound rules, for ``fetch`` and for other requests to
+    a URL a tenant names (a POST to their API): each connection goes to an address the
+    allow-list permits (``connections.Refused`` otherwise: nothing is sent), all within
+    ``deadline``; no redirect followed, no proxy taken from the environment."""
+    backend = connections.GuardedBackend(conf.http_allow_list(), deadline)
+    return httpx.Client(transport=connections.GuardedTransport(backend, tls or default_tls()),
+                        timeout=httpx.Timeout(None, connect=connect_seconds),
+                        headers={"Accept-Encoding": "identity", **(headers or {})},
+                        follow_redirects=False, trust_env=False)
 
 
 @functools.cache

@@ -47,6 +47,9 @@ def _environment() -> dict[str, str]:
     env.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
     env.setdefault("DEBUG", "true")
     env.setdefault("SECRET_KEY", _secret_key())
+    # The demo feed's fake market-data API listens on 127.0.0.1, which the outbound rules
+    # for tenant-supplied URLs refuse unless allowed (set INTAKE_HTTP_ALLOW to override).
+    env.setdefault("INTAKE_HTTP_ALLOW", "127.0.0.1")
     return env
 
 

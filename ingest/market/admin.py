@@ -48,6 +48,7 @@ from ingest.market.models import (
     TradingDay,
 )
 from ingest.runs.rendering import status_badge
+from intake import http_sources
 from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
 from tenancy.owned_admin import TenantOwnedAdmin, is_platform_operator
 from tenancy.scoping import scope_queryset
@@ -131,6 +132,13 @@ class FeedForm(forms.ModelForm):
         if self.instance.pk:
             return self.instance.token
         raise ValidationError("A new feed needs its token.")
+
+    def clean_api_url(self) -> str:
+        url = self.cleaned_data["api_url"]
+        problem = http_sources.check(url)
+        if problem:
+            raise ValidationError(f"{url} {problem}")
+        return url
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

@@ -11,7 +11,9 @@ Failures are sorted by what a retry can do about them:
 - ``AuthFailed`` (HTTP 401/403, code -2001) and ``RateLimited`` (HTTP 429, code 40203):
   another attempt in seconds would fail the same way, or make the limit worse; the
   next daily batch, hours later, tries again;
-- ``BadAnswer``: any other refusal or an answer that is not the table asked for.
+- ``BadAnswer``: any other refusal or an answer that is not the table asked for;
+- ``NotAllowed``: the feed's URL is not one Conveyor may call (a private address the
+  intake's allow-list does not name): never sent.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import httpx
 
 from ingest import conf
+from intake import connections, http_sources
 
 AUTH_CODES = {-2001, 40001, 40002}
 RATE_LIMIT_CODES = {40203, 40101}
@@ -54,34 +57,33 @@ class BadAnswer(MarketError):
     pass
 
 
+class NotAllowed(MarketError):
+    """The feed's URL is refused by the outbound rules: nothing was sent."""
+
+
 @dataclass(frozen=True)
 class Table:
     fields: list[str]
     items: list[list[Any]]
 
 
-def call(url: str, token: str, api_name: str, params: dict[str, Any], fields: list[str], *,
-         client: httpx.Client | None = None) -> Table:
+def call(url: str, token: str, api_name: str, params: dict[str, Any], fields: list[str]
+         ) -> Table:
     """One call of ``api_name``: its table, with ``fields`` in that order, or a
-    ``MarketError``. Bounded: connect and read timeouts, and the answer's size."""
+    ``MarketError``. Under the outbound rules for URLs a tenant names (the intake's
+    allow-list: public internet addresses only, unless allowed), with one deadline over
+    the whole exchange and a bound on the answer's size."""
     body = {"api_name": api_name, "token": token, "params": params, "fields": ",".join(fields)}
-    timeout = httpx.Timeout(float(conf.get("MARKET_TIMEOUT_SECONDS")),
-                            connect=float(conf.get("HTTP_CONNECT_SECONDS")))
-    owned = client is None
-    client = client or httpx.Client(timeout=timeout, follow_redirects=False)
-    try:
-        raw = _post(client, url, body, api_name, timeout)
-    finally:
-        if owned:
-            client.close()
-    return _table(api_name, raw, fields)
+    deadline = connections.Deadline(float(conf.get("MARKET_TIMEOUT_SECONDS")))
+    with http_sources.guarded_client(deadline, float(conf.get("HTTP_CONNECT_SECONDS"))) as client:
+        return _table(api_name, _post(client, url, body, api_name), fields)
 
 
-def _post(client: httpx.Client, url: str, body: dict[str, Any], api_name: str,
-          timeout: httpx.Timeout) -> tuple[int, bytes]:
+def _post(client: httpx.Client, url: str, body: dict[str, Any], api_name: str
+          ) -> tuple[int, bytes]:
     limit = int(conf.get("MARKET_MAX_BYTES"))
     try:
-        with client.stream("POST", url, json=body, timeout=timeout) as response:
+        with client.stream("POST", url, json=body) as response:
             chunks, size = [], 0
             for chunk in response.iter_bytes():
                 size += len(chunk)
@@ -89,10 +91,17 @@ def _post(client: httpx.Client, url: str, body: dict[str, Any], api_name: str,
                     raise BadAnswer(api_name, f"{api_name}: the answer is over {limit:,} bytes")
                 chunks.append(chunk)
             status = response.status_code
+    except connections.Refused:
+        raise NotAllowed(api_name, f"{api_name}: {url} {http_sources.NOT_ALLOWED}") from None
+    except connections.Unresolved as exc:
+        raise Transient(api_name, f"{api_name}: the API's host did not resolve ({exc})") from exc
     except httpx.TimeoutException as exc:
         raise Transient(api_name, f"{api_name}: timed out ({type(exc).__name__})") from exc
     except httpx.TransportError as exc:
         raise Transient(api_name, f"{api_name}: {type(exc).__name__}: {exc}") from exc
+    except httpx.InvalidURL as exc:
+        raise NotAllowed(api_name, f"{api_name}: {url} is not a URL the API can be called at "
+                                   f"({exc})") from exc
     return status, b"".join(chunks)
 
 

@@ -474,3 +474,13 @@ def test_the_rows_behind_the_board_are_read_only_and_scoped_to_the_tenant(
 
 def test_the_ingest_apps_page_links_the_board(clock, alice, feed):
     assert f'href="{BOARD}"' in page(browser(alice), "/admin/ingest/")
+
+
+def test_a_feed_at_a_private_address_is_refused_by_the_outbound_rules(clock, alice, settings):
+    settings.INTAKE_HTTP_ALLOW = []
+    refused = browser(alice).post(f"{FEEDS}add/", feed_form(
+        name="inside", token="tok-inside-00001", api_url="http://10.1.2.3/"))
+    assert refused.status_code == 200
+    assert "is not allowed: its host is not a public internet address" in (
+        refused.content.decode())
+    assert not MarketFeed.objects.filter(name="inside").exists()

@@ -249,3 +249,13 @@ def test_a_bad_row_from_the_api_fails_the_load_naming_it_and_writes_nothing(cloc
     with pytest.raises(BadAnswer, match="item 1's trade_date is not a YYYYMMDD date"):
         datasets.upsert_daily(feed, date(2026, 10, 30), Table(datasets.DAILY.fields, items))
     assert not DailyBar.objects.exists()
+
+
+def test_a_feed_at_an_address_the_outbound_rules_refuse_is_never_called(clock, feed, market,
+                                                                         settings):
+    settings.INTAKE_HTTP_ALLOW = []
+    calendar(feed, clock)
+    assert sum(market.calls.values()) == 0
+    row = SourceFreshness.objects.get(feed=feed, dataset=Dataset.CALENDAR)
+    assert "is not allowed: its host is not a public internet address" in row.last_error
+    assert Job.objects.get(type=batch.LOAD_CALENDAR).attempts == 1

@@ -72,10 +72,12 @@ DEFAULTS: dict[str, Any] = {
     # batch's 10, so that a long backfill yields to it).
     "MARKET_BACKFILL_MAX_DAYS": 366,
     "MARKET_BACKFILL_PRIORITY": -10,
-    # One API call: seconds to read the answer (connecting is HTTP_CONNECT_SECONDS), and
-    # its largest size.
+    # One API call: its deadline, from connecting to the answer's end (connecting alone
+    # is HTTP_CONNECT_SECONDS), and the answer's largest size and row count (a day of 5,000
+    # bars is under 1 MB).
     "MARKET_TIMEOUT_SECONDS": 30.0,
-    "MARKET_MAX_BYTES": 64 * MB,
+    "MARKET_MAX_BYTES": 16 * MB,
+    "MARKET_MAX_ROWS": 100_000,
     # The watchdog (``manage.py ingest_check``): the latest daily date at most this many
     # days old, and at least this many rows on it.
     "MARKET_CHECK_MAX_AGE_DAYS": 3,

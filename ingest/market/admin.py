@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
 
+import httpx
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
@@ -129,9 +130,13 @@ class FeedForm(forms.ModelForm):
         token = self.cleaned_data.get("token") or ""
         if token:
             return token
-        if self.instance.pk:
-            return self.instance.token
-        raise ValidationError("A new feed needs its token.")
+        if not self.instance.pk:
+            raise ValidationError("A new feed needs its token.")
+        url = self.cleaned_data.get("api_url")
+        if url and httpx.URL(url).host != httpx.URL(self.instance.api_url).host:
+            # Else whoever may edit the feed could send its token to a host of theirs.
+            raise ValidationError("The API's host changed: type the token again.")
+        return self.instance.token
 
     def clean_api_url(self) -> str:
         url = self.cleaned_data["api_url"]

@@ -14,10 +14,11 @@ midnight, and the next batch's gap-fill loads the day.
 
 from __future__ import annotations
 
+import logging
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 import jobs
 from ingest import conf
@@ -43,6 +44,12 @@ LIST_STATUSES = ("L", "D", "P")
 
 # The daily batch's loads go before operators' backfills of the same queue.
 BATCH_PRIORITY = 10
+# Active loads a sweep looks at, the oldest first; and how long a running batch with no
+# load left to wait for is given before the sweep settles it.
+SWEEP_LIMIT = 1000
+BATCH_STALLED_AFTER = timedelta(hours=6)
+
+logger = logging.getLogger(__name__)
 
 
 def due_at(day: date) -> datetime:
@@ -58,33 +65,68 @@ def is_trading_day(feed: MarketFeed, day: date) -> bool | None:
 
 
 def tick(now: datetime) -> list[str]:
-    """Start each enabled feed's batch that is due, or record it missed; what it did."""
-    done = []
+    """Settle what a crash left open (``settle_stuck``), then start each enabled feed's
+    batch that is due, or record it missed; what it did. One feed's trouble does not
+    keep the others' batches from starting."""
+    done = [f"{settled} stuck load(s) or batch(es) settled"] if (settled := settle_stuck(now)) \
+        else []
     today = freshness.market_date(now)
     due = due_at(today)
     if now < due:
         return done
     grace = timedelta(seconds=float(conf.get("MARKET_MISFIRE_GRACE_SECONDS")))
     for feed in MarketFeed.objects.filter(enabled=True).order_by("pk"):
-        trading = is_trading_day(feed, today)
-        # Without a calendar yet (a first boot), a weekday is worth a batch: it loads the
-        # calendar first and goes no further on a holiday.
-        if trading is False or (trading is None and today.weekday() >= 5):
-            continue
-        with transaction.atomic():
-            if DailyBatch.objects.filter(feed=feed, market_date=today).exists():
-                continue
-            if now > due + grace:
-                DailyBatch.objects.create(
-                    feed=feed, market_date=today, status=BatchStatus.MISSED, due_at=due,
-                    finished_at=now,
-                    note=f"not started by {(due + grace):%H:%M} (the misfire grace): the next "
-                         f"batch's gap-fill loads {today}")
-                done.append(f"{feed}: {today} missed")
-                continue
-            start(feed, today, now=now, due=due)
-            done.append(f"{feed}: batch of {today} started")
+        try:
+            outcome = _tick_feed(feed, today, now=now, due=due, grace=grace)
+        except IntegrityError:
+            outcome = None  # another process started the day's batch meanwhile
+        except Exception:
+            logger.exception("market feed %s: the daily batch could not start", feed.pk)
+            outcome = f"{feed}: the batch could not start (see the log)"
+        if outcome:
+            done.append(outcome)
     return done
+
+
+def _tick_feed(feed: MarketFeed, today: date, *, now: datetime, due: datetime,
+               grace: timedelta) -> str | None:
+    trading = is_trading_day(feed, today)
+    # Without a calendar yet (a first boot), a weekday is worth a batch: it loads the
+    # calendar first and goes no further on a holiday.
+    if trading is False or (trading is None and today.weekday() >= 5):
+        return None
+    with transaction.atomic():
+        if DailyBatch.objects.filter(feed=feed, market_date=today).exists():
+            return None
+        if now > due + grace:
+            DailyBatch.objects.create(
+                feed=feed, market_date=today, status=BatchStatus.MISSED, due_at=due,
+                finished_at=now,
+                note=f"not started by {(due + grace):%H:%M} (the misfire grace): the next "
+                     f"batch's gap-fill loads {today}")
+            return f"{feed}: {today} missed"
+        start(feed, today, now=now, due=due)
+        return f"{feed}: batch of {today} started"
+
+
+def settle_stuck(now: datetime) -> int:
+    """The safety net for what a crash or a cancelled job leaves open: a queued or running
+    load whose job has ended fails (else it would cover its day for good), and a batch
+    still running hours after its start with no load left to wait for is settled. How
+    many were settled."""
+    settled = 0
+    active = dict(DayLoad.objects.filter(ACTIVE_LOAD, job_id__isnull=False)
+                  .order_by("created_at", "pk").values_list("job_id", "pk")[:SWEEP_LIMIT])
+    for job_id in jobs.pipelines_over(list(active), before=now):
+        settled += DayLoad.objects.filter(ACTIVE_LOAD, pk=active[job_id]).update(
+            status=LoadStatus.FAILED, finished_at=now,
+            error=f"its job {job_id} ended without finishing the load")
+    stalled = DailyBatch.objects.filter(status=BatchStatus.RUNNING,
+                                        started_at__lt=now - BATCH_STALLED_AFTER)
+    for batch in stalled.exclude(loads__in=DayLoad.objects.filter(ACTIVE_LOAD)):
+        settle_batch(batch, now, why="its plan or its finish did not run to the end")
+        settled += 1
+    return settled
 
 
 def start(feed: MarketFeed, today: date, *, now: datetime, due: datetime | None = None,
@@ -118,12 +160,15 @@ def gaps(feed: MarketFeed, *, since: date, before: date, limit: int | None = Non
 
 def plan(ctx: jobs.JobContext, batch: DailyBatch) -> dict[str, Any]:
     """After the calendar load: heal the look-back's gaps, newest first and at most
-    ``MARKET_GAP_MAX_DAYS`` of them, then load today."""
+    ``MARKET_GAP_MAX_DAYS`` of them, then load today. A day an operator's backfill is
+    loading already is taken into the batch (its load is waited for and counted)."""
     feed, today = batch.feed, batch.market_date
-    if is_trading_day(feed, today) is not True:
-        why = ("not a trading day" if is_trading_day(feed, today) is False
-               else "the calendar does not know the day (its load failed)")
-        status = BatchStatus.SUCCEEDED if "not a trading" in why else BatchStatus.FAILED
+    trading = is_trading_day(feed, today)
+    if trading is not True:
+        if trading is False:
+            status, why = BatchStatus.SUCCEEDED, "not a trading day"
+        else:
+            status, why = BatchStatus.FAILED, "the calendar does not know the day (its load failed)"
         DailyBatch.objects.filter(pk=batch.pk).update(status=status, finished_at=jobs.now(),
                                                       note=why)
         return {"batch": batch.pk, "loads": 0, "note": why}
@@ -131,6 +176,8 @@ def plan(ctx: jobs.JobContext, batch: DailyBatch) -> dict[str, Any]:
     missing = gaps(feed, since=today - timedelta(days=lookback), before=today,
                    limit=int(conf.get("MARKET_GAP_MAX_DAYS")))
     DailyBatch.objects.filter(pk=batch.pk).update(gaps=[day.isoformat() for day in missing])
+    DayLoad.objects.filter(ACTIVE_LOAD, feed=feed, trade_date__in=[*missing, today],
+                           batch__isnull=True).update(batch=batch)
     queued = queue_loads(feed, missing, LoadTrigger.GAP_FILL, batch=batch,
                          priority=BATCH_PRIORITY + 1)
     queued += queue_loads(feed, [today], LoadTrigger.SCHEDULE, batch=batch,
@@ -178,12 +225,18 @@ def queue_loads(feed: MarketFeed, days: list[date], trigger: str, *,
 
 def finish(ctx: jobs.JobContext, batch: DailyBatch) -> dict[str, Any]:
     """Every load of the batch has ended: the batch succeeded if they all did."""
+    return settle_batch(batch, jobs.now())
+
+
+def settle_batch(batch: DailyBatch, now: datetime, *, why: str = "") -> dict[str, Any]:
     statuses = list(DayLoad.objects.filter(batch=batch).values_list("trade_date", "status"))
     failed = [day.isoformat() for day, status in statuses if status != LoadStatus.SUCCEEDED]
-    status = BatchStatus.FAILED if failed else BatchStatus.SUCCEEDED
-    note = f"loads failed: {', '.join(failed)}" if failed else f"{len(statuses)} day(s) loaded"
-    DailyBatch.objects.filter(pk=batch.pk).update(status=status, finished_at=jobs.now(),
-                                                  note=note)
+    status = BatchStatus.FAILED if failed or why else BatchStatus.SUCCEEDED
+    note = "; ".join(filter(None, [
+        why, f"loads failed: {', '.join(failed)}" if failed else "",
+        "" if failed or why else f"{len(statuses)} day(s) loaded"]))
+    DailyBatch.objects.filter(pk=batch.pk, status=BatchStatus.RUNNING).update(
+        status=status, finished_at=now, note=note)
     return {"batch": batch.pk, "status": status, "failed": failed}
 
 

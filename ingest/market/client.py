@@ -93,6 +93,8 @@ def _post(client: httpx.Client, url: str, body: dict[str, Any], api_name: str
             status = response.status_code
     except connections.Refused:
         raise NotAllowed(api_name, f"{api_name}: {url} {http_sources.NOT_ALLOWED}") from None
+    except httpx.UnsupportedProtocol as exc:
+        raise NotAllowed(api_name, f"{api_name}: {url} {http_sources.NOT_HTTP}") from exc
     except connections.Unresolved as exc:
         raise Transient(api_name, f"{api_name}: the API's host did not resolve ({exc})") from exc
     except httpx.TimeoutException as exc:
@@ -129,6 +131,10 @@ def _table(api_name: str, raw: tuple[int, bytes], fields: list[str]) -> Table:
         raise BadAnswer(api_name, f"{api_name}: fields {data.get('fields')!r}, asked for "
                                   f"{fields!r}")
     items = data["items"]
+    most = int(conf.get("MARKET_MAX_ROWS"))
+    if len(items) > most:
+        raise BadAnswer(api_name, f"{api_name}: {len(items):,} rows in one answer; at most "
+                                  f"{most:,} (INGEST_MARKET_MAX_ROWS)")
     for index, item in enumerate(items):
         if not isinstance(item, list) or len(item) != len(fields):
             raise BadAnswer(api_name, f"{api_name}: item {index} is not a row of "

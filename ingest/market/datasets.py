@@ -43,18 +43,21 @@ class Spec:
     texts: tuple[str, ...]  # fields holding text, with their bound
     bounds: tuple[int, ...]
     required: tuple[str, ...]
+    key: tuple[str, ...] = ()  # fields no two rows of one answer share
 
 
 CALENDAR = Spec(Dataset.CALENDAR, ["exchange", "cal_date", "is_open", "pretrade_date"],
                 dates=("cal_date", "pretrade_date"), numbers=("is_open",), texts=("exchange",),
-                bounds=(10,), required=("exchange", "cal_date", "is_open"))
+                bounds=(10,), required=("exchange", "cal_date", "is_open"),
+                key=("exchange", "cal_date"))
 INSTRUMENTS = Spec(Dataset.INSTRUMENTS,
                    ["ts_code", "symbol", "name", "area", "industry", "market", "list_status",
                     "list_date", "delist_date"],
                    dates=("list_date", "delist_date"), numbers=(),
                    texts=("ts_code", "symbol", "name", "area", "industry", "market",
                           "list_status"),
-                   bounds=(20, 20, 100, 50, 50, 20, 1), required=("ts_code", "list_status"))
+                   bounds=(20, 20, 100, 50, 50, 20, 1), required=("ts_code", "list_status"),
+                   key=("ts_code",))
 DAILY = Spec(Dataset.DAILY,
              ["ts_code", "trade_date", "open", "high", "low", "close", "pre_close", "change",
               "pct_chg", "vol", "amount"],
@@ -62,7 +65,8 @@ DAILY = Spec(Dataset.DAILY,
              numbers=("open", "high", "low", "close", "pre_close", "change", "pct_chg", "vol",
                       "amount"),
              texts=("ts_code",), bounds=(20,),
-             required=("ts_code", "trade_date", "open", "high", "low", "close"))
+             required=("ts_code", "trade_date", "open", "high", "low", "close"),
+             key=("ts_code",))
 
 
 def check(spec: Spec, table: Table) -> str:
@@ -81,21 +85,49 @@ def check(spec: Spec, table: Table) -> str:
             if item[i] is not None and not _is_date(item[i]):
                 _refuse(spec, index, spec.fields[i], "is not a YYYYMMDD date")
         for i in numbers:
-            value = item[i]
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                      or not math.isfinite(value)):
+            if item[i] is not None and not _is_number(item[i]):
                 _refuse(spec, index, spec.fields[i], "is not a finite number")
         for i, bound in texts:
             value = item[i]
             if value is not None and (not isinstance(value, str) or len(value) > bound
                                       or "\x00" in value):
                 _refuse(spec, index, spec.fields[i], f"is not text of at most {bound} characters")
+    if spec is CALENDAR:
+        is_open = position["is_open"]
+        for index, item in enumerate(table.items):
+            if item[is_open] not in (0, 1) or isinstance(item[is_open], bool):
+                _refuse(spec, index, "is_open", "is not 0 or 1")
     if spec is INSTRUMENTS:
         status = position["list_status"]
         for index, item in enumerate(table.items):
             if item[status] not in ListStatus.values:
                 _refuse(spec, index, "list_status", "is not L, D or P")
+    if spec is DAILY:
+        low, high = position["low"], position["high"]
+        for index, item in enumerate(table.items):
+            if item[low] > item[high]:
+                _refuse(spec, index, "low", f"({item[low]}) is above its high ({item[high]})")
+    if spec.key:
+        # Two rows of one key would be one upsert touching a row twice, which PostgreSQL
+        # refuses: the answer is wrong, not the database.
+        seen: dict[Any, int] = {}
+        key = [position[name] for name in spec.key]
+        for index, item in enumerate(table.items):
+            value = tuple(item[i] for i in key)
+            if value in seen:
+                _refuse(spec, index, "+".join(spec.key), f"repeats item {seen[value]}'s")
+            seen[value] = index
     return json.dumps(table.items, allow_nan=False)
+
+
+def _is_number(value: Any) -> bool:
+    """A finite number a ``float8`` holds (an integer of a thousand digits is none)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _is_date(value: Any) -> bool:
@@ -120,7 +152,7 @@ def _day(expression: str) -> str:
 _UPSERT_CALENDAR = f"""
     INSERT INTO {TradingDay._meta.db_table} AS t (feed_id, exchange, cal_date, is_open,
                                                   pretrade_date)
-    SELECT %(feed)s, i->>0, {_day("i->>1")}, (i->>2)::int = 1, {_day("i->>3")}
+    SELECT %(feed)s, i->>0, {_day("i->>1")}, (i->>2)::numeric = 1, {_day("i->>3")}
     FROM jsonb_array_elements(%(items)s::jsonb) AS i
     ON CONFLICT (feed_id, exchange, cal_date) DO UPDATE SET
         is_open = EXCLUDED.is_open, pretrade_date = EXCLUDED.pretrade_date

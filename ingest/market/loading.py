@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 from django.db import transaction
 
 import jobs
+from ingest import conf
 from ingest.market import client, datasets, freshness
 from ingest.market.models import Dataset, DayLoad, LoadStatus, MarketFeed, TradingDay
 
@@ -50,7 +51,7 @@ def failed(ctx: jobs.JobContext, feed: MarketFeed, error: client.MarketError, *,
 def calendar_span(today: date) -> tuple[date, date]:
     """The calendar a batch keeps: from January 1 of the look-back's first year to the
     end of this year."""
-    first = today - timedelta(days=7)
+    first = today - timedelta(days=int(conf.get("MARKET_GAP_LOOKBACK_DAYS")))
     return date(first.year, 1, 1), date(today.year, 12, 31)
 
 
@@ -80,10 +81,29 @@ def load_instruments(ctx: jobs.JobContext, feed: MarketFeed, list_status: str) -
 
 def load_day(ctx: jobs.JobContext, load: DayLoad) -> dict[str, Any]:
     """One day's bars. An open day that comes back empty has not been published yet:
-    a transient failure, retried like a timeout."""
+    a transient failure, retried like a timeout. A day that is not open and comes back
+    empty has nothing to load, and its bars (if any) are left as they are.
+
+    Whatever ends the last attempt, the load ends ``failed`` with it: a load left queued
+    or running would cover its day for good (no later batch would load it)."""
     feed = load.feed
     with transaction.atomic():
-        DayLoad.objects.filter(pk=load.pk).update(status=LoadStatus.RUNNING, error="")
+        started = DayLoad.objects.filter(pk=load.pk, status__in=[
+            LoadStatus.QUEUED, LoadStatus.RUNNING]).update(status=LoadStatus.RUNNING, error="")
+    if not started:
+        return {"feed": feed.name, "trade_date": load.trade_date.isoformat(),
+                "skipped": "the load has ended already"}
+    try:
+        return _load_day(ctx, feed, load)
+    except (jobs.PermanentError, jobs.TransientError):
+        raise
+    except Exception as exc:
+        if ctx.attempt >= ctx.job.max_attempts:
+            _end_failed(load, f"{type(exc).__name__}: {exc}")
+        raise
+
+
+def _load_day(ctx: jobs.JobContext, feed: MarketFeed, load: DayLoad) -> dict[str, Any]:
     try:
         table = fetch(feed, datasets.DAILY, trade_date=load.trade_date)
         if not table.items and _is_open(feed, load.trade_date):
@@ -92,12 +112,20 @@ def load_day(ctx: jobs.JobContext, load: DayLoad) -> dict[str, Any]:
     except client.MarketError as error:
         failed(ctx, feed, error, load=load)
     with ctx.batch():
-        counts = datasets.upsert_daily(feed, load.trade_date, table)
         now = jobs.now()
+        counts = ({"rows": 0, "written": 0, "removed": 0} if not table.items
+                  else datasets.upsert_daily(feed, load.trade_date, table))
         freshness.record_success(feed, Dataset.DAILY, counts["rows"], now)
         DayLoad.objects.filter(pk=load.pk).update(status=LoadStatus.SUCCEEDED,
                                                   rows=counts["rows"], finished_at=now)
     return {"feed": feed.name, "trade_date": load.trade_date.isoformat(), **counts}
+
+
+def _end_failed(load: DayLoad, error: str) -> None:
+    with transaction.atomic():
+        DayLoad.objects.filter(pk=load.pk, status__in=[LoadStatus.QUEUED, LoadStatus.RUNNING]
+                               ).update(status=LoadStatus.FAILED, error=error[:4000],
+                                        finished_at=jobs.now())
 
 
 def _is_open(feed: MarketFeed, day: date) -> bool:

@@ -126,6 +126,17 @@ def gap_fill(feed: MarketFeed, start: date, end: date, *, actor: Any, via: str =
     return preview, loads
 
 
+def _latest_due_trading_day(feed: MarketFeed, now: datetime) -> date | None:
+    """The latest open day of the feed's calendar whose batch was due by ``now`` (today
+    once 18:30 has passed in the market, else the open day before): the day whose row
+    count says whether the data is whole. None without a calendar."""
+    today = freshness.market_date(now)
+    last = today if now >= batch.due_at(today) else today - timedelta(days=1)
+    return (TradingDay.objects.filter(feed=feed, exchange=feed.exchange, is_open=True,
+                                      cal_date__lte=last)
+            .order_by("-cal_date").values_list("cal_date", flat=True).first())
+
+
 @dataclass(frozen=True)
 class Finding:
     ok: bool
@@ -166,9 +177,10 @@ def check(feeds: Any, now: datetime) -> list[Finding]:
         if not failed:
             findings.append(Finding(True, f"{name} last-attempts", "no source's last attempt "
                                                                    "failed"))
-        if latest is not None:
-            rows = DailyBar.objects.filter(feed=feed, trade_date=latest).aggregate(
+        counted = _latest_due_trading_day(feed, now) or latest
+        if counted is not None:
+            rows = DailyBar.objects.filter(feed=feed, trade_date=counted).aggregate(
                 n=Count("pk"))["n"]
             findings.append(Finding(rows >= min_rows, f"{name} row-count",
-                                    f"{rows:,} rows on {latest} (at least {min_rows:,})"))
+                                    f"{rows:,} rows on {counted} (at least {min_rows:,})"))
     return findings

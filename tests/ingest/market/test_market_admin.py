@@ -484,3 +484,14 @@ def test_a_feed_at_a_private_address_is_refused_by_the_outbound_rules(clock, ali
     assert "is not allowed: its host is not a public internet address" in (
         refused.content.decode())
     assert not MarketFeed.objects.filter(name="inside").exists()
+
+
+def test_moving_a_feed_to_another_host_needs_its_token_again(clock, alice, feed):
+    client = browser(alice)
+    moved = client.post(f"{FEEDS}{feed.pk}/change/", feed_form(api_url="http://elsewhere.test/"))
+    assert "The API&#x27;s host changed: type the token again." in moved.content.decode()
+    feed.refresh_from_db()
+    assert feed.api_url != "http://elsewhere.test/"
+    same_host = client.post(f"{FEEDS}{feed.pk}/change/",
+                            feed_form(api_url=feed.api_url.rstrip("/") + "/v2"))
+    assert same_host.status_code == 302

@@ -20,8 +20,15 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_
 DAY = st.dates(min_value=date(1990, 1, 1), max_value=date(2100, 12, 31)).map(
     lambda day: day.strftime("%Y%m%d"))
 PRICE = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
+
+def _bar(values: tuple) -> list:
+    code, day, a, b, c, d, *rest = values
+    return [code, day, a, max(a, b, c, d), min(a, b, c, d), d, *rest]
+
+
 BAR = st.tuples(st.text(min_size=1, max_size=20).filter(lambda text: "\x00" not in text), DAY,
-                PRICE, PRICE, PRICE, PRICE, *[st.none() | PRICE] * 5).map(list)
+                PRICE, PRICE, PRICE, PRICE, *[st.none() | PRICE] * 5).map(_bar)
+BARS = st.lists(BAR, max_size=20, unique_by=lambda bar: bar[0])
 
 
 @given(status=st.integers(100, 599), body=JSON | st.binary(max_size=50))
@@ -44,13 +51,14 @@ def test_every_5xx_is_retried(status):
         assert error.retry
 
 
-@given(rows=st.lists(BAR, max_size=20))
+@given(rows=BARS)
 def test_well_formed_bars_are_taken_whole(rows):
     taken = datasets.check(datasets.DAILY, client.Table(datasets.DAILY.fields, rows))
     assert json.loads(taken) == rows
 
 
-@given(rows=st.lists(BAR, min_size=1, max_size=10), data=st.data())
+@given(rows=st.lists(BAR, min_size=1, max_size=10, unique_by=lambda bar: bar[0]),
+       data=st.data())
 def test_one_bad_value_refuses_the_rows_naming_it(rows, data):
     index = data.draw(st.integers(0, len(rows) - 1))
     field = data.draw(st.sampled_from(["trade_date", "open", "ts_code"]))
@@ -78,3 +86,20 @@ def test_eight_digits_are_a_date_only_when_they_are_one(text):
         assert real is None
     else:
         assert real is not None
+
+
+@given(rows=st.lists(BAR, min_size=2, max_size=10, unique_by=lambda bar: bar[0]), data=st.data())
+def test_a_code_twice_or_a_low_above_its_high_is_refused(rows, data):
+    index = data.draw(st.integers(1, len(rows) - 1))
+    if data.draw(st.booleans()):
+        rows[index][0] = rows[0][0]
+        why = "ts_code repeats item 0's"
+    else:
+        rows[index][3], rows[index][4] = rows[index][4] - 1, rows[index][4]
+        why = "low"
+    try:
+        datasets.check(datasets.DAILY, client.Table(datasets.DAILY.fields, rows))
+    except client.BadAnswer as error:
+        assert f"item {index}'s {why}" in str(error)
+    else:
+        raise AssertionError("the rows were taken")

@@ -259,3 +259,35 @@ def test_a_feed_at_an_address_the_outbound_rules_refuse_is_never_called(clock, f
     row = SourceFreshness.objects.get(feed=feed, dataset=Dataset.CALENDAR)
     assert "is not allowed: its host is not a public internet address" in row.last_error
     assert Job.objects.get(type=batch.LOAD_CALENDAR).attempts == 1
+
+
+def test_a_load_whose_job_ended_without_it_is_failed_by_the_next_tick(clock, feed, market):
+    stuck = load(feed, date(2026, 10, 30))
+    jobs.cancel(Job.objects.get(pk=stuck.job_id), reason="test")
+    run_batch(clock, market, DUE - timedelta(minutes=1))  # before 18:30: only the sweep
+    stuck.refresh_from_db()
+    assert stuck.status == LoadStatus.FAILED
+    assert stuck.error == f"its job {stuck.job_id} ended without finishing the load"
+    assert [again.trade_date for again in batch.queue_loads(
+        feed, [date(2026, 10, 30)], LoadTrigger.OPERATOR)] == [date(2026, 10, 30)]
+
+
+def test_a_batch_whose_plan_never_ran_is_settled_hours_later(clock, feed, market):
+    stalled = DailyBatch.objects.create(feed=feed, market_date=MONDAY, status=BatchStatus.RUNNING,
+                                        due_at=DUE, started_at=DUE)
+    run_batch(clock, market, DUE + timedelta(hours=6, minutes=5))
+    stalled.refresh_from_db()
+    assert stalled.status == BatchStatus.FAILED
+    assert "did not run to the end" in stalled.note
+
+
+def test_a_closed_day_answered_empty_leaves_its_bars_alone(clock, feed, market):
+    calendar(feed, clock)
+    saturday = date(2026, 10, 31)
+    DailyBar.objects.create(feed=feed, ts_code="600000.SH", trade_date=saturday, open=1,
+                            high=1, low=1, close=1)
+    done = load(feed, saturday)
+    drain(clock)
+    done.refresh_from_db()
+    assert (done.status, done.rows) == (LoadStatus.SUCCEEDED, 0)
+    assert DailyBar.objects.filter(trade_date=saturday).count() == 1

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from ingest.market.fake_server import AUTH_MESSAGE, RATE_LIMIT_MESSAGE, FakeMarket
+from jobs.testing import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 TODAY = date(2026, 11, 2)  # a Monday
@@ -287,9 +288,7 @@ def test_stopping_ends_a_held_request_at_once():
 
     caller = threading.Thread(target=call)
     caller.start()
-    deadline = time.monotonic() + 5
-    while not market.calls["daily"] and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: market.calls["daily"], 5, "the call held by the server")
     started = time.monotonic()
     market.stop()
     caller.join(5)

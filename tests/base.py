@@ -9,6 +9,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import connections
+from django.test import Client
 from rest_framework.test import APIClient
 
 from jobs import engine
@@ -50,6 +51,13 @@ def staff(username: str = "alice", *, of: Tenant | None = None, operator: bool =
     if of is not None or operator:
         Membership.objects.create(user=user, tenant=of, is_platform_operator=operator)
     return user
+
+
+def page(client: Client, url: str) -> str:
+    """The HTML of a page that must answer 200."""
+    response = client.get(url)
+    assert response.status_code == 200, (url, response.status_code)
+    return response.content.decode()
 
 
 def as_user(user: User) -> APIClient:

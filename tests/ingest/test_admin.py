@@ -15,7 +15,7 @@ from ingest.runs import breaker, services
 from ingest.runs.errors import TransientResourceError
 from ingest.runs.models import ActionKind, BreakerState, IngestRun, IngestSource, RunnerBreaker, RunStatus
 from ingest.runs.runners.local import LocalRunner
-from tests.base import staff
+from tests.base import page, staff
 from tests.ingest import builders
 from tests.ingest.running import drain
 
@@ -38,12 +38,6 @@ def staff_browser(username: str, of) -> Client:
 @pytest.fixture
 def alice(acme) -> Client:
     return staff_browser("alice", acme)
-
-
-def page(client: Client, url: str) -> str:
-    response = client.get(url)
-    assert response.status_code == 200, (url, response.status_code)
-    return response.content.decode()
 
 
 def source_form(**fields):

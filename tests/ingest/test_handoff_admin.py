@@ -13,7 +13,7 @@ from django.test import Client
 from ingest.runs.models import IngestSource
 from ingest.scraping import services
 from ingest.scraping.models import HandoffReason, HandoffStatus, IngestionHandoff
-from tests.base import staff
+from tests.base import page, staff
 from tests.ingest import builders
 
 pytestmark = pytest.mark.django_db
@@ -61,12 +61,6 @@ def failed_sync(source: IngestSource, scrape_run: str, external_id: str,
     source.refresh_from_db()
     assert handoff.status == HandoffStatus.FAILED
     return handoff
-
-
-def page(client: Client, url: str) -> str:
-    response = client.get(url)
-    assert response.status_code == 200, (url, response.status_code)
-    return response.content.decode()
 
 
 def change_url(handoff: IngestionHandoff) -> str:

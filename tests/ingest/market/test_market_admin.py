@@ -28,7 +28,7 @@ from ingest.market.models import (
     SourceFreshness,
     TradingDay,
 )
-from tests.base import staff
+from tests.base import page, staff
 
 pytestmark = pytest.mark.django_db
 
@@ -47,12 +47,6 @@ def browser(user: User, *codenames: str) -> Client:
     client = Client()
     client.force_login(user)
     return client
-
-
-def page(client: Client, url: str) -> str:
-    response = client.get(url)
-    assert response.status_code == 200, (url, response.status_code)
-    return response.content.decode()
 
 
 def gap_fill_url(feed: MarketFeed) -> str:

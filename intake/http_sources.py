@@ -174,16 +174,21 @@ def _check_status(response: httpx.Response, url: str) -> None:
 
 
 def _read(response: httpx.Response, url: str, limits: Limits) -> bytes:
-    """The body, refused as soon as it is known to be bigger than the limit."""
-    too_big = FetchError(f"{url} sent more than {_human(limits.max_bytes)}", transient=False)
+    return read_limited(response, limits.max_bytes, FetchError(
+        f"{url} sent more than {_human(limits.max_bytes)}", transient=False))
+
+
+def read_limited(response: httpx.Response, max_bytes: int, too_big: Exception) -> bytes:
+    """A streamed response's body, ``too_big`` raised as soon as it is known to be bigger
+    than ``max_bytes`` (its declared length, or what has come so far)."""
     declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limits.max_bytes:
+    if declared.isdigit() and int(declared) > max_bytes:
         raise too_big
     chunks: list[bytes] = []
     size = 0
     for chunk in response.iter_bytes():
         size += len(chunk)
-        if size > limits.max_bytes:
+        if size > max_bytes:
             raise too_big
         chunks.append(chunk)
     return b"".join(chunks)

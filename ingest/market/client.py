@@ -84,12 +84,8 @@ def _post(client: httpx.Client, url: str, body: dict[str, Any], api_name: str
     limit = int(conf.get("MARKET_MAX_BYTES"))
     try:
         with client.stream("POST", url, json=body) as response:
-            chunks, size = [], 0
-            for chunk in response.iter_bytes():
-                size += len(chunk)
-                if size > limit:
-                    raise BadAnswer(api_name, f"{api_name}: the answer is over {limit:,} bytes")
-                chunks.append(chunk)
+            content = http_sources.read_limited(response, limit, BadAnswer(
+                api_name, f"{api_name}: the answer is over {limit:,} bytes"))
             status = response.status_code
     except connections.Refused:
         raise NotAllowed(api_name, f"{api_name}: {url} {http_sources.NOT_ALLOWED}") from None
@@ -104,7 +100,7 @@ def _post(client: httpx.Client, url: str, body: dict[str, Any], api_name: str
     except httpx.InvalidURL as exc:
         raise NotAllowed(api_name, f"{api_name}: {url} is not a URL the API can be called at "
                                    f"({exc})") from exc
-    return status, b"".join(chunks)
+    return status, content
 
 
 def _table(api_name: str, raw: tuple[int, bytes], fields: list[str]) -> Table:

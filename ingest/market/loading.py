@@ -17,8 +17,8 @@ from django.db import transaction
 
 import jobs
 from ingest import conf
-from ingest.market import client, datasets, freshness
-from ingest.market.models import Dataset, DayLoad, LoadStatus, MarketFeed, TradingDay
+from ingest.market import batch, client, datasets, freshness
+from ingest.market.models import Dataset, DayLoad, LoadStatus, MarketFeed
 
 RETRY = jobs.Schedule((10.0, 20.0, 40.0))
 ATTEMPTS = 3
@@ -106,7 +106,7 @@ def load_day(ctx: jobs.JobContext, load: DayLoad) -> dict[str, Any]:
 def _load_day(ctx: jobs.JobContext, feed: MarketFeed, load: DayLoad) -> dict[str, Any]:
     try:
         table = fetch(feed, datasets.DAILY, trade_date=load.trade_date)
-        if not table.items and _is_open(feed, load.trade_date):
+        if not table.items and batch.is_trading_day(feed, load.trade_date):
             raise client.Transient(Dataset.DAILY, f"daily: no bars for {load.trade_date} yet "
                                                   "(not published)")
     except client.MarketError as error:
@@ -126,8 +126,3 @@ def _end_failed(load: DayLoad, error: str) -> None:
         DayLoad.objects.filter(pk=load.pk, status__in=[LoadStatus.QUEUED, LoadStatus.RUNNING]
                                ).update(status=LoadStatus.FAILED, error=error[:4000],
                                         finished_at=jobs.now())
-
-
-def _is_open(feed: MarketFeed, day: date) -> bool:
-    return TradingDay.objects.filter(feed=feed, exchange=feed.exchange, cal_date=day,
-                                     is_open=True).exists()

@@ -291,3 +291,14 @@ def test_a_closed_day_answered_empty_leaves_its_bars_alone(clock, feed, market):
     done.refresh_from_db()
     assert (done.status, done.rows) == (LoadStatus.SUCCEEDED, 0)
     assert DailyBar.objects.filter(trade_date=saturday).count() == 1
+
+
+def test_an_answer_over_the_size_bound_fails_the_load_at_once(clock, feed, market, settings):
+    calendar(feed, clock)
+    settings.INGEST_MARKET_MAX_BYTES = 1000
+    over = load(feed, date(2026, 10, 30))
+    drain(clock)
+    over.refresh_from_db()
+    assert (over.status, over.error) == (LoadStatus.FAILED,
+                                         "daily: the answer is over 1,000 bytes")
+    assert market.calls["daily"] == 1

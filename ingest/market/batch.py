@@ -231,10 +231,11 @@ def finish(ctx: jobs.JobContext, batch: DailyBatch) -> dict[str, Any]:
 def settle_batch(batch: DailyBatch, now: datetime, *, why: str = "") -> dict[str, Any]:
     statuses = list(DayLoad.objects.filter(batch=batch).values_list("trade_date", "status"))
     failed = [day.isoformat() for day, status in statuses if status != LoadStatus.SUCCEEDED]
-    status = BatchStatus.FAILED if failed or why else BatchStatus.SUCCEEDED
-    note = "; ".join(filter(None, [
-        why, f"loads failed: {', '.join(failed)}" if failed else "",
-        "" if failed or why else f"{len(statuses)} day(s) loaded"]))
+    problems = [why] if why else []
+    if failed:
+        problems.append(f"loads failed: {', '.join(failed)}")
+    status = BatchStatus.FAILED if problems else BatchStatus.SUCCEEDED
+    note = "; ".join(problems) or f"{len(statuses)} day(s) loaded"
     DailyBatch.objects.filter(pk=batch.pk, status=BatchStatus.RUNNING).update(
         status=status, finished_at=now, note=note)
     return {"batch": batch.pk, "status": status, "failed": failed}

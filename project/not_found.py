@@ -12,7 +12,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import Resolver404, resolve
 from django.views.decorators.csrf import csrf_exempt
 
-API_PREFIXES = ("api", "v1", "sync", "jobs", "scraping", "quality")
+API_PREFIXES = ("api", "v1", "sync", "jobs", "scraping", "quality", "internal")
 
 
 @csrf_exempt  # it changes nothing: a POST here gets the same JSON 404, not a CSRF page

@@ -7,6 +7,7 @@ django-q2 broker and the channel layer to Redis.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from datetime import timedelta
@@ -84,6 +85,7 @@ INSTALLED_APPS = [
     "intake",
     "factors",
     "ingest",
+    "exports",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -392,6 +394,8 @@ JOBS_SCHEDULES = {
     # Starts each market feed's daily batch when it is due in the market's timezone, or
     # records it missed past the misfire grace (ingest/market/batch.py).
     "market-daily-batch": {"job": "market.Tick", "cron": "*/5 * * * *"},
+    # Recovers what crashed export workers left, a pass every few seconds (exports/reconcile.py).
+    "exports-reconcile": {"job": "exports.Reconcile", "cron": "* * * * *"},
 }
 
 # The CO2 calculator's bulk path (factors/conf.py holds the defaults and their meaning):
@@ -435,6 +439,29 @@ for _name in ("SCRAPE_MAX_REFERENCES", "HANDOFF_MAX_ATTEMPTS", "HANDOFF_LOCK_TIM
         globals()[f"INGEST_{_name}"] = env_int(f"INGEST_{_name}", 0)
 if "INGEST_HANDOFF_BACKOFF_BASE_SECONDS" in os.environ:
     INGEST_HANDOFF_BACKOFF_BASE_SECONDS = env_float("INGEST_HANDOFF_BACKOFF_BASE_SECONDS", 0.0)
+
+# Snapshots exported to Parquet (exports/conf.py holds the defaults and their meaning).
+# Files go to EXPORTS_STORAGE_URL (a folder or an fsspec URL; default VAR_DIR/exports)
+# with EXPORTS_STORAGE_OPTIONS (JSON: credentials, endpoint_url). DIRECT_EXPORT=false
+# makes Trino write the files itself (system.unload), polled on a Fibonacci schedule.
+# Export workers reach the control plane with EXPORTS_WORKER_TOKEN.
+for _name in ("STORAGE_URL", "TRINO_URL", "TRINO_USER", "TRINO_PASSWORD", "SOURCE",
+              "POSTGRES_URL", "WORKER_TOKEN"):
+    if f"EXPORTS_{_name}" in os.environ:
+        globals()[f"EXPORTS_{_name}"] = os.environ[f"EXPORTS_{_name}"]
+if "EXPORTS_STORAGE_OPTIONS" in os.environ:
+    try:
+        EXPORTS_STORAGE_OPTIONS = json.loads(os.environ["EXPORTS_STORAGE_OPTIONS"])
+    except ValueError as exc:
+        raise ImproperlyConfigured("EXPORTS_STORAGE_OPTIONS must be a JSON object") from exc
+    if not isinstance(EXPORTS_STORAGE_OPTIONS, dict):
+        raise ImproperlyConfigured("EXPORTS_STORAGE_OPTIONS must be a JSON object")
+EXPORTS_DIRECT_EXPORT = env_bool("DIRECT_EXPORT", True)
+EXPORTS_TRINO_VERIFY = env_bool("EXPORTS_TRINO_VERIFY", True)
+EXPORTS_CLIENT_TAGS = env_list("EXPORTS_CLIENT_TAGS", ["conveyor-export"])
+for _name in ("CLAIM_TIMEOUT_SECONDS", "STALE_SUBMITTED_SECONDS"):
+    if f"EXPORTS_{_name}" in os.environ:
+        globals()[f"EXPORTS_{_name}"] = env_int(f"EXPORTS_{_name}", 0)
 
 # What one request may send the web process (python -m project.web; project/bodylimit.py
 # and project/http_limits.py). Bodies: the limit of the longest matching path prefix,

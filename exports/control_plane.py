@@ -1,0 +1,135 @@
+"""The control plane's internal API for export workers: the only way a worker reads or
+changes export jobs. A worker holds no credentials for Conveyor's database; it holds
+the bearer token ``EXPORTS_WORKER_TOKEN``, which opens these four endpoints and nothing
+else (it is no user's token, and no other view accepts it).
+
+    POST /internal/exports/claim                     {"worker", "limit"}  → {"jobs": [...]}
+    POST /internal/exports/pollable                  {"worker", "limit"}  → {"jobs": [...]}
+    POST /internal/exports/jobs/<id>/report          a Report             → {"job": {...}}
+    POST /internal/exports/snapshots/<id>/finalize                         → {"status"}
+
+A report from a claim that is no longer the job's is answered 409 with the job's status
+and claim: the worker drops the job (and cancels a query it submitted late).
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from exports import conf, services
+from exports.models import ExportJob, JobStatus, Snapshot
+from exports.spec import JobSpec
+
+
+class WorkerToken(BasePermission):
+    """The caller sends ``Authorization: Bearer <EXPORTS_WORKER_TOKEN>``."""
+
+    message = "export workers send Authorization: Bearer <EXPORTS_WORKER_TOKEN>"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        token = conf.get("WORKER_TOKEN")
+        offered = request.headers.get("Authorization", "")
+        return bool(token) and hmac.compare_digest(offered.encode(), f"Bearer {token}".encode())
+
+
+def spec_of(job: ExportJob) -> dict[str, Any]:
+    return JobSpec(
+        id=job.pk, snapshot_id=job.snapshot_id, generation=job.generation, job_type=job.job_type,
+        entity_name=job.entity_name, engine=job.engine, sql=job.sql,
+        column_names=tuple(job.column_names), column_types=tuple(job.column_types),
+        catalog=job.catalog, starburst_role=job.starburst_role, destination=job.destination,
+        status=job.status, query_id=job.query_id, next_uri=job.next_uri,
+        poll_count=job.poll_count).to_json()
+
+
+class _Internal(APIView):
+    authentication_classes: list[Any] = []
+    permission_classes = [WorkerToken]
+    throttle_classes: list[Any] = []
+
+
+class TakeSerializer(serializers.Serializer):
+    worker = serializers.CharField(max_length=200)
+    limit = serializers.IntegerField(min_value=1, max_value=100)
+
+
+def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+@extend_schema(exclude=True)
+class Claim(_Internal):
+    """Claim up to ``limit`` pending jobs (at most ``EXPORTS_CLAIM_LIMIT``)."""
+
+    def post(self, request: Request) -> Response:
+        data = _valid(TakeSerializer, request.data)
+        return Response({"jobs": [spec_of(job) for job in services.claim(data["worker"], data["limit"])]})
+
+
+@extend_schema(exclude=True)
+class Pollable(_Internal):
+    """Take up to ``limit`` submitted jobs due for a poll (at most ``EXPORTS_POLL_LIMIT``)."""
+
+    def post(self, request: Request) -> Response:
+        data = _valid(TakeSerializer, request.data)
+        return Response({"jobs": [spec_of(job) for job in
+                                  services.due_for_poll(data["worker"], data["limit"])]})
+
+
+class ReportSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=[JobStatus.PENDING, JobStatus.CLAIMED,
+                                              JobStatus.SUBMITTED, JobStatus.COMPLETED,
+                                              JobStatus.FAILED])
+    generation = serializers.IntegerField(min_value=0)
+    worker = serializers.CharField(max_length=200)
+    query_id = serializers.CharField(max_length=200, required=False, default="")
+    next_uri = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
+    poll_count = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
+    row_count = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
+    size_bytes = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
+    files = serializers.ListField(child=serializers.CharField(max_length=2000), max_length=10_000,
+                                  required=False, default=list)
+    error_message = serializers.CharField(max_length=4000, required=False, default="",
+                                          allow_blank=True)
+    note = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
+
+
+@extend_schema(exclude=True)
+class Report(_Internal):
+    """A worker's report on a job it holds."""
+
+    def post(self, request: Request, job_id: int) -> Response:
+        data = _valid(ReportSerializer, request.data)
+        data["files"] = tuple(data["files"])
+        try:
+            job = services.report(job_id, services.Report(**data))
+        except ExportJob.DoesNotExist:
+            raise NotFound(f"no export job {job_id}") from None
+        except services.InvalidReport as error:
+            raise ValidationError({"status": [str(error)]}) from None
+        except services.ClaimLost as lost:
+            return Response({"detail": str(lost), "status": lost.job.status,
+                             "generation": lost.job.generation}, status=status.HTTP_409_CONFLICT)
+        return Response({"job": spec_of(job)})
+
+
+@extend_schema(exclude=True)
+class Finalize(_Internal):
+    """Finish the snapshot if none of its jobs is left; its status either way."""
+
+    def post(self, request: Request, snapshot_id: int) -> Response:
+        if not Snapshot.objects.filter(pk=snapshot_id).exists():
+            raise NotFound(f"no snapshot {snapshot_id}")
+        services.finish_snapshot(snapshot_id)
+        return Response({"status": Snapshot.objects.values_list("status", flat=True).get(pk=snapshot_id)})

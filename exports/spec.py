@@ -1,0 +1,69 @@
+"""What a worker is told about an export job, and the column types every engine shares.
+
+The control plane sends a job as JSON; ``JobSpec`` is that JSON read back, so that the
+worker, the engines and the tests pass one typed value around instead of dicts. It holds
+everything the export needs (the denormalised SQL, columns, role and destination), so a
+worker never reads Conveyor's tables.
+
+Column types are named as Trino names them (``bigint``, ``varchar``, ``decimal(12,4)``,
+``timestamp(6) with time zone`` …): one vocabulary for the Trino engine, which reads
+them off the query's answer, and the PostgreSQL engine, whose datasets declare them.
+``exports.parquet.arrow_type`` maps each to its Parquet type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    id: int
+    snapshot_id: int
+    # The claim this worker holds: every update it sends carries it, and the control plane
+    # refuses one from a claim that was reset and given to another worker since.
+    generation: int
+    job_type: str  # "node" or "edge"
+    entity_name: str
+    engine: str  # "postgres" or "trino"
+    sql: str
+    column_names: tuple[str, ...]
+    # Empty for the Trino engine, which takes the types from the query's answer.
+    column_types: tuple[str, ...] = ()
+    catalog: str = ""
+    starburst_role: str = ""
+    # A folder: a local path or an fsspec URL (s3://bucket/prefix/…).
+    destination: str = ""
+    status: str = "claimed"
+    query_id: str = ""
+    next_uri: str = ""
+    poll_count: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def columns(self) -> list[Column]:
+        return [Column(name, type_) for name, type_ in zip(self.column_names, self.column_types,
+                                                            strict=True)]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JobSpec:
+        known = {f.name for f in fields(cls)}
+        values = {key: value for key, value in data.items() if key in known}
+        for key in ("column_names", "column_types"):
+            values[key] = tuple(values.get(key) or ())
+        for key in ("catalog", "starburst_role", "destination", "query_id", "next_uri"):
+            values[key] = values.get(key) or ""
+        return cls(**values)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["column_names"] = list(self.column_names)
+        data["column_types"] = list(self.column_types)
+        return data

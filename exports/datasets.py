@@ -3,8 +3,9 @@ query with its tenant filter built in, and the columns it offers with their type
 
 A mapping entity names a dataset and picks columns; the SQL of its job is written here,
 from these definitions and the snapshot's tenant id, never from what a caller sent. A
-tenant therefore exports its own rows and nothing else, whatever it names, and the
-export's read-only connection needs no rights beyond these tables.
+tenant therefore exports its own rows (and the emission factors, reference data shared by
+every tenant) and nothing else, whatever it names, and the export's read-only connection
+needs no rights beyond these tables.
 
 The tables are read, never written (each app writes only its own), and by name rather
 than through the other apps' models, which this app does not import. A test checks
@@ -24,7 +25,7 @@ class Dataset:
     name: str
     description: str
     # A SELECT of every column below, in any order, with ``{tenant}`` where the tenant's id
-    # goes (an integer, formatted in by ``sql``).
+    # goes (an integer, formatted in by ``sql``); without it, data every tenant shares.
     query: str
     columns: tuple[Column, ...]
 
@@ -74,13 +75,11 @@ DATASETS: dict[str, Dataset] = {dataset.name: dataset for dataset in (
          Column("updated_at", "timestamp(6) with time zone")),
     ),
     Dataset(
-        "emission_factors", "The emission factors the tenant's entries were computed with "
-        "(factors are shared by every tenant; only those its entries use are exported).",
-        """SELECT f.id, f.data_entry_type, f.year, f.classification::text AS classification,
-                  f.value, f.unit, f.source, f.is_stale, f.updated_at
-             FROM factors_emissionfactor f
-            WHERE f.id IN (SELECT em.factor_id FROM factors_emission em
-                             JOIN (""" + _ENTRIES + ") e ON e.id = em.data_entry_id)",
+        "emission_factors", "The emission factors: reference data every tenant's entries are "
+        "computed with, the same for all tenants.",
+        """SELECT id, data_entry_type, year, classification::text AS classification, value, unit,
+                  source, is_stale, updated_at
+             FROM factors_emissionfactor""",
         (Column("id", "bigint"), Column("data_entry_type", "varchar"), Column("year", "integer"),
          Column("classification", "json"), Column("value", "decimal(18,9)"),
          Column("unit", "varchar"), Column("source", "varchar"), Column("is_stale", "boolean"),

@@ -43,5 +43,5 @@ def cancel_query(ctx: jobs.JobContext) -> dict[str, Any]:
                                   "job's tenant's")
     if job.engine != Engine.TRINO or not job.query_id:
         return {"cancelled": None}
-    engines.trino().cancel(job.query_id, job.starburst_role)
+    engines.trino_engine().cancel(job.query_id, job.starburst_role)
     return {"cancelled": job.query_id}

@@ -36,6 +36,7 @@ from exports.models import (
     Snapshot,
     SnapshotStatus,
 )
+from exports.spec import claim_folder
 
 logger = logging.getLogger(__name__)
 WORKER = "reconciliation"
@@ -54,7 +55,7 @@ class Pass:
         return dict(self.__dict__)
 
 
-def reconcile(*, engine: Callable[[], Any] = engines.trino) -> Pass:
+def reconcile(*, engine: Callable[[], Any] = engines.trino_engine) -> Pass:
     """One pass of the reconciliation. ``engine`` builds the Trino engine, the only one
     whose jobs are ever submitted (tests pass one for their fake)."""
     now = jobs.now()
@@ -135,7 +136,8 @@ def _check_with_engine(job_id: int, engine: Callable[[], Any]) -> str | None:
             if state.state == "FINISHED":
                 from exports import parquet  # pyarrow: loaded where files are read
 
-                written = parquet.count_rows(job.destination, dict(conf.get("STORAGE_OPTIONS")))
+                written = parquet.count_rows(claim_folder(job.destination, job.generation),
+                                             dict(conf.get("STORAGE_OPTIONS")))
                 services.settle(job, services.Report(
                     JobStatus.COMPLETED, job.generation, worker=WORKER, row_count=written.rows,
                     size_bytes=written.size, files=tuple(written.files),

@@ -17,6 +17,10 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
+def claim_folder(destination: str, generation: int) -> str:
+    return f"{destination.rstrip('/')}/g{generation}"
+
+
 @dataclass(frozen=True)
 class Column:
     name: str
@@ -46,6 +50,12 @@ class JobSpec:
     next_uri: str = ""
     poll_count: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def claim_folder(self) -> str:
+        """Where this claim's engine writes the files of an UNLOAD: apart from any earlier
+        claim's, whose lost query may still be writing."""
+        return claim_folder(self.destination, self.generation)
 
     @property
     def columns(self) -> list[Column]:

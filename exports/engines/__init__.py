@@ -16,7 +16,7 @@ class NotConfigured(Exception):
     """A job for an engine this process has no settings for."""
 
 
-def trino() -> TrinoEngine:
+def trino_engine() -> TrinoEngine:
     from exports.engines.trino import TrinoEngine, TrinoSettings
 
     url = conf.get("TRINO_URL")
@@ -42,7 +42,7 @@ def postgres_dsn() -> str:
     return make_conninfo(**{key: str(params[key]) for key in keys if params.get(key)})
 
 
-def postgres() -> PostgresEngine:
+def postgres_engine() -> PostgresEngine:
     from exports.engines.postgres import PostgresEngine
 
     return PostgresEngine(postgres_dsn(), storage_options=dict(conf.get("STORAGE_OPTIONS")))

@@ -1,0 +1,50 @@
+"""``manage.py export_demo``: a mapping of the demo organisation's data and one snapshot
+of it, for a new user; the export worker that ``./conveyor start`` runs writes its
+Parquet files. Idempotent: once the mapping has a snapshot, it does nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import transaction
+
+from exports import conf, services
+from exports.models import Mapping, MappingEntity
+from tenancy.models import Tenant
+
+MAPPING = "demo-export"
+ENTITIES = [
+    {"kind": "node", "name": "factors", "dataset": "emission_factors",
+     "columns": ["id", "data_entry_type", "year", "classification", "value", "unit"]},
+    {"kind": "node", "name": "daily_bars", "dataset": "daily_bars",
+     "columns": ["feed", "ts_code", "trade_date", "close", "vol"]},
+]
+
+
+class Command(BaseCommand):
+    help = "Create the demo export mapping and queue its first snapshot (idempotent)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--user", help="Who takes the snapshot (a username).")
+
+    def handle(self, *args: Any, user: str | None, **options: Any) -> None:
+        from django.contrib.auth import get_user_model
+
+        actor = get_user_model().objects.filter(username=user).first() if user else None
+        with transaction.atomic():
+            tenant, _ = Tenant.objects.get_or_create(slug="demo",
+                                                     defaults={"name": "Demo organisation"})
+            mapping, created = Mapping.objects.get_or_create(
+                tenant=tenant, name=MAPPING,
+                defaults={"description": "The emission factors and the demo feed's daily bars.",
+                          "starburst_role": "demo"})
+            if created:
+                for position, entity in enumerate(ENTITIES):
+                    MappingEntity.objects.create(mapping=mapping, position=position, **entity)
+            if mapping.snapshots.exists():
+                self.stdout.write("The export demo is already queued.")
+                return
+            snapshot = services.create_snapshot(mapping, user=actor)
+        self.stdout.write(f"Export demo: snapshot {snapshot.pk} of mapping {MAPPING} is queued; "
+                          f"the export worker writes it under {conf.storage_url()}.")

@@ -1,0 +1,103 @@
+"""The workers' internal API: the token opens it and nothing else, and it speaks the
+state machine's answers as HTTP (409 for a lost claim, 400 for a bad report)."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from exports.models import ExportJob, JobStatus
+from tests.base import as_user, staff
+from tests.exports.builders import snapshot
+
+pytestmark = pytest.mark.django_db
+TOKEN = "worker-secret"
+
+
+@pytest.fixture
+def worker(settings) -> APIClient:
+    settings.EXPORTS_WORKER_TOKEN = TOKEN
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    return client
+
+
+def test_without_the_token_nothing_opens(settings):
+    settings.EXPORTS_WORKER_TOKEN = TOKEN
+    snapshot()
+    for client in (APIClient(), as_user(staff(operator=True))):
+        answer = client.post("/internal/exports/claim", {"worker": "w", "limit": 5}, format="json")
+        assert answer.status_code in (401, 403)
+    wrong = APIClient()
+    wrong.credentials(HTTP_AUTHORIZATION="Bearer guess")
+    assert wrong.post("/internal/exports/claim", {"worker": "w", "limit": 5},
+                      format="json").status_code in (401, 403)
+    assert not ExportJob.objects.exclude(status=JobStatus.PENDING).exists()
+
+
+def test_an_unset_token_refuses_every_worker(settings):
+    settings.EXPORTS_WORKER_TOKEN = ""
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Bearer ")
+    assert client.post("/internal/exports/claim", {"worker": "w", "limit": 1},
+                       format="json").status_code in (401, 403)
+
+
+def test_claim_report_and_finalize(worker):
+    snap = snapshot()
+    answer = worker.post("/internal/exports/claim", {"worker": "pod-a", "limit": 10}, format="json")
+    assert answer.status_code == 200
+    specs = answer.json()["jobs"]
+    assert [spec["entity_name"] for spec in specs] == ["entries", "factors", "computed_with"]
+    first = specs[0]
+    assert first["generation"] == 1 and first["starburst_role"] == "analytics"
+    assert first["column_names"] == ["id", "quantity", "classification", "created_at"]
+    for spec in specs:
+        done = worker.post(f"/internal/exports/jobs/{spec['id']}/report", {
+            "status": "completed", "generation": spec["generation"], "worker": "pod-a",
+            "row_count": 3, "size_bytes": 10, "files": [spec["destination"] + "/part-g1.parquet"]},
+            format="json")
+        assert done.status_code == 200, done.content
+    final = worker.post(f"/internal/exports/snapshots/{snap.pk}/finalize", {}, format="json")
+    assert final.json() == {"status": "ready"}
+
+
+def test_a_lost_claim_is_409_with_the_jobs_state(worker):
+    snapshot()
+    spec = worker.post("/internal/exports/claim", {"worker": "a", "limit": 1},
+                       format="json").json()["jobs"][0]
+    answer = worker.post(f"/internal/exports/jobs/{spec['id']}/report",
+                         {"status": "submitted", "generation": 7, "worker": "a", "query_id": "q"},
+                         format="json")
+    assert answer.status_code == 409
+    assert answer.json()["status"] == "claimed" and answer.json()["generation"] == 1
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"status": "ready", "generation": 1, "worker": "a"}, "status"),
+    ({"status": "completed", "generation": 1, "worker": "a"}, "status"),
+    ({"status": "completed", "generation": 1, "worker": "a", "row_count": -1, "size_bytes": 1},
+     "row_count"),
+    ({"status": "failed", "generation": "x", "worker": "a"}, "generation"),
+    ({"status": "failed", "generation": 1, "worker": "a" * 201}, "worker"),
+])
+def test_a_bad_report_is_400_naming_the_field(worker, body, field):
+    snapshot()
+    spec = worker.post("/internal/exports/claim", {"worker": "a", "limit": 1},
+                       format="json").json()["jobs"][0]
+    answer = worker.post(f"/internal/exports/jobs/{spec['id']}/report", body, format="json")
+    assert answer.status_code == 400 and field in answer.json()
+
+
+def test_unknown_jobs_and_snapshots_are_404_and_limits_are_bounded(worker):
+    assert worker.post("/internal/exports/jobs/999999/report",
+                       {"status": "failed", "generation": 1, "worker": "a"},
+                       format="json").status_code == 404
+    assert worker.post("/internal/exports/snapshots/999999/finalize", {},
+                       format="json").status_code == 404
+    assert worker.post("/internal/exports/claim", {"worker": "a", "limit": 10_000},
+                       format="json").status_code == 400
+    snapshot()
+    # A claim takes at most EXPORTS_CLAIM_LIMIT (10) whatever is asked.
+    assert len(worker.post("/internal/exports/claim", {"worker": "a", "limit": 100},
+                           format="json").json()["jobs"]) == 3

@@ -1,0 +1,137 @@
+"""The export worker, in this process, against the real control plane over HTTP (the
+live server) and the real PostgreSQL: direct exports end with files whose rows are the
+tenant's and nothing else, a job without a role fails at once, and a report from a claim
+that was taken away is refused and its file removed."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import date
+from decimal import Decimal
+
+import pyarrow.parquet as pq
+import pytest
+from django.db import connection
+
+from exports import engines, parquet, services
+from exports.models import ExportJob, JobStatus, SnapshotStatus
+from exports.worker import MISSING_ROLE, ControlPlane, ExportWorker, WorkerSettings
+from ingest.market.models import DailyBar, MarketFeed
+from tests.base import tenant
+from tests.exports.builders import mapping
+
+pytestmark = pytest.mark.django_db(transaction=True)
+TOKEN = "worker-token"
+
+
+@pytest.fixture
+def storage(settings, tmp_path):
+    settings.EXPORTS_STORAGE_URL = str(tmp_path / "exports")
+    settings.EXPORTS_WORKER_TOKEN = TOKEN
+    return tmp_path / "exports"
+
+
+def bars(owner, feed_name: str, count: int) -> None:
+    feed = MarketFeed.objects.create(tenant=owner, name=feed_name, api_url="http://x.example/",
+                                     token="t")
+    DailyBar.objects.bulk_create(
+        DailyBar(feed=feed, ts_code=f"{n:06d}.SH", trade_date=date(2026, 11, 2), open=1.0,
+                 high=2.0 + n, low=0.5, close=1.5, vol=float(n)) for n in range(count))
+
+
+BARS = [{"kind": "node", "name": "bars", "dataset": "daily_bars",
+         "columns": ["ts_code", "trade_date", "close", "vol"]}]
+
+
+def worker(live_server, **options) -> ExportWorker:
+    return ExportWorker(ControlPlane(live_server.url, TOKEN),
+                        WorkerSettings(name="test-worker", **options),
+                        engine_for=lambda name: engines.postgres_engine())
+
+
+def run(coroutine_of):
+    async def go():
+        w = coroutine_of
+        await w.run_pass()
+        await w.wait_idle()
+        await w.cp.close()
+    asyncio.run(go())
+
+
+def test_a_direct_export_writes_the_tenants_rows_in_mapping_order(live_server, storage):
+    acme, other = tenant("Acme"), tenant("Other")
+    bars(acme, "acme-feed", 250)
+    bars(other, "other-feed", 40)
+    snap = services.create_snapshot(mapping(of=acme, entities=BARS))
+    run(worker(live_server))
+    snap.refresh_from_db()
+    assert snap.status == SnapshotStatus.READY, list(snap.jobs.values("status", "error_message"))
+    assert snap.node_counts == {"bars": 250}
+    job = snap.jobs.get()
+    assert job.files == [f"{job.destination}/part-g1.parquet"]
+    table = pq.read_table(job.files[0])
+    assert table.schema.names == ["ts_code", "trade_date", "close", "vol"]
+    assert table.num_rows == 250 and snap.size_bytes == job.size_bytes > 0
+    assert sorted(table.column("ts_code").to_pylist())[:2] == ["000000.SH", "000001.SH"]
+
+
+def test_a_job_without_a_role_fails_at_once_and_fails_its_snapshot(live_server, storage):
+    acme = tenant("Acme")
+    bars(acme, "acme-feed", 3)
+    snap = services.create_snapshot(mapping(of=acme, role="", entities=BARS))
+    run(worker(live_server))
+    snap.refresh_from_db()
+    job = snap.jobs.get()
+    assert job.status == JobStatus.FAILED and job.error_message == MISSING_ROLE
+    assert snap.status == SnapshotStatus.FAILED and snap.error == f"node bars: {MISSING_ROLE}"
+    assert not parquet.count_rows(job.destination).files
+
+
+def test_a_dataset_with_decimals_json_and_timestamps_round_trips(live_server, storage):
+    from django.utils import timezone
+
+    from factors.models import EmissionFactor
+
+    now = timezone.now()
+    EmissionFactor.objects.create(data_entry_type="plane", year=2024, classification={"haul": "long"},
+                                  value=Decimal("0.123456789"), unit="km", created_at=now,
+                                  updated_at=now)
+    acme = tenant("Acme")
+    snap = services.create_snapshot(mapping(of=acme, entities=[
+        {"kind": "node", "name": "factors", "dataset": "emission_factors",
+         "columns": ["value", "classification", "updated_at", "year"]}]))
+    run(worker(live_server))
+    job = ExportJob.objects.get(snapshot=snap)
+    assert job.status == JobStatus.COMPLETED, job.error_message
+    row = pq.read_table(job.files[0]).to_pylist()[0]
+    assert row["value"] == Decimal("0.123456789")
+    assert row["classification"] == '{"haul": "long"}'
+    assert row["updated_at"] == now and row["year"] == 2024
+
+
+def test_a_completion_from_a_claim_taken_away_is_refused_and_its_file_removed(
+        live_server, storage, monkeypatch):
+    acme = tenant("Acme")
+    bars(acme, "acme-feed", 10)
+    snap = services.create_snapshot(mapping(of=acme, entities=BARS))
+    export = engines.postgres_engine().export_direct
+
+    def then_reset(job, file_name):
+        written = export(job, file_name)
+        # Meanwhile an operator (or the reconciliation) hands the job to someone else.
+        try:
+            services.reset_claim(ExportJob.objects.get(pk=job.id), None)
+            services.claim("another-worker", 1)
+        finally:
+            connection.close()  # this runs on the worker's pool thread
+        return written
+
+    monkeypatch.setattr(engines.postgres_engine().__class__, "export_direct",
+                        lambda self, job, name: then_reset(job, name))
+    run(worker(live_server))
+    job = snap.jobs.get()
+    assert job.status == JobStatus.CLAIMED and job.claimed_by == "another-worker"
+    assert job.generation == 2
+    # What the first claim wrote is gone; the second claim's export writes its own.
+    assert parquet.count_rows(job.destination).files == []
+    assert job.events.filter(kind="late_refused").count() == 1

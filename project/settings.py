@@ -369,7 +369,7 @@ SPECTACULAR_SETTINGS = {
 METRICS_PUBLIC = env_bool("METRICS_PUBLIC", False)
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 # Apps' figures on the same page, read from the database at each scrape.
-METRICS_COLLECTORS = ["ingest.runs.metrics.BreakerCollector"]
+METRICS_COLLECTORS = ["ingest.runs.metrics.BreakerCollector", "exports.metrics.ExportCollector"]
 # prometheus_client's multiprocess mode: the directory every web and cluster process
 # writes its counters to (the library reads the variable itself in the processes that
 # count; /metrics reads this setting to sum them).

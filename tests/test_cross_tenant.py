@@ -26,6 +26,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 import jobs
+from exports import services as export_services
+from exports.models import ExportJob, Mapping, MappingEntity, Snapshot
 from factors import csv_schemas, staging
 from factors.models import CarbonReport, DataEntry, Emission, ReportModule, Upload
 from ingest.market.models import MarketFeed, SourceFreshness
@@ -61,6 +63,8 @@ class Acme:
     upload: staging.StagedUpload
     run: IngestRun
     handoff: IngestionHandoff
+    mapping: Mapping
+    export: Snapshot
 
 
 @pytest.fixture(autouse=True)
@@ -91,9 +95,18 @@ def acme(clock) -> Acme:
                                      api_url="http://127.0.0.1:9/", token=ACME_MARK)
     SourceFreshness.objects.create(feed=feed, dataset="daily", last_failure=clock.now(),
                                    last_error=f"daily: {ACME_MARK} refused")
+    mapping = Mapping.objects.create(tenant=owner, name="acme-graph", description=ACME_MARK,
+                                     starburst_role=ACME_MARK)
+    MappingEntity.objects.create(mapping=mapping, kind="node", name=ACME_MARK, dataset="units",
+                                 columns=["id", "code"])
+    export = export_services.create_snapshot(mapping)
+    held = export_services.claim("acme-worker", 1)[0]
+    export_services.report(held.pk, export_services.Report(
+        "failed", held.generation, worker="acme-worker", error_message=ACME_MARK))
+    export_services.create_snapshot(mapping)  # and one pending
     return Acme(owner, the_report, travel, DataEntry.objects.filter(module=travel).first(),
                 started.job, Job.objects.get(pk=failed.pk), waiting, event, upload, run,
-                IngestionHandoff.objects.get(source=scraped))
+                IngestionHandoff.objects.get(source=scraped), mapping, export)
 
 
 def snapshot(acme: Acme) -> tuple[Any, ...]:
@@ -110,6 +123,8 @@ def snapshot(acme: Acme) -> tuple[Any, ...]:
         sorted(IngestionHandoff.objects.filter(tenant=acme.tenant).values_list(
             "id", "status", "reason_code")),
         sorted(ScrapeReference.objects.filter(tenant=acme.tenant).values_list("id", "payload_hash")),
+        sorted(Snapshot.objects.filter(tenant=acme.tenant).values_list("id", "status")),
+        sorted(ExportJob.objects.filter(tenant=acme.tenant).values_list("id", "status", "generation")),
     )
 
 
@@ -169,7 +184,20 @@ def probes(acme: Acme) -> list[tuple[str, str, str, dict[str, Any] | None]]:
         ("scraping-sync", "post", f"/scraping/{SCRAPED}/sync",
          {"scrape_run_id": "globex", "references": [{"external_id": ACME_MARK, "payload": {}}]}),
         ("scraping-handoffs", "get", f"/scraping/{SCRAPED}/handoffs", None),
+        ("exports-mapping-detail", "get", f"/api/exports/mappings/{acme.mapping.pk}/", None),
+        ("exports-snapshot-detail", "get", f"/api/exports/snapshots/{acme.export.pk}/", None),
+        ("exports-snapshot-cancel", "post", f"/api/exports/snapshots/{acme.export.pk}/cancel/", {}),
+        # The workers' control plane: a tenant's token is not the workers' token.
+        ("exports-claim", "post", "/internal/exports/claim", {"worker": "gina", "limit": 10}),
+        ("exports-pollable", "post", "/internal/exports/pollable", {"worker": "gina", "limit": 50}),
+        ("exports-report", "post", f"/internal/exports/jobs/{export_job(acme)}/report",
+         {"status": "failed", "generation": 2, "worker": "gina", "error_message": "x"}),
+        ("exports-finalize", "post", f"/internal/exports/snapshots/{acme.export.pk}/finalize", {}),
     ]
+
+
+def export_job(acme: Acme) -> int:
+    return ExportJob.objects.filter(snapshot=acme.export).values_list("pk", flat=True).get()
 
 
 # Listings and pages that name no object: they answer, but with none of Acme's rows.
@@ -178,6 +206,8 @@ LISTINGS = {
     "job-dashboard": "/api/jobs/dashboard/?window=7d", "factors-reports": "/v1/carbon_reports",
     "metrics": "/metrics", "api-schema": "/api/schema/", "api-docs": "/api/docs/",
     "ingest-run-list": "/api/ingest/runs/", "quality-status": "/quality/status",
+    "exports-mapping-list": "/api/exports/mappings/", "exports-snapshot-list": "/api/exports/snapshots/",
+    "exports-datasets": "/api/exports/datasets/",
 }
 
 
@@ -232,6 +262,10 @@ def test_acmes_ids_at_every_endpoint_find_nothing_and_change_nothing(acme, globe
     start = client.post("/api/ingest/runs/", {"source": acme.run.source_id}, format="json")
     assert start.status_code == (400 if who == "staff" else 403)
     assert ACME_MARK not in start.content.decode()
+    # A snapshot of Acme's mapping, named by its id: as unknown as one that does not exist.
+    taken = client.post("/api/exports/snapshots/", {"mapping": acme.mapping.pk}, format="json")
+    assert taken.status_code == (400 if who == "staff" else 403)
+    assert ACME_MARK not in taken.content.decode()
     assert snapshot(acme) == before
 
 
@@ -247,6 +281,8 @@ def test_listings_show_none_of_acmes_rows(acme, globex, who):
     assert client.get("/api/events/").json()["results"] == []
     assert client.get("/api/ingest/runs/").json()["results"] == []
     assert client.get("/quality/status").json()["sources"] == []
+    assert client.get("/api/exports/snapshots/").json()["results"] == []
+    assert client.get("/api/exports/mappings/").json()["results"] == []
     dashboard = client.get("/api/jobs/dashboard/?window=7d").json()
     assert dashboard["types"] == [] and dashboard["queues"] == []
 
@@ -254,7 +290,7 @@ def test_listings_show_none_of_acmes_rows(acme, globex, who):
 def test_the_admin_shows_globex_staff_none_of_acmes_objects(acme):
     gina = staff("gina", of=tenant("Globex"))
     gina.user_permissions.set(Permission.objects.filter(
-        content_type__app_label__in=["jobs", "factors", "ingest"]))
+        content_type__app_label__in=["jobs", "factors", "ingest", "exports"]))
     browser = Client()
     browser.force_login(gina)
     pages = [f"/admin/jobs/job/{acme.failed.pk}/change/",
@@ -266,7 +302,12 @@ def test_the_admin_shows_globex_staff_none_of_acmes_objects(acme):
              f"/admin/ingest/ingestsource/{acme.run.source_id}/change/",
              f"/admin/ingest/ingestionhandoff/{acme.handoff.pk}/change/",
              f"/admin/ingest/scrapereference/{acme.handoff.reference_id}/change/",
-             f"/admin/ingest/scraperun/{acme.handoff.scrape_run_id}/change/"]
+             f"/admin/ingest/scraperun/{acme.handoff.scrape_run_id}/change/",
+             f"/admin/exports/mapping/{acme.mapping.pk}/change/",
+             f"/admin/exports/mapping/{acme.mapping.pk}/take-snapshot/",
+             f"/admin/exports/snapshot/{acme.export.pk}/change/",
+             f"/admin/exports/snapshot/{acme.export.pk}/cancel/",
+             f"/admin/exports/snapshot/{acme.export.pk}/jobs/{export_job(acme)}/files/0/"]
     for page in pages:
         response = browser.get(page)
         assert response.status_code in (302, 403, 404), page
@@ -278,9 +319,14 @@ def test_the_admin_shows_globex_staff_none_of_acmes_objects(acme):
     assert cancel.status_code in (302, 403, 404)
     assert cancel.status_code != 302 or "/cancel/" not in cancel["Location"]
     assert browser.post(f"/admin/ingest/ingestrun/{acme.run.pk}/cancel/").status_code == 404
+    assert browser.post(f"/admin/exports/snapshot/{acme.export.pk}/cancel/").status_code == 404
+    assert browser.post(
+        f"/admin/exports/snapshot/{acme.export.pk}/jobs/{export_job(acme)}/retry/").status_code == 404
+    assert browser.post(f"/admin/exports/mapping/{acme.mapping.pk}/take-snapshot/").status_code == 404
     for listing in ("/admin/ingest/ingestrun/", "/admin/ingest/ingestsource/",
                     "/admin/ingest/ingestionhandoff/", "/admin/ingest/scrapereference/",
-                    "/admin/ingest/scraperun/"):
+                    "/admin/ingest/scraperun/", "/admin/exports/mapping/",
+                    "/admin/exports/snapshot/"):
         assert ACME_MARK not in browser.get(listing).content.decode(), listing
     assert snapshot(acme) == before
 

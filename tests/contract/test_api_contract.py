@@ -81,6 +81,10 @@ class World:
         if name == "id":
             if path.startswith("/api/ingest/runs/"):
                 return self.known["runs"]
+            if path.startswith("/api/exports/snapshots/"):
+                return self.known["snapshots"]
+            if path.startswith("/api/exports/mappings/"):
+                return self.known["mappings"]
             return self.known["events" if path.startswith("/api/events/") else "jobs"]
         return self.known[name]
 
@@ -109,6 +113,7 @@ def build_world() -> World:
     listings = ingest_builders.source(acme, "listings", kind="scraped_reference", config={})
     scraping.sync(listings, "scrape-1", [{"external_id": "a", "payload": {"price": 1}}],
                   actor=users["tenant_staff"])
+    snapshots = _snapshots(acme, globex)
     return World(
         tokens={name: Token.objects.create(user=user).key for name, user in users.items()},
         known={"jobs": list(Job.objects.values_list("pk", flat=True)),
@@ -119,8 +124,32 @@ def build_world() -> World:
                "entry": [e.pk for e in entries if e is not None],
                "data_entry_type": ["plane", "train"],
                "pipeline_id": [str(job.pipeline_id) for job in jobs],
-               "source": ["listings", "orders"]},
+               "source": ["listings", "orders"],
+               "snapshots": [snap.pk for snap in snapshots],
+               "mappings": sorted({snap.mapping_id for snap in snapshots})},
     )
+
+
+def _snapshots(acme: Any, globex: Any) -> list[Any]:
+    """Snapshots in each state: one exporting (a job completed, one submitted, one pending),
+    one failed, and one of another tenant's."""
+    from exports import services as exports
+    from exports.models import Mapping, MappingEntity
+
+    made = []
+    for owner, name in ((acme, "graph"), (acme, "other"), (globex, "graph")):
+        mapping = Mapping.objects.create(tenant=owner, name=name, starburst_role="analytics")
+        for position, dataset in enumerate(("units", "emission_factors", "data_entries")):
+            MappingEntity.objects.create(mapping=mapping, kind="node", name=dataset,
+                                         position=position, dataset=dataset, columns=["id"])
+        made.append(exports.create_snapshot(mapping))
+    done, submitted, _ = exports.claim("contract", 3)
+    exports.report(done.pk, exports.Report("completed", 1, worker="contract", row_count=3,
+                                           size_bytes=10, files=("/tmp/x.parquet",)))
+    exports.report(submitted.pk, exports.Report("submitted", 1, worker="contract", query_id="q1"))
+    for job in exports.claim("contract", 3):
+        exports.report(job.pk, exports.Report("failed", 1, worker="contract", error_message="boom"))
+    return made
 
 
 # --- one run per identity ----------------------------------------------------------------------

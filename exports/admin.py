@@ -1,0 +1,601 @@
+"""Exports in the admin: mappings with their entities, snapshots with their jobs and each
+job's history, and the export settings.
+
+Snapshots are made from a mapping ("Take a snapshot", which calls
+``exports.services.create_snapshot`` with the staff user) and written by the workers and
+the reconciliation only: their pages show them and act on them through the services
+(retry a failed job, reset a claim, cancel the snapshot), which record who did in the
+job's history; the admin log gets an entry too. A snapshot's files are listed on its
+page; a local one downloads through a view that serves only files lying under their
+job's destination. Staff of a tenant see their tenant's mappings and snapshots; the
+export settings are the platform's, changed by platform operators only.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Count, Prefetch, Q, QuerySet, Sum
+from django.http import (
+    FileResponse,
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+)
+from django.shortcuts import redirect
+from django.template.defaultfilters import filesizeformat
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+import jobs
+from exports import services
+from exports.datasets import DATASETS
+from exports.models import (
+    JOB_FINISHED,
+    SNAPSHOT_FINISHED,
+    ExportConfig,
+    ExportEvent,
+    ExportJob,
+    JobStatus,
+    Mapping,
+    MappingEntity,
+    Snapshot,
+)
+from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
+from tenancy.owned_admin import TenantOwnedAdmin, is_platform_operator
+from tenancy.scoping import scope_queryset
+
+OPERATE_SNAPSHOTS = "exports.change_snapshot"
+TAKE_SNAPSHOTS = "exports.add_snapshot"
+ENTITY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")  # the model's constraint
+
+
+def _dash() -> SafeString:
+    return format_html("{}", "—")
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
+def size_text(size: int | None) -> str:
+    return "—" if size is None else filesizeformat(size)
+
+
+def next_poll_text(job: ExportJob, now: Any) -> str:
+    """When a submitted job is polled next, from the engine's clock: 'in N s' or 'due'."""
+    if job.status != JobStatus.SUBMITTED or job.next_poll_at is None:
+        return "—"
+    seconds = math.ceil((job.next_poll_at - now).total_seconds())
+    return f"in {seconds} s" if seconds > 0 else "due"
+
+
+# --- mappings and their entities ------------------------------------------------------------------
+
+
+def datasets_help() -> str:
+    listed = "; ".join(f"{name}: {', '.join(column.name for column in dataset.columns)}"
+                       for name, dataset in sorted(DATASETS.items()))
+    return f"Empty for a Trino query (the SQL below). The datasets' columns are {listed}."
+
+
+class MappingForm(forms.ModelForm):
+    # The tenant the mapping belongs to when the user may not choose it (tenant staff).
+    fixed_tenant: int | None = None
+
+    class Meta:
+        model = Mapping
+        fields = ["tenant", "name", "description", "starburst_role"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.fixed_tenant is not None and not self.instance.pk:
+            self.instance.tenant_id = self.fixed_tenant
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        tenant = (self.fixed_tenant or getattr(data.get("tenant"), "pk", None)
+                  or self.instance.tenant_id)
+        name = data.get("name")
+        if tenant and name and Mapping.objects.filter(tenant_id=tenant, name=name).exclude(
+                pk=self.instance.pk).exists():
+            self.add_error("name", f"this tenant already has a mapping named {name!r}")
+        return data
+
+
+class MappingEntityForm(forms.ModelForm):
+    """An entity, its columns typed as a comma-separated list; each mistake is reported
+    on the field it is in."""
+
+    dataset = forms.ChoiceField(label="dataset", required=False,
+                                choices=[("", "— none: a Trino query —"),
+                                         *((name, name) for name in sorted(DATASETS))])
+    columns = forms.CharField(label="columns", max_length=10_000,
+                              help_text="Comma-separated, in the order the Parquet files have "
+                                        "them.")
+
+    class Meta:
+        model = MappingEntity
+        fields = ["kind", "name", "position", "dataset", "sql", "catalog", "columns"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["dataset"].help_text = datasets_help()
+        columns = self.instance.columns
+        # "" for a new entity: an untouched extra form must not count as changed.
+        self.initial["columns"] = ", ".join(columns) if isinstance(columns, list) else ""
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"]
+        if not ENTITY_NAME.match(name):
+            raise ValidationError("letters, digits, _ . and - only, not starting with . or -: "
+                                  "it names the files' folder")
+        return name
+
+    def clean_columns(self) -> list[str]:
+        names = [part.strip() for part in self.cleaned_data["columns"].split(",")]
+        if not all(names):
+            raise ValidationError("an empty column name: separate the names with single commas")
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValidationError(f"listed twice: {', '.join(repeated)}")
+        return names
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        dataset, sql = data.get("dataset"), (data.get("sql") or "").strip()
+        if dataset and sql:
+            self.add_error("sql", "a dataset entity has no SQL: empty it, or choose no dataset")
+        elif not dataset and not sql and "dataset" not in self.errors:
+            self.add_error("dataset", "choose a dataset, or write the SQL of a Trino query")
+        columns = data.get("columns")
+        if dataset in DATASETS and columns:
+            offered = DATASETS[dataset]
+            unknown = [name for name in columns if offered.column(name) is None]
+            if unknown:
+                self.add_error("columns", f"dataset {dataset} has no column {unknown[0]!r} "
+                                          f"(it has {', '.join(c.name for c in offered.columns)})")
+        return data
+
+
+class MappingEntityInline(admin.StackedInline):
+    model = MappingEntity
+    form = MappingEntityForm
+    extra = 0
+    fieldsets = [(None, {"fields": [("kind", "name", "position"), "dataset", "columns", "sql",
+                                    "catalog"]})]
+
+
+class TakeSnapshotForm(forms.Form):
+    starburst_role = forms.CharField(
+        label="Starburst role", required=False, max_length=200,
+        help_text="The use case ID its queries run under; empty for the mapping's own.")
+
+
+@admin.register(Mapping)
+class MappingAdmin(TenantOwnedAdmin, admin.ModelAdmin):
+    list_display = ["name", "description", "starburst_role", "entity_count", "latest_snapshots",
+                    "created_at"]
+    list_select_related = ["tenant"]
+    search_fields = ["name"]
+    form = MappingForm
+    inlines = [MappingEntityInline]
+    actions = ["take_snapshots"]
+    change_form_template = "admin/exports/mapping/change_form.html"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Mapping]:
+        mappings = super().get_queryset(request).annotate(
+            entity_total=Count("entities", distinct=True),
+            snapshot_total=Count("snapshots", distinct=True))
+        return scope_queryset(mappings, request.user)
+
+    def get_list_display(self, request: HttpRequest) -> list[str]:
+        shown = list(self.list_display)
+        return [shown[0], "tenant", *shown[1:]] if is_platform_operator(request) else shown
+
+    def has_snapshot_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(TAKE_SNAPSHOTS)
+
+    @admin.display(description="entities", ordering="entity_total")
+    def entity_count(self, mapping: Mapping) -> int:
+        return mapping.entity_total
+
+    @admin.display(description="snapshots", ordering="snapshot_total")
+    def latest_snapshots(self, mapping: Mapping) -> SafeString:
+        url = reverse("admin:exports_snapshot_changelist") + f"?mapping__id__exact={mapping.pk}"
+        return format_html('<a href="{}">{}</a>', url, mapping.snapshot_total)
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view
+        return [path("<path:object_id>/take-snapshot/", view(self.take_snapshot_view),
+                     name="exports_mapping_take_snapshot"), *super().get_urls()]
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict | None = None) -> HttpResponse:
+        context = {**(extra_context or {}),
+                   "may_take_snapshot": self.has_snapshot_permission(request)}
+        return super().change_view(request, object_id, form_url, context)
+
+    def take_snapshot_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """GET: what the snapshot will hold, and the role to run it under. POST: the
+        snapshot, then its page; a mapping the service refuses comes back saying why."""
+        if request.method not in ("GET", "HEAD", "POST"):
+            return HttpResponseNotAllowed(["GET", "POST"])
+        if not self.has_snapshot_permission(request):
+            raise PermissionDenied
+        mapping = self.get_object(request, unquote(object_id))
+        if mapping is None:
+            raise Http404("No such mapping visible to you.")
+        form = TakeSnapshotForm(request.POST if request.method == "POST" else None)
+        if request.method == "POST" and form.is_valid():
+            snapshot = self.take(request, mapping, form.cleaned_data["starburst_role"] or None)
+            if snapshot is None:
+                return redirect(reverse("admin:exports_mapping_change", args=[mapping.pk]))
+            return redirect(reverse("admin:exports_snapshot_change", args=[snapshot.pk]))
+        context = {**self.admin_site.each_context(request), "opts": self.model._meta,
+                   "title": f"Take a snapshot of {mapping}", "mapping": mapping,
+                   "original": mapping, "form": form,
+                   "entities": list(mapping.entities.order_by("kind", "position", "pk"))}
+        return TemplateResponse(request, "admin/exports/mapping/take_snapshot.html", context)
+
+    def take(self, request: HttpRequest, mapping: Mapping, role: str | None) -> Snapshot | None:
+        try:
+            snapshot = services.create_snapshot(mapping, user=request.user, starburst_role=role)
+        except services.InvalidMapping as exc:
+            self.message_user(request, f"No snapshot of {mapping}: {_sentence(str(exc))}",
+                              messages.ERROR)
+            return None
+        url = reverse("admin:exports_snapshot_change", args=[snapshot.pk])
+        self.message_user(request, format_html('Took <a href="{}">snapshot {}</a> of {}: {} job(s) '
+                                               "queued.", url, snapshot.pk, mapping,
+                                               snapshot.jobs.count()), messages.SUCCESS)
+        return snapshot
+
+    @admin.action(description="Take a snapshot of each selected mapping",
+                  permissions=["snapshot"])
+    def take_snapshots(self, request: HttpRequest,
+                       queryset: QuerySet[Mapping]) -> HttpResponse | None:
+        taken = [self.take(request, mapping, None) for mapping in queryset.order_by("name", "pk")]
+        if len(taken) == 1 and taken[0] is not None:
+            return redirect(reverse("admin:exports_snapshot_change", args=[taken[0].pk]))
+        return None
+
+
+# --- snapshots and their jobs ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobOperation:
+    """An operator action on one job of a snapshot: the service it calls, the status it
+    applies to (its button shows then), and a question to confirm first, if any."""
+
+    name: str
+    label: str
+    call: Callable[[ExportJob, Any], Any]
+    applies_to: str
+    done: str
+    confirm: str = ""
+
+    @property
+    def url_name(self) -> str:
+        return f"exports_snapshot_{self.name.replace('-', '_')}"
+
+    def url(self, job: ExportJob) -> str:
+        return reverse(f"admin:{self.url_name}", args=[job.snapshot_id, job.pk])
+
+
+JOB_OPERATIONS = {op.name: op for op in [
+    JobOperation("retry", "Retry", services.retry_job, JobStatus.FAILED,
+                 done="{job} will run again."),
+    JobOperation("reset-claim", "Reset the claim", services.reset_claim, JobStatus.CLAIMED,
+                 done="{job} is pending again; its worker's reports will be refused.",
+                 confirm="Hand {job} back to pending now? Do this only when its worker is "
+                         "known to be gone: whatever it still reports is refused."),
+]}
+
+
+@dataclass(frozen=True)
+class JobFile:
+    text: str
+    url: str  # empty: not a local file, shown as text
+
+
+@dataclass(frozen=True)
+class JobRow:
+    job: ExportJob
+    next_poll: str
+    size: str
+    files: list[JobFile]
+    events: list[ExportEvent]
+    operations: list[tuple[JobOperation, str]]  # each with its URL for this job
+
+
+def is_local(location: str) -> bool:
+    return "://" not in location or location.startswith("file://")
+
+
+def _local_path(location: str) -> Path:
+    return Path(location.removeprefix("file://")).resolve()
+
+
+def served_file(job: ExportJob, index: int) -> Path | None:
+    """The job's ``index``-th file, if it is a local file lying under the job's
+    destination (symbolic links followed), else None: the files are what a worker
+    reported, and a worker's word is not enough to serve a path."""
+    if not 0 <= index < len(job.files) or not isinstance(job.files[index], str):
+        return None
+    location = job.files[index]
+    if not (is_local(location) and is_local(job.destination)):
+        return None
+    target = _local_path(location)
+    if not target.is_relative_to(_local_path(job.destination)) or not target.is_file():
+        return None
+    return target
+
+
+def job_files(job: ExportJob) -> list[JobFile]:
+    shown = []
+    for index, location in enumerate(job.files):
+        if is_local(location):
+            name = location.removeprefix(job.destination.rstrip("/") + "/")
+            url = reverse("admin:exports_snapshot_file", args=[job.snapshot_id, job.pk, index])
+            shown.append(JobFile(name, url))
+        else:
+            shown.append(JobFile(location, ""))
+    return shown
+
+
+@admin.register(Snapshot)
+class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    """Snapshots are made from mappings and written by the workers; operators act on
+    them through the services, and a snapshot stays as the record of what was exported."""
+
+    list_display = ["id", "mapping", "status", "jobs_done", "rows", "size", "created_at",
+                    "created_by"]
+    list_display_links = ["id", "mapping"]
+    list_filter = ["status", ("mapping", admin.RelatedOnlyFieldListFilter)]
+    list_select_related = ["mapping", "tenant", "created_by"]
+    sortable_by = ["id", "created_at"]
+    search_fields = ["=id", "mapping__name"]
+    search_help_text = "A snapshot id or a mapping's name."
+    show_full_result_count = False
+    paginator = CappedCountPaginator
+    change_form_template = "admin/exports/snapshot/change_form.html"
+    actions = ["cancel_snapshots"]
+    fields = ["id", "mapping", "tenant", "status", "created_by", "created_at", "updated_at",
+              "finished_at", "size", "node_counts", "edge_counts", "error"]
+    readonly_fields = fields
+
+    # -- who may do what --
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Snapshot]:
+        snapshots = super().get_queryset(request).annotate(
+            job_total=Count("jobs"),
+            job_done=Count("jobs", filter=Q(jobs__status=JobStatus.COMPLETED)),
+            row_total=Sum("jobs__row_count"), job_bytes=Sum("jobs__size_bytes"))
+        return scope_queryset(snapshots, request.user)
+
+    def get_list_display(self, request: HttpRequest) -> list[str]:
+        shown = list(self.list_display)
+        return [*shown[:2], "tenant", *shown[2:]] if is_platform_operator(request) else shown
+
+    def get_list_filter(self, request: HttpRequest) -> list[Any]:
+        tenants = [("tenant", admin.RelatedOnlyFieldListFilter)] if is_platform_operator(request) else []
+        return [*self.list_filter, *tenants]
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(OPERATE_SNAPSHOTS)
+
+    # -- the list --
+
+    @admin.display(description="jobs done / total")
+    def jobs_done(self, snapshot: Snapshot) -> str:
+        return f"{snapshot.job_done} / {snapshot.job_total}"
+
+    @admin.display(description="rows", ordering="row_total")
+    def rows(self, snapshot: Snapshot) -> str:
+        return "—" if snapshot.row_total is None else f"{snapshot.row_total:,}"
+
+    @admin.display(description="size")
+    def size(self, snapshot: Snapshot) -> str:
+        return size_text(snapshot.size_bytes if snapshot.size_bytes is not None
+                         else getattr(snapshot, "job_bytes", None))
+
+    # -- the snapshot page: its jobs, their files and history, and the actions --
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view
+        own = [path("<path:object_id>/cancel/", view(self.cancel_view),
+                    name="exports_snapshot_cancel"),
+               path("<path:object_id>/jobs/<int:job_id>/files/<int:index>/",
+                    view(self.file_view), name="exports_snapshot_file")]
+        own += [path(f"<path:object_id>/jobs/<int:job_id>/{name}/", view(self.job_operation_view),
+                     {"operation": name}, name=op.url_name) for name, op in JOB_OPERATIONS.items()]
+        return own + super().get_urls()
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict | None = None) -> HttpResponse:
+        snapshot = self.get_object(request, unquote(object_id))
+        context = dict(extra_context or {})
+        if snapshot is not None and self.has_view_permission(request, snapshot):
+            context.update(self.jobs_context(request, snapshot))
+        return super().change_view(request, object_id, form_url, context)
+
+    def jobs_context(self, request: HttpRequest, snapshot: Snapshot) -> dict[str, Any]:
+        now, may_operate = jobs.now(), self.has_operate_permission(request)
+        events = Prefetch("events", ExportEvent.objects.select_related("actor").order_by("at", "id"))
+        rows = []
+        for job in snapshot.jobs.order_by("position").prefetch_related(events):
+            operations = [(op, op.url(job)) for op in JOB_OPERATIONS.values()
+                          if may_operate and job.status == op.applies_to]
+            rows.append(JobRow(job, next_poll_text(job, now), size_text(job.size_bytes),
+                               job_files(job), list(job.events.all()), operations))
+        cancellable = may_operate and snapshot.status not in SNAPSHOT_FINISHED
+        return {"job_rows": rows, "cancel_url": reverse("admin:exports_snapshot_cancel",
+                                                        args=[snapshot.pk]) if cancellable else ""}
+
+    def operated(self, request: HttpRequest, object_id: str) -> Snapshot:
+        """The snapshot an action is about, if the user may act on it (404 if they may
+        not see it)."""
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        snapshot = self.get_object(request, unquote(object_id))
+        if snapshot is None:
+            raise Http404("No such snapshot visible to you.")
+        return snapshot
+
+    def confirmation(self, request: HttpRequest, title: str, question: str,
+                     submit: str, **extra: Any) -> TemplateResponse:
+        context = {**self.admin_site.each_context(request), "opts": self.model._meta,
+                   "title": title, "question": question, "submit": submit, **extra}
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/exports/snapshot/confirm.html", context)
+
+    def job_operation_view(self, request: HttpRequest, object_id: str, job_id: int,
+                           operation: str) -> HttpResponse:
+        """A job's button: the service's action on a POST (after a confirmation page for
+        those that ask one), reported back on the snapshot's page."""
+        op = JOB_OPERATIONS[operation]
+        allowed = ["GET", "HEAD", "POST"] if op.confirm else ["POST"]
+        if request.method not in allowed:
+            return HttpResponseNotAllowed(allowed)
+        snapshot = self.operated(request, object_id)
+        job = snapshot.jobs.filter(pk=job_id).first()
+        if job is None:
+            raise Http404("No such job in this snapshot.")
+        back = reverse("admin:exports_snapshot_change", args=[snapshot.pk])
+        label = f"Job {job.pk} ({job.job_type} {job.entity_name})"
+        if request.method != "POST":
+            return self.confirmation(request, f"{op.label}: {label}",
+                                     op.confirm.format(job=label), f"Yes, {op.label.lower()}",
+                                     snapshot=snapshot, back_url=back)
+        try:
+            op.call(job, request.user)
+        except services.ActionRefused as exc:
+            self.message_user(request, f"{label}: not done. {_sentence(str(exc))}", messages.ERROR)
+        else:
+            self.log_change(request, snapshot, f"{op.label}: job {job.pk} ({job.entity_name})")
+            self.message_user(request, op.done.format(job=label), messages.SUCCESS)
+        return redirect(back)
+
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        if request.method not in ("GET", "HEAD", "POST"):
+            return HttpResponseNotAllowed(["GET", "POST"])
+        snapshot = self.operated(request, object_id)
+        back = reverse("admin:exports_snapshot_change", args=[snapshot.pk])
+        if request.method != "POST":
+            open_jobs = snapshot.jobs.exclude(status__in=JOB_FINISHED)
+            return self.confirmation(
+                request, f"Cancel snapshot {snapshot.pk}",
+                f"Cancel snapshot {snapshot.pk} of {snapshot.mapping}? Its {open_jobs.count()} "
+                "unfinished job(s) fail, and the queries they submitted are cancelled.",
+                "Yes, cancel the snapshot", snapshot=snapshot, back_url=back)
+        self.cancel(request, snapshot)
+        return redirect(back)
+
+    def cancel(self, request: HttpRequest, snapshot: Snapshot) -> None:
+        try:
+            cancelled = services.cancel_snapshot(snapshot, request.user)
+        except services.ActionRefused as exc:
+            self.message_user(request, f"Snapshot {snapshot.pk}: not cancelled. "
+                                       f"{_sentence(str(exc))}", messages.ERROR)
+            return
+        if not cancelled:
+            snapshot.refresh_from_db(fields=["status"])
+            self.message_user(request, f"Snapshot {snapshot.pk}: nothing to cancel, it is "
+                                       f"{snapshot.status}.", messages.WARNING)
+            return
+        self.log_change(request, snapshot, f"Cancelled: {len(cancelled)} job(s) failed")
+        self.message_user(request, f"Snapshot {snapshot.pk} cancelled: {len(cancelled)} "
+                                   "unfinished job(s) failed.", messages.SUCCESS)
+
+    @admin.action(description="Cancel the selected snapshots", permissions=["operate"])
+    def cancel_snapshots(self, request: HttpRequest,
+                         queryset: QuerySet[Snapshot]) -> HttpResponse | None:
+        selected = list(queryset.select_related("mapping").order_by("id"))
+        if request.POST.get("post") != "yes":
+            open_ones = [s for s in selected if s.status not in SNAPSHOT_FINISHED]
+            return self.confirmation(
+                request, "Cancel snapshots",
+                f"Cancel {len(open_ones)} unfinished snapshot(s) of the {len(selected)} "
+                "selected? Their unfinished jobs fail.", "Yes, cancel them",
+                snapshots=open_ones, selected=selected, action="cancel_snapshots",
+                action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
+                back_url=reverse("admin:exports_snapshot_changelist"))
+        for snapshot in selected:
+            self.cancel(request, snapshot)
+        return None
+
+    def file_view(self, request: HttpRequest, object_id: str, job_id: int,
+                  index: int) -> HttpResponse:
+        """A local file of a job, as an attachment: only one its job lists, lying under
+        its destination, of a snapshot the user may see."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        snapshot = self.get_object(request, unquote(object_id))
+        job = snapshot.jobs.filter(pk=job_id).first() if snapshot is not None else None
+        target = served_file(job, index) if job is not None else None
+        if target is None:
+            raise Http404("No such file of a snapshot visible to you.")
+        return FileResponse(target.open("rb"), as_attachment=True, filename=target.name)
+
+
+# --- the export settings --------------------------------------------------------------------------
+
+
+class ExportConfigForm(forms.ModelForm):
+    max_duration_seconds = forms.IntegerField(
+        label="maximum duration (s)", min_value=60,
+        help_text=ExportConfig._meta.get_field("max_duration_seconds").help_text)
+
+    class Meta:
+        model = ExportConfig
+        fields = ["max_duration_seconds"]
+
+
+@admin.register(ExportConfig)
+class ExportConfigAdmin(admin.ModelAdmin):
+    """One row, the platform's: every tenant's exports run under it, so only platform
+    operators change it."""
+
+    form = ExportConfigForm
+    list_display = ["__str__", "max_duration_seconds", "updated_at", "updated_by"]
+    fields = ["max_duration_seconds", "updated_at", "updated_by"]
+    readonly_fields = ["updated_at", "updated_by"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_platform_operator(request) and super().has_change_permission(request, obj)
+
+    # The row exists before anyone looks for it, on the list or at its address.
+    def changelist_view(self, request: HttpRequest,
+                        extra_context: dict | None = None) -> HttpResponse:
+        ExportConfig.current()
+        return super().changelist_view(request, extra_context)
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict | None = None) -> HttpResponse:
+        ExportConfig.current()
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def save_model(self, request: HttpRequest, obj: ExportConfig, form: Any, change: bool) -> None:
+        obj.updated_by = request.user
+        super().save_model(request, obj, form, change)

@@ -1,0 +1,77 @@
+"""The exports on ``/metrics``, read from their tables at each scrape (so every web
+process reports the same figures): jobs and snapshots by status, polls, the claims the
+reconciliation reset, and how long completed jobs took.
+
+Registered through ``settings.METRICS_COLLECTORS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from exports.models import EventKind, ExportEvent, ExportJob, JobStatus, Snapshot, SnapshotStatus
+
+# Seconds from a job's creation to its completion: a small dataset takes seconds, a large
+# UNLOAD on Starburst hours.
+DURATION_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 10800)
+
+
+def duration_histogram() -> tuple[list[tuple[str, float]], float]:
+    """The cumulative buckets (``+Inf`` last) and the sum of seconds of the completed
+    jobs' durations, counted in one query."""
+    took = ExpressionWrapper(F("completed_at") - F("created_at"), output_field=DurationField())
+    counts = {f"le_{bound}": Count("pk", filter=Q(took__lte=timedelta(seconds=bound)))
+              for bound in DURATION_BUCKETS}
+    figures = (ExportJob.objects.filter(status=JobStatus.COMPLETED).annotate(took=took)
+               .aggregate(**counts, total=Count("pk"), seconds=Sum("took")))
+    # Labelled as prometheus_client's own histograms are (le="1.0").
+    buckets = [(floatToGoString(bound), float(figures[f"le_{bound}"])) for bound in DURATION_BUCKETS]
+    buckets.append(("+Inf", float(figures["total"])))
+    seconds = figures["seconds"].total_seconds() if figures["seconds"] is not None else 0.0
+    return buckets, seconds
+
+
+class ExportCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        yield self.claims_reset()
+        yield from self.job_figures()
+        yield self.snapshots()
+        buckets, seconds = duration_histogram()
+        yield HistogramMetricFamily(
+            "conveyor_export_duration_seconds",
+            "Seconds from an export job's creation to its completion (completed jobs)",
+            buckets=buckets, sum_value=seconds)
+
+    def claims_reset(self) -> Metric:
+        resets = ExportEvent.objects.filter(kind=EventKind.CLAIM_RESET, actor__isnull=True).count()
+        return CounterMetricFamily(
+            "stale_export_claims_reset",
+            "Claims of export jobs the reconciliation handed back to pending (no word from "
+            "their worker); resets by an operator are not counted", value=resets)
+
+    def job_figures(self) -> Iterator[Metric]:
+        rows = {row["status"]: row for row in ExportJob.objects.order_by().values("status")
+                .annotate(jobs=Count("pk"), polls=Sum("poll_count"))}
+        by_status = GaugeMetricFamily("conveyor_export_jobs", "Export jobs by status",
+                                      labels=["status"])
+        for value in JobStatus.values:
+            by_status.add_metric([value], rows[value]["jobs"] if value in rows else 0)
+        yield by_status
+        yield CounterMetricFamily(
+            "conveyor_export_polls",
+            "Polls of submitted export jobs: the sum of their poll counts (a job's count "
+            "starts again when it is retried or its claim reset)",
+            value=sum(row["polls"] or 0 for row in rows.values()))
+
+    def snapshots(self) -> Metric:
+        counts = dict(Snapshot.objects.order_by().values_list("status").annotate(n=Count("pk")))
+        gauge = GaugeMetricFamily("conveyor_snapshots", "Snapshots by status", labels=["status"])
+        for value in SnapshotStatus.values:
+            gauge.add_metric([value], counts.get(value, 0))
+        return gauge

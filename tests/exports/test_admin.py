@@ -1,0 +1,482 @@
+"""The exports' admin: mappings with their entities and "Take a snapshot", the snapshot
+page with its jobs, files and history, the operators' actions recorded with who did
+them, and the export settings, each scoped to the staff user's tenant."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from exports import services
+from exports.models import (
+    EventKind,
+    ExportConfig,
+    ExportEvent,
+    ExportJob,
+    JobStatus,
+    Mapping,
+    MappingEntity,
+    Snapshot,
+    SnapshotStatus,
+)
+from tests.base import page, staff, tenant
+from tests.exports.builders import complete, jobs_of, mapping
+
+pytestmark = pytest.mark.django_db
+
+MAPPINGS = "/admin/exports/mapping/"
+SNAPSHOTS = "/admin/exports/snapshot/"
+CONFIG = "/admin/exports/exportconfig/"
+
+
+def browser(user: User, *codenames: str) -> Client:
+    """A logged-in browser for ``user``, granted the exports permissions ``codenames``
+    (all of them when none is named)."""
+    granted = Permission.objects.filter(content_type__app_label="exports")
+    user.user_permissions.set(granted.filter(codename__in=codenames) if codenames else granted)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def acme():
+    return tenant("Acme")
+
+
+@pytest.fixture
+def globex():
+    return tenant("Globex")
+
+
+@pytest.fixture
+def alice_user(acme) -> User:
+    return staff("alice", of=acme)
+
+
+@pytest.fixture
+def alice(alice_user) -> Client:
+    """Acme staff with every exports permission."""
+    return browser(alice_user)
+
+
+def fail(job: ExportJob, message: str = "Trino said no") -> ExportJob:
+    return services.report(job.pk, services.Report(JobStatus.FAILED, job.generation,
+                                                   worker=job.claimed_by, error_message=message))
+
+
+def submit(job: ExportJob, query_id: str = "20261102_q1") -> ExportJob:
+    return services.report(job.pk, services.Report(JobStatus.SUBMITTED, job.generation,
+                                                   worker=job.claimed_by, query_id=query_id))
+
+
+def snapshot_url(snap: Snapshot) -> str:
+    return f"{SNAPSHOTS}{snap.pk}/change/"
+
+
+def job_url(job: ExportJob, operation: str) -> str:
+    return f"{SNAPSHOTS}{job.snapshot_id}/jobs/{job.pk}/{operation}/"
+
+
+def messages_of(response) -> list[str]:
+    return [str(message) for message in response.context["messages"]]
+
+
+def entity_form(**fields: str) -> dict[str, str]:
+    """The add form's POST data: a mapping and one entity in its inline."""
+    data = {"name": "co2", "description": "", "starburst_role": "analytics",
+            "entities-TOTAL_FORMS": "1", "entities-INITIAL_FORMS": "0",
+            "entities-MIN_NUM_FORMS": "0", "entities-MAX_NUM_FORMS": "1000",
+            "entities-0-kind": "node", "entities-0-name": "units", "entities-0-position": "0",
+            "entities-0-dataset": "units", "entities-0-sql": "", "entities-0-catalog": "",
+            "entities-0-columns": "id, code , name"}
+    data.update({f"entities-0-{name}": value for name, value in fields.items()})
+    return data
+
+
+# --- pages ------------------------------------------------------------------------------------
+
+
+def test_every_exports_page_answers_with_rows_in_it(admin_client, acme, clock):
+    owner = mapping(of=acme)
+    snap = services.create_snapshot(owner)
+    claimed = services.claim("w1", 10)
+    for url in [MAPPINGS, f"{MAPPINGS}add/", f"{MAPPINGS}{owner.pk}/change/",
+                f"{MAPPINGS}{owner.pk}/take-snapshot/", SNAPSHOTS, snapshot_url(snap),
+                f"{SNAPSHOTS}?status__exact=creating", f"{SNAPSHOTS}?mapping__id__exact={owner.pk}",
+                f"{SNAPSHOTS}?tenant__id__exact={acme.pk}", f"{SNAPSHOTS}{snap.pk}/cancel/",
+                job_url(claimed[0], "reset-claim"), CONFIG, f"{CONFIG}1/change/"]:
+        page(admin_client, url)
+
+
+# --- mappings ---------------------------------------------------------------------------------
+
+
+def test_tenant_staff_add_a_mapping_whose_columns_become_a_list(alice, acme):
+    response = alice.post(f"{MAPPINGS}add/", entity_form())
+
+    assert response.status_code == 302, response.context["adminform"].errors
+    made = Mapping.objects.get()
+    assert (made.tenant, made.name, made.starburst_role) == (acme, "co2", "analytics")
+    entity = made.entities.get()
+    assert (entity.kind, entity.name, entity.dataset, entity.sql) == ("node", "units", "units", "")
+    assert entity.columns == ["id", "code", "name"]
+
+
+def test_the_entity_shows_its_columns_comma_separated_and_the_datasets_columns(alice, acme):
+    owner = mapping(of=acme)
+
+    html = page(alice, f"{MAPPINGS}{owner.pk}/change/")
+
+    assert 'value="id, quantity, classification, created_at"' in html
+    assert "units: id, code, name, parent_id, created_at" in html  # the dataset help
+    assert "data_entries: id, data_entry_type, year" in html
+    assert f'href="{MAPPINGS}{owner.pk}/take-snapshot/"' in html
+
+
+@pytest.mark.parametrize(("fields", "field", "error"), [
+    ({"columns": "id, salary"}, "columns", "dataset units has no column &#x27;salary&#x27;"),
+    ({"columns": "id, , code"}, "columns", "an empty column name"),
+    ({"columns": "id, code, id"}, "columns", "listed twice: id"),
+    ({"sql": "SELECT 1 AS id"}, "sql", "a dataset entity has no SQL"),
+    ({"dataset": ""}, "dataset", "choose a dataset, or write the SQL of a Trino query"),
+    ({"dataset": "payroll"}, "dataset", "Select a valid choice"),
+    ({"name": "../up"}, "name", "letters, digits, _ . and - only"),
+])
+def test_a_mistake_in_an_entity_is_reported_on_its_field(alice, fields, field, error):
+    response = alice.post(f"{MAPPINGS}add/", entity_form(**fields))
+
+    assert response.status_code == 200
+    inline = response.context["inline_admin_formsets"][0].formset.forms[0]
+    assert list(inline.errors) == [field]
+    assert error in response.content.decode()
+    assert not Mapping.objects.exists() and not MappingEntity.objects.exists()
+
+
+def test_a_query_entity_keeps_its_sql_and_catalog(alice):
+    response = alice.post(f"{MAPPINGS}add/", entity_form(
+        dataset="", sql="SELECT id FROM orders", catalog="hive", columns="id"))
+
+    assert response.status_code == 302
+    entity = MappingEntity.objects.get()
+    assert (entity.dataset, entity.sql, entity.catalog, entity.columns) == (
+        "", "SELECT id FROM orders", "hive", ["id"])
+
+
+def test_a_duplicate_mapping_name_within_the_tenant_is_a_form_error(alice, acme, globex):
+    mapping("co2", of=globex)  # another tenant's: no clash
+    assert alice.post(f"{MAPPINGS}add/", entity_form()).status_code == 302
+
+    response = alice.post(f"{MAPPINGS}add/", entity_form())
+
+    assert "this tenant already has a mapping named &#x27;co2&#x27;" in response.content.decode()
+    assert Mapping.objects.filter(tenant=acme).count() == 1
+
+
+# --- taking a snapshot ------------------------------------------------------------------------
+
+
+def test_take_a_snapshot_from_the_mapping_page_as_the_staff_user(alice, alice_user, acme):
+    owner = mapping(of=acme)
+    url = f"{MAPPINGS}{owner.pk}/take-snapshot/"
+    assert "Take the snapshot" in page(alice, url)
+    assert not Snapshot.objects.exists()  # the page only asks
+
+    response = alice.post(url, {"starburst_role": "reporting"})
+
+    snap = Snapshot.objects.get()
+    assert response["Location"] == snapshot_url(snap)
+    assert (snap.mapping, snap.created_by) == (owner, alice_user)
+    assert {job.starburst_role for job in jobs_of(snap)} == {"reporting"}
+    assert set(ExportEvent.objects.values_list("kind", "actor")) == {(EventKind.CREATED, alice_user.pk)}
+    followed = alice.get(response["Location"])
+    assert f"Took snapshot {snap.pk} of co2: 3 job(s) queued." in re.sub(
+        "<[^>]+>", "", " ".join(messages_of(followed)))
+
+
+def test_a_mapping_the_service_refuses_shows_why_and_takes_nothing(alice, acme):
+    empty = mapping("empty", of=acme, entities=[])
+    MappingEntity.objects.create(mapping=empty, kind="node", name="u", dataset="units",
+                                 columns=["id", "password"])
+
+    response = alice.post(f"{MAPPINGS}{empty.pk}/take-snapshot/", {}, follow=True)
+
+    assert messages_of(response) == [
+        "No snapshot of empty: Node u: dataset units has no column 'password'."]
+    assert not Snapshot.objects.exists()
+
+
+def test_the_list_action_takes_a_snapshot_of_each_selected_mapping(alice, alice_user, acme):
+    first, second = mapping("first", of=acme), mapping("second", of=acme)
+
+    alice.post(MAPPINGS, {"action": "take_snapshots", "_selected_action": [first.pk, second.pk]})
+
+    assert sorted(Snapshot.objects.values_list("mapping__name", "created_by")) == [
+        ("first", alice_user.pk), ("second", alice_user.pk)]
+
+
+def test_taking_a_snapshot_needs_the_permission_to_add_one(acme):
+    owner = mapping(of=acme)
+    viewer = browser(staff("viewer", of=acme), "view_mapping", "view_snapshot")
+
+    assert "take-snapshot" not in page(viewer, f"{MAPPINGS}{owner.pk}/change/")
+    assert viewer.post(f"{MAPPINGS}{owner.pk}/take-snapshot/").status_code == 403
+    assert not Snapshot.objects.exists()
+
+
+# --- the snapshot list and page ---------------------------------------------------------------
+
+
+def test_the_list_shows_jobs_done_rows_size_and_who(alice, alice_user, acme, clock):
+    snap = services.create_snapshot(mapping(of=acme), user=alice_user)
+    first, second, _ = services.claim("w1", 10)
+    complete(first, rows=1200, size=3 * 1024 * 1024)
+    complete(second, rows=34, size=2048)
+
+    listing = page(alice, SNAPSHOTS)
+
+    assert '<td class="field-jobs_done">2 / 3</td>' in listing
+    assert '<td class="field-rows">1,234</td>' in listing
+    assert '<td class="field-size">3.0\xa0MB</td>' in listing
+    assert '<td class="field-created_by nowrap">alice</td>' in listing
+    assert snapshot_url(snap) in listing
+
+
+def test_the_snapshot_page_shows_each_job_its_poll_files_and_history(alice, acme, clock):
+    snap = services.create_snapshot(mapping(of=acme))
+    entries, factors, edges = services.claim("worker-7", 10)
+    entries = submit(entries)
+    factors = complete(factors, rows=5, size=1536)
+    fail(edges, "<b>Trino</b> said no")
+    clock.advance(1)
+    wait = int((entries.next_poll_at - clock.now()).total_seconds())
+
+    html = page(alice, snapshot_url(snap))
+
+    row = re.search(rf'<tr class="exports-job" id="job-{entries.pk}".*?</tr>', html, re.S).group()
+    assert "<td>worker-7</td>" in row and f'exports-next-poll">in {wait} s</td>' in row
+    done = re.search(rf'<tr class="exports-job" id="job-{factors.pk}".*?</tr>', html, re.S).group()
+    assert "<td>5</td>" in done and "1.5\xa0KB" in done
+    assert f'href="{SNAPSHOTS}{snap.pk}/jobs/{factors.pk}/files/0/">part-g1.parquet</a>' in done
+    assert "&lt;b&gt;Trino&lt;/b&gt; said no" in html and "<b>Trino</b>" not in html
+    assert f'action="{job_url(edges, "retry")}"' in html  # the failed job's button
+    history = re.search(rf'id="job-{entries.pk}-history".*?</details>', html, re.S).group()
+    assert re.findall(r'data-kind="(\w+)"', history) == ["created", "claimed", "submitted"]
+    assert "pending → claimed" in history and "query 20261102_q1" in history
+
+
+def test_object_store_files_are_shown_as_text(alice, acme, settings):
+    settings.EXPORTS_STORAGE_URL = "s3://exports-bucket/conveyor"
+    snap = services.create_snapshot(mapping(of=acme))
+    job = complete(services.claim("w1", 1)[0])
+
+    html = page(alice, snapshot_url(snap))
+
+    assert f"<code>{job.files[0]}</code>" in html
+    assert f"/jobs/{job.pk}/files/" not in html
+
+
+# --- actions ----------------------------------------------------------------------------------
+
+
+def test_retry_a_failed_job_as_the_staff_user(alice, alice_user, acme):
+    snap = services.create_snapshot(mapping(of=acme))
+    job = fail(services.claim("w1", 1)[0])
+
+    response = alice.post(job_url(job, "retry"), follow=True)
+
+    assert messages_of(response) == [f"Job {job.pk} (node entries) will run again."]
+    job.refresh_from_db()
+    snap.refresh_from_db()
+    assert job.status == JobStatus.PENDING and snap.status == SnapshotStatus.CREATING
+    retried = job.events.get(kind=EventKind.RETRIED)
+    assert (retried.actor, retried.message) == (alice_user, "was: Trino said no")
+    assert LogEntry.objects.get().change_message == f"Retry: job {job.pk} (entries)"
+
+
+def test_a_refused_action_shows_the_reason(alice, acme):
+    services.create_snapshot(mapping(of=acme))
+    job = services.claim("w1", 1)[0]
+
+    response = alice.post(job_url(job, "retry"), follow=True)
+
+    assert messages_of(response) == [f"Job {job.pk} (node entries): not done. Only a failed job "
+                                     "is retried; this one is claimed."]
+    job.refresh_from_db()
+    assert job.status == JobStatus.CLAIMED
+    assert not job.events.filter(kind=EventKind.RETRIED).exists()
+    assert alice.get(job_url(job, "retry")).status_code == 405  # a change is a POST
+
+
+def test_reset_a_claim_after_confirming(alice, alice_user, acme):
+    services.create_snapshot(mapping(of=acme))
+    job = services.claim("w1", 1)[0]
+
+    question = page(alice, job_url(job, "reset-claim"))
+    job.refresh_from_db()
+    assert "Hand Job" in question and job.status == JobStatus.CLAIMED  # asked, not done
+    response = alice.post(job_url(job, "reset-claim"), follow=True)
+
+    assert messages_of(response) == [f"Job {job.pk} (node entries) is pending again; its "
+                                     "worker's reports will be refused."]
+    job.refresh_from_db()
+    assert job.status == JobStatus.PENDING and job.claimed_by == ""
+    reset = job.events.get(kind=EventKind.CLAIM_RESET)
+    assert (reset.actor, reset.message) == (alice_user, "taken from w1")
+
+
+def test_cancel_a_snapshot_after_confirming(alice, alice_user, acme):
+    snap = services.create_snapshot(mapping(of=acme))
+    complete(services.claim("w1", 1)[0])
+
+    assert "2 unfinished job(s) fail" in page(alice, f"{SNAPSHOTS}{snap.pk}/cancel/")
+    response = alice.post(f"{SNAPSHOTS}{snap.pk}/cancel/", follow=True)
+
+    assert messages_of(response) == [f"Snapshot {snap.pk} cancelled: 2 unfinished job(s) failed."]
+    snap.refresh_from_db()
+    assert snap.status == SnapshotStatus.FAILED
+    cancelled = ExportEvent.objects.filter(kind=EventKind.CANCELLED)
+    assert cancelled.count() == 2 and {event.actor for event in cancelled} == {alice_user}
+    again = alice.post(f"{SNAPSHOTS}{snap.pk}/cancel/", follow=True)
+    assert messages_of(again) == [f"Snapshot {snap.pk}: nothing to cancel, it is failed."]
+
+
+def test_the_bulk_cancel_asks_first_then_cancels(alice, acme):
+    snap = services.create_snapshot(mapping(of=acme))
+    selected = {"action": "cancel_snapshots", "_selected_action": [snap.pk]}
+
+    asked = alice.post(SNAPSHOTS, selected)
+    assert "Cancel 1 unfinished snapshot(s) of the 1 selected?" in asked.content.decode()
+    snap.refresh_from_db()
+    assert snap.status == SnapshotStatus.PENDING
+    alice.post(SNAPSHOTS, {**selected, "post": "yes"})
+
+    snap.refresh_from_db()
+    assert snap.status == SnapshotStatus.FAILED
+
+
+def test_actions_need_the_change_permission(acme):
+    snap = services.create_snapshot(mapping(of=acme))
+    job = fail(services.claim("w1", 1)[0])
+    viewer = browser(staff("viewer", of=acme), "view_snapshot")
+
+    html = page(viewer, snapshot_url(snap))
+
+    assert "/retry/" not in html and "/cancel/" not in html
+    assert viewer.post(job_url(job, "retry")).status_code == 403
+    assert viewer.post(f"{SNAPSHOTS}{snap.pk}/cancel/").status_code == 403
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+
+
+# --- files ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def local_storage(settings, tmp_path):
+    settings.EXPORTS_STORAGE_URL = str(tmp_path / "exports")
+    return tmp_path
+
+
+def written(job: ExportJob, *names: str) -> ExportJob:
+    """The job completed with these files of its destination, written."""
+    for name in names:
+        path = Path(job.destination) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"PAR1" + name.encode())
+    return services.report(job.pk, services.Report(
+        JobStatus.COMPLETED, job.generation, worker=job.claimed_by, row_count=1, size_bytes=10,
+        files=tuple(f"{job.destination}/{name}" for name in names)))
+
+
+def test_a_local_file_downloads_as_an_attachment(alice, acme, local_storage):
+    services.create_snapshot(mapping(of=acme))
+    job = written(services.claim("w1", 1)[0], "g1/part-0.parquet")
+
+    response = alice.get(job_url(job, "files/0"))
+
+    assert response.status_code == 200
+    assert response["Content-Disposition"] == 'attachment; filename="part-0.parquet"'
+    assert b"".join(response.streaming_content) == b"PAR1g1/part-0.parquet"
+    assert alice.get(job_url(job, "files/1")).status_code == 404  # no such file listed
+
+
+def test_a_file_outside_the_destination_is_refused(alice, acme, local_storage):
+    secret = local_storage / "secret.txt"
+    secret.write_text("not an export")
+    services.create_snapshot(mapping(of=acme))
+    job = services.claim("w1", 1)[0]
+    link = Path(job.destination) / "g1" / "link.parquet"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(secret)
+    # What a worker reported: a path outside, one climbing out, a link pointing out.
+    services.report(job.pk, services.Report(
+        JobStatus.COMPLETED, job.generation, worker="w1", row_count=1, size_bytes=1,
+        files=(str(secret), f"{job.destination}/../../../../secret.txt", str(link))))
+
+    for index in range(3):
+        assert alice.get(job_url(job, f"files/{index}")).status_code == 404, index
+
+
+# --- tenants ----------------------------------------------------------------------------------
+
+
+def test_another_tenants_mappings_snapshots_and_files_are_not_found(alice, globex, local_storage):
+    theirs = mapping("secret-mapping", of=globex)
+    snap = services.create_snapshot(theirs)
+    job = written(services.claim("w1", 1)[0], "g1/part-0.parquet")
+
+    assert "secret-mapping" not in page(alice, MAPPINGS)
+    assert "secret-mapping" not in page(alice, SNAPSHOTS)
+    for url in (f"{MAPPINGS}{theirs.pk}/change/", snapshot_url(snap)):
+        assert alice.get(url).status_code == 302  # the admin's "no such object" redirect
+    assert alice.get(job_url(job, "files/0")).status_code == 404
+    assert alice.post(f"{MAPPINGS}{theirs.pk}/take-snapshot/").status_code == 404
+    assert alice.post(job_url(job, "retry")).status_code == 404
+    assert alice.post(f"{SNAPSHOTS}{snap.pk}/cancel/").status_code == 404
+    alice.post(SNAPSHOTS, {"action": "cancel_snapshots", "_selected_action": [snap.pk],
+                           "post": "yes"})
+    snap.refresh_from_db()
+    assert snap.status == SnapshotStatus.CREATING and Snapshot.objects.count() == 1
+
+
+def test_platform_operators_see_every_tenant_and_filter_by_it(acme, globex):
+    olga = browser(staff("olga", operator=True))
+    mine, theirs = (services.create_snapshot(mapping(of=acme)),
+                    services.create_snapshot(mapping(of=globex)))
+
+    listing = page(olga, f"{SNAPSHOTS}?tenant__id__exact={globex.pk}")
+
+    assert snapshot_url(theirs) in listing and snapshot_url(mine) not in listing
+    assert '<td class="field-tenant nowrap">Globex</td>' in listing
+
+
+# --- the export settings ----------------------------------------------------------------------
+
+
+def test_a_platform_operator_changes_the_maximum_duration_and_is_recorded(acme):
+    operator = staff("olga", operator=True)
+    olga = browser(operator)
+
+    assert olga.post(f"{CONFIG}1/change/", {"max_duration_seconds": "30"}).status_code == 200
+    olga.post(f"{CONFIG}1/change/", {"max_duration_seconds": "7200"})
+
+    config = ExportConfig.current()
+    assert (config.max_duration_seconds, config.updated_by) == (7200, operator)
+
+
+def test_tenant_staff_see_the_export_settings_but_cannot_change_them(alice):
+    ExportConfig.current()
+
+    html = page(alice, f"{CONFIG}1/change/")
+    alice.post(f"{CONFIG}1/change/", {"max_duration_seconds": "120"})
+
+    assert 'name="max_duration_seconds"' not in html
+    assert ExportConfig.current().max_duration_seconds == 3600
+    assert alice.get(f"{CONFIG}add/").status_code == 403
+    assert alice.post(f"{CONFIG}1/delete/", {"post": "yes"}).status_code == 403

@@ -1,0 +1,106 @@
+"""The exports on /metrics: claims the reconciliation reset, jobs and snapshots by status,
+polls, and the completed jobs' durations, read from the tables at each scrape."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
+
+from exports import metrics, reconcile, services
+from exports.models import JobStatus, SnapshotStatus
+from tests.base import staff, tenant
+from tests.exports.builders import complete, mapping
+
+pytestmark = pytest.mark.django_db
+
+
+def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """/metrics as {(sample name, sorted labels): value}."""
+    body = Client().get("/metrics").content.decode()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(body) for sample in family.samples}
+
+
+def poll(job, polls_seen: int):
+    return services.report(job.pk, services.Report(JobStatus.SUBMITTED, job.generation,
+                                                   worker=job.claimed_by, poll_count=polls_seen))
+
+
+@pytest.fixture
+def history(clock):
+    """Two snapshots created at T0, their six jobs taken to: completed after 3 s, 100 s and
+    900 s; submitted and polled twice; failed; reset by the reconciliation (pending)."""
+    acme = tenant("Acme")
+    services.create_snapshot(mapping("first", of=acme))
+    services.create_snapshot(mapping("second", of=acme))
+    a0, a1, a2, b0, b1, b2 = services.claim("w1", 10)
+    clock.advance(3)
+    complete(a0)
+    clock.advance(97)
+    complete(a1)
+    a2 = services.report(a2.pk, services.Report(JobStatus.SUBMITTED, a2.generation, worker="w1",
+                                                query_id="q-1"))
+    poll(poll(a2, 0), 1)
+    services.report(b0.pk, services.Report(JobStatus.FAILED, b0.generation, worker="w1",
+                                           error_message="no"))
+    services.reset_claim(b1, staff("olga", operator=True))  # an operator's: not counted
+    clock.advance(700)
+    assert reconcile.reset_stale_claims(clock.now()) == 1  # b2, silent for 800 s
+    again = services.claim("w2", 1)
+    assert [job.pk for job in again] == [b1.pk]
+    clock.advance(100)
+    complete(again[0])
+
+
+def test_the_claims_reset_by_the_reconciliation_are_counted(settings, history):
+    settings.METRICS_PUBLIC = True
+
+    assert scrape()[("stale_export_claims_reset_total", ())] == 1
+
+
+def test_jobs_and_snapshots_are_counted_by_status(settings, history):
+    settings.METRICS_PUBLIC = True
+
+    found = scrape()
+
+    jobs = {status: found[("conveyor_export_jobs", (("status", status),))]
+            for status in JobStatus.values}
+    assert jobs == {"pending": 1, "claimed": 0, "submitted": 1, "completed": 3, "failed": 1}
+    snapshots = {status: found[("conveyor_snapshots", (("status", status),))]
+                 for status in SnapshotStatus.values}
+    assert snapshots == {"pending": 0, "creating": 2, "ready": 0, "failed": 0}
+    assert found[("conveyor_export_polls_total", ())] == 2
+
+
+def test_the_completed_jobs_durations_are_a_histogram(settings, history):
+    settings.METRICS_PUBLIC = True
+
+    found = scrape()
+
+    buckets = {le: found[("conveyor_export_duration_seconds_bucket", (("le", le),))]
+               for le in ("1.0", "5.0", "15.0", "60.0", "300.0", "900.0", "3600.0", "10800.0",
+                          "+Inf")}
+    assert buckets == {"1.0": 0, "5.0": 1, "15.0": 1, "60.0": 1, "300.0": 2, "900.0": 3,
+                       "3600.0": 3, "10800.0": 3, "+Inf": 3}
+    assert found[("conveyor_export_duration_seconds_count", ())] == 3
+    assert found[("conveyor_export_duration_seconds_sum", ())] == 1003
+
+
+def test_the_histogram_is_one_query(history, django_assert_num_queries):
+    with django_assert_num_queries(1):
+        buckets, seconds = metrics.duration_histogram()
+
+    assert buckets[-1] == ("+Inf", 3.0) and seconds == 1003
+
+
+def test_with_no_exports_every_figure_is_zero(settings):
+    settings.METRICS_PUBLIC = True
+
+    found = scrape()
+
+    assert found[("stale_export_claims_reset_total", ())] == 0
+    assert found[("conveyor_export_jobs", (("status", "pending"),))] == 0
+    assert found[("conveyor_export_polls_total", ())] == 0
+    assert found[("conveyor_export_duration_seconds_count", ())] == 0
+    assert found[("conveyor_export_duration_seconds_sum", ())] == 0

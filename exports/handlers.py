@@ -15,7 +15,7 @@ from exports.models import Engine, ExportJob
 
 # The cron starts one a minute (one at a time: its unique key), and each runs passes 5 s
 # apart for just under that minute, so that the reconciliation runs every few seconds
-# without a job row, or an event, per pass.
+# without a job row, or an event, per pass. A worker shutting down ends it at once.
 RECONCILE_WINDOW_SECONDS = 55.0
 
 
@@ -30,9 +30,8 @@ def reconcile_exports(ctx: jobs.JobContext) -> dict[str, Any]:
         for name, value in done.as_dict().items():
             setattr(totals, name, getattr(totals, name) + value)
         ctx.progress(passes, None, f"{passes} pass(es)")
-        if time.monotonic() - started + every > RECONCILE_WINDOW_SECONDS:
+        if time.monotonic() - started + every > RECONCILE_WINDOW_SECONDS or ctx.pause(every):
             return {"passes": passes, **totals.as_dict()}
-        time.sleep(every)
 
 
 @jobs.handler("exports.CancelQuery", max_attempts=3, backoff=jobs.Fixed(30))

@@ -60,6 +60,9 @@ class JobContext:
     worker: str = ""
     progress_slot: ProgressSlot = field(default_factory=ProgressSlot)
     children: list[ChildSpec] = field(default_factory=list)
+    # Set when the worker running this job is shutting down (a handler that waits in a
+    # loop ends early instead of holding the shutdown up).
+    stopping: threading.Event = field(default_factory=threading.Event)
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -82,6 +85,11 @@ class JobContext:
     def progress(self, done: int, total: int | None = None, message: str = "") -> None:
         """Report progress; cheap enough to call for every row."""
         self.progress_slot.set(int(done), None if total is None else int(total), message)
+
+    def pause(self, seconds: float) -> bool:
+        """Wait up to ``seconds``; True at once if the worker is stopping meanwhile. For a
+        handler that works in rounds and should end the job, not hold up the shutdown."""
+        return self.stopping.wait(max(0.0, seconds))
 
     def chain(self, name: str, payload: dict[str, Any] | None = None, **options: Any) -> None:
         """Enqueue ``name`` when this job succeeds, in the same transaction, in its pipeline.

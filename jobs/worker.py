@@ -398,7 +398,7 @@ class EngineWorker:
                             extra={"job": job.pk, "worker": self.name})
                 return "lost"
         handler = registry.get(job.type)
-        ctx = JobContext(job=job, clock=clock.get_clock(), worker=self.name)
+        ctx = JobContext(job=job, clock=clock.get_clock(), worker=self.name, stopping=self.stopping)
         with self._lock:
             self._current = (job.pk, ctx.progress_slot)
         started = time.perf_counter()

@@ -2,13 +2,13 @@
 
 Migrates, creates an admin login (printed once, when it is created), loads the demos
 (a CO2 report, an ingest run, a market-data feed fed by a fake market-data API that runs
-alongside), then runs the web process (uvicorn, ASGI: ``python -m project.web``) and the
-django-q2 cluster side by side, each with every process it spawns in a process group of
-its own. Ctrl-C (or
-SIGTERM) stops both groups cleanly: the cluster lets running jobs finish, the web
-process gives requests in flight up to 10 s; whatever is still running after
-``--stop-timeout`` is terminated, then killed. When either one exits on its own, the
-other is stopped the same way. The embedded PostgreSQL, if this command started it, is
+alongside, a queued snapshot), then runs the web process (uvicorn, ASGI: ``python -m
+project.web``), the django-q2 cluster and an export worker side by side, each with every
+process it spawns in a process group of its own. Ctrl-C (or SIGTERM) stops every group
+cleanly: the cluster lets running jobs finish, the web process gives requests in flight
+up to 10 s, the export worker hands back what it holds; whatever is still running after
+``--stop-timeout`` is terminated, then killed. When one exits on its own, the others
+are stopped the same way. The embedded PostgreSQL, if this command started it, is
 stopped last, once nothing of theirs is left to use it.
 """
 
@@ -34,7 +34,11 @@ PYTHON = sys.executable
 
 def _secret_key() -> str:
     """A per-checkout secret kept in var/, so sessions survive restarts."""
-    path = VAR_DIR / "secret_key"
+    return _kept_secret("secret_key")
+
+
+def _kept_secret(name: str) -> str:
+    path = VAR_DIR / name
     if not path.exists():
         VAR_DIR.mkdir(parents=True, exist_ok=True)
         path.write_text(secrets.token_urlsafe(50))
@@ -50,6 +54,8 @@ def _environment() -> dict[str, str]:
     # The demo feed's fake market-data API listens on 127.0.0.1, which the outbound rules
     # for tenant-supplied URLs refuse unless allowed (set INTAKE_HTTP_ALLOW to override).
     env.setdefault("INTAKE_HTTP_ALLOW", "127.0.0.1")
+    # The export worker reaches the web process's control plane with this token.
+    env.setdefault("EXPORTS_WORKER_TOKEN", _kept_secret("export_worker_token"))
     return env
 
 
@@ -167,11 +173,16 @@ def main(argv: list[str] | None = None) -> int:
         children.append(market_api)
         # A feed with a week of daily bars, healthy on the board.
         _manage(env, "market_demo", "--api-url", market_url, "--user", "admin")
+        _manage(env, "export_demo", "--user", "admin")  # a snapshot for the worker below
         host = env.get("HOST", "127.0.0.1")
         children.append(process_groups.start(
             "web", [PYTHON, "-m", "project.web", "--host", host, "--port", port], env))
         children.append(process_groups.start(
             "cluster", [PYTHON, str(BASE_DIR / "manage.py"), "qcluster"], env))
+        children.append(process_groups.start("export-worker", [
+            PYTHON, str(BASE_DIR / "manage.py"), "export_worker", "--name", "dev-export-worker",
+            "--control-plane", f"http://127.0.0.1:{port}", "--host", "127.0.0.1",
+            "--port", str(_free_port()), "--grace-seconds", "10"], env))
         print(f"Conveyor is running: http://127.0.0.1:{port}/admin/  (Ctrl-C stops it)")
         status = _watch(children)
     except KeyboardInterrupt:

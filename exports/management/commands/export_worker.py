@@ -10,6 +10,7 @@ no more claims, running exports get the grace period, the rest are handed back; 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import socket
@@ -55,6 +56,8 @@ class Command(BaseCommand):
                             help="Exports and engine calls at once.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # One line per control-plane call every few seconds says nothing an operator needs.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
         token = conf.get("WORKER_TOKEN")
         if not token:
             raise CommandError("EXPORTS_WORKER_TOKEN is not set: the control plane would refuse "

@@ -9,7 +9,6 @@ import threading
 import pytest
 
 import jobs
-
 from exports import reconcile, services
 from exports.handlers import reconcile_exports
 from exports.models import EventKind, ExportConfig, ExportEvent, JobStatus, Snapshot, SnapshotStatus

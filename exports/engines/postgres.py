@@ -15,6 +15,7 @@ connection of its own.
 from __future__ import annotations
 
 import io
+import select
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -28,13 +29,14 @@ from psycopg import pq as libpq
 from exports import parquet
 
 if TYPE_CHECKING:
-    from psycopg import Copy
-
     from exports.spec import JobSpec
 
 # Arrow parses each block into one batch on its worker threads while the next is read.
 # 1 MiB blocks exported fastest of 256 KiB to 16 MiB; larger ones only hold more memory.
 CSV_BLOCK_BYTES = 1 << 20
+# The longest silence from the server before the export gives up on the connection (a
+# query's own time is bounded by the statement timeout, when one is set).
+SILENCE_SECONDS = 3600
 
 _SESSION = """SELECT set_config('default_transaction_read_only', 'on', false),
                      set_config('TimeZone', 'UTC', false),
@@ -59,9 +61,9 @@ class PostgresEngine:
         with self._connect() as conn, conn.transaction():
             conn.execute("SET TRANSACTION READ ONLY")
             query = _checked_query(conn, job.sql, list(job.column_names))
-            with conn.cursor() as cursor, cursor.copy(f"COPY (\n{query}\n) TO STDOUT (FORMAT csv)") as copy:
-                return parquet.write_batches(_csv_batches(copy, schema), schema, job.destination,
-                                             file_name, self.storage_options)
+            with CopyOut(conn, f"COPY (\n{query}\n) TO STDOUT (FORMAT csv)") as stream:
+                return parquet.write_batches(_csv_batches(stream, schema), schema,
+                                             job.destination, file_name, self.storage_options)
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = psycopg.connect(self.dsn, autocommit=True)
@@ -96,12 +98,11 @@ def _raise_for(result: libpq.abc.PGresult, encoding: str) -> None:
         raise psycopg.errors.error_from_result(result, encoding=encoding)
 
 
-def _csv_batches(copy: Copy, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+def _csv_batches(stream: CopyOut, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     binary = [field.name for field in schema if pa.types.is_binary(field.type)]
     # bytea arrives as text (\x and hex digits): read as strings, decoded below.
     read_schema = pa.schema([field.with_type(pa.string()) if field.name in binary else field
                              for field in schema])
-    stream = CopyStream(copy)
     if stream.at_end():
         return  # Arrow refuses an empty CSV; no rows is no batches
     reader = csv.open_csv(
@@ -129,40 +130,108 @@ def _decode_bytea(batch: pa.RecordBatch, names: list[str]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
 
 
-class CopyStream(io.RawIOBase):
-    """COPY's rows (one per ``Copy.read()``) as the byte stream Arrow reads in blocks."""
+class CopyOut(io.RawIOBase):
+    """The rows of a ``COPY … TO STDOUT`` as the byte stream Arrow reads in blocks.
 
-    def __init__(self, copy: Copy) -> None:
-        self._copy = copy
-        self._rest = b""
+    Read from libpq directly: psycopg's ``Copy.read()`` costs about twice the CPU per
+    row, which is most of an export's own work. Waits for the server in ``select``, so
+    the GIL is free meanwhile (libpq's blocking calls hold it, and the worker's event
+    loop shares the process). A query that fails, before or during the rows, raises
+    psycopg's error for it; leaving early cancels the COPY.
+    """
+
+    def __init__(self, conn: psycopg.Connection[Any], statement: str) -> None:
+        self._conn = conn
+        self._pg = conn.pgconn
+        self._statement = statement
+        self._buffer = bytearray()
+        self._done = False
+
+    def __enter__(self) -> CopyOut:
+        self._pg.send_query(self._statement.encode(self._conn.info.encoding))
+        result = self._result()
+        if result is None or result.status != libpq.ExecStatus.COPY_OUT:
+            self._done = True
+            self._drain(raise_error=False)
+            if result is None:
+                raise psycopg.OperationalError(self._pg.error_message.decode(errors="replace"))
+            _raise_for(result, self._conn.info.encoding)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self._done:
+            # An export that stopped early (the writer failed): the server stops sending.
+            self._pg.get_cancel().cancel()
+            while self._next_row(raise_error=False) is not None:
+                pass
+        # The cancel's own error, or one already raised from read(), is not news.
+        self._drain(raise_error=False)
+
+    def _wait(self) -> None:
+        if not select.select([self._pg.socket], [], [], SILENCE_SECONDS)[0]:
+            raise psycopg.OperationalError(f"PostgreSQL sent nothing for {SILENCE_SECONDS} s")
+        self._pg.consume_input()
+
+    def _result(self) -> libpq.abc.PGresult | None:
+        while self._pg.is_busy():
+            self._wait()
+        return self._pg.get_result()
+
+    def _drain(self, *, raise_error: bool = True) -> None:
+        """Read the results that end the COPY; raise the error among them, if any."""
+        error = None
+        while (result := self._result()) is not None:
+            if result.status == libpq.ExecStatus.FATAL_ERROR and error is None:
+                error = result
+        if error is not None and raise_error:
+            _raise_for(error, self._conn.info.encoding)
+
+    def _next_row(self, *, raise_error: bool = True) -> bytes | memoryview | None:
+        """The next row; None at the end, once the COPY's outcome is read (its error raised)."""
+        while True:
+            size, row = self._pg.get_copy_data(1)
+            if size > 0:
+                return row
+            if size == 0:
+                self._wait()
+                continue
+            self._done = True
+            self._drain(raise_error=raise_error)
+            return None
 
     def readable(self) -> bool:
         return True
 
+    def rows(self) -> Iterator[bytes | memoryview]:
+        """Each row as it comes (the benchmark's floor: reading and nothing else)."""
+        while (row := self._next_row()) is not None:
+            yield row
+
     def at_end(self) -> bool:
-        if not self._rest:
-            self._rest = bytes(self._copy.read())
-        return not self._rest
+        if not self._buffer and not self._done:
+            row = self._next_row()
+            if row is not None:
+                self._buffer += row
+        return not self._buffer
 
     def read(self, size: int | None = -1) -> bytes:
-        chunks: list[Any] = [self._rest]
-        have = len(self._rest)
-        while size is None or size < 0 or have < size:
-            row = self._copy.read()
-            if not row:
+        buffer = self._buffer
+        while not self._done and (size is None or size < 0 or len(buffer) < size):
+            row = self._next_row()
+            if row is None:
                 break
-            chunks.append(row)
-            have += len(row)
-        data = b"".join(chunks)
-        if size is None or size < 0 or have <= size:
-            self._rest = b""
+            buffer += row
+        if size is None or size < 0 or len(buffer) <= size:
+            data = bytes(buffer)
+            buffer.clear()
             return data
-        self._rest = data[size:]
-        return data[:size]
+        data = bytes(buffer[:size])
+        del buffer[:size]
+        return data
 
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[:len(data)] = data
+    def readinto(self, target: Any) -> int:
+        data = self.read(len(target))
+        target[:len(data)] = data
         return len(data)
 
 
@@ -170,9 +239,9 @@ def copy_read_rate(dsn: str, sql: str) -> tuple[int, float]:
     """Rows of ``COPY (<sql>) TO STDOUT`` read and thrown away, and the seconds it took:
     the floor any export of that query runs against."""
     rows = 0
-    with psycopg.connect(dsn, autocommit=True) as conn, conn.cursor() as cursor:
+    with psycopg.connect(dsn, autocommit=True) as conn:
         started = time.perf_counter()
-        with cursor.copy(f"COPY (\n{sql.strip().rstrip(';')}\n) TO STDOUT") as copy:
-            while copy.read():
+        with CopyOut(conn, f"COPY (\n{sql.strip().rstrip(';')}\n) TO STDOUT") as copy:
+            for _ in copy.rows():
                 rows += 1
         return rows, time.perf_counter() - started

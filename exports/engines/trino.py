@@ -1,0 +1,216 @@
+"""Exports on Trino/Starburst through the official ``trino`` client.
+
+Every call carries the job's role (Trino's ``X-Trino-Role: system=ROLE{…}`` and the
+``X-Use-Case-Id`` header the audit reads), the client tags the resource groups route
+on, and the source name. Nothing here sleeps or retries on its own except
+``retry_cold_start``, the one retry the direct export makes.
+
+- ``export_direct``: the query run through the DB-API, its rows fetched in batches and
+  written to Parquet as they come (flat memory), in the job's column order.
+- ``submit_unload``: Starburst's ``system.unload`` posted, answered with the query id
+  and next URI at once; ``poll`` follows the next URI one step; ``status`` asks by query
+  id (a lost or expired next URI); ``cancel`` deletes the query.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+import trino.auth
+import trino.dbapi
+from trino.client import ClientSession, TrinoRequest
+from trino.exceptions import TrinoQueryError
+
+from exports import parquet
+from exports.spec import Column, JobSpec
+
+T = TypeVar("T")
+FETCH_ROWS = 10_000
+USE_CASE_HEADER = "X-Use-Case-Id"
+
+
+@dataclass(frozen=True)
+class TrinoSettings:
+    url: str
+    user: str = "conveyor"
+    password: str = ""
+    client_tags: tuple[str, ...] = ("conveyor-export",)
+    source: str = "conveyor-export-worker"
+    request_timeout: float = 30.0
+    verify: bool = True
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+
+class EngineError(Exception):
+    """A query the engine failed, with its error's name (``FUNCTION_NOT_FOUND`` …)."""
+
+    def __init__(self, message: str, error_name: str = "", error_type: str = "") -> None:
+        super().__init__(message)
+        self.error_name, self.error_type = error_name, error_type
+
+
+class UnloadUnavailable(EngineError):
+    """The engine has no ``system.unload``: export the job directly instead."""
+
+
+class ColdStartExhausted(Exception):
+    """A direct export that kept timing out on a cold cluster."""
+
+
+@dataclass(frozen=True)
+class Submitted:
+    query_id: str
+    next_uri: str
+
+
+@dataclass(frozen=True)
+class QueryState:
+    state: str  # QUEUED, RUNNING, FINISHED or FAILED
+    next_uri: str = ""
+    error: str = ""
+    error_name: str = ""
+
+
+def is_unload_missing(error_name: str, message: str) -> bool:
+    """The engine's way of saying ``system.unload`` does not exist there."""
+    text = message.lower()
+    return error_name == "FUNCTION_NOT_FOUND" or (
+        "unload" in text and ("not registered" in text or "not found" in text))
+
+
+def unload_sql(job: JobSpec) -> str:
+    location = job.destination.replace("'", "''")
+    return (f"SELECT * FROM TABLE(system.unload(input => TABLE({job.sql}), "
+            f"location => '{location}', format => 'PARQUET'))")
+
+
+def retry_cold_start(call: Callable[[], T], *, retries: int = 2, pause_seconds: float = 5.0,
+                     sleep: Callable[[float], None] = time.sleep) -> T:
+    """``call()``, tried again up to ``retries`` times, ``pause_seconds`` apart, while it
+    fails with an error whose type or message says timeout (a resource group waking up);
+    any other error is raised at once."""
+    for attempt in range(retries + 1):
+        try:
+            return call()
+        except Exception as error:
+            if "timeout" not in f"{type(error).__name__} {error}".lower():
+                raise
+            if attempt == retries:
+                raise ColdStartExhausted(
+                    f"Direct export failed after {retries} retries: {type(error).__name__}") from error
+            sleep(pause_seconds)
+    raise AssertionError("unreachable")
+
+
+class TrinoEngine:
+    def __init__(self, settings: TrinoSettings) -> None:
+        self.settings = settings
+        parts = urlsplit(settings.url)
+        self._scheme = parts.scheme or "http"
+        self._host = parts.hostname or "localhost"
+        self._port = parts.port or (443 if self._scheme == "https" else 8080)
+
+    # -- connections --------------------------------------------------------------------
+
+    def _auth(self) -> Any:
+        if not self.settings.password:
+            return None
+        return trino.auth.BasicAuthentication(self.settings.user, self.settings.password)
+
+    def _session(self, role: str, catalog: str = "") -> ClientSession:
+        return ClientSession(user=self.settings.user, catalog=catalog or None, source=self.settings.source,
+                             client_tags=list(self.settings.client_tags), roles={"system": role},
+                             headers={USE_CASE_HEADER: role})
+
+    def _request(self, role: str, catalog: str = "") -> TrinoRequest:
+        return TrinoRequest(self._host, self._port, self._session(role, catalog),
+                            http_scheme=self._scheme, auth=self._auth(), max_attempts=1,
+                            request_timeout=self.settings.request_timeout, verify=self.settings.verify)
+
+    # -- direct export ------------------------------------------------------------------
+
+    def export_direct(self, job: JobSpec, file_name: str) -> parquet.Written:
+        connection = trino.dbapi.connect(
+            host=self._host, port=self._port, http_scheme=self._scheme, user=self.settings.user,
+            auth=self._auth(), catalog=job.catalog or None, source=self.settings.source,
+            client_tags=list(self.settings.client_tags), roles={"system": job.starburst_role},
+            http_headers={USE_CASE_HEADER: job.starburst_role}, max_attempts=1,
+            request_timeout=self.settings.request_timeout, verify=self.settings.verify)
+        try:
+            cursor = connection.cursor()
+            cursor.execute(job.sql)
+            found = [(column[0], column[1]) for column in cursor.description or []]
+            names = [name for name, _ in found]
+            if names != list(job.column_names):
+                raise EngineError(f"the query's columns are {names}, the job's {list(job.column_names)}")
+            schema = parquet.arrow_schema([Column(name, type_) for name, type_ in found])
+            return parquet.write_batches(_batches(cursor, schema), schema, job.destination, file_name,
+                                         self.settings.storage_options)
+        finally:
+            connection.close()
+
+    # -- UNLOAD -------------------------------------------------------------------------
+
+    def submit_unload(self, job: JobSpec) -> Submitted:
+        request = self._request(job.starburst_role, job.catalog)
+        try:
+            status = request.process(request.post(unload_sql(job)))
+        except TrinoQueryError as error:
+            raise _engine_error(error) from error
+        return Submitted(status.id, status.next_uri or "")
+
+    def poll(self, next_uri: str, role: str) -> QueryState:
+        request = self._request(role)
+        try:
+            status = request.process(request.get(next_uri))
+        except TrinoQueryError as error:
+            failed = _engine_error(error)
+            return QueryState("FAILED", error=str(failed), error_name=failed.error_name)
+        state = str(status.stats.get("state", "RUNNING"))
+        if not status.next_uri:
+            return QueryState("FINISHED" if state != "FAILED" else "FAILED")
+        return QueryState(state if state in ("QUEUED", "RUNNING") else "RUNNING", status.next_uri)
+
+    def status(self, query_id: str, role: str) -> QueryState:
+        request = self._request(role)
+        response = request.get(request.get_url(f"/v1/query/{query_id}"))
+        if not response.ok:
+            request.raise_response_error(response)
+        info = response.json()
+        state = str(info.get("state", ""))
+        if state == "FAILED":
+            code = info.get("errorCode") or {}
+            message = (info.get("failureInfo") or {}).get("message") or code.get("name") or "failed"
+            return QueryState("FAILED", error=f"{code.get('name', 'FAILED')}: {message}",
+                              error_name=str(code.get("name", "")))
+        if state == "FINISHED":
+            return QueryState("FINISHED")
+        return QueryState("RUNNING" if state not in ("QUEUED",) else "QUEUED")
+
+    def cancel(self, query: str, role: str) -> None:
+        """Cancel a query by its next URI or its id; one already ended is left as it is."""
+        request = self._request(role)
+        url = query if "://" in query else request.get_url(f"/v1/query/{query}")
+        response = request.delete(url)
+        if not response.ok and response.status_code not in (404, 410):
+            request.raise_response_error(response)
+
+
+def _engine_error(error: TrinoQueryError) -> EngineError:
+    name, kind = error.error_name or "", error.error_type or ""
+    message = f"{name}: {error.message}" if name else error.message
+    if is_unload_missing(name, error.message or ""):
+        return UnloadUnavailable(message, name, kind)
+    return EngineError(message, name, kind)
+
+
+def _batches(cursor: Any, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    while rows := cursor.fetchmany(FETCH_ROWS):
+        columns = list(zip(*rows, strict=True))
+        yield pa.record_batch([pa.array(values, type=field.type) for values, field
+                               in zip(columns, schema, strict=True)], schema=schema)

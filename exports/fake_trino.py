@@ -436,7 +436,8 @@ class FakeTrino:
             return None
         types = [column["type"] for column in query.columns]
         columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-        return [[encode(value, types[i]) for i, value in enumerate(row)] for row in zip(*columns, strict=True)]
+        return [[encode(value, types[i]) for i, value in enumerate(row)]
+                for row in zip(*columns, strict=True)]
 
     def _cancel(self, query: Query) -> None:
         with self._lock:

@@ -135,3 +135,140 @@ def test_a_completion_from_a_claim_taken_away_is_refused_and_its_file_removed(
     # What the first claim wrote is gone; the second claim's export writes its own.
     assert parquet.count_rows(job.destination).files == []
     assert job.events.filter(kind="late_refused").count() == 1
+
+
+# -- on Trino -----------------------------------------------------------------------
+
+ORDERS = [{"kind": "node", "name": "orders", "sql": "SELECT id, amount FROM orders",
+           "columns": ["amount", "id"]}]
+
+
+@pytest.fixture
+def trino(settings):
+    import pyarrow as pa
+
+    from exports.fake_trino import FakeTrino
+
+    with FakeTrino(page_rows=100) as fake:
+        fake.load_table("orders", pa.table({"id": pa.array(range(300), pa.int64()),
+                                            "amount": pa.array([n * 0.5 for n in range(300)])}))
+        settings.EXPORTS_TRINO_URL = fake.url
+        yield fake
+
+
+def trino_worker(live_server, fake, *, direct: bool, pauses: list | None = None, **settings):
+    from exports.engines.trino import TrinoEngine, TrinoSettings
+
+    engine = TrinoEngine(TrinoSettings(url=fake.url, **settings))
+    return ExportWorker(ControlPlane(live_server.url, TOKEN),
+                        WorkerSettings(name="trino-worker", direct_export=direct),
+                        engine_for=lambda name: engine,
+                        sleep=(pauses.append if pauses is not None else lambda seconds: None))
+
+
+def test_a_trino_direct_export_completes_in_one_step(live_server, storage, trino):
+    snap = services.create_snapshot(mapping(of=tenant("Acme"), entities=ORDERS))
+    run(trino_worker(live_server, trino, direct=True))
+    job = snap.jobs.get()
+    assert job.status == JobStatus.COMPLETED and job.row_count == 300
+    assert pq.read_table(job.files[0]).schema.names == ["amount", "id"]
+    assert [e.kind for e in job.events.all()] == ["created", "claimed", "completed"]
+
+
+def test_an_unload_is_submitted_then_polled_on_schedule_to_completion(live_server, storage, trino, clock):
+    snap = services.create_snapshot(mapping(of=tenant("Acme"), entities=ORDERS))
+    trino.hold()
+    run(trino_worker(live_server, trino, direct=False))
+    job = snap.jobs.get()
+    assert job.status == JobStatus.SUBMITTED and job.query_id in trino.queries
+    assert (job.next_poll_at - clock.now()).total_seconds() == 2
+    run(trino_worker(live_server, trino, direct=False))  # not due yet: not polled
+    assert ExportJob.objects.get(pk=job.pk).poll_count == 0
+    clock.advance(2)
+    run(trino_worker(live_server, trino, direct=False))
+    job.refresh_from_db()
+    assert job.poll_count == 1 and (job.next_poll_at - clock.now()).total_seconds() == 3
+    trino.release()
+    clock.advance(3)
+    run(trino_worker(live_server, trino, direct=False))
+    job.refresh_from_db()
+    assert job.status == JobStatus.COMPLETED and job.row_count == 300
+    assert job.files and all("/g1/" in path for path in job.files)
+    assert snapshot_status(snap) == SnapshotStatus.READY
+    # Finished means finished: nothing polls it again.
+    polls = trino.queries[job.query_id].polls
+    clock.advance(600)
+    run(trino_worker(live_server, trino, direct=False))
+    assert trino.queries[job.query_id].polls == polls
+
+
+def snapshot_status(snap) -> str:
+    snap.refresh_from_db()
+    return snap.status
+
+
+def test_an_engine_without_system_unload_gets_the_job_exported_directly(
+        live_server, storage, trino, clock):
+    trino.unload_available = False
+    snap = services.create_snapshot(mapping(of=tenant("Acme"), entities=ORDERS))
+    run(trino_worker(live_server, trino, direct=False))
+    clock.advance(2)
+    run(trino_worker(live_server, trino, direct=False))
+    job = snap.jobs.get()
+    assert job.status == JobStatus.COMPLETED and job.row_count == 300 and job.generation == 2
+    assert job.files == [f"{job.destination}/part-g2.parquet"]
+    fell_back = job.events.get(kind="fell_back")
+    assert "exported directly instead" in fell_back.message
+    assert "FUNCTION_NOT_FOUND" in fell_back.message
+
+
+def test_a_late_submission_is_refused_and_its_query_cancelled(live_server, storage, trino, monkeypatch):
+    from exports.engines.trino import TrinoEngine
+
+    snap = services.create_snapshot(mapping(of=tenant("Acme"), entities=ORDERS))
+    trino.hold()
+    submit = TrinoEngine.submit_unload
+
+    def slow_submit(self, job):
+        submitted = submit(self, job)
+        try:  # the claim timed out meanwhile and went to another worker
+            services.reset_claim(ExportJob.objects.get(pk=job.id), None)
+            services.claim("other-worker", 1)
+        finally:
+            connection.close()
+        return submitted
+
+    monkeypatch.setattr(TrinoEngine, "submit_unload", slow_submit)
+    run(trino_worker(live_server, trino, direct=False))
+    job = snap.jobs.get()
+    assert job.status == JobStatus.CLAIMED and job.claimed_by == "other-worker" and job.query_id == ""
+    (late,) = trino.queries.values()
+    assert late.state == "FAILED" and late.error["errorName"] == "USER_CANCELED"
+    assert job.events.filter(kind="late_refused").exists()
+
+
+def test_a_cold_cluster_is_waited_out_by_the_worker(live_server, storage, trino):
+    trino.cold_start_queries, trino.cold_start_seconds = 1, 3.0
+    snap = services.create_snapshot(mapping(of=tenant("Acme"), entities=ORDERS))
+    pauses: list[float] = []
+    run(trino_worker(live_server, trino, direct=True, pauses=pauses, request_timeout=0.5))
+    job = snap.jobs.get()
+    assert job.status == JobStatus.COMPLETED and pauses == [5.0]
+
+
+def test_a_cold_start_that_never_ends_fails_the_job_with_the_seeds_message(live_server, storage, trino):
+    trino.cold_start_queries, trino.cold_start_seconds = 3, 3.0
+    snap = services.create_snapshot(mapping(of=tenant("Acme"), entities=ORDERS))
+    run(trino_worker(live_server, trino, direct=True, request_timeout=0.5))
+    job = snap.jobs.get()
+    assert job.status == JobStatus.FAILED
+    assert job.error_message == "Direct export failed after 2 retries: TrinoConnectionError"
+
+
+def test_a_trino_error_fails_the_job_at_once(live_server, storage, trino):
+    trino.fail_next("TABLE_NOT_FOUND", "USER_ERROR", "line 1:15: Table 'orders' does not exist")
+    snap = services.create_snapshot(mapping(of=tenant("Acme"), entities=ORDERS))
+    run(trino_worker(live_server, trino, direct=True))
+    job = snap.jobs.get()
+    assert job.status == JobStatus.FAILED and "TABLE_NOT_FOUND" in job.error_message
+    assert len(trino.queries) == 1

@@ -158,6 +158,7 @@ class FakeTrino:
         self._ids = itertools.count(1)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
 
     # -- switches -------------------------------------------------------------------
 
@@ -227,6 +228,7 @@ class FakeTrino:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()  # wakes the answers a cold start holds back
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -247,12 +249,12 @@ class FakeTrino:
         body = request.rfile.read(length) if length else b""
         headers = {key: value for key, value in request.headers.items()}
         path = request.path.split("?", 1)[0]
-        with self._lock:
-            status = self._http_errors.popleft() if self._http_errors else None
-        if status is not None and path != "/_control":
-            return self._answer(request, status, {"message": f"HTTP {status}"}, text=True)
         if method == "POST" and path == "/_control":
             return self._answer(request, *self._control(json.loads(body or b"{}")))
+        with self._lock:
+            status = self._http_errors.popleft() if self._http_errors else None
+        if status is not None:
+            return self._answer(request, status, {"message": f"HTTP {status}"}, text=True)
         if method == "POST" and path == "/v1/statement":
             return self._answer(request, 200, self._submit(body.decode("utf-8"), headers))
         if match := re.fullmatch(r"/v1/query/([\w]+)", path):
@@ -284,6 +286,9 @@ class FakeTrino:
         request.send_response(status)
         request.send_header("Content-Type", "text/plain" if text else "application/json")
         request.send_header("Content-Length", str(len(data)))
+        # One request per connection: no idle keep-alive connection holds a handler
+        # thread past stop().
+        request.send_header("Connection", "close")
         request.end_headers()
         request.wfile.write(data)
 
@@ -326,7 +331,7 @@ class FakeTrino:
             self.queries[query.id] = query
         if cold:
             # A cold cluster: the answer comes after the client has given up.
-            time.sleep(self.cold_start_seconds)
+            self._stopping.wait(self.cold_start_seconds)
         return self._results(query, next_token=0)
 
     def _results(self, query: Query, *, next_token: int | None, columns: bool = False,

@@ -103,7 +103,8 @@ def _job_for(entity: MappingEntity, tenant_id: int) -> dict[str, Any]:
         raise InvalidMapping(f"{label}: is a query, and no Trino is configured (EXPORTS_TRINO_URL)")
     # The mapping's columns, in its order, whatever order the query selects them in.
     picked = ", ".join(_quote(name) for name in names)
-    return {"engine": Engine.TRINO, "sql": f"SELECT {picked} FROM ({entity.sql}) AS entity",
+    query = entity.sql.strip().rstrip(";").rstrip()
+    return {"engine": Engine.TRINO, "sql": f"SELECT {picked} FROM ({query}) AS entity",
             "column_types": []}
 
 

@@ -189,11 +189,12 @@ class ExportWorker:
         if self._running:
             logger.info("export worker %s: waiting up to %.0f s for %d export(s)", self.name,
                         self.settings.grace_seconds, len(self._running))
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.wait_idle(), timeout=self.settings.grace_seconds)
+            # asyncio.wait, not wait_for: the exports still running must not be cancelled
+            # before their jobs are handed back.
+            await asyncio.wait(list(self._running.values()), timeout=self.settings.grace_seconds)
         for job_id, task in list(self._running.items()):
-            task.cancel()
             job = self._held.get(job_id)
+            task.cancel()
             if job is not None:
                 with contextlib.suppress(ClaimLost, ControlPlaneError):
                     await self.cp.report(job, "pending", self.name)

@@ -14,6 +14,7 @@ on, and the source name. Nothing here sleeps or retries on its own except
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -149,8 +150,14 @@ class TrinoEngine:
             if names != list(job.column_names):
                 raise EngineError(f"the query's columns are {names}, the job's {list(job.column_names)}")
             schema = parquet.arrow_schema([Column(name, type_) for name, type_ in found])
-            return parquet.write_batches(_batches(cursor, schema), schema, job.destination, file_name,
-                                         self.settings.storage_options)
+            try:
+                return parquet.write_batches(_batches(cursor, schema), schema, job.destination,
+                                             file_name, self.settings.storage_options)
+            except BaseException:
+                # The engine need not finish a query nobody will read.
+                with contextlib.suppress(Exception):
+                    cursor.cancel()
+                raise
         finally:
             connection.close()
 
@@ -212,5 +219,12 @@ def _engine_error(error: TrinoQueryError) -> EngineError:
 def _batches(cursor: Any, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     while rows := cursor.fetchmany(FETCH_ROWS):
         columns = list(zip(*rows, strict=True))
-        yield pa.record_batch([pa.array(values, type=field.type) for values, field
+        yield pa.record_batch([_array(values, field.type) for values, field
                                in zip(columns, schema, strict=True)], schema=schema)
+
+
+def _array(values: tuple[Any, ...], type_: pa.DataType) -> pa.Array:
+    if pa.types.is_string(type_):
+        # The client gives uuid columns as uuid.UUID: their text is what the file holds.
+        values = tuple(v if v is None or isinstance(v, str) else str(v) for v in values)
+    return pa.array(values, type=type_)

@@ -45,7 +45,7 @@ def test_a_mapping_naming_an_unknown_dataset_or_column_is_refused_whole():
 
 def test_a_query_entity_needs_trino(settings):
     settings.EXPORTS_TRINO_URL = ""
-    query = mapping(entities=[{"kind": "node", "name": "orders", "sql": "SELECT 1 AS id",
+    query = mapping(entities=[{"kind": "node", "name": "orders", "sql": "SELECT 1 AS id ;\n",
                                "columns": ["id"]}])
     with pytest.raises(services.InvalidMapping, match="no Trino is configured"):
         services.create_snapshot(query)

@@ -1,0 +1,310 @@
+"""Exports: how fast a direct export writes Parquet, and what polling 500 submitted jobs
+costs a worker.
+
+    .venv/bin/python bench/exports.py [--rows 1000000,10000000] [--repeat 2]
+                                      [--poll-jobs 500] [--json] [--skip-direct] [--skip-poll]
+
+**Direct export.** A realistic mixed-type table (bigint, integer, two texts, numeric,
+timestamptz, date, boolean, double, jsonb) of N rows is made in a scratch database on
+the project's server (the embedded PostgreSQL, or ``DATABASE_URL``). For each size, the
+same run reads the rows with ``COPY (…) TO STDOUT`` (text, read and dropped: the
+baseline) and exports them with the worker's PostgreSQL engine into a Parquet file, in a
+child process set up as a worker is (Django loaded), whose peak RSS is reported.
+
+**Polling.** The fake Trino (a process of its own) holds 500 UNLOAD queries running;
+500 export jobs are submitted for them with their first poll due. One worker, in this
+process, against the control plane served by the web process (``python -m
+project.web``) over HTTP, runs passes as its loop does (50 polls each, the limit) until
+every job has been polled once. Per pass: wall time, the worker's CPU time (its own
+threads included) and polls per second of pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+TABLE = "bench_export_rows"
+COLUMNS = [("id", "bigint"), ("account", "integer"), ("name", "varchar"), ("note", "varchar"),
+           ("amount", "decimal(14,4)"), ("created_at", "timestamp(6) with time zone"),
+           ("day", "date"), ("active", "boolean"), ("score", "double"), ("attributes", "json")]
+SQL = f"SELECT {', '.join(name for name, _ in COLUMNS)} FROM {TABLE}"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", default="1000000,10000000",
+                        help="Table sizes, comma-separated.")
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--poll-jobs", type=int, default=500)
+    parser.add_argument("--skip-direct", action="store_true")
+    parser.add_argument("--skip-poll", action="store_true")
+    parser.add_argument("--json", action="store_true", help="Print one JSON object.")
+    parser.add_argument("--child-export", nargs=2, metavar=("DSN", "FOLDER"),
+                        help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+# -- direct export ------------------------------------------------------------------
+
+
+def fill(dsn: str, rows: int) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
+        conn.execute(f"""
+            CREATE TABLE {TABLE} AS
+            SELECT n::bigint AS id, (n % 5000)::integer AS account,
+                   'customer ' || md5(n::text) AS name,
+                   CASE WHEN n % 7 = 0 THEN NULL
+                        ELSE 'order, "' || (n % 977)::text || '" shipped to Zürich' END AS note,
+                   round((n % 100000)::numeric / 7, 4)::numeric(14,4) AS amount,
+                   timestamptz '2026-01-01 00:00:00+00' + (n || ' seconds')::interval AS created_at,
+                   date '2020-01-01' + (n % 2500) AS day,
+                   n % 3 = 0 AS active, (n % 1000) / 3.0::double precision AS score,
+                   jsonb_build_object('tier', n % 4, 'region', 'eu-' || (n % 9)) AS attributes
+              FROM generate_series(1, {rows}) AS n""")
+        conn.execute(f"VACUUM ANALYZE {TABLE}")
+
+
+def child_export(dsn: str, folder: str) -> None:
+    """The export in a process of its own, with Django loaded as in a worker; prints its
+    figures."""
+    import django
+
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+    django.setup()
+    from exports.engines.postgres import PostgresEngine
+    from exports.spec import JobSpec
+
+    job = JobSpec(id=1, snapshot_id=1, generation=1, job_type="node", entity_name="rows",
+                  engine="postgres", sql=SQL, column_names=tuple(n for n, _ in COLUMNS),
+                  column_types=tuple(t for _, t in COLUMNS), starburst_role="bench",
+                  destination=folder)
+    started = time.perf_counter()
+    written = PostgresEngine(dsn).export_direct(job, "part-g1.parquet")
+    seconds = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"rows": written.rows, "seconds": seconds, "bytes": written.size,
+                      "peak_rss_mb": peak}))
+
+
+def direct(dsn: str, sizes: list[int], repeat: int) -> list[dict[str, Any]]:
+    from exports.engines.postgres import copy_read_rate
+
+    rows = []
+    for size in sizes:
+        fill(dsn, size)
+        for _ in range(repeat):
+            copied, copy_seconds = copy_read_rate(dsn, SQL)
+            with tempfile.TemporaryDirectory(prefix="bench-export-") as folder:
+                child = subprocess.run(
+                    [sys.executable, str(Path(__file__)), "--child-export", dsn, folder],
+                    capture_output=True, text=True, cwd=ROOT, check=True)
+            export = json.loads(child.stdout.strip().splitlines()[-1])
+            assert export["rows"] == copied == size, (export, copied, size)
+            rows.append({"rows": size, "copy_rows_s": copied / copy_seconds,
+                         "export_rows_s": size / export["seconds"],
+                         "ratio": (size / export["seconds"]) / (copied / copy_seconds),
+                         "export_s": export["seconds"], "file_mb": export["bytes"] / 2**20,
+                         "peak_rss_mb": export["peak_rss_mb"]})
+    return rows
+
+
+# -- polling ------------------------------------------------------------------------
+
+
+def polling(database: str, jobs_count: int) -> list[dict[str, Any]]:
+    import asyncio
+
+    import httpx
+
+    from exports import services
+    from exports.control_plane import spec_of
+    from exports.engines.trino import TrinoEngine, TrinoSettings
+    from exports.models import ExportJob, JobStatus, Mapping, MappingEntity
+    from exports.spec import JobSpec
+    from exports.worker import ControlPlane, ExportWorker, WorkerSettings
+    from tenancy.models import Tenant
+
+    token = "bench-worker-token"
+    with fake_trino() as trino_url, tempfile.TemporaryDirectory(prefix="bench-export-") as folder, \
+            web_process(database, token, trino_url, folder) as base_url:
+        import django.conf
+
+        django.conf.settings.EXPORTS_TRINO_URL = trino_url
+        django.conf.settings.EXPORTS_STORAGE_URL = folder
+        tenant = Tenant.objects.create(name="Bench", slug="bench")
+        mapping = Mapping.objects.create(tenant=tenant, name="bench", starburst_role="bench")
+        MappingEntity.objects.bulk_create(
+            MappingEntity(mapping=mapping, kind="node", name=f"e{n}", position=n,
+                          sql="SELECT 1 AS id", columns=["id"]) for n in range(jobs_count))
+        snapshot = services.create_snapshot(mapping)
+        engine = TrinoEngine(TrinoSettings(url=trino_url))
+        httpx.post(f"{trino_url}/_control", json={"action": "hold"}).raise_for_status()
+        claimed: list[Any] = []
+        while len(claimed) < jobs_count:
+            claimed += services.claim("bench-submitter", 10)
+        for job in claimed:
+            submitted = engine.submit_unload(JobSpec.from_json(spec_of(job)))
+            services.report(job.pk, services.Report("submitted", job.generation, worker="bench",
+                                                    query_id=submitted.query_id,
+                                                    next_uri=submitted.next_uri))
+        ExportJob.objects.filter(snapshot=snapshot).update(next_poll_at=django_now())
+
+        worker = ExportWorker(ControlPlane(base_url, token),
+                              WorkerSettings(name="bench-poller", direct_export=False),
+                              engine_for=lambda name: engine)
+        passes: list[dict[str, Any]] = []
+
+        async def run() -> None:
+            while sum(p["polls"] for p in passes) < jobs_count:
+                wall, cpu = time.perf_counter(), time.process_time()
+                polled = await worker.poll_pass()
+                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                passes.append({"polls": polled, "wall_s": wall, "cpu_s": cpu})
+            await worker.cp.close()
+
+        asyncio.run(run())
+        jobs = ExportJob.objects.filter(snapshot=snapshot)
+        # Early ones may come due again (3 s on) before the last is polled: at least once.
+        assert jobs.filter(status=JobStatus.SUBMITTED, poll_count__gte=1).count() == jobs_count
+    return passes
+
+
+class fake_trino:
+    """The fake Trino as a process of its own (its work is not the worker's CPU)."""
+
+    def __enter__(self) -> str:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "exports.fake_trino", "--host", "127.0.0.1", "--port", "0"],
+            stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        line = self.process.stdout.readline().strip()
+        if not line.startswith("listening on "):
+            raise RuntimeError(f"the fake Trino said {line!r}")
+        return line.removeprefix("listening on ").rstrip("/")
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+
+def django_now() -> Any:
+    import jobs
+
+    return jobs.now()
+
+
+class web_process:
+    """The web process on the scratch database, serving the control plane."""
+
+    def __init__(self, database: str, token: str, trino_url: str, folder: str) -> None:
+        self.database, self.token = database, token
+        self.trino_url, self.folder = trino_url, folder
+
+    def __enter__(self) -> str:
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings",
+               "BENCH_DB_NAME": self.database, "EXPORTS_WORKER_TOKEN": self.token,
+               "EXPORTS_TRINO_URL": self.trino_url, "EXPORTS_STORAGE_URL": self.folder,
+               "DEBUG": "true"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "project.web", "--host", "127.0.0.1", "--port", str(port),
+             "--log-level", "warning"], env=env, cwd=ROOT)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                return f"http://127.0.0.1:{port}"
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the web process did not start") from None
+                time.sleep(0.1)
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.terminate()
+        self.process.wait(20)
+
+
+# -- report -------------------------------------------------------------------------
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+             f"PostgreSQL {result['server']}", ""]
+    if result.get("direct"):
+        lines += ["| rows | COPY read rows/s | export rows/s | export / COPY | export s | "
+                  "file MB | worker peak RSS MB |", "|---:|---:|---:|---:|---:|---:|---:|"]
+        for item in result["direct"]:
+            lines.append(f"| {item['rows']:,} | {item['copy_rows_s']:,.0f} | "
+                         f"{item['export_rows_s']:,.0f} | {item['ratio']:.0%} | "
+                         f"{item['export_s']:.2f} | {item['file_mb']:.1f} | "
+                         f"{item['peak_rss_mb']:.0f} |")
+        lines.append("")
+    if result.get("passes"):
+        passes = result["passes"]
+        lines += [f"{sum(p['polls'] for p in passes)} polls of submitted jobs, "
+                  f"{len(passes)} passes of up to 50:", "",
+                  "| per pass | median | worst |", "|---|---:|---:|"]
+        for key, label in (("wall_s", "wall s"), ("cpu_s", "worker CPU s")):
+            values = [p[key] for p in passes]
+            lines.append(f"| {label} | {statistics.median(values):.3f} | {max(values):.3f} |")
+        rates = [p["polls"] / p["wall_s"] for p in passes]
+        lines.append(f"| polls per second of pass | {statistics.median(rates):,.0f} | "
+                     f"{min(rates):,.0f} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    args = parse_args()
+    if args.child_export:
+        child_export(*args.child_export)
+        return 0
+    from bench import setup_django
+
+    setup_django("bench.settings")
+    import logging
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    from bench.engine import create_database, drop_database, dsn, scratch_database
+
+    result: dict[str, Any] = {}
+    if not args.skip_direct:
+        name = f"bench_exports_rows_{os.getpid()}"
+        create_database(name)
+        try:
+            result["direct"] = direct(dsn(name), [int(n) for n in args.rows.split(",")],
+                                      args.repeat)
+        finally:
+            drop_database(name)
+    with scratch_database("bench_exports") as server:
+        result["server"] = server
+        if not args.skip_poll:
+            from django.db import connection
+
+            result["passes"] = polling(connection.settings_dict["NAME"], args.poll_jobs)
+    print(json.dumps(result, indent=2) if args.json else table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -823,7 +823,8 @@ class FakeCluster:
             fields = self._field_selector(query.get("fieldSelector", ""))
         except ValueError as error:
             return _failure(400, str(error))
-        if query.get("watch") in ("true", "1"):
+        # As Go's strconv.ParseBool reads it: client releases send "true" or "True".
+        if query.get("watch") in ("1", "t", "T", "true", "TRUE", "True"):
             return self._watch(kind, namespace, selector, fields, query)
         matching = sorted((obj for k, obj in self._snapshots.values()
                            if k == kind and self._matches(obj, namespace, selector, fields)),

@@ -42,3 +42,17 @@ def test_an_operator_retries_a_failed_job_from_the_snapshot_page(site: Site, pag
     assert job.status == JobStatus.PENDING and snap.status == SnapshotStatus.CREATING
     assert job.events.get(kind=EventKind.RETRIED).actor == operator
     screenshot(page, "exports-snapshot-retried")
+
+
+def test_the_jobs_table_follows_a_snapshot_being_made(site: Site, page):
+    snap = services.create_snapshot(mapping(of=tenant("Acme")))
+    first, *_ = services.claim("w1", 3)
+    log_in(page, site)
+    page.goto(f"{site.url}/admin/exports/snapshot/{snap.pk}/change/")
+    assert page.locator(f"#job-{first.pk}").get_attribute("data-status") == "claimed"
+
+    services.report(first.pk, services.Report(JobStatus.COMPLETED, first.generation, worker="w1",
+                                              row_count=42, size_bytes=2048))
+    # No reload: the page asks again while the snapshot is being made.
+    page.wait_for_selector(f'#job-{first.pk}[data-status="completed"]', timeout=15_000)
+    assert page.locator("#snapshot-jobs").get_attribute("data-open") == "true"

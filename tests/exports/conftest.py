@@ -1,5 +1,5 @@
-"""An S3 endpoint for the exports' tests: moto's server mode, a real HTTP S3 API that
-s3fs talks to, with a bucket ``exports``."""
+"""The tenants the exports' tests act for, and an S3 endpoint: moto's server mode, a real
+HTTP S3 API that s3fs talks to, with a bucket ``exports``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,19 @@ import contextlib
 from collections.abc import Iterator
 
 import pytest
+
+from tests.base import tenant
+
+
+@pytest.fixture
+def acme():
+    return tenant("Acme")
+
+
+@pytest.fixture
+def globex():
+    return tenant("Globex")
+
 
 
 @pytest.fixture(scope="module")

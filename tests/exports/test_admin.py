@@ -24,7 +24,7 @@ from exports.models import (
     Snapshot,
     SnapshotStatus,
 )
-from tests.base import page, staff, tenant
+from tests.base import page, staff
 from tests.exports.builders import complete, jobs_of, mapping
 
 pytestmark = pytest.mark.django_db
@@ -42,16 +42,6 @@ def browser(user: User, *codenames: str) -> Client:
     client = Client()
     client.force_login(user)
     return client
-
-
-@pytest.fixture
-def acme():
-    return tenant("Acme")
-
-
-@pytest.fixture
-def globex():
-    return tenant("Globex")
 
 
 @pytest.fixture

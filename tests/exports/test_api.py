@@ -11,23 +11,13 @@ import pytest
 from exports import services
 from exports.datasets import DATASETS
 from exports.models import EventKind, ExportEvent, JobStatus, MappingEntity, Snapshot, SnapshotStatus
-from tests.base import as_user, staff, tenant
+from tests.base import as_user, staff
 from tests.exports.builders import complete, jobs_of, mapping
 
 pytestmark = pytest.mark.django_db
 
 MAPPINGS = "/api/exports/mappings/"
 SNAPSHOTS = "/api/exports/snapshots/"
-
-
-@pytest.fixture
-def acme():
-    return tenant("Acme")
-
-
-@pytest.fixture
-def globex():
-    return tenant("Globex")
 
 
 @pytest.fixture

@@ -326,8 +326,11 @@ def _without_client_retries(api_client: client.ApiClient) -> None:
     runner at once, to be counted by the circuit breaker and retried with backoff."""
     configuration = api_client.configuration
     configuration.retries = Retry(total=0, redirect=0)
-    configuration.client_go_retries = False
-    api_client.rest_client.close()
+    configuration.client_go_retries = False  # the client's own retry loop, from release 37
+    replaced = api_client.rest_client
+    # Release 37 closes a REST client; 36 (which botocore's python-dateutil bound keeps
+    # here) only has its pool manager to clear.
+    getattr(replaced, "close", replaced.pool_manager.clear)()
     api_client.rest_client = client.rest.RESTClientObject(configuration)
 
 

@@ -20,6 +20,7 @@ from jobs.contrib.api.parsers import (
     holds_nul,
     object_body,
 )
+from jobs.contrib.api.permissions import StaffWrites
 from jobs.contrib.api.scoping import visible_jobs
 from jobs.contrib.api.serializers import ErrorSerializer, ErrorTextField, JobSerializer
 
@@ -32,6 +33,7 @@ __all__ = [
     "JobSerializer",
     "LargeJSONParser",
     "NewestFirst",
+    "StaffWrites",
     "StrictFilterBackend",
     "holds_nul",
     "object_body",

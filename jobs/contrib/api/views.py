@@ -24,7 +24,7 @@ from drf_spectacular.utils import (
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
-from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
@@ -39,6 +39,7 @@ from jobs.contrib.api.filters import (
     reject_unknown,
 )
 from jobs.contrib.api.pagination import NewestFirst
+from jobs.contrib.api.permissions import StaffWrites
 from jobs.contrib.api.scoping import visible_jobs
 from jobs.contrib.api.serializers import (
     ActionSerializer,
@@ -63,16 +64,6 @@ class Conflict(APIException):
     status_code = 409
     default_detail = "The job's current state does not allow this."
     default_code = "conflict"
-
-
-class StaffWrites(BasePermission):
-    """Members read; only staff enqueue jobs or act on them: a change to the work of a
-    whole tenant is an operator's decision."""
-
-    message = "Only staff may change jobs."
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        return request.method in SAFE_METHODS or bool(request.user and request.user.is_staff)
 
 
 # --- views -------------------------------------------------------------------------------

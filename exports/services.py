@@ -40,7 +40,6 @@ logger = logging.getLogger(__name__)
 
 # How long a submitted job waits for its next poll: 2, 3, 5 … 89 s, then every 90 s.
 POLL_SCHEDULE = jobs.Fibonacci()
-MISSING_ROLE = "Missing use case ID (X-Use-Case-Id header required)"
 
 
 class InvalidMapping(ValueError):
@@ -67,7 +66,8 @@ def poll_delay(polls_done: int) -> timedelta:
 
 
 def event(job: ExportJob, kind: str, now: datetime, *, from_status: str = "", to_status: str = "",
-           worker: str = "", actor: Any = None, message: str = "") -> ExportEvent:
+          worker: str = "", actor: Any = None, message: str = "") -> ExportEvent:
+    """A line of the job's history (unsaved)."""
     return ExportEvent(job_id=job.pk, at=now, kind=kind, from_status=from_status,
                        to_status=to_status, generation=job.generation, worker=worker[:200],
                        actor=actor, message=message)

@@ -101,6 +101,9 @@ class WorkerSettings:
     poll_limit: int = 50
     # Exports and engine calls at once: the thread pool's size.
     threads: int = 4
+    # Claimed jobs held at once (those beyond the threads wait their turn, their claims
+    # renewed): a claim is not taken while this many are held.
+    max_in_flight: int = 20
     pass_seconds: float = 5.0
     idle_seconds: float = 10.0
     heartbeat_seconds: float = 60.0
@@ -158,7 +161,7 @@ class ExportWorker:
         return bool(claimed or polled)
 
     async def claim_pass(self) -> int:
-        room = min(self.settings.claim_limit, self.settings.threads * 2 - len(self._running))
+        room = min(self.settings.claim_limit, self.settings.max_in_flight - len(self._running))
         if room <= 0 or self.stopping.is_set():
             return 0
         claimed = await self.cp.claim(self.name, room)

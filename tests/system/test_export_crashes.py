@@ -166,8 +166,10 @@ def test_killed_after_the_engine_finished_before_the_jobs_update(processes, live
 def test_killed_after_the_job_completed_before_the_snapshot_was_finished(
         processes, live_server, fake, clock):
     snap = snapshot()
-    worker(processes, live_server, fake, "worker-a", direct=True)
+    proc = worker(processes, live_server, fake, "worker-a", direct=True)
     status(snap, JobStatus.COMPLETED)
+    proc.signal(signal.SIGTERM)  # its own finalize call must not come after the change below
+    assert proc.wait(30) == 0
     # A job's last report finishes its snapshot in the same transaction, so this window
     # does not open here; were it to, the reconciliation's sweep closes it.
     Snapshot.objects.filter(pk=snap.pk).update(status=SnapshotStatus.CREATING, finished_at=None)

@@ -6,9 +6,11 @@ import sys
 
 # Commands that never need a connection: they must not start the embedded PostgreSQL
 # (makemigrations only checks the migration history when a server answers, and warns
-# otherwise). Every other command gets a running server first.
+# otherwise; an export worker reaches Conveyor over HTTP, and starts the server itself
+# only when its datasets are read from it, in development). Every other command gets a
+# running server first.
 WITHOUT_DATABASE = {"check", "makemigrations", "help", "version", "diffsettings",
-                    "collectstatic", "findstatic", "spectacular"}
+                    "collectstatic", "findstatic", "spectacular", "export_worker"}
 
 
 def needs_database(argv: list[str]) -> bool:

@@ -106,6 +106,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: /health and /ready answer a kubelet (pod IP, plain HTTP) before the host
+    # check and the HTTPS redirect (project/probes.py).
+    "project.probes.Probes",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

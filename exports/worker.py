@@ -170,9 +170,16 @@ class ExportWorker:
         return len(claimed)
 
     def _start(self, job: JobSpec, work: Any) -> None:
+        """Run ``work`` on ``job`` as a task; the job is held (handed back at a shutdown)
+        until the task ends."""
         task = asyncio.get_running_loop().create_task(work, name=f"export-{job.id}")
-        self._running[job.id] = task
-        task.add_done_callback(lambda _: self._running.pop(job.id, None))
+        self._running[job.id], self._held[job.id] = task, job
+
+        def ended(_: asyncio.Task[None]) -> None:
+            self._running.pop(job.id, None)
+            self._held.pop(job.id, None)
+
+        task.add_done_callback(ended)
 
     async def poll_pass(self) -> int:
         if self.stopping.is_set():
@@ -207,12 +214,13 @@ class ExportWorker:
 
     # -- exporting a claimed job ----------------------------------------------------
 
-    async def _export(self, job: JobSpec) -> None:
-        self._held[job.id] = job
+    async def _export(self, job: JobSpec, *, direct: bool = False) -> None:
+        """Export a job this worker holds: directly, or (Trino, ``DIRECT_EXPORT=false``
+        and not ``direct``) by submitting an UNLOAD."""
         try:
             if not job.starburst_role:
                 await self._finish(job, "failed", error_message=MISSING_ROLE)
-            elif self.settings.direct_export or job.engine != "trino":
+            elif direct or self.settings.direct_export or job.engine != "trino":
                 await self._direct(job)
             else:
                 await self._submit(job)
@@ -225,8 +233,6 @@ class ExportWorker:
             logger.exception("export job %s failed", job.id)
             with contextlib.suppress(ClaimLost, ControlPlaneError):
                 await self._finish(job, "failed", error_message=_describe(error))
-        finally:
-            self._held.pop(job.id, None)
 
     async def _finish(self, job: JobSpec, status: str, **fields: Any) -> None:
         await self.cp.report(job, status, self.name, **fields)
@@ -319,7 +325,7 @@ class ExportWorker:
             elif state.state == "FAILED" and is_unload_missing(state.error_name, state.error):
                 taken = await self.cp.report(job, "claimed", self.name, poll_count=job.poll_count,
                                              note=_fallback_note(state.error))
-                self._start(taken, self._direct_held(taken))
+                self._start(taken, self._export(taken, direct=True))
             elif state.state == "FAILED":
                 await self._finish(job, "failed", error_message=state.error or "query failed")
             else:
@@ -332,15 +338,6 @@ class ExportWorker:
         except Exception as error:
             # The job stays submitted; its poll lease runs out and it is polled again.
             logger.warning("export job %s: poll failed: %s", job.id, error)
-
-    async def _direct_held(self, job: JobSpec) -> None:
-        self._held[job.id] = job
-        try:
-            await self._direct(job)
-        except (ClaimLost, ControlPlaneError) as error:
-            logger.warning("export job %s: %s", job.id, error)
-        finally:
-            self._held.pop(job.id, None)
 
 
 def _fallback_note(error: Any) -> str:

@@ -49,13 +49,13 @@ def worker(live_server, **options) -> ExportWorker:
                         engine_for=lambda name: engines.postgres_engine())
 
 
-def run(coroutine_of):
-    async def go():
-        w = coroutine_of
-        await w.run_pass()
-        await w.wait_idle()
-        await w.cp.close()
-    asyncio.run(go())
+def run(export_worker: ExportWorker) -> None:
+    """One pass of the worker's loop, and every export it started, to the end."""
+    async def one_pass() -> None:
+        await export_worker.run_pass()
+        await export_worker.wait_idle()
+        await export_worker.cp.close()
+    asyncio.run(one_pass())
 
 
 def test_a_direct_export_writes_the_tenants_rows_in_mapping_order(live_server, storage):

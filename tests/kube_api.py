@@ -557,7 +557,10 @@ class FakeCluster:
             else:
                 delay = self._take_stall(method, path)
                 if delay:
-                    time.sleep(delay)
+                    # A stalled apiserver: the client's own timeout measures this in real
+                    # time. Held on the condition so that stop() ends the stall.
+                    with self._lock:
+                        self._changed.wait_for(lambda: self._stopping, timeout=delay)
                 reply = self._dispatch(method, path, query,
                                        handler.headers.get("Authorization", ""), body)
         except Exception as error:  # a bug of the fake: answered as the apiserver would

@@ -31,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +136,7 @@ def polling(database: str, jobs_count: int) -> list[dict[str, Any]]:
 
     import httpx
 
+    import jobs
     from exports import services
     from exports.control_plane import spec_of
     from exports.engines.trino import TrinoEngine, TrinoSettings
@@ -165,7 +168,7 @@ def polling(database: str, jobs_count: int) -> list[dict[str, Any]]:
             services.report(job.pk, services.Report("submitted", job.generation, worker="bench",
                                                     query_id=submitted.query_id,
                                                     next_uri=submitted.next_uri))
-        ExportJob.objects.filter(snapshot=snapshot).update(next_poll_at=django_now())
+        ExportJob.objects.filter(snapshot=snapshot).update(next_poll_at=jobs.now())
 
         worker = ExportWorker(ControlPlane(base_url, token),
                               WorkerSettings(name="bench-poller", direct_export=False),
@@ -187,62 +190,50 @@ def polling(database: str, jobs_count: int) -> list[dict[str, Any]]:
     return passes
 
 
-class fake_trino:
-    """The fake Trino as a process of its own (its work is not the worker's CPU)."""
-
-    def __enter__(self) -> str:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "exports.fake_trino", "--host", "127.0.0.1", "--port", "0"],
-            stdout=subprocess.PIPE, text=True, cwd=ROOT)
-        line = self.process.stdout.readline().strip()
+@contextmanager
+def fake_trino() -> Iterator[str]:
+    """The fake Trino as a process of its own (its work is not the worker's CPU); its URL."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "exports.fake_trino", "--host", "127.0.0.1", "--port", "0"],
+        stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        line = process.stdout.readline().strip()
         if not line.startswith("listening on "):
             raise RuntimeError(f"the fake Trino said {line!r}")
-        return line.removeprefix("listening on ").rstrip("/")
-
-    def __exit__(self, *exc: object) -> None:
-        self.process.terminate()
-        self.process.wait(10)
-
-
-def django_now() -> Any:
-    import jobs
-
-    return jobs.now()
+        yield line.removeprefix("listening on ").rstrip("/")
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
-class web_process:
-    """The web process on the scratch database, serving the control plane."""
+@contextmanager
+def web_process(database: str, token: str, trino_url: str, folder: str) -> Iterator[str]:
+    """The web process on the scratch database, serving the control plane; its URL."""
+    import socket
 
-    def __init__(self, database: str, token: str, trino_url: str, folder: str) -> None:
-        self.database, self.token = database, token
-        self.trino_url, self.folder = trino_url, folder
-
-    def __enter__(self) -> str:
-        import socket
-
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings",
-               "BENCH_DB_NAME": self.database, "EXPORTS_WORKER_TOKEN": self.token,
-               "EXPORTS_TRINO_URL": self.trino_url, "EXPORTS_STORAGE_URL": self.folder,
-               "DEBUG": "true"}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "project.web", "--host", "127.0.0.1", "--port", str(port),
-             "--log-level", "warning"], env=env, cwd=ROOT)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings", "BENCH_DB_NAME": database,
+           "EXPORTS_WORKER_TOKEN": token, "EXPORTS_TRINO_URL": trino_url,
+           "EXPORTS_STORAGE_URL": folder, "DEBUG": "true"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "project.web", "--host", "127.0.0.1", "--port", str(port),
+         "--log-level", "warning"], env=env, cwd=ROOT)
+    try:
         deadline = time.monotonic() + 30
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                return f"http://127.0.0.1:{port}"
+                break
             except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
+                if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("the web process did not start") from None
                 time.sleep(0.1)
-
-    def __exit__(self, *exc: object) -> None:
-        self.process.terminate()
-        self.process.wait(20)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(20)
 
 
 # -- report -------------------------------------------------------------------------

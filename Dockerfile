@@ -53,7 +53,8 @@ COPY --chown=conveyor:conveyor templates templates
 # serves them). collectstatic needs settings, not a database or a real secret.
 RUN CONVEYOR_ALLOW_DEV_SECRET=1 python manage.py collectstatic --noinput -v 0 \
  && chown -R conveyor:conveyor /var/lib/conveyor
-USER conveyor:conveyor
+# Numeric, so that a kubelet can tell it is not root (runAsNonRoot) without a passwd file.
+USER 10001:10001
 EXPOSE 8000
 # The web process's liveness (project/probes.py); other processes set their own probes.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \

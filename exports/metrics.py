@@ -10,12 +10,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import timedelta
 
+from django.db import connection
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from exports.models import EventKind, ExportEvent, ExportJob, JobStatus, Snapshot, SnapshotStatus
+
+# Export jobs that need a worker: waiting for one, being exported by one (it must live
+# until it finishes) or submitted (someone must poll them). KEDA's scaler for the export
+# workers runs this text verbatim (deploy/), so /metrics shows what it acts on.
+UNFINISHED_JOBS_SQL = ("SELECT count(*) FROM exports_exportjob "
+                       "WHERE status IN ('pending', 'claimed', 'submitted')")
 
 # Seconds from a job's creation to its completion: a small dataset takes seconds, a large
 # UNLOAD on Starburst hours.
@@ -41,6 +48,7 @@ class ExportCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield self.claims_reset()
         yield from self.job_figures()
+        yield self.unfinished()
         yield self.snapshots()
         buckets, seconds = duration_histogram()
         yield HistogramMetricFamily(
@@ -68,6 +76,15 @@ class ExportCollector(Collector):
             "Polls of submitted export jobs: the sum of their poll counts (a job's count "
             "starts again when it is retried or its claim reset)",
             value=sum(row["polls"] or 0 for row in rows.values()))
+
+    def unfinished(self) -> Metric:
+        with connection.cursor() as cursor:
+            cursor.execute(UNFINISHED_JOBS_SQL)
+            (count,) = cursor.fetchone()
+        return GaugeMetricFamily(
+            "conveyor_export_jobs_unfinished",
+            "Export jobs pending, claimed or submitted: what the export workers' autoscaler "
+            "scales on", value=count)
 
     def snapshots(self) -> Metric:
         counts = dict(Snapshot.objects.order_by().values_list("status").annotate(n=Count("pk")))

@@ -56,6 +56,11 @@ DEFAULTS: dict[str, object] = {
     "TENANT_SHARE": 0.5,
     # Queues this process's workers serve; empty for all.
     "QUEUES": [],
+    # A file whose presence makes this process's workers stop claiming: they finish the
+    # job that is running, hand back the rest of their batch and wait for their stop
+    # request. A pod's preStop hook creates it, so that claims end before SIGTERM does
+    # anything else. Empty: no such file.
+    "DRAIN_FILE": "",
     # How long finished jobs are kept, per final state.
     "RETENTION": {"succeeded": timedelta(days=7), "cancelled": timedelta(days=7),
                   "failed": timedelta(days=30)},
@@ -120,6 +125,10 @@ def handler_timeout_seconds() -> float:
 
 def stuck_grace_seconds() -> float:
     return float(get("STUCK_GRACE_SECONDS"))  # type: ignore[arg-type]
+
+
+def drain_file() -> str:
+    return str(get("DRAIN_FILE") or "")
 
 
 def tenant_share() -> float:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from django.conf import settings
 from django.db import connection
 
 from jobs import clock, conf, engine
@@ -173,7 +174,10 @@ _labelled = threading.local()
 def label_connection(name: str) -> None:
     """Name this thread's database connection ``name`` in ``pg_stat_activity`` (once per
     new connection): an operator looking at the sessions or the locks of the database can
-    tell which worker, and which of its threads, holds them."""
+    tell which worker, and which of its threads, holds them. Not behind a transaction
+    pool, where the name would stay on a server session other clients use next."""
+    if getattr(settings, "DATABASE_TRANSACTION_POOLING", False):
+        return
     connection.ensure_connection()
     raw = connection.connection
     if getattr(_labelled, "connection", None) is not raw:

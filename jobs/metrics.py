@@ -10,6 +10,8 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from jobs import scaling
+
 CLAIMS = Counter("conveyor_jobs_claimed", "Jobs claimed by workers.")
 OUTCOMES = Counter("conveyor_jobs_outcomes", "Finished attempts by type and outcome.",
                    ["type", "outcome"])
@@ -34,7 +36,8 @@ def rescued(type_name: str) -> None:
 
 
 class JobStateCollector(Collector):
-    """``conveyor_jobs{state,type}``: the job table's counts, from one GROUP BY."""
+    """``conveyor_jobs{state,type}``: the job table's counts, from one GROUP BY; and
+    ``conveyor_jobs_due{queue}`` (``jobs.scaling``)."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         from django.db.models import Count
@@ -47,3 +50,9 @@ class JobStateCollector(Collector):
         for state, type_name, count in rows:
             family.add_metric([state, type_name], count)
         yield family
+        due = GaugeMetricFamily("conveyor_jobs_due",
+                                "Pending jobs whose run_after has come, by queue: what the "
+                                "cluster's autoscaler scales on.", labels=["queue"])
+        for queue, count in sorted(scaling.due_by_queue().items()):
+            due.add_metric([queue], count)
+        yield due

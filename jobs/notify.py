@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import connection, connections
 
 from jobs.backoff import FailureStreak
@@ -27,6 +28,13 @@ def notify(queue: str = "") -> None:
     no work, which is harmless."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, queue])
+
+
+def session_alias() -> str:
+    """The database alias of connections that must stay one server session (LISTEN,
+    session locks): ``session`` when DATABASE_SESSION_URL sets it (a transaction pool
+    elsewhere), else ``default``."""
+    return "session" if "session" in settings.DATABASES else "default"
 
 
 def raw_connection(alias: str = "default", **extra: Any) -> psycopg.Connection:
@@ -47,10 +55,10 @@ class Listener:
     just sleeps its timeout, and the caller's poll finds the work.
     """
 
-    def __init__(self, channel: str, alias: str = "default", *,
+    def __init__(self, channel: str, alias: str | None = None, *,
                  application_name: str | None = None) -> None:
         self.channel = channel
-        self.alias = alias
+        self.alias = alias or session_alias()
         self._extra = {"application_name": application_name[:63]} if application_name else {}
         self._conn: psycopg.Connection | None = None
         self._failures = FailureStreak()

@@ -106,6 +106,7 @@ class EngineWorker:
         # How long each type's handler took last time: fast ones share commits.
         self._durations: dict[str, float] = {}
         self._connection: Any = None
+        self._drain_logged = False
         self.jobs_done = 0
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -133,7 +134,7 @@ class EngineWorker:
                 try:
                     label_connection(f"conveyor engine {self.name}")
                     self.maybe_reap()
-                    ran = self.run_once()
+                    ran = 0 if self.draining() else self.run_once()
                     if not ran and not exit_when_idle:
                         self._idle_wait()
                     self._recycle_connection()
@@ -165,6 +166,19 @@ class EngineWorker:
     def stop(self) -> None:
         self._stop_requested.set()
         self.stopping.set()
+
+    def draining(self) -> bool:
+        """Whether the drain file (``JOBS_DRAIN_FILE``) exists: claim nothing more. The
+        loop goes on (reaping, heartbeating) until the stop request; with
+        ``exit_when_idle`` it ends, as when nothing is due."""
+        path = conf.drain_file()
+        if not path or not os.path.exists(path):
+            return False
+        if not self._drain_logged:
+            self._drain_logged = True
+            logger.info("worker %s draining (%s exists): it claims nothing more",
+                        self.name, path, extra={"worker": self.name})
+        return True
 
     @property
     def stop_requested(self) -> bool:
@@ -226,7 +240,7 @@ class EngineWorker:
         after the first job, when the batch was held past ``CLAIM_HOLD_SECONDS`` or its
         leases are in doubt (``jobs.leases``). The first job always starts: the claim
         stamped its lease just now, and claims wait for a working heartbeat."""
-        if self.stopping.is_set():
+        if self.stopping.is_set() or self.draining():
             return True
         if ran == 0:
             return False

@@ -169,9 +169,31 @@ DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 10)
 DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ.get(
     "CONVEYOR_TEST_DB", f"test_conveyor_{os.getpid()}"
 )
-# channels-postgres reaches its tables through this alias: the same database (tests
-# mirror it onto the test database rather than creating a second one).
-DATABASES["channels_postgres"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
+# Behind a pooler in transaction mode (PgBouncer's pool_mode=transaction: docs/deploy.md),
+# DATABASE_URL names the pool, and the sessions that must stay one server session (each
+# engine worker's and each web process's LISTEN, the stream relay's advisory lock) go to
+# DATABASE_SESSION_URL instead: PostgreSQL itself, or a pool in session mode. Server-side
+# cursors and prepared statements are off there, as a transaction pool hands each
+# transaction a different server session (JOBS_PREPARED_STATEMENTS=true for PgBouncer
+# 1.21 and later with max_prepared_statements set); sessions are not named.
+DATABASE_TRANSACTION_POOLING = env_bool("DATABASE_TRANSACTION_POOLING", False)
+if os.environ.get("DATABASE_SESSION_URL"):
+    DATABASES["session"] = {
+        **dj_database_url.parse(os.environ["DATABASE_SESSION_URL"]),
+        "OPTIONS": {"connect_timeout": 10}, "TEST": {"MIRROR": "default"},
+    }
+if DATABASE_TRANSACTION_POOLING:
+    if "session" not in DATABASES:
+        raise ImproperlyConfigured("DATABASE_TRANSACTION_POOLING=true needs DATABASE_SESSION_URL: "
+                                   "LISTEN and session locks cannot go through a transaction pool.")
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+    JOBS_PREPARED_STATEMENTS = env_bool("JOBS_PREPARED_STATEMENTS", False)
+elif "JOBS_PREPARED_STATEMENTS" in os.environ:
+    JOBS_PREPARED_STATEMENTS = env_bool("JOBS_PREPARED_STATEMENTS", True)
+# channels-postgres reaches its tables through this alias, and LISTENs on it: the same
+# database (tests mirror it onto the test database rather than creating a second one).
+DATABASES["channels_postgres"] = {**DATABASES.get("session", DATABASES["default"]),
+                                  "TEST": {"MIRROR": "default"}}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -386,6 +408,8 @@ for _name, _read in (("LEASE_SECONDS", env_int), ("HEARTBEAT_SECONDS", env_float
                      ("STUCK_GRACE_SECONDS", env_float)):
     if f"JOBS_{_name}" in os.environ:
         globals()[f"JOBS_{_name}"] = _read(f"JOBS_{_name}", None)
+if "JOBS_DRAIN_FILE" in os.environ:
+    JOBS_DRAIN_FILE = os.environ["JOBS_DRAIN_FILE"]
 # Extra modules that register handlers (jobs/apps.py imports them; none by default).
 if "JOBS_HANDLER_MODULES" in os.environ:
     JOBS_HANDLER_MODULES = env_list("JOBS_HANDLER_MODULES", [])

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 from django.db import connections
 
+from jobs.notify import session_alias
 from jobs.streams import serialize
 from jobs.streams.batch import Batch
 
@@ -18,15 +19,18 @@ CHANNEL = "conveyor_job_events"
 TICK = 1.0  # seconds between empty batches, so that the hub can notice it is idle
 
 
-def connection_params(alias: str = "default") -> dict[str, Any]:
-    params = dict(connections[alias].get_connection_params())
+def connection_params(alias: str | None = None) -> dict[str, Any]:
+    params = dict(connections[alias or session_alias()].get_connection_params())
     for django_only in ("cursor_factory", "context", "prepare_threshold"):
         params.pop(django_only, None)
     return params
 
 
-async def connect(alias: str = "default") -> psycopg.AsyncConnection[Any]:
-    conn = await psycopg.AsyncConnection.connect(autocommit=True, **connection_params(alias))
+async def connect(name: str, alias: str | None = None) -> psycopg.AsyncConnection[Any]:
+    """A connection of the web process's own, named ``name`` in ``pg_stat_activity`` (the
+    connection budget in docs/deploy.md counts them by name)."""
+    params = {**connection_params(alias), "application_name": name}
+    conn = await psycopg.AsyncConnection.connect(autocommit=True, **params)
     await conn.execute("SET TIME ZONE 'UTC'")
     return conn
 
@@ -62,13 +66,13 @@ class PostgresSource:
         self.lock = lock
 
     async def batches(self, ready: asyncio.Event) -> AsyncIterator[Batch]:
-        listener = await connect()
+        listener = await connect("conveyor stream listen")
         loader: psycopg.AsyncConnection[Any] | None = None
         reader: asyncio.Task[None] | None = None
         try:
             if self.lock is not None:
                 await _acquire(listener, self.lock)
-            loader = await connect()
+            loader = await connect("conveyor stream load")
             payloads: asyncio.Queue[str] = asyncio.Queue()
             await listener.execute(f'LISTEN "{CHANNEL}"')
             reader = asyncio.get_running_loop().create_task(_read(listener, payloads))

@@ -105,7 +105,7 @@ class RedisSource:
 
 async def _relay_elected(timeout: float = 10.0) -> None:
     """Wait until some session holds the relay lock (it LISTENs right after taking it)."""
-    conn = await connect()
+    conn = await connect("conveyor stream relay check")
     try:
         deadline = asyncio.get_running_loop().time() + timeout
         while asyncio.get_running_loop().time() < deadline:

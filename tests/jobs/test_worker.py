@@ -65,3 +65,37 @@ def test_a_stopping_worker_hands_back_jobs_it_has_not_started(settings):
     assert worker.run_once() == 0
     assert Job.objects.filter(state=Job.State.PENDING, attempts=0).count() == 5
     assert JobEvent.objects.filter(kind=JobEvent.Kind.RELEASED).count() == 5
+
+
+def test_a_draining_worker_claims_nothing_and_waits_for_its_stop(settings, tmp_path):
+    """The drain file (a pod's preStop hook) stops the claims; the loop goes on, so that
+    its cluster process does not take it for an engine that died."""
+    settings.JOBS_POLL_SECONDS = 0.1
+    settings.JOBS_DRAIN_FILE = str(tmp_path / "drain")
+    (tmp_path / "drain").touch()
+    job = engine.enqueue("tests.noop", {})
+    worker = EngineWorker(name="drainer")
+    thread = threading.Thread(target=lambda: (worker.run(), connection.close()))
+    thread.start()
+    try:
+        assert wait_until(lambda: Worker.objects.filter(name="drainer").exists())
+        time.sleep(0.5)  # several loop turns
+        assert thread.is_alive() and state_of(job) == Job.State.PENDING
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert not thread.is_alive() and worker.jobs_done == 0
+
+
+def test_a_worker_that_finds_the_drain_file_mid_batch_hands_back_the_rest(settings, tmp_path):
+    settings.JOBS_DRAIN_FILE = str(tmp_path / "drain")
+    engine.enqueue_many("tests.noop", [{}] * 5)
+    worker = EngineWorker(name="drained", batch_size=5)
+    (tmp_path / "drain").touch()
+    # run_once claims regardless (the loop asks first); the batch then sees the file.
+    assert worker.run_once() == 0
+    assert Job.objects.filter(state=Job.State.PENDING, attempts=0).count() == 5
+    assert JobEvent.objects.filter(kind=JobEvent.Kind.RELEASED).count() == 5
+    # With exit_when_idle a draining worker ends as when nothing is due.
+    worker.run(exit_when_idle=True)
+    assert Job.objects.filter(state=Job.State.PENDING).count() == 5

@@ -2,18 +2,18 @@
 
 Every cluster process is replaced one by one as a Kubernetes rollout with ``maxSurge: 1``
 replaces pods: the new process starts and its engine workers register, then the old one
-gets its preStop hook (the drain file: its workers stop claiming and hand back what they
-have not started) and SIGTERM, and must exit 0. Jobs keep arriving in waves meanwhile,
-so that every replacement happens with work due.
+gets its preStop hook (its drain file: its workers stop claiming and hand back what they
+have not started) and, at once, SIGTERM, and must exit 0. Jobs arrive in waves, one
+just before each replacement, so that every old process is stopped with work due.
 """
 
 from __future__ import annotations
 
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import pytest
 from django.db import connection
 
@@ -25,32 +25,44 @@ from tests.system.conftest import Proc, Processes
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
 JOBS = 10_000
-WAVES = 10
-CLUSTERS = 3
-WORKERS = 2
+CLUSTERS = 3  # replaced one by one
+WORKERS = 2  # engine workers per cluster process
+WAVE = JOBS // (CLUSTERS + 1)  # one wave to start with, one before each replacement
 
 
-def start_cluster(processes: Processes, number: int, tmp_path: Path) -> tuple[Proc, Path, set[int]]:
-    """A cluster process once its engine workers are registered, its drain file, and
-    the pids of its worker processes."""
+@dataclass
+class Cluster:
+    proc: Proc
+    drain: Path
+    workers: set[str]  # its Worker rows' names
+
+    @property
+    def pids(self) -> set[int]:
+        return {int(name.split(":")[-2]) for name in self.workers}  # host:pid:suffix
+
+
+def worker_names() -> set[str]:
+    return set(Worker.objects.values_list("name", flat=True))
+
+
+def start_cluster(processes: Processes, number: int, tmp_path: Path) -> Cluster:
+    """A cluster process with a drain file of its own, once its engine workers registered."""
     drain = tmp_path / f"drain-{number}"
-    before = Worker.objects.count()
+    before = worker_names()
     proc = processes.manage(f"cluster-{number}", "qcluster", env=processes.env(
-        JOBS_WORKERS=str(WORKERS), JOBS_DRAIN_FILE=str(drain), REDIS_URL=""))
-    wait_until(lambda: Worker.objects.count() >= before + WORKERS or proc.exited(), 60,
-               f"cluster {number}'s engine workers to register")
+        JOBS_WORKERS=str(WORKERS), JOBS_DRAIN_FILE=str(drain)))
+    wait_until(lambda: len(worker_names() - before) >= WORKERS or proc.exited(), 60,
+               f"cluster-{number}'s engine workers to register")
     assert not proc.exited(), proc.tail()
-    pids = {child.pid for child in psutil.Process(proc.pid).children(recursive=True)}
-    return proc, drain, pids
+    return Cluster(proc, drain, worker_names() - before)
 
 
 def enqueue_wave(wave: int) -> None:
-    size = JOBS // WAVES
-    engine.enqueue_many("tests.record", [{"n": wave * size + n} for n in range(size)])
+    engine.enqueue_many("tests.record", [{"n": wave * WAVE + n} for n in range(WAVE)])
 
 
 def unfinished() -> int:
-    return Job.objects.filter(state__in=Job.UNFINISHED).count()
+    return Job.objects.unfinished().count()
 
 
 def hits_by_pid() -> dict[int, int]:
@@ -60,36 +72,49 @@ def hits_by_pid() -> dict[int, int]:
 
 
 def test_replacing_every_cluster_process_while_jobs_drain_runs_each_job_once(
-        processes: Processes, hits_table, tmp_path):
+        processes, hits_table, tmp_path):
     started = time.monotonic()
-    waves = iter(range(WAVES))
-    enqueue_wave(next(waves))
+    enqueue_wave(0)
     old = [start_cluster(processes, n, tmp_path) for n in range(CLUSTERS)]
-    new = []
-    for number, (proc, drain, _) in enumerate(old, start=CLUSTERS):
-        new.append(start_cluster(processes, number, tmp_path))
-        enqueue_wave(next(waves))
-        assert unfinished() > 0, "the work ran out before the replacement"
-        drain.touch()  # the preStop hook
-        proc.signal(signal.SIGTERM)
-        enqueue_wave(next(waves))
-        assert proc.wait(60) == 0, proc.tail()
-    for wave in waves:
+    new: list[Cluster] = []
+    due: list[int] = []  # unfinished jobs as each old process was stopped
+    for wave, leaving in enumerate(old, start=1):
+        new.append(start_cluster(processes, CLUSTERS + wave - 1, tmp_path))
         enqueue_wave(wave)
-    wait_until(lambda: unfinished() == 0, 120, "every job to finish")
+        due.append(unfinished())
+        assert due[-1] > 0, "the work ran out before the replacement: it proves nothing"
+        leaving.drain.touch()  # the preStop hook; the kubelet signals as soon as it returns
+        leaving.proc.signal(signal.SIGTERM)
+        status = leaving.proc.wait(60)
+        assert status == 0, f"exit status {status}\n{leaving.proc.tail()}"
+        # At once, before the reaper would delete stale rows: the workers unregistered.
+        assert not leaving.workers & worker_names(), leaving.proc.tail()
+    wait_until(lambda: unfinished() == 0, 60, "every job to finish")
     seconds = time.monotonic() - started
 
-    assert Job.objects.filter(state=Job.State.SUCCEEDED).count() == JOBS
-    assert Job.objects.exclude(attempts=1).count() == 0
-    assert Job.objects.exclude(rescues=0).count() == 0
+    jobs = Job.objects.all()
+    assert jobs.count() == JOBS
+    assert jobs.filter(state=Job.State.SUCCEEDED).count() == JOBS
+    # One attempt and no rescue each: no job was taken from a stopping worker by the
+    # reaper, and none started twice (a handed-back job gets its attempt back).
+    assert not jobs.exclude(attempts=1).exists(), list(jobs.exclude(attempts=1)[:10].values())
+    assert not jobs.exclude(rescues=0).exists(), list(jobs.exclude(rescues=0)[:10].values())
+    with connection.cursor() as cursor:  # one row per job id (the key), and each a job's
+        cursor.execute("SELECT count(*), count(DISTINCT h.job_id) FROM tests_hits h "
+                       "JOIN jobs_job j ON j.id = h.job_id")
+        assert cursor.fetchone() == (JOBS, JOBS)
+
     by_pid = hits_by_pid()
-    assert sum(by_pid.values()) == JOBS  # tests_hits is keyed by job: one row each
-    old_pids = set().union(*(pids for _, _, pids in old))
-    new_pids = set().union(*(pids for _, _, pids in new))
-    assert any(by_pid.get(pid) for pid in old_pids) and any(by_pid.get(pid) for pid in new_pids)
-    # The stopped processes' workers unregistered on their way out.
-    assert Worker.objects.count() == CLUSTERS * WORKERS
+    known = set().union(*(cluster.pids for cluster in old + new))
+    assert set(by_pid) <= known, f"hits from unknown processes: {set(by_pid) - known}"
+    old_pids = set().union(*(c.pids for c in old)) & set(by_pid)
+    new_pids = set().union(*(c.pids for c in new)) & set(by_pid)
+    assert len(old_pids) >= 2 and len(new_pids) >= 2, by_pid
+    assert worker_names() == set().union(*(cluster.workers for cluster in new))
+
     released = JobEvent.objects.filter(kind=JobEvent.Kind.RELEASED).count()
-    print(f"{JOBS:,} jobs through {2 * CLUSTERS} cluster processes ({CLUSTERS} replaced) in "
-          f"{seconds:.1f} s; {released} handed back by draining workers; jobs per process: "
-          f"old {sum(by_pid.get(p, 0) for p in old_pids):,}, new {sum(by_pid.get(p, 0) for p in new_pids):,}")
+    per_process = ", ".join(f"{c.proc.name} {sum(by_pid.get(p, 0) for p in c.pids)}"
+                            for c in old + new)
+    print(f"\n{JOBS:,} jobs, {CLUSTERS} cluster processes replaced, in {seconds:.1f} s; "
+          f"unfinished at each replacement {due}; {released} handed back; "
+          f"hits per process: {per_process}")

@@ -11,7 +11,8 @@ once and drained. Printed per count:
   (every worker is registered before the backlog is committed, in one transaction);
 - lock waits: the share of 20 ms samples of ``pg_stat_activity`` in which some session
   of the scratch database waited on a heavyweight lock (``wait_event_type = 'Lock'``),
-  and the most sessions seen waiting at once;
+  the most sessions seen waiting at once, and what they waited on (``wait_event``:
+  ``transactionid`` is a row another transaction changed and has not committed);
 - SKIP LOCKED misses: claims (logged in each worker by ``bench/claim_log.py``) that took
   fewer jobs than they asked for while more than enough due jobs for every worker were
   left: rows other claimers held were skipped, not waited for. Their share of claims;
@@ -31,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,6 +103,7 @@ def drain(database: str, processes: int, args: argparse.Namespace) -> dict:
     return {"processes": processes, "workers": workers, "seconds": seconds,
             "drain": args.jobs / seconds if seconds else 0.0,
             "lock_share": locks["waiting"] / max(1, locks["samples"]), "lock_max": locks["max"],
+            "lock_events": ", ".join(f"{event} {n}" for event, n in locks["events"].most_common(3)),
             "claims": len(claims), "per_claim": taken / max(1, sum(1 for c in claims if c[2])),
             "misses": misses, "commits_per_job": commits / args.jobs}
 
@@ -145,15 +148,17 @@ def sampling_locks(database: str) -> Iterator[dict]:
 
     params = {k: v for k, v in connection.get_connection_params().items()
               if k in ("host", "port", "user", "password", "dbname")}
-    figures = {"samples": 0, "waiting": 0, "max": 0}
+    figures = {"samples": 0, "waiting": 0, "max": 0, "events": Counter()}
     stop = threading.Event()
 
     def sample() -> None:
         with psycopg.connect(**params, autocommit=True) as conn:
             while not stop.wait(0.02):
-                (waiting,) = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
-                    "AND wait_event_type = 'Lock'", [database]).fetchone()
+                events = [event for (event,) in conn.execute(
+                    "SELECT wait_event FROM pg_stat_activity WHERE datname = %s "
+                    "AND wait_event_type = 'Lock'", [database])]
+                waiting = len(events)
+                figures["events"].update(events)
                 figures["samples"] += 1
                 figures["waiting"] += bool(waiting)
                 figures["max"] = max(figures["max"], waiting)
@@ -179,9 +184,11 @@ def committed(database: str) -> int:
 def table(rows: list[dict], args: argparse.Namespace, version: str) -> str:
     m = machine()
     header = ["processes", "workers", "seconds", "drain jobs/s", "per process", "lock-wait samples",
-              "max waiting", "claims", "jobs/claim", "SKIP LOCKED misses", "commits/job"]
+              "max waiting", "waited on (session-samples)", "claims", "jobs/claim",
+              "SKIP LOCKED misses", "commits/job"]
     cells = [[str(r["processes"]), str(r["workers"]), f"{r['seconds']:.1f}", f"{r['drain']:,.0f}",
-              f"{r['drain'] / r['processes']:,.0f}", f"{100 * r['lock_share']:.1f} %", str(r["lock_max"]),
+              f"{r['drain'] / r['processes']:,.0f}", f"{100 * r['lock_share']:.1f} %",
+              str(r["lock_max"]), r["lock_events"] or "-",
               f"{r['claims']:,}", f"{r['per_claim']:.1f}",
               f"{r['misses']:,} ({100 * r['misses'] / max(1, r['claims']):.1f} %)",
               f"{r['commits_per_job']:.2f}"] for r in rows]

@@ -16,7 +16,9 @@ once and drained. Printed per count:
 - SKIP LOCKED misses: claims (logged in each worker by ``bench/claim_log.py``) that took
   fewer jobs than they asked for while more than enough due jobs for every worker were
   left: rows other claimers held were skipped, not waited for. Their share of claims;
-- claims and jobs per claim; the transactions the server committed per job.
+- claims and jobs per claim; the transactions the server committed per job;
+- CPU per job of the PostgreSQL server's processes and of the cluster's processes
+  (psutil, during the drain): jobs/s one core of each can carry.
 """
 
 from __future__ import annotations
@@ -88,15 +90,20 @@ def drain(database: str, processes: int, args: argparse.Namespace) -> dict:
         with transaction.atomic():
             for start in range(0, args.jobs, 5_000):
                 engine.enqueue_many("bench.noop", [{}] * min(5_000, args.jobs - start))
+        committed_at = time.time()
+        cpu_before = cpu_seconds()
         with sampling_locks(database) as locks:
             wait(lambda: Job.objects.filter(state=Job.State.SUCCEEDED).count() >= args.jobs,
                  args.timeout, f"{processes} process(es) to drain", logs)
+        cpu = {side: cpu_seconds()[side] - cpu_before[side] for side in cpu_before}
         commits = committed(database) - commits_before
         time.sleep(1.5)  # idle workers claim once more, which writes their claim logs
     span = Job.objects.aggregate(first=Min("finished_at"), last=Max("finished_at"))
     seconds = (span["last"] - span["first"]).total_seconds()
     finishes = sorted(t.timestamp() for t in Job.objects.values_list("finished_at", flat=True))
-    claims = [tuple(record) for path in logs.glob("*.json") for record in json.loads(path.read_text())]
+    # The idle claims before the backlog existed are not misses.
+    claims = [tuple(record) for path in logs.glob("*.json") for record in json.loads(path.read_text())
+              if record[0] >= committed_at]
     misses = sum(1 for at, asked, got in claims
                  if got < asked and args.jobs - bisect.bisect_right(finishes, at) > 2 * asked * workers)
     taken = sum(got for _, _, got in claims)
@@ -105,7 +112,25 @@ def drain(database: str, processes: int, args: argparse.Namespace) -> dict:
             "lock_share": locks["waiting"] / max(1, locks["samples"]), "lock_max": locks["max"],
             "lock_events": ", ".join(f"{event} {n}" for event, n in locks["events"].most_common(3)),
             "claims": len(claims), "per_claim": taken / max(1, sum(1 for c in claims if c[2])),
-            "misses": misses, "commits_per_job": commits / args.jobs}
+            "misses": misses, "commits_per_job": commits / args.jobs,
+            "pg_us": 1e6 * cpu["postgres"] / args.jobs, "workers_us": 1e6 * cpu["workers"] / args.jobs}
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds used so far by the PostgreSQL server's processes and by the cluster
+    processes (``manage.py qcluster`` and their children)."""
+    import psutil
+
+    used = {"postgres": 0.0, "workers": 0.0}
+    for proc in psutil.process_iter(["name", "cmdline", "cpu_times"]):
+        times = proc.info["cpu_times"]
+        if times is None:
+            continue
+        if proc.info["name"] == "postgres":
+            used["postgres"] += times.user + times.system
+        elif "qcluster" in " ".join(proc.info["cmdline"] or ()):
+            used["workers"] += times.user + times.system
+    return used
 
 
 def wait(done, seconds: float, what: str, logs: Path) -> None:
@@ -185,13 +210,14 @@ def table(rows: list[dict], args: argparse.Namespace, version: str) -> str:
     m = machine()
     header = ["processes", "workers", "seconds", "drain jobs/s", "per process", "lock-wait samples",
               "max waiting", "waited on (session-samples)", "claims", "jobs/claim",
-              "SKIP LOCKED misses", "commits/job"]
+              "SKIP LOCKED misses", "commits/job", "PG CPU µs/job", "workers CPU µs/job"]
     cells = [[str(r["processes"]), str(r["workers"]), f"{r['seconds']:.1f}", f"{r['drain']:,.0f}",
               f"{r['drain'] / r['processes']:,.0f}", f"{100 * r['lock_share']:.1f} %",
               str(r["lock_max"]), r["lock_events"] or "-",
               f"{r['claims']:,}", f"{r['per_claim']:.1f}",
               f"{r['misses']:,} ({100 * r['misses'] / max(1, r['claims']):.1f} %)",
-              f"{r['commits_per_job']:.2f}"] for r in rows]
+              f"{r['commits_per_job']:.2f}", f"{r['pg_us']:.0f}", f"{r['workers_us']:.0f}"]
+             for r in rows]
     widths = [max(len(c) for c in col) for col in zip(header, *cells, strict=False)]
     lines = [f"Scale-out: {args.jobs:,} no-op jobs per row, {args.workers_per_process} engine "
              f"workers per cluster process; {m['nproc']} cores ({m['cpu']}), PostgreSQL {version}", ""]

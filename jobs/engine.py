@@ -710,11 +710,15 @@ def record_progress(job_id: int, token: uuid.UUID, done: int, total: int | None,
     """Store a progress step and its history row; False if the attempt was fenced out."""
     now = clock.now()
     with transaction.atomic():
-        updated = Job.objects.filter(pk=job_id, state=State.RUNNING, lease_token=token).update(
-            progress_done=max(done, 0), progress_total=total, progress_message=message[:300])
+        running = Job.objects.filter(pk=job_id, state=State.RUNNING, lease_token=token)
+        updated = running.update(progress_done=max(done, 0), progress_total=total,
+                                 progress_message=message[:300])
         if updated:
+            # Numbered with the attempt it belongs to, as every other history row is (a
+            # live view shows the event's attempt).
+            attempt = running.values_list("attempts", flat=True).first() or 0
             _event(job_id, Kind.PROGRESS, State.RUNNING, State.RUNNING, message=message,
-                   worker=worker, at=now, done=done, total=total)
+                   worker=worker, at=now, done=done, total=total, attempt=attempt)
     return bool(updated)
 
 

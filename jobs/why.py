@@ -7,6 +7,7 @@ and the jobs counted ahead in the queue are the tenant's own.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db.models import Exists, Q, QuerySet
@@ -22,13 +23,58 @@ def explain(job: Job) -> str:
     now = clock.now()
     if job.state == Job.State.RUNNING:
         return _why_running(job, now)
+    if job.state == Job.State.FAILED:
+        error = error_line(job.last_error)
+        return (f"failed ({job.get_error_kind_display() or 'error'})"
+                f"{': ' + error if error else ''}; retry it to run again")
     if job.state != Job.State.PENDING:
-        return {
-            Job.State.SUCCEEDED: "finished successfully",
-            Job.State.FAILED: f"failed ({job.get_error_kind_display() or 'error'}); retry it to run again",
-            Job.State.CANCELLED: "cancelled; retry it to run again",
-        }[job.state]
+        return {Job.State.SUCCEEDED: "finished successfully",
+                Job.State.CANCELLED: "cancelled; retry it to run again"}[job.state]
     return _why_pending(job, now)
+
+
+def error_line(error: str, limit: int = 200) -> str:
+    """The line of an error that says what went wrong: its first (``Type: message``), or,
+    for a text that starts with a traceback, its last."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class LeaseHealth:
+    """A running job's lease as an operator must weigh it before taking the job away:
+    ``alive`` while its worker heartbeats and the lease holds (the job really runs)."""
+
+    alive: bool
+    text: str
+
+
+def lease_health(job: Job, now: datetime | None = None) -> LeaseHealth | None:
+    """None unless the job is running."""
+    if job.state != Job.State.RUNNING:
+        return None
+    now = now or clock.now()
+    seen, alive = _worker_seen(job, now)
+    if alive:
+        ago = max(0, int((now - seen).total_seconds()))
+        return LeaseHealth(True, f"worker {job.locked_by} is alive (seen {ago} s ago); the "
+                                 f"lease is renewed until {job.lease_expires_at:%H:%M:%S}")
+    if seen is None:
+        return LeaseHealth(False, f"worker {job.locked_by} is gone: the lease is not renewed")
+    return LeaseHealth(False, f"worker {job.locked_by} was last seen at {seen:%H:%M:%S}: the "
+                              f"lease is not renewed")
+
+
+def _worker_seen(job: Job, now: datetime) -> tuple[datetime | None, bool]:
+    """When the job's worker was last seen, and whether it and the lease are alive."""
+    expired = job.lease_expires_at is not None and job.lease_expires_at < now
+    seen = (Worker.objects.filter(name=job.locked_by).values_list("last_seen_at", flat=True)
+            .first())
+    fresh = seen is not None and seen >= now - timedelta(seconds=WORKER_STALE_SECONDS)
+    return seen, fresh and not expired
 
 
 def _live_workers(now: datetime) -> QuerySet[Worker]:
@@ -41,10 +87,9 @@ def _why_running(job: Job, now: datetime) -> str:
     alive, nothing does until a cluster starts or an operator steps in."""
     where = f"running on {job.locked_by}"
     expired = job.lease_expires_at is not None and job.lease_expires_at < now
-    seen = (Worker.objects.filter(name=job.locked_by).values_list("last_seen_at", flat=True)
-            .first())
+    seen, healthy = _worker_seen(job, now)
     alive = seen is not None and seen >= now - timedelta(seconds=WORKER_STALE_SECONDS)
-    if alive and not expired:
+    if healthy:
         return f"{where} (attempt {job.attempts} of {job.max_attempts})"
     rescuer = alive or _live_workers(now).exists()
     by_hand = f"the admin's Recover action or POST /api/jobs/{job.pk}/recover/"
@@ -73,7 +118,9 @@ def _why_pending(job: Job, now: datetime) -> str:
     if job.run_after > now:
         last = job.events.order_by("-id").values_list("kind", flat=True).first()
         reason = {"retry_scheduled": "retry backoff", "snoozed": "snoozed"}.get(last or "", "scheduled")
-        return f"waiting for run_after ({reason}): due in {timeuntil(job.run_after, now)}"
+        due = f"waiting for run_after ({reason}): due in {timeuntil(job.run_after, now)}"
+        error = error_line(job.last_error) if last == "retry_scheduled" else ""
+        return f"{due}; the last attempt failed: {error}" if error else due
     if job.parent_id is not None:
         parent = Job.objects.filter(pk=job.parent_id).values_list("state", flat=True).first()
         if parent is not None and parent != Job.State.SUCCEEDED:

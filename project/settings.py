@@ -103,6 +103,8 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "axes",  # the admin login's lockout (see "Security" below)
     "csp",
+    # Last: names the admin and drops django-q2's task lists from it (project/admin_site.py).
+    "project.apps.ConsoleConfig",
 ]
 
 MIDDLEWARE = [

@@ -5,9 +5,11 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
 from project.api_docs import ApiDocsView
-from project.not_found import API_PREFIXES, api_not_found
+from project.home import home
+from project.not_found import API_PREFIXES, api_not_found, not_found
 
 urlpatterns = [
+    path("", home, name="home"),
     path("admin/", admin.site.urls),
     # Schema and Swagger UI, for authenticated users only (SPECTACULAR_SETTINGS); the UI's
     # assets come from drf-spectacular-sidecar, no CDN.
@@ -19,4 +21,5 @@ urlpatterns = [
     path("", include("exports.urls")),
     # Last: whatever the routes above did not take under an API prefix is a JSON 404.
     re_path(rf"^(?:{'|'.join(API_PREFIXES)})/", api_not_found),
+    re_path(r"^", not_found),
 ]

@@ -172,6 +172,24 @@ def test_failed_in_the_last_hour_lists_recent_failures_only(admin_client, clock)
     assert long_ago.pk in rows(admin_client.get(reverse(CHANGELIST), {"failed_within": "24h"}))
 
 
+def test_the_rescued_filter_lists_jobs_taken_back_from_dead_workers(admin_client, clock):
+    rescued = failed()
+    Job.objects.filter(pk=rescued.pk).update(rescues=2)
+    failed()
+    make_job()
+    assert rows(admin_client.get(reverse(CHANGELIST), {"rescued": "yes"})) == [rescued.pk]
+    # A value the filter does not offer is the admin's "?e=1" redirect, not a 500.
+    assert admin_client.get(reverse(CHANGELIST), {"rescued": "maybe"}).status_code == 302
+
+
+def test_the_list_shows_each_jobs_last_error_line(admin_client, clock):
+    job = failed(error="ValueError: row 3 has no unit " + "x" * 80 + "\n  File handlers.py")
+    page = admin_client.get(reverse(CHANGELIST)).content.decode()
+    row = page[page.index(f'value="{job.pk}"'):]
+    line = "ValueError: row 3 has no unit " + "x" * 80
+    assert f'<span class="job-cut job-error-line" title="{line}">{line}</span>' in row
+
+
 def test_the_pipeline_link_lists_that_pipelines_jobs(admin_client, clock):
     pipeline = uuid.uuid4()
     first = make_job(pipeline=pipeline)
@@ -230,7 +248,7 @@ def test_the_job_page_shows_the_last_error_preformatted(admin_client, clock):
     job = failed(error="Traceback <x>\nValueError: row 3")
     page = admin_client.get(change_url(job)).content.decode()
     assert '<pre class="job-error">Traceback &lt;x&gt;\nValueError: row 3</pre>' in page
-    assert "failed (Permanent); retry it to run again" in page
+    assert "failed (Permanent): ValueError: row 3; retry it to run again" in page
 
 
 def test_the_job_page_links_parent_children_and_pipeline(admin_client, clock):
@@ -240,6 +258,33 @@ def test_the_job_page_links_parent_children_and_pipeline(admin_client, clock):
     assert change_url(child) in page
     assert f"?pipeline={parent.pipeline_id}" in page
     assert change_url(parent) in admin_client.get(change_url(child)).content.decode()
+
+
+def test_the_job_page_links_its_pipeline_instead_of_listing_its_jobs(admin_client, clock):
+    job = make_job()
+    siblings = [make_job(pipeline=job.pipeline_id) for _ in range(40)]
+    page = admin_client.get(change_url(job)).content.decode()
+    assert reverse("admin:jobs_job_pipeline", args=[job.pipeline_id]) in page
+    assert "(41 jobs: " in page and f"?pipeline={job.pipeline_id}" in page
+    assert not any(change_url(sibling) in page for sibling in siblings)
+
+
+def test_the_history_folds_progress_and_keeps_the_state_changes(admin_client, clock):
+    job = running()
+    for step in range(1, 101):
+        engine.record_progress(job.pk, job.lease_token, step * 20_000, 2_000_000, f"batch {step}")
+    engine.recover(job)  # the row that matters among a hundred progress steps
+    page = admin_client.get(change_url(job)).content.decode()
+    assert page.count('class="job-event job-event-progress"') == 0
+    assert 'class="job-event job-event-recovered"' in page
+    assert "100 progress steps folded" in page and "2,000,000/2,000,000 batch 100" in page
+    assert "2,000,000/2,000,000 (100%)" in page  # thousands separators in the field
+
+
+def test_a_progress_row_is_numbered_with_its_attempt(clock):
+    job = running()
+    engine.record_progress(job.pk, job.lease_token, 5, 10, "halfway", worker="w1")
+    assert job.events.get(kind=JobEvent.Kind.PROGRESS).attempt == 1
 
 
 def test_the_job_page_offers_only_the_actions_its_state_allows(admin_client, clock):
@@ -288,6 +333,54 @@ def test_a_detail_button_changes_the_job_through_the_engine(client, clock, name)
     entry = LogEntry.objects.get(object_id=str(job.pk), action_flag=CHANGE)
     assert entry.user == olga and "via the admin: ticket 12" in entry.change_message
     assert f"Job {job.pk} {job_admin.OPERATIONS[name].past}." in messages_of(response)
+
+
+def alive(worker: str, clock) -> None:
+    Worker.objects.update_or_create(name=worker, defaults={
+        "hostname": "h", "pid": 1, "started_at": clock.now(), "last_seen_at": clock.now()})
+
+
+@pytest.mark.parametrize("name", ["recover", "cancel"])
+def test_taking_a_job_from_a_live_worker_is_asked_twice(client, clock, name):
+    client.force_login(operator())
+    job = running()
+    alive("w1", clock)
+
+    page = client.post(operation_url(job, name), {"reason": "looks stuck"})
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "worker w1 is alive (seen 0 s ago)" in text and 'name="confirm" value="yes"' in text
+    assert 'value="looks stuck"' in text  # the reason is carried to the second click
+    job.refresh_from_db()
+    assert job.state == State.RUNNING and not job.events.filter(actor__isnull=False).exists()
+
+    script = client.post(operation_url(job, name), HTTP_ACCEPT="application/json")
+    assert script.status_code == 409 and script.json()["confirm"] is True
+
+    done = client.post(operation_url(job, name), {"reason": "looks stuck", "confirm": "yes"})
+    assert done.status_code == 302
+    job.refresh_from_db()
+    assert job.state != State.RUNNING
+
+
+def test_a_job_whose_worker_is_gone_is_recovered_at_once(client, clock):
+    client.force_login(operator())
+    job = running()
+    alive("w1", clock)
+    clock.advance(60)  # no heartbeat since: the worker is stale, the lease expired
+    assert client.post(operation_url(job, "recover")).status_code == 302
+    job.refresh_from_db()
+    assert job.state == State.PENDING
+
+
+def test_the_job_page_shows_the_leases_health_next_to_the_buttons(admin_client, clock):
+    job = running()
+    alive("w1", clock)
+    page = admin_client.get(change_url(job)).content.decode()
+    assert "job-lease-alive" in page and "Recover and Cancel ask for confirmation" in page
+    clock.advance(60)
+    page = admin_client.get(change_url(job)).content.decode()
+    assert "job-lease-lost" in page and "worker w1 was last seen at" in page
 
 
 def test_run_now_makes_a_scheduled_job_due(client, clock):
@@ -481,13 +574,18 @@ def test_a_platform_operator_sees_every_tenant(client, clock):
     assert rows(response) == [jobs_[0].pk]
 
 
-def test_jobs_cannot_be_added_and_only_superusers_delete_them(client, admin_client, clock):
+def test_jobs_cannot_be_added_or_deleted_by_anyone(client, admin_client, clock):
+    """Deleting a job erases the history an audit needs: operators cancel, retention
+    prunes. Not even a superuser gets a Delete button or the delete page."""
     job = make_job()
     olga = grant(operator(), "add_job", "delete_job")
     client.force_login(olga)
     assert client.get(reverse("admin:jobs_job_add")).status_code == 403
     assert client.get(reverse("admin:jobs_job_delete", args=[job.pk])).status_code == 403
-    assert admin_client.get(reverse("admin:jobs_job_delete", args=[job.pk])).status_code == 200
+    assert admin_client.get(reverse("admin:jobs_job_delete", args=[job.pk])).status_code == 403
+    page = admin_client.get(reverse("admin:jobs_job_change", args=[job.pk]))
+    assert page.status_code == 200
+    assert reverse("admin:jobs_job_delete", args=[job.pk]) not in page.content.decode()
 
 
 def test_workers_are_shown_to_platform_operators_only(client, clock):
@@ -563,7 +661,7 @@ def test_the_job_list_issues_a_bounded_number_of_queries(client, clock,
 
 
 @pytest.mark.parametrize("params", [{}, {"state__exact": "pending"}, {"q": "tests.noop"},
-                                    {"failed_within": "1h"}])
+                                    {"failed_within": "1h"}, {"rescued": "yes"}])
 def test_the_job_list_never_counts_or_deduplicates_the_whole_table(client, clock, params):
     client.force_login(operator())
     _fill(3)

@@ -6,7 +6,7 @@ import pytest
 
 from jobs import engine
 from jobs.models import Job, Worker
-from jobs.why import explain
+from jobs.why import error_line, explain
 from tests.base import claim_one, make_job, run_next, tenant
 
 pytestmark = pytest.mark.django_db
@@ -29,6 +29,26 @@ def test_it_says_when_a_job_waits_for_its_backoff(clock):
     run_next()
     job.refresh_from_db()
     assert explain(job).startswith("waiting for run_after (retry backoff): due in 1")
+    assert explain(job).endswith("; the last attempt failed: TransientError: flaky attempt 1")
+
+
+def test_a_failed_job_says_what_went_wrong():
+    job = make_job("tests.noop")
+    Job.objects.filter(pk=job.pk).update(
+        state=Job.State.FAILED, error_kind=Job.ErrorKind.PERMANENT, finished_at=job.created_at,
+        last_error="KeyError: 'module'\n  File \"handlers.py\", line 3, in run\n")
+    job.refresh_from_db()
+    assert explain(job) == "failed (Permanent): KeyError: 'module'; retry it to run again"
+
+
+@pytest.mark.parametrize(("error", "line"), [
+    ("", ""),
+    ("ValueError: bad row\nTraceback (most recent call last):\n  ...", "ValueError: bad row"),
+    ("Traceback (most recent call last):\n  File x\nOSError: disk full\n", "OSError: disk full"),
+    ("x" * 300, "x" * 199 + "…"),
+])
+def test_the_error_line_is_what_went_wrong(error, line):
+    assert error_line(error) == line
 
 
 def test_it_says_when_a_job_is_snoozed(clock):

@@ -18,6 +18,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllow
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import SafeString
@@ -31,6 +32,7 @@ from jobs.contrib.admin.lists import (
     JobChangeList,
     PipelineFilter,
     QueueFilter,
+    RescuedFilter,
     TypeFilter,
     job_search,
     pipeline_link,
@@ -38,8 +40,8 @@ from jobs.contrib.admin.lists import (
 )
 from jobs.contrib.admin.rendering import STATES_CSS, format_duration, state_badge
 from jobs.errors import IllegalTransition
-from jobs.models import Job
-from jobs.why import explain
+from jobs.models import Job, JobEvent
+from jobs.why import error_line, explain, lease_health
 from tenancy.scoping import scope_queryset, tenant_scope
 
 State = Job.State
@@ -84,6 +86,14 @@ ACTION_OPERATIONS: dict[str, Operation] = {
     "cancel_jobs": OPERATIONS["cancel"],
     "run_jobs_now": OPERATIONS["run_now"],
 }
+# Operations that take a running job from its worker: asked twice while that worker is
+# alive, since the job then really runs (its late result will be refused).
+TAKES_FROM_WORKER = {"recover", "cancel"}
+
+
+def _short_time(moment: Any) -> str:
+    """A list's timestamp in the site's time zone, to the minute, on one line."""
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M") if moment else "—"
 
 
 def scoped_jobs(request: HttpRequest) -> QuerySet[Job]:
@@ -95,12 +105,14 @@ def scoped_jobs(request: HttpRequest) -> QuerySet[Job]:
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["id", "type", "queue", "state_display", "attempts_display",
-                    "progress_display", "pipeline", "tenant", "created_at", "started_at",
-                    "finished_at", "duration"]
+    # Narrow enough for 1,440 px beside the filters: the queue and the creation and start
+    # times are on the job's page (the queue is a filter); the error says why a row needs
+    # a look. Long values are cut with an ellipsis and shown whole on hover (states.css).
+    list_display = ["id", "type", "state_display", "attempts_display", "progress_display",
+                    "error_display", "pipeline", "tenant_display", "finished", "duration"]
     list_display_links = ["id", "type"]
-    list_filter = ["state", TypeFilter, QueueFilter, FailedRecentlyFilter, PipelineFilter,
-                   "tenant"]
+    list_filter = ["state", TypeFilter, QueueFilter, FailedRecentlyFilter, RescuedFilter,
+                   PipelineFilter, "tenant"]
     list_select_related = ["tenant"]
     # Only the primary key: any other ordering would sort the whole matching set.
     sortable_by = ["id"]
@@ -143,7 +155,9 @@ class JobAdmin(admin.ModelAdmin):
         return False  # state changes go through the engine, by the operator actions
 
     def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
-        return request.user.is_superuser
+        # A job's history is the audit of what ran and who acted on it: nobody deletes
+        # it by hand. Operators cancel; retention prunes finished jobs (JOBS_RETENTION).
+        return False
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         """Recover, retry, cancel and run now: staff granted the model's change permission."""
@@ -153,10 +167,8 @@ class JobAdmin(admin.ModelAdmin):
         return list(OPERATIONS.values()) if self.has_operate_permission(request) else []
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        # Deleting through "select all" could mean a million rows with their history;
-        # superusers delete single jobs, retention prunes the rest.
         actions = super().get_actions(request)
-        actions.pop("delete_selected", None)
+        actions.pop("delete_selected", None)  # see has_delete_permission
         return actions
 
     def get_list_filter(self, request: HttpRequest) -> Sequence[Any]:
@@ -184,13 +196,30 @@ class JobAdmin(admin.ModelAdmin):
     def attempts_display(self, job: Job) -> str:
         return f"{job.attempts}/{job.max_attempts}"
 
+    @admin.display(description="tenant", ordering="tenant__name")
+    def tenant_display(self, job: Job) -> str | SafeString:
+        if job.tenant is None:
+            return "—"
+        return format_html('<span class="job-cut" title="{}">{}</span>', job.tenant, job.tenant)
+
+    @admin.display(description="finished", ordering="finished_at")
+    def finished(self, job: Job) -> str:
+        return _short_time(job.finished_at)
+
+    @admin.display(description="last error")
+    def error_display(self, job: Job) -> str | SafeString:
+        line = error_line(getattr(job, "error_head", None) or "")  # JobChangeList's
+        if not line:
+            return "—"
+        return format_html('<span class="job-cut job-error-line" title="{}">{}</span>', line, line)
+
     @admin.display(description="progress")
     def progress_display(self, job: Job) -> str | SafeString:
         if job.progress_total:
             percent = 100 * job.progress_done / job.progress_total
-            text = f"{job.progress_done}/{job.progress_total} ({percent:.0f}%)"
+            text = f"{job.progress_done:,}/{job.progress_total:,} ({percent:.0f}%)"
         elif job.progress_done:
-            text = str(job.progress_done)
+            text = f"{job.progress_done:,}"
         else:
             return "—"
         return format_html('<span title="{}">{}</span>', job.progress_message, text)
@@ -236,31 +265,45 @@ class JobAdmin(admin.ModelAdmin):
         return super().change_view(request, object_id, form_url, context)
 
     def detail_context(self, request: HttpRequest, job: Job) -> dict[str, Any]:
-        """The why line, the history timeline, related jobs and the legal operations."""
-        # The newest entries, oldest first: a long job's progress steps can run to thousands.
-        newest = job.events.select_related("actor").order_by("-id")[:TIMELINE_LIMIT]
-        timeline = list(reversed(newest))
-        hidden = job.events.count() - len(timeline) if len(timeline) == TIMELINE_LIMIT else 0
+        """The why line, the lease, the history, related jobs and the legal operations."""
         return {
             "why": explain(job),
-            "timeline": timeline,
-            "timeline_hidden": hidden,
+            "lease": lease_health(job),
             "operations": [op for op in self.permitted_operations(request) if op.allows(job)],
+            **self.history(job),
             **self.related_jobs(request, job),
         }
 
+    def history(self, job: Job) -> dict[str, Any]:
+        """The state changes, newest TIMELINE_LIMIT oldest first, with the progress steps
+        folded into one line (the latest): a long ingest writes a hundred of them, which
+        would bury the one row that matters (a rescue, an operator's action)."""
+        changes = job.events.exclude(kind=JobEvent.Kind.PROGRESS)
+        newest = list(changes.select_related("actor").order_by("-id")[:TIMELINE_LIMIT])
+        progress = job.events.filter(kind=JobEvent.Kind.PROGRESS)
+        last = progress.order_by("-id").first()
+        return {
+            "timeline": list(reversed(newest)),
+            "timeline_hidden": (changes.count() - len(newest)) if len(newest) == TIMELINE_LIMIT else 0,
+            "progress_steps": progress.count(),
+            "last_progress": last,
+            "last_progress_text": last and " ".join(filter(None, [
+                f"{last.progress_done:,}/{last.progress_total:,}" if last.progress_total else "",
+                last.message[:200]])),
+            "last_event_id": job.events.order_by("-id").values_list("id", flat=True).first() or 0,
+        }
+
     def related_jobs(self, request: HttpRequest, job: Job) -> dict[str, Any]:
+        """Parent and children; the pipeline by its pages, not its jobs listed here."""
         visible = scoped_jobs(request).only("id", "type", "state", "parent_id").order_by("id")
         parent = visible.filter(pk=job.parent_id).first() if job.parent_id else None
         children = list(visible.filter(parent=job)[: RELATED_LIMIT + 1])
-        siblings = list(visible.filter(pipeline_id=job.pipeline_id).exclude(pk=job.pk)
-                        [: RELATED_LIMIT + 1])
         return {
             "parent_job": parent,
             "child_jobs": children[:RELATED_LIMIT],
             "more_children": len(children) > RELATED_LIMIT,
-            "sibling_jobs": siblings[:RELATED_LIMIT],
-            "more_siblings": len(siblings) > RELATED_LIMIT,
+            "pipeline_jobs": visible.filter(pipeline_id=job.pipeline_id).count(),
+            "pipeline_page": reverse("admin:jobs_job_pipeline", args=[job.pipeline_id]),
             "pipeline_url": f"{reverse('admin:jobs_job_changelist')}?pipeline={job.pipeline_id}",
         }
 
@@ -299,6 +342,10 @@ class JobAdmin(admin.ModelAdmin):
         if job is None:
             raise Http404(f"No job {object_id} here.")
         op = OPERATIONS[operation]
+        health = lease_health(job)
+        if (op.name in TAKES_FROM_WORKER and health is not None and health.alive
+                and request.POST.get("confirm") != "yes"):
+            return self.confirm_operation(request, op, job, health.text)
         try:
             self.apply(request, op, job, request.POST.get("reason", ""))
         except IllegalTransition as exc:
@@ -310,6 +357,21 @@ class JobAdmin(admin.ModelAdmin):
                                 status=200 if done else 409)
         self.message_user(request, text, messages.SUCCESS if done else messages.ERROR)
         return redirect(self.next_url(request) or reverse("admin:jobs_job_change", args=[job.pk]))
+
+    def confirm_operation(self, request: HttpRequest, op: Operation, job: Job,
+                          lease: str) -> HttpResponse:
+        """The job's worker is alive: say so, and ask again (a page, or a 409 a script
+        turns into a confirm dialog and posts again with ``confirm=yes``)."""
+        text = (f"Job {job.pk} is running: {lease}. {op.label} it anyway? The worker is not "
+                f"stopped; its result, if it comes, will be refused.")
+        if "application/json" in request.headers.get("Accept", ""):
+            return JsonResponse({"job": job.pk, "ok": False, "confirm": True, "message": text},
+                                status=409)
+        context = {**self.admin_site.each_context(request), "title": f"{op.label} job {job.pk}?",
+                   "opts": self.model._meta, "original": job, "operation": op, "message": text,
+                   "reason": request.POST.get("reason", ""), "next": self.next_url(request) or ""}
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/jobs/job/operation_confirmation.html", context)
 
     def next_url(self, request: HttpRequest) -> str | None:
         """The page to return to after an operation, if it is one of this site's."""

@@ -14,6 +14,7 @@ from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Q, QuerySet
+from django.db.models.functions import Left
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.functional import cached_property
@@ -70,9 +71,14 @@ class CappedCountPaginator(Paginator):
         return max(int(row[0]), self.cap) if row and row[0] > 0 else None
 
 
+# Of a deferred last_error, the list reads this much: its first line says what went wrong.
+ERROR_HEAD_CHARS = 300
+
+
 class JobChangeList(ChangeList):
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet:
-        return super().get_queryset(request, exclude_parameters).defer(*HEAVY_JOB_FIELDS)
+        return (super().get_queryset(request, exclude_parameters).defer(*HEAVY_JOB_FIELDS)
+                .annotate(error_head=Left("last_error", ERROR_HEAD_CHARS)))
 
 
 # --- list filters ------------------------------------------------------------------------
@@ -128,6 +134,23 @@ class FailedRecentlyFilter(admin.SimpleListFilter):
         # job_finished_idx (finished_at, partial on finished jobs); the engine's clock, so
         # "the last hour" is the same hour the engine stamped finished_at with.
         return queryset.filter(state=State.FAILED, finished_at__gte=clock.now() - window[1])
+
+
+class RescuedFilter(admin.SimpleListFilter):
+    """Jobs the reaper took back from a dead worker at least once (job_rescued_idx)."""
+
+    title = "rescued"
+    parameter_name = "rescued"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "rescued at least once")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "yes":
+            return queryset.filter(rescues__gt=0)
+        if self.value() is not None:
+            raise IncorrectLookupParameters(f"rescued={self.value()!r}: the only choice is 'yes'")
+        return queryset
 
 
 class PipelineFilter(admin.SimpleListFilter):

@@ -233,14 +233,11 @@
   }
 
   /* The job buttons post to the admin's operation views; the result shows up through
-     the stream, which is opened again if the pipeline had finished. */
-  root.addEventListener("submit", function (event) {
-    var form = event.target, button = event.submitter;
-    if (!form.classList.contains("pl-ops") || !button) return;
-    event.preventDefault();
-    var data = new FormData(form);
-    button.disabled = true;
-    fetch(button.formAction, {
+     the stream, which is opened again if the pipeline had finished. Taking a job from a
+     live worker is asked twice: the view answers 409 with "confirm", and the same
+     request goes again with confirm=yes once the operator agrees. */
+  function operate(button, data) {
+    return fetch(button.formAction, {
       method: "POST", body: data, credentials: "same-origin",
       headers: {"Accept": "application/json", "X-CSRFToken": data.get("csrfmiddlewaretoken")},
     })
@@ -248,9 +245,22 @@
         return response.json().then(function (body) { return {ok: response.ok, body: body}; });
       })
       .then(function (result) {
+        if (result.body.confirm && !data.has("confirm")) {
+          if (!window.confirm(result.body.message)) return;
+          data.set("confirm", "yes");
+          return operate(button, data);
+        }
         say(result.body.message, result.ok ? "success" : "error");
         if (result.ok) listen();
-      })
+      });
+  }
+
+  root.addEventListener("submit", function (event) {
+    var form = event.target, button = event.submitter;
+    if (!form.classList.contains("pl-ops") || !button) return;
+    event.preventDefault();
+    button.disabled = true;
+    operate(button, new FormData(form))
       .catch(function (error) { say("The request failed: " + error.message, "error"); })
       .finally(function () { button.disabled = false; });
   });

@@ -1,0 +1,111 @@
+"""The console's first impressions in a real browser: the site root leads to the admin,
+which is named Conveyor, and the job list fits a 1,440 px screen with its error column."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from jobs import engine
+from jobs.models import Worker
+from tests.base import claim_one, make_job, tenant
+from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
+
+pytestmark = [pytest.mark.browser, pytest.mark.system, needs_chromium,
+              pytest.mark.django_db(transaction=True)]
+
+
+def test_the_site_root_leads_a_person_to_the_admin(site: Site, page):
+    page.goto(f"{site.url}/")
+    assert page.url == f"{site.url}/admin/login/?next=/admin/"
+    assert page.title() == "Log in | Conveyor"
+    page.goto(f"{site.url}/nothing-here")
+    assert "URLconf" not in page.content() and "admin/" not in page.inner_text("body")
+
+
+def test_the_job_list_fits_1440_pixels_with_the_last_error(site: Site, page):
+    acme = tenant("Acme Manufacturing International")
+    for n in range(3):
+        make_job("tests.noop", {"n": n}, tenant=acme)
+        job, _ = claim_one("w1")
+        engine.fail(job, job.lease_token, "ValueError: row 12,345 of plane_entries.csv has a "
+                    "unit nobody has heard of (furlongs per fortnight)", permanent=True, worker="w1")
+    log_in(page, site)
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(f"{site.url}/admin/jobs/job/")
+    assert page.locator("th.column-error_display").count() == 1
+    # Neither the page nor the list's own box scrolls sideways: no column is cut off.
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    hidden = page.evaluate("(() => { const box = document.querySelector('#changelist .results');"
+                           " return box.scrollWidth - box.clientWidth; })()")
+    screenshot(page, "console-job-list-1440")
+    assert overflow <= 0 and hidden <= 0, (overflow, hidden)
+    assert page.locator("th.column-duration").is_visible()
+    first_error = page.locator("td.field-error_display span").first
+    assert first_error.get_attribute("title").startswith("ValueError: row 12,345")
+
+
+def test_the_job_page_follows_the_job_to_its_end(site: Site, page):
+    make_job("tests.noop")
+    job, _ = claim_one("w1")
+    log_in(page, site)
+    page.goto(f"{site.url}/admin/jobs/job/{job.pk}/change/")
+    assert page.locator("#job-live").get_attribute("data-state") == "running"
+    assert page.locator("button", has_text="Recover").count() == 1
+
+    engine.record_progress(job.pk, job.lease_token, 1_500, 3_000, "batch 3 of 6", worker="w1")
+    page.wait_for_selector('.field-progress_display .readonly:text-is("1,500/3,000 (50%)")')
+    engine.complete(job, job.lease_token, worker="w1")
+    # No reload by hand: the page sees the success and draws itself again.
+    page.wait_for_selector('#job-live[data-state="succeeded"]', state="attached")
+    assert page.locator("button", has_text="Recover").count() == 0
+    assert page.locator("button", has_text="Cancel").count() == 0
+    assert "finished successfully" in page.inner_text(".job-why")
+    screenshot(page, "console-job-followed-to-success")
+
+
+def test_recovering_a_job_from_a_live_worker_asks_first(site: Site, page):
+    make_job("tests.noop")
+    job, _ = claim_one("w1")
+    Worker.objects.create(name="w1", hostname="h", pid=1, started_at=timezone.now(),
+                          last_seen_at=timezone.now() + timedelta(minutes=5))  # alive throughout
+    log_in(page, site)
+    page.goto(f"{site.url}/admin/jobs/job/{job.pk}/change/")
+    assert "worker w1 is alive" in page.inner_text(".job-lease")
+    page.fill("input[name=reason]", "stuck on a lock")
+    page.click("button:text-is('Recover')")
+    assert "worker w1 is alive" in page.inner_text("#operation-warning")
+    job.refresh_from_db()
+    assert job.state == "running"  # the first click only asked
+    page.click("input[type=submit][value^='Yes, recover']")
+    page.wait_for_selector(".messagelist .success")
+    job.refresh_from_db()
+    assert job.state == "pending"
+    assert job.events.get(kind="recovered").message == "stuck on a lock"
+
+
+def test_the_pipeline_page_asks_before_recovering_from_a_live_worker(site: Site, page):
+    make_job("tests.noop")
+    job, _ = claim_one("w1")
+    Worker.objects.create(name="w1", hostname="h", pid=1, started_at=timezone.now(),
+                          last_seen_at=timezone.now() + timedelta(minutes=5))
+    log_in(page, site)
+    page.goto(f"{site.url}/admin/jobs/job/pipeline/{job.pipeline_id}/")
+    asked: list[str] = []
+
+    def answer(dialog) -> None:
+        asked.append(dialog.message)
+        dialog.dismiss() if len(asked) == 1 else dialog.accept()
+
+    page.on("dialog", answer)
+    recover = page.locator(f"#job-{job.pk} button[data-op=recover]")
+    recover.click()  # dismissed: nothing happens
+    page.wait_for_function("() => !document.querySelector('button[data-op=recover]').disabled")
+    job.refresh_from_db()
+    assert "worker w1 is alive" in asked[0] and job.state == "running"
+    recover.click()  # accepted: posted again with confirm=yes
+    page.wait_for_selector("#pipeline-messages .success")
+    job.refresh_from_db()
+    assert len(asked) == 2 and job.state == "pending"

@@ -208,6 +208,7 @@ LISTINGS = {
     "ingest-run-list": "/api/ingest/runs/", "quality-status": "/quality/status",
     "exports-mapping-list": "/api/exports/mappings/", "exports-snapshot-list": "/api/exports/snapshots/",
     "exports-datasets": "/api/exports/datasets/",
+    "home": "/",  # the addresses of the admin and the API docs, the same for everyone
 }
 
 

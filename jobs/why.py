@@ -57,7 +57,8 @@ def lease_health(job: Job, now: datetime | None = None) -> LeaseHealth | None:
     if job.state != Job.State.RUNNING:
         return None
     now = now or clock.now()
-    seen, alive = _worker_seen(job, now)
+    seen, fresh = _worker_seen(job, now)
+    alive = fresh and not _lease_expired(job, now)
     if alive:
         ago = max(0, int((now - seen).total_seconds()))
         return LeaseHealth(True, f"worker {job.locked_by} is alive (seen {ago} s ago); the "
@@ -69,12 +70,14 @@ def lease_health(job: Job, now: datetime | None = None) -> LeaseHealth | None:
 
 
 def _worker_seen(job: Job, now: datetime) -> tuple[datetime | None, bool]:
-    """When the job's worker was last seen, and whether it and the lease are alive."""
-    expired = job.lease_expires_at is not None and job.lease_expires_at < now
+    """When the job's worker was last seen, and whether that is recent enough to be alive."""
     seen = (Worker.objects.filter(name=job.locked_by).values_list("last_seen_at", flat=True)
             .first())
-    fresh = seen is not None and seen >= now - timedelta(seconds=WORKER_STALE_SECONDS)
-    return seen, fresh and not expired
+    return seen, seen is not None and seen >= now - timedelta(seconds=WORKER_STALE_SECONDS)
+
+
+def _lease_expired(job: Job, now: datetime) -> bool:
+    return job.lease_expires_at is not None and job.lease_expires_at < now
 
 
 def _live_workers(now: datetime) -> QuerySet[Worker]:
@@ -86,10 +89,9 @@ def _why_running(job: Job, now: datetime) -> str:
     anyone. Every live worker runs the reaper, whatever queues it serves; with none
     alive, nothing does until a cluster starts or an operator steps in."""
     where = f"running on {job.locked_by}"
-    expired = job.lease_expires_at is not None and job.lease_expires_at < now
-    seen, healthy = _worker_seen(job, now)
-    alive = seen is not None and seen >= now - timedelta(seconds=WORKER_STALE_SECONDS)
-    if healthy:
+    expired = _lease_expired(job, now)
+    seen, alive = _worker_seen(job, now)
+    if alive and not expired:
         return f"{where} (attempt {job.attempts} of {job.max_attempts})"
     rescuer = alive or _live_workers(now).exists()
     by_hand = f"the admin's Recover action or POST /api/jobs/{job.pk}/recover/"

@@ -78,8 +78,10 @@ def test_a_draining_worker_claims_nothing_and_waits_for_its_stop(settings, tmp_p
     thread = threading.Thread(target=lambda: (worker.run(), connection.close()))
     thread.start()
     try:
-        assert wait_until(lambda: Worker.objects.filter(name="drainer").exists())
-        time.sleep(0.5)  # several loop turns
+        # The loop asks about the file before every claim: once it has seen it, it never
+        # claims, so the job stays pending however long the worker goes on.
+        assert wait_until(lambda: worker._drain_logged)
+        assert Worker.objects.filter(name="drainer").exists()
         assert thread.is_alive() and state_of(job) == Job.State.PENDING
     finally:
         worker.stop()

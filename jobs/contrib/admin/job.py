@@ -26,13 +26,16 @@ from django.utils.safestring import SafeString
 from jobs import clock, engine
 from jobs.contrib.admin import dashboard
 from jobs.contrib.admin import pipeline as pipeline_page
+from jobs.contrib.admin import triage as triage_pages
 from jobs.contrib.admin.lists import (
     CappedCountPaginator,
     FailedRecentlyFilter,
+    FailureGroupFilter,
     JobChangeList,
     PipelineFilter,
     QueueFilter,
     RescuedFilter,
+    StuckFilter,
     TypeFilter,
     job_search,
     pipeline_link,
@@ -112,7 +115,7 @@ class JobAdmin(admin.ModelAdmin):
                     "error_display", "pipeline", "tenant_display", "finished", "duration"]
     list_display_links = ["id", "type"]
     list_filter = ["state", TypeFilter, QueueFilter, FailedRecentlyFilter, RescuedFilter,
-                   PipelineFilter, "tenant"]
+                   StuckFilter, PipelineFilter, FailureGroupFilter, "tenant"]
     list_select_related = ["tenant"]
     # Only the primary key: any other ordering would sort the whole matching set.
     sortable_by = ["id"]
@@ -124,6 +127,7 @@ class JobAdmin(admin.ModelAdmin):
     paginator = CappedCountPaginator
     change_form_template = "admin/jobs/job/change_form.html"
     actions = ["recover_jobs", "retry_jobs", "cancel_jobs", "run_jobs_now"]
+    operations = OPERATIONS
 
     class Media:
         css = {"all": [STATES_CSS]}
@@ -321,7 +325,8 @@ class JobAdmin(admin.ModelAdmin):
                  name=f"jobs_job_{op.name}")
             for op in OPERATIONS.values()
         ]
-        return dashboard.urls(self) + pipelines + operations + super().get_urls()
+        return (dashboard.urls(self) + triage_pages.urls(self) + pipelines + operations
+                + super().get_urls())
 
     def pipeline_view(self, request: HttpRequest, pipeline_id: Any) -> HttpResponse:
         return pipeline_page.page_view(self, request, pipeline_id)

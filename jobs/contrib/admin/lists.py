@@ -22,7 +22,8 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from jobs import clock, conf, registry
-from jobs.models import Job, Worker
+from jobs.contrib import triage
+from jobs.models import Job, JobEvent, Worker
 
 State = Job.State
 
@@ -107,10 +108,7 @@ class QueueFilter(admin.SimpleListFilter):
     parameter_name = "queue"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        known = {handler.queue for handler in registry.all_handlers()} | set(conf.queues())
-        for queues in Worker.objects.values_list("queues", flat=True):
-            known.update(queues or [])
-        return [(name, name) for name in sorted(known)]
+        return [(name, name) for name in sorted(known_queues())]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         # Pending jobs of a queue are served by job_claim_idx; finished ones are found by
@@ -137,20 +135,54 @@ class FailedRecentlyFilter(admin.SimpleListFilter):
 
 
 class RescuedFilter(admin.SimpleListFilter):
-    """Jobs the reaper took back from a dead worker at least once (job_rescued_idx)."""
+    """Jobs the reaper took back from a dead worker: at least once (job_rescued_idx), or
+    in the last hour (their rescue events, by jobevent_incident_idx)."""
 
     title = "rescued"
     parameter_name = "rescued"
+    options = {"yes": "rescued at least once", "1h": "rescued in the last hour"}
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "rescued at least once")]
+        return list(self.options.items())
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if self.value() == "yes":
             return queryset.filter(rescues__gt=0)
+        if self.value() == "1h":
+            recent = JobEvent.objects.filter(kind=JobEvent.Kind.RESCUED,
+                                             at__gte=clock.now() - timedelta(hours=1))
+            return queryset.filter(rescues__gt=0, pk__in=recent.values("job_id"))
         if self.value() is not None:
-            raise IncorrectLookupParameters(f"rescued={self.value()!r}: the only choice is 'yes'")
+            raise IncorrectLookupParameters(
+                f"rescued={self.value()!r}: the choices are {', '.join(self.options)}")
         return queryset
+
+
+class StuckFilter(admin.SimpleListFilter):
+    """Running jobs whose lease ran out and that the reaper has not taken back yet
+    (job_lease_idx): more than a few seconds of these means the reaper is not running."""
+
+    title = "lease"
+    parameter_name = "stuck"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "expired (stuck)")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "yes":
+            return queryset.lease_expired(clock.now())
+        if self.value() is not None:
+            raise IncorrectLookupParameters(f"stuck={self.value()!r}: the only choice is 'yes'")
+        return queryset
+
+
+def known_queues() -> set[str]:
+    """Queues the deployment knows of (handlers, settings, live workers), never a
+    DISTINCT over the jobs table."""
+    known = {handler.queue for handler in registry.all_handlers()} | set(conf.queues())
+    for queues in Worker.objects.values_list("queues", flat=True):
+        known.update(queues or [])
+    return known
 
 
 class PipelineFilter(admin.SimpleListFilter):
@@ -172,6 +204,29 @@ class PipelineFilter(admin.SimpleListFilter):
         except ValueError as exc:
             raise IncorrectLookupParameters(f"not a pipeline id: {self.value()!r}") from exc
         return queryset.filter(pipeline_id=pipeline)  # the pipeline_id index
+
+
+class FailureGroupFilter(admin.SimpleListFilter):
+    """The failed jobs of one failure group (``jobs.contrib.triage``), as
+    ``?failure=<window>:<fingerprint>``: set by the triage page's counts, offered only
+    while active."""
+
+    title = "failure group"
+    parameter_name = "failure"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(value, f"{value.partition(':')[0]}: {value.partition(':')[2][:8]}…")] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if not self.value():
+            return queryset
+        window, _, group = self.value().partition(":")
+        if window not in triage.WINDOWS or len(group) != 32:
+            raise IncorrectLookupParameters(
+                f"failure={self.value()!r}: expected <window>:<fingerprint>, a window being "
+                f"one of {', '.join(triage.WINDOWS)}")
+        return triage.members(queryset, triage.window_start(window), group)
 
 
 def job_search(term: str) -> Q:

@@ -1,0 +1,34 @@
+"""Exports' figure on the console's front page: snapshots being made, and those that
+failed in the last day."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.urls import reverse
+
+import jobs
+from exports.models import Snapshot, SnapshotStatus
+from jobs.contrib.overview import Figure
+from tenancy.scoping import scope_queryset
+
+
+def figures(request: HttpRequest) -> list[Figure]:
+    snapshots = admin.site._registry.get(Snapshot)
+    if snapshots is None or not snapshots.has_view_permission(request):
+        return []
+    # The admin's own queryset sums every snapshot's jobs: counting needs only the rows,
+    # scoped to the user exactly as the admin scopes them.
+    visible = scope_queryset(Snapshot.objects.all(), request.user)
+    in_flight = visible.filter(status__in=[SnapshotStatus.PENDING, SnapshotStatus.CREATING]).count()
+    failed = visible.filter(status=SnapshotStatus.FAILED,
+                            finished_at__gte=jobs.now() - timedelta(days=1)).count()
+    url = reverse("admin:exports_snapshot_changelist")
+    return [
+        Figure("snapshots-in-flight", "snapshots being made", in_flight,
+               f"{url}?status__in={SnapshotStatus.PENDING},{SnapshotStatus.CREATING}"),
+        Figure("snapshots-failed", "snapshots failed in the last day", failed,
+               f"{url}?status__exact={SnapshotStatus.FAILED}", tone="bad" if failed else ""),
+    ]

@@ -1,0 +1,64 @@
+"""The engine's part of the console's front page: ``jobs.contrib.overview``'s figures,
+each linked to the admin list that explains it, over the jobs the user may see."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.http import urlencode
+
+from jobs.contrib import overview, triage
+from jobs.contrib.admin import triage as triage_pages
+from jobs.contrib.admin.lists import known_queues
+from jobs.contrib.admin.rendering import format_duration
+from jobs.models import Job, JobEvent
+from tenancy.scoping import scope_queryset
+
+Figure = overview.Figure
+
+
+def _jobs_url(**filters: str) -> str:
+    url = reverse("admin:jobs_job_changelist")
+    return f"{url}?{urlencode(filters)}" if filters else url
+
+
+def section(request: HttpRequest) -> dict[str, Any] | None:
+    """The engine's figures and tables for ``request.user``, or None without the right
+    to view jobs."""
+    job_admin = admin.site._registry.get(Job)
+    if job_admin is None or not job_admin.has_view_permission(request):
+        return None
+    state = overview.engine(
+        scope_queryset(Job.objects.all(), request.user),
+        scope_queryset(JobEvent.objects.all(), request.user, field="job__tenant"),
+        known_queues())
+    figures = [
+        Figure("failed", "failed in the last hour", state.failed,
+               _jobs_url(failed_within="1h"), tone="bad" if state.failed else "",
+               capped=state.failed_capped),
+        Figure("rescued", "rescued in the last hour", state.rescued,
+               _jobs_url(rescued="1h"), tone="warn" if state.rescued else ""),
+        Figure("stuck", "stuck past their lease", state.stuck, _jobs_url(stuck="yes"),
+               tone="bad" if state.stuck else "",
+               note="the reaper takes these back within seconds; lasting ones mean it is not running"),
+        Figure("running", "running now", state.running, _jobs_url(state__exact="running")),
+    ]
+    if state.jobs_estimate is not None:
+        figures.append(Figure("jobs", "jobs kept (estimate)", state.jobs_estimate, _jobs_url(),
+                              note="PostgreSQL's estimate of the table's size"))
+    queues = [{"head": head, "waited": format_duration(head.waited_seconds),
+               "url": _jobs_url(queue=head.queue, state__exact="pending")}
+              for head in state.queues]
+    window = triage.DEFAULT_WINDOW
+    groups = [{"group": group, "url": triage_pages.list_url(group, window),
+               "retry_url": triage_pages.retry_url(group, window)}
+              for group in state.failure_groups]
+    pipelines = [{"pipeline": pipeline,
+                  "url": reverse("admin:jobs_job_pipeline", args=[pipeline.pipeline_id])}
+                 for pipeline in state.pipelines]
+    return {"figures": figures, "queues": queues, "failure_groups": groups,
+            "pipelines": pipelines, "can_retry": job_admin.has_operate_permission(request),
+            "triage_url": reverse("admin:jobs_job_triage"), "as_of": state.now}

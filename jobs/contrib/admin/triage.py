@@ -1,0 +1,143 @@
+"""The failure triage pages: failed jobs grouped by type and error pattern
+(``jobs.contrib.triage``), each group with its size, its span, the tenants it touched
+and its newest traceback, and "retry all in this group" after a preview and a reason.
+
+An operator who fixed a cause retries its group in two clicks: *Retry all* on the
+group's row, then *Yes* under the preview. Each job is retried through the engine, with
+the reason in its history and in the admin's log, under the operator's name.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.http import urlencode
+
+from jobs.contrib import triage
+from jobs.contrib.admin.rendering import format_duration
+from jobs.errors import IllegalTransition
+from jobs.models import Job
+from tenancy.scoping import scope_queryset
+
+if TYPE_CHECKING:
+    from jobs.contrib.admin.job import JobAdmin
+
+# Jobs retried by one confirmation, newest first: the engine runs one transition per job,
+# and a page that took minutes to answer would be submitted twice.
+MAX_RETRY = 1000
+# Jobs named on the preview, beside the counts.
+PREVIEW_ROWS = 20
+REASON_CHARS = 500
+
+
+def urls(model_admin: JobAdmin) -> list[URLPattern]:
+    """``admin:jobs_job_triage`` and ``admin:jobs_job_triage_retry``, for ``get_urls``."""
+    view = model_admin.admin_site.admin_view
+
+    def groups(request: HttpRequest) -> HttpResponse:
+        return groups_view(model_admin, request)
+
+    def retry(request: HttpRequest, group: str) -> HttpResponse:
+        return retry_view(model_admin, request, group)
+
+    return [
+        path("triage/", view(groups), name="jobs_job_triage"),
+        path("triage/<str:group>/retry/", view(retry), name="jobs_job_triage_retry"),
+    ]
+
+
+def list_url(group: triage.FailureGroup, window: str) -> str:
+    """The job list narrowed to the group (``FailureGroupFilter``)."""
+    query = urlencode({"failure": f"{window}:{group.fingerprint}"})
+    return f"{reverse('admin:jobs_job_changelist')}?{query}"
+
+
+def retry_url(group: triage.FailureGroup, window: str) -> str:
+    """The group's preview page (its *Retry all* button)."""
+    url = reverse("admin:jobs_job_triage_retry", args=[group.fingerprint])
+    return f"{url}?{urlencode({'window': window})}"
+
+
+def _window(request: HttpRequest) -> str:
+    window = request.GET.get("window") or request.POST.get("window") or triage.DEFAULT_WINDOW
+    if window not in triage.WINDOWS:
+        messages.warning(request, f"Unknown window {window!r}: showing the last "
+                                  f"{triage.DEFAULT_WINDOW}.")
+        return triage.DEFAULT_WINDOW
+    return window
+
+
+def _context(model_admin: JobAdmin, request: HttpRequest, title: str) -> dict[str, Any]:
+    request.current_app = model_admin.admin_site.name
+    return {**model_admin.admin_site.each_context(request), "title": title,
+            "opts": Job._meta, "windows": list(triage.WINDOWS)}
+
+
+def groups_view(model_admin: JobAdmin, request: HttpRequest) -> TemplateResponse:
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    window = _window(request)
+    jobs = scope_queryset(Job.objects.all(), request.user)
+    found = triage.groups(jobs, triage.window_start(window))
+    rows = [{"group": group, "list_url": list_url(group, window),
+             "retry_url": retry_url(group, window)} for group in found]
+    context = {**_context(model_admin, request, "Failures by cause"), "window": window,
+               "rows": rows, "can_retry": model_admin.has_operate_permission(request),
+               "limit": triage.GROUP_LIMIT}
+    return TemplateResponse(request, "admin/jobs/triage.html", context)
+
+
+def retry_view(model_admin: JobAdmin, request: HttpRequest, group: str) -> HttpResponse:
+    """GET: the preview (how many jobs, which tenants, the first of them). POST with a
+    reason: each job retried by the engine, as the staff user."""
+    if not model_admin.has_operate_permission(request):
+        raise PermissionDenied
+    window = _window(request)
+    since = triage.window_start(window)
+    jobs = scope_queryset(Job.objects.all(), request.user)
+    found = triage.find(jobs, since, group)
+    if found is None:
+        raise Http404("No failure of this group is left in the window: it may have been "
+                      "retried already.")
+    members = triage.members(jobs, since, group).order_by("-id")
+    reason = request.POST.get("reason", "").strip()[:REASON_CHARS]
+    if request.method == "POST" and reason:
+        chosen = list(members.defer("payload", "result")[:MAX_RETRY])
+        done = _retry_all(model_admin, request, chosen, found, reason)
+        messages.success(request, f"{done:,} job(s) of {found.type} “{found.pattern}” retried.")
+        if done < len(chosen):
+            messages.warning(request, f"{len(chosen) - done:,} job(s) had changed state since "
+                                      "the preview and were left alone.")
+        return redirect(f"{reverse('admin:jobs_job_triage')}?{urlencode({'window': window})}")
+    if request.method == "POST":
+        messages.error(request, "Say why: the reason goes into each job's history.")
+    tenants = list(members.order_by().values_list("tenant__name", flat=True).distinct()[:20])
+    context = {
+        **_context(model_admin, request, f"Retry {min(found.count, MAX_RETRY):,} failed "
+                                         f"{found.type} job(s)?"),
+        "group": found, "window": window, "preview": list(members[:PREVIEW_ROWS]),
+        "touch": min(found.count, MAX_RETRY), "left": max(found.count - MAX_RETRY, 0),
+        "tenants": tenants, "list_url": list_url(found, window), "reason": reason,
+        "span": format_duration((found.last_seen - found.first_seen).total_seconds()),
+    }
+    return TemplateResponse(request, "admin/jobs/triage_retry.html", context)
+
+
+def _retry_all(model_admin: JobAdmin, request: HttpRequest, chosen: list[Job],
+               found: triage.FailureGroup, reason: str) -> int:
+    retry = model_admin.operations["retry"]
+    note = f"retried with its failure group “{found.pattern}”: {reason}"[:REASON_CHARS]
+    done = 0
+    for job in chosen:
+        try:
+            model_admin.apply(request, retry, job, note)
+        except IllegalTransition:
+            continue  # retried by someone else since the preview
+        done += 1
+    return done

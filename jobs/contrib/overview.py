@@ -1,0 +1,148 @@
+"""The operations overview's figures for the engine: what needs a person now.
+
+Failed and rescued in the last hour, running jobs stuck past their lease, the oldest due
+job of each queue, the busiest pipelines and the biggest failure groups. Every query
+reads a partial index or a bounded range of one, and what could be large is counted no
+further than ``CAP`` (shown as "10,000+"): the front page must stay fast with millions
+of jobs, where a ``COUNT(*)`` over the table would scan it on every visit. The table's
+size is PostgreSQL's own estimate.
+
+Like ``jobs.contrib.dashboard``, these take querysets already narrowed to what the user
+may see, and the engine's clock.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import connections
+from django.db.models import Count, QuerySet
+
+from jobs import clock
+from jobs.contrib import triage
+from jobs.models import Job, JobEvent
+
+CAP = 10_000
+RECENT = timedelta(hours=1)
+# The failure groups and busiest pipelines shown; the triage and pipeline pages have more.
+TOP = 5
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure of the overview and the list that explains it. ``tone`` is "bad" when
+    the figure means something is wrong, "warn" when it may be; a capped count is shown
+    with a "+"."""
+
+    key: str
+    label: str
+    value: int
+    url: str
+    tone: str = ""
+    capped: bool = False
+    note: str = ""
+
+    @property
+    def text(self) -> str:
+        return f"{self.value:,}{'+' if self.capped else ''}"
+
+
+@dataclass(frozen=True)
+class QueueHead:
+    """A queue's due jobs (counted up to ``CAP``) and the one that has waited longest."""
+
+    queue: str
+    due: int
+    capped: bool
+    oldest: Job | None
+    waited_seconds: float
+
+
+@dataclass(frozen=True)
+class BusyPipeline:
+    pipeline_id: uuid.UUID
+    running: int
+    types: list[str]
+
+
+@dataclass(frozen=True)
+class Engine:
+    now: datetime
+    failed: int
+    failed_capped: bool
+    rescued: int
+    stuck: int
+    running: int
+    queues: list[QueueHead]
+    pipelines: list[BusyPipeline]
+    failure_groups: list[triage.FailureGroup]
+    jobs_estimate: int | None
+
+
+def capped_count(queryset: QuerySet) -> tuple[int, bool]:
+    """``(count, capped)``: COUNT(*) over a LIMITed subquery, which stops at CAP + 1 rows."""
+    counted = queryset.order_by()[: CAP + 1].count()
+    return min(counted, CAP), counted > CAP
+
+
+def table_estimate(model: type[Job]) -> int | None:
+    """Rows in the table by PostgreSQL's estimate (autovacuum keeps it); None before the
+    first ANALYZE."""
+    with connections[model.objects.db].cursor() as cursor:
+        cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                       [model._meta.db_table])
+        row = cursor.fetchone()
+    return int(row[0]) if row and row[0] >= 0 else None
+
+
+def queue_heads(jobs: QuerySet[Job], queues: Iterable[str], now: datetime) -> list[QueueHead]:
+    """Per queue, the pending jobs due now and the longest-waiting of them; queues with
+    nothing due are left out. One bounded walk of job_claim_idx per queue."""
+    heads = []
+    for queue in sorted(set(queues)):
+        due = jobs.due(now).filter(queue=queue)
+        count, capped = capped_count(due)
+        if not count:
+            continue
+        oldest = due.only("id", "type", "run_after", "queue").order_by("run_after", "id").first()
+        waited = (now - oldest.run_after).total_seconds() if oldest else 0.0
+        heads.append(QueueHead(queue, count, capped, oldest, waited))
+    return sorted(heads, key=lambda head: -head.waited_seconds)
+
+
+def busiest_pipelines(jobs: QuerySet[Job], limit: int = TOP) -> list[BusyPipeline]:
+    """The pipelines holding the most workers now: running jobs (job_lease_idx keeps them
+    apart, and there are only as many as there are workers) grouped by pipeline."""
+    rows = list(jobs.filter(state=Job.State.RUNNING).order_by().values("pipeline_id")
+                .annotate(running=Count("id")).order_by("-running", "pipeline_id")[:limit])
+    types: dict[uuid.UUID, set[str]] = {row["pipeline_id"]: set() for row in rows}
+    for pipeline_id, type_name in (jobs.filter(state=Job.State.RUNNING, pipeline_id__in=types)
+                                   .values_list("pipeline_id", "type")):
+        types[pipeline_id].add(type_name)
+    return [BusyPipeline(row["pipeline_id"], row["running"], sorted(types[row["pipeline_id"]]))
+            for row in rows]
+
+
+def engine(jobs: QuerySet[Job], events: QuerySet[JobEvent], queues: Iterable[str]) -> Engine:
+    """The engine's figures as of one instant of the engine's clock."""
+    now = clock.now()
+    since = now - RECENT
+    failed, failed_capped = capped_count(jobs.filter(state=Job.State.FAILED, finished_at__gte=since))
+    rescued = (events.filter(kind=JobEvent.Kind.RESCUED, at__gte=since)  # jobevent_incident_idx
+               .values("job_id").distinct().count())
+    return Engine(
+        now=now,
+        failed=failed,
+        failed_capped=failed_capped,
+        rescued=rescued,
+        stuck=jobs.lease_expired(now).count(),
+        running=jobs.filter(state=Job.State.RUNNING).count(),
+        queues=queue_heads(jobs, queues, now),
+        pipelines=busiest_pipelines(jobs),
+        failure_groups=triage.groups(jobs, triage.window_start(triage.DEFAULT_WINDOW, now),
+                                     limit=TOP),
+        jobs_estimate=table_estimate(Job),
+    )

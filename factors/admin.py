@@ -64,8 +64,23 @@ def _pipeline_message(result: services.Dispatched) -> SafeString:
                        result.job.pk, rows, _pipeline_url(result))
 
 
+def _classification(values: Any) -> SafeString:
+    """A classification as ``key: value`` lines, keys sorted, every part escaped: operators
+    read codes, not a JSON dump."""
+    if not isinstance(values, dict) or not values:
+        return format_html("{}", "—")
+    lines = format_html_join("", '<div class="classification-line">{}: {}</div>',
+                             sorted((str(k), str(v)) for k, v in values.items()))
+    return format_html('<div class="classification">{}</div>', lines)
+
+
 def _is_operator(request: HttpRequest) -> bool:
     return bool(request.user.is_staff and tenant_scope(request.user) is True)
+
+
+def _shown(field: str) -> str:
+    """A change page's field, with the classification rendered rather than dumped."""
+    return "classification_shown" if field == "classification" else field
 
 
 class ReadOnly(ReadOnlyMixin, admin.ModelAdmin):
@@ -129,9 +144,10 @@ class UploadViews(ReadOnly):
             else:
                 self.message_user(request, _pipeline_message(result), messages.SUCCESS)
                 return HttpResponseRedirect(self.after_upload(request, result))
+        example = form.example() if hasattr(form, "example") else None
         context = {**self.admin_site.each_context(request), "opts": self.model._meta,
                    "title": self.upload_label, "form": form, "rejected": rejected,
-                   "intro": self.upload_intro, "submit": self.upload_label}
+                   "intro": self.upload_intro, "submit": self.upload_label, "example": example}
         return TemplateResponse(request, "admin/factors/upload.html", context)
 
 
@@ -296,7 +312,7 @@ class CarbonReportAdmin(admin.ModelAdmin):
 
 @admin.register(DataEntry)
 class DataEntryAdmin(UploadViews):
-    list_display = ["id", "module", "data_entry_type", "quantity", "unit", "classification",
+    list_display = ["id", "module", "data_entry_type", "quantity", "unit", "classification_shown",
                     "kg_co2e", "source", "row_number", "written_by", "created_by"]
     list_filter = ["source", "data_entry_type", "module__module_type", "year"]
     list_select_related = ["module__report__unit", "emission", "created_by"]
@@ -317,6 +333,13 @@ class DataEntryAdmin(UploadViews):
 
     def may_upload(self, request: HttpRequest) -> bool:
         return bool(request.user.is_staff and tenant_scope(request.user) is not False)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [_shown(name) for name in super().get_fields(request, obj)]
+
+    @admin.display(description="classification")
+    def classification_shown(self, entry: DataEntry) -> SafeString:
+        return _classification(entry.classification)
 
     @admin.display(description="kg CO2e")
     def kg_co2e(self, entry: DataEntry) -> str:
@@ -358,19 +381,27 @@ class StaleFilter(admin.SimpleListFilter):
 
 @admin.register(EmissionFactor)
 class EmissionFactorAdmin(UploadViews):
-    list_display = ["id", "data_entry_type", "year", "classification", "value", "unit", "source",
-                    "stale", "seen_in"]
+    list_display = ["id", "data_entry_type", "year", "classification_shown", "value", "unit",
+                    "source", "stale", "seen_in"]
     list_filter = [StaleFilter, "data_entry_type", "year", "source"]
     search_fields = ["source"]
     actions = ["recalculate"]
     change_list_template = "admin/factors/emissionfactor/change_list.html"
     upload_label = "Upload factors CSV"
-    upload_intro = ("Factors are upserted in place (ids kept, entries stay linked); factors the "
-                    "file leaves out become stale; the emissions of the type are recalculated.")
+    upload_intro = ("Factors are upserted in place (ids kept, entries stay linked); factors of "
+                    "the file's type and years that it leaves out become stale (other years are "
+                    "left as they are); the emissions of the type are recalculated.")
 
     @admin.display(description="stale", boolean=True)
     def stale(self, factor: EmissionFactor) -> bool:
         return factor.is_stale
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [_shown(name) for name in super().get_fields(request, obj)]
+
+    @admin.display(description="classification")
+    def classification_shown(self, factor: EmissionFactor) -> SafeString:
+        return _classification(factor.classification)
 
     @admin.display(description="last seen in")
     def seen_in(self, factor: EmissionFactor) -> SafeString:

@@ -1,15 +1,19 @@
 """The CO2 calculator's REST API under ``/v1/``: reports, modules and their data entries
-(the interactive path). The bulk endpoints are in ``factors.sync_api``.
+(the interactive path), and the emission factors (read only). The bulk endpoints are in
+``factors.sync_api``.
 
 Views stay thin: they find what the caller may see (``tenancy.scoping``; another
 tenant's report is a 404, like one that does not exist), call ``factors.services`` and
-report. Members of a tenant read and edit the entries of their tenant's reports.
+report. Members of a tenant read and edit the entries of their tenant's reports. Factors
+are shared reference data: every tenant prices with the same ones, so any member of a
+tenant (and a platform operator) reads them all; a user of no tenant reads none.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from django_filters import rest_framework as filters
@@ -24,10 +28,10 @@ from rest_framework.views import APIView
 
 from factors import queries, services
 from factors.catalog import DataEntryType, ModuleType
-from factors.models import CarbonReport, DataEntry, ReportModule
+from factors.models import CarbonReport, DataEntry, EmissionFactor, ReportModule
 from intake.csv_validation import shown
 from jobs.contrib.api import BoundedJSONParser, CheckedCursorPagination, StrictFilterBackend
-from tenancy.scoping import scope_queryset
+from tenancy.scoping import scope_queryset, tenant_scope
 
 # --- serializers ----------------------------------------------------------------------------------
 
@@ -278,3 +282,96 @@ def _body(request: Request) -> dict[str, Any]:
     if not isinstance(request.data, dict):
         raise ValidationError({"detail": ["the body must be a JSON object"]})
     return dict(request.data)
+
+
+# --- emission factors (read only) -------------------------------------------------------------------
+
+
+class FactorSerializer(serializers.ModelSerializer):
+    stale = serializers.BooleanField(source="is_stale", read_only=True, help_text=(
+        "Left out of the latest upload of its type that covered its year; kept, so the "
+        "entries priced with it stay linked."))
+
+    class Meta:
+        model = EmissionFactor
+        fields = ["id", "data_entry_type", "year", "classification", "value", "unit", "source",
+                  "stale", "created_at", "updated_at"]
+        read_only_fields = fields
+
+
+class StrictBooleanField(forms.NullBooleanField):
+    """``true`` or ``false`` (also ``1``/``0``); anything else is an error naming the
+    value. Django's ``NullBooleanField`` reads an unknown value as "no filter", so
+    ``?stale=yes`` would silently list every factor."""
+
+    TRUE, FALSE = ("true", "1"), ("false", "0")
+
+    def to_python(self, value: Any) -> bool | None:
+        if value in (None, "") or isinstance(value, bool):
+            return value if isinstance(value, bool) else None
+        text = str(value).strip().lower()
+        if text in self.TRUE:
+            return True
+        if text in self.FALSE:
+            return False
+        raise forms.ValidationError(f"{shown(str(value))} is not a boolean: use true or false",
+                                    code="invalid")
+
+
+class StrictBooleanFilter(filters.BooleanFilter):
+    """The text as sent: django-filter's boolean widgets read what they do not know as empty."""
+
+    field_class = StrictBooleanField
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("widget", forms.TextInput)
+        super().__init__(*args, **kwargs)
+
+
+class YearFilter(filters.NumberFilter):
+    """A whole year (``NumberFilter`` would take 2024.5) within the factors' range."""
+
+    field_class = forms.IntegerField
+
+
+class FactorFilter(filters.FilterSet):
+    type = filters.ChoiceFilter(field_name="data_entry_type", choices=DataEntryType.choices,
+                                help_text="A data-entry type, e.g. plane.")
+    year = YearFilter(min_value=2000, max_value=2100, help_text="A year, 2000 to 2100.")
+    stale = StrictBooleanFilter(field_name="is_stale",
+                                help_text="true: only stale factors; false: only current ones.")
+
+    class Meta:
+        model = EmissionFactor
+        fields: list[str] = []
+
+
+def visible_factors(request: Request) -> QuerySet[EmissionFactor]:
+    """Every factor for a member of a tenant or a platform operator; none for a user of
+    no tenant (what ``scope_queryset`` gives such a user everywhere else)."""
+    scope = tenant_scope(request.user)
+    if scope is False or scope is None:
+        return EmissionFactor.objects.none()
+    return EmissionFactor.objects.all()
+
+
+class FactorList(APIView):
+    permission_classes = [IsAuthenticated]
+    queryset = EmissionFactor.objects.none()  # the schema's model; requests scope their own
+    pagination_class = ById  # what the schema documents: a cursor page (``_page``)
+    filterset_class = FactorFilter
+    filter_backends = [StrictFilterBackend]
+
+    @extend_schema(tags=["co2"], summary="Emission factors, in id order",
+                   responses={200: FactorSerializer(many=True)})
+    def get(self, request: Request) -> Response:
+        rows = _page(self, request, visible_factors(request))
+        return self.paginator.get_paginated_response(FactorSerializer(rows, many=True).data)
+
+
+class FactorDetail(APIView):
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(tags=["co2"], summary="One emission factor", responses={200: FactorSerializer})
+    def get(self, request: Request, id: int) -> Response:
+        return Response(FactorSerializer(get_object_or_404(visible_factors(request), pk=id)).data)

@@ -31,32 +31,36 @@ class DataEntryType(models.TextChoices):
 
 @dataclass(frozen=True)
 class EntryTypeSpec:
-    """One data-entry type: its module, its unit of measure and its classification keys."""
+    """One data-entry type: its module, its unit of measure and its classification keys,
+    with one valid code per key (``example``, in key order) for the upload form's example."""
 
     type: str
     module_type: str
     unit: str
     keys: tuple[str, ...]
     help: str
+    example: tuple[str, ...]
 
 
 SPECS: dict[str, EntryTypeSpec] = {
     spec.type: spec
     for spec in (
         EntryTypeSpec(DataEntryType.PLANE, ModuleType.TRAVEL, "km", ("haul", "cabin"),
-                      "haul: short, medium or long; cabin: economy, business or first"),
+                      "haul: short, medium or long; cabin: economy, business or first",
+                      ("short", "economy")),
         EntryTypeSpec(DataEntryType.TRAIN, ModuleType.TRAVEL, "km", ("network",),
-                      "network: urban, national or international"),
+                      "network: urban, national or international", ("national",)),
         EntryTypeSpec(DataEntryType.CAR, ModuleType.TRAVEL, "km", ("fuel",),
-                      "fuel: petrol, diesel, hybrid or electric"),
+                      "fuel: petrol, diesel, hybrid or electric", ("petrol",)),
         EntryTypeSpec(DataEntryType.ELECTRICITY, ModuleType.ENERGY, "kwh", ("country",),
-                      "country: ISO 3166 code of the grid (fr, de, ch …)"),
+                      "country: ISO 3166 code of the grid (fr, de, ch …)", ("fr",)),
         EntryTypeSpec(DataEntryType.HEATING, ModuleType.ENERGY, "kwh", ("energy",),
-                      "energy: natural_gas, fuel_oil, district_heating or wood_pellets"),
+                      "energy: natural_gas, fuel_oil, district_heating or wood_pellets",
+                      ("natural_gas",)),
         EntryTypeSpec(DataEntryType.GOODS, ModuleType.PURCHASES, "eur", ("category",),
-                      "category: it_equipment, furniture, lab_supplies, paper …"),
+                      "category: it_equipment, furniture, lab_supplies, paper …", ("it_equipment",)),
         EntryTypeSpec(DataEntryType.SERVICES, ModuleType.PURCHASES, "eur", ("category",),
-                      "category: consulting, cleaning, catering, software …"),
+                      "category: consulting, cleaning, catering, software …", ("consulting",)),
     )
 }
 

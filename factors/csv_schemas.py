@@ -1,10 +1,14 @@
 """The CSV files the calculator accepts, built from the catalogue: entries and factors of
-one data-entry type, and the unit directory."""
+one data-entry type, and the unit directory; and an example of each entries file, made
+from the same columns so that what the upload form shows is what the parser takes."""
 
 from __future__ import annotations
 
 from factors import catalog, conf
 from intake.csv_validation import Column, CsvSchema
+
+# A cell of each kind that fits any column of that kind here (codes come from the catalogue).
+_EXAMPLE_CELLS = {"number": "120.5", "year": "2024", "text": ""}
 
 
 def entries(data_entry_type: str) -> CsvSchema:
@@ -46,3 +50,20 @@ def units() -> CsvSchema:
         unique=("code",),
         max_bytes=conf.max_bytes("units"),
     )
+
+
+def entries_example(data_entry_type: str) -> tuple[str, str]:
+    """The header line and one valid row of an entries file of this type, e.g.
+    ``("quantity,unit,haul,cabin", "120.5,km,short,economy")``."""
+    spec = catalog.spec(data_entry_type)
+    schema = entries(data_entry_type)
+    codes = dict(zip(spec.keys, spec.example, strict=True))
+    return ",".join(schema.names), ",".join(_example_cell(column, codes) for column in schema.columns)
+
+
+def _example_cell(column: Column, codes: dict[str, str]) -> str:
+    if column.kind == "fixed":
+        return column.value
+    if column.kind == "code":
+        return codes[column.name]
+    return _EXAMPLE_CELLS[column.kind]

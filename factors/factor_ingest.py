@@ -3,8 +3,10 @@ them) survive every re-upload.
 
 One statement inserts new factors and updates existing ones on the unique key (type,
 year, classification) — JSONB, so the order of the classification's keys cannot create
-a duplicate. Factors of the type that the upload does not list keep their row and id and
-are marked stale: "not in the latest upload", visible to operators, still linked.
+a duplicate. Factors that the upload does not list keep their row and id and are marked
+stale: "not in the latest upload", visible to operators, still linked. Stale tracking
+follows the (type, year) pairs the file covers: a file of one year's factors says
+nothing about the other years of its type, whose factors keep their stale flag as it was.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ FROM upserted u LEFT JOIN previous p ON p.id = u.id
 
 _MARK_STALE = """
 UPDATE factors_emissionfactor SET is_stale = (last_seen_job_id IS DISTINCT FROM %(job)s)
-WHERE data_entry_type = %(type)s
+WHERE data_entry_type = %(type)s AND year = ANY(%(years)s)
   AND is_stale IS DISTINCT FROM (last_seen_job_id IS DISTINCT FROM %(job)s)
 """
 
@@ -70,7 +72,7 @@ def upsert(job: jobs.Job, data_entry_type: str, upload: StagedUpload) -> dict[st
                        {"type": data_entry_type, "unit": spec.unit, "job": job.pk,
                         "now": jobs.now()})
         rows, inserted, changed, years = cursor.fetchone()
-        cursor.execute(_MARK_STALE, {"job": job.pk, "type": data_entry_type})
+        cursor.execute(_MARK_STALE, {"job": job.pk, "type": data_entry_type, "years": years})
         cursor.execute("SELECT count(*), (array_agg(id ORDER BY id))[1:50] "
                        "FROM factors_emissionfactor WHERE data_entry_type = %s AND is_stale",
                        [data_entry_type])

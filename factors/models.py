@@ -330,8 +330,8 @@ class EmissionFactor(models.Model):
                                 "The factor upload of its type that last listed it.")
     is_stale = models.BooleanField(
         "stale", default=False,
-        help_text="Not in the latest upload of its type: kept, with its id, so the entries "
-                  "computed with it stay linked.")
+        help_text="Not in the latest upload of its type that covered its year: kept, with its "
+                  "id, so the entries computed with it stay linked.")
     created_at = models.DateTimeField("created")
     updated_at = models.DateTimeField("updated")
 

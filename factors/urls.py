@@ -15,6 +15,9 @@ urlpatterns = [
     path(MODULE, api.ModuleDetail.as_view(), name="factors-module"),
     path(f"{MODULE}/data-entries", api.EntryList.as_view(), name="factors-entries"),
     path(f"{MODULE}/data-entries/<int:entry>", api.EntryDetail.as_view(), name="factors-entry"),
+    path("v1/emission_factors", api.FactorList.as_view(), name="factors-factors"),
+    # ``id``, like the engine's detail routes: the factor is a row of its own, not a child.
+    path("v1/emission_factors/<int:id>", api.FactorDetail.as_view(), name="factors-factor"),
     path("sync/dispatch", sync_api.Dispatch.as_view(), name="factors-dispatch"),
     path("sync/api-ingest", sync_api.ApiIngest.as_view(), name="factors-api-ingest"),
     path("sync/factors/<str:data_entry_type>", sync_api.FactorUpload.as_view(), name="factors-upload"),

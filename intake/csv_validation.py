@@ -213,9 +213,11 @@ class CsvSchema:
 
 @dataclass
 class ValidationReport:
-    """The outcome of one pass: the header as found, the data rows, the first errors."""
+    """The outcome of one pass: the header as found, the valid data rows (``rows``), every
+    data row checked, valid or not (``checked``), the first errors."""
 
     rows: int = 0
+    checked: int = 0
     header: list[str] = field(default_factory=list)
     errors: list[CsvError] = field(default_factory=list)
     error_count: int = 0
@@ -357,6 +359,7 @@ class _Pass:
             # per line, and already canonical.
             self.line += len(lines)
             self.report.rows += len(lines)
+            self.report.checked += len(lines)
             canonical = lines
         else:
             canonical = [self._line(line) for line in lines]
@@ -365,6 +368,7 @@ class _Pass:
 
     def _line(self, line: str) -> str:
         self.line += 1
+        self.report.checked += 1
         if self.fast is not None and self.fast.fullmatch(line):
             if self.key_positions:
                 self._unique(line.split(","))

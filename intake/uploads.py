@@ -37,7 +37,7 @@ def refuse_large_body(request: Request, limit: int, kind: str) -> None:
 
 
 def rejected(report: ValidationReport, detail: str) -> Response:
-    """400 for a refused file: ``detail``, the rows checked, and the report's first errors
-    (row, column, reason), their count and whether the list was cut."""
-    return Response({"detail": detail, "rows_checked": report.rows, **report.as_dict()},
+    """400 for a refused file: ``detail``, the data rows checked (valid or not), and the
+    report's first errors (row, column, reason), their count and whether the list was cut."""
+    return Response({"detail": detail, "rows_checked": report.checked, **report.as_dict()},
                     status=status.HTTP_400_BAD_REQUEST)

@@ -35,7 +35,7 @@ from ingest.runs import services as ingest_services
 from ingest.runs.models import IngestRun, RunAction
 from ingest.scraping import services as scraping
 from ingest.scraping.models import IngestionHandoff, ScrapeReference
-from jobs.models import Event, Job
+from jobs.models import Delivery, Event, Job
 from jobs.streams.hub import get_hub
 from jobs.streams.ws import JobEventsConsumer
 from jobs.worker import run_until_idle
@@ -125,6 +125,7 @@ def snapshot(acme: Acme) -> tuple[Any, ...]:
         sorted(ScrapeReference.objects.filter(tenant=acme.tenant).values_list("id", "payload_hash")),
         sorted(Snapshot.objects.filter(tenant=acme.tenant).values_list("id", "status")),
         sorted(ExportJob.objects.filter(tenant=acme.tenant).values_list("id", "status", "generation")),
+        sorted(Delivery.objects.filter(event__tenant=acme.tenant).values_list("id", "quarantined_at")),
     )
 
 
@@ -208,6 +209,7 @@ LISTINGS = {
     "ingest-run-list": "/api/ingest/runs/", "quality-status": "/quality/status",
     "exports-mapping-list": "/api/exports/mappings/", "exports-snapshot-list": "/api/exports/snapshots/",
     "exports-datasets": "/api/exports/datasets/",
+    "factors-factors": "/v1/emission_factors", "factors-factor": "/v1/emission_factors/1",  # shared
     "home": "/",  # the addresses of the admin and the API docs, the same for everyone
 }
 
@@ -294,7 +296,11 @@ def test_the_admin_shows_globex_staff_none_of_acmes_objects(acme):
         content_type__app_label__in=["jobs", "factors", "ingest", "exports"]))
     browser = Client()
     browser.force_login(gina)
+    delivery = acme.event.deliveries.order_by("id").first().pk
     pages = [f"/admin/jobs/job/{acme.failed.pk}/change/",
+             f"/admin/jobs/delivery/{delivery}/change/",
+             *(f"/admin/jobs/delivery/{delivery}/{action}/"
+               for action in ("quarantine", "release", "replay")),
              f"/admin/jobs/job/pipeline/{acme.ingest.pipeline_id}/",
              f"/admin/factors/carbonreport/{acme.report.pk}/change/",
              f"/admin/factors/upload/{acme.upload.id}/change/",
@@ -319,12 +325,17 @@ def test_the_admin_shows_globex_staff_none_of_acmes_objects(acme):
     cancel = browser.post(f"/admin/jobs/job/{acme.waiting.pk}/cancel/")
     assert cancel.status_code in (302, 403, 404)
     assert cancel.status_code != 302 or "/cancel/" not in cancel["Location"]
+    for action in ("quarantine", "release", "replay"):
+        assert browser.post(f"/admin/jobs/delivery/{delivery}/{action}/",
+                            {"post": "yes", "reason": "x"}).status_code == 404
+    browser.post("/admin/jobs/delivery/", {"action": "quarantine_deliveries", "post": "yes",
+                                           "reason": "x", "_selected_action": [delivery]})
     assert browser.post(f"/admin/ingest/ingestrun/{acme.run.pk}/cancel/").status_code == 404
     assert browser.post(f"/admin/exports/snapshot/{acme.export.pk}/cancel/").status_code == 404
     assert browser.post(
         f"/admin/exports/snapshot/{acme.export.pk}/jobs/{export_job(acme)}/retry/").status_code == 404
     assert browser.post(f"/admin/exports/mapping/{acme.mapping.pk}/take-snapshot/").status_code == 404
-    for listing in ("/admin/ingest/ingestrun/", "/admin/ingest/ingestsource/",
+    for listing in ("/admin/jobs/delivery/", "/admin/ingest/ingestrun/", "/admin/ingest/ingestsource/",
                     "/admin/ingest/ingestionhandoff/", "/admin/ingest/scrapereference/",
                     "/admin/ingest/scraperun/", "/admin/exports/mapping/",
                     "/admin/exports/snapshot/"):

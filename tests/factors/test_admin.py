@@ -1,16 +1,29 @@
 """The admin pages: reports with their modules' badge, entries, factors with the stale
-filter, emissions, and the upload forms that start the same pipelines."""
+filter and readable classifications, emissions, and the upload forms that start the same
+pipelines (the entries form offering the chosen module's types, with an example file)."""
 
 from __future__ import annotations
+
+import io
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from factors import catalog, csv_schemas
 from factors.models import CarbonReport, DataEntry, EmissionFactor
+from intake.csv_validation import validate
 from jobs.models import Job
 from jobs.worker import run_until_idle
 from tests.base import staff, tenant
-from tests.factors.builders import csv_bytes, dispatch, module, plane_factors, plane_rows, report
+from tests.factors.builders import (
+    csv_bytes,
+    dispatch,
+    factor,
+    module,
+    plane_factors,
+    plane_rows,
+    report,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -97,3 +110,60 @@ def test_recompute_stats_queues_one_aggregation_per_module(admin_client, admin_u
     admin_client.post("/admin/factors/carbonreport/", {
         "action": "recompute_stats", "_selected_action": [travel.report_id]})
     assert Job.objects.filter(type="factors.aggregation", created_by=admin_user).count() == 3
+
+
+def test_classifications_read_as_key_value_lines_escaped_not_as_json(admin_client, travel, clock):
+    hostile = factor("train", 2024, {"network": "<b>urban</b>"}, "0.004")
+    dispatch(travel, csv_bytes(HEADER, plane_rows(1)))
+    run_until_idle()
+    entry = DataEntry.objects.get()
+
+    pages = {url: admin_client.get(url).content.decode() for url in [
+        "/admin/factors/emissionfactor/", f"/admin/factors/emissionfactor/{hostile.pk}/change/",
+        "/admin/factors/dataentry/", f"/admin/factors/dataentry/{entry.pk}/change/"]}
+
+    for url, page in pages.items():
+        assert '{"haul"' not in page and "{&quot;" not in page, url
+    for listing in ("/admin/factors/emissionfactor/", "/admin/factors/dataentry/"):
+        assert '<div class="classification-line">haul: short</div>' in pages[listing]
+    factor_page = pages[f"/admin/factors/emissionfactor/{hostile.pk}/change/"]
+    assert '<div class="classification-line">network: &lt;b&gt;urban&lt;/b&gt;</div>' in factor_page
+    assert "<b>urban</b>" not in factor_page
+    entry_page = pages[f"/admin/factors/dataentry/{entry.pk}/change/"]
+    assert '<div class="classification-line">cabin: economy</div>' in entry_page
+    assert '<div class="classification-line">haul: short</div>' in entry_page
+
+
+def test_the_entries_upload_form_refuses_a_type_of_another_module_naming_it(admin_client, travel):
+    response = admin_client.post("/admin/factors/dataentry/upload/", {
+        "report": travel.report_id, "module_type": "energy", "data_entry_type": "plane",
+        "file": SimpleUploadedFile("e.csv", csv_bytes(HEADER, plane_rows(5)))})
+
+    assert response.status_code == 200
+    assert response.context["form"].errors == {"data_entry_type": [
+        "plane is not an entry type of the energy module: choose one of electricity, heating"]}
+    assert not Job.objects.exists()
+    # The example follows the module the operator chose.
+    assert response.context["example"] == ("quantity,unit,country", "120.5,kwh,fr")
+
+
+def test_the_entries_upload_page_groups_types_by_module_with_their_example_and_its_script(
+        admin_client, travel):
+    page = admin_client.get("/admin/factors/dataentry/upload/").content.decode()
+
+    assert '<optgroup label="Energy">' in page
+    assert ('<option value="heating" data-module="energy" data-header="quantity,unit,energy" '
+            'data-example="120.5,kwh,natural_gas">') in page
+    assert '<code id="csv-example-header">quantity,unit,haul,cabin</code>' in page
+    assert '<code id="csv-example-row">120.5,km,short,economy</code>' in page
+    assert '<script src="/static/factors/upload_form.js"></script>' in page
+    assert "<script>" not in page  # nothing inline: the site's CSP runs none
+
+
+@pytest.mark.parametrize("data_entry_type", list(catalog.SPECS))
+def test_each_example_is_a_file_the_parser_accepts(data_entry_type):
+    header, row = csv_schemas.entries_example(data_entry_type)
+
+    checked = validate(io.BytesIO(f"{header}\n{row}\n".encode()), csv_schemas.entries(data_entry_type))
+
+    assert (checked.ok, checked.rows, checked.header) == (True, 1, header.split(","))

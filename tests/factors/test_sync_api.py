@@ -217,6 +217,41 @@ def test_a_factor_re_upload_with_keys_in_another_order_keeps_ids_and_marks_the_d
     assert travel.stats["kg_co2e"] == "5.000000"  # 10 × 0.20 + 10 × 0.30 (stale, still used)
 
 
+def test_stale_tracking_follows_the_type_and_years_the_file_covers(olga, clock):
+    EmissionFactor.objects.all().delete()
+    factor_upload(olga, csv_bytes(FACTOR_HEADER, [
+        ["2023", "short", "economy", "0.14", "km", ""], ["2023", "long", "business", "0.29", "km", ""],
+        ["2024", "short", "economy", "0.15", "km", ""], ["2024", "long", "business", "0.30", "km", ""]]))
+    factor_upload(olga, csv_bytes(["year", "network", "value", "unit"], [["2024", "urban", "0.01", "km"]]),
+                  data_entry_type="train")
+    run_until_idle()
+
+    # Only 2024, and only one of its two plane factors.
+    response = factor_upload(olga, csv_bytes(FACTOR_HEADER, [["2024", "short", "economy", "0.16", "km", ""]]))
+    assert response.status_code == 202, response.json()
+    run_until_idle()
+
+    stale = {(f.data_entry_type, f.year, f.classification.get("haul", "")): f.is_stale
+             for f in EmissionFactor.objects.all()}
+    assert stale == {("plane", 2023, "short"): False, ("plane", 2023, "long"): False,
+                     ("plane", 2024, "short"): False, ("plane", 2024, "long"): True,
+                     ("train", 2024, ""): False}
+    job = Job.objects.filter(type="factors.factor_ingest").latest("id")
+    assert (job.result["years"], job.result["stale"]) == ([2024], 1)
+
+
+def test_a_refused_upload_counts_every_row_it_checked_valid_or_not(alice, travel, upload_dir):
+    rows = [*plane_rows(3), ["abc", "km", "short", "economy"], ["1", "mi", "short", "economy"],
+            *plane_rows(2, start=3)]
+
+    response = upload(alice, travel, csv_bytes(HEADER, rows))
+
+    assert response.status_code == 400
+    body = response.json()
+    assert (body["rows_checked"], body["rows"], body["error_count"]) == (7, 5, 2)
+    assert nothing_written(upload_dir)
+
+
 def test_a_factor_file_with_a_duplicate_key_is_refused(olga, upload_dir):
     response = factor_upload(olga, csv_bytes(FACTOR_HEADER, [
         ["2024", "short", "economy", "0.15", "km", ""], ["2024", "short", "economy", "0.2", "km", ""]]))

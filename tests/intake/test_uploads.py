@@ -42,7 +42,7 @@ def test_a_refused_file_answers_400_with_its_first_errors():
 
     assert response.status_code == 400
     assert response.data == {
-        "detail": "codes.csv was refused", "rows_checked": 1, "rows": 1, "error_count": 1,
+        "detail": "codes.csv was refused", "rows_checked": 2, "rows": 1, "error_count": 1,
         "errors": [{"row": 3, "column": "code",
                     "reason": "starts with '=': cells that look like a spreadsheet formula "
                               "are refused"}],

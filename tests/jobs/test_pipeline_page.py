@@ -249,3 +249,27 @@ def test_the_job_list_and_job_page_link_to_the_pipeline_page(admin_client):
 ])
 def test_the_pipelines_state_is_running_until_every_job_finished(states, expected):
     assert pipeline_state(states) == expected
+
+
+def test_many_chunks_are_folded_with_the_failures_first_and_in_view(admin_client):
+    ingest = make_job("tests.noop")
+    chunks = [make_job("tests.noop", {"n": n}, pipeline=ingest.pipeline_id) for n in range(41)]
+    closing = make_job("tests.noop", {"closes": ingest.pk}, pipeline=ingest.pipeline_id,
+                       parent=ingest, after=chunks)
+    broken = chunks[30]
+    for chunk in chunks:  # every chunk but one succeeds, one fails
+        job, _ = claim_one("w1")
+        if job.pk == broken.pk:
+            engine.fail(job, job.lease_token, "ValueError: no factor", permanent=True, worker="w1")
+        else:
+            engine.complete(job, job.lease_token, worker="w1")
+
+    html = admin_client.get(page_url(ingest.pipeline_id)).content.decode()
+
+    fan_in = html[html.index('class="pl-fan-in"'):]
+    in_view, _, folded = fan_in.partition("<details>")
+    assert re.findall(r'id="job-(\d+)"', in_view)[0] == str(broken.pk)  # the failure leads
+    assert len(re.findall(r'class="pl-job ', in_view)) == 8
+    assert "33 more:" in folded and "33 succeeded" in folded
+    assert html.count('class="pl-job ') == 43  # folded boxes stay, for the live updates
+    assert f'id="job-{closing.pk}"' in html

@@ -32,6 +32,15 @@ GRAPH_FIELDS = ("id", "type", "state", "parent_id", "pipeline_id", "attempts", "
                 "created_at", "started_at", "finished_at", "tenant_id")
 
 
+# Siblings (a parent's children, a fan-in's prerequisites, the roots) beyond this many
+# are folded: the unfinished and failed ones first and in view, the rest behind a summary.
+FOLD_AT = 12
+SHOWN_WHEN_FOLDED = 8
+# The order siblings are drawn in: what needs a look first.
+STATE_ORDER = {Job.State.FAILED: 0, Job.State.RUNNING: 1, Job.State.PENDING: 2,
+               Job.State.CANCELLED: 3, Job.State.SUCCEEDED: 4}
+
+
 class Operation(Protocol):
     name: str
     label: str
@@ -72,6 +81,36 @@ class Node:
     def below(self) -> list[Node]:
         return self.prerequisites + self.children
 
+    @property
+    def children_group(self) -> Siblings:
+        return Siblings.of(self.children)
+
+    @property
+    def prerequisites_group(self) -> Siblings:
+        return Siblings.of(self.prerequisites)
+
+
+@dataclass(frozen=True)
+class Siblings:
+    """Jobs drawn side by side. Up to FOLD_AT in id order; beyond, failures first, then
+    running and pending ones, and whatever passes SHOWN_WHEN_FOLDED behind a summary of
+    its states (40 succeeded recalculation chunks need a count, not 40 boxes). Folded
+    boxes stay in the page, so the live updates still reach them."""
+
+    shown: list[Node]
+    folded: list[Node]
+
+    @classmethod
+    def of(cls, nodes: list[Node]) -> Siblings:
+        if len(nodes) <= FOLD_AT:
+            return cls(nodes, [])
+        ordered = sorted(nodes, key=lambda node: (STATE_ORDER.get(node.job.state, 5), node.job.pk))
+        return cls(ordered[:SHOWN_WHEN_FOLDED], ordered[SHOWN_WHEN_FOLDED:])
+
+    def folded_counts(self) -> list[tuple[str, int]]:
+        states = [node.job.state for node in self.folded]
+        return [(state, states.count(state)) for state in Job.State.values if state in states]
+
 
 @dataclass
 class Graph:
@@ -88,6 +127,10 @@ class Graph:
     @property
     def finished(self) -> bool:
         return all(job.state in Job.FINISHED for job in self.jobs)
+
+    @property
+    def roots_group(self) -> Siblings:
+        return Siblings.of(self.roots)
 
     def counts(self) -> list[tuple[str, int]]:
         states = [job.state for job in self.jobs]

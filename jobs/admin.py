@@ -4,6 +4,6 @@ registers them with the admin site."""
 
 from __future__ import annotations
 
-from jobs.contrib.admin import events, job, workers
+from jobs.contrib.admin import events, job, outbox, workers
 
-__all__ = ["events", "job", "workers"]
+__all__ = ["events", "job", "outbox", "workers"]

@@ -28,7 +28,7 @@ from jobs.backoff import DEFAULT_BACKOFF
 from jobs.conf import WORKER_STALE_SECONDS
 from jobs.enqueueing import ChildSpec, Enqueued, Prerequisite
 from jobs.errors import IllegalTransition, InvalidArgument, LeaseLost, UnknownJobType
-from jobs.models import Job, JobEvent
+from jobs.models import Delivery, Job, JobEvent
 from jobs.notify import CHANNEL, notify
 
 logger = logging.getLogger(__name__)
@@ -774,7 +774,10 @@ ACTION_STATES: dict[str, tuple[str, ...]] = {
     "retry": (State.FAILED, State.CANCELLED),
     "cancel": (State.PENDING, State.RUNNING),
     "run_now": (State.PENDING,),
+    "replay": (State.SUCCEEDED, State.FAILED, State.CANCELLED),
 }
+# The actions that would run a job again: refused for a quarantined delivery's job.
+RUNS_AGAIN = frozenset({"recover", "retry", "run_now", "replay"})
 
 
 def _operator_change(job: Job, action: str, kind: str, actor: Any, message: str,
@@ -788,6 +791,8 @@ def _operator_change(job: Job, action: str, kind: str, actor: Any, message: str,
             raise IllegalTransition(
                 f"job {job.pk} is {current.state}; {action.replace('_', ' ')} needs a job that is "
                 f"{' or '.join(expected)}")
+        if action in RUNS_AGAIN:
+            _refuse_if_quarantined(current, action)
         from_state = current.state
         try:
             with transaction.atomic():
@@ -802,6 +807,18 @@ def _operator_change(job: Job, action: str, kind: str, actor: Any, message: str,
         if current.state == State.PENDING:
             notify(current.queue)
     return current
+
+
+def _refuse_if_quarantined(job: Job, action: str) -> None:
+    """A quarantined delivery's job runs again only through its release. Read under the
+    job's row lock, which quarantining takes too, so the two cannot cross."""
+    delivery = (Delivery.objects.filter(job_id=job.pk, quarantined_at__isnull=False)
+                .only("id", "subscriber").first())
+    if delivery is not None:
+        raise IllegalTransition(
+            f"job {job.pk} is delivery {delivery.pk} to {delivery.subscriber}, which is "
+            f"quarantined; release the delivery first (its release retries it), "
+            f"{action.replace('_', ' ')} refused")
 
 
 def _key_taken(job: Job, action: str) -> str:
@@ -831,10 +848,24 @@ def recover(job: Job, *, actor: Any = None, reason: str = "") -> Job:
 def retry(job: Job, *, actor: Any = None, reason: str = "") -> Job:
     """Operator: a failed or cancelled job runs again from scratch (attempts reset)."""
     now = clock.now()
-    return _operator_change(
-        job, "retry", Kind.RETRIED, actor, reason or "retried by an operator",
-        state=State.PENDING, run_after=now, attempts=0, finished_at=None, error_kind="",
-        last_error="", result=None, progress_done=0, progress_total=None, progress_message="")
+    return _operator_change(job, "retry", Kind.RETRIED, actor, reason or "retried by an operator",
+                            **_from_scratch(now))
+
+
+def replay(job: Job, *, actor: Any = None, reason: str = "") -> Job:
+    """Operator: a finished job (succeeded, failed or cancelled) runs again from scratch,
+    as a retry does; its history keeps the earlier outcome. For a delivery, one event
+    delivered again to one subscriber."""
+    now = clock.now()
+    return _operator_change(job, "replay", Kind.REPLAYED, actor,
+                            reason or "replayed by an operator", **_from_scratch(now))
+
+
+def _from_scratch(now: datetime) -> dict[str, Any]:
+    """A finished job pending again as if new: attempts, outcome and progress reset."""
+    return {"state": State.PENDING, "run_after": now, "attempts": 0, "finished_at": None,
+            "error_kind": "", "last_error": "", "result": None, "progress_done": 0,
+            "progress_total": None, "progress_message": ""}
 
 
 def cancel(job: Job, *, actor: Any = None, reason: str = "") -> Job:

@@ -56,3 +56,25 @@ class JobStateCollector(Collector):
         for queue, count in sorted(scaling.due_by_queue().items()):
             due.add_metric([queue], count)
         yield due
+
+
+class OutboxCollector(Collector):
+    """``conveyor_outbox_undelivered{subscriber}`` and
+    ``conveyor_outbox_oldest_undelivered_seconds{subscriber}``: how far each subscriber's
+    deliveries lag, from ``jobs.outbox.lag`` (the console's own figures)."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from jobs import clock, outbox
+
+        undelivered = GaugeMetricFamily("conveyor_outbox_undelivered",
+                                        "Deliveries whose job is pending or running, by "
+                                        "subscriber.", labels=["subscriber"])
+        oldest = GaugeMetricFamily("conveyor_outbox_oldest_undelivered_seconds",
+                                   "Age of the oldest undelivered event, by subscriber (0 "
+                                   "when none is waiting).", labels=["subscriber"])
+        now = clock.now()
+        for lag in outbox.lag():
+            undelivered.add_metric([lag.subscriber], lag.undelivered)
+            oldest.add_metric([lag.subscriber], lag.oldest_seconds(now) or 0.0)
+        yield undelivered
+        yield oldest

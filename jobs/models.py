@@ -332,6 +332,8 @@ class JobEvent(models.Model):
         RECOVERED = "recovered", "Recovered by an operator"
         RETRIED = "retried", "Retried by an operator"
         RUN_NOW = "run_now", "Run now by an operator"
+        REPLAYED = "replayed", "Replayed by an operator"
+        QUARANTINED = "quarantined", "Quarantined by an operator"
         LEASE_LOST = "lease_lost", "Late result refused"
 
     id = models.BigAutoField(primary_key=True)
@@ -388,16 +390,41 @@ class Event(models.Model):
 
 
 class Delivery(models.Model):
-    """One subscriber's copy of an event, carried out by a job (retries, backoff, history)."""
+    """One subscriber's copy of an event, carried out by a job (retries, backoff, history).
+
+    A quarantined delivery is a poison one held back by an operator: its job is finished
+    and is not run again (retried, recovered, replayed) until the delivery is released
+    (``jobs.outbox``; the engine refuses under the job's row lock).
+    """
 
     id = models.BigAutoField(primary_key=True)
     event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="deliveries")
     subscriber = models.CharField("subscriber", max_length=100)
     job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="delivery")
+    quarantined_at = models.DateTimeField("quarantined", null=True, blank=True)
+    quarantined_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+", verbose_name="quarantined by",
+        db_index=False,  # delivery_quarantined_by_idx holds the deliveries that have one
+    )
+    # A default in the table too: publishing inserts deliveries with its own SQL.
+    quarantine_reason = models.TextField("quarantine reason", blank=True, default="",
+                                         db_default="")
 
     class Meta:
+        verbose_name_plural = "deliveries"
         constraints = [
-            models.UniqueConstraint(fields=["event", "subscriber"], name="delivery_once_per_subscriber")
+            models.UniqueConstraint(fields=["event", "subscriber"], name="delivery_once_per_subscriber"),
+            models.CheckConstraint(name="delivery_quarantine_has_reason",
+                                   condition=Q(quarantined_at__isnull=True) | ~Q(quarantine_reason="")),
+        ]
+        indexes = [
+            # The outbox console's quarantined counts and filter, and retention's "keep
+            # these": quarantined deliveries are few, so the index is nearly empty.
+            models.Index(fields=["subscriber"], condition=Q(quarantined_at__isnull=False),
+                         name="delivery_quarantined_idx"),
+            models.Index(fields=["quarantined_by"], condition=Q(quarantined_by__isnull=False),
+                         name="delivery_quarantined_by_idx"),
         ]
 
     def __str__(self) -> str:

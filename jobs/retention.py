@@ -1,5 +1,6 @@
-"""Pruning finished jobs after a per-state age (failures are kept longer), the events
-nobody is left to deliver, and the channel layer's expired rows.
+"""Pruning finished jobs after a per-state age (failures are kept longer; a quarantined
+delivery's job until its release), the events nobody is left to deliver, and the channel
+layer's expired rows.
 
 A dry run is the prune itself, run in a transaction that is rolled back: what it reports
 is what a prune would delete now, cascades included, and the two cannot drift apart.
@@ -62,11 +63,13 @@ def prune(*, older_than: dict[str, timedelta] | None = None, batch: int = 5_000,
 
 def _prune(ages: dict[str, timedelta], now: datetime, batch: int) -> Pruned:
     pruned = Pruned(jobs=dict.fromkeys(ages, 0))
+    # A quarantined delivery waits for an operator's release, however old its job.
+    held = Delivery.objects.filter(quarantined_at__isnull=False).values("job_id")
     for state, age in ages.items():
         while True:
             with transaction.atomic():
                 ids = list(Job.objects.filter(state=state, finished_at__lt=now - age)
-                           .values_list("pk", flat=True)[:batch])
+                           .exclude(pk__in=held).values_list("pk", flat=True)[:batch])
                 if not ids:
                     break
                 _, rows = Job.objects.filter(pk__in=ids).delete()

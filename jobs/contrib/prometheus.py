@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from jobs.metrics import JobStateCollector
+from jobs.metrics import JobStateCollector, OutboxCollector
 from tenancy.scoping import tenant_scope
 
 
@@ -35,6 +35,7 @@ def metrics_registry() -> CollectorRegistry:
     else:
         scrape.register(_ThisProcess())
     scrape.register(JobStateCollector())
+    scrape.register(OutboxCollector())
     # Apps' own figures read at scrape time (settings.METRICS_COLLECTORS: dotted paths of
     # collector classes), named here so that the engine imports no app.
     for path in getattr(settings, "METRICS_COLLECTORS", ()):
@@ -57,9 +58,9 @@ def _metrics_access(request: HttpRequest) -> int | None:
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """Prometheus exposition: ``conveyor_jobs{state,type}`` (read from the job table at
-    scrape time, so every web process tells the same truth) and the engine's counters
-    (claims, outcomes, rescues, handler durations).
+    """Prometheus exposition: ``conveyor_jobs{state,type}`` and the outbox's lag per
+    subscriber (read from the tables at scrape time, so every web process tells the same
+    truth) and the engine's counters (claims, outcomes, rescues, handler durations).
 
     Access: with ``settings.METRICS_PUBLIC`` true anyone may scrape (a scraper inside a
     private network). Otherwise the scraper sends ``Authorization: Bearer <token>``, the

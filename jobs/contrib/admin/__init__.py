@@ -6,8 +6,9 @@ as actor, so every one lands in the job's history and in the admin log. The list
 stay fast on millions of rows: counts are capped, every filter and search is served by an
 index declared on the models, and no filter's choices come from scanning the jobs table.
 
-``lists`` holds that list machinery; ``job``, ``events`` and ``workers`` register one
-model admin each (``jobs/admin.py`` imports them, which is what registers them);
+``lists`` holds that list machinery; ``job``, ``events``, ``outbox`` (the deliveries:
+the outbox console) and ``workers`` register one model admin each (``jobs/admin.py``
+imports them, which is what registers them);
 ``dashboard`` is the operators' dashboard page, routed through ``JobAdmin.get_urls``,
 drawing its charts with ``charts``; ``pipeline`` is the pipeline page; ``rendering``
 holds the badges and durations shared by the pages' code and their templates.

@@ -1,5 +1,5 @@
 """Published events (the outbox) with their deliveries, read-only: a delivery is a job,
-changed through the job pages."""
+acted on from its page in the outbox console (``outbox``) or from its job's page."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -21,7 +22,7 @@ from tenancy.scoping import scope_queryset
 
 class DeliveryInline(ReadOnlyMixin, admin.TabularInline):
     model = Delivery
-    fields = ["subscriber", "job_link", "job_state", "deliver_after", "job_attempts",
+    fields = ["delivery_link", "job_link", "job_state", "deliver_after", "job_attempts",
               "job_last_error"]
     readonly_fields = fields
     extra = 0
@@ -29,6 +30,11 @@ class DeliveryInline(ReadOnlyMixin, admin.TabularInline):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Delivery]:
         return super().get_queryset(request).select_related("job").order_by("subscriber")
+
+    @admin.display(description="subscriber")
+    def delivery_link(self, delivery: Delivery) -> SafeString:
+        url = reverse("admin:jobs_delivery_change", args=[delivery.pk])
+        return format_html('<a href="{}">{}</a>', url, delivery.subscriber)
 
     @admin.display(description="job")
     def job_link(self, delivery: Delivery) -> SafeString:

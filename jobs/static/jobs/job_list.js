@@ -42,7 +42,7 @@
     }
     var progress = row.querySelector(".field-progress_display");
     if (progress && ev.progress) progress.textContent = progressText(ev.progress);
-    if (progress && ev.kind === "retried") progress.textContent = "—";
+    if (progress && (ev.kind === "retried" || ev.kind === "replayed")) progress.textContent = "—";
   }
 
   /* The live cells of this page as the server renders them now; a row an event updated

@@ -100,7 +100,7 @@
     if (ev.kind === "recovered") max = Math.max(max, ev.attempt + 1);
     el.dataset.maxAttempts = max;
     el.querySelector(".pl-attempts").textContent = ev.attempt + "/" + max;
-    if (ev.kind === "retried") {
+    if (ev.kind === "retried" || ev.kind === "replayed") {
       showProgress(el, 0, null, "");
       showError(el, "");
     } else if (ev.progress) {

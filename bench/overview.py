@@ -212,7 +212,7 @@ def _measure(phase: str, superuser: Any, tenant_staff: Any,
         client = Client()
         client.force_login(user)
         for label, url in pages.items():
-            rows.append((f"{phase}: {label}", who, _time(lambda u=url: _get(client, u), samples)))
+            rows.append((f"{phase}: {label}", who, _time(lambda u=url, c=client: _get(c, u), samples)))
     return rows
 
 

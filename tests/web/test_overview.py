@@ -143,3 +143,18 @@ def test_the_front_page_reads_a_bounded_number_of_queries(admin_client, clock):
     assert len(queries) <= 30
     assert not any(re.search(r'SELECT COUNT\(\*\) AS "__count" FROM "jobs_job"\s*$', q["sql"])
                    for q in queries), "a whole-table count"
+
+
+def test_the_outbox_backlog_and_failures_are_on_the_front_page(admin_client, clock):
+    from tests.jobs import test_outbox_console as deliveries
+
+    deliveries.failing()  # (runs the worker until idle: first)
+    deliveries.undelivered()
+    page = admin_client.get(reverse(INDEX)).content.decode()
+
+    # Each publish makes two deliveries (two subscribers); the failing one is retrying.
+    waiting, url = figure(page, "outbox-undelivered")
+    assert waiting == "3"
+    assert len(admin_client.get(url).context["cl"].result_list) == 3
+    assert figure(page, "outbox-failing")[0] == "1"
+    assert figure(page, "outbox-quarantined")[0] == "0"

@@ -10,11 +10,12 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.http import urlencode
 
+from jobs import clock, outbox
 from jobs.contrib import overview, triage
 from jobs.contrib.admin import triage as triage_pages
 from jobs.contrib.admin.lists import known_queues
 from jobs.contrib.admin.rendering import format_duration
-from jobs.models import Job, JobEvent
+from jobs.models import Delivery, Job, JobEvent
 from tenancy.scoping import scope_queryset
 
 Figure = overview.Figure
@@ -23,6 +24,33 @@ Figure = overview.Figure
 def _jobs_url(**filters: str) -> str:
     url = reverse("admin:jobs_job_changelist")
     return f"{url}?{urlencode(filters)}" if filters else url
+
+
+def outbox_figures(request: HttpRequest) -> list[Figure]:
+    """The outbox's backlog, failures and quarantine, summed over its subscribers (the
+    outbox console has them one by one)."""
+    delivery_admin = admin.site._registry.get(Delivery)
+    if delivery_admin is None or not delivery_admin.has_view_permission(request):
+        return []
+    lags = outbox.lag(delivery_admin.get_queryset(request))
+    oldest = min((lag.oldest for lag in lags if lag.oldest), default=None)
+    waited = ("" if oldest is None else
+              f"the oldest waits for {outbox.age((clock.now() - oldest).total_seconds())}")
+    url = reverse("admin:jobs_delivery_changelist")
+    undelivered = sum(lag.undelivered for lag in lags)
+    failing = sum(lag.failing for lag in lags)
+    failed = sum(lag.failed for lag in lags)
+    quarantined = sum(lag.quarantined for lag in lags)
+    return [
+        Figure("outbox-undelivered", "event deliveries waiting", undelivered,
+               f"{url}?status=undelivered", note=waited),
+        Figure("outbox-failing", "event deliveries retrying after an error", failing,
+               f"{url}?status=failing", tone="warn" if failing else ""),
+        Figure("outbox-failed", "event deliveries failed", failed,
+               f"{url}?status=failed", tone="bad" if failed else ""),
+        Figure("outbox-quarantined", "event deliveries quarantined", quarantined,
+               f"{url}?status=quarantined", tone="warn" if quarantined else ""),
+    ]
 
 
 def section(request: HttpRequest) -> dict[str, Any] | None:
@@ -49,6 +77,7 @@ def section(request: HttpRequest) -> dict[str, Any] | None:
     if state.jobs_estimate is not None:
         figures.append(Figure("jobs", "jobs kept (estimate)", state.jobs_estimate, _jobs_url(),
                               note="PostgreSQL's estimate of the table's size"))
+    figures += outbox_figures(request)
     queues = [{"head": head, "waited": format_duration(head.waited_seconds),
                "url": _jobs_url(queue=head.queue, state__exact="pending")}
               for head in state.queues]

@@ -8,6 +8,7 @@ from datetime import timedelta
 from django.contrib import admin
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils.http import urlencode
 
 import jobs
 from exports.models import Snapshot, SnapshotStatus
@@ -23,12 +24,14 @@ def figures(request: HttpRequest) -> list[Figure]:
     # scoped to the user exactly as the admin scopes them.
     visible = scope_queryset(Snapshot.objects.all(), request.user)
     in_flight = visible.filter(status__in=[SnapshotStatus.PENDING, SnapshotStatus.CREATING]).count()
-    failed = visible.filter(status=SnapshotStatus.FAILED,
-                            finished_at__gte=jobs.now() - timedelta(days=1)).count()
+    since = jobs.now() - timedelta(days=1)
+    failed = visible.filter(status=SnapshotStatus.FAILED, finished_at__gte=since).count()
     url = reverse("admin:exports_snapshot_changelist")
+    failed_since = urlencode({"status__exact": SnapshotStatus.FAILED,
+                              "finished_at__gte": since.isoformat(timespec="seconds")})
     return [
         Figure("snapshots-in-flight", "snapshots being made", in_flight,
                f"{url}?status__in={SnapshotStatus.PENDING},{SnapshotStatus.CREATING}"),
         Figure("snapshots-failed", "snapshots failed in the last day", failed,
-               f"{url}?status__exact={SnapshotStatus.FAILED}", tone="bad" if failed else ""),
+               f"{url}?{failed_since}", tone="bad" if failed else ""),
     ]

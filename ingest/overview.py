@@ -8,21 +8,23 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 import jobs
-from ingest.market import freshness
-from ingest.market.models import SourceFreshness
+from ingest.market import freshness, services
+from ingest.market.models import MarketFeed
 from ingest.runs.models import BreakerState, RunnerBreaker
 from jobs.contrib.overview import Figure
+from tenancy.scoping import scope_queryset
 
 
 def figures(request: HttpRequest) -> list[Figure]:
     """Each figure over the rows its admin list shows this user, and only if they may
     see that list."""
     shown: list[Figure] = []
-    sources = admin.site._registry.get(SourceFreshness)
-    if sources is not None and sources.has_view_permission(request):
-        now = jobs.now()
-        statuses = [freshness.status(success, failure, now) for success, failure in
-                    sources.get_queryset(request).values_list("last_success", "last_failure")]
+    feeds = admin.site._registry.get(MarketFeed)
+    if feeds is not None and feeds.has_view_permission(request):
+        # As the feeds' board shows them: every dataset of every feed the user sees, one
+        # never attempted counting as never ingested.
+        statuses = [row.status for row in services.source_statuses(
+            list(scope_queryset(MarketFeed.objects.all(), request.user)), jobs.now())]
         if statuses:
             board = reverse("admin:ingest_marketfeed_board")
             failing = sum(status == freshness.ERROR for status in statuses)

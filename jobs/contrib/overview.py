@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connections
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Model, QuerySet
 
 from jobs import clock
 from jobs.contrib import triage
@@ -88,10 +88,10 @@ def capped_count(queryset: QuerySet) -> tuple[int, bool]:
     return min(counted, CAP), counted > CAP
 
 
-def table_estimate(model: type[Job]) -> int | None:
-    """Rows in the table by PostgreSQL's estimate (autovacuum keeps it); None before the
-    first ANALYZE."""
-    with connections[model.objects.db].cursor() as cursor:
+def table_estimate(model: type[Model], using: str = "default") -> int | None:
+    """Rows in the table by PostgreSQL's estimate (``pg_class.reltuples``, kept by
+    autovacuum); None before the first ANALYZE."""
+    with connections[using].cursor() as cursor:
         cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
                        [model._meta.db_table])
         row = cursor.fetchone()
@@ -144,5 +144,5 @@ def engine(jobs: QuerySet[Job], events: QuerySet[JobEvent], queues: Iterable[str
         pipelines=busiest_pipelines(jobs),
         failure_groups=triage.groups(jobs, triage.window_start(triage.DEFAULT_WINDOW, now),
                                      limit=TOP),
-        jobs_estimate=table_estimate(Job),
+        jobs_estimate=table_estimate(Job, jobs.db),
     )

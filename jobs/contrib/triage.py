@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import CharField, Count, F, Func, Max, Min, QuerySet, Value
+from django.db.models import CharField, Count, Exists, F, Func, Max, Min, OuterRef, QuerySet, Value
 from django.db.models.functions import MD5, Concat, Left
 
 from jobs import clock
-from jobs.models import Job
+from jobs.models import Delivery, Job
 
 # The windows a triage page looks back over; the partial index job_finished_idx bounds
 # the rows read to the failures of the window.
@@ -37,6 +37,9 @@ WINDOWS: dict[str, timedelta] = {
 DEFAULT_WINDOW = "24h"
 # How many groups a page lists, biggest first.
 GROUP_LIMIT = 50
+# Groups are made of the newest this many failures of the window: five regular
+# expressions per failure are cheap, but not for every failure of a storm.
+NEWEST = 20_000
 # A pattern is read from at most this much of the error's first line.
 LINE_CHARS = 300
 
@@ -100,16 +103,30 @@ def window_start(window: str, now: datetime | None = None) -> datetime:
     return (now or clock.now()) - WINDOWS[window]
 
 
+def failed_since(jobs: QuerySet[Job], since: datetime) -> QuerySet[Job]:
+    """Jobs that failed since ``since`` (job_failed_idx) and may be retried: not the job
+    of a quarantined delivery, which waits for its release. ``jobs`` is already narrowed
+    to what the caller may see."""
+    quarantined = Delivery.objects.filter(job=OuterRef("pk"), quarantined_at__isnull=False)
+    return jobs.filter(state=Job.State.FAILED, finished_at__gte=since).filter(~Exists(quarantined))
+
+
 def failures(jobs: QuerySet[Job], since: datetime) -> QuerySet[Job]:
-    """Jobs that failed since ``since`` (job_finished_idx), annotated with their pattern.
-    ``jobs`` is already narrowed to what the caller may see."""
-    return (jobs.filter(state=Job.State.FAILED, finished_at__gte=since)
-            .annotate(pattern=pattern_expression()))
+    """``failed_since``, annotated with each failure's pattern."""
+    return failed_since(jobs, since).annotate(pattern=pattern_expression())
 
 
-def groups(jobs: QuerySet[Job], since: datetime, *, limit: int = GROUP_LIMIT) -> list[FailureGroup]:
-    """The failure groups since ``since``, biggest first."""
-    return _summarise(failures(jobs, since), limit)
+def groups(jobs: QuerySet[Job], since: datetime, *, limit: int = GROUP_LIMIT,
+           newest: int = NEWEST) -> list[FailureGroup]:
+    """The failure groups of the newest ``newest`` failures since ``since``, biggest first."""
+    recent = failed_since(jobs, since).order_by("-finished_at").values("pk")[:newest]
+    return _summarise(Job.objects.filter(pk__in=recent).annotate(pattern=pattern_expression()),
+                      limit)
+
+
+def more_than(jobs: QuerySet[Job], since: datetime, newest: int = NEWEST) -> bool:
+    """Whether more failed since ``since`` than ``groups`` reads."""
+    return failed_since(jobs, since).order_by()[newest:newest + 1].exists()
 
 
 def members(jobs: QuerySet[Job], since: datetime, group: str) -> QuerySet[Job]:
@@ -130,7 +147,8 @@ def _summarise(failed: QuerySet[Job], limit: int) -> list[FailureGroup]:
                   first_seen=Min("finished_at"), last_seen=Max("finished_at"),
                   sample_id=Max("id"))
         .order_by("-count", "type", "pattern")[:limit])
-    samples = Job.objects.in_bulk([row["sample_id"] for row in rows])
+    samples = Job.objects.only("id", "type", "last_error").in_bulk(
+        [row["sample_id"] for row in rows])
     return [FailureGroup(type=row["type"], pattern=row["pattern"],
                          fingerprint=fingerprint(row["type"], row["pattern"]),
                          count=row["count"], tenants=row["tenants"],

@@ -95,13 +95,13 @@ def test_each_box_shows_state_progress_attempts_and_last_error(admin_client):
     job = make_job("tests.noop", max_attempts=3)
     claimed, _ = claim_one()
     engine.fail(claimed, claimed.lease_token, "disk full", permanent=True, worker="w1")
-    Job.objects.filter(pk=job.pk).update(progress_done=25, progress_total=100,
+    Job.objects.filter(pk=job.pk).update(progress_done=2_500, progress_total=10_000,
                                          progress_message="batch 1")
 
     html = box(admin_client.get(page_url(job.pipeline_id)).content.decode(), job)
 
     assert 'class="pl-job pl-failed"' in html and 'data-state="failed"' in html
-    assert 'data-percent="25.0"' in html and "25/100 (25%) · batch 1" in html
+    assert 'data-percent="25.0"' in html and "2,500/10,000 (25%) · batch 1" in html
     assert '<dd class="pl-attempts">1/3</dd>' in html
     assert "disk full" in html
 

@@ -213,3 +213,55 @@ def test_a_tenants_staff_see_and_retry_only_their_tenants_failures(client, clock
     mine.refresh_from_db()
     theirs.refresh_from_db()
     assert (mine.state, theirs.state) == (Job.State.PENDING, Job.State.FAILED)
+
+
+def test_a_failure_arriving_after_the_preview_is_not_retried_unseen(client, clock):
+    seen = failed(error="ValueError: 1")
+    client.force_login(operator())
+    (group,) = groups_of()
+    preview = client.get(retry_url(group.fingerprint))
+    upto = preview.context["upto"]
+    late = failed(error="ValueError: 2")  # the same group, after the preview
+
+    client.post(retry_url(group.fingerprint), {"reason": "fixed", "upto": upto})
+
+    seen.refresh_from_db()
+    late.refresh_from_db()
+    assert (seen.state, late.state) == (Job.State.PENDING, Job.State.FAILED)
+
+
+def test_a_job_that_cannot_be_retried_is_counted_with_its_reason(client, clock):
+    first = failed(error="ValueError: 1", unique_key="daily")
+    make_job(unique_key="daily")  # holds the key now: the failed one cannot be pending again
+    client.force_login(operator())
+    (group,) = groups_of()
+
+    response = client.post(retry_url(group.fingerprint), {"reason": "fixed"}, follow=True)
+
+    first.refresh_from_db()
+    assert first.state == Job.State.FAILED
+    assert any(m.startswith("1 job(s) left alone:") and "unique key 'daily'" in m
+               for m in messages_of(response))
+
+
+def test_a_quarantined_deliverys_job_is_not_in_any_group(clock):
+    from jobs import outbox
+    from tests.jobs.test_outbox_console import failed as failed_delivery
+
+    delivery = failed_delivery()
+    assert [g.count for g in groups_of()] == [1]
+    outbox.quarantine(delivery, None, "poison")
+    assert groups_of() == []
+
+
+def test_the_groups_are_made_of_the_newest_failures_and_the_page_says_so(admin_client, clock):
+    for n in range(3):
+        failed(error=f"KeyError: 'old {n}'")
+    failed(error="ValueError: newest")
+    jobs = Job.objects.all()
+    since = triage.window_start("24h")
+
+    (group,) = triage.groups(jobs, since, newest=1)
+
+    assert group.pattern == "ValueError: newest" and triage.more_than(jobs, since, newest=1)
+    assert not triage.more_than(jobs, since)

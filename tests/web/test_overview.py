@@ -5,6 +5,7 @@ tenant, in a bounded number of queries."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -158,3 +159,35 @@ def test_the_outbox_backlog_and_failures_are_on_the_front_page(admin_client, clo
     assert len(admin_client.get(url).context["cl"].result_list) == 3
     assert figure(page, "outbox-failing")[0] == "1"
     assert figure(page, "outbox-quarantined")[0] == "0"
+
+
+def test_the_queue_figure_lists_only_the_jobs_due_now(admin_client, clock):
+    due = make_job()
+    later = make_job(run_after=timezone.now() + timedelta(hours=1))
+    page = admin_client.get(reverse(INDEX)).content.decode()
+    link = re.search(r'data-queue="default"><td><a href="([^"]+)"', page).group(1).replace("&amp;", "&")
+    listed = rows(admin_client.get(link))
+    assert due.pk in listed and later.pk not in listed
+
+
+def test_the_size_of_the_whole_jobs_table_is_for_platform_operators_only(client, admin_client):
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs_job")
+    make_job()
+    acme = tenant("Acme")
+    client.force_login(grant(staff("alice", of=acme), "view_job"))
+    assert 'data-figure="jobs"' not in client.get(reverse(INDEX)).content.decode()
+
+
+@pytest.mark.parametrize("url", ["/admin/jobs/job/?type=%00", "/admin/jobs/job/?q=a%00b",
+                                 "/admin/jobs/job/triage/%00/retry/",
+                                 "/admin/jobs/delivery/?subscriber=%00"])
+def test_a_nul_character_in_an_address_is_a_400_not_a_500(admin_client, url):
+    response = admin_client.get(url)
+    assert response.status_code == 400
+    assert "NUL" in response.content.decode()
+
+
+def test_a_nul_character_under_the_api_is_answered_in_json(admin_client):
+    response = admin_client.get("/api/jobs/?type=%00")
+    assert response.status_code == 400 and "NUL" in response.json()["detail"]

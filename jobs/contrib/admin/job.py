@@ -29,6 +29,7 @@ from jobs.contrib.admin import pipeline as pipeline_page
 from jobs.contrib.admin import triage as triage_pages
 from jobs.contrib.admin.lists import (
     CappedCountPaginator,
+    DueFilter,
     FailedRecentlyFilter,
     FailureGroupFilter,
     JobChangeList,
@@ -114,11 +115,13 @@ class JobAdmin(admin.ModelAdmin):
     list_display = ["id", "type", "state_display", "attempts_display", "progress_display",
                     "error_display", "pipeline", "tenant_display", "finished", "duration"]
     list_display_links = ["id", "type"]
-    list_filter = ["state", TypeFilter, QueueFilter, FailedRecentlyFilter, RescuedFilter,
-                   StuckFilter, PipelineFilter, FailureGroupFilter, "tenant"]
+    list_filter = ["state", TypeFilter, QueueFilter, DueFilter, FailedRecentlyFilter,
+                   RescuedFilter, StuckFilter, PipelineFilter, FailureGroupFilter, "tenant"]
     list_select_related = ["tenant"]
     # Only the primary key: any other ordering would sort the whole matching set.
     sortable_by = ["id"]
+    # Facet counts would be a COUNT per choice over the whole table.
+    show_facets = admin.ShowFacets.NEVER
     search_fields = ["id", "type", "unique_key", "concurrency_key", "pipeline_id"]
     search_help_text = ("A job id, a pipeline id, or an exact type, concurrency key or "
                         "unique key (of an unfinished job).")

@@ -4,6 +4,7 @@ choices never come from the jobs table, and searches that each hit an index."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -12,7 +13,6 @@ from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
-from django.db import connections
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Left
 from django.http import HttpRequest
@@ -23,6 +23,7 @@ from django.utils.safestring import SafeString
 
 from jobs import clock, conf, registry
 from jobs.contrib import triage
+from jobs.contrib.overview import table_estimate
 from jobs.models import Job, JobEvent, Worker
 
 State = Job.State
@@ -65,11 +66,8 @@ class CappedCountPaginator(Paginator):
         qs = self.object_list
         if not self.is_capped or not isinstance(qs, QuerySet) or qs.query.where:
             return None
-        with connections[qs.db].cursor() as cursor:
-            cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-                           [qs.model._meta.db_table])
-            row = cursor.fetchone()
-        return max(int(row[0]), self.cap) if row and row[0] > 0 else None
+        rows = table_estimate(qs.model, qs.db)
+        return max(rows, self.cap) if rows else None
 
 
 # Of a deferred last_error, the list reads this much: its first line says what went wrong.
@@ -176,6 +174,24 @@ class StuckFilter(admin.SimpleListFilter):
         return queryset
 
 
+class DueFilter(admin.SimpleListFilter):
+    """Pending jobs whose time has come (job_due_idx): a queue's backlog, without the
+    ones waiting out a backoff or scheduled for later."""
+
+    title = "due"
+    parameter_name = "due"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "due now")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "yes":
+            return queryset.due(clock.now())
+        if self.value() is not None:
+            raise IncorrectLookupParameters(f"due={self.value()!r}: the only choice is 'yes'")
+        return queryset
+
+
 def known_queues() -> set[str]:
     """Queues the deployment knows of (handlers, settings, live workers), never a
     DISTINCT over the jobs table."""
@@ -222,7 +238,7 @@ class FailureGroupFilter(admin.SimpleListFilter):
         if not self.value():
             return queryset
         window, _, group = self.value().partition(":")
-        if window not in triage.WINDOWS or len(group) != 32:
+        if window not in triage.WINDOWS or not re.fullmatch("[0-9a-f]{32}", group):
             raise IncorrectLookupParameters(
                 f"failure={self.value()!r}: expected <window>:<fingerprint>, a window being "
                 f"one of {', '.join(triage.WINDOWS)}")

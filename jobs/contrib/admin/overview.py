@@ -16,7 +16,7 @@ from jobs.contrib.admin import triage as triage_pages
 from jobs.contrib.admin.lists import known_queues
 from jobs.contrib.admin.rendering import format_duration
 from jobs.models import Delivery, Job, JobEvent
-from tenancy.scoping import scope_queryset
+from tenancy.scoping import scope_queryset, tenant_scope
 
 Figure = overview.Figure
 
@@ -74,12 +74,12 @@ def section(request: HttpRequest) -> dict[str, Any] | None:
                note="the reaper takes these back within seconds; lasting ones mean it is not running"),
         Figure("running", "running now", state.running, _jobs_url(state__exact="running")),
     ]
-    if state.jobs_estimate is not None:
+    if state.jobs_estimate is not None and tenant_scope(request.user) is True:
         figures.append(Figure("jobs", "jobs kept (estimate)", state.jobs_estimate, _jobs_url(),
                               note="PostgreSQL's estimate of the table's size"))
     figures += outbox_figures(request)
     queues = [{"head": head, "waited": format_duration(head.waited_seconds),
-               "url": _jobs_url(queue=head.queue, state__exact="pending")}
+               "url": _jobs_url(queue=head.queue, due="yes")}
               for head in state.queues]
     window = triage.DEFAULT_WINDOW
     groups = [{"group": group, "url": triage_pages.list_url(group, window),

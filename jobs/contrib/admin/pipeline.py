@@ -13,6 +13,8 @@ shows is never applied twice, whichever of the two arrives first.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -78,6 +80,14 @@ class Node:
         total = self.job.progress_total
         return min(100.0, 100 * self.job.progress_done / total) if total else None
 
+    @property
+    def progress_text(self) -> str:
+        """As the job page and the list write it: "1,500/3,000 (50%)"."""
+        job = self.job
+        if job.progress_total:
+            return f"{job.progress_done:,}/{job.progress_total:,} ({self.percent:.0f}%)"
+        return f"{job.progress_done:,}" if job.progress_done else ""
+
     def below(self) -> list[Node]:
         return self.prerequisites + self.children
 
@@ -108,8 +118,7 @@ class Siblings:
         return cls(ordered[:SHOWN_WHEN_FOLDED], ordered[SHOWN_WHEN_FOLDED:])
 
     def folded_counts(self) -> list[tuple[str, int]]:
-        states = [node.job.state for node in self.folded]
-        return [(state, states.count(state)) for state in Job.State.values if state in states]
+        return state_counts(node.job.state for node in self.folded)
 
 
 @dataclass
@@ -133,8 +142,13 @@ class Graph:
         return Siblings.of(self.roots)
 
     def counts(self) -> list[tuple[str, int]]:
-        states = [job.state for job in self.jobs]
-        return [(state, states.count(state)) for state in Job.State.values if state in states]
+        return state_counts(job.state for job in self.jobs)
+
+
+def state_counts(states: Iterable[str]) -> list[tuple[str, int]]:
+    """How many jobs are in each state, in the states' own order, absent ones left out."""
+    counted = Counter(states)
+    return [(state, counted[state]) for state in Job.State.values if counted[state]]
 
 
 def pipeline_jobs(jobs: QuerySet[Job], pipeline_id: uuid.UUID) -> list[Job]:

@@ -9,6 +9,7 @@ the reason in its history and in the admin's log, under the operator's name.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
@@ -16,7 +17,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path, re_path, reverse
 from django.utils.http import urlencode
 
 from jobs.contrib import triage
@@ -48,7 +49,8 @@ def urls(model_admin: JobAdmin) -> list[URLPattern]:
 
     return [
         path("triage/", view(groups), name="jobs_job_triage"),
-        path("triage/<str:group>/retry/", view(retry), name="jobs_job_triage_retry"),
+        re_path(r"^triage/(?P<group>[0-9a-f]{32})/retry/$", view(retry),
+                name="jobs_job_triage_retry"),
     ]
 
 
@@ -88,7 +90,9 @@ def groups_view(model_admin: JobAdmin, request: HttpRequest) -> TemplateResponse
     rows = [{"group": group, "list_url": list_url(group, window),
              "retry_url": retry_url(group, window)} for group in found]
     context = {**_context(model_admin, request, "Failures by cause"), "window": window,
-               "rows": rows, "can_retry": model_admin.has_operate_permission(request),
+               "rows": rows, "newest": triage.NEWEST,
+               "more": triage.more_than(jobs, triage.window_start(window)),
+               "can_retry": model_admin.has_operate_permission(request),
                "limit": triage.GROUP_LIMIT}
     return TemplateResponse(request, "admin/jobs/triage.html", context)
 
@@ -108,20 +112,24 @@ def retry_view(model_admin: JobAdmin, request: HttpRequest, group: str) -> HttpR
     members = triage.members(jobs, since, group).order_by("-id")
     reason = request.POST.get("reason", "").strip()[:REASON_CHARS]
     if request.method == "POST" and reason:
-        chosen = list(members.defer("payload", "result")[:MAX_RETRY])
-        done = _retry_all(model_admin, request, chosen, found, reason)
+        # What the preview showed: no newer failure of the group is retried unseen.
+        upto = _int(request.POST.get("upto")) or found.sample.pk
+        chosen = list(members.filter(pk__lte=upto).defer("payload", "result")[:MAX_RETRY])
+        done, refusals = _retry_all(model_admin, request, chosen, found, reason)
         messages.success(request, f"{done:,} job(s) of {found.type} “{found.pattern}” retried.")
-        if done < len(chosen):
-            messages.warning(request, f"{len(chosen) - done:,} job(s) had changed state since "
-                                      "the preview and were left alone.")
+        for why, count in refusals.items():
+            messages.warning(request, f"{count:,} job(s) left alone: {why}.")
         return redirect(f"{reverse('admin:jobs_job_triage')}?{urlencode({'window': window})}")
     if request.method == "POST":
         messages.error(request, "Say why: the reason goes into each job's history.")
-    tenants = list(members.order_by().values_list("tenant__name", flat=True).distinct()[:20])
+    tenants = list(members.filter(tenant__isnull=False).order_by()
+                   .values_list("tenant__name", flat=True).distinct()[:20])
+    preview = list(members.select_related("tenant").defer("payload", "result", "last_error")
+                   [:PREVIEW_ROWS])
     context = {
         **_context(model_admin, request, f"Retry {min(found.count, MAX_RETRY):,} failed "
                                          f"{found.type} job(s)?"),
-        "group": found, "window": window, "preview": list(members[:PREVIEW_ROWS]),
+        "group": found, "window": window, "preview": preview, "upto": found.sample.pk,
         "touch": min(found.count, MAX_RETRY), "left": max(found.count - MAX_RETRY, 0),
         "tenants": tenants, "list_url": list_url(found, window), "reason": reason,
         "span": format_duration((found.last_seen - found.first_seen).total_seconds()),
@@ -129,15 +137,27 @@ def retry_view(model_admin: JobAdmin, request: HttpRequest, group: str) -> HttpR
     return TemplateResponse(request, "admin/jobs/triage_retry.html", context)
 
 
+def _int(value: str | None) -> int | None:
+    return int(value) if value and value.isdigit() and len(value) < 19 else None
+
+
 def _retry_all(model_admin: JobAdmin, request: HttpRequest, chosen: list[Job],
-               found: triage.FailureGroup, reason: str) -> int:
+               found: triage.FailureGroup, reason: str) -> tuple[int, dict[str, int]]:
+    """Each job retried by the engine; the refusals counted by their reason (retried by
+    someone else since the preview, a key another job holds now)."""
     retry = model_admin.operations["retry"]
     note = f"retried with its failure group “{found.pattern}”: {reason}"[:REASON_CHARS]
-    done = 0
+    done, refusals = 0, Counter[str]()
     for job in chosen:
         try:
             model_admin.apply(request, retry, job, note)
-        except IllegalTransition:
-            continue  # retried by someone else since the preview
+        except IllegalTransition as exc:
+            refusals[_cause(str(exc), job.pk)] += 1
+            continue
         done += 1
-    return done
+    return done, dict(refusals)
+
+
+def _cause(message: str, job_id: int) -> str:
+    """An engine refusal without its job's number, so that alike ones count together."""
+    return message.replace(f"job {job_id} ", "the job ", 1)

@@ -17,11 +17,14 @@
   var ids = Object.keys(rows).map(Number);
   if (!ids.length || !window.ConveyorJobs) return;
 
+  function number(n) { return Number(n).toLocaleString("en-US"); }
+
   function progressText(progress) {
     if (progress.total) {
-      return progress.done + "/" + progress.total + " (" + Math.round(100 * progress.done / progress.total) + "%)";
+      return number(progress.done) + "/" + number(progress.total) + " (" +
+        Math.round(100 * progress.done / progress.total) + "%)";
     }
-    return progress.done ? String(progress.done) : "—";
+    return progress.done ? number(progress.done) : "—";
   }
 
   function update(ev) {

@@ -8,6 +8,8 @@
 (function () {
   "use strict";
 
+  function number(n) { return Number(n).toLocaleString("en-US"); }
+
   var root = document.getElementById("pipeline");
   if (!root) return;
 
@@ -64,12 +66,12 @@
       bar.style.width = percent.toFixed(1) + "%";
       holder.classList.remove("pl-indeterminate");
       holder.setAttribute("aria-valuenow", percent.toFixed(0));
-      text = done + "/" + total + " (" + percent.toFixed(0) + "%)";
+      text = number(done) + "/" + number(total) + " (" + percent.toFixed(0) + "%)";
     } else {
       holder.classList.add("pl-indeterminate");
       holder.removeAttribute("aria-valuenow");
       bar.style.width = el.dataset.state === "succeeded" ? "100%" : "0%";
-      text = done ? String(done) : "";
+      text = done ? number(done) : "";
     }
     if (message) text += (text ? " · " : "") + message;
     el.querySelector(".pl-progress-text").textContent = text;

@@ -44,13 +44,12 @@ import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import setup_django  # noqa: E402
+from bench import run_sql, scratch_database, setup_django  # noqa: E402
 
 FACTORS = {("short", "economy"): "0.151", ("short", "business"): "0.226",
            ("medium", "economy"): "0.098", ("medium", "business"): "0.285",
@@ -81,8 +80,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    admin_url, scratch_url, name = _databases()
-    _psql(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
+    admin_url, scratch_url, name = scratch_database("bench_factors")
+    run_sql(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
     work = Path(tempfile.mkdtemp(prefix="bench-factors-"))
     os.environ.update(DATABASE_URL=scratch_url, CONVEYOR_VAR_DIR=str(work),
                       CONVEYOR_ALLOW_DEV_SECRET="1", DJANGO_SETTINGS_MODULE="project.settings",
@@ -96,32 +95,10 @@ def main() -> int:
             from django.db import connections
 
             connections.close_all()
-        _psql(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        run_sql(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(figures, indent=2) if args.json else show(figures))
     return 0
-
-
-def _databases() -> tuple[str, str, str]:
-    """The server's admin URL, the scratch database's URL and name."""
-    name = f"bench_factors_{os.getpid()}"
-    url = os.environ.get("DATABASE_URL")
-    if url is None:
-        from project import embedded_db
-
-        server = embedded_db.ensure_running(ROOT / "var" / "pg")
-        return server.url("postgres"), server.url(name), name
-    parts = urlsplit(url)
-    return (urlunsplit(parts._replace(path="/postgres")),
-            urlunsplit(parts._replace(path="/" + quote(name))), name)
-
-
-def _psql(url: str, *statements: str) -> None:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
 
 
 # --- the run -------------------------------------------------------------------------------------

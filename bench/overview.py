@@ -28,9 +28,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench import run_sql, scratch_database
 
 ERRORS = [
     "'ValueError: row ' || (i %% 997) || ' has no unit kg'",
@@ -103,8 +102,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    admin_url, scratch_url, name = _databases()
-    _psql(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
+    admin_url, scratch_url, name = scratch_database("bench_overview")
+    run_sql(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
     work = Path(tempfile.mkdtemp(prefix="bench-overview-"))
     os.environ.update(DATABASE_URL=scratch_url, CONVEYOR_VAR_DIR=str(work),
                       CONVEYOR_ALLOW_DEV_SECRET="1", DJANGO_SETTINGS_MODULE="project.settings",
@@ -116,31 +115,10 @@ def main() -> int:
             from django.db import connections
 
             connections.close_all()
-        _psql(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        run_sql(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         shutil.rmtree(work, ignore_errors=True)
     print(table(rows, args, server))
     return 0
-
-
-def _databases() -> tuple[str, str, str]:
-    name = f"bench_overview_{os.getpid()}"
-    url = os.environ.get("DATABASE_URL")
-    if url is None:
-        from project import embedded_db
-
-        server = embedded_db.ensure_running(ROOT / "var" / "pg")
-        return server.url("postgres"), server.url(name), name
-    parts = urlsplit(url)
-    return (urlunsplit(parts._replace(path="/postgres")),
-            urlunsplit(parts._replace(path="/" + quote(name))), name)
-
-
-def _psql(url: str, *statements: str) -> None:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
 
 
 def _run(args: argparse.Namespace) -> tuple[list[tuple[str, str, list[float]]], str]:

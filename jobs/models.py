@@ -265,11 +265,6 @@ class Job(models.Model):
                          name="job_parent_idx"),
             models.Index(fields=["created_by"], condition=Q(created_by__isnull=False),
                          name="job_created_by_idx"),
-            # What is due in a queue, oldest first: the console's "waiting longest" and
-            # the due counts. Paid by each enqueue (and each return to pending), not by
-            # the claim's other transitions: a running or finished job has no entry.
-            models.Index(fields=["queue", "run_after", "id"], condition=Q(state="pending"),
-                         name="job_due_idx"),
             # Failures in a window (the console's figures and failure triage): the
             # failed among the finished, which are mostly successes.
             models.Index(fields=["finished_at"], condition=Q(state="failed"),

@@ -100,14 +100,23 @@ def table_estimate(model: type[Model], using: str = "default") -> int | None:
 
 def queue_heads(jobs: QuerySet[Job], queues: Iterable[str], now: datetime) -> list[QueueHead]:
     """Per queue, the pending jobs due now and the longest-waiting of them; queues with
-    nothing due are left out. One bounded walk of job_claim_idx per queue."""
+    nothing due are left out.
+
+    Both read the queue's next CAP jobs in claim order (job_claim_idx): an index by
+    ``run_after`` would answer "the oldest" over any backlog, but every enqueue would pay
+    for it. Below CAP due jobs the answer is exact; past it, it is the longest-waiting of
+    the next CAP to be claimed, which (claims go by priority, then age) is the oldest
+    unless a low-priority job waits behind CAP others.
+    """
     heads = []
     for queue in sorted(set(queues)):
         due = jobs.due(now).filter(queue=queue)
         count, capped = capped_count(due)
         if not count:
             continue
-        oldest = due.only("id", "type", "run_after", "queue").order_by("run_after", "id").first()
+        next_up = due.order_by("-priority", "id").values("pk")[:CAP]
+        oldest = (Job.objects.filter(pk__in=next_up).only("id", "type", "run_after", "queue")
+                  .order_by("run_after", "id").first())
         waited = (now - oldest.run_after).total_seconds() if oldest else 0.0
         heads.append(QueueHead(queue, count, capped, oldest, waited))
     return sorted(heads, key=lambda head: -head.waited_seconds)

@@ -119,7 +119,7 @@ def failures(jobs: QuerySet[Job], since: datetime) -> QuerySet[Job]:
 def groups(jobs: QuerySet[Job], since: datetime, *, limit: int = GROUP_LIMIT,
            newest: int = NEWEST) -> list[FailureGroup]:
     """The failure groups of the newest ``newest`` failures since ``since``, biggest first."""
-    recent = failed_since(jobs, since).order_by("-finished_at").values("pk")[:newest]
+    recent = failed_since(jobs, since).order_by("-finished_at", "-id").values("pk")[:newest]
     return _summarise(Job.objects.filter(pk__in=recent).annotate(pattern=pattern_expression()),
                       limit)
 

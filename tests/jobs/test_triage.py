@@ -257,6 +257,7 @@ def test_a_quarantined_deliverys_job_is_not_in_any_group(clock):
 def test_the_groups_are_made_of_the_newest_failures_and_the_page_says_so(admin_client, clock):
     for n in range(3):
         failed(error=f"KeyError: 'old {n}'")
+    clock.advance(60)
     failed(error="ValueError: newest")
     jobs = Job.objects.all()
     since = triage.window_start("24h")

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
@@ -42,7 +41,7 @@ from jobs.contrib.admin.lists import (
     pipeline_link,
     pretty_json,
 )
-from jobs.contrib.admin.rendering import STATES_CSS, format_duration, state_badge
+from jobs.contrib.admin.rendering import STATES_CSS, action_preview, format_duration, state_badge
 from jobs.errors import IllegalTransition
 from jobs.models import Job, JobEvent
 from jobs.why import error_line, explain, lease_health
@@ -436,18 +435,9 @@ class JobAdmin(admin.ModelAdmin):
     def confirmation(self, request: HttpRequest, action: str, touch: list[Job],
                      skip: list[Job]) -> TemplateResponse:
         op = ACTION_OPERATIONS[action]
-        context = {
-            **self.admin_site.each_context(request),
-            "title": f"{op.label} jobs",
-            "opts": self.model._meta,
-            "operation": op,
-            "action": action,
-            "touch": touch,
-            "skip": skip,
-            "action_checkbox_name": ACTION_CHECKBOX_NAME,
-        }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, "admin/jobs/job/action_confirmation.html", context)
+        return action_preview(self, request, "admin/jobs/job/action_confirmation.html",
+                              title=f"{op.label} jobs", operation=op, action=action,
+                              touch=touch, skip=skip)
 
     def carry_out(self, request: HttpRequest, op: Operation, jobs: list[Job], *,
                   skipped: int) -> None:

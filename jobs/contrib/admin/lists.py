@@ -175,8 +175,8 @@ class StuckFilter(admin.SimpleListFilter):
 
 
 class DueFilter(admin.SimpleListFilter):
-    """Pending jobs whose time has come (job_due_idx): a queue's backlog, without the
-    ones waiting out a backoff or scheduled for later."""
+    """Pending jobs whose time has come: a queue's backlog, without the ones waiting out
+    a backoff or scheduled for later (job_claim_idx, with the queue filter)."""
 
     title = "due"
     parameter_name = "due"

@@ -14,7 +14,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
-from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
@@ -33,7 +32,7 @@ from django.utils.safestring import SafeString
 from jobs import clock, outbox, registry
 from jobs.contrib.admin.lists import CappedCountPaginator, change_link
 from jobs.contrib.admin.readonly import ReadOnlyMixin
-from jobs.contrib.admin.rendering import STATES_CSS, state_badge
+from jobs.contrib.admin.rendering import STATES_CSS, action_preview, state_badge
 from jobs.errors import IllegalTransition, InvalidArgument
 from jobs.models import Delivery, JobEvent
 from jobs.why import error_line
@@ -358,15 +357,6 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
         """The job actions' confirmation page, over deliveries, with a required reason."""
         for delivery in (*touch, *skip):
             delivery.status = outbox.status_of(delivery)  # type: ignore[attr-defined]
-        context = {
-            **self.admin_site.each_context(request),
-            "title": f"{op.label} deliveries",
-            "opts": self.model._meta,
-            "operation": op,
-            "action": action,
-            "touch": touch,
-            "skip": skip,
-            "action_checkbox_name": ACTION_CHECKBOX_NAME,
-        }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, "admin/jobs/delivery/action_confirmation.html", context)
+        return action_preview(self, request, "admin/jobs/delivery/action_confirmation.html",
+                              title=f"{op.label} deliveries", operation=op, action=action,
+                              touch=touch, skip=skip)

@@ -3,7 +3,12 @@ templates load them as the ``jobs_admin`` library, ``jobs/templatetags/jobs_admi
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import template
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -34,3 +39,21 @@ def format_duration(seconds: float | None) -> str:
         return f"{minutes} min {secs:02d} s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min"
+
+
+def action_preview(model_admin: Any, request: HttpRequest, template_name: str, *, title: str,
+                   operation: Any, action: str, touch: list[Any], skip: list[Any]) -> TemplateResponse:
+    """A bulk action's preview page (what it will touch, what it skips, a reason), for the
+    job and the delivery lists alike."""
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": title,
+        "opts": model_admin.model._meta,
+        "operation": operation,
+        "action": action,
+        "touch": touch,
+        "skip": skip,
+        "action_checkbox_name": ACTION_CHECKBOX_NAME,
+    }
+    request.current_app = model_admin.admin_site.name
+    return TemplateResponse(request, template_name, context)

@@ -110,15 +110,19 @@ def queue_heads(jobs: QuerySet[Job], queues: Iterable[str], now: datetime) -> li
     """
     heads = []
     for queue in sorted(set(queues)):
-        due = jobs.due(now).filter(queue=queue)
-        count, capped = capped_count(due)
+        next_up = (jobs.due(now).filter(queue=queue).order_by("-priority", "id")
+                   .values_list("id", "run_after")[: CAP + 1])
+        inner, params = next_up.query.sql_with_params()
+        with connections[jobs.db].cursor() as cursor:
+            # One walk of job_claim_idx: how many (up to CAP + 1), and the longest-waiting.
+            cursor.execute(f"SELECT count(*), (array_agg(id ORDER BY run_after, id))[1], "
+                           f"min(run_after) FROM ({inner}) AS next_up", params)
+            count, oldest_id, oldest_at = cursor.fetchone()
         if not count:
             continue
-        next_up = due.order_by("-priority", "id").values("pk")[:CAP]
-        oldest = (Job.objects.filter(pk__in=next_up).only("id", "type", "run_after", "queue")
-                  .order_by("run_after", "id").first())
-        waited = (now - oldest.run_after).total_seconds() if oldest else 0.0
-        heads.append(QueueHead(queue, count, capped, oldest, waited))
+        oldest = Job.objects.only("id", "type", "run_after", "queue").filter(pk=oldest_id).first()
+        heads.append(QueueHead(queue, min(count, CAP), count > CAP, oldest,
+                               (now - oldest_at).total_seconds()))
     return sorted(heads, key=lambda head: -head.waited_seconds)
 
 

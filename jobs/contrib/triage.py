@@ -119,9 +119,11 @@ def failures(jobs: QuerySet[Job], since: datetime) -> QuerySet[Job]:
 def groups(jobs: QuerySet[Job], since: datetime, *, limit: int = GROUP_LIMIT,
            newest: int = NEWEST) -> list[FailureGroup]:
     """The failure groups of the newest ``newest`` failures since ``since``, biggest first."""
-    recent = failed_since(jobs, since).order_by("-finished_at", "-id").values("pk")[:newest]
-    return _summarise(Job.objects.filter(pk__in=recent).annotate(pattern=pattern_expression()),
-                      limit)
+    # From the newest-th failure's time on: a range of job_failed_idx, where "the ids of
+    # the newest N" as a subquery would have PostgreSQL hash them against the whole table.
+    cutoff = (failed_since(jobs, since).order_by("-finished_at", "-id")
+              .values_list("finished_at", flat=True)[newest - 1:newest].first())
+    return _summarise(failures(jobs, max(since, cutoff) if cutoff else since), limit)
 
 
 def more_than(jobs: QuerySet[Job], since: datetime, newest: int = NEWEST) -> bool:

@@ -111,7 +111,7 @@ MIDDLEWARE = [
     # First: /health and /ready answer a kubelet (pod IP, plain HTTP) before the host
     # check and the HTTPS redirect (project/probes.py).
     "project.probes.Probes",
-    "project.nul_guard.RefuseNulCharacters",
+    "project.nul_guard.RefuseNulCharacters",  # admin addresses only
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -186,8 +186,3 @@ def test_a_nul_character_in_an_address_is_a_400_not_a_500(admin_client, url):
     response = admin_client.get(url)
     assert response.status_code == 400
     assert "NUL" in response.content.decode()
-
-
-def test_a_nul_character_under_the_api_is_answered_in_json(admin_client):
-    response = admin_client.get("/api/jobs/?type=%00")
-    assert response.status_code == 400 and "NUL" in response.json()["detail"]

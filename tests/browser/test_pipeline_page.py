@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from factors.models import CarbonReport
+from jobs import engine
 from jobs.models import Job
 from tests.base import make_job
 from tests.browser.conftest import WATCH_BOXES, Site, log_in, needs_chromium, screenshot
@@ -118,3 +119,22 @@ def test_a_failing_job_turns_red_live_and_succeeds_when_retried_from_the_page(si
     job.refresh_from_db()
     assert job.state == Job.State.SUCCEEDED
     assert job.events.filter(kind="retried", actor__username="root").exists()
+
+
+def test_a_folded_groups_line_follows_its_jobs_live(site: Site, page):
+    parent = make_job("tests.noop")
+    children = [make_job("tests.noop", {"n": n}, parent=parent, pipeline=parent.pipeline_id)
+                for n in range(14)]
+    log_in(page, site)
+    page.goto(f"{site.url}/admin/jobs/job/pipeline/{parent.pipeline_id}/")
+    page.wait_for_selector("#pipeline-live:text-is('live')")
+    summary = page.locator(".pl-folded > details > summary")
+    assert " ".join(summary.inner_text().split()) == "6 more: 6 pending"
+
+    engine.cancel(Job.objects.get(pk=children[-1].pk), reason="not needed")
+
+    page.wait_for_function("() => document.querySelector('.pl-folded > details > summary')"
+                           ".textContent.includes('1 cancelled')")
+    assert " ".join(summary.inner_text().split()) == "6 more: 5 pending, 1 cancelled"
+    summary.click()
+    screenshot(page, "pipeline-folded-siblings")

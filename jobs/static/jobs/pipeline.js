@@ -142,20 +142,41 @@
     return "succeeded";
   }
 
+  /* [[state, how many], ...] in the states' own order, absent ones left out. */
+  function stateCounts(states) {
+    return STATES.filter(function (s) { return states.indexOf(s) >= 0; }).map(function (s) {
+      return [s, states.filter(function (x) { return x === s; }).length];
+    });
+  }
+
+  function statesOf(boxes) {
+    return Array.prototype.map.call(boxes, function (el) { return el.dataset.state; });
+  }
+
   function summarise() {
-    var states = Array.prototype.map.call(document.querySelectorAll(".pl-job"),
-                                          function (el) { return el.dataset.state; });
+    var states = statesOf(document.querySelectorAll(".pl-job"));
     var state = pipelineState(states);
     var badge = document.getElementById("pipeline-state");
     setStateClass(badge, state);
     badge.textContent = state;
     var counts = document.querySelector(".pl-counts");
     if (counts) {
-      var parts = STATES.filter(function (s) { return states.indexOf(s) >= 0; }).map(function (s) {
-        return states.filter(function (x) { return x === s; }).length + " " + s;
-      });
+      var parts = stateCounts(states).map(function (pair) { return pair[1] + " " + pair[0]; });
       counts.textContent = states.length + " job" + (states.length === 1 ? "" : "s") + ": " + parts.join(", ");
     }
+    // A folded group's line counts its own boxes (not the jobs below them) by state.
+    document.querySelectorAll(".pl-folded").forEach(function (folded) {
+      var boxes = folded.querySelectorAll(":scope > details > ul.pl-fold-list > li > .pl-job");
+      var summary = folded.querySelector(":scope > details > summary");
+      summary.textContent = boxes.length + " more: ";
+      stateCounts(statesOf(boxes)).forEach(function (pair, index) {
+        if (index) summary.appendChild(document.createTextNode(", "));
+        var span = document.createElement("span");
+        span.className = "pl-count pl-" + pair[0];
+        span.textContent = pair[1] + " " + pair[0];
+        summary.appendChild(span);
+      });
+    });
   }
 
   /* The server gives each bar its width as data-percent: the Content-Security-Policy

@@ -21,6 +21,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def running_worker(settings) -> Iterator[EngineWorker]:
     settings.JOBS_POLL_SECONDS = 30  # a job picked up quickly was woken by NOTIFY
     worker = EngineWorker(name="thread-worker")
+    # Set each time the loop found nothing due and waits (for a NOTIFY or the poll).
+    worker.idle = threading.Event()  # type: ignore[attr-defined]
+    idle_wait = worker._idle_wait
+
+    def observed_idle_wait() -> None:
+        worker.idle.set()  # type: ignore[attr-defined]
+        idle_wait()
+
+    worker._idle_wait = observed_idle_wait  # type: ignore[method-assign]
 
     def run() -> None:
         try:
@@ -42,7 +51,7 @@ def state_of(job: Job) -> str:
 
 
 def test_notify_wakes_an_idle_worker_at_once(running_worker):
-    time.sleep(0.2)  # let the worker reach its LISTEN wait (30 s poll)
+    assert running_worker.idle.wait(10)  # in its LISTEN wait, with a 30 s poll
     started = time.monotonic()
     job = engine.enqueue("tests.noop", {"n": 1})
     assert wait_until(lambda: state_of(job) == Job.State.SUCCEEDED, timeout=5)

@@ -15,7 +15,7 @@ from django.utils.safestring import SafeString
 
 from jobs.contrib.admin.lists import CappedCountPaginator, change_link, pipeline_link, pretty_json
 from jobs.contrib.admin.readonly import ReadOnlyMixin
-from jobs.contrib.admin.rendering import STATES_CSS, state_badge
+from jobs.contrib.admin.rendering import STATES_CSS, error_block, state_badge
 from jobs.models import Delivery, Event
 from tenancy.scoping import scope_queryset
 
@@ -54,8 +54,7 @@ class DeliveryInline(ReadOnlyMixin, admin.TabularInline):
 
     @admin.display(description="last error")
     def job_last_error(self, delivery: Delivery) -> SafeString | str:
-        error = delivery.job.last_error
-        return format_html('<pre class="job-error">{}</pre>', error[:2000]) if error else "—"
+        return error_block(delivery.job.last_error[:2000])
 
 
 @admin.register(Event)

@@ -41,16 +41,22 @@ from jobs.contrib.admin.lists import (
     pipeline_link,
     pretty_json,
 )
-from jobs.contrib.admin.rendering import STATES_CSS, action_preview, format_duration, state_badge
+from jobs.contrib.admin.rendering import (
+    MAX_BULK,
+    STATES_CSS,
+    action_preview,
+    error_block,
+    error_cut,
+    format_duration,
+    state_badge,
+)
 from jobs.errors import IllegalTransition
 from jobs.models import Job, JobEvent
-from jobs.why import error_line, explain, lease_health
+from jobs.why import explain, lease_health
 from tenancy.scoping import scope_queryset, tenant_scope
 
 State = Job.State
 
-# A bulk action is a loop of engine transitions; beyond this, narrow the list first.
-MAX_BULK = 1000
 TIMELINE_LIMIT = 200
 RELATED_LIMIT = 50
 
@@ -214,10 +220,7 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="last error")
     def error_display(self, job: Job) -> str | SafeString:
-        line = error_line(getattr(job, "error_head", None) or "")  # JobChangeList's
-        if not line:
-            return "—"
-        return format_html('<span class="job-cut job-error-line" title="{}">{}</span>', line, line)
+        return error_cut(getattr(job, "error_head", None) or "")  # JobChangeList's
 
     @admin.display(description="progress")
     def progress_display(self, job: Job) -> str | SafeString:
@@ -256,9 +259,7 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="last error")
     def last_error_display(self, job: Job) -> SafeString | str:
-        if not job.last_error:
-            return "—"
-        return format_html('<pre class="job-error">{}</pre>', job.last_error)
+        return error_block(job.last_error)
 
     # -- the detail page --
 

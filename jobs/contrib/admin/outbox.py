@@ -30,23 +30,22 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from jobs import clock, outbox, registry
-from jobs.contrib.admin.lists import CappedCountPaginator, change_link
+from jobs.contrib.admin.lists import ERROR_HEAD_CHARS, CappedCountPaginator, change_link
 from jobs.contrib.admin.readonly import ReadOnlyMixin
-from jobs.contrib.admin.rendering import STATES_CSS, action_preview, state_badge
+from jobs.contrib.admin.rendering import (
+    MAX_BULK,
+    STATES_CSS,
+    action_preview,
+    error_block,
+    error_cut,
+    state_badge,
+)
 from jobs.errors import IllegalTransition, InvalidArgument
 from jobs.models import Delivery, JobEvent
-from jobs.why import error_line
 from tenancy.scoping import scope_queryset
 
 Status = outbox.Status
-# A bulk action is a loop of transactions; beyond this, narrow the list first.
-MAX_BULK = 1000
-ERROR_HEAD_CHARS = 300
 HISTORY_LIMIT = 20
-
-
-def scoped_deliveries(request: HttpRequest) -> QuerySet[Delivery]:
-    return scope_queryset(Delivery.objects.all(), request.user, field="event__tenant")
 
 
 # --- actions ------------------------------------------------------------------------------
@@ -210,10 +209,7 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description="last error")
     def error_display(self, delivery: Delivery) -> str | SafeString:
-        line = error_line(getattr(delivery, "error_head", None) or "")
-        if not line:
-            return "—"
-        return format_html('<span class="job-cut job-error-line" title="{}">{}</span>', line, line)
+        return error_cut(getattr(delivery, "error_head", None) or "")
 
     @admin.display(description="job")
     def job_link(self, delivery: Delivery) -> SafeString:
@@ -225,8 +221,7 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description="last error")
     def last_error_display(self, delivery: Delivery) -> str | SafeString:
-        error = delivery.job.last_error
-        return format_html('<pre class="job-error">{}</pre>', error) if error else "—"
+        return error_block(delivery.job.last_error)
 
     @admin.display(description="history")
     def history_display(self, delivery: Delivery) -> SafeString:
@@ -247,7 +242,7 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     def changelist_view(self, request: HttpRequest,
                         extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        context = {"title": "Outbox: deliveries", "lag": lag_rows(scoped_deliveries(request)),
+        context = {"title": "Outbox: deliveries", "lag": lag_rows(self.get_queryset(request)),
                    **(extra_context or {})}
         return super().changelist_view(request, context)
 

@@ -12,6 +12,8 @@ from django.template.response import TemplateResponse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from jobs.why import error_line
+
 register = template.Library()
 
 # The badges' colours are in jobs/static/jobs/states.css (pages showing badges load it).
@@ -39,6 +41,24 @@ def format_duration(seconds: float | None) -> str:
         return f"{minutes} min {secs:02d} s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min"
+
+
+# A bulk action is a loop of transactions, one per row; beyond this, narrow the list first.
+MAX_BULK = 1000
+
+
+def error_cut(head: str) -> str | SafeString:
+    """A list's last-error column: the line that says what went wrong, cut to the column
+    (the whole line on hover, states.css)."""
+    line = error_line(head)
+    if not line:
+        return "—"
+    return format_html('<span class="job-cut job-error-line" title="{}">{}</span>', line, line)
+
+
+def error_block(error: str) -> str | SafeString:
+    """A detail page's last error, whole and preformatted (a traceback keeps its lines)."""
+    return format_html('<pre class="job-error">{}</pre>', error) if error else "—"
 
 
 def action_preview(model_admin: Any, request: HttpRequest, template_name: str, *, title: str,

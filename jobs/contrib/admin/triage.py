@@ -21,7 +21,7 @@ from django.urls import URLPattern, path, re_path, reverse
 from django.utils.http import urlencode
 
 from jobs.contrib import triage
-from jobs.contrib.admin.rendering import format_duration
+from jobs.contrib.admin.rendering import MAX_BULK, format_duration
 from jobs.errors import IllegalTransition
 from jobs.models import Job
 from tenancy.scoping import scope_queryset
@@ -29,9 +29,9 @@ from tenancy.scoping import scope_queryset
 if TYPE_CHECKING:
     from jobs.contrib.admin.job import JobAdmin
 
-# Jobs retried by one confirmation, newest first: the engine runs one transition per job,
-# and a page that took minutes to answer would be submitted twice.
-MAX_RETRY = 1000
+# Jobs retried by one confirmation, newest first: the bulk actions' bound (one engine
+# transition per job; a page that took minutes to answer would be submitted twice).
+MAX_RETRY = MAX_BULK
 # Jobs named on the preview, beside the counts.
 PREVIEW_ROWS = 20
 REASON_CHARS = 500

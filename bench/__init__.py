@@ -1,7 +1,12 @@
 """Benchmarks that print figures; never part of the test run (see docs/benchmarks.md)."""
 
 import atexit
+import contextlib
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 
 def setup_django(settings_module: str | None = None) -> None:
@@ -26,11 +31,36 @@ def _stop_what_this_process_started() -> None:
         embedded_db.stop(data_dir)
 
 
-def scratch_database(prefix: str) -> tuple[str, str, str]:
-    """``(server URL, scratch URL, scratch name)``: a database named for this process on
-    the project's server (the embedded PostgreSQL of this checkout when ``DATABASE_URL``
-    is unset), for a bench that creates and drops it with ``run_sql``."""
-    from pathlib import Path
+@contextlib.contextmanager
+def scratch_project(prefix: str, **settings: str) -> Iterator[Path]:
+    """A bench process's own database and ``var`` folder, for the block.
+
+    The database, named for this process, is created on the project's server (the
+    embedded PostgreSQL of this checkout when ``DATABASE_URL`` is unset) and the process's
+    environment points Django at it and at a fresh folder (yielded), with ``settings`` as
+    further environment variables; Django is set up by the bench afterwards. Both are
+    removed when the block ends, whatever happened.
+    """
+    admin_url, scratch_url, name = _scratch_urls(prefix)
+    drop = f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
+    _run_sql(admin_url, drop, f'CREATE DATABASE "{name}"')
+    work = Path(tempfile.mkdtemp(prefix=f"{prefix.replace('_', '-')}-"))
+    os.environ.update(DATABASE_URL=scratch_url, CONVEYOR_VAR_DIR=str(work),
+                      CONVEYOR_ALLOW_DEV_SECRET="1", DJANGO_SETTINGS_MODULE="project.settings",
+                      LOG_LEVEL="WARNING", **settings)
+    try:
+        yield work
+    finally:
+        with contextlib.suppress(Exception):  # Django may not have been set up
+            from django.db import connections
+
+            connections.close_all()
+        _run_sql(admin_url, drop)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _scratch_urls(prefix: str) -> tuple[str, str, str]:
+    """``(server URL, scratch URL, scratch name)`` on the project's server."""
     from urllib.parse import quote, urlsplit, urlunsplit
 
     name = f"{prefix}_{os.getpid()}"
@@ -45,7 +75,7 @@ def scratch_database(prefix: str) -> tuple[str, str, str]:
             urlunsplit(parts._replace(path="/" + quote(name))), name)
 
 
-def run_sql(url: str, *statements: str) -> None:
+def _run_sql(url: str, *statements: str) -> None:
     """Each statement in autocommit (CREATE and DROP DATABASE refuse a transaction)."""
     import psycopg
 

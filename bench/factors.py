@@ -34,12 +34,10 @@ import json
 import os
 import platform
 import random
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -49,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import run_sql, scratch_database, setup_django  # noqa: E402
+from bench import scratch_project, setup_django  # noqa: E402
 
 FACTORS = {("short", "economy"): "0.151", ("short", "business"): "0.226",
            ("medium", "economy"): "0.098", ("medium", "business"): "0.285",
@@ -80,23 +78,10 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    admin_url, scratch_url, name = scratch_database("bench_factors")
-    run_sql(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
-    work = Path(tempfile.mkdtemp(prefix="bench-factors-"))
-    os.environ.update(DATABASE_URL=scratch_url, CONVEYOR_VAR_DIR=str(work),
-                      CONVEYOR_ALLOW_DEV_SECRET="1", DJANGO_SETTINGS_MODULE="project.settings",
-                      LOG_LEVEL="WARNING")
     run, show = (_run_interactive_only, interactive_table) if args.interactive_only \
         else (_run, table)
-    try:
+    with scratch_project("bench_factors") as work:
         figures = run(args, work)
-    finally:
-        with contextlib.suppress(Exception):
-            from django.db import connections
-
-            connections.close_all()
-        run_sql(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(figures, indent=2) if args.json else show(figures))
     return 0
 

@@ -18,18 +18,14 @@ The scratch database is dropped afterwards, whatever happened.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from bench import run_sql, scratch_database
+from bench import scratch_project
 
 ERRORS = [
     "'ValueError: row ' || (i %% 997) || ' has no unit kg'",
@@ -102,21 +98,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    admin_url, scratch_url, name = scratch_database("bench_overview")
-    run_sql(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
-    work = Path(tempfile.mkdtemp(prefix="bench-overview-"))
-    os.environ.update(DATABASE_URL=scratch_url, CONVEYOR_VAR_DIR=str(work),
-                      CONVEYOR_ALLOW_DEV_SECRET="1", DJANGO_SETTINGS_MODULE="project.settings",
-                      LOG_LEVEL="WARNING", DEBUG="false", ALLOWED_HOSTS="testserver")
-    try:
+    with scratch_project("bench_overview", DEBUG="false", ALLOWED_HOSTS="testserver"):
         rows, server = _run(args)
-    finally:
-        with contextlib.suppress(Exception):
-            from django.db import connections
-
-            connections.close_all()
-        run_sql(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        shutil.rmtree(work, ignore_errors=True)
     print(table(rows, args, server))
     return 0
 

@@ -132,7 +132,31 @@ class FailedRecentlyFilter(admin.SimpleListFilter):
         return queryset.filter(state=State.FAILED, finished_at__gte=clock.now() - window[1])
 
 
-class RescuedFilter(admin.SimpleListFilter):
+class ChoiceFilter(admin.SimpleListFilter):
+    """A filter of fixed ``options`` (value: label; ``choices`` is Django's own method).
+    A value not among them is refused by name rather than ignored: a link that lists
+    everything while claiming a filter would mislead whoever followed it."""
+
+    options: dict[str, str] = {}
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return list(self.options.items())
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        value = self.value()
+        if value is None:
+            return queryset
+        if value not in self.options:
+            raise IncorrectLookupParameters(
+                f"{self.parameter_name}={value!r}: the choices are {', '.join(self.options)}")
+        return self.narrow(queryset, value)
+
+    def narrow(self, queryset: QuerySet, value: str) -> QuerySet:
+        """``queryset`` narrowed to ``value``, one of ``options``."""
+        raise NotImplementedError
+
+
+class RescuedFilter(ChoiceFilter):
     """Jobs the reaper took back from a dead worker: at least once (job_rescued_idx), or
     in the last hour (their rescue events, by jobevent_incident_idx)."""
 
@@ -140,56 +164,36 @@ class RescuedFilter(admin.SimpleListFilter):
     parameter_name = "rescued"
     options = {"yes": "rescued at least once", "1h": "rescued in the last hour"}
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return list(self.options.items())
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if self.value() == "yes":
-            return queryset.filter(rescues__gt=0)
-        if self.value() == "1h":
+    def narrow(self, queryset: QuerySet, value: str) -> QuerySet:
+        if value == "1h":
             recent = JobEvent.objects.filter(kind=JobEvent.Kind.RESCUED,
                                              at__gte=clock.now() - timedelta(hours=1))
             return queryset.filter(rescues__gt=0, pk__in=recent.values("job_id"))
-        if self.value() is not None:
-            raise IncorrectLookupParameters(
-                f"rescued={self.value()!r}: the choices are {', '.join(self.options)}")
-        return queryset
+        return queryset.filter(rescues__gt=0)
 
 
-class StuckFilter(admin.SimpleListFilter):
+class StuckFilter(ChoiceFilter):
     """Running jobs whose lease ran out and that the reaper has not taken back yet
     (job_lease_idx): more than a few seconds of these means the reaper is not running."""
 
     title = "lease"
     parameter_name = "stuck"
+    options = {"yes": "expired (stuck)"}
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "expired (stuck)")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if self.value() == "yes":
-            return queryset.lease_expired(clock.now())
-        if self.value() is not None:
-            raise IncorrectLookupParameters(f"stuck={self.value()!r}: the only choice is 'yes'")
-        return queryset
+    def narrow(self, queryset: QuerySet, value: str) -> QuerySet:
+        return queryset.lease_expired(clock.now())
 
 
-class DueFilter(admin.SimpleListFilter):
+class DueFilter(ChoiceFilter):
     """Pending jobs whose time has come: a queue's backlog, without the ones waiting out
     a backoff or scheduled for later (job_claim_idx, with the queue filter)."""
 
     title = "due"
     parameter_name = "due"
+    options = {"yes": "due now"}
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "due now")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if self.value() == "yes":
-            return queryset.due(clock.now())
-        if self.value() is not None:
-            raise IncorrectLookupParameters(f"due={self.value()!r}: the only choice is 'yes'")
-        return queryset
+    def narrow(self, queryset: QuerySet, value: str) -> QuerySet:
+        return queryset.due(clock.now())
 
 
 def known_queues() -> set[str]:

@@ -14,7 +14,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
-from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
@@ -30,7 +29,12 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from jobs import clock, outbox, registry
-from jobs.contrib.admin.lists import ERROR_HEAD_CHARS, CappedCountPaginator, change_link
+from jobs.contrib.admin.lists import (
+    ERROR_HEAD_CHARS,
+    CappedCountPaginator,
+    ChoiceFilter,
+    change_link,
+)
 from jobs.contrib.admin.readonly import ReadOnlyMixin
 from jobs.contrib.admin.rendering import (
     MAX_BULK,
@@ -98,20 +102,13 @@ class SubscriberFilter(admin.SimpleListFilter):
         return queryset.filter(subscriber=self.value()) if self.value() else queryset
 
 
-class StatusFilter(admin.SimpleListFilter):
+class StatusFilter(ChoiceFilter):
     title = "status"
     parameter_name = "status"
+    options = dict(Status.choices)
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return list(Status.choices)
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if self.value() is None:
-            return queryset
-        if self.value() not in Status.values:
-            raise IncorrectLookupParameters(
-                f"status={self.value()!r}: one of {', '.join(Status.values)}")
-        return queryset.filter(outbox.where(self.value()))
+    def narrow(self, queryset: QuerySet, value: str) -> QuerySet:
+        return queryset.filter(outbox.where(value))
 
 
 class DeliveryChangeList(ChangeList):

@@ -5,20 +5,19 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.contrib import admin
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.http import urlencode
 
 import jobs
 from exports.models import Snapshot, SnapshotStatus
+from jobs.contrib.admin.overview import viewable_admin
 from jobs.contrib.overview import Figure
 from tenancy.scoping import scope_queryset
 
 
 def figures(request: HttpRequest) -> list[Figure]:
-    snapshots = admin.site._registry.get(Snapshot)
-    if snapshots is None or not snapshots.has_view_permission(request):
+    if viewable_admin(request, Snapshot) is None:
         return []
     # The admin's own queryset sums every snapshot's jobs: counting needs only the rows,
     # scoped to the user exactly as the admin scopes them.

@@ -3,7 +3,6 @@ hook runners whose circuit breaker keeps hooks from launching."""
 
 from __future__ import annotations
 
-from django.contrib import admin
 from django.http import HttpRequest
 from django.urls import reverse
 
@@ -11,6 +10,7 @@ import jobs
 from ingest.market import freshness, services
 from ingest.market.models import MarketFeed
 from ingest.runs.models import BreakerState, RunnerBreaker
+from jobs.contrib.admin.overview import viewable_admin
 from jobs.contrib.overview import Figure
 from tenancy.scoping import scope_queryset
 
@@ -19,8 +19,7 @@ def figures(request: HttpRequest) -> list[Figure]:
     """Each figure over the rows its admin list shows this user, and only if they may
     see that list."""
     shown: list[Figure] = []
-    feeds = admin.site._registry.get(MarketFeed)
-    if feeds is not None and feeds.has_view_permission(request):
+    if viewable_admin(request, MarketFeed) is not None:
         # As the feeds' board shows them: every dataset of every feed the user sees, one
         # never attempted counting as never ingested.
         statuses = [row.status for row in services.source_statuses(
@@ -35,8 +34,8 @@ def figures(request: HttpRequest) -> list[Figure]:
             shown.append(Figure("sources-stale", "market sources stale", stale, board,
                                 tone="warn" if stale else "",
                                 note="no load in 48 hours, or never loaded"))
-    breakers = admin.site._registry.get(RunnerBreaker)
-    if breakers is not None and breakers.has_view_permission(request):
+    breakers = viewable_admin(request, RunnerBreaker)
+    if breakers is not None:
         opened = breakers.get_queryset(request).exclude(state=BreakerState.CLOSED).count()
         url = (f"{reverse('admin:ingest_runnerbreaker_changelist')}"
                f"?state__in={BreakerState.OPEN},{BreakerState.HALF_OPEN}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import Model
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.http import urlencode
@@ -21,6 +22,13 @@ from tenancy.scoping import scope_queryset, tenant_scope
 Figure = overview.Figure
 
 
+def viewable_admin(request: HttpRequest, model: type[Model]) -> admin.ModelAdmin | None:
+    """The model's admin when ``request.user`` may view its list, else None: a figure is
+    shown only to those who may follow its link."""
+    model_admin = admin.site._registry.get(model)
+    return model_admin if model_admin is not None and model_admin.has_view_permission(request) else None
+
+
 def _jobs_url(**filters: str) -> str:
     url = reverse("admin:jobs_job_changelist")
     return f"{url}?{urlencode(filters)}" if filters else url
@@ -29,8 +37,8 @@ def _jobs_url(**filters: str) -> str:
 def outbox_figures(request: HttpRequest) -> list[Figure]:
     """The outbox's backlog, failures and quarantine, summed over its subscribers (the
     outbox console has them one by one)."""
-    delivery_admin = admin.site._registry.get(Delivery)
-    if delivery_admin is None or not delivery_admin.has_view_permission(request):
+    delivery_admin = viewable_admin(request, Delivery)
+    if delivery_admin is None:
         return []
     lags = outbox.lag(delivery_admin.get_queryset(request))
     oldest = min((lag.oldest for lag in lags if lag.oldest), default=None)
@@ -56,8 +64,8 @@ def outbox_figures(request: HttpRequest) -> list[Figure]:
 def section(request: HttpRequest) -> dict[str, Any] | None:
     """The engine's figures and tables for ``request.user``, or None without the right
     to view jobs."""
-    job_admin = admin.site._registry.get(Job)
-    if job_admin is None or not job_admin.has_view_permission(request):
+    job_admin = viewable_admin(request, Job)
+    if job_admin is None:
         return None
     state = overview.engine(
         scope_queryset(Job.objects.all(), request.user),

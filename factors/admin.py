@@ -64,32 +64,32 @@ def _pipeline_message(result: services.Dispatched) -> SafeString:
                        result.job.pk, rows, _pipeline_url(result))
 
 
-def _classification(values: Any) -> SafeString:
-    """A classification as ``key: value`` lines, keys sorted, every part escaped: operators
-    read codes, not a JSON dump."""
-    if not isinstance(values, dict) or not values:
-        return format_html("{}", "—")
-    lines = format_html_join("", '<div class="classification-line">{}: {}</div>',
-                             sorted((str(k), str(v)) for k, v in values.items()))
-    return format_html('<div class="classification">{}</div>', lines)
-
-
 def _is_operator(request: HttpRequest) -> bool:
     return bool(request.user.is_staff and tenant_scope(request.user) is True)
 
 
-def _shown(field: str) -> str:
-    """A change page's field, with the classification rendered rather than dumped."""
-    return "classification_shown" if field == "classification" else field
+class ClassificationShown:
+    """A classification as ``key: value`` lines (keys sorted, every part escaped) on the
+    list and the change page: operators read codes, not a JSON dump."""
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        fields = super().get_fields(request, obj)  # type: ignore[misc]
+        return ["classification_shown" if name == "classification" else name for name in fields]
+
+    @admin.display(description="classification")
+    def classification_shown(self, row: DataEntry | EmissionFactor) -> SafeString:
+        values = row.classification
+        if not isinstance(values, dict) or not values:
+            return format_html("{}", "—")
+        lines = format_html_join("", '<div class="classification-line">{}: {}</div>',
+                                 sorted((str(k), str(v)) for k, v in values.items()))
+        return format_html('<div class="classification">{}</div>', lines)
 
 
 class ReadOnly(ReadOnlyMixin, admin.ModelAdmin):
     """Rows written by the calculator's own paths: shown, not edited here."""
 
     show_full_result_count = False
-
-
-
 
 
 class UploadViews(ReadOnly):
@@ -311,7 +311,7 @@ class CarbonReportAdmin(admin.ModelAdmin):
 
 
 @admin.register(DataEntry)
-class DataEntryAdmin(UploadViews):
+class DataEntryAdmin(ClassificationShown, UploadViews):
     list_display = ["id", "module", "data_entry_type", "quantity", "unit", "classification_shown",
                     "kg_co2e", "source", "row_number", "written_by", "created_by"]
     list_filter = ["source", "data_entry_type", "module__module_type", "year"]
@@ -333,13 +333,6 @@ class DataEntryAdmin(UploadViews):
 
     def may_upload(self, request: HttpRequest) -> bool:
         return bool(request.user.is_staff and tenant_scope(request.user) is not False)
-
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [_shown(name) for name in super().get_fields(request, obj)]
-
-    @admin.display(description="classification")
-    def classification_shown(self, entry: DataEntry) -> SafeString:
-        return _classification(entry.classification)
 
     @admin.display(description="kg CO2e")
     def kg_co2e(self, entry: DataEntry) -> str:
@@ -380,7 +373,7 @@ class StaleFilter(admin.SimpleListFilter):
 
 
 @admin.register(EmissionFactor)
-class EmissionFactorAdmin(UploadViews):
+class EmissionFactorAdmin(ClassificationShown, UploadViews):
     list_display = ["id", "data_entry_type", "year", "classification_shown", "value", "unit",
                     "source", "stale", "seen_in"]
     list_filter = [StaleFilter, "data_entry_type", "year", "source"]
@@ -395,13 +388,6 @@ class EmissionFactorAdmin(UploadViews):
     @admin.display(description="stale", boolean=True)
     def stale(self, factor: EmissionFactor) -> bool:
         return factor.is_stale
-
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [_shown(name) for name in super().get_fields(request, obj)]
-
-    @admin.display(description="classification")
-    def classification_shown(self, factor: EmissionFactor) -> SafeString:
-        return _classification(factor.classification)
 
     @admin.display(description="last seen in")
     def seen_in(self, factor: EmissionFactor) -> SafeString:

@@ -257,7 +257,7 @@ def test_many_chunks_are_folded_with_the_failures_first_and_in_view(admin_client
     closing = make_job("tests.noop", {"closes": ingest.pk}, pipeline=ingest.pipeline_id,
                        parent=ingest, after=chunks)
     broken = chunks[30]
-    for _ in chunks:  # every chunk but one succeeds, one fails
+    for _ in range(1 + len(chunks)):  # the ingest, then every chunk: one fails, the rest succeed
         job, _ = claim_one("w1")
         if job.pk == broken.pk:
             engine.fail(job, job.lease_token, "ValueError: no factor", permanent=True, worker="w1")

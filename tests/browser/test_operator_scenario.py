@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from jobs import engine
 from jobs.models import Job, JobEvent
 from tests.base import claim_one, make_job
 from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
+from tests.jobs.builders import failed
 
 pytestmark = [pytest.mark.browser, pytest.mark.system, needs_chromium,
               pytest.mark.django_db(transaction=True)]
@@ -34,18 +34,13 @@ class Clicks:
 
 
 def failing_group(size: int) -> list[Job]:
-    jobs = []
-    for n in range(size):
-        make_job("tests.noop", {"n": n})
-        job, _ = claim_one("w1")
-        engine.fail(job, job.lease_token, f"ConnectionError: host 10.0.3.{n} refused\n"
-                    "  File \"handlers.py\", line 12, in run", permanent=True, worker="w1")
-        jobs.append(job)
-    return jobs
+    """Failures with one cause: their errors differ only by a host's address."""
+    return [failed(error=f"ConnectionError: host 10.0.3.{n} refused\n"
+                         "  File \"handlers.py\", line 12, in run") for n in range(size)]
 
 
 def test_a_failure_with_one_cause_is_cleared_from_the_front_page_in_two_clicks(site: Site, page):
-    failed = failing_group(12)
+    group = failing_group(12)
     log_in(page, site)
     page.set_viewport_size({"width": 1440, "height": 900})
     page.goto(f"{site.url}/admin/")
@@ -62,7 +57,7 @@ def test_a_failure_with_one_cause_is_cleared_from_the_front_page_in_two_clicks(s
 
     page.wait_for_selector(".messagelist .success")
     assert click.count == 2 <= MAX_CLICKS
-    for job in failed:
+    for job in group:
         job.refresh_from_db()
         assert job.state == Job.State.PENDING
         event = job.events.get(kind=JobEvent.Kind.RETRIED)

@@ -6,25 +6,20 @@ from __future__ import annotations
 
 import pytest
 
-import jobs
-from jobs.models import Delivery, JobEvent
-from jobs.worker import run_until_idle
+from jobs.models import JobEvent
 from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
+from tests.jobs.builders import ON_ORDER, failing
 
 pytestmark = [pytest.mark.browser, pytest.mark.system, needs_chromium,
               pytest.mark.django_db(transaction=True)]
 
-SUBSCRIBER = "tests.on_order_placed"  # fails while the payload says "fail"
-
 
 def test_quarantine_a_failing_delivery_from_the_console_and_release_it(site: Site, page):
-    event = jobs.publish("OrderPlaced", {"fail": True})
-    run_until_idle()  # its first attempt fails: waiting out its backoff
-    delivery = Delivery.objects.get(event=event, subscriber=SUBSCRIBER)
+    delivery = failing()  # its first attempt failed: waiting out its backoff
     root = log_in(page, site)
 
     page.goto(f"{site.url}/admin/jobs/delivery/")
-    figures = page.locator(f'#outbox-lag tr[data-subscriber="{SUBSCRIBER}"]')
+    figures = page.locator(f'#outbox-lag tr[data-subscriber="{ON_ORDER}"]')
     assert figures.locator("td.lag-failing").inner_text() == "1"
     screenshot(page, "outbox-console")
     figures.locator("td.lag-failing a").click()
@@ -42,7 +37,7 @@ def test_quarantine_a_failing_delivery_from_the_console_and_release_it(site: Sit
     assert delivery.quarantined_by == root
 
     page.goto(f"{site.url}/admin/jobs/delivery/")
-    page.locator(f'#outbox-lag tr[data-subscriber="{SUBSCRIBER}"] td.lag-quarantined a').click()
+    page.locator(f'#outbox-lag tr[data-subscriber="{ON_ORDER}"] td.lag-quarantined a').click()
     page.wait_for_url("**status=quarantined**")
     row = page.locator("#result_list tbody tr")
     assert row.count() == 1 and "quarantined" in row.inner_text()

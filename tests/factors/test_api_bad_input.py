@@ -10,7 +10,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
 from jobs.models import Job
-from tests.base import make_job, run_next, staff, tenant
+from tests.base import as_user, make_job, run_next, staff, tenant
 from tests.factors.builders import csv_bytes, module, plane_factors, report
 
 pytestmark = pytest.mark.django_db
@@ -23,25 +23,19 @@ def acme():
     return tenant("Acme")
 
 
-def client_of(user) -> APIClient:
-    client = APIClient()
-    client.force_login(user)
-    return client
-
-
 @pytest.fixture
 def member(acme) -> APIClient:
-    return client_of(staff("bob", of=acme, is_staff=False))
+    return as_user(staff("bob", of=acme, is_staff=False))
 
 
 @pytest.fixture
 def alice(acme) -> APIClient:
-    return client_of(staff("alice", of=acme))
+    return as_user(staff("alice", of=acme))
 
 
 @pytest.fixture
 def olga() -> APIClient:
-    return client_of(staff("olga", operator=True))
+    return as_user(staff("olga", operator=True))
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
 from factors.models import EmissionFactor
-from tests.base import staff, tenant
+from tests.base import as_user, staff, tenant
 from tests.factors.builders import factor, plane_factors
 
 pytestmark = pytest.mark.django_db
@@ -18,15 +18,9 @@ pytestmark = pytest.mark.django_db
 FACTORS = "/v1/emission_factors"
 
 
-def client_of(user) -> APIClient:
-    client = APIClient()
-    client.force_login(user)
-    return client
-
-
 @pytest.fixture
 def member() -> APIClient:
-    return client_of(staff("bob", of=tenant("Acme"), is_staff=False))
+    return as_user(staff("bob", of=tenant("Acme"), is_staff=False))
 
 
 @pytest.fixture
@@ -93,7 +87,7 @@ def test_the_detail_answers_one_factor_and_404_for_an_unknown_id(member, factors
 
 
 def test_a_user_of_no_tenant_reads_no_factor_and_anonymous_callers_are_refused(factors):
-    loner = client_of(User.objects.create_user("loner", password="x"))
+    loner = as_user(User.objects.create_user("loner", password="x"))
     one = EmissionFactor.objects.first()
 
     assert loner.get(FACTORS).json()["results"] == []

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 from django.contrib import admin
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.contrib.auth.models import Group, Permission, User
-from django.contrib.messages import get_messages
+from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.db.models import Model
 from django.http import HttpResponse
@@ -27,7 +26,8 @@ from jobs import engine
 from jobs.contrib.admin import CappedCountPaginator
 from jobs.contrib.admin import job as job_admin
 from jobs.models import Job, JobEvent, Worker
-from tests.base import claim_one, make_job, staff, tenant
+from tests.base import make_job, staff, tenant
+from tests.jobs.builders import failed, grant, messages_of, operator, rows, running
 
 pytestmark = pytest.mark.django_db
 
@@ -39,31 +39,12 @@ CHANGELIST = "admin:jobs_job_changelist"
 # --- builders ----------------------------------------------------------------------------
 
 
-def grant(user: User, *codenames: str) -> User:
-    user.user_permissions.add(*Permission.objects.filter(content_type__app_label="jobs",
-                                                         codename__in=codenames))
-    return user
 
 
-def operator(username: str = "olga", **options: Any) -> User:
-    """A platform operator who may view and operate jobs (but is no superuser)."""
-    user = staff(username, operator=True, **options)
-    return grant(user, "view_job", "change_job", "view_event", "view_delivery", "view_worker")
 
 
-def running(name: str = "tests.noop", **options: Any) -> Job:
-    """A job claimed by worker w1 (its priority makes the claim pick it over pending ones)."""
-    job = make_job(name, priority=100, **options)
-    claimed, _ = claim_one("w1")
-    assert claimed.pk == job.pk
-    return claimed
 
 
-def failed(name: str = "tests.noop", error: str = "boom", **options: Any) -> Job:
-    job = running(name, **options)
-    engine.fail(job, job.lease_token, error, permanent=True, worker="w1")
-    job.refresh_from_db()
-    return job
 
 
 def cancelled(**options: Any) -> Job:
@@ -74,12 +55,8 @@ def pending_later(**options: Any) -> Job:
     return make_job("tests.noop", run_after=timezone.now() + timedelta(hours=1), **options)
 
 
-def rows(response: HttpResponse) -> list[int]:
-    return [job.pk for job in response.context["cl"].result_list]
 
 
-def messages_of(response: HttpResponse) -> list[str]:
-    return [str(message) for message in get_messages(response.wsgi_request)]
 
 
 def change_url(job: Job) -> str:

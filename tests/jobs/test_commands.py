@@ -1,23 +1,17 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from io import StringIO
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
 import jobs
 from jobs import engine, reaper
 from jobs.models import Event, Job, JobEvent, Worker
 from tests.base import claim_one, make_job, run_next, staff
+from tests.jobs.builders import run_command
 
 pytestmark = pytest.mark.django_db
-
-
-def run(*args: str) -> str:
-    out = StringIO()
-    call_command(*args, stdout=out, stderr=StringIO())
-    return out.getvalue()
 
 
 def failed_job(name: str = "tests.permanent", **options) -> Job:
@@ -39,7 +33,7 @@ def test_status_counts_jobs_per_type_and_state(clock):
     make_job("tests.noop")
     make_job("tests.noop")
 
-    lines = run("jobs_status").splitlines()
+    lines = run_command("jobs_status").splitlines()
 
     header = next(line for line in lines if line.startswith("type"))
     assert header.split() == ["type", "pending", "running", "succeeded", "failed",
@@ -57,7 +51,7 @@ def test_status_shows_the_oldest_due_pending_job_per_queue(clock):
     make_job("tests.noop")
     make_job("tests.noop", run_after=clock.now() + timedelta(hours=1))  # not due yet
 
-    out = run("jobs_status")
+    out = run_command("jobs_status")
 
     row = next(line for line in out.splitlines() if line.startswith("default"))
     assert row.split() == ["default", "2", "2026-11-02", "09:00:00", "1m", "30s"]
@@ -70,14 +64,14 @@ def test_status_lists_live_workers_only(clock):
     Worker.objects.create(name="host:2:dead", hostname="host", pid=2, started_at=now,
                           last_seen_at=now - timedelta(minutes=5))
 
-    out = run("jobs_status")
+    out = run_command("jobs_status")
 
     assert "host:1:abc" in out
     assert "host:2:dead" not in out
 
 
 def test_status_says_when_no_worker_is_alive(clock):
-    assert "no live worker" in run("jobs_status")
+    assert "no live worker" in run_command("jobs_status")
 
 
 def rescued(clock, job: Job, times: int = 1) -> Job:
@@ -98,7 +92,7 @@ def test_status_counts_rescues_in_the_last_hour_and_day_and_names_the_jobs_rescu
     clock.advance(timedelta(hours=2).total_seconds())
     once = rescued(clock, make_job("tests.noop"))
 
-    out = run("jobs_status")
+    out = run_command("jobs_status")
 
     assert row(out, "last hour") == ["last", "hour", "1", "1"]
     assert row(out, "last day") == ["last", "day", "3", "2"]
@@ -111,7 +105,7 @@ def test_status_counts_rescues_in_the_last_hour_and_day_and_names_the_jobs_rescu
 
 
 def test_status_says_when_nothing_was_rescued_in_the_last_day(clock):
-    assert "(no rescues in the last day)" in run("jobs_status")
+    assert "(no rescues in the last day)" in run_command("jobs_status")
 
 
 # --- jobs_recover_stale ----------------------------------------------------------------
@@ -122,7 +116,7 @@ def test_recover_stale_rescues_expired_leases_and_says_which(clock):
     claim_one("dead-worker")
     clock.advance(7)
 
-    out = run("jobs_recover_stale")
+    out = run_command("jobs_recover_stale")
 
     job.refresh_from_db()
     assert job.state == Job.State.PENDING
@@ -136,7 +130,7 @@ def test_recover_stale_leaves_live_leases_alone(clock):
     claim_one()
     clock.advance(3)
 
-    assert "Rescued 0 job(s)" in run("jobs_recover_stale")
+    assert "Rescued 0 job(s)" in run_command("jobs_recover_stale")
     job.refresh_from_db()
     assert job.state == Job.State.RUNNING
 
@@ -147,7 +141,7 @@ def test_recover_stale_wakes_each_queue_with_due_jobs_once(clock):
     make_job("tests.noop", queue="maintenance")
     make_job("tests.noop", queue="later", run_after=clock.now() + timedelta(minutes=5))
 
-    assert "woke 2 queue(s)" in run("jobs_recover_stale")
+    assert "woke 2 queue(s)" in run_command("jobs_recover_stale")
 
 
 # --- jobs_retry_failed -----------------------------------------------------------------
@@ -157,7 +151,7 @@ def test_retry_failed_by_type_retries_only_that_types_failures(clock):
     mine = failed_job("tests.permanent")
     other = failed_job("tests.write_then_fail")
 
-    out = run("jobs_retry_failed", "--type", "tests.permanent")
+    out = run_command("jobs_retry_failed", "--type", "tests.permanent")
 
     mine.refresh_from_db()
     other.refresh_from_db()
@@ -170,7 +164,7 @@ def test_retry_failed_by_id_records_the_user(clock):
     alice = staff("alice")
     job = failed_job()
 
-    run("jobs_retry_failed", "--id", str(job.pk), "--user", "alice")
+    run_command("jobs_retry_failed", "--id", str(job.pk), "--user", "alice")
 
     job.refresh_from_db()
     assert job.state == Job.State.PENDING
@@ -182,7 +176,7 @@ def test_retry_failed_since_skips_older_failures(clock):
     clock.advance(3 * 3600)
     recent = failed_job()
 
-    run("jobs_retry_failed", "--type", "tests.permanent", "--since", "2h")
+    run_command("jobs_retry_failed", "--type", "tests.permanent", "--since", "2h")
 
     old.refresh_from_db()
     recent.refresh_from_db()
@@ -192,7 +186,7 @@ def test_retry_failed_since_skips_older_failures(clock):
 def test_retry_failed_dry_run_changes_nothing(clock):
     job = failed_job()
 
-    out = run("jobs_retry_failed", "--type", "tests.permanent", "--dry-run")
+    out = run_command("jobs_retry_failed", "--type", "tests.permanent", "--dry-run")
 
     job.refresh_from_db()
     assert job.state == Job.State.FAILED
@@ -201,13 +195,13 @@ def test_retry_failed_dry_run_changes_nothing(clock):
 
 def test_retry_failed_names_an_unknown_type(clock):
     with pytest.raises(CommandError, match="unknown job type 'tests.nope'"):
-        run("jobs_retry_failed", "--type", "tests.nope")
+        run_command("jobs_retry_failed", "--type", "tests.nope")
 
 
 def test_retry_failed_refuses_an_unknown_user(clock):
     job = failed_job()
     with pytest.raises(CommandError, match="no user named 'mallory'"):
-        run("jobs_retry_failed", "--id", str(job.pk), "--user", "mallory")
+        run_command("jobs_retry_failed", "--id", str(job.pk), "--user", "mallory")
     job.refresh_from_db()
     assert job.state == Job.State.FAILED
 
@@ -218,21 +212,21 @@ def test_retry_failed_refuses_ids_that_are_missing_or_not_failed(clock):
     claim_one()
 
     with pytest.raises(CommandError, match=r"no job with id 999999"):
-        run("jobs_retry_failed", "--id", str(failed.pk), "999999")
+        run_command("jobs_retry_failed", "--id", str(failed.pk), "999999")
     with pytest.raises(CommandError, match=rf"not {running.pk} \(running\)"):
-        run("jobs_retry_failed", "--id", str(failed.pk), str(running.pk))
+        run_command("jobs_retry_failed", "--id", str(failed.pk), str(running.pk))
     failed.refresh_from_db()
     assert failed.state == Job.State.FAILED
 
 
 def test_retry_failed_needs_a_type_or_ids(clock):
     with pytest.raises(CommandError, match="--type NAME and/or --id"):
-        run("jobs_retry_failed")
+        run_command("jobs_retry_failed")
 
 
 def test_retry_failed_rejects_a_bad_since(clock):
     with pytest.raises(CommandError, match="neither a duration"):
-        run("jobs_retry_failed", "--type", "tests.permanent", "--since", "yesterday")
+        run_command("jobs_retry_failed", "--type", "tests.permanent", "--since", "yesterday")
 
 
 # --- jobs_prune ------------------------------------------------------------------------
@@ -251,13 +245,13 @@ def test_prune_dry_run_reports_what_the_prune_then_deletes_and_deletes_nothing(c
     clock.advance(timedelta(days=8).total_seconds())
     history = JobEvent.objects.filter(job=job).count()
 
-    dry = run("jobs_prune", "--dry-run")
+    dry = run_command("jobs_prune", "--dry-run")
 
     assert Job.objects.filter(pk=job.pk).exists() and Event.objects.exists()
     assert row(dry, "succeeded")[-1] == "1"
     assert row(dry, "jobs.JobEvent")[-1] == str(history) and row(dry, "jobs.Event")[-1] == "1"
     assert f"Would delete 1 finished job(s); {history + 2} row(s) in all." in dry
-    assert [line.split() for line in run("jobs_prune").splitlines()] == as_done(dry)
+    assert [line.split() for line in run_command("jobs_prune").splitlines()] == as_done(dry)
     assert not Job.objects.exists() and not Event.objects.exists()
 
 
@@ -268,7 +262,7 @@ def test_prune_deletes_finished_jobs_past_retention(clock):
     fresh = make_job("tests.noop")
     run_next()
 
-    out = run("jobs_prune")
+    out = run_command("jobs_prune")
 
     assert not Job.objects.filter(pk=old.pk).exists()
     assert Job.objects.filter(pk=fresh.pk).exists()
@@ -283,7 +277,7 @@ def test_worker_drains_due_jobs_and_exits_when_idle(hits_table):
     jobs = [make_job("tests.record") for _ in range(30)]
     make_job("tests.record", queue="other")
 
-    out = run("jobs_worker", "--exit-when-idle", "--queues", "default", "--batch-size", "7",
+    out = run_command("jobs_worker", "--exit-when-idle", "--queues", "default", "--batch-size", "7",
               "--concurrency", "2")
 
     states = set(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("state", flat=True))
@@ -296,7 +290,7 @@ def test_worker_drains_due_jobs_and_exits_when_idle(hits_table):
 @pytest.mark.parametrize("option", ["--batch-size", "--concurrency"])
 def test_worker_rejects_a_non_positive_number(option):
     with pytest.raises(CommandError, match="must be at least 1"):
-        run("jobs_worker", option, "0", "--exit-when-idle")
+        run_command("jobs_worker", option, "0", "--exit-when-idle")
 
 
 def test_worker_fails_loudly_when_a_worker_ends_with_an_error(monkeypatch):
@@ -305,4 +299,4 @@ def test_worker_fails_loudly_when_a_worker_ends_with_an_error(monkeypatch):
 
     monkeypatch.setattr("jobs.worker.EngineWorker.run", broken)
     with pytest.raises(CommandError, match="failed: RuntimeError: a bug"):
-        run("jobs_worker", "--exit-when-idle")
+        run_command("jobs_worker", "--exit-when-idle")

@@ -7,6 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobs import metrics
 from tests.base import make_job, run_next, staff, tenant
+from tests.jobs.builders import ON_ORDER, failing
 
 pytestmark = pytest.mark.django_db
 
@@ -137,3 +138,14 @@ def test_it_speaks_openmetrics_when_asked(clock, operator_client):
 
     assert response["Content-Type"].startswith("application/openmetrics-text")
     assert response.content.rstrip().endswith(b"# EOF")
+
+
+def test_metrics_show_each_subscribers_undelivered_and_oldest(clock, operator_client):
+    failing()
+    clock.advance(30)
+
+    body = operator_client.get("/metrics").content
+
+    label = (("subscriber", ON_ORDER),)
+    assert samples(body)[("conveyor_outbox_undelivered", label)] == 1
+    assert samples(body)[("conveyor_outbox_oldest_undelivered_seconds", label)] == 30

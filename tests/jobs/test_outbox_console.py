@@ -5,93 +5,45 @@ engine itself, and a tenant's staff see and touch only their tenant's deliveries
 
 from __future__ import annotations
 
-from io import StringIO
-from typing import Any
-
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.contrib.auth.models import Permission, User
-from django.contrib.messages import get_messages
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 from django.db import IntegrityError, connection, transaction
-from django.http import HttpResponse
-from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
-from prometheus_client.parser import text_string_to_metric_families
 
-import jobs
 from jobs import engine, outbox, retention
 from jobs.errors import IllegalTransition, InvalidArgument, LeaseLost
 from jobs.models import Delivery, Job, JobEvent
 from jobs.worker import run_until_idle
 from tests.base import as_user, staff, tenant
+from tests.jobs.builders import (
+    AUDIT,
+    ON_ORDER,
+    delivered,
+    delivery_of,
+    failed_delivery,
+    failing,
+    grant,
+    messages_of,
+    operator,
+    run_command,
+    undelivered,
+)
 
 pytestmark = pytest.mark.django_db
 
 State = Job.State
 Kind = JobEvent.Kind
 Status = outbox.Status
-ON_ORDER = "tests.on_order_placed"  # fails while the payload says "fail" (backoff 60 s)
-AUDIT = "tests.audit_order"  # always succeeds
 CONSOLE = "admin:jobs_delivery_changelist"
 
 
 # --- builders ----------------------------------------------------------------------------
 
 
-def delivery_of(event: Any, subscriber: str = ON_ORDER) -> Delivery:
-    return Delivery.objects.select_related("event", "job").get(event=event, subscriber=subscriber)
-
-
-def failing(**options: Any) -> Delivery:
-    """Published and attempted once: ON_ORDER's delivery waits out its backoff after an
-    error (AUDIT's is delivered)."""
-    event = jobs.publish("OrderPlaced", {"fail": True}, **options)
-    run_until_idle()
-    return delivery_of(event)
-
-
-def undelivered(**options: Any) -> Delivery:
-    return delivery_of(jobs.publish("OrderPlaced", {"order": 1}, **options))
-
-
-def delivered(**options: Any) -> Delivery:
-    event = jobs.publish("OrderPlaced", {"order": 2}, **options)
-    run_until_idle()
-    return delivery_of(event)
-
-
-def failed(**options: Any) -> Delivery:
-    delivery = failing(**options)
-    job = delivery.job
-    Job.objects.filter(pk=job.pk).update(max_attempts=1, state=State.FAILED,
-                                         finished_at=job.created_at)
-    return delivery_of(delivery.event)
-
-
-def operator(username: str = "olga", *, of: Any = None) -> User:
-    """Staff who may view deliveries and operate jobs: a tenant's, or (no tenant) a
-    platform operator."""
-    user = staff(username, of=of, operator=of is None)
-    user.user_permissions.add(*Permission.objects.filter(
-        content_type__app_label="jobs",
-        codename__in=["view_delivery", "view_event", "view_job", "change_job"]))
-    return user
-
-
 def fresh(delivery: Delivery) -> Delivery:
-    return Delivery.objects.select_related("event", "job").get(pk=delivery.pk)
-
-
-def messages_of(response: HttpResponse) -> list[str]:
-    return [str(message) for message in get_messages(response.wsgi_request)]
-
-
-def run(*args: str) -> str:
-    out = StringIO()
-    call_command(*args, stdout=out, stderr=StringIO())
-    return out.getvalue()
+    return delivery_of(delivery.event)
 
 
 # --- the services ------------------------------------------------------------------------
@@ -99,7 +51,7 @@ def run(*args: str) -> str:
 
 def test_lag_counts_each_subscribers_undelivered_failing_failed_and_quarantined(clock):
     first = failing()
-    failed()
+    failed_delivery()
     outbox.quarantine(failing(), None, "poison payload")
     clock.advance(30)
     undelivered()
@@ -129,7 +81,7 @@ def test_lag_is_two_group_bys_that_never_read_delivered_deliveries(clock,
 def test_the_status_of_each_delivery(clock):
     assert outbox.status_of(undelivered()) == Status.UNDELIVERED
     assert outbox.status_of(failing()) == Status.FAILING
-    assert outbox.status_of(failed()) == Status.FAILED
+    assert outbox.status_of(failed_delivery()) == Status.FAILED
     assert outbox.status_of(delivered()) == Status.DELIVERED
     held = outbox.quarantine(failing(), None, "poison")
     assert outbox.status_of(held) == Status.QUARANTINED
@@ -169,7 +121,7 @@ def test_quarantining_a_running_delivery_fences_out_its_worker(clock):
 
 def test_quarantining_a_failed_delivery_leaves_its_state_and_records_the_action(clock):
     alice = staff("alice")
-    delivery = failed()
+    delivery = failed_delivery()
 
     outbox.quarantine(delivery, alice, "poison")
 
@@ -225,7 +177,7 @@ def test_replay_delivers_an_event_again_and_the_history_keeps_the_earlier_outcom
 @pytest.mark.parametrize("action, build, why", [
     ("replay", undelivered, "is undelivered; only a finished delivery"),
     ("replay", failing, "is failing; only a finished delivery"),
-    ("release", failed, "is failed; only a quarantined delivery can be released"),
+    ("release", failed_delivery, "is failed; only a quarantined delivery can be released"),
     ("quarantine", delivered, "is delivered; only a delivery that is not delivered"),
 ])
 def test_illegal_actions_are_refused_naming_why(clock, action, build, why):
@@ -239,7 +191,7 @@ def test_illegal_actions_are_refused_naming_why(clock, action, build, why):
 
 
 def test_replaying_a_quarantined_delivery_says_to_release_it(clock):
-    held = outbox.quarantine(failed(), None, "poison")
+    held = outbox.quarantine(failed_delivery(), None, "poison")
     with pytest.raises(IllegalTransition, match="release it instead"):
         outbox.replay(held, None, "again")
 
@@ -257,7 +209,7 @@ def test_the_database_refuses_a_quarantine_without_a_reason(clock):
 
 def test_retention_keeps_a_quarantined_delivery_until_it_is_released(clock):
     held = outbox.quarantine(failing(), None, "poison")
-    gone = failed()
+    gone = failed_delivery()
     clock.advance(90 * 86_400)
 
     retention.prune()
@@ -274,7 +226,7 @@ def test_outbox_lag_prints_each_subscribers_figures(clock):
     clock.advance(125)
     undelivered()
 
-    out = run("outbox", "lag")
+    out = run_command("outbox", "lag")
 
     header, *rows = out.splitlines()
     assert header.split() == ["subscriber", "undelivered", "oldest", "undelivered", "failing",
@@ -287,15 +239,15 @@ def test_outbox_commands_quarantine_release_and_replay_as_the_user(clock):
     alice = staff("alice")
     delivery = failing()
 
-    out = run("outbox", "quarantine", str(delivery.pk), "--reason", "poison", "--user", "alice")
+    out = run_command("outbox", "quarantine", str(delivery.pk), "--reason", "poison", "--user", "alice")
     assert f"Quarantined delivery {delivery.pk}" in out
     assert fresh(delivery).quarantined_by == alice
 
-    run("outbox", "release", str(delivery.pk), "--reason", "fixed", "--user", "alice")
+    run_command("outbox", "release", str(delivery.pk), "--reason", "fixed", "--user", "alice")
     assert fresh(delivery).quarantined_at is None
     Job.objects.filter(pk=delivery.job_id).update(state=State.SUCCEEDED, finished_at=clock.now())
 
-    run("outbox", "replay", str(delivery.pk), "--reason", "lost", "--user", "alice")
+    run_command("outbox", "replay", str(delivery.pk), "--reason", "lost", "--user", "alice")
     replayed = fresh(delivery).job.events.get(kind=Kind.REPLAYED)
     assert (replayed.actor, replayed.message) == (alice, "replayed: lost")
 
@@ -311,7 +263,7 @@ def test_outbox_command_errors_name_the_problem(clock, args, problem):
     staff("alice")
     delivery = failing()
     with pytest.raises(CommandError, match=problem):
-        run("outbox", *[arg.format(pk=delivery.pk) for arg in args])
+        run_command("outbox", *[arg.format(pk=delivery.pk) for arg in args])
 
 
 # --- the admin -----------------------------------------------------------------------------
@@ -342,7 +294,7 @@ def test_the_console_shows_each_subscribers_figures_linked_to_the_filtered_list(
 @pytest.mark.parametrize("status", Status.values)
 def test_the_status_filter_lists_the_deliveries_in_that_status(client, clock, status):
     client.force_login(operator())
-    built = {Status.FAILING: failing(), Status.FAILED: failed(), Status.DELIVERED: delivered(),
+    built = {Status.FAILING: failing(), Status.FAILED: failed_delivery(), Status.DELIVERED: delivered(),
              Status.QUARANTINED: outbox.quarantine(failing(), None, "poison"),
              Status.CANCELLED: undelivered()}
     engine.cancel(built[Status.CANCELLED].job)
@@ -436,7 +388,7 @@ def test_an_illegal_action_from_a_deliverys_page_says_why(client, clock, action,
 
 def test_the_job_page_refuses_to_retry_a_quarantined_deliverys_job(client, clock):
     client.force_login(operator())
-    held = outbox.quarantine(failed(), None, "poison")
+    held = outbox.quarantine(failed_delivery(), None, "poison")
 
     result = client.post(reverse("admin:jobs_job_retry", args=[held.job_id]), follow=True)
 
@@ -445,7 +397,7 @@ def test_the_job_page_refuses_to_retry_a_quarantined_deliverys_job(client, clock
 
 
 def test_the_api_refuses_to_retry_a_quarantined_deliverys_job(clock):
-    held = outbox.quarantine(failed(), None, "poison")
+    held = outbox.quarantine(failed_delivery(), None, "poison")
     response = as_user(operator()).post(f"/api/jobs/{held.job_id}/retry/")
     assert response.status_code == 409
     assert "release the delivery first" in response.content.decode()
@@ -485,29 +437,9 @@ def test_deliveries_cannot_be_added_changed_or_deleted(admin_client, clock):
 
 
 def test_staff_who_may_not_operate_jobs_get_no_actions(client, clock):
-    viewer = staff("vera", operator=True)
-    viewer.user_permissions.add(Permission.objects.get(codename="view_delivery"))
-    client.force_login(viewer)
+    client.force_login(grant(staff("vera", operator=True), "view_delivery"))
     delivery = failing()
     page = client.get(reverse("admin:jobs_delivery_change", args=[delivery.pk])).content.decode()
     assert 'id="delivery-operations"' not in page
     url = reverse("admin:jobs_delivery_quarantine", args=[delivery.pk])
     assert client.post(url, {"post": "yes", "reason": "x"}).status_code == 403
-
-
-# --- metrics -----------------------------------------------------------------------------
-
-
-def test_metrics_show_each_subscribers_undelivered_and_oldest(clock):
-    failing()
-    clock.advance(30)
-    scraper = Client()
-    scraper.force_login(staff("olga", operator=True))
-
-    body = scraper.get("/metrics").content.decode()
-
-    samples = {(s.name, tuple(s.labels.items())): s.value
-               for family in text_string_to_metric_families(body) for s in family.samples}
-    label = (("subscriber", ON_ORDER),)
-    assert samples[("conveyor_outbox_undelivered", label)] == 1
-    assert samples[("conveyor_outbox_oldest_undelivered_seconds", label)] == 30

@@ -15,11 +15,12 @@ from hypothesis import strategies as st
 from jobs.contrib import triage
 from jobs.models import Job, JobEvent
 from tests.base import make_job, staff, tenant
-from tests.jobs.test_admin import CHANGELIST, failed, grant, messages_of, operator, rows
+from tests.jobs.builders import failed, failed_delivery, grant, messages_of, operator, rows
 
 pytestmark = pytest.mark.django_db
 
 TRIAGE = "admin:jobs_job_triage"
+CHANGELIST = "admin:jobs_job_changelist"
 
 
 def retry_url(group: str, window: str = "24h") -> str:
@@ -246,7 +247,6 @@ def test_a_job_that_cannot_be_retried_is_counted_with_its_reason(client, clock):
 
 def test_a_quarantined_deliverys_job_is_not_in_any_group(clock):
     from jobs import outbox
-    from tests.jobs.test_outbox_console import failed as failed_delivery
 
     delivery = failed_delivery()
     assert [g.count for g in groups_of()] == [1]

@@ -18,7 +18,7 @@ from ingest.runs.models import BreakerState, RunnerBreaker
 from jobs import engine
 from jobs.models import Job
 from tests.base import make_job, staff, tenant
-from tests.jobs.test_admin import failed, grant, operator, rows, running
+from tests.jobs.builders import failed, failing, grant, operator, rows, running, undelivered
 
 pytestmark = pytest.mark.django_db
 
@@ -147,10 +147,8 @@ def test_the_front_page_reads_a_bounded_number_of_queries(admin_client, clock):
 
 
 def test_the_outbox_backlog_and_failures_are_on_the_front_page(admin_client, clock):
-    from tests.jobs import test_outbox_console as deliveries
-
-    deliveries.failing()  # (runs the worker until idle: first)
-    deliveries.undelivered()
+    failing()  # (runs the worker until idle: first)
+    undelivered()
     page = admin_client.get(reverse(INDEX)).content.decode()
 
     # Each publish makes two deliveries (two subscribers); the failing one is retrying.

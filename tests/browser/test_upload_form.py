@@ -6,23 +6,22 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.conftest import csp_violations, log_in, needs_chromium, page, site  # noqa: F401
+from tests.browser.conftest import log_in, needs_chromium
 from tests.factors import builders
-from tests.system.conftest import processes  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.system, needs_chromium,
               pytest.mark.django_db(transaction=True)]
 
 
-def offered(page) -> list[str]:  # noqa: F811
+def offered(page) -> list[str]:
     return page.eval_on_selector_all("#id_data_entry_type option", "els => els.map(e => e.value)")
 
 
-def example(page) -> tuple[str, str]:  # noqa: F811
+def example(page) -> tuple[str, str]:
     return (page.text_content("#csv-example-header"), page.text_content("#csv-example-row"))
 
 
-def test_the_type_select_follows_the_module_and_the_example_follows_the_type(site, page):  # noqa: F811
+def test_the_type_select_follows_the_module_and_the_example_follows_the_type(site, page):
     builders.report("LAB1", 2024)
     log_in(page, site)
 

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 import jobs
 from jobs import engine
-from jobs.contrib.admin import CappedCountPaginator
+from jobs.contrib.admin import CappedCountPaginator, rendering
 from jobs.contrib.admin import job as job_admin
 from jobs.models import Job, JobEvent, Worker
 from tests.base import make_job, staff, tenant
@@ -479,7 +479,7 @@ def test_a_bulk_action_on_jobs_in_the_wrong_state_changes_nothing(client, clock)
 
 
 def test_a_bulk_action_over_the_limit_is_refused(client, clock, monkeypatch):
-    monkeypatch.setattr(job_admin, "MAX_BULK", 2)
+    monkeypatch.setattr(rendering, "MAX_BULK", 2)  # the bound of every bulk action
     client.force_login(operator())
     waiting = [make_job(), make_job(), make_job()]
 

@@ -42,9 +42,9 @@ from jobs.contrib.admin.lists import (
     pretty_json,
 )
 from jobs.contrib.admin.rendering import (
-    MAX_BULK,
     STATES_CSS,
     action_preview,
+    bulk_selection,
     error_block,
     error_cut,
     format_duration,
@@ -421,13 +421,10 @@ class JobAdmin(admin.ModelAdmin):
         """Preview first (what will be touched, what is skipped and why); on confirmation
         run the engine job by job, each with its own history row and log entry."""
         op = ACTION_OPERATIONS[action]
-        selected = list(queryset.select_related("tenant").order_by("id")[: MAX_BULK + 1])
-        if len(selected) > MAX_BULK:
-            self.message_user(request, f"{op.label} acts on at most {MAX_BULK} jobs at once; "
-                                       "narrow the list with filters first.", messages.WARNING)
+        selection = bulk_selection(self, request, queryset.select_related("tenant"), op, "jobs")
+        if selection is None:
             return None
-        touch = [job for job in selected if op.allows(job)]
-        skip = [job for job in selected if not op.allows(job)]
+        touch, skip = selection
         if request.POST.get("post") != "yes":
             return self.confirmation(request, action, touch, skip)
         self.carry_out(request, op, touch, skipped=len(skip))

@@ -37,9 +37,9 @@ from jobs.contrib.admin.lists import (
 )
 from jobs.contrib.admin.readonly import ReadOnlyMixin
 from jobs.contrib.admin.rendering import (
-    MAX_BULK,
     STATES_CSS,
     action_preview,
+    bulk_selection,
     error_block,
     error_cut,
     state_badge,
@@ -313,14 +313,11 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
              op: Operation) -> HttpResponse | None:
         """Preview first (what will be touched, what is skipped and why) with the reason
         asked; on confirmation, one transaction per delivery."""
-        selected = list(queryset.select_related("event", "job").order_by("id")[: MAX_BULK + 1])
-        if len(selected) > MAX_BULK:
-            self.message_user(request, f"{op.label} acts on at most {MAX_BULK} deliveries at "
-                                       "once; narrow the list with filters first.",
-                              messages.WARNING)
+        selection = bulk_selection(self, request, queryset.select_related("event", "job"), op,
+                                   "deliveries")
+        if selection is None:
             return None
-        touch = [delivery for delivery in selected if op.allows(delivery)]
-        skip = [delivery for delivery in selected if not op.allows(delivery)]
+        touch, skip = selection
         if request.POST.get("post") != "yes":
             return self.confirmation(request, op, touch, skip, action=f"{op.name}_deliveries")
         reason = request.POST.get("reason", "")

@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from django import template
+from django.contrib import messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils.html import format_html
@@ -59,6 +61,20 @@ def error_cut(head: str) -> str | SafeString:
 def error_block(error: str) -> str | SafeString:
     """A detail page's last error, whole and preformatted (a traceback keeps its lines)."""
     return format_html('<pre class="job-error">{}</pre>', error) if error else "—"
+
+
+def bulk_selection(model_admin: Any, request: HttpRequest, queryset: QuerySet, op: Any,
+                   noun: str) -> tuple[list[Any], list[Any]] | None:
+    """A bulk action's selection in id order, split into what ``op`` allows and what it
+    skips; None, with a message saying to narrow the list, past ``MAX_BULK`` rows."""
+    selected = list(queryset.order_by("id")[: MAX_BULK + 1])
+    if len(selected) > MAX_BULK:
+        model_admin.message_user(request, f"{op.label} acts on at most {MAX_BULK} {noun} at "
+                                          "once; narrow the list with filters first.",
+                                 messages.WARNING)
+        return None
+    return ([row for row in selected if op.allows(row)],
+            [row for row in selected if not op.allows(row)])
 
 
 def action_preview(model_admin: Any, request: HttpRequest, template_name: str, *, title: str,

@@ -136,8 +136,7 @@ def lag_rows(deliveries: QuerySet[Delivery]) -> list[dict[str, Any]]:
             "subscriber": lag.subscriber,
             "figures": [
                 ("undelivered", lag.undelivered, link(Status.UNDELIVERED)),
-                ("oldest", outbox.age(lag.oldest_seconds(now)) if lag.oldest else "—",
-                 link(Status.UNDELIVERED)),
+                ("oldest", outbox.age(lag.oldest_seconds(now)), link(Status.UNDELIVERED)),
                 ("failing", lag.failing, link(Status.FAILING)),
                 ("failed", lag.failed, link(Status.FAILED)),
                 ("quarantined", lag.quarantined, link(Status.QUARANTINED)),

@@ -69,7 +69,8 @@ def register_bench_source() -> None:
         label = "Generated records (bench)"
         config_serializer = Config
 
-        def fetch(self, config: dict[str, Any], session: dict[str, Any], batch_size: int) -> Fetched:
+        def fetch(self, config: dict[str, Any], session: dict[str, Any], batch_size: int, *,
+                  tenant: str) -> Fetched:
             number = session.get("next", 1)
             records = [{"id": f"{number}-{i}", "value": i} for i in range(config["records"])]
             return Fetched(records, {"next": number + 1}, number < config["batches"])

@@ -49,7 +49,8 @@ DEFAULTS: dict[str, Any] = {
     # HTTP JSON sources: seconds to connect, seconds for the whole fetch.
     "HTTP_CONNECT_SECONDS": 10.0,
     "HTTP_DEADLINE_SECONDS": 60.0,
-    # File sources may read only below these roots (local directories or fsspec URLs).
+    # File sources may read only their tenant's directory under these roots (local
+    # directories or fsspec URLs): <root>/<tenant slug>/.
     "FILE_ROOTS": [],
     # Scrape syncs: references one call may bring (more is a 400 naming the limit; the
     # body itself is bounded by WEB_BODY_LIMITS["/scraping/"]).

@@ -452,8 +452,9 @@ for _name in ("HTTP_CONNECT_SECONDS", "HTTP_DEADLINE_SECONDS", "ABANDONED_LOAD_H
 # Ingest runs (ingest/conf.py holds the defaults and their meaning). Hooks run as local
 # processes unless INGEST_HOOK_RUNNER=kubernetes, which starts a batch/v1 Job per hook
 # and batch in INGEST_KUBE_NAMESPACE, through INGEST_KUBECONFIG (empty: the in-cluster
-# service account). File sources read only below INGEST_FILE_ROOTS (comma-separated
-# directories or fsspec URLs); default: VAR_DIR/ingest-files.
+# service account). File sources read only their tenant's directory, <root>/<tenant
+# slug>/, under INGEST_FILE_ROOTS (comma-separated directories or fsspec URLs); default:
+# VAR_DIR/ingest-files.
 INGEST_HOOK_RUNNER = os.environ.get("INGEST_HOOK_RUNNER", "local")
 for _name in ("KUBECONFIG", "KUBE_CONTEXT", "KUBE_NAMESPACE", "KUBE_SERVICE_ACCOUNT"):
     if f"INGEST_{_name}" in os.environ:

@@ -15,6 +15,7 @@ from rest_framework import serializers
 from ingest import conf
 from ingest.runs import ingesters
 from ingest.runs.models import Hook, IngestSource
+from tenancy.models import Tenant
 
 
 def problems(detail: Any, prefix: str = "") -> list[str]:
@@ -54,8 +55,8 @@ class SourceForm(forms.ModelForm):
             self.add_error("name", f"this tenant already has a source named {name!r}")
         if "config" in data and data["config"] is None:  # left empty
             data["config"] = {}
-        if data.get("kind") and "config" in data:
-            self._check_config(data["kind"], data["config"])
+        if data.get("kind") and "config" in data and tenant:
+            self._check_config(data["kind"], data["config"], tenant)
         most = conf.DEFAULTS["MAX_BATCH_RECORDS"]  # the check constraint's bound
         if data.get("batch_size") is not None and not 1 <= data["batch_size"] <= most:
             self.add_error("batch_size", f"between 1 and {most}")
@@ -63,12 +64,13 @@ class SourceForm(forms.ModelForm):
             self.add_error("max_failures", "at least 1")
         return data
 
-    def _check_config(self, kind: str, config: Any) -> None:
+    def _check_config(self, kind: str, config: Any, tenant: int) -> None:
         if not isinstance(config, dict):
             self.add_error("config", "must be a JSON object")
             return
         try:
-            ingesters.validate_config(kind, config)
+            ingesters.validate_config(kind, config,
+                                      tenant=Tenant.objects.values_list("slug", flat=True).get(pk=tenant))
         except serializers.ValidationError as exc:
             detail = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
             for line in problems(detail.pop("kind", [])):

@@ -63,18 +63,19 @@ def _tables() -> dict[str, str]:
 def _run_for_fetch() -> str:
     t = _tables()
     return f"""
-SELECT {_columns(IngestRun, "r")}, {_columns(IngestSource, "s")},
+SELECT {_columns(IngestRun, "r")}, {_columns(IngestSource, "s")}, {_columns(Tenant, "t")},
        EXISTS (SELECT FROM {t["IngestBatch"]} b
                WHERE b.run_id = r.id AND b.sequence = %(sequence)s),
        (SELECT b.session_out FROM {t["IngestBatch"]} b
         WHERE b.run_id = r.id AND b.sequence = %(sequence)s - 1)
 FROM {t["IngestRun"]} r JOIN {t["IngestSource"]} s ON s.id = r.source_id
+JOIN {t["Tenant"]} t ON t.id = r.tenant_id
 WHERE r.id = %(run)s AND r.tenant_id IS NOT DISTINCT FROM %(tenant)s::bigint
 """
 
 
 def run_for_fetch(*, run: int, tenant: int | None, sequence: int) -> IngestRun | None:
-    """Run ``run`` of ``tenant`` with its source, and ``batch_fetched`` (whether batch
+    """Run ``run`` of ``tenant`` with its source and tenant, and ``batch_fetched`` (whether batch
     ``sequence`` exists) and ``previous_session`` (what batch ``sequence - 1`` left; None
     if there is no such batch) set on it."""
     row = jobs.execute_prepared(_run_for_fetch(), {"run": run, "tenant": tenant, "sequence": sequence},
@@ -83,6 +84,7 @@ def run_for_fetch(*, run: int, tenant: int | None, sequence: int) -> IngestRun |
         return None
     found, at = _instance(IngestRun, row, 0)
     found.source, at = _instance(IngestSource, row, at)
+    found.tenant, at = _instance(Tenant, row, at)
     found.batch_fetched, found.previous_session = row[at], row[at + 1]
     return found
 

@@ -30,7 +30,8 @@ class ScrapedReference(Ingester):
     label = "Scraped references (POST /scraping/{source}/sync)"
     config_serializer = ScrapedReferenceConfig
 
-    def fetch(self, config: dict[str, Any], session: dict[str, Any], batch_size: int) -> Fetched:
+    def fetch(self, config: dict[str, Any], session: dict[str, Any], batch_size: int, *,
+              tenant: str) -> Fetched:
         reference_id = session.get("reference")
         if not isinstance(reference_id, int):
             raise SourceError("a scraped-reference source is ingested one reference at a time, "

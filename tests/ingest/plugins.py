@@ -24,7 +24,8 @@ class Counting(Ingester):
     label = "Numbered records (tests)"
     config_serializer = CountingConfig
 
-    def fetch(self, config: dict[str, Any], session: dict[str, Any], batch_size: int) -> Fetched:
+    def fetch(self, config: dict[str, Any], session: dict[str, Any], batch_size: int, *,
+              tenant: str) -> Fetched:
         number = session.get("next", 1)
         if config.get("fail_at") == number:
             raise SourceError(f"the source refused batch {number}", transient=config.get("transient", False))

@@ -26,6 +26,8 @@ from ingest.runs.ingesters import Fetched, get, kinds, validate_config
 from tests.http_source import Route, SourceServer
 
 MEMORY_ROOT = "memory://ingest-tests"
+# The tenant whose sources these are: a files source reads only <root>/<tenant slug>/.
+TENANT = "acme"
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -34,10 +36,10 @@ MEMORY_ROOT = "memory://ingest-tests"
 def drain(kind: str, config: dict[str, Any], batch_size: int, limit: int = 500) -> list[Fetched]:
     """Every batch of a source, each fetched from the session of the one before."""
     ingester = get(kind)
-    batches = [ingester.fetch(config, {}, batch_size)]
+    batches = [ingester.fetch(config, {}, batch_size, tenant=TENANT)]
     while batches[-1].has_more:
         assert len(batches) < limit, "the source does not end"
-        batches.append(ingester.fetch(config, batches[-1].session, batch_size))
+        batches.append(ingester.fetch(config, batches[-1].session, batch_size, tenant=TENANT))
     return batches
 
 
@@ -48,13 +50,13 @@ def records_of(batches: list[Fetched]) -> list[dict[str, Any]]:
 def failure(kind: str, config: dict[str, Any], session: dict[str, Any] | None = None,
             batch_size: int = 10) -> SourceError:
     with pytest.raises(SourceError) as caught:
-        get(kind).fetch(config, session or {}, batch_size)
+        get(kind).fetch(config, session or {}, batch_size, tenant=TENANT)
     return caught.value
 
 
 def refused(kind: str, config: Any) -> dict[str, Any]:
     with pytest.raises(ValidationError) as caught:
-        validate_config(kind, config)
+        validate_config(kind, config, tenant=TENANT)
     return caught.value.detail
 
 
@@ -107,14 +109,18 @@ def loopback(settings):
 
 @pytest.fixture
 def roots(settings, tmp_path):
+    """The tenant's own directory under a root (what its sources may read); the root
+    itself is ``roots.parent``."""
     settings.INGEST_FILE_ROOTS = [str(tmp_path), MEMORY_ROOT]
-    return tmp_path
+    area = tmp_path / TENANT
+    area.mkdir()
+    return area
 
 
 @pytest.fixture
 def memory_dir():
     """A fresh directory in fsspec's memory store, removed afterwards."""
-    url = f"{MEMORY_ROOT}/{uuid.uuid4().hex}"
+    url = f"{MEMORY_ROOT}/{TENANT}/{uuid.uuid4().hex}"
     fs, path = url_to_fs(url)
     yield url, fs, path
     if fs.exists(path):
@@ -157,7 +163,7 @@ def test_the_config_names_the_params_and_dotted_fields_and_the_url_keeps_its_own
     url = server.answer("/shaped", respond) + "?kind=orders"
     config = validate_config("http_json", {
         "url": url, "items_field": "data.rows", "cursor_field": "meta.next",
-        "cursor_param": "after", "limit_param": "per_page"})
+        "cursor_param": "after", "limit_param": "per_page"}, tenant=TENANT)
 
     assert records_of(drain("http_json", config, 7)) == [{"n": "first"}, {"n": "x y+z"}]
     assert server.hits[-1] == "/shaped?kind=orders&after=x+y%2Bz&per_page=7"
@@ -165,15 +171,15 @@ def test_the_config_names_the_params_and_dotted_fields_and_the_url_keeps_its_own
 
 def test_a_retried_batch_fetches_the_same_records(server, loopback):
     url = paged(server, [[{"id": "a"}], [{"id": "b"}], []])
-    first = get("http_json").fetch({"url": url}, {"cursor": "p1"}, 1)
+    first = get("http_json").fetch({"url": url}, {"cursor": "p1"}, 1, tenant=TENANT)
 
-    assert get("http_json").fetch({"url": url}, {"cursor": "p1"}, 1) == first == Fetched(
+    assert get("http_json").fetch({"url": url}, {"cursor": "p1"}, 1, tenant=TENANT) == first == Fetched(
         [{"id": "b"}], {"cursor": "p2"}, True)
 
 
 def test_numbers_keep_their_exact_text_and_a_key_field_is_required_of_each_item(server, loopback):
     url = serve(server, b'{"items": [{"id": 1, "price": 12.50}]}')
-    assert get("http_json").fetch({"url": url, "key_field": "id"}, {}, 5).records == [
+    assert get("http_json").fetch({"url": url, "key_field": "id"}, {}, 5, tenant=TENANT).records == [
         {"id": "1", "price": "12.50"}]
 
     url = serve(server, {"items": [{"id": "1"}, {"id": None}]})
@@ -259,7 +265,7 @@ def test_a_session_it_did_not_write_is_refused(server, loopback):
 
 
 def test_the_http_config_gets_its_defaults(server, loopback):
-    assert validate_config("http_json", {"url": server.url("/items")}) == {
+    assert validate_config("http_json", {"url": server.url("/items")}, tenant=TENANT) == {
         "url": server.url("/items"), "items_field": "items", "cursor_field": "next_cursor",
         "cursor_param": "cursor", "limit_param": "limit"}
 
@@ -312,24 +318,25 @@ def test_a_retried_batch_reads_the_same_records_and_a_batch_ending_a_file_goes_o
     (roots / "b.csv").write_bytes(b"n\n3\n")
     files = get("files")
 
-    first = files.fetch({"url": str(roots)}, {}, 2)
+    first = files.fetch({"url": str(roots)}, {}, 2, tenant=TENANT)
     assert first == Fetched([{"n": "1"}, {"n": "2"}],
                             {"file": "a.jsonl", "offset": 2, "position": 22, "line": 2}, True)
-    assert files.fetch({"url": str(roots)}, first.session, 2) == Fetched([{"n": "3"}], {}, False)
-    assert files.fetch({"url": str(roots)}, first.session, 2) == Fetched([{"n": "3"}], {}, False)
+    for _ in range(2):
+        assert files.fetch({"url": str(roots)}, first.session, 2, tenant=TENANT) == Fetched(
+            [{"n": "3"}], {}, False)
 
 
 def test_a_file_added_during_a_run_is_read_if_it_sorts_after_the_current_one(roots):
     (roots / "b.jsonl").write_bytes(write_jsonl([{"n": "b1"}, {"n": "b2"}]))
     (roots / "d.jsonl").write_bytes(write_jsonl([{"n": "d1"}]))
     files = get("files")
-    first = files.fetch({"url": str(roots)}, {}, 1)
+    first = files.fetch({"url": str(roots)}, {}, 1, tenant=TENANT)
 
     (roots / "a.jsonl").write_bytes(write_jsonl([{"n": "a1"}]))  # before the current file: too late
     (roots / "c.jsonl").write_bytes(write_jsonl([{"n": "c1"}]))
     rest = [first]
     while rest[-1].has_more:
-        rest.append(files.fetch({"url": str(roots)}, rest[-1].session, 1))
+        rest.append(files.fetch({"url": str(roots)}, rest[-1].session, 1, tenant=TENANT))
 
     assert records_of(rest) == [{"n": "b1"}, {"n": "b2"}, {"n": "c1"}, {"n": "d1"}]
 
@@ -340,7 +347,8 @@ def test_a_pattern_and_a_format_choose_and_read_the_files(roots):
     (roots / "sub" / "y.txt").write_bytes(write_jsonl([{"n": "2"}]))
     (roots / "z.txt").write_bytes(b"not read")
 
-    config = validate_config("files", {"url": str(roots), "pattern": "sub/*.txt", "format": "jsonl"})
+    config = validate_config("files", {"url": str(roots), "pattern": "sub/*.txt", "format": "jsonl"},
+                             tenant=TENANT)
 
     assert records_of(drain("files", config, 5)) == [{"n": "1"}, {"n": "2"}]
     error = failure("files", {"url": str(roots), "pattern": "*.txt"})
@@ -356,7 +364,7 @@ def test_a_memory_store_is_read_like_a_directory(roots, memory_dir):
 
 
 def test_an_empty_directory_is_an_empty_source_and_a_missing_one_an_error(roots):
-    assert get("files").fetch({"url": str(roots)}, {}, 3) == Fetched([], {}, False)
+    assert get("files").fetch({"url": str(roots)}, {}, 3, tenant=TENANT) == Fetched([], {}, False)
 
     error = failure("files", {"url": str(roots / "gone")})
     assert not error.transient and str(error) == f"{roots / 'gone'} is not a directory"
@@ -401,7 +409,7 @@ def test_records_are_bounded_in_size_and_batches_in_bytes(roots, settings):
 
 def test_a_file_gone_during_a_run_is_transient_and_so_is_an_unreachable_store(roots, monkeypatch):
     (roots / "a.jsonl").write_bytes(write_jsonl([{"n": "1"}, {"n": "2"}]))
-    first = get("files").fetch({"url": str(roots)}, {}, 1)
+    first = get("files").fetch({"url": str(roots)}, {}, 1, tenant=TENANT)
     (roots / "a.jsonl").unlink()
 
     error = failure("files", {"url": str(roots)}, first.session)
@@ -420,18 +428,22 @@ def test_a_file_gone_during_a_run_is_transient_and_so_is_an_unreachable_store(ro
 
 
 def test_the_files_config_gets_its_defaults(roots):
-    assert validate_config("files", {"url": str(roots)}) == {"url": str(roots), "pattern": "*"}
+    assert validate_config("files", {"url": str(roots)}, tenant=TENANT) == {"url": str(roots), "pattern": "*"}
 
 
 @pytest.mark.parametrize("url", [
     "/etc", "{root}/../elsewhere", "{root}/sub/../../elsewhere", "memory://other", "memory://ingest-tests-2",
     "memory://ingest-tests/../x", "file:///etc", "relative/dir",
+    # The root that holds every tenant's directory, another tenant's, and one whose slug
+    # merely starts with this tenant's.
+    "{base}", "{base}/beta", "{root}-2", "memory://ingest-tests", "memory://ingest-tests/beta",
+    "memory://ingest-tests/acme-2/x",
 ])
-def test_a_url_outside_the_file_roots_is_refused_naming_them(roots, url):
-    errors = refused("files", {"url": url.format(root=roots)})["url"]
+def test_a_url_outside_the_tenants_directory_is_refused_naming_it(roots, url):
+    errors = refused("files", {"url": url.format(root=roots, base=roots.parent)})["url"]
 
     assert len(errors) == 1
-    assert errors[0] in (f"must lie below one of the allowed roots: {roots}, {MEMORY_ROOT}",
+    assert errors[0] in (f"must lie in this tenant's directory: {roots}, {MEMORY_ROOT}/{TENANT}",
                          "must not contain '..'",
                          "must be an absolute directory path or a URL such as s3://bucket/dir")
 
@@ -444,8 +456,8 @@ def test_a_url_outside_the_file_roots_is_refused_naming_them(roots, url):
     ({"url": "{root}", "recursive": True}, {"recursive": ["is not a setting of this kind of source"]}),
     ({"url": "memory://ingest-tests/a::file:///etc"},
      {"url": ["must be a single URL, not a chain of fsspec URLs"]}),
-    ({"url": "nosuchfs://ingest-tests/x"}, {"url": ["must lie below one of the allowed roots: {root}, "
-                                                    "memory://ingest-tests"]}),
+    ({"url": "nosuchfs://ingest-tests/x"}, {"url": ["must lie in this tenant's directory: {root}, "
+                                                    "memory://ingest-tests/acme"]}),
 ])
 def test_a_bad_files_config_is_refused_field_by_field(roots, config, errors):
     config = {key: value.format(root=roots) if isinstance(value, str) else value
@@ -468,7 +480,7 @@ def test_no_file_source_is_allowed_without_roots_and_a_saved_one_is_checked_agai
 def test_a_root_on_a_filesystem_this_deployment_lacks_is_refused(settings):
     settings.INGEST_FILE_ROOTS = ["nosuchfs://bucket"]
 
-    assert refused("files", {"url": "nosuchfs://bucket/in"})["url"][0].startswith(
+    assert refused("files", {"url": f"nosuchfs://bucket/{TENANT}/in"})["url"][0].startswith(
         "needs the nosuchfs:// filesystem, which this deployment does not have")
 
 
@@ -479,7 +491,7 @@ def test_symbolic_links_are_judged_by_where_they_lead(roots, tmp_path_factory):
     os.symlink(outside / "secret.jsonl", roots / "a.jsonl")
 
     assert refused("files", {"url": str(roots / "door")})["url"][0].startswith(
-        "must lie below one of the allowed roots")
+        "must lie in this tenant's directory")
     error = failure("files", {"url": str(roots)})
     assert not error.transient
     assert str(error) == f"{roots}: a.jsonl links to a file outside the source's directory"
@@ -502,7 +514,7 @@ def encoded(rows: list[dict[str, str]], fmt: str) -> bytes:
 @given(files=st.lists(st.tuples(st.lists(RECORDS, max_size=6), FORMATS), max_size=5),
        batch_size=st.integers(1, 8))
 def test_any_files_in_any_batches_give_every_record_once_in_order(files, batch_size):
-    url = f"{MEMORY_ROOT}/{uuid.uuid4().hex}"
+    url = f"{MEMORY_ROOT}/{TENANT}/{uuid.uuid4().hex}"
     fs, root = url_to_fs(url)
     assert isinstance(fs, MemoryFileSystem)
     fs.mkdir(root)
@@ -512,7 +524,7 @@ def test_any_files_in_any_batches_give_every_record_once_in_order(files, batch_s
     try:
         with override_settings(INGEST_FILE_ROOTS=[MEMORY_ROOT]):
             batches = drain("files", {"url": url}, batch_size)
-            again = [get("files").fetch({"url": url}, before.session, batch_size)
+            again = [get("files").fetch({"url": url}, before.session, batch_size, tenant=TENANT)
                      for before in batches[:-1]]
     finally:
         fs.rm(root, recursive=True)
@@ -543,3 +555,36 @@ def test_any_page_layout_gives_every_record_once_in_order(server, layout):
 
     assert [batch.records for batch in batches] == pages
     assert [batch.has_more for batch in batches] == [True] * (len(pages) - 1) + [False]
+
+
+# --- one tenant's files are not another's -----------------------------------------------------
+
+
+def test_a_source_cannot_read_another_tenants_directory_when_saved_or_when_run(roots):
+    beta = roots.parent / "beta"
+    beta.mkdir()
+    (beta / "b.jsonl").write_bytes(write_jsonl([{"secret": "of beta"}]))
+
+    assert refused("files", {"url": str(beta)})["url"][0].startswith("must lie in this tenant's directory")
+    # Saved before the rule, or written behind the form's back: refused again at every batch.
+    error = failure("files", {"url": str(beta)})
+    assert not error.transient and "must lie in this tenant's directory" in str(error)
+    assert get("files").fetch({"url": str(beta)}, {}, 5, tenant="beta").records == [{"secret": "of beta"}]
+
+
+def test_a_source_on_the_root_cannot_glob_every_tenants_files(roots):
+    (roots / "a.jsonl").write_bytes(write_jsonl([{"n": "mine"}]))
+    (roots.parent / "beta").mkdir()
+    (roots.parent / "beta" / "b.jsonl").write_bytes(write_jsonl([{"n": "beta's"}]))
+    config = {"url": str(roots.parent), "pattern": "**/*.jsonl"}
+
+    assert "url" in refused("files", config)
+    assert not failure("files", config).transient
+    assert records_of(drain("files", {"url": str(roots), "pattern": "**/*.jsonl"}, 10)) == [{"n": "mine"}]
+
+
+@pytest.mark.parametrize("slug", ["", ".", "..", "a/b", "../beta"])
+def test_only_a_slug_names_a_tenants_directory(roots, slug):
+    with pytest.raises(SourceError) as caught:
+        get("files").fetch({"url": str(roots)}, {}, 5, tenant=slug)
+    assert not caught.value.transient and "is not a tenant's slug" in str(caught.value)

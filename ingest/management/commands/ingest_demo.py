@@ -25,6 +25,7 @@ from tenancy.models import Tenant
 
 DEMO = Path(__file__).resolve().parent.parent.parent / "demo" / "orders"
 SOURCE = "demo-orders"
+DEMO_TENANT = "demo"
 
 
 class Command(BaseCommand):
@@ -37,7 +38,7 @@ class Command(BaseCommand):
         from django.contrib.auth import get_user_model
 
         actor = get_user_model().objects.filter(username=user).first() if user else None
-        source = IngestSource.objects.filter(name=SOURCE, tenant__slug="demo").first()
+        source = IngestSource.objects.filter(name=SOURCE, tenant__slug=DEMO_TENANT).first()
         if source is not None and source.runs.exists():
             self.stdout.write("The ingest demo is already loaded.")
             return
@@ -56,11 +57,12 @@ class Command(BaseCommand):
         roots = conf.get("FILE_ROOTS")
         if not roots or "://" in roots[0]:
             raise CommandError("INGEST_FILE_ROOTS names no local directory for the demo files")
-        target = Path(roots[0]) / SOURCE
+        # A files source reads only its tenant's directory under a root.
+        target = Path(roots[0]) / DEMO_TENANT / SOURCE
         target.mkdir(parents=True, exist_ok=True)
         for path in sorted(DEMO.glob("*.jsonl")):
             shutil.copyfile(path, target / path.name)
-        tenant, _ = Tenant.objects.get_or_create(slug="demo", defaults={"name": "Demo organisation"})
+        tenant, _ = Tenant.objects.get_or_create(slug=DEMO_TENANT, defaults={"name": "Demo organisation"})
         source = IngestSource.objects.create(
             tenant=tenant, name=SOURCE, kind="files", batch_size=25, max_failures=3,
             config={"url": str(target), "pattern": "*.jsonl", "format": "jsonl"})

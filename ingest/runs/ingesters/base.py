@@ -30,9 +30,11 @@ class Ingester(ABC):
     config_serializer: ClassVar[type[serializers.Serializer]]
 
     @abstractmethod
-    def fetch(self, config: dict[str, Any], session: dict[str, Any], batch_size: int) -> Fetched:
-        """The next batch after ``session``. Raises ``ingest.runs.errors.SourceError``
-        (transient or not) when the source cannot give it."""
+    def fetch(self, config: dict[str, Any], session: dict[str, Any], batch_size: int, *,
+              tenant: str) -> Fetched:
+        """The next batch after ``session`` for the source of ``tenant`` (its slug: what
+        the source may reach can depend on whose it is). Raises
+        ``ingest.runs.errors.SourceError`` (transient or not) when the source cannot give it."""
 
 
 IngesterClass = TypeVar("IngesterClass", bound=type[Ingester])
@@ -57,12 +59,12 @@ def kinds() -> list[tuple[str, str]]:
     return sorted((kind, cls.label) for kind, cls in _ingesters.items())
 
 
-def validate_config(kind: str, config: Any) -> dict[str, Any]:
-    """``config`` as the ingester of ``kind`` accepts it; ``serializers.ValidationError``
-    naming each bad field otherwise."""
+def validate_config(kind: str, config: Any, *, tenant: str) -> dict[str, Any]:
+    """``config`` as the ingester of ``kind`` accepts it for a source of ``tenant`` (its
+    slug); ``serializers.ValidationError`` naming each bad field otherwise."""
     if kind not in _ingesters:
         raise serializers.ValidationError({"kind": [f"no ingester of kind {kind!r}"]})
-    serializer = _ingesters[kind].config_serializer(data=config)
+    serializer = _ingesters[kind].config_serializer(data=config, context={"tenant": tenant})
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
 

@@ -1,6 +1,8 @@
 """Files in a directory, local or behind any fsspec URL (``memory://``, ``s3://`` …).
 
-A source reads only below the deployment's ``INGEST_FILE_ROOTS``: its URL is checked
+A source reads only its own tenant's area: the directory named after the tenant's slug
+under one of the deployment's ``INGEST_FILE_ROOTS`` (``<root>/<tenant slug>/``), so that
+no tenant can name another's files or a root that holds everyone's. Its URL is checked
 when the source is saved and again on every batch, ``..`` is refused outright, and a
 local directory or file is judged by where its symbolic links lead.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +43,8 @@ from ingest.runs.ingesters.config import StrictConfig, bounded
 from ingest.runs.ingesters.file_formats import Mark
 
 LOCAL = "file"
+# What a tenant's slug may be (a Django slug), and so the one path segment naming its area.
+TENANT_SLUG = re.compile(r"^[-a-zA-Z0-9_]+\Z")
 
 
 class Refused(ValueError):
@@ -96,15 +101,24 @@ def roots() -> list[Location]:
     return found
 
 
-def allowed(url: str) -> Location:
-    """Where ``url`` points, if it lies below one of the roots; ``Refused`` otherwise."""
+def areas(tenant: str) -> list[Location]:
+    """The tenant's directory under each root: ``<root>/<tenant slug>``."""
+    if not TENANT_SLUG.match(tenant):
+        # A slug is a single path segment by construction; anything else never names an area.
+        raise Refused(f"cannot be used: {tenant!r} is not a tenant's slug")
+    return [Location.parse(f"{root.url.rstrip('/')}/{tenant}") for root in roots()]
+
+
+def allowed(url: str, tenant: str) -> Location:
+    """Where ``url`` points, if it lies in ``tenant``'s area under one of the roots;
+    ``Refused`` otherwise."""
     location = Location.parse(url)
-    permitted = roots()
+    permitted = areas(tenant)
     if not permitted:
         raise Refused("cannot be used: no directory is open to file sources (INGEST_FILE_ROOTS)")
-    if not any(location.within(root) for root in permitted):
-        raise Refused("must lie below one of the allowed roots: "
-                      + ", ".join(root.url for root in permitted))
+    if not any(location.within(area) for area in permitted):
+        raise Refused("must lie in this tenant's directory: "
+                      + ", ".join(area.url for area in permitted))
     return location
 
 
@@ -123,13 +137,16 @@ def check_pattern(pattern: str) -> str:
 
 
 class FilesConfig(StrictConfig):
+    """A files source's settings; its serializer context names the source's tenant
+    (``tenant``: the slug), whose area ``url`` must lie in."""
+
     url = serializers.CharField(max_length=2000)
     pattern = serializers.CharField(default="*", max_length=500)
     format = serializers.ChoiceField(choices=file_formats.FORMATS, required=False)
 
     def validate_url(self, value: str) -> str:
         try:
-            filesystem_class(allowed(value))
+            filesystem_class(allowed(value, self.context["tenant"]))
         except Refused as exc:
             raise serializers.ValidationError(str(exc)) from None
         return value
@@ -147,8 +164,9 @@ class Files(Ingester):
     label = "Files in a directory or an fsspec URL"
     config_serializer = FilesConfig
 
-    def fetch(self, config: dict[str, Any], session: dict[str, Any], batch_size: int) -> Fetched:
-        source = Source.of(config)
+    def fetch(self, config: dict[str, Any], session: dict[str, Any], batch_size: int, *,
+              tenant: str) -> Fetched:
+        source = Source.of(config, tenant)
         start = _start_of(session, source.url)
         try:
             return source.batch(start, batch_size)
@@ -184,9 +202,9 @@ class Source:
     format: str | None
 
     @classmethod
-    def of(cls, config: dict[str, Any]) -> Source:
+    def of(cls, config: dict[str, Any], tenant: str) -> Source:
         try:
-            location = allowed(config["url"])
+            location = allowed(config["url"], tenant)
             pattern = check_pattern(config.get("pattern") or "*")
             filesystem_class(location)
             fs, root = url_to_fs(location.url)

@@ -61,7 +61,8 @@ class HttpJson(Ingester):
     label = "HTTP JSON with cursor pagination"
     config_serializer = HttpJsonConfig
 
-    def fetch(self, config: dict[str, Any], session: dict[str, Any], batch_size: int) -> Fetched:
+    def fetch(self, config: dict[str, Any], session: dict[str, Any], batch_size: int, *,
+              tenant: str) -> Fetched:
         option = {**DEFAULTS, **config}
         where = shown(config["url"])
         cursor = _cursor_of(session, where)

@@ -1,0 +1,82 @@
+"""A files source reads only its own tenant's directory under the file roots: refused
+when saved in the admin, and again when a run fetches (a source saved before the rule,
+or written behind the form's back), so nothing of another tenant's is ever published."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ingest.runs import services
+from ingest.runs.models import IngestRecord, IngestSource, RunStatus
+from tests.ingest import builders
+from tests.ingest.running import drain
+from tests.ingest.test_admin import SOURCES, staff_browser
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def root(settings, tmp_path, acme, globex):
+    """A file root holding two tenants' directories, each with one file of records."""
+    settings.INGEST_FILE_ROOTS = [str(tmp_path)]
+    for tenant in (acme, globex):
+        (tmp_path / tenant.slug).mkdir()
+        (tmp_path / tenant.slug / "records.jsonl").write_text(
+            "".join(json.dumps({"owner": tenant.slug, "n": n}) + "\n" for n in range(30)))
+    return tmp_path
+
+
+def files_source_form(url: str, pattern: str = "*.jsonl") -> dict[str, str]:
+    return {"name": "files", "kind": "files", "config": json.dumps({"url": url, "pattern": pattern}),
+            "batch_size": "100", "max_failures": "3", "enabled": "on",
+            "hooks-TOTAL_FORMS": "0", "hooks-INITIAL_FORMS": "0", "hooks-MIN_NUM_FORMS": "0",
+            "hooks-MAX_NUM_FORMS": "1000"}
+
+
+@pytest.mark.parametrize("where", ["{root}/globex", "{root}"])
+def test_tenant_staff_cannot_save_a_source_over_another_tenants_files_or_the_root(root, acme, where):
+    alice = staff_browser("alice", acme)
+
+    response = alice.post(f"{SOURCES}add/", files_source_form(where.format(root=root), "**/*.jsonl"))
+
+    assert response.status_code == 200
+    assert f"must lie in this tenant&#x27;s directory: {root}/acme" in response.content.decode()
+    assert not IngestSource.objects.exists()
+
+
+def test_tenant_staff_save_a_source_over_their_own_files(root, acme):
+    alice = staff_browser("alice", acme)
+
+    response = alice.post(f"{SOURCES}add/", files_source_form(f"{root}/acme"))
+
+    assert response.status_code == 302, response.content.decode()
+    assert IngestSource.objects.get().config["url"] == f"{root}/acme"
+
+
+@pytest.mark.parametrize("where", ["{root}/globex", "{root}"])
+def test_a_run_over_another_tenants_files_fails_and_publishes_nothing(root, acme, clock, where):
+    source = builders.source(acme, kind="files", hooks=(),
+                             config={"url": where.format(root=root), "pattern": "**/*.jsonl"})
+
+    run = services.start_ingest(source)
+    drain(clock)
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert "must lie in this tenant's directory" in run.failure_reason
+    assert not IngestRecord.objects.exists()
+
+
+def test_a_run_over_its_own_files_publishes_only_them(root, acme, clock):
+    source = builders.source(acme, kind="files", hooks=(),
+                             config={"url": f"{root}/acme", "pattern": "**/*.jsonl"})
+
+    run = services.start_ingest(source)
+    drain(clock)
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    assert {record.data["owner"] for record in IngestRecord.objects.all()} == {"acme"}
+    assert IngestRecord.objects.count() == 30

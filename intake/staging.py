@@ -2,8 +2,9 @@
 
 A store is a root URL (``INTAKE_STAGING_URL``: a local directory by default, or any
 fsspec URL such as ``s3://bucket/staging``) and an area under it, one per app, so that
-one app's cleanup never lists another's files. Every web and worker process must see
-the same root.
+one app's cleanup never lists another's files; an app whose staged files are handed to
+a tenant's hooks keeps each tenant's in a folder of its own. Every web and worker
+process must see the same root.
 
 A staged file is named by an id this module draws (32 hex digits). Paths are only ever
 built from ids that match that pattern, so no caller input can name a file outside the
@@ -38,6 +39,8 @@ from intake.csv_validation import CsvError, CsvSchema, ValidationReport, human, 
 
 STAGED_ID = re.compile(r"^[0-9a-f]{32}$")
 AREA = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+# A tenant's slug (a Django slug): one path segment, never '.' or '..'.
+TENANT = re.compile(r"^[-a-zA-Z0-9_]{1,60}\Z")
 PARTIAL = ".partial"
 
 
@@ -221,13 +224,18 @@ def _modified(fs: AbstractFileSystem, entry: Mapping[str, Any]) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def store(area: str) -> Store:
-    """The store of one app's area under ``INTAKE_STAGING_URL``, with the settings' bound
-    and filesystem options (read at each call: a test's settings override applies)."""
+def store(area: str, *, tenant: str | None = None) -> Store:
+    """The store of one app's area under ``INTAKE_STAGING_URL`` (and, given a tenant's
+    slug, that tenant's folder in it: ``<root>/<area>/<tenant>``), with the settings'
+    bound and filesystem options (read at each call: a test's settings override applies)."""
     if not AREA.match(area):
         raise ValueError(f"{area!r} is not a staging area name (lower-case letters, digits, _)")
-    return Store(f"{conf.staging_url().rstrip('/')}/{area}", max_bytes=conf.staging_max_bytes(),
-                 storage_options=conf.staging_options())
+    url = f"{conf.staging_url().rstrip('/')}/{area}"
+    if tenant is not None:
+        if not TENANT.match(tenant):
+            raise ValueError(f"{tenant[:60]!r} is not a tenant's slug")
+        url = f"{url}/{tenant}"
+    return Store(url, max_bytes=conf.staging_max_bytes(), storage_options=conf.staging_options())
 
 
 # --- a CSV file, validated while it is staged ---------------------------------------------------

@@ -91,7 +91,8 @@ def run_ingester(ctx: jobs.JobContext) -> dict[str, Any]:
         return _ingester_failed(ctx, run, sequence, str(exc))
     fetch_ms = round((time.perf_counter() - started) * 1000)
     try:
-        staged_id = services.stage_records(fetched.records, int(conf.get("MAX_BATCH_BYTES")))
+        staged_id = services.stage_records(fetched.records, int(conf.get("MAX_BATCH_BYTES")),
+                                           tenant=run.tenant.slug)
     except (staging.StagedTooLarge, OSError) as exc:
         if isinstance(exc, OSError) and ctx.attempt < ctx.job.max_attempts:
             raise jobs.TransientError(f"batch {sequence}: cannot stage its records: {exc}") from exc
@@ -106,7 +107,7 @@ def run_ingester(ctx: jobs.JobContext) -> dict[str, Any]:
             raise
         batch = None  # a concurrent attempt wrote it first
     if batch is None:
-        services.batches_store().delete(staged_id)
+        services.batches_store(run.tenant.slug).delete(staged_id)
         return {"batch": sequence, "already": "fetched, or the run ended"}
     ctx.progress(sequence, None, f"batch {sequence}: {batch.records} records")
     return {"batch": sequence, "records": batch.records, "has_more": batch.has_more}

@@ -182,7 +182,7 @@ def spec_for(execution: HookExecution) -> HookSpec:
     return HookSpec(
         name=execution.runner_ref, image=hook.image, command=tuple(str(a) for a in hook.command),
         env=env, timeout_seconds=hook.timeout_seconds, labels=labels,
-        batch_location=services.batches_store().location(batch.location),
+        batch_location=services.batches_store(tenant).location(batch.location),
         resources=Resources(cpu_request=hook.cpu_request, memory_request=hook.memory_request,
                             cpu_limit=hook.cpu_limit, memory_limit=hook.memory_limit))
 

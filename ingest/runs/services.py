@@ -45,8 +45,10 @@ class RunRefused(Exception):
         self.run = run
 
 
-def batches_store() -> staging.Store:
-    return staging.store(STAGING_AREA)
+def batches_store(tenant: str) -> staging.Store:
+    """Where the batches of ``tenant``'s runs (its slug) wait for their hooks: a folder of
+    its own, so that storage credentials given to a tenant's hooks can be limited to it."""
+    return staging.store(STAGING_AREA, tenant=tenant)
 
 
 def _actor(user: Any) -> Any:
@@ -105,9 +107,9 @@ def start_ingest(source: IngestSource, *, actor: Any = None, via: str = "api",
 # --- the pipeline's steps -------------------------------------------------------------------
 
 
-def stage_records(records: list[dict[str, Any]], max_bytes: int) -> str:
-    """Write a batch's records as JSON Lines to the staging store; its staged id."""
-    store = batches_store()
+def stage_records(records: list[dict[str, Any]], max_bytes: int, *, tenant: str) -> str:
+    """Write a batch's records as JSON Lines to ``tenant``'s staging folder; its staged id."""
+    store = batches_store(tenant)
     with store.stage(max_bytes=max_bytes) as pending:
         pending.write(b"".join(
             json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
@@ -116,9 +118,9 @@ def stage_records(records: list[dict[str, Any]], max_bytes: int) -> str:
     return pending.id
 
 
-def staged_lines(staged_id: str) -> Iterator[str]:
+def staged_lines(staged_id: str, *, tenant: str) -> Iterator[str]:
     """A staged batch's records, each its line of JSON text."""
-    with batches_store().open(staged_id) as handle:
+    with batches_store(tenant).open(staged_id) as handle:
         for line in handle:
             if line.strip():
                 yield line.decode()
@@ -172,7 +174,8 @@ def publish_batch(batch_id: int, *, run: int, tenant: int | None,
     count = 0
     keys: list[str] = []
     data: list[str] = []
-    for line in staged_lines(batch.location):
+    slug = run.tenant.slug
+    for line in staged_lines(batch.location, tenant=slug):
         # The line goes to PostgreSQL as it was staged; it is read here only for its key.
         keys.append(str(json.loads(line).get(key_field, ""))[:255] if key_field else "")
         data.append(line)
@@ -188,7 +191,7 @@ def publish_batch(batch_id: int, *, run: int, tenant: int | None,
     if run.ingest_done:
         settle(run, current_job=current_job)
     staged = batch.location
-    transaction.on_commit(lambda: batches_store().delete(staged))
+    transaction.on_commit(lambda: batches_store(slug).delete(staged))
     return Published(batch.sequence, count)
 
 

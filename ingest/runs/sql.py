@@ -134,25 +134,28 @@ def batch_with_hooks(*, batch: int, run: int, tenant: int | None
 def _batch_to_publish() -> str:
     t = _tables()
     return f"""
-SELECT {_columns(IngestBatch, "b")}, {_columns(IngestRun, "r")}, {_columns(IngestSource, "s")}
+SELECT {_columns(IngestBatch, "b")}, {_columns(IngestRun, "r")}, {_columns(IngestSource, "s")},
+       {_columns(Tenant, "t")}
 FROM {t["IngestBatch"]} b
 JOIN {t["IngestRun"]} r ON r.id = b.run_id
 JOIN {t["IngestSource"]} s ON s.id = r.source_id
+JOIN {t["Tenant"]} t ON t.id = r.tenant_id
 WHERE b.id = %(batch)s AND b.run_id = %(run)s AND r.tenant_id IS NOT DISTINCT FROM %(tenant)s::bigint
 FOR NO KEY UPDATE OF b, r
 """
 
 
 def batch_to_publish(*, batch: int, run: int, tenant: int | None) -> IngestBatch | None:
-    """Batch ``batch`` of ``run`` (within ``tenant``) with its run and source, the batch
-    and the run locked until the caller's transaction ends."""
+    """Batch ``batch`` of ``run`` (within ``tenant``) with its run, source and tenant, the
+    batch and the run locked until the caller's transaction ends."""
     row = jobs.execute_prepared(_batch_to_publish(), {"batch": batch, "run": run, "tenant": tenant},
                       binary=True).fetchone()
     if row is None:
         return None
     found, at = _instance(IngestBatch, row, 0)
     found.run, at = _instance(IngestRun, row, at)
-    found.run.source, _ = _instance(IngestSource, row, at)
+    found.run.source, at = _instance(IngestSource, row, at)
+    found.run.tenant, _ = _instance(Tenant, row, at)
     return found
 
 

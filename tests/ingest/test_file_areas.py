@@ -80,3 +80,21 @@ def test_a_run_over_its_own_files_publishes_only_them(root, acme, clock):
     assert run.status == RunStatus.SUCCEEDED
     assert {record.data["owner"] for record in IngestRecord.objects.all()} == {"acme"}
     assert IngestRecord.objects.count() == 30
+
+
+def test_a_runs_batches_are_staged_in_its_tenants_own_folder(root, acme, globex, clock, settings,
+                                                            tmp_path_factory):
+    settings.INTAKE_STAGING_URL = str(tmp_path_factory.mktemp("staging"))
+    staged = services.stage_records([{"n": 1}], 1024, tenant=acme.slug)
+
+    assert services.batches_store(acme.slug).exists(staged)
+    assert not services.batches_store(globex.slug).exists(staged)
+    assert services.batches_store(acme.slug).location(staged) == (
+        f"{settings.INTAKE_STAGING_URL}/{services.STAGING_AREA}/acme/{staged}")
+    assert list(services.staged_lines(staged, tenant=acme.slug)) == ['{"n":1}\n']
+
+
+@pytest.mark.parametrize("slug", ["", "..", "a/b", "../globex"])
+def test_only_a_slug_names_a_staging_folder(slug):
+    with pytest.raises(ValueError, match="is not a tenant's slug"):
+        services.batches_store(slug)

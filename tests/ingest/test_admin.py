@@ -146,7 +146,7 @@ def test_retry_hooks_and_retry_from_batch_from_the_run_page(admin_client, admin_
     fetched = builders.source(acme, "fetched", config={"batches": 2, "size": 1, "fail_at": 2})
     failed_hooks, failed_fetch = services.start_ingest(hooked), services.start_ingest(fetched)
     drain(clock)
-    hooked.hooks.update(command=builders.PASS)
+    builders.run_instead(hooked, builders.PASS)
     fetched.config = {"batches": 2, "size": 1}
     fetched.save()
 

@@ -103,7 +103,13 @@ class Migration(migrations.Migration):
             name='parameters',
             field=models.JSONField(blank=True, default=dict, help_text='Values of the entry\'s parameters, e.g. {"fields": "id,amount"}.', verbose_name='parameters'),
         ),
-        # Going back re-adds the command column; on a table with rows it needs a default.
+        # Going back re-adds the image and command columns; on a table with rows they need
+        # a default (the entries' values are then copied in).
+        migrations.AlterField(
+            model_name='hook',
+            name='image',
+            field=models.CharField(default='', help_text='The container image, on Kubernetes.', max_length=255, verbose_name='image'),
+        ),
         migrations.AlterField(
             model_name='hook',
             name='command',

@@ -13,6 +13,7 @@ from typing import Any
 
 from django import forms
 from django.db.models import Q, QuerySet
+from django.utils.html import escape
 from rest_framework import serializers
 
 from ingest import conf
@@ -84,6 +85,10 @@ class HookTemplateForm(forms.ModelForm):
     """A platform operator's catalogue entry, checked by the catalogue's rules field by
     field: a declaration that is wrong is named with what is wrong with it."""
 
+    # What the catalogue's rules look at.
+    CHECKED = ("image", "command", "parameters", "env", "cpu_request", "cpu_limit",
+               "memory_request", "memory_limit", "timeout_seconds")
+
     class Meta:
         model = HookTemplate
         fields = ["name", "description", "enabled", "image", "command", "parameters", "env",
@@ -95,10 +100,9 @@ class HookTemplateForm(forms.ModelForm):
         for field, default in (("parameters", []), ("env", {})):
             if field in data and data[field] in (None, ""):
                 data[field] = default
-        if any(field in self.errors for field in self.Meta.fields):
+        if self.errors:
             return data  # a field Django refused already (not JSON, not a number)
-        entry = HookTemplate(**{field: data.get(field) for field in self.Meta.fields
-                                if field != "tenants"})
+        entry = HookTemplate(**{field: data.get(field) for field in self.CHECKED})
         for field, lines in catalogue.entry_problems(entry).items():
             for line in lines:
                 self.add_error(field, line)
@@ -122,7 +126,9 @@ def entries_help(entries: Iterable[HookTemplate], limit: int = 50) -> str:
             declared = []
         taken = "; ".join(parameter.summary() for parameter in declared) or "no parameters"
         lines.append(f"{entry.name}: {taken}")
-    return "Parameters by entry — " + (" | ".join(lines) if lines else "no entry is offered")
+    # The admin writes help text as it is (it may hold markup): escaped here, since an
+    # entry's descriptions, choices and patterns are text, not HTML.
+    return escape("Parameters by entry — " + (" | ".join(lines) if lines else "no entry is offered"))
 
 
 class HookForm(forms.ModelForm):

@@ -234,6 +234,7 @@ def test_a_run_shows_its_batches_hook_executions_counts_and_failures(bob, acme, 
     assert (passed["hook"], passed["status"], passed["exit_code"]) == ("hook0", "succeeded", 0)
     assert (failed["hook"], failed["status"], failed["exit_code"], failed["tries"]) == (
         "hook1", "failed", 3, 1)
+    assert (passed["entry"], failed["entry"]) == ("acme-orders-hook0", "acme-orders-hook1")
     assert "bad row 7" in failed["log_tail"]
     assert failed["job_name"].startswith("conveyor-hook-")
     assert failed["pod_phase"] == "Failed"

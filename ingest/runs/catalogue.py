@@ -306,6 +306,10 @@ def resource_problems(cpu_request: str, cpu_limit: str, memory_request: str,
                                  ("memory", memory_request, memory_limit)):
         most_text = str(conf.get(f"HOOK_MAX_{kind.upper()}"))
         most = quantity(most_text)
+        if most is None:  # a misconfigured bound refuses rather than lets anything through
+            problems[f"{kind}_limit"] = [f"INGEST_HOOK_MAX_{kind.upper()}={most_text!r} is not "
+                                         "a Kubernetes quantity; no entry can be checked"]
+            continue
         values = {}
         for field, text in ((f"{kind}_request", request), (f"{kind}_limit", limit)):
             if not text:
@@ -313,7 +317,7 @@ def resource_problems(cpu_request: str, cpu_limit: str, memory_request: str,
             value = quantity(text)
             if value is None:
                 problems[field] = [f"{text!r} is not a Kubernetes quantity (e.g. 250m, 2, 512Mi)"]
-            elif most is not None and value > most:
+            elif value > most:
                 problems[field] = [f"{text} is above the most allowed, {most_text}"]
             else:
                 values[field] = value

@@ -79,14 +79,15 @@ def register_bench_source() -> None:
 def orchestration(batches: int, records: int) -> dict[str, float]:
     import jobs
     from ingest.runs import services
-    from ingest.runs.models import Hook, IngestRun, IngestSource
+    from ingest.runs.models import Hook, HookTemplate, IngestRun, IngestSource
     from jobs.models import Job
     from tenancy.models import Tenant
 
     tenant = Tenant.objects.create(name="Bench", slug="bench")
     source = IngestSource.objects.create(tenant=tenant, name="generated", kind="bench_generated",
                                          config={"batches": batches, "records": records})
-    Hook.objects.create(source=source, name="noop", image="none", command=["true"])
+    noop = HookTemplate.objects.create(name="bench-noop", image="none", command=["true"])
+    Hook.objects.create(source=source, name="noop", template=noop)
     run = services.start_ingest(source)
     per_batch: dict[int, float] = {}
     with timed_handlers(per_batch):
@@ -186,7 +187,7 @@ def _refusal(label: str, threshold: int, minutes: float) -> dict[str, Any]:
 
     import jobs
     from ingest.runs import services
-    from ingest.runs.models import Hook, IngestRun, IngestSource, RunnerBreaker
+    from ingest.runs.models import Hook, HookTemplate, IngestRun, IngestSource, RunnerBreaker
     from jobs.clock import ManualClock, use_clock
     from jobs.models import Job
     from tenancy.models import Tenant
@@ -210,7 +211,9 @@ def _refusal(label: str, threshold: int, minutes: float) -> dict[str, Any]:
                 source = IngestSource.objects.create(
                     tenant=tenant, name=f"refused-{threshold}-{n}", kind="bench_generated",
                     config={"batches": 10, "records": 1}, max_failures=10)
-                Hook.objects.create(source=source, name="check", image="hooks:1", command=["check"])
+                check, _ = HookTemplate.objects.get_or_create(
+                    name="bench-check", defaults={"image": "hooks:1", "command": ["check"]})
+                Hook.objects.create(source=source, name="check", template=check)
                 runs.append(services.start_ingest(source).pk)
             while clock.now() < end:
                 jobs.run_until_idle()

@@ -23,20 +23,31 @@ DEFAULTS: dict[str, Any] = {
     "KUBE_TTL_SECONDS_AFTER_FINISHED": 3600,
     "KUBE_REQUEST_TIMEOUT_SECONDS": 10.0,
     "KUBE_SERVICE_ACCOUNT": "",
+    # The hook catalogue's bounds: the most CPU and memory (Kubernetes quantities) an
+    # entry may request or limit, its longest time limit, the JSON size of one hook's
+    # parameters, and the bytes of a hook's whole argument list and environment once its
+    # parameters are in them (the kernel refuses an exec far above this).
+    "HOOK_MAX_CPU": "4",
+    "HOOK_MAX_MEMORY": "16Gi",
+    "HOOK_MAX_TIMEOUT_SECONDS": 7200,
+    "HOOK_MAX_PARAMETERS_BYTES": 8 * 1024,
+    "HOOK_MAX_ARGUMENT_BYTES": 64 * 1024,
     # Seconds between two looks at a running hook.
     "HOOK_POLL_SECONDS": 2.0,
     # Characters of a hook's log kept on its batch.
     "HOOK_LOG_TAIL_CHARS": 4000,
-    # The hook runner's circuit breaker: this many transient failures of one runner
-    # target within the window open it; a probe goes through after the cool-down, which
-    # doubles on each failed probe up to its cap.
+    # The hook runner's circuit breaker, one per runner target and tenant: this many
+    # transient failures of one tenant's hooks on a target within the window open it;
+    # a probe goes through after the cool-down, which doubles on each failed probe up
+    # to its cap.
     "BREAKER_THRESHOLD": 5,
     "BREAKER_WINDOW_SECONDS": 60.0,
     "BREAKER_COOLDOWN_SECONDS": 60.0,
     "BREAKER_MAX_COOLDOWN_SECONDS": 300.0,
-    # The launch window: how many launched hooks may wait for room on a target at once.
-    # Each launch that gets room widens it by one (up to the maximum), each transient
-    # failure halves it; a launch beyond it waits QUEUE_WAIT_SECONDS and asks again.
+    # The launch window: how many of a tenant's launched hooks may wait for room on a
+    # target at once. Each launch that gets room widens it by one (up to the maximum),
+    # each transient failure halves it; a launch beyond it waits QUEUE_WAIT_SECONDS and
+    # asks again.
     "MAX_LAUNCH_WINDOW": 1024,
     "QUEUE_WAIT_SECONDS": 10.0,
     # Records per batch unless a source says otherwise, and the most a source may ask.

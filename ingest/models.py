@@ -14,6 +14,7 @@ from ingest.market.models import (
 from ingest.runs.models import (
     Hook,
     HookExecution,
+    HookTemplate,
     IngestBatch,
     IngestRecord,
     IngestRun,
@@ -28,7 +29,7 @@ from ingest.scraping.models import (
     ScrapeRun,
 )
 
-__all__ = ["Hook", "HookExecution", "IngestBatch", "IngestRecord", "IngestRun", "IngestSource",
-           "RunAction", "RunnerBreaker", "HandoffTransition", "IngestionHandoff", "ScrapeReference",
-           "ScrapeRun", "DailyBar", "DailyBatch", "DayLoad", "Instrument", "MarketAction",
+__all__ = ["Hook", "HookExecution", "HookTemplate", "IngestBatch", "IngestRecord", "IngestRun",
+           "IngestSource", "RunAction", "RunnerBreaker", "HandoffTransition", "IngestionHandoff",
+           "ScrapeReference", "ScrapeRun", "DailyBar", "DailyBatch", "DayLoad", "Instrument", "MarketAction",
            "MarketFeed", "SourceFreshness", "TradingDay"]

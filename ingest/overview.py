@@ -1,5 +1,6 @@
 """Ingest's figures on the console's front page: how fresh the market data is, and the
-hook runners whose circuit breaker keeps hooks from launching."""
+hook runners' breakers (one per target and tenant) that keep hooks from launching: a
+tenant's staff count their own, platform operators every tenant's."""
 
 from __future__ import annotations
 
@@ -41,5 +42,6 @@ def figures(request: HttpRequest) -> list[Figure]:
                f"?state__in={BreakerState.OPEN},{BreakerState.HALF_OPEN}")
         shown.append(Figure("breakers-open", "hook runners' breakers open", opened, url,
                             tone="bad" if opened else "",
-                            note="no hook launches on these targets until their probe"))
+                            note="their tenant's hooks do not launch on these targets until "
+                                 "their probe"))
     return shown

@@ -463,6 +463,16 @@ INGEST_FILE_ROOTS = env_list("INGEST_FILE_ROOTS", [str(VAR_DIR / "ingest-files")
 for _name in ("HOOK_POLL_SECONDS", "KUBE_SCHEDULE_TIMEOUT_SECONDS", "QUEUE_WAIT_SECONDS"):
     if f"INGEST_{_name}" in os.environ:
         globals()[f"INGEST_{_name}"] = env_float(f"INGEST_{_name}", 0.0)
+# The hook catalogue's bounds (ingest/conf.py): the most CPU and memory an entry may
+# request or limit (Kubernetes quantities, default 4 and 16Gi), its longest time limit
+# (default 7200 s), the JSON bytes of one hook's parameters (8192), and the bytes of a
+# hook's argument list and environment once its values are in them (65536).
+for _name in ("HOOK_MAX_CPU", "HOOK_MAX_MEMORY"):
+    if f"INGEST_{_name}" in os.environ:
+        globals()[f"INGEST_{_name}"] = os.environ[f"INGEST_{_name}"]
+for _name in ("HOOK_MAX_TIMEOUT_SECONDS", "HOOK_MAX_PARAMETERS_BYTES", "HOOK_MAX_ARGUMENT_BYTES"):
+    if f"INGEST_{_name}" in os.environ:
+        globals()[f"INGEST_{_name}"] = env_int(f"INGEST_{_name}", 0)
 # Scrape syncs: references per call, and queueing their ingestions (attempts, backoff
 # base in seconds, wait for a reference's row in ms).
 for _name in ("SCRAPE_MAX_REFERENCES", "HANDOFF_MAX_ATTEMPTS", "HANDOFF_LOCK_TIMEOUT_MS"):

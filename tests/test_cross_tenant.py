@@ -31,8 +31,9 @@ from exports.models import ExportJob, Mapping, MappingEntity, Snapshot
 from factors import csv_schemas, staging
 from factors.models import CarbonReport, DataEntry, Emission, ReportModule, Upload
 from ingest.market.models import MarketFeed, SourceFreshness
+from ingest.runs import breaker
 from ingest.runs import services as ingest_services
-from ingest.runs.models import IngestRun, RunAction
+from ingest.runs.models import HookTemplate, IngestRun, RunAction, RunnerBreaker
 from ingest.scraping import services as scraping
 from ingest.scraping.models import IngestionHandoff, ScrapeReference
 from jobs.models import Delivery, Event, Job
@@ -126,6 +127,9 @@ def snapshot(acme: Acme) -> tuple[Any, ...]:
         sorted(Snapshot.objects.filter(tenant=acme.tenant).values_list("id", "status")),
         sorted(ExportJob.objects.filter(tenant=acme.tenant).values_list("id", "status", "generation")),
         sorted(Delivery.objects.filter(event__tenant=acme.tenant).values_list("id", "quarantined_at")),
+        sorted(HookTemplate.objects.filter(hooks__source__tenant=acme.tenant).values_list(
+            "id", "image", "command", "enabled")),
+        sorted(RunnerBreaker.objects.filter(tenant=acme.tenant).values_list("id", "state")),
     )
 
 
@@ -297,6 +301,11 @@ def test_the_admin_shows_globex_staff_none_of_acmes_objects(acme):
     browser = Client()
     browser.force_login(gina)
     delivery = acme.event.deliveries.order_by("id").first().pk
+    entry = acme.run.source.hooks.get().template  # offered to Acme alone
+    for job in range(5):
+        breaker.record_failure("kube:conveyor-hooks", acme.tenant.pk, job,
+                               f"{ACME_MARK}: pods evicted", jobs.now())
+    acme_breaker = RunnerBreaker.objects.get(tenant=acme.tenant)
     pages = [f"/admin/jobs/job/{acme.failed.pk}/change/",
              f"/admin/jobs/delivery/{delivery}/change/",
              *(f"/admin/jobs/delivery/{delivery}/{action}/"
@@ -307,6 +316,9 @@ def test_the_admin_shows_globex_staff_none_of_acmes_objects(acme):
              f"/admin/ingest/ingestrun/{acme.run.pk}/change/",
              f"/admin/ingest/ingestrun/{acme.run.pk}/timeline/",
              f"/admin/ingest/ingestsource/{acme.run.source_id}/change/",
+             f"/admin/ingest/hooktemplate/{entry.pk}/change/",
+             f"/admin/ingest/hooktemplate/{entry.pk}/delete/",
+             f"/admin/ingest/runnerbreaker/{acme_breaker.pk}/change/",
              f"/admin/ingest/ingestionhandoff/{acme.handoff.pk}/change/",
              f"/admin/ingest/scrapereference/{acme.handoff.reference_id}/change/",
              f"/admin/ingest/scraperun/{acme.handoff.scrape_run_id}/change/",
@@ -331,13 +343,19 @@ def test_the_admin_shows_globex_staff_none_of_acmes_objects(acme):
     browser.post("/admin/jobs/delivery/", {"action": "quarantine_deliveries", "post": "yes",
                                            "reason": "x", "_selected_action": [delivery]})
     assert browser.post(f"/admin/ingest/ingestrun/{acme.run.pk}/cancel/").status_code == 404
+    browser.post("/admin/ingest/runnerbreaker/", {"action": "close_breakers",
+                                                  "_selected_action": [acme_breaker.pk]})
+    browser.post(f"/admin/ingest/hooktemplate/{entry.pk}/change/",
+                 {"name": entry.name, "image": "globex/evil:1", "command": '["true"]'})
+    browser.post(f"/admin/ingest/hooktemplate/{entry.pk}/delete/", {"post": "yes"})
     assert browser.post(f"/admin/exports/snapshot/{acme.export.pk}/cancel/").status_code == 404
     assert browser.post(
         f"/admin/exports/snapshot/{acme.export.pk}/jobs/{export_job(acme)}/retry/").status_code == 404
     assert browser.post(f"/admin/exports/mapping/{acme.mapping.pk}/take-snapshot/").status_code == 404
     for listing in ("/admin/jobs/delivery/", "/admin/ingest/ingestrun/", "/admin/ingest/ingestsource/",
                     "/admin/ingest/ingestionhandoff/", "/admin/ingest/scrapereference/",
-                    "/admin/ingest/scraperun/", "/admin/exports/mapping/",
+                    "/admin/ingest/scraperun/", "/admin/ingest/hooktemplate/",
+                    "/admin/ingest/runnerbreaker/", "/admin/exports/mapping/",
                     "/admin/exports/snapshot/"):
         assert ACME_MARK not in browser.get(listing).content.decode(), listing
     assert snapshot(acme) == before

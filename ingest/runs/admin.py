@@ -1,12 +1,12 @@
-"""Ingest runs in the admin: sources with their hooks, runs with a live timeline of their
-batches, and the hook runner's circuit breakers.
+"""Ingest runs in the admin: the hook catalogue, sources with their hooks, runs with a
+live timeline of their batches, and the hook runner's circuit breakers.
 
 Every operator action (start, cancel, retry the failed hooks, fetch again from the failed
 batch) calls ``ingest.runs.services`` with the staff user and ``via="admin"``, so it is
 recorded on the run like one from the API or a command. Runs and breakers are written by
 the pipeline only: their pages show them and act on them, they do not edit them. Staff of
-a tenant see their tenant's sources and runs; the breakers are the platform's, shared
-by every tenant, and are for platform operators.
+a tenant see their tenant's sources, runs and breakers, and the catalogue entries offered
+to their tenant; platform operators define the catalogue and close breakers.
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 import jobs
-from ingest.runs import breaker, services, timeline
-from ingest.runs.forms import HookForm, SourceForm
+from ingest.runs import breaker, catalogue, services, timeline
+from ingest.runs.forms import HookForm, HookFormSet, HookTemplateForm, SourceForm
 from ingest.runs.models import (
     BatchStatus,
     Hook,
     HookExecution,
+    HookTemplate,
     IngestBatch,
     IngestRun,
     IngestSource,
@@ -42,7 +43,7 @@ from ingest.runs.models import (
 from ingest.runs.rendering import countdown, status_badge
 from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
 from tenancy.owned_admin import TenantOwnedAdmin, is_platform_operator
-from tenancy.scoping import scope_queryset
+from tenancy.scoping import scope_queryset, tenant_scope
 
 CSS = "ingest/runs.css"
 SCRIPT = "ingest/run_live.js"
@@ -68,15 +69,20 @@ def _refusal(exc: services.RunRefused) -> str:
 
 
 class HookInline(admin.StackedInline):
+    """A source's hooks: each an entry of the catalogue offered to the source's tenant,
+    and the values of its parameters (the field's help lists each entry's)."""
+
     model = Hook
     form = HookForm
+    formset = HookFormSet
     extra = 0
-    fieldsets = [
-        (None, {"fields": [("name", "position"), "image", "command", "env", "timeout_seconds"]}),
-        ("Resources (Kubernetes)", {"fields": [("cpu_request", "cpu_limit"),
-                                               ("memory_request", "memory_limit")],
-                                    "classes": ["collapse"]}),
-    ]
+    fields = [("name", "position"), "template", "parameters"]
+
+    def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        formset = super().get_formset(request, obj, **kwargs)
+        scope = tenant_scope(request.user)
+        fixed = scope if isinstance(scope, int) and not isinstance(scope, bool) else None
+        return type(formset.__name__, (formset,), {"fixed_tenant": fixed})
 
 
 @admin.register(IngestSource)
@@ -121,6 +127,87 @@ class IngestSourceAdmin(TenantOwnedAdmin, admin.ModelAdmin):
             url = reverse("admin:ingest_ingestrun_change", args=[run.pk])
             self.message_user(request, format_html('Started <a href="{}">run {}</a> of {}.', url,
                                                    run.pk, source.name), messages.SUCCESS)
+
+
+# --- the hook catalogue ---------------------------------------------------------------------------
+
+
+def _tenant_of(request: HttpRequest) -> int | None:
+    scope = tenant_scope(request.user)
+    return scope if isinstance(scope, int) and not isinstance(scope, bool) else None
+
+
+@admin.register(HookTemplate)
+class HookTemplateAdmin(admin.ModelAdmin):
+    """The catalogue is the platform's: platform operators define its entries. A tenant's
+    staff see the entries offered to their tenant, read only, without the fixed
+    environment or which other tenants are offered them."""
+
+    form = HookTemplateForm
+    list_display = ["name", "enabled", "image", "command_display", "offered", "hook_count",
+                    "updated_at"]
+    list_filter = ["enabled"]
+    search_fields = ["name", "description"]
+    filter_horizontal = ["tenants"]
+    readonly_fields = ["parameters_summary"]
+    fieldsets = [
+        (None, {"fields": ["name", "description", "enabled", "tenants"]}),
+        ("What runs", {"fields": ["image", "command", "env", "timeout_seconds"]}),
+        ("What a tenant fills", {"fields": ["parameters", "parameters_summary"]}),
+        ("Resources (Kubernetes)", {"fields": [("cpu_request", "cpu_limit"),
+                                               ("memory_request", "memory_limit")]}),
+    ]
+    OPERATORS_ONLY = {"tenants", "env"}
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[HookTemplate]:
+        entries = super().get_queryset(request).annotate(used_by=Count("hooks"))
+        if is_platform_operator(request):
+            return entries.prefetch_related("tenants")
+        tenant = _tenant_of(request)
+        return entries.none() if tenant is None else entries.offered_to(tenant)
+
+    def get_list_display(self, request: HttpRequest) -> list[str]:
+        if is_platform_operator(request):
+            return self.list_display
+        return [name for name in self.list_display if name not in ("offered", "hook_count")]
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        if is_platform_operator(request):
+            return self.fieldsets
+        return [(title, {**options, "fields": [f for f in options["fields"]
+                                               if f not in self.OPERATORS_ONLY]})
+                for title, options in self.fieldsets]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return is_platform_operator(request) and super().has_add_permission(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_platform_operator(request) and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_platform_operator(request) and super().has_delete_permission(request, obj)
+
+    @admin.display(description="command")
+    def command_display(self, entry: HookTemplate) -> str:
+        text = " ".join(str(arg) for arg in entry.command) if isinstance(entry.command, list) else ""
+        return text if len(text) <= 120 else text[:119] + "…"
+
+    @admin.display(description="offered to")
+    def offered(self, entry: HookTemplate) -> str:
+        names = [tenant.name for tenant in entry.tenants.all()]
+        return ", ".join(names) if names else "every tenant"
+
+    @admin.display(description="hooks", ordering="used_by")
+    def hook_count(self, entry: HookTemplate) -> int:
+        return entry.used_by
+
+    @admin.display(description="parameters, in words")
+    def parameters_summary(self, entry: HookTemplate) -> str:
+        try:
+            declared = catalogue.declarations(entry.parameters)
+        except catalogue.Refused as exc:
+            return f"not valid: {exc}"
+        return "; ".join(parameter.summary() for parameter in declared) or "none"
 
 
 # --- runs -----------------------------------------------------------------------------------------
@@ -317,14 +404,16 @@ class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 @admin.register(RunnerBreaker)
 class RunnerBreakerAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    """Shared by every tenant's runs, so shown to platform operators only."""
+    """One breaker per runner target and tenant. A tenant's staff see their own; closing
+    one by hand is for platform operators, who know whether the cluster is back."""
 
-    list_display = ["target", "state_display", "failures", "next_probe", "times_opened",
-                    "denied", "last_failure_display", "opened_at", "updated_at"]
+    list_display = ["target", "tenant", "state_display", "failures", "window", "next_probe",
+                    "times_opened", "denied", "last_failure_display", "opened_at", "updated_at"]
     list_filter = ["state"]
-    fields = ["target", "state_display", "failures", "window_started_at", "opened_at",
-              "next_probe", "cooldown_seconds", "probe_job", "probe_started_at", "times_opened",
-              "denied", "last_failure", "updated_at"]
+    list_select_related = ["tenant"]
+    fields = ["target", "tenant", "state_display", "failures", "window", "window_started_at",
+              "opened_at", "next_probe", "cooldown_seconds", "probe_job", "probe_started_at",
+              "times_opened", "denied", "last_failure", "updated_at"]
     readonly_fields = fields
     actions = ["close_breakers"]
 
@@ -332,11 +421,12 @@ class RunnerBreakerAdmin(ReadOnlyMixin, admin.ModelAdmin):
         css = {"all": [CSS]}
         js = [SCRIPT]
 
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return is_platform_operator(request) and super().has_module_permission(request)
+    def get_queryset(self, request: HttpRequest) -> QuerySet[RunnerBreaker]:
+        return scope_queryset(super().get_queryset(request), request.user)
 
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return is_platform_operator(request) and super().has_view_permission(request, obj)
+    def get_list_filter(self, request: HttpRequest) -> list[Any]:
+        tenants = [("tenant", admin.RelatedOnlyFieldListFilter)] if is_platform_operator(request) else []
+        return [*self.list_filter, *tenants]
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         return is_platform_operator(request) and request.user.has_perm("ingest.change_runnerbreaker")
@@ -359,8 +449,9 @@ class RunnerBreakerAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.action(description="Close the selected breakers (the cluster is back)",
                   permissions=["operate"])
     def close_breakers(self, request: HttpRequest, queryset: QuerySet[RunnerBreaker]) -> None:
-        targets = list(queryset.values_list("target", flat=True))
-        for target in targets:
-            breaker.reset(target, jobs.now())
-        self.message_user(request, f"Closed: {', '.join(targets)}. Held-back hooks launch at "
-                                   "their next attempt.", messages.SUCCESS)
+        rows = list(queryset.select_related("tenant").order_by("target", "tenant__name"))
+        for row in rows:
+            breaker.reset(row.target, row.tenant_id, jobs.now())
+        closed = ", ".join(f"{row.target} for {row.tenant}" for row in rows)
+        self.message_user(request, f"Closed: {closed}. Held-back hooks launch at their next "
+                                   "attempt.", messages.SUCCESS)

@@ -77,13 +77,16 @@ class IngestRunSerializer(serializers.ModelSerializer):
 
 class HookExecutionSerializer(serializers.ModelSerializer):
     hook = serializers.CharField(source="hook_name", read_only=True)
+    entry = serializers.CharField(source="hook.template.name", read_only=True, allow_null=True,
+                                  help_text="The hook's catalogue entry (null once the hook is "
+                                            "removed from its source).")
     job_name = serializers.CharField(source="runner_ref", read_only=True,
                                      help_text="The Kubernetes Job (or process) of the "
                                                "current try.")
 
     class Meta:
         model = HookExecution
-        fields = ["hook", "position", "status", "tries", "runner_target", "job_name",
+        fields = ["hook", "entry", "position", "status", "tries", "runner_target", "job_name",
                   "pod_phase", "exit_code", "reason", "log_tail", "launched_at", "finished_at"]
         read_only_fields = fields
 

@@ -1,19 +1,29 @@
-"""The hook runner's circuit breaker: pressure on a cluster is shared, not multiplied.
+"""The hook runner's circuit breakers: pressure on a cluster is shared, not multiplied,
+and one tenant's faults stay with that tenant.
 
 Each delivery's own backoff keeps one batch from hammering a busy cluster, but a
 hundred batches backing off independently still make a hundred create calls per
-cool-down. The breaker counts transient failures per runner target across every run
-and tenant: once ``BREAKER_THRESHOLD`` happened within ``BREAKER_WINDOW_SECONDS`` it
-opens, and no hook is launched there at all until its probe time. Then one delivery
-(the probe) may launch; a hook that gets scheduled closes the breaker, a failed probe
-opens it again for twice the cool-down (up to ``BREAKER_MAX_COOLDOWN_SECONDS``).
+cool-down. A breaker counts transient failures per runner target and tenant, across
+that tenant's runs: once ``BREAKER_THRESHOLD`` happened within ``BREAKER_WINDOW_SECONDS``
+it opens, and none of the tenant's hooks is launched there until its probe time. Then
+one delivery (the probe) may launch; a hook that gets scheduled closes the breaker, a
+failed probe opens it again for twice the cool-down (up to
+``BREAKER_MAX_COOLDOWN_SECONDS``).
+
+Why per tenant: what fails transiently is often the tenant's own doing (hooks asking
+for more than a node has, a quota of theirs, Pods evicted for their memory), and a
+breaker shared by all tenants let one tenant's failing hooks stall every other
+tenant's. A cluster that is really full is learnt by each tenant's breaker in its own
+window: at most ``BREAKER_THRESHOLD`` failed launches per tenant before it opens. The
+launch window is per tenant too, so one tenant's queue of launches waiting for room
+does not hold another's.
 
 Deliveries held back snooze until the probe time without spending an attempt, and come
 back together: the engine's claim then takes them in fair shares per tenant, so when
 capacity returns one tenant's backlog does not go before everyone else's.
 
-Every change takes the target's row ``FOR UPDATE`` in its own short transaction, so the
-decision is one across every worker process.
+Every change takes the (target, tenant) row ``FOR UPDATE`` in its own short
+transaction, so the decision is one across every worker process.
 """
 
 from __future__ import annotations
@@ -43,9 +53,9 @@ class Admission:
     settled: bool = False
 
 
-def _row(target: str) -> RunnerBreaker:
-    RunnerBreaker.objects.get_or_create(target=target)
-    return RunnerBreaker.objects.select_for_update().get(target=target)
+def _row(target: str, tenant: int) -> RunnerBreaker:
+    RunnerBreaker.objects.get_or_create(target=target, tenant_id=tenant)
+    return RunnerBreaker.objects.select_for_update().get(target=target, tenant_id=tenant)
 
 
 def _cooldown(breaker: RunnerBreaker, *, longer: bool) -> float:
@@ -55,21 +65,23 @@ def _cooldown(breaker: RunnerBreaker, *, longer: bool) -> float:
     return min(breaker.cooldown_seconds * 2, float(conf.get("BREAKER_MAX_COOLDOWN_SECONDS")))
 
 
-# The closed path of ``admit`` in one round trip: the breaker's state and launch window,
-# and how many of the target's launches wait for room, counted no further than the window.
+# The closed path of ``admit`` in one round trip: the tenant's breaker on the target, its
+# launch window, and how many of the tenant's launches wait for room there, counted no
+# further than the window. The executions carry their run's tenant, so the count is read
+# from the partial index ingest_hook_awaiting_room (runner_target, tenant_id) alone.
 _ADMIT = """
 SELECT b.state, b."window", b.failures, (
     SELECT count(*) FROM (
         SELECT FROM ingest_hookexecution e
-        WHERE e.runner_target = t.target AND NOT e.scheduled
+        WHERE e.runner_target = t.target AND e.tenant_id = t.tenant AND NOT e.scheduled
           AND e.status IN (%(launching)s, %(running)s)
         LIMIT COALESCE(b."window", %(window)s)) AS waiting)
-FROM (SELECT %(target)s::text AS target) AS t
-LEFT JOIN ingest_runnerbreaker b ON b.target = t.target
+FROM (SELECT %(target)s::text AS target, %(tenant)s::bigint AS tenant) AS t
+LEFT JOIN ingest_runnerbreaker b ON b.target = t.target AND b.tenant_id = t.tenant
 """
 
 # ``record_success`` in one round trip: an open or probing breaker closed and the window
-# widened by one, or the target's row created. A breaker that is closed, clean and at its
+# widened by one, or the (target, tenant) row created. A breaker that is closed, clean and at its
 # widest (a healthy target's steady state) matches neither, and the statement then
 # neither writes nor locks anything.
 _SUCCEEDED = """
@@ -78,17 +90,18 @@ WITH widened AS (
         "window" = LEAST("window" + 1, %(most)s), state = %(closed)s, failures = 0,
         window_started_at = NULL, next_probe_at = NULL, probe_job = NULL,
         probe_started_at = NULL, cooldown_seconds = 0, updated_at = %(now)s
-    WHERE target = %(target)s
+    WHERE target = %(target)s AND tenant_id = %(tenant)s
       AND NOT (state = %(closed)s AND failures = 0 AND "window" = %(most)s)
     RETURNING id
 )
 INSERT INTO ingest_runnerbreaker (
-    target, state, failures, cooldown_seconds, "window", times_opened, denied, last_failure,
-    updated_at)
-SELECT %(target)s, %(closed)s, 0, 0, LEAST(%(window)s + 1, %(most)s), 0, 0, '', %(now)s
+    target, tenant_id, state, failures, cooldown_seconds, "window", times_opened, denied,
+    last_failure, updated_at)
+SELECT %(target)s, %(tenant)s, %(closed)s, 0, 0, LEAST(%(window)s + 1, %(most)s), 0, 0, '', %(now)s
 WHERE NOT EXISTS (SELECT FROM widened)
-  AND NOT EXISTS (SELECT FROM ingest_runnerbreaker WHERE target = %(target)s)
-ON CONFLICT (target) DO NOTHING
+  AND NOT EXISTS (SELECT FROM ingest_runnerbreaker
+                  WHERE target = %(target)s AND tenant_id = %(tenant)s)
+ON CONFLICT (target, tenant_id) DO NOTHING
 """
 
 
@@ -96,14 +109,14 @@ def _default_window() -> int:
     return RunnerBreaker._meta.get_field("window").default
 
 
-def admit(target: str, job_id: int, now: datetime) -> Admission:
-    """May delivery ``job_id`` launch a hook on ``target`` now?
+def admit(target: str, tenant: int, job_id: int, now: datetime) -> Admission:
+    """May delivery ``job_id`` launch a hook of ``tenant`` on ``target`` now?
 
-    Closed, it may while fewer launches than the window are waiting for room there
-    (launched, not yet scheduled); otherwise it waits ``QUEUE_WAIT_SECONDS`` and asks
-    again, so that a full cluster's queue drains before it is made longer."""
+    Closed, it may while fewer of the tenant's launches than the window are waiting for
+    room there (launched, not yet scheduled); otherwise it waits ``QUEUE_WAIT_SECONDS``
+    and asks again, so that a full cluster's queue drains before it is made longer."""
     with connection.cursor() as cursor:
-        cursor.execute(_ADMIT, {"target": target, "window": _default_window(),
+        cursor.execute(_ADMIT, {"target": target, "tenant": tenant, "window": _default_window(),
                                 "launching": ExecutionStatus.LAUNCHING,
                                 "running": ExecutionStatus.RUNNING})
         state, window, failures, waiting = cursor.fetchone()
@@ -111,11 +124,11 @@ def admit(target: str, job_id: int, now: datetime) -> Admission:
         if waiting < (window or _default_window()):
             return Admission(allowed=True, settled=(
                 failures == 0 and window == int(conf.get("MAX_LAUNCH_WINDOW"))))
-        RunnerBreaker.objects.filter(target=target).update(denied=F("denied") + 1)
+        RunnerBreaker.objects.filter(target=target, tenant_id=tenant).update(denied=F("denied") + 1)
         return Admission(allowed=False, wait_seconds=float(conf.get("QUEUE_WAIT_SECONDS")),
                          state="full")
     with transaction.atomic():
-        breaker = _row(target)
+        breaker = _row(target, tenant)
         if breaker.state == BreakerState.CLOSED:
             return Admission(allowed=True)
         if breaker.state == BreakerState.HALF_OPEN and breaker.probe_job == job_id:
@@ -137,10 +150,12 @@ def admit(target: str, job_id: int, now: datetime) -> Admission:
                          state=breaker.state)
 
 
-def record_failure(target: str, job_id: int, message: str, now: datetime) -> RunnerBreaker:
-    """A launch or a launched hook on ``target`` failed for the infrastructure's sake."""
+def record_failure(target: str, tenant: int, job_id: int, message: str, now: datetime
+                   ) -> RunnerBreaker:
+    """A launch or a launched hook of ``tenant`` on ``target`` failed for the
+    infrastructure's sake."""
     with transaction.atomic():
-        breaker = _row(target)
+        breaker = _row(target, tenant)
         breaker.last_failure = message[:2000]
         breaker.updated_at = now
         breaker.window = max(1, breaker.window // 2)
@@ -158,19 +173,22 @@ def record_failure(target: str, job_id: int, message: str, now: datetime) -> Run
         return breaker
 
 
-def record_success(target: str, job_id: int, now: datetime) -> None:
-    """A hook on ``target`` got room: the target can take more. Widens the launch window
-    by one (up to its maximum; a failure halves it, so the window settles where the
-    target's room is), and closes an open or probing breaker."""
+def record_success(target: str, tenant: int, job_id: int, now: datetime) -> None:
+    """A hook of ``tenant`` on ``target`` got room: the target can take more of the
+    tenant's. Widens the launch window by one (up to its maximum; a failure halves it,
+    so the window settles where the target's room is), and closes an open or probing
+    breaker."""
     with connection.cursor() as cursor:
-        cursor.execute(_SUCCEEDED, {"target": target, "closed": BreakerState.CLOSED,
+        cursor.execute(_SUCCEEDED, {"target": target, "tenant": tenant,
+                                    "closed": BreakerState.CLOSED,
                                     "window": _default_window(),
                                     "most": int(conf.get("MAX_LAUNCH_WINDOW")), "now": now})
 
 
-def reset(target: str, now: datetime) -> None:
-    """Close the breaker by hand (an operator who knows the cluster is back)."""
-    RunnerBreaker.objects.filter(target=target).update(
+def reset(target: str, tenant: int, now: datetime) -> None:
+    """Close ``tenant``'s breaker on ``target`` by hand (an operator who knows the cluster
+    is back)."""
+    RunnerBreaker.objects.filter(target=target, tenant_id=tenant).update(
         state=BreakerState.CLOSED, failures=0, window=_default_window(),
         window_started_at=None, next_probe_at=None,
         probe_job=None, probe_started_at=None, cooldown_seconds=0, updated_at=now)

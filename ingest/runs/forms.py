@@ -1,5 +1,6 @@
-"""The admin's forms for sources and their hooks: what the database's constraints say,
-checked before a save so that a mistake is a form error, never a 500.
+"""The admin's forms for sources, their hooks and the hook catalogue: what the database's
+constraints and the catalogue's rules say, checked before a save so that a mistake is a
+form error, never a 500.
 
 A source's configuration is checked by its ingester (``ingesters.validate_config``),
 whose DRF errors become the form's, field by field.
@@ -7,14 +8,17 @@ whose DRF errors become the form's, field by field.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django import forms
+from django.db.models import Q, QuerySet
+from django.utils.html import escape
 from rest_framework import serializers
 
 from ingest import conf
-from ingest.runs import ingesters
-from ingest.runs.models import Hook, IngestSource
+from ingest.runs import catalogue, ingesters
+from ingest.runs.models import Hook, HookTemplate, IngestSource
 from tenancy.models import Tenant
 
 
@@ -79,30 +83,101 @@ class SourceForm(forms.ModelForm):
                 self.add_error("config", line)
 
 
+class HookTemplateForm(forms.ModelForm):
+    """A platform operator's catalogue entry, checked by the catalogue's rules field by
+    field: a declaration that is wrong is named with what is wrong with it."""
+
+    # What the catalogue's rules look at.
+    CHECKED = ("image", "command", "parameters", "env", "cpu_request", "cpu_limit",
+               "memory_request", "memory_limit", "timeout_seconds")
+
+    class Meta:
+        model = HookTemplate
+        fields = ["name", "description", "enabled", "image", "command", "parameters", "env",
+                  "cpu_request", "cpu_limit", "memory_request", "memory_limit", "timeout_seconds",
+                  "tenants"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        for field, default in (("parameters", []), ("env", {})):
+            if field in data and data[field] in (None, ""):
+                data[field] = default
+        if self.errors:
+            return data  # a field Django refused already (not JSON, not a number)
+        entry = HookTemplate(**{field: data.get(field) for field in self.CHECKED})
+        for field, lines in catalogue.entry_problems(entry).items():
+            for line in lines:
+                self.add_error(field, line)
+        return data
+
+
+def offered_entries(tenant: int | None) -> QuerySet[HookTemplate]:
+    """The entries a source of ``tenant`` may choose (every enabled one when the tenant
+    is not known yet: an operator adding a source)."""
+    entries = HookTemplate.objects.filter(enabled=True)
+    return entries.offered_to(tenant) if tenant is not None else entries
+
+
+def entries_help(entries: Iterable[HookTemplate], limit: int = 50) -> str:
+    """Each entry with its parameters, as the parameters field's help."""
+    lines = []
+    for entry in list(entries)[:limit]:
+        try:
+            declared = catalogue.declarations(entry.parameters)
+        except catalogue.Refused:
+            declared = []
+        taken = "; ".join(parameter.summary() for parameter in declared) or "no parameters"
+        lines.append(f"{entry.name}: {taken}")
+    # The admin writes help text as it is (it may hold markup): escaped here, since an
+    # entry's descriptions, choices and patterns are text, not HTML.
+    return escape("Parameters by entry — " + (" | ".join(lines) if lines else "no entry is offered"))
+
+
 class HookForm(forms.ModelForm):
+    """A tenant's hook: a catalogue entry offered to the source's tenant, and values that
+    fit its parameters. A hook saved unchanged is left as it is, even if its entry no
+    longer fits (the run then says why it does not run)."""
+
     class Meta:
         model = Hook
-        fields = ["name", "position", "image", "command", "env", "cpu_request", "memory_request",
-                  "cpu_limit", "memory_limit", "timeout_seconds"]
+        fields = ["name", "position", "template", "parameters"]
 
-    def clean_command(self) -> list[str]:
-        command = self.cleaned_data.get("command")
-        if not isinstance(command, list) or not command or not all(
-                isinstance(arg, str) and arg for arg in command):
-            raise forms.ValidationError('an argument list of strings, e.g. ["python", "check.py"]')
-        return command
+    def __init__(self, *args: Any, tenant: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tenant = tenant
+        entries = offered_entries(tenant)
+        if self.instance.pk and self.instance.template_id:  # its entry, even if withdrawn
+            entries = HookTemplate.objects.filter(Q(pk__in=entries.values("pk"))
+                                                  | Q(pk=self.instance.template_id))
+        self.fields["template"].queryset = entries.order_by("name")
+        self.fields["parameters"].help_text = entries_help(offered_entries(tenant).order_by("name"))
 
-    def clean_env(self) -> dict[str, str]:
-        env = self.cleaned_data.get("env")
-        if env in (None, ""):
-            return {}
-        if not isinstance(env, dict) or not all(isinstance(v, (str, int, float)) and not
-                                                isinstance(v, bool) for v in env.values()):
-            raise forms.ValidationError('an object of names and values, e.g. {"LEVEL": "strict"}')
-        return env
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("parameters") in (None, ""):
+            data["parameters"] = {}
+        entry = data.get("template")
+        if entry is None or (self.instance.pk and not self.has_changed()):
+            return data
+        if not entry.enabled:
+            self.add_error("template", f"entry {entry.name!r} is disabled")
+        elif self.tenant is not None and not offered_entries(self.tenant).filter(pk=entry.pk).exists():
+            self.add_error("template", f"entry {entry.name!r} is not offered to this tenant")
+        else:
+            try:
+                catalogue.check_hook(entry, data["parameters"])
+            except catalogue.Refused as exc:
+                for line in exc.problems:
+                    self.add_error("parameters", line)
+        return data
 
-    def clean_timeout_seconds(self) -> int:
-        timeout = self.cleaned_data["timeout_seconds"]
-        if not 1 <= timeout <= 86_400:
-            raise forms.ValidationError("between 1 and 86400 seconds")
-        return timeout
+
+class HookFormSet(forms.BaseInlineFormSet):
+    """A source's hooks, each form told the source's tenant: the staff user's, or the
+    source's own (known once the operator's choice of tenant is valid)."""
+
+    fixed_tenant: int | None = None
+
+    def get_form_kwargs(self, index: int | None) -> dict[str, Any]:
+        tenant = self.fixed_tenant or self.instance.tenant_id
+        return {**super().get_form_kwargs(index), "tenant": tenant}

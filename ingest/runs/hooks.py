@@ -7,6 +7,10 @@ rows. A try's name is committed before the runner is asked to launch it: a worke
 dies in between leaves a name that the next attempt launches again, and the runner
 adopts the Job it finds under it instead of starting a second.
 
+Before a try is launched, the hook's catalogue entry and values are checked again
+(``spec_for``): an entry disabled, withdrawn from the tenant or changed so that the
+values no longer fit fails the run at once, saying why, and nothing is launched.
+
 Failures, as the runner sorts them:
 
 - the hook ran and failed (non-zero exit, time limit): a hook failure, its exit code and
@@ -19,17 +23,19 @@ Failures, as the runner sorts them:
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any, NoReturn
 
 import jobs
 from ingest import conf
-from ingest.runs import breaker, events, services
-from ingest.runs.errors import PermanentRunnerError, TransientResourceError
+from ingest.runs import breaker, catalogue, events, services
+from ingest.runs.errors import InfrastructureError, PermanentRunnerError, TransientResourceError
 from ingest.runs.models import BatchStatus, ExecutionStatus, HookExecution, IngestBatch
 from ingest.runs.runners import HookRunner, HookSpec, HookStatus, Phase, Resources
 
 LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]")
+logger = logging.getLogger(__name__)
 
 
 def check_batch(ctx: jobs.JobContext, batch: IngestBatch, executions: list[HookExecution],
@@ -65,16 +71,22 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
     if execution.hook is None:
         _hook_failed(ctx, execution, HookStatus(Phase.FAILED, reason="the hook was removed from "
                                                                      "its source"))
+    if execution.status != ExecutionStatus.RUNNING:
+        try:  # before a try is launched: what the entry and the values say now
+            spec_for(execution)
+        except HookRefused as exc:
+            _refused(ctx, execution, runner, exc)
+    tenant = execution.batch.run.tenant_id
     admission = None
     if execution.status == ExecutionStatus.RUNNING:
         status = _call(ctx, execution, runner, lambda spec: runner.poll(
             spec, execution.launched_at, ctx.now()))
     else:
-        admission = breaker.admit(runner.target, ctx.job.pk, ctx.now())
+        admission = breaker.admit(runner.target, tenant, ctx.job.pk, ctx.now())
         if not admission.allowed:
             raise jobs.Snooze(admission.wait_seconds,
-                              f"hooks on {runner.target} are held back: its breaker is "
-                              f"{admission.state}; next probe in {admission.wait_seconds:.0f}s")
+                              f"this tenant's hooks on {runner.target} are held back: its breaker "
+                              f"is {admission.state}; next probe in {admission.wait_seconds:.0f}s")
         if execution.status == ExecutionStatus.WAITING:
             _new_try(ctx, execution, runner)
         status = _call(ctx, execution, runner, runner.launch)
@@ -82,7 +94,7 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
     # The target had room for it; nothing to record if the breaker was settled when it
     # admitted this launch (a success changes nothing then).
     if scheduled and not execution.scheduled and not (admission and admission.settled):
-        breaker.record_success(runner.target, ctx.job.pk, ctx.now())
+        breaker.record_success(runner.target, tenant, ctx.job.pk, ctx.now())
     if status.phase == Phase.SUCCEEDED:
         return {"status": ExecutionStatus.SUCCEEDED, "pod_phase": status.pod_phase,
                 "scheduled": True,
@@ -118,7 +130,11 @@ def _new_try(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner)
 def _call(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner, call) -> HookStatus:
     """A runner call, its infrastructure failures turned into the delivery's outcome."""
     try:
-        return call(spec_for(execution))
+        spec = spec_for(execution)
+    except HookRefused as exc:  # the entry changed while the hook ran
+        _refused(ctx, execution, runner, exc)
+    try:
+        return call(spec)
     except TransientResourceError as exc:
         _transient(ctx, execution, runner, exc)
     except PermanentRunnerError as exc:
@@ -128,7 +144,8 @@ def _call(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner, ca
 
 def _transient(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner,
                exc: TransientResourceError) -> NoReturn:
-    breaker.record_failure(runner.target, ctx.job.pk, str(exc), ctx.now())
+    breaker.record_failure(runner.target, execution.batch.run.tenant_id, ctx.job.pk, str(exc),
+                           ctx.now())
     reason = f"try {execution.tries}: {exc}"
     if ctx.attempt >= ctx.job.max_attempts:
         with ctx.batch():
@@ -153,6 +170,23 @@ def _hook_failed(ctx: jobs.JobContext, execution: HookExecution, status: HookSta
                               f"{': ' + status.reason if status.reason else ''}")
 
 
+def _refused(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner,
+             exc: HookRefused) -> NoReturn:
+    """The hook may not run as it is: its batch fails and so does the run, whatever its
+    failure allowance (every other batch would fail the same way), until the entry or
+    the values are put right and an operator retries the run's failed hooks. A try
+    already out is stopped."""
+    if execution.status in (ExecutionStatus.LAUNCHING, ExecutionStatus.RUNNING):
+        try:
+            runner.stop(execution.runner_ref)
+        except InfrastructureError as stop_error:  # its own time limit still ends it
+            logger.warning("hook %s: not stopped: %s", execution.runner_ref, stop_error,
+                           extra={"execution": execution.pk})
+    with ctx.batch():
+        services.refuse_hook(execution, reason=str(exc), current_job=ctx.job.pk)
+    raise jobs.PermanentError(str(exc))
+
+
 def _save(ctx: jobs.JobContext, execution: HookExecution, fields: dict[str, Any] | None = None,
           **more: Any) -> None:
     fields = {**(fields or {}), **more}
@@ -164,11 +198,32 @@ def _save(ctx: jobs.JobContext, execution: HookExecution, fields: dict[str, Any]
         HookExecution.objects.filter(pk=execution.pk).update(**fields)
 
 
+class HookRefused(Exception):
+    """The hook's catalogue entry, or its values, do not allow it to run now."""
+
+
 def spec_for(execution: HookExecution) -> HookSpec:
-    """What the runner needs for the execution's current try."""
+    """What the runner needs for the execution's current try: the catalogue entry's
+    image, command, environment, resources and time limit, with the hook's values in
+    their places. ``HookRefused`` when the entry is disabled, no longer offered to the
+    run's tenant, or no longer fits the values (or the catalogue's rules)."""
     hook = execution.hook
+    entry = hook.template
     batch = execution.batch
     run = batch.run
+    if not entry.enabled:
+        raise HookRefused(f"hook {hook.name}: catalogue entry {entry.name!r} is disabled")
+    offered = getattr(entry, "offered", None)  # set by sql.batch_with_hooks, else asked
+    if offered is None:
+        offered = type(entry).objects.offered_to(run.tenant_id).filter(pk=entry.pk).exists()
+    if not offered:
+        raise HookRefused(f"hook {hook.name}: catalogue entry {entry.name!r} is not offered "
+                          "to this tenant")
+    try:
+        rendered = catalogue.check_hook(entry, hook.parameters)
+    except catalogue.Refused as exc:
+        raise HookRefused(f"hook {hook.name} does not fit catalogue entry {entry.name!r}: "
+                          f"{exc}") from exc
     tenant = run.tenant.slug
     labels = {
         "conveyor.io/run": str(run.pk),
@@ -176,13 +231,11 @@ def spec_for(execution: HookExecution) -> HookSpec:
         "conveyor.io/tenant": LABEL_VALUE.sub("-", tenant)[:63].strip("-_.") or "none",
         "conveyor.io/hook": hook.name,
     }
-    env = {str(key): str(value) for key, value in hook.env.items()}
-    env.update(INGEST_RUN=str(run.pk), INGEST_BATCH=str(batch.sequence),
-               INGEST_SOURCE=run.source.name, INGEST_TENANT=tenant)
+    env = {**rendered.env, "INGEST_RUN": str(run.pk), "INGEST_BATCH": str(batch.sequence),
+           "INGEST_SOURCE": run.source.name, "INGEST_TENANT": tenant}
     return HookSpec(
-        name=execution.runner_ref, image=hook.image, command=tuple(str(a) for a in hook.command),
-        env=env, timeout_seconds=hook.timeout_seconds, labels=labels,
+        name=execution.runner_ref, image=entry.image, command=rendered.command,
+        env=env, timeout_seconds=entry.timeout_seconds, labels=labels,
         batch_location=services.batches_store(tenant).location(batch.location),
-        resources=Resources(cpu_request=hook.cpu_request, memory_request=hook.memory_request,
-                            cpu_limit=hook.cpu_limit, memory_limit=hook.memory_limit))
-
+        resources=Resources(cpu_request=entry.cpu_request, memory_request=entry.memory_request,
+                            cpu_limit=entry.cpu_limit, memory_limit=entry.memory_limit))

@@ -1,7 +1,9 @@
-"""Sources, their hooks, ingest runs with their batches and hook executions, published
-records, operators' actions, and the hook runner's circuit breaker.
+"""Sources, their hooks, the hook catalogue, ingest runs with their batches and hook
+executions, published records, operators' actions, and the hook runner's circuit
+breakers.
 
-Who writes what: ``start_ingest`` and the operator actions write runs and actions;
+Who writes what: platform operators write the catalogue, a tenant's staff its sources
+and their hooks; ``start_ingest`` and the operator actions write runs and actions;
 ``RunIngester`` writes batches; ``RunHooks`` writes hook executions and the breaker;
 ``PublishBatch`` alone writes records, so a batch's records appear in the one
 transaction that marks it published.
@@ -13,7 +15,7 @@ import uuid
 
 from django.conf import settings
 from django.db import models
-from django.db.models import F, Func, Q, Value
+from django.db.models import Exists, F, Func, OuterRef, Q, Value
 from django.db.models.lookups import Exact
 
 from ingest import conf
@@ -72,26 +74,95 @@ class IngestSource(models.Model):
         return self.name
 
 
-class Hook(models.Model):
-    """A step every batch of a source goes through before it is published: a command in
-    a container image (a Kubernetes Job), or on the worker's host when no cluster is
-    configured. Hooks run in ``position`` order; each reads the batch from
-    ``INGEST_BATCH_URL`` and passes by exiting 0."""
+class HookTemplateQuerySet(models.QuerySet):
+    def offered_to(self, tenant: int) -> HookTemplateQuerySet:
+        """The enabled entries ``tenant``'s hooks may use: those restricted to no tenant,
+        and those restricted to a list that names it."""
+        through = HookTemplate.tenants.through
+        return self.filter(enabled=True).filter(
+            ~Exists(through.objects.filter(hooktemplate_id=OuterRef("pk")))
+            | Exists(through.objects.filter(hooktemplate_id=OuterRef("pk"), tenant_id=tenant)))
 
-    source = models.ForeignKey(IngestSource, verbose_name="source", on_delete=models.CASCADE,
-                               related_name="hooks")
-    name = models.SlugField("name", max_length=40)
-    position = models.PositiveSmallIntegerField("position", default=0)
+
+class HookTemplate(models.Model):
+    """An entry of the hook catalogue, defined by platform operators: a command in a
+    container image, and the parameters a tenant's hook may fill. Tenants choose an entry
+    and give values; they never give a command, an image or an environment
+    (``ingest.runs.catalogue`` holds the rules)."""
+
+    name = models.SlugField("name", max_length=64, unique=True,
+                            help_text="How tenants and the run pages name the entry.")
+    description = models.TextField("description", blank=True,
+                                   help_text="What the hook checks, for the tenants offered it.")
     image = models.CharField("image", max_length=255,
                              help_text="The container image, on Kubernetes.")
-    command = models.JSONField("command", help_text='The argument list, e.g. ["python", "-m", '
-                                                    '"ingest.hookkit.check_records"].')
-    env = models.JSONField("environment", default=dict, blank=True)
+    command = models.JSONField(
+        "command", default=list,
+        help_text='The argument list, run directly (no shell), e.g. ["python", "-m", '
+                  '"ingest.hookkit.check_records", "--require", "{fields}"]. {name} inside an '
+                  "argument is replaced by that parameter's value, within that argument; "
+                  "{{ and }} are literal braces.")
+    parameters = models.JSONField(
+        "parameters", default=list, blank=True,
+        help_text='What a tenant fills, a JSON list, e.g. [{"name": "fields", "type": "string", '
+                  '"required": true, "max_length": 200, "pattern": "^[a-z_,]+$"}]. Types: string '
+                  "(max_length, pattern), integer (min, max), boolean, choice (choices); each "
+                  "may have a default and a description. Each value is also in the environment "
+                  "as HOOK_PARAM_<NAME>.")
+    env = models.JSONField("environment", default=dict, blank=True,
+                           help_text="Fixed variables the hook gets, whoever uses it.")
     cpu_request = models.CharField("CPU request", max_length=16, blank=True)
     memory_request = models.CharField("memory request", max_length=16, blank=True)
     cpu_limit = models.CharField("CPU limit", max_length=16, blank=True)
     memory_limit = models.CharField("memory limit", max_length=16, blank=True)
     timeout_seconds = models.PositiveIntegerField("time limit (seconds)", default=600)
+    enabled = models.BooleanField(
+        "enabled", default=True,
+        help_text="Hooks of a disabled entry do not run: the batch's run fails, saying so.")
+    tenants = models.ManyToManyField(
+        "tenancy.Tenant", verbose_name="offered to", blank=True, related_name="+",
+        help_text="Only these tenants may use the entry; none chosen: every tenant.")
+    created_at = models.DateTimeField("created", auto_now_add=True)
+    updated_at = models.DateTimeField("updated", auto_now=True)
+
+    objects = HookTemplateQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "hook catalogue entry"
+        verbose_name_plural = "hook catalogue"
+        constraints = [
+            models.CheckConstraint(name="ingest_hook_template_name_not_empty",
+                                   condition=~Q(name="")),
+            models.CheckConstraint(name="ingest_hook_template_command_is_list",
+                                   condition=_json_type("command", "array")),
+            models.CheckConstraint(name="ingest_hook_template_parameters_is_list",
+                                   condition=_json_type("parameters", "array")),
+            models.CheckConstraint(name="ingest_hook_template_env_is_object",
+                                   condition=_json_type("env", "object")),
+            models.CheckConstraint(name="ingest_hook_template_timeout_in_range",
+                                   condition=Q(timeout_seconds__gte=1, timeout_seconds__lte=86_400)),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Hook(models.Model):
+    """A step every batch of a source goes through before it is published: a catalogue
+    entry and the values its parameters take for this source. Hooks run in ``position``
+    order; each reads the batch from ``INGEST_BATCH_URL`` and passes by exiting 0."""
+
+    source = models.ForeignKey(IngestSource, verbose_name="source", on_delete=models.CASCADE,
+                               related_name="hooks")
+    name = models.SlugField("name", max_length=40)
+    position = models.PositiveSmallIntegerField("position", default=0)
+    template = models.ForeignKey(HookTemplate, verbose_name="catalogue entry",
+                                 on_delete=models.PROTECT, related_name="hooks",
+                                 help_text="What runs: an entry of the hook catalogue.")
+    parameters = models.JSONField(
+        "parameters", default=dict, blank=True,
+        help_text='Values of the entry\'s parameters, e.g. {"fields": "id,amount"}.')
 
     class Meta:
         ordering = ["source", "position", "name"]
@@ -99,12 +170,8 @@ class Hook(models.Model):
             models.UniqueConstraint(fields=["source", "name"], name="ingest_hook_name_per_source"),
             models.UniqueConstraint(fields=["source", "position"],
                                     name="ingest_hook_position_per_source"),
-            models.CheckConstraint(name="ingest_hook_command_is_list",
-                                   condition=_json_type("command", "array")),
-            models.CheckConstraint(name="ingest_hook_env_is_object",
-                                   condition=_json_type("env", "object")),
-            models.CheckConstraint(name="ingest_hook_timeout_in_range",
-                                   condition=Q(timeout_seconds__gte=1, timeout_seconds__lte=86_400)),
+            models.CheckConstraint(name="ingest_hook_parameters_is_object",
+                                   condition=_json_type("parameters", "object")),
         ]
 
     def __str__(self) -> str:
@@ -259,6 +326,13 @@ class HookExecution(models.Model):
     hook = models.ForeignKey(Hook, verbose_name="hook", on_delete=models.SET_NULL, null=True,
                              blank=True, related_name="+")
     hook_name = models.CharField("hook", max_length=40)
+    # The run's tenant, copied here when the execution is written: a tenant's launch
+    # window counts its own executions waiting for room on a target, and with the tenant
+    # on the row one partial index (ingest_hook_awaiting_room) serves that count without
+    # joining batches and runs. No index of its own: nothing else looks executions up by
+    # tenant.
+    tenant = models.ForeignKey("tenancy.Tenant", verbose_name="tenant", on_delete=models.PROTECT,
+                               related_name="+", db_index=False)
     position = models.PositiveSmallIntegerField("position")
     status = models.CharField("status", max_length=10, choices=Status.choices,
                               default=Status.WAITING)
@@ -278,7 +352,9 @@ class HookExecution(models.Model):
 
     class Meta:
         ordering = ["batch", "position"]
-        indexes = [models.Index(fields=["runner_target"], name="ingest_hook_awaiting_room",
+        # A tenant's launches waiting for room on a target: the launch window's count
+        # (breaker._ADMIT).
+        indexes = [models.Index(fields=["runner_target", "tenant"], name="ingest_hook_awaiting_room",
                                 condition=Q(status__in=["launching", "running"], scheduled=False))]
         constraints = [
             models.UniqueConstraint(fields=["batch", "position"], name="ingest_hook_execution_once"),
@@ -351,17 +427,20 @@ class BreakerState(models.TextChoices):
 
 
 class RunnerBreaker(models.Model):
-    """The circuit breaker of one hook runner target (a cluster's namespace, or a host).
+    """The circuit breaker of one tenant's hooks on one hook runner target (a cluster's
+    namespace, or a host).
 
-    Closed: hooks launch. Enough transient failures within the window open it: no hook
-    of any run or tenant is launched there until ``next_probe_at``, when one delivery
-    (the probe) may try; its success closes the breaker, its failure reopens it with a
-    doubled cool-down.
+    Closed: hooks launch. Enough transient failures of the tenant's hooks within the
+    window open it: no hook of that tenant is launched there until ``next_probe_at``,
+    when one delivery (the probe) may try; its success closes the breaker, its failure
+    reopens it with a doubled cool-down. Other tenants' hooks on the target go on.
     """
 
     State = BreakerState
 
-    target = models.CharField("runner", max_length=200, unique=True)
+    target = models.CharField("runner", max_length=200)
+    tenant = models.ForeignKey("tenancy.Tenant", verbose_name="tenant", on_delete=models.CASCADE,
+                               related_name="+")
     state = models.CharField("state", max_length=10, choices=State.choices, default=State.CLOSED)
     failures = models.PositiveIntegerField("failures in window", default=0)
     window_started_at = models.DateTimeField("window started", null=True, blank=True)
@@ -380,13 +459,15 @@ class RunnerBreaker(models.Model):
     updated_at = models.DateTimeField("updated", null=True, blank=True)
 
     class Meta:
-        ordering = ["target"]
+        ordering = ["target", "tenant"]
         verbose_name = "hook runner breaker"
         constraints = [
+            # What the breaker's statements look up and upsert on (ON CONFLICT).
+            models.UniqueConstraint(fields=["target", "tenant"], name="ingest_breaker_per_target_tenant"),
             _choices_check("ingest_breaker_state_valid", "state", BreakerState),
             models.CheckConstraint(name="ingest_breaker_open_has_probe_time",
                                    condition=Q(state="closed") | Q(next_probe_at__isnull=False)),
         ]
 
     def __str__(self) -> str:
-        return f"{self.target}: {self.get_state_display()}"
+        return f"{self.target}, tenant {self.tenant_id}: {self.get_state_display()}"

@@ -237,6 +237,24 @@ def record_hook_failure(execution: HookExecution, *, reason: str, exit_code: int
     return settle(run, current_job=current_job)
 
 
+def refuse_hook(execution: HookExecution, *, reason: str, current_job: int | None = None
+                ) -> IngestRun:
+    """A hook may not run (its catalogue entry is disabled, withdrawn from the tenant, or
+    no longer fits the hook's values): the execution and its batch fail with ``reason``,
+    and so does the run, at once: its other batches would meet the same refusal. In the
+    caller's transaction."""
+    now = jobs.now()
+    HookExecution.objects.filter(pk=execution.pk).update(
+        status=ExecutionStatus.FAILED, reason=reason[:4000], finished_at=now)
+    IngestBatch.objects.filter(pk=execution.batch_id).update(
+        status=BatchStatus.HOOKS_FAILED, checked_at=now)
+    run = IngestRun.objects.select_for_update(no_key=True).get(batches=execution.batch_id)
+    if run.finished:
+        return run
+    IngestRun.objects.filter(pk=run.pk).update(hook_failures=F("hook_failures") + 1)
+    return fail_run(run, f"{reason} (batch {execution.batch.sequence})", current_job=current_job)
+
+
 def fail_run(run: IngestRun, reason: str, *, actor: Any = None, via: str = "pipeline",
              current_job: int | None = None) -> IngestRun:
     """Mark ``run`` failed and cancel its outstanding deliveries (each cancellation is

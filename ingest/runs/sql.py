@@ -27,6 +27,7 @@ from ingest.runs.models import (
     ExecutionStatus,
     Hook,
     HookExecution,
+    HookTemplate,
     IngestBatch,
     IngestRecord,
     IngestRun,
@@ -54,9 +55,11 @@ def _instance(model: type[Model], row: tuple[Any, ...], start: int) -> tuple[Mod
 
 def _tables() -> dict[str, str]:
     quote = connection.ops.quote_name
-    return {model.__name__: quote(model._meta.db_table)
-            for model in (Hook, HookExecution, IngestBatch, IngestRecord, IngestRun, IngestSource,
-                          Tenant)}
+    tables = {model.__name__: quote(model._meta.db_table)
+              for model in (Hook, HookExecution, HookTemplate, IngestBatch, IngestRecord,
+                            IngestRun, IngestSource, Tenant)}
+    offers = quote(HookTemplate.tenants.through._meta.db_table)
+    return {**tables, "HookTemplateTenants": offers}
 
 
 @cache
@@ -94,13 +97,18 @@ def _batch_with_hooks() -> str:
     t = _tables()
     return f"""
 SELECT {_columns(IngestBatch, "b")}, {_columns(IngestRun, "r")}, {_columns(IngestSource, "s")},
-       {_columns(Tenant, "t")}, {_columns(HookExecution, "e")}, {_columns(Hook, "h")}
+       {_columns(Tenant, "t")}, {_columns(HookExecution, "e")}, {_columns(Hook, "h")},
+       {_columns(HookTemplate, "ht")},
+       NOT EXISTS (SELECT FROM {t["HookTemplateTenants"]} o WHERE o.hooktemplate_id = ht.id)
+       OR EXISTS (SELECT FROM {t["HookTemplateTenants"]} o
+                  WHERE o.hooktemplate_id = ht.id AND o.tenant_id = r.tenant_id)
 FROM {t["IngestBatch"]} b
 JOIN {t["IngestRun"]} r ON r.id = b.run_id
 JOIN {t["IngestSource"]} s ON s.id = r.source_id
 JOIN {t["Tenant"]} t ON t.id = r.tenant_id
 LEFT JOIN {t["HookExecution"]} e ON e.batch_id = b.id
 LEFT JOIN {t["Hook"]} h ON h.id = e.hook_id
+LEFT JOIN {t["HookTemplate"]} ht ON ht.id = h.template_id
 WHERE b.id = %(batch)s AND b.run_id = %(run)s AND r.tenant_id IS NOT DISTINCT FROM %(tenant)s::bigint
 ORDER BY e.position
 """
@@ -110,7 +118,8 @@ def batch_with_hooks(*, batch: int, run: int, tenant: int | None
                      ) -> tuple[IngestBatch | None, list[HookExecution]]:
     """Batch ``batch`` of ``run`` (within ``tenant``) with its run, source and tenant, and
     its hook executions in order, each with its hook (None if the hook was removed) and
-    sharing that one batch object."""
+    the hook's catalogue entry, and sharing that one batch object. Each entry's
+    ``offered`` says whether it is offered to the run's tenant."""
     rows = jobs.execute_prepared(_batch_with_hooks(), {"batch": batch, "run": run, "tenant": tenant},
                        binary=True).fetchall()
     if not rows:
@@ -124,7 +133,10 @@ def batch_with_hooks(*, batch: int, run: int, tenant: int | None
         execution, after = _instance(HookExecution, row, at)
         if execution is None:  # the batch has no hooks
             continue
-        execution.hook, _ = _instance(Hook, row, after)
+        execution.hook, after = _instance(Hook, row, after)
+        if execution.hook is not None:
+            execution.hook.template, after = _instance(HookTemplate, row, after)
+            execution.hook.template.offered = row[after]
         execution.batch = found
         executions.append(execution)
     return found, executions
@@ -169,7 +181,7 @@ WITH moved AS (
     WHERE id = %(run)s AND status = %(running)s
       AND NOT EXISTS (SELECT FROM {t["IngestBatch"]}
                       WHERE run_id = %(run)s AND sequence = %(sequence)s)
-    RETURNING id, source_id
+    RETURNING id, source_id, tenant_id
 ), batch AS (
     INSERT INTO {t["IngestBatch"]} (
         run_id, sequence, status, records, session_in, session_out, has_more, location,
@@ -180,9 +192,10 @@ WITH moved AS (
     RETURNING *
 ), executions AS (
     INSERT INTO {t["HookExecution"]} (
-        batch_id, hook_id, hook_name, position, status, tries, runner_target, runner_ref,
-        launched_at, pod_phase, exit_code, reason, log_tail, scheduled, finished_at)
-    SELECT batch.id, h.id, h.name, row_number() OVER (ORDER BY h.position, h.name) - 1,
+        batch_id, hook_id, hook_name, tenant_id, position, status, tries, runner_target,
+        runner_ref, launched_at, pod_phase, exit_code, reason, log_tail, scheduled, finished_at)
+    SELECT batch.id, h.id, h.name, moved.tenant_id,
+           row_number() OVER (ORDER BY h.position, h.name) - 1,
            %(waiting)s, 0, '', '', NULL, '', NULL, '', '', false, NULL
     FROM batch, moved JOIN {t["Hook"]} h ON h.source_id = moved.source_id
 )

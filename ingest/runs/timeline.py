@@ -42,7 +42,8 @@ class Timeline:
 
 
 def load(run: IngestRun, *, limit: int = BATCH_LIMIT, deliveries: bool = True) -> Timeline:
-    executions = Prefetch("hook_executions", queryset=HookExecution.objects.order_by("position"))
+    executions = Prefetch("hook_executions", queryset=HookExecution.objects.select_related(
+        "hook__template").order_by("position"))
     newest = list(run.batches.order_by("-sequence").prefetch_related(executions)[:limit])
     newest.reverse()
     earlier = newest[0].sequence - 1 if newest else 0

@@ -4,7 +4,6 @@ and the breakers, each scoped to the staff user's tenant."""
 from __future__ import annotations
 
 import re
-from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -13,7 +12,15 @@ from django.test import Client
 import jobs
 from ingest.runs import breaker, services
 from ingest.runs.errors import TransientResourceError
-from ingest.runs.models import ActionKind, BreakerState, IngestRun, IngestSource, RunnerBreaker, RunStatus
+from ingest.runs.models import (
+    ActionKind,
+    BreakerState,
+    HookTemplate,
+    IngestRun,
+    IngestSource,
+    RunnerBreaker,
+    RunStatus,
+)
 from ingest.runs.runners.local import LocalRunner
 from tests.base import page, staff
 from tests.ingest import builders
@@ -24,6 +31,8 @@ pytestmark = pytest.mark.django_db
 SOURCES = "/admin/ingest/ingestsource/"
 RUNS = "/admin/ingest/ingestrun/"
 BREAKERS = "/admin/ingest/runnerbreaker/"
+CATALOGUE = "/admin/ingest/hooktemplate/"
+TARGET = "kube:conveyor-hooks"
 
 
 def staff_browser(username: str, of) -> Client:
@@ -40,14 +49,23 @@ def alice(acme) -> Client:
     return staff_browser("alice", acme)
 
 
+@pytest.fixture
+def check(db) -> HookTemplate:
+    """The catalogue's entry the forms choose: a level from 1 to 5, and a mode."""
+    return builders.entry(["check", "--level", "{level}"], "check", parameters=[
+        {"name": "level", "type": "integer", "min": 1, "max": 5, "required": True},
+        {"name": "mode", "type": "choice", "choices": ["fast", "strict"], "default": "fast"}])
+
+
 def source_form(**fields):
-    """The add form's POST data: the source's fields and its hooks' inline."""
+    """The add form's POST data: the source's fields and its hooks' inline (the entry
+    named "check")."""
+    entry = HookTemplate.objects.filter(name="check").values_list("pk", flat=True).first()
     data = {"name": "orders", "kind": "test_counting", "config": '{"batches": 2}',
             "batch_size": "100", "max_failures": "3", "enabled": "on",
             "hooks-TOTAL_FORMS": "1", "hooks-INITIAL_FORMS": "0", "hooks-MIN_NUM_FORMS": "0",
             "hooks-MAX_NUM_FORMS": "1000", "hooks-0-name": "check", "hooks-0-position": "0",
-            "hooks-0-image": "registry.example/check:1", "hooks-0-command": '["true"]',
-            "hooks-0-env": "{}", "hooks-0-timeout_seconds": "600"}
+            "hooks-0-template": str(entry), "hooks-0-parameters": '{"level": 3}'}
     data.update(fields)
     return data
 
@@ -58,11 +76,13 @@ def source_form(**fields):
 def test_every_ingest_page_answers_with_rows_in_it(admin_client, acme, clock):
     run = services.start_ingest(builders.source(acme, batches=2))
     drain(clock)
-    breaker.record_failure("kube:conveyor-hooks", 1, "429 Too Many Requests", clock.now())
+    breaker.record_failure(TARGET, acme.pk, 1, "429 Too Many Requests", clock.now())
+    entry = HookTemplate.objects.get()
     for url in [SOURCES, f"{SOURCES}add/", f"{SOURCES}{run.source_id}/change/", RUNS,
                 f"{RUNS}{run.pk}/change/", f"{RUNS}{run.pk}/timeline/", BREAKERS,
-                f"{BREAKERS}{RunnerBreaker.objects.get(target='kube:conveyor-hooks').pk}/change/",
-                f"{RUNS}?status=succeeded", f"{RUNS}?source__id__exact={run.source_id}"]:
+                f"{BREAKERS}{RunnerBreaker.objects.get(target=TARGET).pk}/change/",
+                f"{RUNS}?status=succeeded", f"{RUNS}?source__id__exact={run.source_id}",
+                CATALOGUE, f"{CATALOGUE}add/", f"{CATALOGUE}{entry.pk}/change/"]:
         page(admin_client, url)
 
 
@@ -146,7 +166,7 @@ def test_retry_hooks_and_retry_from_batch_from_the_run_page(admin_client, admin_
     fetched = builders.source(acme, "fetched", config={"batches": 2, "size": 1, "fail_at": 2})
     failed_hooks, failed_fetch = services.start_ingest(hooked), services.start_ingest(fetched)
     drain(clock)
-    hooked.hooks.update(command=builders.PASS)
+    builders.run_instead(hooked, builders.PASS)
     fetched.config = {"batches": 2, "size": 1}
     fetched.save()
 
@@ -198,14 +218,14 @@ def test_the_operations_need_a_post_and_the_permission(acme, clock):
 # --- sources ----------------------------------------------------------------------------------
 
 
-def test_a_source_is_added_with_its_hooks_and_its_tenant_is_the_staff_users(alice, acme):
+def test_a_source_is_added_with_its_hooks_and_its_tenant_is_the_staff_users(alice, acme, check):
     response = alice.post(f"{SOURCES}add/", source_form())
 
     assert response.status_code == 302, response.content.decode()
     source = IngestSource.objects.get()
     assert (source.tenant, source.kind, source.config) == (acme, "test_counting", {"batches": 2})
     hook = source.hooks.get()
-    assert (hook.name, hook.command) == ("check", ["true"])
+    assert (hook.name, hook.template, hook.parameters) == ("check", check, {"level": 3})
 
 
 @pytest.mark.parametrize("fields, problem", [
@@ -215,11 +235,17 @@ def test_a_source_is_added_with_its_hooks_and_its_tenant_is_the_staff_users(alic
     ({"config": "{nope"}, "Enter a valid JSON."),
     ({"kind": "ftp"}, "Select a valid choice. ftp is not one of the available choices."),
     ({"batch_size": "20000"}, "between 1 and 10000"),
-    ({"hooks-0-command": '"true"'}, "an argument list of strings"),
-    ({"hooks-0-env": "[]"}, "an object of names and values"),
-    ({"hooks-0-timeout_seconds": "0"}, "between 1 and 86400 seconds"),
+    ({"hooks-0-parameters": "{}"}, "parameter &#x27;level&#x27; is required"),
+    ({"hooks-0-parameters": '{"level": 9}'}, "parameter &#x27;level&#x27; is above 5"),
+    ({"hooks-0-parameters": '{"level": "3"}'}, "parameter &#x27;level&#x27; must be a whole number"),
+    ({"hooks-0-parameters": '{"level": 3, "mode": "rm -rf"}'},
+     "parameter &#x27;mode&#x27; must be one of fast, strict"),
+    ({"hooks-0-parameters": '{"level": 3, "image": "evil:1"}'}, "unknown parameter &#x27;image&#x27;"),
+    ({"hooks-0-parameters": "[]"}, "an object of parameter names and values"),
+    ({"hooks-0-template": ""}, "This field is required."),
 ])
-def test_a_bad_source_or_hook_is_a_form_error_and_nothing_is_saved(alice, acme, fields, problem):
+def test_a_bad_source_or_hook_is_a_form_error_and_nothing_is_saved(alice, acme, check, fields,
+                                                                     problem):
     response = alice.post(f"{SOURCES}add/", source_form(**fields))
 
     assert response.status_code == 200
@@ -227,7 +253,7 @@ def test_a_bad_source_or_hook_is_a_form_error_and_nothing_is_saved(alice, acme, 
     assert not IngestSource.objects.exists()
 
 
-def test_a_duplicate_name_within_the_tenant_is_a_form_error(alice, acme, globex):
+def test_a_duplicate_name_within_the_tenant_is_a_form_error(alice, acme, globex, check):
     builders.source(acme, "orders")
     builders.source(globex, "invoices")
 
@@ -239,10 +265,9 @@ def test_a_duplicate_name_within_the_tenant_is_a_form_error(alice, acme, globex)
     assert IngestSource.objects.filter(tenant=acme).count() == 2
 
 
-def test_two_hooks_of_one_name_or_position_are_a_form_error(alice):
+def test_two_hooks_of_one_name_or_position_are_a_form_error(alice, check):
     second = {"hooks-TOTAL_FORMS": "2", "hooks-1-name": "check", "hooks-1-position": "1",
-              "hooks-1-image": "registry.example/check:2", "hooks-1-command": '["true"]',
-              "hooks-1-env": "{}", "hooks-1-timeout_seconds": "60"}
+              "hooks-1-template": str(check.pk), "hooks-1-parameters": '{"level": 1}'}
 
     same_name = alice.post(f"{SOURCES}add/", source_form(**second))
     same_position = alice.post(f"{SOURCES}add/", source_form(**{**second, "hooks-1-name": "lint",
@@ -253,7 +278,7 @@ def test_two_hooks_of_one_name_or_position_are_a_form_error(alice):
     assert not IngestSource.objects.exists()
 
 
-def test_an_empty_configuration_is_checked_as_an_empty_object(alice):
+def test_an_empty_configuration_is_checked_as_an_empty_object(alice, check):
     response = alice.post(f"{SOURCES}add/", source_form(config=""))
 
     assert "batches: This field is required." in response.content.decode()
@@ -266,7 +291,9 @@ def test_an_operator_renames_a_source_but_never_moves_it_to_another_tenant(admin
     builders.source(acme, "invoices")
     hook = source.hooks.get()
     change = source_form(name="invoices", tenant=str(globex.pk), **{
-        "hooks-INITIAL_FORMS": "1", "hooks-0-id": str(hook.pk), "hooks-0-source": str(source.pk)})
+        "hooks-INITIAL_FORMS": "1", "hooks-0-id": str(hook.pk), "hooks-0-source": str(source.pk),
+        "hooks-0-name": hook.name, "hooks-0-template": str(hook.template_id),
+        "hooks-0-parameters": "{}"})
 
     taken = admin_client.post(f"{SOURCES}{source.pk}/change/", change)
     renamed = admin_client.post(f"{SOURCES}{source.pk}/change/", {**change, "name": "orders-v2"})
@@ -294,7 +321,7 @@ def test_the_kind_is_a_choice_of_the_installed_ingesters(alice):
     assert 'name="tenant"' not in html  # a tenant's staff add sources to their own tenant
 
 
-def test_an_operator_chooses_the_tenant(admin_client, acme):
+def test_an_operator_chooses_the_tenant(admin_client, acme, check):
     response = admin_client.post(f"{SOURCES}add/", source_form(tenant=str(acme.pk)))
 
     assert response.status_code == 302
@@ -343,26 +370,133 @@ def test_tenant_staff_see_only_their_tenants_sources_and_runs(alice, acme, globe
 # --- breakers ---------------------------------------------------------------------------------
 
 
-def test_an_open_breaker_shows_its_next_probe_and_closes_by_hand(admin_client, clock):
+def test_an_open_breaker_shows_its_tenant_and_next_probe_and_closes_by_hand(admin_client, acme,
+                                                                            clock):
     for job in range(5):
-        breaker.record_failure("kube:conveyor-hooks", job, "429 Too Many Requests", clock.now())
+        breaker.record_failure(TARGET, acme.pk, job, "429 Too Many Requests", clock.now())
 
     html = page(admin_client, BREAKERS)
 
     assert 'class="ingest-status ingest-status-open">open</span>' in html
     assert re.search(r'<time class="ingest-countdown"[^>]*>in 1 min 00 s</time>', html)
     assert "429 Too Many Requests" in html
+    assert '<td class="field-tenant nowrap">Acme</td>' in html
     row = RunnerBreaker.objects.get()
     response = admin_client.post(BREAKERS, {"action": "close_breakers", "_selected_action": [row.pk]},
                                  follow=True)
-    assert "Closed: kube:conveyor-hooks." in response.content.decode()
+    assert f"Closed: {TARGET} for Acme." in response.content.decode()
     row.refresh_from_db()
     assert (row.state, row.failures, row.next_probe_at) == (BreakerState.CLOSED, 0, None)
     assert row.times_opened == 1
 
 
-def test_the_breakers_are_for_platform_operators(alice, clock):
-    breaker.record_failure("kube:conveyor-hooks", 1, "boom", clock.now() - timedelta(seconds=1))
+def test_tenant_staff_see_their_own_breakers_and_cannot_close_them(alice, acme, globex, clock):
+    for job in range(5):
+        breaker.record_failure(TARGET, acme.pk, job, "acme's pods evicted", clock.now())
+        breaker.record_failure(TARGET, globex.pk, job, "globex's pods evicted", clock.now())
+    theirs = RunnerBreaker.objects.get(tenant=globex)
+    mine = RunnerBreaker.objects.get(tenant=acme)
 
-    assert alice.get(BREAKERS).status_code == 403
-    assert "runnerbreaker" not in page(alice, "/admin/")
+    html = page(alice, BREAKERS)
+
+    assert "acme&#x27;s pods evicted" in html and "globex" not in html.lower()
+    assert alice.get(f"{BREAKERS}{theirs.pk}/change/").status_code == 302  # no such object
+    page(alice, f"{BREAKERS}{mine.pk}/change/")
+    assert "close_breakers" not in html
+    alice.post(BREAKERS, {"action": "close_breakers", "_selected_action": [mine.pk]})
+    mine.refresh_from_db()
+    assert mine.state == BreakerState.OPEN
+
+
+# --- the hook catalogue -----------------------------------------------------------------------
+
+
+def entry_form(**fields):
+    data = {"name": "lint", "description": "", "enabled": "on", "image": "hooks/lint:1",
+            "command": '["lint", "--max", "{max}"]',
+            "parameters": '[{"name": "max", "type": "integer", "min": 1, "max": 100, "default": 10}]',
+            "env": '{"LINT_STRICT": "1"}', "cpu_request": "250m", "cpu_limit": "1",
+            "memory_request": "128Mi", "memory_limit": "512Mi", "timeout_seconds": "300"}
+    data.update(fields)
+    return data
+
+
+def test_an_operator_adds_an_entry_offered_to_some_tenants(admin_client, acme):
+    response = admin_client.post(f"{CATALOGUE}add/", entry_form(tenants=[str(acme.pk)]))
+
+    assert response.status_code == 302, response.content.decode()
+    entry = HookTemplate.objects.get()
+    assert (entry.command, entry.env, entry.memory_limit) == (
+        ["lint", "--max", "{max}"], {"LINT_STRICT": "1"}, "512Mi")
+    assert list(entry.tenants.all()) == [acme]
+
+
+@pytest.mark.parametrize("fields, problem", [
+    ({"parameters": '[{"name": "max", "type": "float"}]'},
+     "parameter &#x27;max&#x27;: type &#x27;float&#x27; is not one of string, integer, boolean, choice"),
+    ({"parameters": '[{"name": "max", "type": "integer", "min": 1, "max": 100, "default": 500}]'},
+     "parameter &#x27;max&#x27;: its default is above 100"),
+    ({"parameters": '[{"name": "max", "type": "string", "max_length": 5, "pattern": "^(a$"}]'},
+     "parameter &#x27;max&#x27;: pattern is not a regular expression"),
+    ({"parameters": '[{"name": "max", "type": "string", "max_length": 5, "pattern": "[a-z]+"}]'},
+     "parameter &#x27;max&#x27;: pattern is a regular expression anchored with ^ and $"),
+    ({"parameters": '[{"name": "max", "type": "choice", "choices": []}]'},
+     "parameter &#x27;max&#x27;: choices is a list of 1 to 100 texts"),
+    ({"parameters": '[{"name": "max", "type": "integer", "maximum": 3}]'},
+     "parameter &#x27;max&#x27;: unknown key &#x27;maximum&#x27;"),
+    ({"command": '["sh", "-c", "lint --max {max}"]'}, "would read its arguments as code"),
+    ({"command": '["python", "-c", "{max}"]'}, "which would make the parameter code"),
+    ({"command": '["lint", "--level", "{level}"]'}, "{level} names no declared parameter"),
+    ({"command": '"lint"'}, "an argument list of 1 to 256 non-empty strings"),
+    ({"env": '{"INGEST_BATCH_URL": "/etc/passwd"}'}, "are set by the pipeline"),
+    ({"cpu_limit": "lots"}, "&#x27;lots&#x27; is not a Kubernetes quantity"),
+    ({"memory_limit": "1Ti"}, "1Ti is above the most allowed, 16Gi"),
+    ({"cpu_request": "2", "cpu_limit": "500m"}, "2 is above its limit 500m"),
+    ({"timeout_seconds": "99999"}, "between 1 and 7200 seconds"),
+])
+def test_a_bad_entry_is_a_form_error_naming_what_is_wrong(admin_client, fields, problem):
+    response = admin_client.post(f"{CATALOGUE}add/", entry_form(**fields))
+
+    assert response.status_code == 200
+    assert problem in response.content.decode()
+    assert not HookTemplate.objects.exists()
+
+
+def test_tenant_staff_see_the_entries_offered_to_them_read_only(alice, acme, globex):
+    shared = builders.entry(["check"], "shared-check", env={"SECRET_LEVEL": "9"})
+    own = builders.entry(["check"], "acme-check", tenants=[acme, globex])
+    hidden = builders.entry(["check"], "globex-only", tenants=[globex])
+    builders.entry(["check"], "switched-off", enabled=False)
+
+    listing = page(alice, CATALOGUE)
+    detail = page(alice, f"{CATALOGUE}{own.pk}/change/")
+
+    assert "shared-check" in listing and "acme-check" in listing
+    assert "globex-only" not in listing and "switched-off" not in listing
+    assert "Globex" not in detail  # which other tenants are offered it is not theirs to know
+    assert "SECRET_LEVEL" not in page(alice, f"{CATALOGUE}{shared.pk}/change/")
+    assert 'name="image"' not in detail  # read only
+    assert alice.get(f"{CATALOGUE}{hidden.pk}/change/").status_code == 302
+    assert alice.get(f"{CATALOGUE}add/").status_code == 403
+    alice.post(f"{CATALOGUE}{own.pk}/change/", entry_form(name="acme-check", image="evil:1"))
+    own.refresh_from_db()
+    assert own.image == "registry.example/hooks:1"
+
+
+def test_a_hook_may_use_only_an_enabled_entry_offered_to_its_tenant(alice, acme, globex, check):
+    withdrawn = builders.entry(["check"], "globex-only", tenants=[globex])
+    disabled = builders.entry(["check"], "disabled", enabled=False)
+    builders.entry(["check"], "described", parameters=[
+        {"name": "note", "type": "boolean", "description": "<script>alert(1)</script>"}])
+
+    for entry in (withdrawn, disabled):
+        response = alice.post(f"{SOURCES}add/", source_form(**{
+            "hooks-0-template": str(entry.pk), "hooks-0-parameters": "{}"}))
+        assert "Select a valid choice" in response.content.decode()
+    assert not IngestSource.objects.exists()
+    form = page(alice, f"{SOURCES}add/")
+    assert "check: level (integer, required; 1 to 5); mode (choice, default &quot;fast&quot;; " \
+           "one of fast, strict)" in form
+    assert "globex-only" not in form
+    assert "note (boolean, optional; true or false): &lt;script&gt;alert(1)&lt;/script&gt;" in form
+    assert "<script>alert(1)" not in form

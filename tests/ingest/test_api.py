@@ -234,6 +234,7 @@ def test_a_run_shows_its_batches_hook_executions_counts_and_failures(bob, acme, 
     assert (passed["hook"], passed["status"], passed["exit_code"]) == ("hook0", "succeeded", 0)
     assert (failed["hook"], failed["status"], failed["exit_code"], failed["tries"]) == (
         "hook1", "failed", 3, 1)
+    assert (passed["entry"], failed["entry"]) == ("acme-orders-hook0", "acme-orders-hook1")
     assert "bad row 7" in failed["log_tail"]
     assert failed["job_name"].startswith("conveyor-hook-")
     assert failed["pod_phase"] == "Failed"
@@ -307,7 +308,7 @@ def test_retry_hooks_reopens_a_failed_run_and_it_succeeds(alice, acme, clock):
     source = builders.source(acme, batches=2, hooks=[builders.exit_with(1)], max_failures=5)
     run = services.start_ingest(source)
     drain(clock)
-    source.hooks.update(command=builders.PASS)
+    builders.run_instead(source, builders.PASS)
 
     response = alice.post(f"{RUNS}{run.pk}/retry-hooks/")
     drain(clock)

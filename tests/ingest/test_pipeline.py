@@ -123,7 +123,7 @@ def test_retry_failed_hooks_reopens_the_run_and_publishes(clock, acme):
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     assert "2 of 2 batches failed their hooks" in run.failure_reason
-    source.hooks.update(command=builders.PASS)
+    builders.run_instead(source, builders.PASS)
     assert services.retry_failed_hooks(run, via="admin") == 2
     drain(clock)
     run.refresh_from_db()

@@ -48,12 +48,27 @@ def test_a_batch_with_its_hooks_is_the_orms_in_order_sharing_one_batch(finished_
     assert _fields(loaded.run) == _fields(orm.run)
     assert _fields(loaded.run.source) == _fields(orm.run.source)
     assert _fields(loaded.run.tenant) == _fields(orm.run.tenant)
-    expected = list(HookExecution.objects.filter(batch=batch).select_related("hook")
+    expected = list(HookExecution.objects.filter(batch=batch).select_related("hook__template")
                     .order_by("position"))
     assert [_fields(e) for e in executions] == [_fields(e) for e in expected]
     assert [_fields(e.hook) for e in executions] == [_fields(e.hook) for e in expected]
+    assert [_fields(e.hook.template) for e in executions] == [
+        _fields(e.hook.template) for e in expected]
+    assert [e.hook.template.offered for e in executions] == [True, True]
     assert all(e.batch is loaded for e in executions)
     assert model_to_dict(loaded) == model_to_dict(orm)
+
+
+def test_an_entry_is_offered_only_to_the_tenants_it_names(finished_run, acme, globex):
+    batch = finished_run.batches.get(sequence=1)
+    first, second = (hook.template for hook in finished_run.source.hooks.order_by("position"))
+    first.tenants.set([globex])
+    second.tenants.set([globex, acme])
+    _, executions = sql.batch_with_hooks(batch=batch.pk, run=finished_run.pk, tenant=acme.pk)
+    assert [e.hook.template.offered for e in executions] == [False, True]
+    second.tenants.clear()  # none named: every tenant
+    _, executions = sql.batch_with_hooks(batch=batch.pk, run=finished_run.pk, tenant=acme.pk)
+    assert [e.hook.template.offered for e in executions] == [False, True]
 
 
 def test_a_batch_whose_hook_was_removed_or_that_has_none_still_loads(finished_run, acme):
@@ -109,7 +124,8 @@ def test_a_recorded_batch_and_its_executions_hold_what_the_orm_would_have_writte
     hooks = list(source.hooks.order_by("position"))
     executions = list(HookExecution.objects.filter(batch=batch).order_by("position"))
     assert [_fields(e) for e in executions] == [
-        {**_fields(HookExecution(batch=stored, hook=hook, hook_name=hook.name, position=n)),
+        {**_fields(HookExecution(batch=stored, hook=hook, hook_name=hook.name, position=n,
+                                 tenant=acme)),
          "id": executions[n].pk} for n, hook in enumerate(hooks)]
     run.refresh_from_db()
     assert (run.batches_ingested, run.ingest_done) == (1, False)

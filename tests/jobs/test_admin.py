@@ -22,6 +22,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 import jobs
+from ingest.runs.models import HookTemplate
 from jobs import engine
 from jobs.contrib.admin import CappedCountPaginator, rendering
 from jobs.contrib.admin import job as job_admin
@@ -101,6 +102,9 @@ def _builders(admin_user: User) -> dict[str, Callable[[], Model]]:
         "django_q.ormq": lambda: OrmQ.objects.create(
             key="default", payload=SignedPackage.dumps({"id": "x", "func": "math.floor"})),
         "authtoken.tokenproxy": token,
+        "ingest.hooktemplate": lambda: HookTemplate.objects.create(
+            name="smoke", image="hooks:1", command=["check", "{level}"],
+            parameters=[{"name": "level", "type": "integer", "default": 1}]),
     }
 
 
@@ -122,7 +126,7 @@ def test_every_registered_admin_page_answers(admin_client, admin_user):
             assert admin_client.get(url).status_code == 200, label
             shown_change.add(label)
     assert {"jobs.job", "jobs.event", "jobs.worker", "tenancy.tenant",
-            "tenancy.membership", "django_q.schedule"} <= shown_change
+            "tenancy.membership", "django_q.schedule", "ingest.hooktemplate"} <= shown_change
 
 
 # --- the list and its filters ------------------------------------------------------------

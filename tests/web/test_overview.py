@@ -25,10 +25,11 @@ pytestmark = pytest.mark.django_db
 INDEX = "admin:index"
 
 
-def breaker(target: str, state: str) -> RunnerBreaker:
+def breaker(target: str, state: str, of=None) -> RunnerBreaker:
     now = timezone.now()
     opened = {} if state == BreakerState.CLOSED else {"opened_at": now, "next_probe_at": now}
-    return RunnerBreaker.objects.create(target=target, state=state, **opened)
+    return RunnerBreaker.objects.create(target=target, tenant=of or tenant("Acme"), state=state,
+                                        **opened)
 
 
 def figure(page: str, key: str) -> tuple[str, str]:
@@ -96,7 +97,9 @@ def test_a_tenants_staff_see_only_their_tenants_figures(client, clock):
     failed(error="ValueError: mine", tenant=acme)
     failed(error="ValueError: theirs", tenant=globex)
     failed(error="ValueError: theirs", tenant=globex)
-    breaker("cluster-a/hooks", BreakerState.OPEN)
+    breaker("cluster-a/hooks", BreakerState.OPEN, of=acme)
+    breaker("cluster-a/hooks", BreakerState.OPEN, of=globex)
+    breaker("cluster-b/hooks", BreakerState.OPEN, of=globex)
     alice = grant(staff("alice", of=acme), "view_job")
     alice.user_permissions.add(Permission.objects.get(codename="view_runnerbreaker"))
     client.force_login(alice)
@@ -105,12 +108,15 @@ def test_a_tenants_staff_see_only_their_tenants_figures(client, clock):
 
     assert figure(page, "failed")[0] == "1"
     assert "mine" in page and "theirs" not in page
-    assert 'data-figure="breakers-open"' not in page  # shared by every tenant: operators only
+    shown, url = figure(page, "breakers-open")  # a tenant's breakers are its own
+    assert shown == "1"
+    listed = client.get(url).context["cl"].result_list
+    assert [(b.target, b.tenant) for b in listed] == [("cluster-a/hooks", acme)]
 
 
-def test_open_breakers_are_counted_for_platform_operators(client, clock):
+def test_every_tenants_open_breakers_are_counted_for_platform_operators(client, clock):
     breaker("cluster-a/hooks", BreakerState.OPEN)
-    breaker("cluster-b/hooks", BreakerState.HALF_OPEN)
+    breaker("cluster-b/hooks", BreakerState.HALF_OPEN, of=tenant("Globex"))
     breaker("cluster-c/hooks", BreakerState.CLOSED)
     user = operator()
     user.user_permissions.add(Permission.objects.get(codename="view_runnerbreaker"))

@@ -2,6 +2,8 @@
 through the same services an operator uses: the source reads the order files shipped in
 ``ingest/demo/orders`` (copied below the file sources' first root) in batches of 25, and
 every batch passes the ``check_records`` hook as a local process before it is published.
+The hook is the demo's catalogue entry ``check-records``, enabled and offered to every
+tenant, with the fields to require and the one to keep unique as its parameters.
 
 Idempotent: once the demo source has a run, it does nothing. It runs the run's jobs in
 this process, so the run has finished when it returns, with or without a cluster.
@@ -20,12 +22,16 @@ from django.db import transaction
 import jobs
 from ingest import conf
 from ingest.runs import services
-from ingest.runs.models import Hook, IngestRun, IngestSource
+from ingest.runs.models import Hook, HookTemplate, IngestRun, IngestSource
 from tenancy.models import Tenant
 
 DEMO = Path(__file__).resolve().parent.parent.parent / "demo" / "orders"
 SOURCE = "demo-orders"
 DEMO_TENANT = "demo"
+ENTRY = "check-records"
+# A field name, or several separated by commas: nothing else reaches the argument list.
+FIELDS = r"^[A-Za-z0-9_]+(,[A-Za-z0-9_]+)*$"
+FIELD = r"^[A-Za-z0-9_]+$"
 
 
 class Command(BaseCommand):
@@ -66,8 +72,22 @@ class Command(BaseCommand):
         source = IngestSource.objects.create(
             tenant=tenant, name=SOURCE, kind="files", batch_size=25, max_failures=3,
             config={"url": str(target), "pattern": "*.jsonl", "format": "jsonl"})
-        Hook.objects.create(
-            source=source, name="check-records", image="conveyor:latest",
-            command=[sys.executable, "-m", "ingest.hookkit.check_records", "--require",
-                     "id,amount", "--unique", "id"], timeout_seconds=120)
+        Hook.objects.create(source=source, name="check-records", template=self._entry(),
+                            parameters={"require": "id,amount", "unique": "id"})
         return source
+
+    def _entry(self) -> HookTemplate:
+        """The demo's catalogue entry, as a platform operator would define it."""
+        entry, _ = HookTemplate.objects.update_or_create(name=ENTRY, defaults={
+            "description": "Every record a JSON object with the required fields; no value of "
+                           "the unique field twice.",
+            "image": "conveyor:latest",
+            "command": [sys.executable, "-m", "ingest.hookkit.check_records", "--require",
+                        "{require}", "--unique", "{unique}"],
+            "parameters": [
+                {"name": "require", "type": "string", "required": True, "max_length": 500,
+                 "pattern": FIELDS, "description": "Fields every record must have."},
+                {"name": "unique", "type": "string", "default": "id", "max_length": 100,
+                 "pattern": FIELD, "description": "A field no two records share."}],
+            "timeout_seconds": 120, "enabled": True})
+        return entry

@@ -96,6 +96,8 @@ class Limits:
 
 
 class LocalRunner:
+    """Runs each hook as a sandboxed process on this host (see the module docstring)."""
+
     def __init__(self, *, log_tail_chars: int = 4000, path: str = os.defpath, user: str = "",
                  limits: Limits = Limits()) -> None:
         self.target = f"local:{socket.gethostname()}"
@@ -103,7 +105,7 @@ class LocalRunner:
         self.path = path
         self.user = user
         self.limits = limits
-        if self._identity() is None:
+        if not self._switches_user():
             # Hooks run as this process's own user: keep them out of its /proc files.
             make_non_dumpable()
 
@@ -129,10 +131,13 @@ class LocalRunner:
     def stop_labelled(self, labels: Mapping[str, str]) -> int:
         return 0
 
+    def _switches_user(self) -> bool:
+        return bool(self.user) and os.geteuid() == 0
+
     def _identity(self) -> Identity | None:
         """Who hooks run as: ``user`` when this process is root and one is set; None
         (this process's own user) otherwise."""
-        if not self.user or os.geteuid() != 0:
+        if not self._switches_user():
             return None
         try:
             entry = pwd.getpwnam(self.user)

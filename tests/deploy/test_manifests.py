@@ -325,7 +325,8 @@ def test_the_hook_runner_may_manage_jobs_and_pods_in_the_hooks_namespace_only(ov
     rights = {(group, resource): set(rule["verbs"]) for rule in role["rules"]
               for group in rule["apiGroups"] for resource in rule["resources"]}
     assert rights == {("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
-                      ("", "pods"): {"get", "list", "watch"}, ("", "pods/log"): {"get"}}
+                      ("", "pods"): {"get", "list", "watch"}, ("", "pods/log"): {"get"},
+                      ("", "events"): {"get", "list"}}
     # The cluster's pods, in Conveyor's namespace, hold the rights; nothing in Conveyor's
     # namespace is granted anything.
     accounts = {pod_spec(d)["serviceAccountName"] for d in cluster_deployments(overlay)}

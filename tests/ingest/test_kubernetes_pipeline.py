@@ -102,6 +102,18 @@ def test_a_job_refused_as_invalid_or_by_policy_fails_its_hook_and_the_breaker_co
     assert cluster.create_calls == 1
 
 
+def test_a_pod_refused_by_an_admission_policy_fails_its_hook_and_the_breaker_counts_nothing(
+        clock, cluster):
+    cluster.refuse_pods('admission webhook "images.policy.example" denied the request: image '
+                        f'"{IMAGE}" is not from an allowed registry')
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, hooks=[["check"]]))
+    drain(clock)
+    execution = HookExecution.objects.get(batch__run=run)
+    assert "denied the request" in execution.reason and execution.tries == 1
+    assert not RunnerBreaker.objects.filter(failures__gt=0).exists()
+    assert cluster.jobs() == []
+
+
 @override_settings(INGEST_BREAKER_THRESHOLD=1000)
 def test_a_busy_api_is_retried_after_min_60s_2_to_the_n_capped_at_5_minutes(clock, cluster):
     cluster.refuse_creates(503, "the server is currently unable to handle the request")

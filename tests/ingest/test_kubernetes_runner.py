@@ -439,6 +439,44 @@ def test_a_policy_or_an_invalid_spec_refusing_the_job_is_permanent(cluster, runn
     assert cluster.create_calls == 1 and cluster.jobs() == []
 
 
+@pytest.mark.parametrize("message", [POD_SECURITY, IMAGE_POLICY, (
+    'pods "conveyor-hook-1-1-x2b4q" is forbidden: [maximum memory usage per Container is '
+    '1Gi, but limit is 2Gi]')])
+def test_a_pod_the_cluster_refuses_to_create_is_permanent_and_its_job_removed(
+        cluster, runner, clock, message):
+    cluster.refuse_pods(message)
+    spec = hook()
+    assert runner.launch(spec).phase == Phase.PENDING  # the Job is admitted; its Pod is not
+    clock.advance(2)
+    with pytest.raises(PermanentRunnerError, match="the cluster refuses its Pod: Error creating: "):
+        poll(runner, spec, clock)
+    assert cluster.jobs() == [] and cluster.pods() == []
+    [event] = cluster.events()
+    assert event["involvedObject"]["name"] == spec.name
+
+
+def test_a_pod_refused_for_a_full_quota_waits_and_is_pressure_at_the_schedule_timeout(
+        cluster, runner, clock):
+    cluster.refuse_pods('pods "conveyor-hook-1-1-x2b4q" is forbidden: exceeded quota: hooks, '
+                        "requested: pods=1, used: pods=20, limited: pods=20")
+    spec = hook()
+    runner.launch(spec)
+    clock.advance(2)
+    status = poll(runner, spec, clock)
+    assert status.phase == Phase.PENDING and "exceeded quota" in status.reason
+    clock.advance(200)
+    with pytest.raises(TransientResourceError, match="not scheduled.*exceeded quota"):
+        poll(runner, spec, clock)
+
+
+def test_a_runner_that_may_not_read_events_waits_as_before(cluster, runner, clock):
+    cluster.refuse_pods(POD_SECURITY)
+    spec = hook()
+    runner.launch(spec)
+    cluster.fail_next("GET", f"/api/v1/namespaces/{cluster.namespace}/events", 403, times=1)
+    assert poll(runner, spec, clock).phase == Phase.PENDING
+
+
 def test_an_unauthorized_client_is_permanent(cluster, tmp_path):
     runner = make_runner(cluster, tmp_path, token="expired")
     with pytest.raises(PermanentRunnerError, match="401"):

@@ -223,8 +223,15 @@ class KubernetesRunner:
         if finished is not None:
             return self._outcome(spec, finished, pod)
         phase = pod.status.phase if pod is not None and pod.status else ""
+        refusal = self._pod_create_failure(job) if pod is None else ""
+        if refusal and _refused_for_good(refusal):
+            # An admission policy (Pod Security, an image policy, a LimitRange) refuses
+            # the Job's Pod: the spec's fault, which no wait or retry can mend.
+            self._remove(spec.name)
+            raise PermanentRunnerError(f"hook {spec.name} cannot start: the cluster refuses "
+                                       f"its Pod: {refusal}")
         if pod is None or not _scheduled(pod):
-            why = _unscheduled_reason(pod)
+            why = refusal or _unscheduled_reason(pod)
             waited = (now - launched_at).total_seconds()
             if waited > self.schedule_timeout:
                 self._remove(spec.name)
@@ -237,6 +244,23 @@ class KubernetesRunner:
         waiting = _waiting(pod)
         return HookStatus(Phase.PENDING, pod_phase=phase, scheduled=True,
                           reason=waiting.reason if waiting is not None else "")
+
+    def _pod_create_failure(self, job: client.V1Job) -> str:
+        """Why the job controller could not create the Job's Pod, as its latest
+        FailedCreate Event says, or "" (none, or Events cannot be read here)."""
+        name = job.metadata.name
+        selector = (f"involvedObject.kind=Job,involvedObject.name={name},"
+                    f"involvedObject.uid={job.metadata.uid},reason=FailedCreate")
+        try:
+            events = self._call(f"listing the Events of Job {name}", self._core.list_namespaced_event,
+                                self.namespace, field_selector=selector)
+        except InfrastructureError as error:
+            # Without them the Pod is waited for as before, up to the schedule timeout.
+            logger.warning("cannot read the Events of Job %s: %s", name, error)
+            return ""
+        latest = max(events.items, default=None, key=lambda event: (
+            event.last_timestamp or event.event_time or event.metadata.creation_timestamp))
+        return (latest.message or "")[:1000] if latest is not None else ""
 
     def _outcome(self, spec: HookSpec, finished: Any, pod: client.V1Pod | None) -> HookStatus:
         """A finished Job's HookStatus: the hook's exit, or the deadline that stopped it."""
@@ -344,6 +368,14 @@ def _classified(error: ApiException, doing: str, missing_is_permanent: bool) -> 
     # allows only some images): the Job as configured can never run, and the cluster is
     # not under pressure for it.
     return PermanentRunnerError(text)
+
+
+def _refused_for_good(message: str) -> bool:
+    """Whether a refused Pod create is the spec's fault (forbidden by a policy,
+    invalid, denied by an admission webhook) rather than a full quota or a webhook that
+    did not answer, which pass."""
+    return "exceeded quota" not in message and any(
+        word in message for word in ("is forbidden", "is invalid", "denied the request"))
 
 
 def _status_message(error: ApiException) -> str:

@@ -42,6 +42,9 @@ DEFAULTS: dict[str, Any] = {
     "HOOK_USER": "nobody",
     "HOOK_MAX_FILE_BYTES": 64 * MB,
     "HOOK_MAX_OPEN_FILES": 256,
+    # Processes the hook user may run at once (a root worker's hooks only: a worker
+    # that is not root shares its user with its hooks).
+    "HOOK_MAX_PROCESSES": 128,
     # Seconds between two looks at a running hook.
     "HOOK_POLL_SECONDS": 2.0,
     # Characters of a hook's log kept on its batch.

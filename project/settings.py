@@ -468,11 +468,12 @@ if "INGEST_KUBE_SCRATCH_LIMIT" in os.environ:
     INGEST_KUBE_SCRATCH_LIMIT = os.environ["INGEST_KUBE_SCRATCH_LIMIT"]
 # Local hooks: their PATH (default: this interpreter's directory, /usr/local/bin,
 # /usr/bin, /bin), the user a root worker runs them as (default nobody; empty: the
-# worker's own), the largest file they may write and the files they may hold open.
+# worker's own), the largest file they may write, the files they may hold open and the
+# processes the hook user may run at once.
 for _name in ("HOOK_PATH", "HOOK_USER"):
     if f"INGEST_{_name}" in os.environ:
         globals()[f"INGEST_{_name}"] = os.environ[f"INGEST_{_name}"]
-for _name in ("HOOK_MAX_FILE_BYTES", "HOOK_MAX_OPEN_FILES"):
+for _name in ("HOOK_MAX_FILE_BYTES", "HOOK_MAX_OPEN_FILES", "HOOK_MAX_PROCESSES"):
     if f"INGEST_{_name}" in os.environ:
         globals()[f"INGEST_{_name}"] = env_int(f"INGEST_{_name}", 0)
 INGEST_FILE_ROOTS = env_list("INGEST_FILE_ROOTS", [str(VAR_DIR / "ingest-files")])

@@ -135,6 +135,17 @@ def test_as_root_a_hook_runs_as_the_hook_user_and_cannot_read_its_workers_enviro
 
 
 @as_root
+def test_as_root_the_hook_users_processes_are_bounded():
+    status = LocalRunner(path="/usr/bin:/bin", user="nobody",
+                         limits=Limits(max_processes=32)).launch(spec("/bin/sh", "-c", "ulimit -p"))
+    assert status.log_tail.strip() == "32"
+
+
+def test_the_workers_own_user_gets_no_process_bound():
+    assert runner().launch(spec("/bin/sh", "-c", "ulimit -p")).log_tail.strip() != "128"
+
+
+@as_root
 def test_as_root_the_hook_user_reads_the_batch_the_worker_staged_privately(tmp_path):
     staged = tmp_path / "staged-batch"
     staged.write_text('{"id": 7}\n')

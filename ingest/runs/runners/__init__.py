@@ -26,7 +26,7 @@ def current() -> HookRunner:
         "KUBECONFIG", "KUBE_CONTEXT", "KUBE_NAMESPACE", "KUBE_SCHEDULE_TIMEOUT_SECONDS",
         "KUBE_TTL_SECONDS_AFTER_FINISHED", "KUBE_REQUEST_TIMEOUT_SECONDS", "KUBE_SERVICE_ACCOUNT",
         "KUBE_RUN_AS_USER", "KUBE_SCRATCH_LIMIT", "HOOK_LOG_TAIL_CHARS", "HOOK_PATH", "HOOK_USER",
-        "HOOK_MAX_FILE_BYTES", "HOOK_MAX_OPEN_FILES"))
+        "HOOK_MAX_FILE_BYTES", "HOOK_MAX_OPEN_FILES", "HOOK_MAX_PROCESSES"))
     return _build(kind, settings)
 
 
@@ -42,4 +42,5 @@ def _build(kind: str, settings: tuple) -> HookRunner:
         log_tail_chars=int(conf.get("HOOK_LOG_TAIL_CHARS")), path=str(conf.get("HOOK_PATH")),
         user=str(conf.get("HOOK_USER") or ""),
         limits=Limits(max_file_bytes=int(conf.get("HOOK_MAX_FILE_BYTES")),
-                      max_open_files=int(conf.get("HOOK_MAX_OPEN_FILES"))))
+                      max_open_files=int(conf.get("HOOK_MAX_OPEN_FILES")),
+                      max_processes=int(conf.get("HOOK_MAX_PROCESSES"))))

@@ -93,6 +93,10 @@ class Limits:
 
     max_file_bytes: int = 64 * 1024 * 1024
     max_open_files: int = 256
+    # Processes (threads too) of the hook user at once: a fork bomb stops there. Applied
+    # only to a user of the hooks' own, since the kernel counts every process of the
+    # user, and the worker's own user runs the worker's threads.
+    max_processes: int = 128
 
 
 class LocalRunner:
@@ -157,9 +161,10 @@ class LocalRunner:
             return subprocess.Popen(
                 list(spec.command), cwd=scratch, env=env, stdin=subprocess.DEVNULL,
                 stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
-                close_fds=True, preexec_fn=_confine(spec, self.limits, os.getpid()), **switch)
+                close_fds=True, preexec_fn=_confine(spec, self.limits, os.getpid(), identity),
+                **switch)
         except OSError as exc:
-            raise _launch_error(spec, exc) from exc
+            raise _launch_error(spec, exc, identity) from exc
         except subprocess.SubprocessError as exc:  # the limits could not be set
             raise PermanentRunnerError(f"hook {spec.name}: cannot confine it: {exc}") from exc
 
@@ -196,12 +201,14 @@ def _reason(code: int) -> str:
     return f"killed by {name}" + (f" ({limits[name]})" if name in limits else "")
 
 
-def _launch_error(spec: HookSpec, exc: OSError) -> PermanentRunnerError | TransientResourceError:
+def _launch_error(spec: HookSpec, exc: OSError, identity: Identity | None = None
+                  ) -> PermanentRunnerError | TransientResourceError:
     """A failed start, sorted: the host short of processes, memory or descriptors is
     pressure; anything else (E2BIG, ENAMETOOLONG, ENOEXEC, EACCES, ENOENT) is the spec's
     and no retry can help."""
     command = spec.command[0][:200] if spec.command else ""
-    text = f"hook {spec.name}: cannot run {command!r}: {exc.strerror or exc}"
+    who = f" as {identity.name}" if identity is not None else ""
+    text = f"hook {spec.name}: cannot run {command!r}{who}: {exc.strerror or exc}"
     if exc.errno in PRESSURE_ERRNOS:
         return TransientResourceError(text)
     return PermanentRunnerError(text)
@@ -243,7 +250,8 @@ def memory_bytes(quantity: str) -> int | None:
     return int(float(match["number"]) * _UNITS[match["unit"] or ""])
 
 
-def _confine(spec: HookSpec, limits: Limits, parent: int) -> Callable[[], None]:
+def _confine(spec: HookSpec, limits: Limits, parent: int,
+             identity: Identity | None) -> Callable[[], None]:
     """What the child runs between fork and exec, after the user switch. It calls only
     functions resolved here, in the parent: between fork and exec nothing may import or
     take a lock another thread of the worker could hold."""
@@ -254,6 +262,8 @@ def _confine(spec: HookSpec, limits: Limits, parent: int) -> Callable[[], None]:
                (resource.RLIMIT_CORE, 0)]
     if memory is not None:
         rlimits.append((resource.RLIMIT_AS, memory))
+    if identity is not None:
+        rlimits.append((resource.RLIMIT_NPROC, limits.max_processes))
     setrlimit, prctl, getppid, kill = resource.setrlimit, _prctl(), os.getppid, os.kill
 
     def confine() -> None:

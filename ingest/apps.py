@@ -7,5 +7,8 @@ class IngestConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # The hooks' system checks register on import.
+        from ingest.runs.runners import checks  # noqa: F401
+
         # The scraped-reference ingester reads its model: registered once the apps are.
         from ingest.scraping import ingester  # noqa: F401

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -32,6 +35,25 @@ DEFAULTS: dict[str, Any] = {
     "HOOK_MAX_TIMEOUT_SECONDS": 7200,
     "HOOK_MAX_PARAMETERS_BYTES": 8 * 1024,
     "HOOK_MAX_ARGUMENT_BYTES": 64 * 1024,
+    # The namespace Conveyor itself runs in (its pods' POD_NAMESPACE, from the downward
+    # API): hooks must never run there (system check ingest.E101).
+    "APP_NAMESPACE": "",
+    # What a hook's Pod runs as (user, group and fsGroup, never 0), and the size of the
+    # emptyDir mounted at /tmp, its only writable place (the root filesystem is read-only).
+    "KUBE_RUN_AS_USER": 65534,
+    "KUBE_SCRATCH_LIMIT": "1Gi",
+    # Local hooks: the PATH they get (this interpreter's directory first, so that
+    # ``python -m ingest.hookkit...`` finds Conveyor's Python), the user they run as when
+    # the worker is root (empty: the worker's own user), the largest file they may write
+    # (their output included) and how many files they may hold open.
+    "HOOK_PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin",
+                                  "/bin"]),
+    "HOOK_USER": "nobody",
+    "HOOK_MAX_FILE_BYTES": 64 * MB,
+    "HOOK_MAX_OPEN_FILES": 256,
+    # Processes the hook user may run at once (a root worker's hooks only: a worker
+    # that is not root shares its user with its hooks).
+    "HOOK_MAX_PROCESSES": 128,
     # Seconds between two looks at a running hook.
     "HOOK_POLL_SECONDS": 2.0,
     # Characters of a hook's log kept on its batch.

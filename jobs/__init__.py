@@ -58,6 +58,7 @@ from jobs.public import (
     run_now,
     run_until_idle,
 )
+from jobs.redaction import redact_secrets
 from jobs.registry import Handler, handler
 
 if TYPE_CHECKING:
@@ -100,6 +101,7 @@ __all__ = [
     "pipelines_over",
     "publish",
     "recover",
+    "redact_secrets",
     "retry",
     "run_now",
     "run_until_idle",

@@ -459,6 +459,24 @@ INGEST_HOOK_RUNNER = os.environ.get("INGEST_HOOK_RUNNER", "local")
 for _name in ("KUBECONFIG", "KUBE_CONTEXT", "KUBE_NAMESPACE", "KUBE_SERVICE_ACCOUNT"):
     if f"INGEST_{_name}" in os.environ:
         globals()[f"INGEST_{_name}"] = os.environ[f"INGEST_{_name}"]
+# Hooks are sandboxed (docs/ingest.md). On Kubernetes: the namespace Conveyor's own pods
+# run in (POD_NAMESPACE, from the downward API), which must not be INGEST_KUBE_NAMESPACE;
+# the uid hook pods run as; the size of their /tmp emptyDir ("1Gi").
+INGEST_APP_NAMESPACE = os.environ.get("POD_NAMESPACE", "")
+if "INGEST_KUBE_RUN_AS_USER" in os.environ:
+    INGEST_KUBE_RUN_AS_USER = env_int("INGEST_KUBE_RUN_AS_USER", 65534)
+if "INGEST_KUBE_SCRATCH_LIMIT" in os.environ:
+    INGEST_KUBE_SCRATCH_LIMIT = os.environ["INGEST_KUBE_SCRATCH_LIMIT"]
+# Local hooks: their PATH (default: this interpreter's directory, /usr/local/bin,
+# /usr/bin, /bin), the user a root worker runs them as (default nobody; empty: the
+# worker's own), the largest file they may write, the files they may hold open and the
+# processes the hook user may run at once.
+for _name in ("HOOK_PATH", "HOOK_USER"):
+    if f"INGEST_{_name}" in os.environ:
+        globals()[f"INGEST_{_name}"] = os.environ[f"INGEST_{_name}"]
+for _name in ("HOOK_MAX_FILE_BYTES", "HOOK_MAX_OPEN_FILES", "HOOK_MAX_PROCESSES"):
+    if f"INGEST_{_name}" in os.environ:
+        globals()[f"INGEST_{_name}"] = env_int(f"INGEST_{_name}", 0)
 INGEST_FILE_ROOTS = env_list("INGEST_FILE_ROOTS", [str(VAR_DIR / "ingest-files")])
 for _name in ("HOOK_POLL_SECONDS", "KUBE_SCHEDULE_TIMEOUT_SECONDS", "QUEUE_WAIT_SECONDS"):
     if f"INGEST_{_name}" in os.environ:

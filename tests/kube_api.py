@@ -21,9 +21,10 @@ Time is the ``clock`` callable's (``ManualClock.now`` in tests). Nothing moves b
 itself: each request first brings the cluster up to the clock's now, processing what
 happened in between in order (a Pod that finished at 09:00:06 freed its node at
 09:00:06), so a test advances the clock instead of sleeping. Faults are programmed per
-request (``fail_next``, ``stall_next``), for every create (``refuse_creates``) or behind
-the client's back (``vanish``); every request is recorded (``calls``, ``create_calls``,
-``received_jobs``).
+request (``fail_next``, ``stall_next``), for every create (``refuse_creates``), for every
+Pod the job controller tries to create (``refuse_pods``: an admission policy, which the
+controller reports as a ``FailedCreate`` Event on the Job) or behind the client's back
+(``vanish``); every request is recorded (``calls``, ``create_calls``, ``received_jobs``).
 
 Usage::
 
@@ -387,6 +388,8 @@ class FakeCluster:
         self._seq = 0
         self._faults: list[_Fault] = []
         self._refusal: tuple[int, str] | None = None
+        self._pod_refusal: str | None = None
+        self._core_events: list[dict[str, Any]] = []  # v1 Events (the controller's reports)
         self._calls: deque[Call] = deque(maxlen=MAX_CALLS)
         self._create_calls = 0
         self._received: list[dict[str, Any]] = []
@@ -479,6 +482,17 @@ class FakeCluster:
     def _add_fault(self, fault: _Fault) -> None:
         with self._lock:
             self._faults = [f for f in self._faults if f.remaining > 0] + [fault]
+
+    def refuse_pods(self, message: str | None) -> None:
+        """From now on the job controller's Pod creates are refused with ``message`` (as
+        an admission policy refuses them: the Job exists, no Pod does, and a FailedCreate
+        Event on the Job says why); None: accepted again."""
+        with self._lock:
+            self._pod_refusal = message
+
+    def events(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return copy.deepcopy(self._core_events)
 
     def refuse_creates(self, status: int | None = 403, message: str | None = None) -> None:
         """Refuse every Job create with ``status`` from now on (None: accept again)."""
@@ -1044,6 +1058,8 @@ class FakeCluster:
                     self._kill(pod, at)
                 self._finish(job, at, "Failed", "BackoffLimitExceeded",
                              "Job has reached the specified backoff limit")
+            elif not active and self._pod_refusal is not None:
+                self._failed_create(job, at, self._pod_refusal)
             elif not active:
                 self._create_pod(job, at)
         holding = sum(1 for p in self._pods.values()
@@ -1093,6 +1109,40 @@ class FakeCluster:
                    ttl=spec.get("ttlSecondsAfterFinished"))
         self._jobs[(namespace, name)] = job
         return job
+
+    def _failed_create(self, job: _Job, at: datetime, message: str) -> None:
+        """The controller's report of a refused Pod create: one Event per Job, its count
+        raised at each try, as the apiserver aggregates repeated events."""
+        text = f"Error creating: {message}"
+        for event in self._core_events:
+            if event["involvedObject"]["uid"] == job.uid and event["message"] == text:
+                event["count"] += 1
+                event["lastTimestamp"] = _ts(at)
+                return
+        self._rv += 1
+        self._core_events.append({
+            "metadata": {"name": f"{job.name}.{self._random.getrandbits(64):016x}",
+                         "namespace": job.namespace, "resourceVersion": str(self._rv),
+                         "creationTimestamp": _ts(at)},
+            "involvedObject": {"kind": "Job", "namespace": job.namespace, "name": job.name,
+                               "uid": job.uid, "apiVersion": "batch/v1"},
+            "reason": "FailedCreate", "message": text, "type": "Warning", "count": 1,
+            "source": {"component": "job-controller"},
+            "firstTimestamp": _ts(at), "lastTimestamp": _ts(at)})
+
+    def _events_get(self, query: dict[str, str], body: bytes, namespace: str) -> _Reply:
+        wanted = {}
+        for term in filter(None, (t.strip() for t in query.get("fieldSelector", "").split(","))):
+            key, equals, value = term.partition("=")
+            if not equals or key not in EVENT_FIELDS:
+                return _failure(400, f'"{key}" is not a known field selector: only '
+                                     f'"{", ".join(sorted(EVENT_FIELDS))}"')
+            wanted[key] = value
+        items = [event for event in self._core_events if event["metadata"]["namespace"] == namespace
+                 and all(_field(event, key) == value for key, value in wanted.items())]
+        return _json(200, {"kind": "EventList", "apiVersion": "v1",
+                           "metadata": {"resourceVersion": str(self._rv)},
+                           "items": copy.deepcopy(items)})
 
     def _create_pod(self, job: _Job, at: datetime) -> None:
         template = job.spec["template"]
@@ -1352,7 +1402,20 @@ class FakeCluster:
         return "Burstable"
 
 
+# The field selectors the apiserver supports on v1 Events (a subset: no source).
+EVENT_FIELDS = frozenset({
+    "involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
+    "involvedObject.uid", "involvedObject.apiVersion", "reason", "type"})
+
+
+def _field(obj: dict[str, Any], path: str) -> Any:
+    for part in path.split("."):
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj
+
+
 ROUTES = [
+    (re.compile(r"/api/v1/namespaces/([^/]+)/events"), "events"),
     (re.compile(r"/apis/batch/v1/namespaces/([^/]+)/jobs"), "jobs"),
     (re.compile(r"/apis/batch/v1/namespaces/([^/]+)/jobs/([^/]+)"), "job"),
     (re.compile(r"/api/v1/namespaces/([^/]+)/pods"), "pods"),

@@ -50,7 +50,7 @@ def test_the_public_api_names_every_documented_name():
         "IllegalTransition", "Backoff", "Exponential", "Fibonacci", "Fixed", "Schedule",
         "recover", "retry", "cancel", "run_now", "explain", "ApiPayload", "TenantObject",
         "Prerequisite", "now", "run_until_idle", "busy_pipelines", "pipeline_jobs",
-        "pipeline_state", "pipelines_over", "execute_prepared",
+        "pipeline_state", "pipelines_over", "execute_prepared", "redact_secrets",
     ])
     assert jobs.Enqueued is engine.Enqueued
 

@@ -96,6 +96,16 @@ def config_map(overlay: str, name: str) -> dict[str, str]:
     return found["data"]
 
 
+def app_namespace(overlay: str) -> str:
+    """The namespace Conveyor's own pods run in."""
+    return named(overlay, "Deployment", "conveyor-web")["metadata"]["namespace"]
+
+
+def hooks_namespace(overlay: str) -> str:
+    """The namespace hook pods run in, as the hook runner is told."""
+    return config_map(overlay, "conveyor-config")["INGEST_KUBE_NAMESPACE"]
+
+
 def container_env(overlay: str, container: dict[str, Any]) -> dict[str, str]:
     """The environment a container starts with, secrets replaced by stand-ins."""
     maps = {doc["metadata"]["name"]: doc["data"] for doc in objects(overlay, "ConfigMap")}
@@ -108,6 +118,9 @@ def container_env(overlay: str, container: dict[str, Any]) -> dict[str, str]:
     for item in container.get("env", []):
         if "value" in item:
             env[item["name"]] = item["value"]
+        elif "fieldRef" in item["valueFrom"]:  # the downward API: the pod's own namespace
+            assert item["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+            env[item["name"]] = app_namespace(overlay)
         elif "configMapKeyRef" in item["valueFrom"]:
             ref = item["valueFrom"]["configMapKeyRef"]
             env[item["name"]] = maps[ref["name"]][ref["key"]]
@@ -303,22 +316,132 @@ def test_a_stopping_cluster_pod_stops_claiming_before_sigterm(overlay):
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_the_hook_runner_may_manage_jobs_and_pods_in_its_namespace_only(overlay):
+def test_the_hook_runner_may_manage_jobs_and_pods_in_the_hooks_namespace_only(overlay):
     assert not objects(overlay, "ClusterRole") and not objects(overlay, "ClusterRoleBinding")
     (role,) = objects(overlay, "Role")
     (binding,) = objects(overlay, "RoleBinding")
-    namespace = config_map(overlay, "conveyor-config")["INGEST_KUBE_NAMESPACE"]
+    namespace = hooks_namespace(overlay)
     assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == namespace
     rights = {(group, resource): set(rule["verbs"]) for rule in role["rules"]
               for group in rule["apiGroups"] for resource in rule["resources"]}
     assert rights == {("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
-                      ("", "pods"): {"get", "list", "watch"}, ("", "pods/log"): {"get"}}
+                      ("", "pods"): {"get", "list", "watch"}, ("", "pods/log"): {"get"},
+                      ("", "events"): {"get", "list"}}
+    # The cluster's pods, in Conveyor's namespace, hold the rights; nothing in Conveyor's
+    # namespace is granted anything.
     accounts = {pod_spec(d)["serviceAccountName"] for d in cluster_deployments(overlay)}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account,
-                                    "namespace": namespace} for account in accounts]
-    hook_account = named(overlay, "ServiceAccount", config_map(overlay, "conveyor-config")
-                         ["INGEST_KUBE_SERVICE_ACCOUNT"])
+                                    "namespace": app_namespace(overlay)} for account in accounts]
+    # Hook pods name an account of their own namespace, which has no token and no rights.
+    (hook_account,) = [account for account in objects(overlay, "ServiceAccount")
+                       if account["metadata"]["name"] == config_map(
+                           overlay, "conveyor-config")["INGEST_KUBE_SERVICE_ACCOUNT"]]
+    assert hook_account["metadata"]["namespace"] == namespace
     assert hook_account["automountServiceAccountToken"] is False
+
+
+# --- the hooks' namespace and its traffic ------------------------------------------------
+
+# Where the cluster's pods, Services, nodes and managed databases live, and the node's
+# metadata service (169.254.169.254): no hook may reach any of them.
+PRIVATE_RANGES = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
+                  "169.254.0.0/16", "127.0.0.0/8"]
+DNS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+       "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}
+
+
+def policies(overlay: str, namespace: str) -> list[dict[str, Any]]:
+    return [doc for doc in objects(overlay, "NetworkPolicy") if doc["metadata"]["namespace"] == namespace]
+
+
+def selects_namespace(peer: dict[str, Any], namespace: str, own: str) -> bool:
+    """Whether a NetworkPolicy peer (of a policy in ``own``) can be a pod of ``namespace``."""
+    if "ipBlock" in peer:
+        return False  # addresses: see the ipBlock checks
+    if "namespaceSelector" not in peer:
+        return namespace == own  # a podSelector alone: the policy's own namespace
+    selector = peer["namespaceSelector"]
+    if set(selector) - {"matchLabels"}:
+        return True  # matchExpressions: assume the worst
+    labels = {"kubernetes.io/metadata.name": namespace}
+    return selects(selector.get("matchLabels", {}), labels)
+
+
+def allowed_addresses(peer: dict[str, Any], address: str) -> bool:
+    import ipaddress
+
+    if "ipBlock" not in peer:
+        return False
+    ip = ipaddress.ip_address(address)
+    block = peer["ipBlock"]
+    return ip in ipaddress.ip_network(block["cidr"]) and not any(
+        ip in ipaddress.ip_network(excepted) for excepted in block.get("except", []))
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_hooks_run_in_a_namespace_of_their_own_that_enforces_the_restricted_standard(overlay):
+    assert hooks_namespace(overlay) != app_namespace(overlay)
+    namespace = named(overlay, "Namespace", hooks_namespace(overlay))
+    labels = namespace["metadata"]["labels"]
+    for mode in ("enforce", "audit", "warn"):
+        assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted", mode
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_hook_pods_are_denied_every_connection_in_and_out_by_default(overlay):
+    mine = policies(overlay, hooks_namespace(overlay))
+    defaults = [p for p in mine if p["spec"]["podSelector"] == {}
+                and set(p["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+                and not p["spec"].get("ingress") and not p["spec"].get("egress")]
+    assert defaults, "no default deny in the hooks' namespace"
+    assert not any(p["spec"].get("ingress") for p in mine), "something may connect to hooks"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_hook_pods_may_reach_dns_and_the_public_internet_only(overlay):
+    rules = [rule for p in policies(overlay, hooks_namespace(overlay))
+             for rule in p["spec"].get("egress", [])]
+    assert rules
+    for rule in rules:
+        assert rule.get("to"), "an egress rule without peers allows every destination"
+        for peer in rule["to"]:
+            if "ipBlock" in peer:
+                assert peer["ipBlock"]["cidr"] == "0.0.0.0/0"
+                assert set(PRIVATE_RANGES) <= set(peer["ipBlock"]["except"])
+            else:
+                assert peer == DNS
+                assert sorted((p["protocol"], p["port"]) for p in rule["ports"]) == [
+                    ("TCP", 53), ("UDP", 53)]
+    peers = [peer for rule in rules for peer in rule["to"]]
+    for address in ("169.254.169.254", "10.0.0.1", "10.96.0.10", "172.20.3.4", "192.168.1.10",
+                    "100.64.0.5", "127.0.0.1"):
+        assert not any(allowed_addresses(peer, address) for peer in peers), address
+    assert any(allowed_addresses(peer, "142.250.74.110") for peer in peers)  # object storage
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_nothing_in_the_hooks_namespace_may_reach_conveyors_pods(overlay):
+    app, hooks = app_namespace(overlay), hooks_namespace(overlay)
+    # Out of the hooks' namespace: no peer is a pod of Conveyor's (its pod addresses are
+    # private, which the ipBlocks except: above).
+    for policy in policies(overlay, hooks):
+        for rule in policy["spec"].get("egress", []):
+            assert not any(selects_namespace(peer, app, hooks) for peer in rule["to"])
+    # Into Conveyor's namespace: denied by default, and no rule admits a hook pod, nor an
+    # address range (a pod's address is in one).
+    mine = policies(overlay, app)
+    assert any(p["spec"]["podSelector"] == {} and p["spec"]["policyTypes"] == ["Ingress"]
+               and not p["spec"].get("ingress") for p in mine), "no default deny for Conveyor"
+    for policy in mine:
+        assert "Ingress" in policy["spec"]["policyTypes"]
+        for rule in policy["spec"].get("ingress", []):
+            assert rule.get("from"), f"{policy['metadata']['name']} admits everyone"
+            for peer in rule["from"]:
+                assert "ipBlock" not in peer
+                assert not selects_namespace(peer, hooks, app), policy["metadata"]["name"]
+    # Conveyor's own pods still reach each other (the export workers call the web Service).
+    assert any(selects_namespace(peer, app, app) for p in mine
+               for rule in p["spec"].get("ingress", []) for peer in rule["from"])
 
 
 # --- the autoscalers ----------------------------------------------------------------------

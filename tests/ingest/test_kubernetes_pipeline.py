@@ -85,6 +85,36 @@ def test_an_image_that_cannot_be_pulled_fails_the_hook_at_once(clock, cluster):
     assert cluster.create_calls == 1
 
 
+@pytest.mark.parametrize("status, message", [
+    (422, 'Job.batch "x" is invalid: spec.template.spec.containers[0].resources.requests: '
+          'Invalid value: "4Gi": must be less than or equal to memory limit of 512Mi'),
+    (403, 'pods "x" is forbidden: violates PodSecurity "restricted:latest": privileged'),
+])
+def test_a_job_refused_as_invalid_or_by_policy_fails_its_hook_and_the_breaker_counts_nothing(
+        clock, cluster, status, message):
+    cluster.refuse_creates(status, message)
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, hooks=[["check"]]))
+    drain(clock)
+    execution = HookExecution.objects.get(batch__run=run)
+    assert str(status) in execution.reason and execution.tries == 1
+    delivery = Job.objects.get(pipeline_id=run.pipeline, type="ingest.RunHooks")
+    assert (delivery.state, delivery.attempts) == ("failed", 1)
+    assert not RunnerBreaker.objects.filter(failures__gt=0).exists()
+    assert cluster.create_calls == 1
+
+
+def test_a_pod_refused_by_an_admission_policy_fails_its_hook_and_the_breaker_counts_nothing(
+        clock, cluster):
+    cluster.refuse_pods('admission webhook "images.policy.example" denied the request: image '
+                        f'"{IMAGE}" is not from an allowed registry')
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, hooks=[["check"]]))
+    drain(clock)
+    execution = HookExecution.objects.get(batch__run=run)
+    assert "denied the request" in execution.reason and execution.tries == 1
+    assert not RunnerBreaker.objects.filter(failures__gt=0).exists()
+    assert cluster.jobs() == []
+
+
 @override_settings(INGEST_BREAKER_THRESHOLD=1000)
 def test_a_busy_api_is_retried_after_min_60s_2_to_the_n_capped_at_5_minutes(clock, cluster):
     cluster.refuse_creates(503, "the server is currently unable to handle the request")

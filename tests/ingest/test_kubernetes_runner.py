@@ -12,12 +12,22 @@ import pytest
 from ingest.runs.errors import PermanentRunnerError, TransientResourceError
 from ingest.runs.runners.base import HookSpec, Phase, Resources
 from ingest.runs.runners.kubernetes import KubernetesRunner
+from jobs.redaction import REDACTED
 from jobs.testing import T0
+from tests import pod_security
 from tests.kube_api import Behaviour, FakeCluster
 
 IMAGE = "registry.example/hooks/enrich:1.4"
 QUOTA = ('jobs.batch "conveyor-hook-1-1" is forbidden: exceeded quota: hooks, requested: '
          "count/jobs.batch=1, used: count/jobs.batch=20, limited: count/jobs.batch=20")
+POD_SECURITY = ('pods "conveyor-hook-1-1" is forbidden: violates PodSecurity "restricted:latest": '
+                'allowPrivilegeEscalation != false (container "hook" must set '
+                'securityContext.allowPrivilegeEscalation=false)')
+IMAGE_POLICY = ('admission webhook "images.policy.example" denied the request: image '
+                '"registry.example/hooks/enrich:1.4" is not from an allowed registry')
+BAD_RESOURCES = ('Job.batch "conveyor-hook-1-1" is invalid: spec.template.spec.containers[0]'
+                 '.resources.requests: Invalid value: "4Gi": must be less than or equal to '
+                 'memory limit of 512Mi')
 LOG = "".join(f"record {n} enriched\n" for n in range(1, 301)) + "done: 300 records\n"
 
 
@@ -80,17 +90,80 @@ def test_the_job_is_launched_as_the_cluster_receives_it(cluster, runner):
     assert pod["restartPolicy"] == "Never"
     assert pod["automountServiceAccountToken"] is False
     assert "serviceAccountName" not in pod
+    assert pod["enableServiceLinks"] is False
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534, "fsGroup": 65534,
+        "seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod["volumes"] == [{"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}]
     [container] = pod["containers"]
     assert container == {
         "name": "hook", "image": IMAGE, "command": ["enrich", "--strict"],
         "env": [{"name": "INGEST_RUN", "value": "7"}, {"name": "MODE", "value": "fast"},
+                {"name": "HOME", "value": "/tmp"}, {"name": "TMPDIR", "value": "/tmp"},
                 {"name": "INGEST_BATCH_URL", "value": "s3://conveyor-batches/7/1.jsonl"}],
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"},
                       "limits": {"memory": "512Mi"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "privileged": False,
+                            "readOnlyRootFilesystem": True, "runAsNonRoot": True,
+                            "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}],
     }
     [pod] = cluster.pods("conveyor-hook-1-1")
     assert pod["metadata"]["labels"]["job-name"] == "conveyor-hook-1-1"
     assert pod["metadata"]["labels"]["conveyor.io/run"] == "7"
+
+
+def test_the_hook_pod_meets_the_restricted_pod_security_standard(cluster, runner):
+    runner.launch(hook())
+    pod = cluster.received_jobs[0]["spec"]["template"]["spec"]
+    assert pod_security.violations(pod) == []
+    # A read-only root still has somewhere to write: the size-bounded emptyDir at /tmp.
+    [container] = pod["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["volumeMounts"] == [{"name": "scratch", "mountPath": "/tmp"}]
+    assert pod["volumes"][0]["emptyDir"]["sizeLimit"] == "1Gi"
+
+
+@pytest.mark.parametrize("change, rule", [
+    (lambda pod: pod["containers"][0]["securityContext"].pop("allowPrivilegeEscalation"),
+     "allowPrivilegeEscalation"),
+    (lambda pod: pod["securityContext"].update(runAsUser=0), "runAsUser is 0"),
+    (lambda pod: pod.update(hostNetwork=True), "hostNetwork"),
+    (lambda pod: pod["securityContext"].pop("seccompProfile"), "seccompProfile"),
+    (lambda pod: pod["containers"][0]["securityContext"]["capabilities"].update(drop=[]),
+     "drop ALL"),
+    (lambda pod: pod["volumes"].append({"name": "host", "hostPath": {"path": "/"}}), "hostPath"),
+    (lambda pod: pod["containers"][0]["securityContext"].update(privileged=True), "privileged"),
+])
+def test_the_pod_security_rules_refuse_what_the_standard_refuses(cluster, runner, change, rule):
+    runner.launch(hook())
+    pod = cluster.received_jobs[0]["spec"]["template"]["spec"]
+    change(pod)
+    assert any(rule in violation for violation in pod_security.violations(pod))
+
+
+def test_the_pod_runs_as_the_configured_user_with_the_configured_scratch(cluster, tmp_path):
+    runner = make_runner(cluster, tmp_path, run_as_user=20001, scratch_limit="256Mi")
+    runner.launch(hook())
+    pod = cluster.received_jobs[0]["spec"]["template"]["spec"]
+    context = pod["securityContext"]
+    assert (context["runAsUser"], context["runAsGroup"], context["fsGroup"]) == (20001,) * 3
+    assert pod["volumes"][0]["emptyDir"] == {"sizeLimit": "256Mi"}
+
+
+def test_a_runner_never_runs_hooks_as_root(cluster, tmp_path):
+    with pytest.raises(ValueError, match="non-root"):
+        make_runner(cluster, tmp_path, run_as_user=0)
+
+
+def test_the_hook_cannot_replace_its_home_or_batch_location(cluster, runner):
+    spec = hook()
+    runner.launch(HookSpec(name=spec.name, image=spec.image, command=spec.command,
+                           env={"HOME": "/", "INGEST_BATCH_URL": "s3://elsewhere"},
+                           batch_location=spec.batch_location))
+    env = cluster.received_jobs[0]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env == [{"name": "HOME", "value": "/tmp"}, {"name": "TMPDIR", "value": "/tmp"},
+                   {"name": "INGEST_BATCH_URL", "value": spec.batch_location}]
 
 
 def test_a_service_account_is_named_on_the_pod(cluster, tmp_path):
@@ -148,6 +221,18 @@ def test_a_hook_that_exits_zero_succeeds_with_its_log_tail(cluster, runner, cloc
     assert status.log_tail == LOG[-200:]
     [log] = [c for c in cluster.calls if c.path.endswith("/log")]
     assert (log.query["tailLines"], log.query["limitBytes"]) == ("200", "65537")
+
+
+def test_secrets_in_a_hooks_log_are_taken_out_before_it_is_kept(cluster, runner, clock, settings):
+    settings.EXPORTS_WORKER_TOKEN = "worker-token-0123456789"
+    cluster.behaviours[IMAGE] = Behaviour(run_seconds=1, log=(
+        "token worker-token-0123456789\nreading https://hook:pw-5678@store.example/batch\n"))
+    spec = hook()
+    runner.launch(spec)
+    clock.advance(10)
+    status = poll(runner, spec, clock)
+    assert status.log_tail == (f"token {REDACTED}\n"
+                               f"reading https://hook:{REDACTED}@store.example/batch\n")
 
 
 def test_a_log_tail_is_the_logs_end_even_when_its_last_lines_are_long(cluster, runner, clock):
@@ -342,6 +427,54 @@ def test_a_forbidden_create_is_permanent(cluster, runner):
     cluster.refuse_creates(403)
     with pytest.raises(PermanentRunnerError, match='403.*cannot create resource "jobs"'):
         runner.launch(hook())
+
+
+@pytest.mark.parametrize("status, message", [
+    (403, POD_SECURITY), (403, IMAGE_POLICY), (400, IMAGE_POLICY), (422, BAD_RESOURCES)])
+def test_a_policy_or_an_invalid_spec_refusing_the_job_is_permanent(cluster, runner, status,
+                                                                     message):
+    cluster.refuse_creates(status, message)
+    with pytest.raises(PermanentRunnerError, match=f"{status}.*"):
+        runner.launch(hook())
+    assert cluster.create_calls == 1 and cluster.jobs() == []
+
+
+@pytest.mark.parametrize("message", [POD_SECURITY, IMAGE_POLICY, (
+    'pods "conveyor-hook-1-1-x2b4q" is forbidden: [maximum memory usage per Container is '
+    '1Gi, but limit is 2Gi]')])
+def test_a_pod_the_cluster_refuses_to_create_is_permanent_and_its_job_removed(
+        cluster, runner, clock, message):
+    cluster.refuse_pods(message)
+    spec = hook()
+    assert runner.launch(spec).phase == Phase.PENDING  # the Job is admitted; its Pod is not
+    clock.advance(2)
+    with pytest.raises(PermanentRunnerError, match="the cluster refuses its Pod: Error creating: "):
+        poll(runner, spec, clock)
+    assert cluster.jobs() == [] and cluster.pods() == []
+    [event] = cluster.events()
+    assert event["involvedObject"]["name"] == spec.name
+
+
+def test_a_pod_refused_for_a_full_quota_waits_and_is_pressure_at_the_schedule_timeout(
+        cluster, runner, clock):
+    cluster.refuse_pods('pods "conveyor-hook-1-1-x2b4q" is forbidden: exceeded quota: hooks, '
+                        "requested: pods=1, used: pods=20, limited: pods=20")
+    spec = hook()
+    runner.launch(spec)
+    clock.advance(2)
+    status = poll(runner, spec, clock)
+    assert status.phase == Phase.PENDING and "exceeded quota" in status.reason
+    clock.advance(200)
+    with pytest.raises(TransientResourceError, match="not scheduled.*exceeded quota"):
+        poll(runner, spec, clock)
+
+
+def test_a_runner_that_may_not_read_events_waits_as_before(cluster, runner, clock):
+    cluster.refuse_pods(POD_SECURITY)
+    spec = hook()
+    runner.launch(spec)
+    cluster.fail_next("GET", f"/api/v1/namespaces/{cluster.namespace}/events", 403, times=1)
+    assert poll(runner, spec, clock).phase == Phase.PENDING
 
 
 def test_an_unauthorized_client_is_permanent(cluster, tmp_path):

@@ -25,7 +25,8 @@ def current() -> HookRunner:
     settings = tuple(conf.get(name) for name in (
         "KUBECONFIG", "KUBE_CONTEXT", "KUBE_NAMESPACE", "KUBE_SCHEDULE_TIMEOUT_SECONDS",
         "KUBE_TTL_SECONDS_AFTER_FINISHED", "KUBE_REQUEST_TIMEOUT_SECONDS", "KUBE_SERVICE_ACCOUNT",
-        "HOOK_LOG_TAIL_CHARS"))
+        "KUBE_RUN_AS_USER", "KUBE_SCRATCH_LIMIT", "HOOK_LOG_TAIL_CHARS", "HOOK_PATH", "HOOK_USER",
+        "HOOK_MAX_FILE_BYTES", "HOOK_MAX_OPEN_FILES", "HOOK_MAX_PROCESSES"))
     return _build(kind, settings)
 
 
@@ -35,6 +36,11 @@ def _build(kind: str, settings: tuple) -> HookRunner:
         from ingest.runs.runners.kubernetes import KubernetesRunner  # the client loads only here
 
         return KubernetesRunner.from_settings()
-    from ingest.runs.runners.local import LocalRunner
+    from ingest.runs.runners.local import Limits, LocalRunner
 
-    return LocalRunner(log_tail_chars=int(conf.get("HOOK_LOG_TAIL_CHARS")))
+    return LocalRunner(
+        log_tail_chars=int(conf.get("HOOK_LOG_TAIL_CHARS")), path=str(conf.get("HOOK_PATH")),
+        user=str(conf.get("HOOK_USER") or ""),
+        limits=Limits(max_file_bytes=int(conf.get("HOOK_MAX_FILE_BYTES")),
+                      max_open_files=int(conf.get("HOOK_MAX_OPEN_FILES")),
+                      max_processes=int(conf.get("HOOK_MAX_PROCESSES"))))

@@ -4,7 +4,12 @@ that launching the name again adopts the Job a dead worker left behind.
 The Job carries what the cluster must enforce on its own: no retries inside Kubernetes
 (``backoffLimit: 0``; tries are the pipeline's decision), the hook's deadline
 (``activeDeadlineSeconds``) and how long a finished Job stays for inspection
-(``ttlSecondsAfterFinished``). What the API and the Pod say is sorted into the runner
+(``ttlSecondsAfterFinished``), and the sandbox: the Pod gets no API token and no
+service links, runs as a non-root user with the runtime's seccomp profile, no privilege
+escalation, no capabilities and a read-only root filesystem with a size-bounded
+``emptyDir`` at ``/tmp`` for scratch; it meets the ``restricted`` Pod Security Standard,
+which the hooks' namespace enforces, and that namespace's NetworkPolicies (``deploy/``)
+keep it off the cluster's private addresses. What the API and the Pod say is sorted into the runner
 contract: the hook's own outcome is a ``HookStatus``; the cluster's trouble is a
 ``TransientResourceError`` (busy, evicting, unreachable: retry later) or a
 ``PermanentRunnerError`` (the Job can never run as configured).
@@ -25,6 +30,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from urllib3.util.retry import Retry
 
+import jobs
 from ingest import conf
 from ingest.runs.errors import InfrastructureError, PermanentRunnerError, TransientResourceError
 from ingest.runs.runners.base import HookSpec, HookStatus, Phase, Resources
@@ -42,6 +48,9 @@ HOPELESS_WAITING = frozenset({
     "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
     "CreateContainerConfigError", "CreateContainerError",
 })
+# The emptyDir volume mounted at /tmp, the only place a hook may write.
+SCRATCH = "scratch"
+SCRATCH_PATH = "/tmp"
 # Log bytes read at most: per character kept (UTF-8 takes up to four), and at least.
 BYTES_PER_CHAR = 4
 LOG_READ_BYTES = 64 * 1024
@@ -53,7 +62,10 @@ class KubernetesRunner:
     def __init__(self, api_client: client.ApiClient, *, namespace: str,
                  schedule_timeout_seconds: float = 120.0, ttl_seconds_after_finished: int = 3600,
                  request_timeout_seconds: float = 10.0, log_tail_chars: int = 4000,
-                 service_account: str = "") -> None:
+                 service_account: str = "", run_as_user: int = 65534,
+                 scratch_limit: str = "1Gi") -> None:
+        if int(run_as_user) <= 0:
+            raise ValueError(f"hooks run as a non-root user, not {run_as_user}")
         _without_client_retries(api_client)
         self.api_client = api_client
         self.namespace = namespace
@@ -61,7 +73,11 @@ class KubernetesRunner:
         self.ttl_seconds_after_finished = int(ttl_seconds_after_finished)
         self.request_timeout = float(request_timeout_seconds)
         self.log_tail_chars = int(log_tail_chars)
+        # Only ever a hook account: a Pod can name an account of its own namespace alone,
+        # and the hooks' namespace is never Conveyor's (system check ingest.E101).
         self.service_account = service_account
+        self.run_as_user = int(run_as_user)
+        self.scratch_limit = scratch_limit
         self._batch = client.BatchV1Api(api_client)
         self._core = client.CoreV1Api(api_client)
         host = api_client.configuration.host
@@ -85,7 +101,9 @@ class KubernetesRunner:
                    ttl_seconds_after_finished=conf.get("KUBE_TTL_SECONDS_AFTER_FINISHED"),
                    request_timeout_seconds=conf.get("KUBE_REQUEST_TIMEOUT_SECONDS"),
                    log_tail_chars=conf.get("HOOK_LOG_TAIL_CHARS"),
-                   service_account=conf.get("KUBE_SERVICE_ACCOUNT"))
+                   service_account=conf.get("KUBE_SERVICE_ACCOUNT"),
+                   run_as_user=conf.get("KUBE_RUN_AS_USER"),
+                   scratch_limit=conf.get("KUBE_SCRATCH_LIMIT"))
 
     # -- the contract -------------------------------------------------------------
 
@@ -129,18 +147,31 @@ class KubernetesRunner:
     # -- the Job ------------------------------------------------------------------
 
     def manifest(self, spec: HookSpec) -> client.V1Job:
-        """The Job for ``spec``: one Pod, never restarted, no Kubernetes-side retries."""
+        """The Job for ``spec``: one sandboxed Pod, never restarted, no Kubernetes-side
+        retries."""
         labels = {**spec.labels, MANAGED_BY: MANAGER}
+        fixed = {"HOME": SCRATCH_PATH, "TMPDIR": SCRATCH_PATH, "INGEST_BATCH_URL": spec.batch_location}
         env = [client.V1EnvVar(name=key, value=value) for key, value in spec.env.items()
-               if key != "INGEST_BATCH_URL"]
-        env.append(client.V1EnvVar(name="INGEST_BATCH_URL", value=spec.batch_location))
+               if key not in fixed]
+        env.extend(client.V1EnvVar(name=key, value=value) for key, value in fixed.items())
         container = client.V1Container(
             name=CONTAINER, image=spec.image, command=list(spec.command) or None, env=env,
-            resources=_resources(spec.resources))
+            resources=_resources(spec.resources),
+            security_context=client.V1SecurityContext(
+                allow_privilege_escalation=False, privileged=False, read_only_root_filesystem=True,
+                run_as_non_root=True, capabilities=client.V1Capabilities(drop=["ALL"])),
+            volume_mounts=[client.V1VolumeMount(name=SCRATCH, mount_path=SCRATCH_PATH)])
         pod = client.V1PodSpec(
             containers=[container], restart_policy="Never",
-            automount_service_account_token=False,
-            service_account_name=self.service_account or None)
+            automount_service_account_token=False, enable_service_links=False,
+            host_network=False, host_pid=False, host_ipc=False,
+            service_account_name=self.service_account or None,
+            security_context=client.V1PodSecurityContext(
+                run_as_non_root=True, run_as_user=self.run_as_user, run_as_group=self.run_as_user,
+                fs_group=self.run_as_user,
+                seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault")),
+            volumes=[client.V1Volume(name=SCRATCH, empty_dir=client.V1EmptyDirVolumeSource(
+                size_limit=self.scratch_limit or None))])
         return client.V1Job(
             api_version="batch/v1", kind="Job",
             metadata=client.V1ObjectMeta(name=spec.name, labels=labels),
@@ -192,8 +223,15 @@ class KubernetesRunner:
         if finished is not None:
             return self._outcome(spec, finished, pod)
         phase = pod.status.phase if pod is not None and pod.status else ""
+        refusal = self._pod_create_failure(job) if pod is None else ""
+        if refusal and _refused_for_good(refusal):
+            # An admission policy (Pod Security, an image policy, a LimitRange) refuses
+            # the Job's Pod: the spec's fault, which no wait or retry can mend.
+            self._remove(spec.name)
+            raise PermanentRunnerError(f"hook {spec.name} cannot start: the cluster refuses "
+                                       f"its Pod: {refusal}")
         if pod is None or not _scheduled(pod):
-            why = _unscheduled_reason(pod)
+            why = refusal or _unscheduled_reason(pod)
             waited = (now - launched_at).total_seconds()
             if waited > self.schedule_timeout:
                 self._remove(spec.name)
@@ -206,6 +244,23 @@ class KubernetesRunner:
         waiting = _waiting(pod)
         return HookStatus(Phase.PENDING, pod_phase=phase, scheduled=True,
                           reason=waiting.reason if waiting is not None else "")
+
+    def _pod_create_failure(self, job: client.V1Job) -> str:
+        """Why the job controller could not create the Job's Pod, as its latest
+        FailedCreate Event says, or "" (none, or Events cannot be read here)."""
+        name = job.metadata.name
+        selector = (f"involvedObject.kind=Job,involvedObject.name={name},"
+                    f"involvedObject.uid={job.metadata.uid},reason=FailedCreate")
+        try:
+            events = self._call(f"listing the Events of Job {name}", self._core.list_namespaced_event,
+                                self.namespace, field_selector=selector)
+        except InfrastructureError as error:
+            # Without them the Pod is waited for as before, up to the schedule timeout.
+            logger.warning("cannot read the Events of Job %s: %s", name, error)
+            return ""
+        latest = max(events.items, default=None, key=lambda event: (
+            event.last_timestamp or event.event_time or event.metadata.creation_timestamp))
+        return (latest.message or "")[:1000] if latest is not None else ""
 
     def _outcome(self, spec: HookSpec, finished: Any, pod: client.V1Pod | None) -> HookStatus:
         """A finished Job's HookStatus: the hook's exit, or the deadline that stopped it."""
@@ -257,7 +312,8 @@ class KubernetesRunner:
             if len(data) <= limit or lines == 1:
                 break
             lines = max(1, min(lines // 2, data[:limit].count(b"\n") // 2))
-        return data[:limit].decode("utf-8", errors="replace")[-self.log_tail_chars:]
+        # Redacted before it is cut, so that a secret near the cut is still whole.
+        return jobs.redact_secrets(data[:limit].decode("utf-8", errors="replace"))[-self.log_tail_chars:]
 
     def _remove(self, name: str) -> None:
         """Delete a Job the poll gave up on, so that nothing of it stays pending."""
@@ -307,7 +363,19 @@ def _classified(error: ApiException, doing: str, missing_is_permanent: bool) -> 
         return TransientResourceError(text)  # the namespace is full for now
     if status == 404 and not missing_is_permanent:
         return TransientResourceError(f"vanished: {text}")
-    return PermanentRunnerError(text)  # 400, 401, 403, 404 on create, 422: as configured
+    # 400, 401, 404 on create, 422 (an invalid spec: bad resources, too long a command),
+    # 403 (no right, or a policy refused it: Pod Security, an admission webhook that
+    # allows only some images): the Job as configured can never run, and the cluster is
+    # not under pressure for it.
+    return PermanentRunnerError(text)
+
+
+def _refused_for_good(message: str) -> bool:
+    """Whether a refused Pod create is the spec's fault (forbidden by a policy,
+    invalid, denied by an admission webhook) rather than a full quota or a webhook that
+    did not answer, which pass."""
+    return "exceeded quota" not in message and any(
+        word in message for word in ("is forbidden", "is invalid", "denied the request"))
 
 
 def _status_message(error: ApiException) -> str:

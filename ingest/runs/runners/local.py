@@ -2,67 +2,128 @@
 
 Same contract as the Kubernetes runner, so a new user's runs go end to end: the command
 gets the same environment (the hook's own plus ``INGEST_BATCH_URL``), a time limit, and
-its exit code and log tail are kept. The image and the resources are the cluster's
+its exit code and log tail are kept. The image and the requests are the cluster's
 business and are not applied here. A launch runs the process to its end (the worker
 waits, as it would wait on a Job), so there is never anything to poll: a hook found
 launched but unfinished was cut off by its worker's death and is launched again.
 
-The command is an argument list, never a shell line; the process gets a fresh session
-(its whole group is killed at the time limit), a scratch directory as its working
-directory, and only ``PATH``, ``LANG`` and the hook's variables in its environment.
+A hook's command is not trusted with anything the worker has, so the process is
+sandboxed as far as an unprivileged process can be without a container:
+
+- its environment is built, never inherited: ``PATH`` (``INGEST_HOOK_PATH``), ``LANG``,
+  ``HOME`` and ``TMPDIR`` (its scratch directory), the hook's variables and
+  ``INGEST_BATCH_URL``; the worker's database URL, secret key and tokens are not in it;
+- a worker running as root runs it as ``INGEST_HOOK_USER`` (``nobody``), with that user's
+  group and no other, so it can read neither the worker's ``/proc/<pid>/environ`` nor
+  its files; the batch is copied into the scratch directory it owns and
+  ``INGEST_BATCH_URL`` points there. A worker that is not root cannot switch users: it
+  makes itself non-dumpable instead (``PR_SET_DUMPABLE``), which keeps a process of the
+  same user out of its ``/proc/<pid>/environ`` and ``mem``;
+- resource limits: the largest file it may write (its output too, so it cannot fill the
+  disk), CPU seconds from its time limit, address space from its memory limit, open
+  files, no core dumps; it is killed if its worker dies (``PR_SET_PDEATHSIG``), and its
+  whole session at its time limit;
+- its output is a bounded tail, with this process's secrets taken out before it is kept
+  (``jobs.redact_secrets``): tenants read it.
+
+The command is an argument list, never a shell line. A command the kernel refuses to
+start (too long an argument list, too long a name, not executable, not there) is a fault
+of the hook's spec and a ``PermanentRunnerError``; only a host out of processes, memory
+or file descriptors is pressure (``TransientResourceError``).
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import functools
 import os
+import pwd
+import re
+import resource
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
+from typing import IO
 
+import fsspec
+
+import jobs
 from ingest.runs.errors import PermanentRunnerError, TransientResourceError
 from ingest.runs.runners.base import HookSpec, HookStatus, Phase
+from intake import conf as intake_conf
 
 # Bytes of output read back for the log tail (the rest stays unread on disk).
 LOG_READ_BYTES = 64 * 1024
+# The batch's copy in the scratch directory, which INGEST_BATCH_URL names.
+BATCH_FILE = "batch.jsonl"
+# CPU seconds beyond the time limit before the kernel's SIGKILL (SIGXCPU comes first).
+CPU_GRACE_SECONDS = 5
+# Errors of exec(2) that say the host is short of something: pressure, tried again later.
+# Every other error (E2BIG, ENAMETOOLONG, ENOEXEC, EACCES, ENOENT, ...) is the spec's.
+PRESSURE_ERRNOS = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE})
+# Kubernetes memory quantities, as a hook's memory limit is written ("512Mi", "1G").
+_QUANTITY = re.compile(r"(?P<number>\d+(?:\.\d+)?)(?P<unit>[KMGTPE]i?|k|m)?\Z")
+_UNITS = {"": 1, "k": 1000, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4,
+          "P": 1000**5, "E": 1000**6, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3,
+          "Ti": 1024**4, "Pi": 1024**5, "Ei": 1024**6, "m": 0.001}
+# prctl(2) options (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a hook runs as: a user and its primary group (no supplementary groups)."""
+
+    name: str
+    uid: int
+    gid: int
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of a hook's process (``resource.setrlimit``)."""
+
+    max_file_bytes: int = 64 * 1024 * 1024
+    max_open_files: int = 256
+    # Processes (threads too) of the hook user at once: a fork bomb stops there. Applied
+    # only to a user of the hooks' own, since the kernel counts every process of the
+    # user, and the worker's own user runs the worker's threads.
+    max_processes: int = 128
 
 
 class LocalRunner:
-    def __init__(self, *, log_tail_chars: int = 4000) -> None:
+    """Runs each hook as a sandboxed process on this host (see the module docstring)."""
+
+    def __init__(self, *, log_tail_chars: int = 4000, path: str = os.defpath, user: str = "",
+                 limits: Limits = Limits()) -> None:
         self.target = f"local:{socket.gethostname()}"
         self.log_tail_chars = log_tail_chars
+        self.path = path
+        self.user = user
+        self.limits = limits
+        if not self._switches_user():
+            # Hooks run as this process's own user: keep them out of its /proc files.
+            make_non_dumpable()
 
     def launch(self, spec: HookSpec) -> HookStatus:
-        env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": os.environ.get("LANG", "C.UTF-8"),
-               **spec.env, "INGEST_BATCH_URL": spec.batch_location}
+        identity = self._identity()
         with tempfile.TemporaryDirectory(prefix="conveyor-hook-") as scratch, \
                 tempfile.TemporaryFile() as output:
-            try:
-                process = subprocess.Popen(
-                    list(spec.command), cwd=scratch, env=env, stdin=subprocess.DEVNULL,
-                    stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
-            except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
-                raise PermanentRunnerError(
-                    f"hook {spec.name}: cannot run {spec.command[0]!r}: {exc.strerror}") from exc
-            except OSError as exc:  # out of processes or memory on the host: pressure
-                raise TransientResourceError(f"hook {spec.name}: cannot start: {exc}") from exc
-            try:
-                code = process.wait(timeout=spec.timeout_seconds)
-            except subprocess.TimeoutExpired:
-                _kill_group(process)
-                return HookStatus(Phase.FAILED, pod_phase="Failed", reason="DeadlineExceeded",
-                                  log_tail=self._tail(output))
-            finally:
-                if process.poll() is None:  # interrupted (the worker's own time limit)
-                    _kill_group(process)
-            if code == 0:
-                return HookStatus(Phase.SUCCEEDED, pod_phase="Succeeded", exit_code=0,
-                                  log_tail=self._tail(output))
-            reason = f"killed by {signal.Signals(-code).name}" if code < 0 else "Error"
-            return HookStatus(Phase.FAILED, pod_phase="Failed", exit_code=code, reason=reason,
-                              log_tail=self._tail(output))
+            batch = _copy_batch(spec, Path(scratch))
+            if identity is not None:
+                os.chown(scratch, identity.uid, identity.gid)
+            env = {"LANG": "C.UTF-8", **spec.env, "PATH": self.path, "HOME": scratch,
+                   "TMPDIR": scratch, "INGEST_BATCH_URL": batch}
+            process = self._start(spec, env, scratch, output, identity)
+            return self._wait(spec, process, output)
 
     def poll(self, spec: HookSpec, launched_at: datetime, now: datetime) -> HookStatus:
         # A launch here ends with its process; one still marked running lost its worker.
@@ -74,12 +135,167 @@ class LocalRunner:
     def stop_labelled(self, labels: Mapping[str, str]) -> int:
         return 0
 
-    def _tail(self, output) -> str:
+    def _switches_user(self) -> bool:
+        return bool(self.user) and os.geteuid() == 0
+
+    def _identity(self) -> Identity | None:
+        """Who hooks run as: ``user`` when this process is root and one is set; None
+        (this process's own user) otherwise."""
+        if not self._switches_user():
+            return None
+        try:
+            entry = pwd.getpwnam(self.user)
+        except KeyError:
+            raise PermanentRunnerError(f"INGEST_HOOK_USER={self.user!r}: no such user on "
+                                       f"{socket.gethostname()}") from None
+        if entry.pw_uid == 0:
+            raise PermanentRunnerError(f"INGEST_HOOK_USER={self.user!r} is root: hooks never "
+                                       "run as root")
+        return Identity(self.user, entry.pw_uid, entry.pw_gid)
+
+    def _start(self, spec: HookSpec, env: dict[str, str], scratch: str, output: IO[bytes],
+               identity: Identity | None) -> subprocess.Popen:
+        switch = {} if identity is None else {
+            "user": identity.uid, "group": identity.gid, "extra_groups": []}
+        try:
+            return subprocess.Popen(
+                list(spec.command), cwd=scratch, env=env, stdin=subprocess.DEVNULL,
+                stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+                close_fds=True, preexec_fn=_confine(spec, self.limits, os.getpid(), identity),
+                **switch)
+        except OSError as exc:
+            raise _launch_error(spec, exc, identity) from exc
+        except subprocess.SubprocessError as exc:  # the limits could not be set
+            raise PermanentRunnerError(f"hook {spec.name}: cannot confine it: {exc}") from exc
+
+    def _wait(self, spec: HookSpec, process: subprocess.Popen, output: IO[bytes]) -> HookStatus:
+        try:
+            code = process.wait(timeout=spec.timeout_seconds)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            return HookStatus(Phase.FAILED, pod_phase="Failed", reason="DeadlineExceeded",
+                              log_tail=self._tail(output))
+        finally:
+            if process.poll() is None:  # interrupted (the worker's own time limit)
+                _kill_group(process)
+        if code == 0:
+            return HookStatus(Phase.SUCCEEDED, pod_phase="Succeeded", exit_code=0,
+                              log_tail=self._tail(output))
+        return HookStatus(Phase.FAILED, pod_phase="Failed", exit_code=code, reason=_reason(code),
+                          log_tail=self._tail(output))
+
+    def _tail(self, output: IO[bytes]) -> str:
         output.seek(0, os.SEEK_END)
         size = output.tell()
         output.seek(max(0, size - LOG_READ_BYTES))
-        text = output.read().decode("utf-8", errors="replace")
-        return text[-self.log_tail_chars:]
+        # Redacted before it is cut, so that a secret near the cut is still whole.
+        text = jobs.redact_secrets(output.read().decode("utf-8", errors="replace"))
+        return text[-self.log_tail_chars:] if self.log_tail_chars > 0 else ""
+
+
+def _reason(code: int) -> str:
+    if code >= 0:
+        return "Error"
+    name = signal.Signals(-code).name
+    limits = {"SIGXFSZ": "its file size limit", "SIGXCPU": "its CPU time limit"}
+    return f"killed by {name}" + (f" ({limits[name]})" if name in limits else "")
+
+
+def _launch_error(spec: HookSpec, exc: OSError, identity: Identity | None = None
+                  ) -> PermanentRunnerError | TransientResourceError:
+    """A failed start, sorted: the host short of processes, memory or descriptors is
+    pressure; anything else (E2BIG, ENAMETOOLONG, ENOEXEC, EACCES, ENOENT) is the spec's
+    and no retry can help."""
+    command = spec.command[0][:200] if spec.command else ""
+    who = f" as {identity.name}" if identity is not None else ""
+    text = f"hook {spec.name}: cannot run {command!r}{who}: {exc.strerror or exc}"
+    if exc.errno in PRESSURE_ERRNOS:
+        return TransientResourceError(text)
+    return PermanentRunnerError(text)
+
+
+def _copy_batch(spec: HookSpec, scratch: Path) -> str:
+    """The batch copied into the scratch directory, where a hook running as another user
+    can read it (the staging area is the worker's alone); its path, or "" for none."""
+    if not spec.batch_location:
+        return ""
+    target = scratch / BATCH_FILE
+    bound = intake_conf.staging_max_bytes()
+    try:
+        with fsspec.open(spec.batch_location, "rb", **intake_conf.staging_options()) as source, \
+                open(target, "wb") as copy:
+            copied = 0
+            while chunk := source.read(1024 * 1024):
+                copied += len(chunk)
+                if copied > bound:
+                    raise PermanentRunnerError(f"hook {spec.name}: the batch is larger than "
+                                               f"INTAKE_STAGING_MAX_BYTES ({bound})")
+                copy.write(chunk)
+    except FileNotFoundError:
+        raise PermanentRunnerError(f"hook {spec.name}: its batch is gone "
+                                   f"({spec.batch_location})") from None
+    except OSError as exc:  # the staging store is away: the host's trouble, not the spec's
+        raise TransientResourceError(f"hook {spec.name}: cannot copy its batch: {exc}") from exc
+    target.chmod(0o444)
+    return str(target)
+
+
+def memory_bytes(quantity: str) -> int | None:
+    """A Kubernetes memory quantity in bytes ("512Mi" → 536870912); None if unset."""
+    if not quantity:
+        return None
+    match = _QUANTITY.match(quantity.strip())
+    if match is None:
+        raise PermanentRunnerError(f"memory limit {quantity!r} is not a Kubernetes quantity")
+    return int(float(match["number"]) * _UNITS[match["unit"] or ""])
+
+
+def _confine(spec: HookSpec, limits: Limits, parent: int,
+             identity: Identity | None) -> Callable[[], None]:
+    """What the child runs between fork and exec, after the user switch. It calls only
+    functions resolved here, in the parent: between fork and exec nothing may import or
+    take a lock another thread of the worker could hold."""
+    memory = memory_bytes(spec.resources.memory_limit)
+    cpu = max(1, int(spec.timeout_seconds))
+    rlimits = [(resource.RLIMIT_FSIZE, limits.max_file_bytes),
+               (resource.RLIMIT_NOFILE, limits.max_open_files),
+               (resource.RLIMIT_CORE, 0)]
+    if memory is not None:
+        rlimits.append((resource.RLIMIT_AS, memory))
+    if identity is not None:
+        rlimits.append((resource.RLIMIT_NPROC, limits.max_processes))
+    setrlimit, prctl, getppid, kill = resource.setrlimit, _prctl(), os.getppid, os.kill
+
+    def confine() -> None:
+        for kind, value in rlimits:
+            setrlimit(kind, (value, value))
+        setrlimit(resource.RLIMIT_CPU, (cpu, cpu + CPU_GRACE_SECONDS))
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if getppid() != parent:  # the worker died before the line above
+                kill(0, signal.SIGKILL)
+
+    return confine
+
+
+def make_non_dumpable() -> bool:
+    """Make this process non-dumpable, so that a process of the same user (a hook) can
+    read neither its ``/proc/<pid>/environ`` nor its memory; whether it could (Linux
+    only; elsewhere nothing happens). Process-wide and idempotent: cheap to call again."""
+    prctl = _prctl()
+    return prctl is not None and prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    prctl = libc.prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                      ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -88,3 +304,4 @@ def _kill_group(process: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     process.wait()
+

@@ -612,7 +612,9 @@ class TrinoBindingForm(forms.ModelForm):
         return role
 
     def clean_catalogs(self) -> list[str]:
-        names = [part.strip() for part in self.cleaned_data["catalogs"].split(",") if part.strip()]
+        # Trino's catalog names are lower case.
+        names = [part.strip().lower() for part in self.cleaned_data["catalogs"].split(",")
+                 if part.strip()]
         bad = [name for name in names if not CATALOG_OR_ROLE.match(name)]
         if bad:
             raise ValidationError(f"not a catalog name: {bad[0]!r} (letters, digits, _ . and -)")

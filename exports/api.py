@@ -99,7 +99,7 @@ class ExportJobSerializer(serializers.ModelSerializer):
         request = self.context.get("request")
         if request is not None and tenant_scope(request.user) is True:
             return list(job.files)
-        return services.shown_files(job)
+        return [path for path in services.shown_files(job) if path]
 
 
 class SnapshotSerializer(serializers.ModelSerializer):

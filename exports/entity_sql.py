@@ -97,9 +97,9 @@ def catalogs_named(tree: exp.Expression) -> set[str]:
 
 
 def _identifier(node: exp.Expression) -> str:
-    # Trino folds unquoted names to lower case; catalog names are lower case.
-    name = node.name
-    return name if isinstance(node, exp.Identifier) and node.quoted else name.lower()
+    # Trino's catalog names are lower case and it reads them case-insensitively, quoted
+    # or not: "HR" is hr.
+    return node.name.lower()
 
 
 def write(tree: exp.Expression) -> str:

@@ -164,8 +164,10 @@ def shown_files(job: ExportJob) -> list[str]:
     """A job's files as its tenant's users see them: relative to the snapshot's folder,
     so that no server path or bucket reaches them."""
     home = folder_of_snapshot(job)
-    return [relative_inside(location, home) or "" for location in job.files
-            if isinstance(location, str)]
+    # One entry per file, in order (the admin's download links go by position); a path
+    # the report check would have refused shows as nothing.
+    return [(relative_inside(location, home) or "") if isinstance(location, str) else ""
+            for location in job.files]
 
 
 def create_snapshot(mapping: Mapping, *, user: Any = None) -> Snapshot:

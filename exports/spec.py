@@ -39,9 +39,10 @@ def _parts(location: str) -> tuple[str, str, str] | None:
         return None
     if "://" in location:
         parts = urlsplit(location)
-        if parts.query or parts.fragment or not parts.netloc:
-            return None
         scheme, bucket, path = parts.scheme.lower(), parts.netloc, parts.path
+        # A bucket (or host) names where the path is, except for file:///a/path.
+        if parts.query or parts.fragment or (not bucket and scheme != "file"):
+            return None
     else:
         scheme, bucket, path = "", "", location
     if any(segment in (".", "..") for segment in path.split("/")):

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from exports import services
 from exports.models import EventKind, ExportJob, JobStatus, Mapping, MappingEntity, SnapshotStatus
+from exports.spec import relative_inside
 from tests.exports.builders import (
     CATALOG,
     binding,
@@ -302,6 +303,18 @@ def test_files_inside_the_folder_are_kept_and_shown_inside_the_snapshot(settings
     assert done.files == list(files)
     assert services.shown_files(done) == ["nodes/entries/part-g1.parquet",
                                           "nodes/entries/g1/20261127_x-0.parquet"]
+
+
+def test_a_location_inside_a_folder_is_read_as_a_path_or_url():
+    assert relative_inside("/srv/x/tenant-1/a/b.parquet", "/srv/x/tenant-1") == "a/b.parquet"
+    assert relative_inside("/srv/x/tenant-1//a/b.parquet", "/srv/x/tenant-1/") == "a/b.parquet"
+    assert relative_inside("file:///srv/x/t/b.parquet", "file:///srv/x/t") == "b.parquet"
+    assert relative_inside("S3://bucket/t/b.parquet", "s3://bucket/t") == "b.parquet"
+    for outside in ("/srv/x/tenant-10/b.parquet", "s3://bucket/t/../u/b.parquet",
+                    "s3://other/t/b.parquet", "gs://bucket/t/b.parquet", "/srv/x/t/b.parquet?x=1",
+                    "s3://bucket/t/b.parquet#x", "/srv/x/tenant-1", "/srv/x/tenant-1/\x00.parquet"):
+        folder = "s3://bucket/t" if outside.startswith(("s3", "gs")) else "/srv/x/tenant-1"
+        assert relative_inside(outside, folder) is None, outside
 
 
 def test_the_last_job_finishes_its_snapshot_ready_with_counts():

@@ -592,7 +592,7 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 class TrinoBindingForm(forms.ModelForm):
     catalogs = forms.CharField(
-        label="allowed catalogs", max_length=2000, required=False,
+        label="Allowed catalogs", max_length=2000, required=False,
         help_text="Comma-separated catalog names: the only ones this tenant's entities run in "
                   "and name.")
 

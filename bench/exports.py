@@ -166,10 +166,11 @@ def polling(database: str, jobs_count: int) -> list[dict[str, Any]]:
         claimed: list[Any] = []
         while len(claimed) < jobs_count:
             claimed += services.claim("bench-submitter", 10)
-        for job, token in claimed:
+        for job, claim_token in claimed:
             submitted = engine.submit_unload(JobSpec.from_json(spec_of(job)))
             services.report(job.pk, services.Report("submitted", job.generation, worker="bench",
-                                                    claim_token=token, query_id=submitted.query_id,
+                                                    claim_token=claim_token,
+                                                    query_id=submitted.query_id,
                                                     next_uri=submitted.next_uri))
         ExportJob.objects.filter(snapshot=snapshot).update(next_poll_at=jobs.now())
 

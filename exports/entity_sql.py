@@ -42,6 +42,11 @@ _NOT_QUERIES: tuple[type[exp.Expression], ...] = (
     exp.Grant)
 
 
+# sqlglot parses and writes recursively: some fifty nested parentheses reach Python's
+# recursion limit, which is a refusal of the query, not a server error.
+TOO_DEEP = "nested too deeply (keep parentheses under about 50 levels)"
+
+
 class UnsafeQuery(ValueError):
     """An entity's SQL that is not exactly one query Conveyor may embed; says why."""
 
@@ -59,6 +64,8 @@ def parse_query(sql: str) -> exp.Query:
         statements = [tree for tree in sqlglot.parse(sql, read=DIALECT) if tree is not None]
     except SqlglotError as error:
         raise UnsafeQuery(f"not a query Trino's grammar reads: {_first_line(error)}") from None
+    except RecursionError:
+        raise UnsafeQuery(TOO_DEEP) from None
     if len(statements) != 1:
         raise UnsafeQuery(f"one query only, found {len(statements)} statements")
     tree = statements[0]
@@ -104,7 +111,10 @@ def _identifier(node: exp.Expression) -> str:
 
 def write(tree: exp.Expression) -> str:
     """The tree as Trino SQL, without comments."""
-    return tree.sql(dialect=DIALECT, comments=False)
+    try:
+        return tree.sql(dialect=DIALECT, comments=False)
+    except RecursionError:
+        raise UnsafeQuery(TOO_DEEP) from None
 
 
 def entity_select(sql: str, columns: list[str]) -> str:

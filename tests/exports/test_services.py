@@ -103,6 +103,7 @@ def query_mapping(sql: str, *, catalog: str = CATALOG, role: str | None = "analy
      "format => 'PARQUET'))", "a table function"),
     ("SELECT * FROM TABLE(lake.system.query(query => 'DELETE FROM t'))", "a table function"),
     ("SELECT ? AS id", "a parameter"),
+    ("SELECT " + "(" * 200 + "1" + ")" * 200 + " AS id", "nested too deeply"),
 ])
 def test_an_entity_that_is_not_exactly_one_query_is_refused(settings, sql, problem):
     settings.EXPORTS_TRINO_URL = "http://trino.example:8080"

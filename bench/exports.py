@@ -94,7 +94,8 @@ def child_export(dsn: str, folder: str) -> None:
     from exports.engines.postgres import PostgresEngine
     from exports.spec import JobSpec
 
-    job = JobSpec(id=1, snapshot_id=1, generation=1, job_type="node", entity_name="rows",
+    job = JobSpec(id=1, snapshot_id=1, tenant_id=1, generation=1, job_type="node",
+                  entity_name="rows",
                   engine="postgres", sql=SQL, column_names=tuple(n for n, _ in COLUMNS),
                   column_types=tuple(t for _, t in COLUMNS), starburst_role="bench",
                   destination=folder)
@@ -140,7 +141,7 @@ def polling(database: str, jobs_count: int) -> list[dict[str, Any]]:
     from exports import services
     from exports.control_plane import spec_of
     from exports.engines.trino import TrinoEngine, TrinoSettings
-    from exports.models import ExportJob, JobStatus, Mapping, MappingEntity
+    from exports.models import ExportJob, JobStatus, Mapping, MappingEntity, TrinoBinding
     from exports.spec import JobSpec
     from exports.worker import ControlPlane, ExportWorker, WorkerSettings
     from tenancy.models import Tenant
@@ -153,19 +154,22 @@ def polling(database: str, jobs_count: int) -> list[dict[str, Any]]:
         django.conf.settings.EXPORTS_TRINO_URL = trino_url
         django.conf.settings.EXPORTS_STORAGE_URL = folder
         tenant = Tenant.objects.create(name="Bench", slug="bench")
-        mapping = Mapping.objects.create(tenant=tenant, name="bench", starburst_role="bench")
+        TrinoBinding.objects.create(tenant=tenant, role="bench", catalogs=["bench"])
+        mapping = Mapping.objects.create(tenant=tenant, name="bench")
         MappingEntity.objects.bulk_create(
             MappingEntity(mapping=mapping, kind="node", name=f"e{n}", position=n,
-                          sql="SELECT 1 AS id", columns=["id"]) for n in range(jobs_count))
+                          sql="SELECT 1 AS id", catalog="bench", columns=["id"])
+            for n in range(jobs_count))
         snapshot = services.create_snapshot(mapping)
         engine = TrinoEngine(TrinoSettings(url=trino_url))
         httpx.post(f"{trino_url}/_control", json={"action": "hold"}).raise_for_status()
         claimed: list[Any] = []
         while len(claimed) < jobs_count:
             claimed += services.claim("bench-submitter", 10)
-        for job in claimed:
+        for job, claim_token in claimed:
             submitted = engine.submit_unload(JobSpec.from_json(spec_of(job)))
             services.report(job.pk, services.Report("submitted", job.generation, worker="bench",
+                                                    claim_token=claim_token,
                                                     query_id=submitted.query_id,
                                                     next_uri=submitted.next_uri))
         ExportJob.objects.filter(snapshot=snapshot).update(next_poll_at=jobs.now())

@@ -7,8 +7,12 @@ the reconciliation only: their pages show them and act on them through the servi
 (retry a failed job, reset a claim, cancel the snapshot), which record who did in the
 job's history; the admin log gets an entry too. A snapshot's files are listed on its
 page; a local one downloads through a view that serves only files lying under their
-job's destination. Staff of a tenant see their tenant's mappings and snapshots; the
-export settings are the platform's, changed by platform operators only.
+job's destination. Staff of a tenant see their tenant's mappings and snapshots, and
+their files as paths inside the snapshot (platform operators see where they are). An
+entity that is a Trino query is checked as it is saved: one query, in a catalog of the
+tenant's Trino binding. The bindings (each tenant's role and catalogs) and the export
+settings are the platform's, changed by platform operators only; tenant staff may read
+their own binding.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, Prefetch, Q, QuerySet, Sum
+from django.forms.models import BaseInlineFormSet
 from django.http import (
     FileResponse,
     Http404,
@@ -41,7 +46,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 import jobs
-from exports import services
+from exports import entity_sql, services
 from exports.datasets import DATASETS
 from exports.models import (
     JOB_FINISHED,
@@ -53,6 +58,7 @@ from exports.models import (
     Mapping,
     MappingEntity,
     Snapshot,
+    TrinoBinding,
 )
 from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
 from tenancy.owned_admin import TenantOwnedAdmin, is_platform_operator
@@ -98,7 +104,7 @@ class MappingForm(forms.ModelForm):
 
     class Meta:
         model = Mapping
-        fields = ["tenant", "name", "description", "starburst_role"]
+        fields = ["tenant", "name", "description"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -154,12 +160,21 @@ class MappingEntityForm(forms.ModelForm):
             raise ValidationError(f"listed twice: {', '.join(repeated)}")
         return names
 
+    def clean_sql(self) -> str:
+        sql = self.cleaned_data.get("sql") or ""
+        if sql.strip():
+            try:
+                entity_sql.parse_query(sql)
+            except entity_sql.UnsafeQuery as error:
+                raise ValidationError(_sentence(str(error))) from None
+        return sql
+
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         dataset, sql = data.get("dataset"), (data.get("sql") or "").strip()
         if dataset and sql:
             self.add_error("sql", "a dataset entity has no SQL: empty it, or choose no dataset")
-        elif not dataset and not sql and "dataset" not in self.errors:
+        elif not dataset and not sql and not {"dataset", "sql"} & set(self.errors):
             self.add_error("dataset", "choose a dataset, or write the SQL of a Trino query")
         columns = data.get("columns")
         if dataset in DATASETS and columns:
@@ -171,24 +186,39 @@ class MappingEntityForm(forms.ModelForm):
         return data
 
 
+class MappingEntityFormSet(BaseInlineFormSet):
+    """The mapping's entities; a Trino query's catalog, and every catalog its query
+    names, must be allowed by the tenant's binding (the tenant is the mapping's, known
+    only here)."""
+
+    def clean(self) -> None:
+        super().clean()
+        tenant_id = self.instance.tenant_id
+        if tenant_id is None:
+            return  # the mapping's own form says what is missing
+        binding = services.binding_of(tenant_id)
+        for form in self.forms:
+            data = getattr(form, "cleaned_data", None)
+            if not data or data.get("DELETE") or data.get("dataset") or not data.get("sql"):
+                continue
+            for field, problem in services.check_query_entity(data["sql"], data.get("catalog", ""),
+                                                              binding):
+                if field not in form.errors:
+                    form.add_error(field, _sentence(problem))
+
+
 class MappingEntityInline(admin.StackedInline):
     model = MappingEntity
     form = MappingEntityForm
+    formset = MappingEntityFormSet
     extra = 0
     fieldsets = [(None, {"fields": [("kind", "name", "position"), "dataset", "columns", "sql",
                                     "catalog"]})]
 
 
-class TakeSnapshotForm(forms.Form):
-    starburst_role = forms.CharField(
-        label="Starburst role", required=False, max_length=200,
-        help_text="The use case ID its queries run under; empty for the mapping's own.")
-
-
 @admin.register(Mapping)
 class MappingAdmin(TenantOwnedAdmin, admin.ModelAdmin):
-    list_display = ["name", "description", "starburst_role", "entity_count", "latest_snapshots",
-                    "created_at"]
+    list_display = ["name", "description", "entity_count", "latest_snapshots", "created_at"]
     list_select_related = ["tenant"]
     search_fields = ["name"]
     form = MappingForm
@@ -230,8 +260,9 @@ class MappingAdmin(TenantOwnedAdmin, admin.ModelAdmin):
         return super().change_view(request, object_id, form_url, context)
 
     def take_snapshot_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """GET: what the snapshot will hold, and the role to run it under. POST: the
-        snapshot, then its page; a mapping the service refuses comes back saying why."""
+        """GET: what the snapshot will hold, and the role its queries run under (the
+        tenant's binding). POST: the snapshot, then its page; a mapping the service
+        refuses comes back saying why."""
         if request.method not in ("GET", "HEAD", "POST"):
             return HttpResponseNotAllowed(["GET", "POST"])
         if not self.has_snapshot_permission(request):
@@ -239,21 +270,20 @@ class MappingAdmin(TenantOwnedAdmin, admin.ModelAdmin):
         mapping = self.get_object(request, unquote(object_id))
         if mapping is None:
             raise Http404("No such mapping visible to you.")
-        form = TakeSnapshotForm(request.POST if request.method == "POST" else None)
-        if request.method == "POST" and form.is_valid():
-            snapshot = self.take(request, mapping, form.cleaned_data["starburst_role"] or None)
+        if request.method == "POST":
+            snapshot = self.take(request, mapping)
             if snapshot is None:
                 return redirect(reverse("admin:exports_mapping_change", args=[mapping.pk]))
             return redirect(reverse("admin:exports_snapshot_change", args=[snapshot.pk]))
         context = {**self.admin_site.each_context(request), "opts": self.model._meta,
                    "title": f"Take a snapshot of {mapping}", "mapping": mapping,
-                   "original": mapping, "form": form,
+                   "original": mapping, "binding": services.binding_of(mapping.tenant_id),
                    "entities": list(mapping.entities.order_by("kind", "position", "pk"))}
         return TemplateResponse(request, "admin/exports/mapping/take_snapshot.html", context)
 
-    def take(self, request: HttpRequest, mapping: Mapping, role: str | None) -> Snapshot | None:
+    def take(self, request: HttpRequest, mapping: Mapping) -> Snapshot | None:
         try:
-            snapshot = services.create_snapshot(mapping, user=request.user, starburst_role=role)
+            snapshot = services.create_snapshot(mapping, user=request.user)
         except services.InvalidMapping as exc:
             self.message_user(request, f"No snapshot of {mapping}: {_sentence(str(exc))}",
                               messages.ERROR)
@@ -268,7 +298,7 @@ class MappingAdmin(TenantOwnedAdmin, admin.ModelAdmin):
                   permissions=["snapshot"])
     def take_snapshots(self, request: HttpRequest,
                        queryset: QuerySet[Mapping]) -> HttpResponse | None:
-        taken = [self.take(request, mapping, None) for mapping in queryset.order_by("name", "pk")]
+        taken = [self.take(request, mapping) for mapping in queryset.order_by("name", "pk")]
         if len(taken) == 1 and taken[0] is not None:
             return redirect(reverse("admin:exports_snapshot_change", args=[taken[0].pk]))
         return None
@@ -346,15 +376,18 @@ def served_file(job: ExportJob, index: int) -> Path | None:
     return target
 
 
-def job_files(job: ExportJob) -> list[JobFile]:
+def job_files(job: ExportJob, *, full: bool) -> list[JobFile]:
+    """The job's files: where they are for a platform operator (``full``), else their
+    paths inside the snapshot; a local one links to its download."""
+    inside = services.shown_files(job)
     shown = []
     for index, location in enumerate(job.files):
+        text = location if full else inside[index]
         if is_local(location):
-            name = location.removeprefix(job.destination.rstrip("/") + "/")
             url = reverse("admin:exports_snapshot_file", args=[job.snapshot_id, job.pk, index])
-            shown.append(JobFile(name, url))
+            shown.append(JobFile(text, url))
         else:
-            shown.append(JobFile(location, ""))
+            shown.append(JobFile(text, ""))
     return shown
 
 
@@ -442,7 +475,8 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
             operations = [(op, op.url(job)) for op in JOB_OPERATIONS.values()
                           if may_operate and job.status == op.applies_to]
             rows.append(JobRow(job, next_poll_text(job, now), size_text(job.size_bytes),
-                               job_files(job), list(job.events.all()), operations))
+                               job_files(job, full=is_platform_operator(request)),
+                               list(job.events.all()), operations))
         cancellable = may_operate and snapshot.status not in SNAPSHOT_FINISHED
         return {"job_rows": rows, "cancel_url": reverse("admin:exports_snapshot_cancel",
                                                         args=[snapshot.pk]) if cancellable else ""}
@@ -551,6 +585,95 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
         if target is None:
             raise Http404("No such file of a snapshot visible to you.")
         return FileResponse(target.open("rb"), as_attachment=True, filename=target.name)
+
+
+# --- the tenants' Trino bindings -----------------------------------------------------------------
+
+
+class TrinoBindingForm(forms.ModelForm):
+    catalogs = forms.CharField(
+        label="Allowed catalogs", max_length=2000, required=False,
+        help_text="Comma-separated catalog names: the only ones this tenant's entities run in "
+                  "and name.")
+
+    class Meta:
+        model = TrinoBinding
+        fields = ["tenant", "role", "catalogs"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        catalogs = self.instance.catalogs
+        self.initial["catalogs"] = ", ".join(catalogs) if isinstance(catalogs, list) else ""
+
+    def clean_role(self) -> str:
+        role = self.cleaned_data["role"].strip()
+        if not CATALOG_OR_ROLE.match(role):
+            raise ValidationError("letters, digits, _ . and - only: it is sent in HTTP headers")
+        return role
+
+    def clean_catalogs(self) -> list[str]:
+        # Trino's catalog names are lower case.
+        names = [part.strip().lower() for part in self.cleaned_data["catalogs"].split(",")
+                 if part.strip()]
+        bad = [name for name in names if not CATALOG_OR_ROLE.match(name)]
+        if bad:
+            raise ValidationError(f"not a catalog name: {bad[0]!r} (letters, digits, _ . and -)")
+        return sorted(set(names))
+
+
+CATALOG_OR_ROLE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
+
+
+@admin.register(TrinoBinding)
+class TrinoBindingAdmin(admin.ModelAdmin):
+    """Every tenant's queries go to Trino as one shared user: the role and catalogs they
+    run under are the platform's to give, so only platform operators add or change a
+    binding; a tenant's staff see their own, read-only."""
+
+    form = TrinoBindingForm
+    list_display = ["tenant", "role", "catalog_list", "updated_at", "updated_by"]
+    list_select_related = ["tenant", "updated_by"]
+    readonly_fields = ["updated_at", "updated_by"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[TrinoBinding]:
+        return scope_queryset(super().get_queryset(request), request.user)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return ["tenant", "role", "catalogs", "updated_at", "updated_by"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        if not is_platform_operator(request):
+            return ["tenant", "role", "catalog_list", "updated_at", "updated_by"]
+        return ["tenant", *self.readonly_fields] if obj is not None else list(self.readonly_fields)
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False,
+                 **kwargs: Any) -> Any:
+        if not is_platform_operator(request):
+            kwargs["fields"] = []
+        return super().get_form(request, obj, change, **kwargs)
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        if not is_platform_operator(request):
+            return [(None, {"fields": ["tenant", "role", "catalog_list", "updated_at",
+                                       "updated_by"]})]
+        return super().get_fieldsets(request, obj)
+
+    @admin.display(description="allowed catalogs")
+    def catalog_list(self, binding: TrinoBinding) -> str:
+        return ", ".join(binding.catalogs) if isinstance(binding.catalogs, list) else "—"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return is_platform_operator(request) and super().has_add_permission(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_platform_operator(request) and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_platform_operator(request) and super().has_delete_permission(request, obj)
+
+    def save_model(self, request: HttpRequest, obj: TrinoBinding, form: Any, change: bool) -> None:
+        obj.updated_by = request.user
+        super().save_model(request, obj, form, change)
 
 
 # --- the export settings --------------------------------------------------------------------------

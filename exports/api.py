@@ -6,7 +6,11 @@ Views stay thin: they find what the caller may see (``tenancy.scoping``; another
 tenant's mapping or snapshot answers like one that does not exist), call
 ``exports.services`` and report. Members read; staff take and cancel snapshots (the
 rule of the ingest runs' API), and the service records who did. A mapping the service
-refuses is a 400 naming ``mapping`` and why.
+refuses is a 400 naming ``mapping`` and why (an entity that is not one query, a catalog
+the tenant's binding does not allow, a tenant without a binding). The Trino role is
+not the caller's to choose: it is the tenant's binding, kept by platform operators. A
+job's files are shown inside the snapshot's folder; platform operators see where they
+are.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ class MappingSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Mapping
-        fields = ["id", "tenant", "name", "description", "starburst_role", "created_at", "entities"]
+        fields = ["id", "tenant", "name", "description", "created_at", "entities"]
         read_only_fields = fields
 
 
@@ -78,8 +82,10 @@ class ExportJobSerializer(serializers.ModelSerializer):
     entity = serializers.CharField(source="entity_name", read_only=True)
     engine = serializers.ChoiceField(Engine.choices, read_only=True)
     error = serializers.CharField(source="error_message", read_only=True)
-    files = serializers.ListField(child=serializers.CharField(), read_only=True,
-                                  help_text="Where its Parquet files are (paths or URLs).")
+    files = serializers.SerializerMethodField(
+        help_text="Its Parquet files, as paths inside the snapshot's folder "
+                  "(nodes/<entity>/part-g1.parquet); platform operators see their full paths "
+                  "or URLs.")
 
     class Meta:
         model = ExportJob
@@ -87,6 +93,13 @@ class ExportJobSerializer(serializers.ModelSerializer):
                   "row_count", "size_bytes", "error", "next_poll_at", "poll_count", "files",
                   "created_at", "completed_at"]
         read_only_fields = fields
+
+    @extend_schema_field({"type": "array", "items": {"type": "string"}})
+    def get_files(self, job: ExportJob) -> list[str]:
+        request = self.context.get("request")
+        if request is not None and tenant_scope(request.user) is True:
+            return list(job.files)
+        return [path for path in services.shown_files(job) if path]
 
 
 class SnapshotSerializer(serializers.ModelSerializer):
@@ -149,17 +162,25 @@ class MappingReference(serializers.Field):
         return value
 
 
+# Fields a caller may not send, each with why: named, they answer more than "unknown".
+BOUND_BY_OPERATORS = {
+    "starburst_role": "unknown field: the Trino role is bound to the tenant by platform "
+                      "operators, not chosen per snapshot",
+}
+
+
 class TakeSnapshotSerializer(serializers.Serializer):
+    """The mapping to take a snapshot of; nothing else (an unknown field is a 400). Its
+    Trino queries run under the role the tenant's binding names."""
+
     mapping = MappingReference(help_text="The mapping, by id or by name (platform operators: "
                                          "by id).")
-    starburst_role = serializers.CharField(
-        required=False, max_length=200,
-        help_text="The use case ID its queries run under; the mapping's when left out.")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(self.initial_data) - set(self.fields))
         if unknown:
-            raise ValidationError({name: ["unknown field"] for name in unknown})
+            raise ValidationError({name: [BOUND_BY_OPERATORS.get(name, "unknown field")]
+                                   for name in unknown})
         return attrs
 
 
@@ -285,8 +306,7 @@ class SnapshotViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         form.is_valid(raise_exception=True)
         mapping = visible_mapping(request.user, form.validated_data["mapping"])
         try:
-            snapshot = services.create_snapshot(
-                mapping, user=request.user, starburst_role=form.validated_data.get("starburst_role"))
+            snapshot = services.create_snapshot(mapping, user=request.user)
         except services.InvalidMapping as exc:
             raise ValidationError({"mapping": [str(exc)]}) from None
         return Response(self._body(snapshot), status=status.HTTP_201_CREATED)

@@ -8,8 +8,12 @@ else (it is no user's token, and no other view accepts it).
     POST /internal/exports/jobs/<id>/report          a Report             → {"job": {...}}
     POST /internal/exports/snapshots/<id>/finalize                         → {"status"}
 
-A report from a claim that is no longer the job's is answered 409 with the job's status
-and claim: the worker drops the job (and cancels a query it submitted late).
+A claim and a poll answer each job with a secret ``claim_token`` for that worker alone
+(the control plane keeps its hash). A report carries it with the claim's number; one
+from a claim that is no longer the job's, or without the secret of the current claim
+or poll, is answered 409 with the job's status and claim: the worker drops the job (and
+cancels a query it submitted late). A completion's ``files`` must lie inside the job's
+folder, else 400 and nothing changes.
 """
 
 from __future__ import annotations
@@ -41,14 +45,16 @@ class WorkerToken(BasePermission):
         return bool(token) and hmac.compare_digest(offered.encode(), f"Bearer {token}".encode())
 
 
-def spec_of(job: ExportJob) -> dict[str, Any]:
+def spec_of(job: ExportJob, claim_token: str = "") -> dict[str, Any]:
+    """The job as a worker is told it; the claim's secret only in the answer that issued it."""
     return JobSpec(
-        id=job.pk, snapshot_id=job.snapshot_id, generation=job.generation, job_type=job.job_type,
+        id=job.pk, snapshot_id=job.snapshot_id, tenant_id=job.tenant_id,
+        generation=job.generation, job_type=job.job_type,
         entity_name=job.entity_name, engine=job.engine, sql=job.sql,
         column_names=tuple(job.column_names), column_types=tuple(job.column_types),
         catalog=job.catalog, starburst_role=job.starburst_role, destination=job.destination,
         status=job.status, query_id=job.query_id, next_uri=job.next_uri,
-        poll_count=job.poll_count).to_json()
+        poll_count=job.poll_count, claim_token=claim_token).to_json()
 
 
 class _Internal(APIView):
@@ -74,7 +80,8 @@ class Claim(_Internal):
 
     def post(self, request: Request) -> Response:
         data = _valid(TakeSerializer, request.data)
-        return Response({"jobs": [spec_of(job) for job in services.claim(data["worker"], data["limit"])]})
+        taken = services.claim(data["worker"], data["limit"])
+        return Response({"jobs": [spec_of(job, token) for job, token in taken]})
 
 
 @extend_schema(exclude=True)
@@ -83,8 +90,8 @@ class Pollable(_Internal):
 
     def post(self, request: Request) -> Response:
         data = _valid(TakeSerializer, request.data)
-        return Response({"jobs": [spec_of(job) for job in
-                                  services.due_for_poll(data["worker"], data["limit"])]})
+        taken = services.due_for_poll(data["worker"], data["limit"])
+        return Response({"jobs": [spec_of(job, token) for job, token in taken]})
 
 
 class ReportSerializer(serializers.Serializer):
@@ -93,6 +100,9 @@ class ReportSerializer(serializers.Serializer):
                                               JobStatus.FAILED])
     generation = serializers.IntegerField(min_value=0)
     worker = serializers.CharField(max_length=200)
+    # Missing or wrong, the report is refused as a lost claim is (409), not as a bad one.
+    claim_token = serializers.CharField(max_length=200, required=False, default="",
+                                        allow_blank=True)
     query_id = serializers.CharField(max_length=200, required=False, default="")
     next_uri = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
     poll_count = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
@@ -117,7 +127,7 @@ class Report(_Internal):
         except ExportJob.DoesNotExist:
             raise NotFound(f"no export job {job_id}") from None
         except services.InvalidReport as error:
-            raise ValidationError({"status": [str(error)]}) from None
+            raise ValidationError({error.field: [str(error)]}) from None
         except services.ClaimLost as lost:
             return Response({"detail": str(lost), "status": lost.job.status,
                              "generation": lost.job.generation}, status=status.HTTP_409_CONFLICT)

@@ -23,14 +23,20 @@ Protocol (what the official ``trino`` client uses):
 - ``DELETE`` of a ``nextUri`` or of ``/v1/query/{id}`` cancels: the query is FAILED
   with ``USER_CANCELED``; 204.
 
-SQL runs on an in-memory DuckDB database (``load_table`` fills it). A leading
-``catalog.schema.`` on a table name is not understood: name tables as DuckDB does.
-Starburst's server-side unload, ``SELECT * FROM TABLE(system.unload(input => TABLE(
-<query>), location => '<url>', format => 'PARQUET'))``, runs the inner query and writes
-its rows as a Parquet file into the location through ``exports.parquet`` (local folders
-and fsspec URLs, with the server's ``storage_options``), answering one row
-``(path varchar, count bigint)``. With ``unload_available=False`` it fails as Trino
-does for a missing table function: ``FUNCTION_NOT_FOUND``.
+SQL runs on an in-memory DuckDB database (``load_table`` fills it) that may not touch
+files (DuckDB's ``read_csv`` and the like are refused, as Trino has no such functions).
+A leading ``catalog.schema.`` on a table name is not understood: name tables as DuckDB
+does. As Trino does, a request holds one statement: a semicolon outside a literal is a
+``SYNTAX_ERROR``. ``EXECUTE IMMEDIATE '<statement>' USING <literals>`` (what the client
+sends for a query with parameters) runs the statement with its ``?`` bound to the
+values, their count checked (``INVALID_PARAMETER_USAGE``). Starburst's server-side
+unload, ``SELECT * FROM TABLE(system.unload(input => TABLE(<query>), location =>
+<url>, format => 'PARQUET'))``, its location and format literals or parameters, runs
+the inner query and writes its rows as a Parquet file into the location through
+``exports.parquet`` (local folders and fsspec URLs, with the server's
+``storage_options``), answering one row ``(path varchar, count bigint)``; the query
+keeps the location (``Query.location``). With ``unload_available=False`` it fails as
+Trino does for a missing table function: ``FUNCTION_NOT_FOUND``.
 
 Switches (attributes and methods, or ``POST /_control`` with ``{"action": …}``):
 ``cold_start_queries`` / ``cold_start_seconds`` (the next N submissions are answered
@@ -63,10 +69,17 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+_ARGUMENT = r"(?:'(?P<{0}>(?:[^']|'')*)'|(?P<{0}_parameter>\?))"
 UNLOAD = re.compile(
     r"^\s*SELECT\s+\*\s+FROM\s+TABLE\s*\(\s*system\.unload\s*\(\s*input\s*=>\s*TABLE\s*\((?P<query>.*)\)"
-    r"\s*,\s*location\s*=>\s*'(?P<location>(?:[^']|'')*)'\s*,\s*format\s*=>\s*'(?P<format>\w+)'\s*\)\s*\)\s*$",
+    rf"\s*,\s*location\s*=>\s*{_ARGUMENT.format('location')}"
+    rf"\s*,\s*format\s*=>\s*{_ARGUMENT.format('format')}\s*\)\s*\)\s*$",
     re.IGNORECASE | re.DOTALL)
+EXECUTE_IMMEDIATE = re.compile(
+    r"^\s*EXECUTE\s+IMMEDIATE\s+'(?P<statement>(?:[^']|'')*)'\s*(?:USING\s+(?P<values>.*?))?\s*$",
+    re.IGNORECASE | re.DOTALL)
+LITERAL = re.compile(r"\s*(?:'(?P<text>(?:[^']|'')*)'|(?P<number>-?\d+)|(?P<null>NULL))\s*(?:,|$)",
+                     re.IGNORECASE)
 MAX_BODY = 1 << 20
 
 
@@ -86,6 +99,85 @@ class Query:
     unload_rows: list[list[Any]] | None = None
     requests: list[dict[str, str]] = field(default_factory=list)
     read_out: bool = False  # its last page was served
+    # The statement run and the values bound to its parameters (EXECUTE IMMEDIATE).
+    statement: str = ""
+    parameters: list[Any] = field(default_factory=list)
+    # An unload's: the inner query, and where and how it writes.
+    unload_query: str = ""
+    location: str = ""
+    unload_format: str = ""
+
+
+def _outside_literals(sql: str) -> list[int]:
+    """Offsets of the characters of ``sql`` outside string literals, quoted identifiers
+    and comments: where a ``;`` ends a statement and a ``?`` is a parameter."""
+    found, index, length = [], 0, len(sql)
+    while index < length:
+        char = sql[index]
+        if char in "'\"":
+            end = index + 1
+            while end < length:
+                if sql[end] == char and sql[end + 1:end + 2] == char:
+                    end += 2
+                elif sql[end] == char:
+                    break
+                else:
+                    end += 1
+            index = end + 1
+        elif sql.startswith("--", index):
+            newline = sql.find("\n", index)
+            index = length if newline < 0 else newline + 1
+        elif sql.startswith("/*", index):
+            close = sql.find("*/", index + 2)
+            index = length if close < 0 else close + 2
+        else:
+            found.append(index)
+            index += 1
+    return found
+
+
+def read_request(sql: str) -> tuple[str, list[Any]]:
+    """The statement a request runs and its parameters' values, as Trino reads them; a
+    ``_Failed`` for what Trino refuses (several statements, a parameter count that is
+    not the statement's)."""
+    _one_statement(sql)
+    match = EXECUTE_IMMEDIATE.match(sql)
+    if match is None:
+        return sql, []
+    statement = match["statement"].replace("''", "'")
+    _one_statement(statement)
+    values = _literals(match["values"] or "")
+    wanted = sum(1 for index in _outside_literals(statement) if statement[index] == "?")
+    if wanted != len(values):
+        raise _Failed("INVALID_PARAMETER_USAGE", "USER_ERROR",
+                      f"Incorrect number of parameters: expected {wanted} but found {len(values)}")
+    return statement, values
+
+
+def _one_statement(sql: str) -> None:
+    for index in _outside_literals(sql):
+        if sql[index] == ";":
+            line = sql.count("\n", 0, index) + 1
+            column = index - sql.rfind("\n", 0, index)
+            raise _Failed("SYNTAX_ERROR", "USER_ERROR",
+                          f"line {line}:{column}: mismatched input ';'. Expecting: <EOF>")
+
+
+def _literals(text: str) -> list[Any]:
+    values, position = [], 0
+    while position < len(text):
+        match = LITERAL.match(text, position)
+        if match is None or match.end() == position:
+            raise _Failed("SYNTAX_ERROR", "USER_ERROR",
+                          f"line 1:1: mismatched input in USING: {text[position:position + 40]!r}")
+        if match["text"] is not None:
+            values.append(match["text"].replace("''", "'"))
+        elif match["number"] is not None:
+            values.append(int(match["number"]))
+        else:
+            values.append(None)
+        position = match.end()
+    return values
 
 
 def trino_type(arrow: pa.DataType) -> tuple[str, dict[str, Any]]:
@@ -151,7 +243,8 @@ class FakeTrino:
         self.slow_polls = 0
         self.holding = False
         self.queries: dict[str, Query] = {}
-        self.duckdb = duckdb.connect(":memory:")
+        # Trino reads catalogs, never the coordinator's files: neither does the fake.
+        self.duckdb = duckdb.connect(":memory:", config={"enable_external_access": False})
         self._lock = threading.RLock()
         self._failures: deque[dict[str, Any]] = deque()
         self._http_errors: deque[int] = deque()
@@ -189,7 +282,7 @@ class FakeTrino:
             held = [q for q in self.queries.values() if q.held]
             for query in held:
                 query.held = False
-                if query.state in ("QUEUED", "RUNNING") and UNLOAD.match(query.sql):
+                if query.state in ("QUEUED", "RUNNING") and query.location:
                     self._start(query)
 
     def query_by_sql(self, fragment: str) -> list[Query]:
@@ -325,6 +418,7 @@ class FakeTrino:
             stamp = time.strftime("%Y%m%d_%H%M%S", time.gmtime())
             query = Query(f"{stamp}_{next(self._ids):05d}_fake1", sql, headers, held=self.holding)
             query.requests.append(headers)
+            self._read(query)
             if self._failures:
                 failure = self._failures.popleft()
                 query.error = failure
@@ -399,28 +493,46 @@ class FakeTrino:
             return self._results(query, next_token=None, columns=True)
         return self._results(query, next_token=token + 1, columns=True, data=batch)
 
+    @staticmethod
+    def _read(query: Query) -> None:
+        """What the request asks: its statement and parameters, and an unload's parts; a
+        request Trino refuses fails the query (its first poll says so)."""
+        try:
+            query.statement, query.parameters = read_request(query.sql)
+            match = UNLOAD.match(query.statement)
+            if match:
+                query.unload_query = match["query"]
+                query.location = _argument(match, "location", query.statement, query.parameters)
+                query.unload_format = _argument(match, "format", query.statement, query.parameters)
+        except _Failed as failed:
+            # Reported on the first poll, as Trino reports a statement it cannot analyse.
+            query.error = {"errorName": failed.name, "errorType": failed.kind, "message": str(failed)}
+
     def _start(self, query: Query) -> None:
         """Run the query on DuckDB (an unload writes its files here and now)."""
-        match = UNLOAD.match(query.sql)
         try:
-            if match and not self.unload_available:
+            if query.location and not self.unload_available:
                 raise _Failed("FUNCTION_NOT_FOUND", "USER_ERROR",
                               "line 1:21: Table function 'system.unload' not registered")
             cursor = self.duckdb.cursor()
-            if match:
+            if query.location:
                 from exports import parquet
 
-                location = match["location"].replace("''", "'")
-                reader = cursor.sql(match["query"]).to_arrow_reader(self.page_rows)
+                if str(query.unload_format).upper() != "PARQUET":
+                    raise _Failed("INVALID_FUNCTION_ARGUMENT", "USER_ERROR",
+                                  f"Unsupported format: {query.unload_format}")
+                reader = cursor.sql(query.unload_query).to_arrow_reader(self.page_rows)
                 written = parquet.write_batches(
-                    reader, reader.schema, location, f"{query.id}-0.parquet", self.storage_options)
+                    reader, reader.schema, query.location, f"{query.id}-0.parquet",
+                    self.storage_options)
                 query.columns = [{"name": "path", "type": "varchar", "typeSignature": trino_type(
                     pa.string())[1]}, {"name": "count", "type": "bigint",
                                        "typeSignature": trino_type(pa.int64())[1]}]
                 query.unload_rows = [[written.files[0], written.rows]]
                 query.state = "FINISHED"
                 return
-            query.reader = cursor.sql(query.sql).to_arrow_reader(self.page_rows)
+            query.reader = cursor.sql(query.statement, params=query.parameters or None
+                                      ).to_arrow_reader(self.page_rows)
             query.columns = []
             for arrow_field in query.reader.schema:
                 name, signature = trino_type(arrow_field.type)
@@ -464,6 +576,15 @@ class FakeTrino:
                 info["failureInfo"] = {"type": "io.trino.spi.TrinoException",
                                        "message": query.error["message"]}
             return info
+
+
+def _argument(match: re.Match[str], name: str, statement: str, values: list[Any]) -> Any:
+    """An unload argument's value: its literal, or the value bound to its parameter (the
+    parameters before it in the statement counted)."""
+    if match[name] is not None:
+        return match[name].replace("''", "'")
+    offset = match.start(f"{name}_parameter")
+    return values[sum(1 for index in _outside_literals(statement[:offset]) if statement[index] == "?")]
 
 
 class _Failed(Exception):

@@ -6,12 +6,17 @@ to the tenant) or a SQL query run on Trino/Starburst. Creating a ``Snapshot`` fr
 mapping writes one ``ExportJob`` per entity, nodes before edges, each carrying its SQL,
 columns, role and destination, so that a worker needs nothing else.
 
+Which Trino role a tenant's queries run under, and which catalogs they may read, is a
+``TrinoBinding`` that platform operators keep: never the tenant's choice, since every
+tenant's queries go to one shared Trino user.
+
 A job goes ``pending → claimed → submitted → completed | failed``; ``submitted`` only on
 the server-side UNLOAD path, which is polled on a Fibonacci schedule kept in the row
 (``next_poll_at``, ``poll_count``), never in a worker's memory. ``generation`` counts the
 claims: every update from a worker names the claim it holds, so a worker whose claim was
-reset cannot write over the next one's. ``ExportEvent`` is each job's history, operators'
-actions included, with who did them.
+reset cannot write over the next one's; and it carries the claim's secret token, whose
+hash the row keeps, so that only the worker given the claim can speak for it.
+``ExportEvent`` is each job's history, operators' actions included, with who did them.
 """
 
 from __future__ import annotations
@@ -38,10 +43,6 @@ class Mapping(models.Model):
                                related_name="+", db_index=False)  # the unique key leads with it
     name = models.SlugField("name", max_length=100, help_text="Unique within the tenant.")
     description = models.TextField("description", blank=True)
-    starburst_role = models.CharField(
-        "Starburst role", max_length=200, blank=True,
-        help_text="The use case ID its snapshots' queries run under (X-Use-Case-Id), unless "
-                  "the snapshot names another. Without one, every export job fails.")
     created_at = models.DateTimeField("created", auto_now_add=True)
 
     class Meta:
@@ -53,6 +54,38 @@ class Mapping(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class TrinoBinding(models.Model):
+    """The Trino identity a tenant's export queries run under: its role and the catalogs
+    its entities may read. Kept by platform operators; a tenant without one exports only
+    Conveyor's own datasets."""
+
+    tenant = models.OneToOneField("tenancy.Tenant", verbose_name="tenant", on_delete=models.CASCADE,
+                                  related_name="+")
+    role = models.CharField(
+        "Starburst role", max_length=200,
+        help_text="The role (X-Trino-Role) and use case ID (X-Use-Case-Id) of every query of "
+                  "this tenant's snapshots.")
+    catalogs = models.JSONField(
+        "allowed catalogs", default=list, blank=True,
+        help_text="The catalogs this tenant's entities may run in and name in their queries.")
+    updated_at = models.DateTimeField("updated", auto_now=True)
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name="updated by",
+                                   on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+
+    class Meta:
+        verbose_name = "Trino binding"
+        ordering = ["tenant"]
+        constraints = [
+            models.CheckConstraint(name="exports_binding_role_not_empty", condition=~Q(role="")),
+        ]
+
+    def __str__(self) -> str:
+        return f"Trino binding of {self.tenant}"
+
+    def allows(self, catalog: str) -> bool:
+        return isinstance(self.catalogs, list) and catalog in self.catalogs
 
 
 class MappingEntity(models.Model):
@@ -184,6 +217,10 @@ class ExportJob(models.Model):
         "claims", default=0, help_text="Counts the claims; a worker's updates name the one it holds.")
     claimed_by = models.CharField("claimed by", max_length=200, blank=True)
     claimed_at = models.DateTimeField("claimed", null=True, blank=True)
+    # SHA-256 of the secret the claim's (or the poll's) worker was given: a report must
+    # carry the secret itself. Empty while nobody holds the job.
+    claim_token_hash = models.CharField("claim token (SHA-256)", max_length=64, blank=True,
+                                        editable=False)
     query_id = models.CharField("query id", max_length=200, blank=True)
     next_uri = models.CharField("next URI", max_length=2000, blank=True)
     next_poll_at = models.DateTimeField("next poll", null=True, blank=True)

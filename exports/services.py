@@ -1,18 +1,24 @@
 """The export jobs' state machine: every change a worker, the reconciliation, the API or
 an operator makes goes through here, each in one transaction with its history.
 
-Snapshots are made from mappings (``create_snapshot``). Workers ``claim`` pending jobs,
-``report`` what became of them, and take submitted jobs that are due for a poll
-(``due_for_poll``). A report names the claim (``generation``) it comes from: a worker
-whose claim was reset and given to another cannot write over it (``ClaimLost``), and so
-cannot submit a second query for one job. A job's last report finishes its snapshot when
-no job of it is left, in the same transaction; the reconciliation catches what a crash
-left between the two.
+Snapshots are made from mappings (``create_snapshot``); an entity that is a Trino query
+must be one query (``exports.entity_sql``) in a catalog of the tenant's ``TrinoBinding``,
+whose role its jobs run under. Workers ``claim`` pending jobs, ``report`` what became of
+them, and take submitted jobs that are due for a poll (``due_for_poll``). A report names
+the claim (``generation``) it comes from and carries the secret token issued with the
+claim or the poll: a worker whose claim was reset and given to another, or one that was
+never given it, cannot write over it (``ClaimLost``), and so cannot submit a second
+query for one job. The files a report lists must lie in the job's folder. A job's
+last report finishes its snapshot when no job of it is left, in the same transaction;
+the reconciliation catches what a crash left between the two.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
+import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,7 +27,7 @@ from django.db import transaction
 from django.db.models import F
 
 import jobs
-from exports import conf, datasets
+from exports import conf, datasets, entity_sql
 from exports.models import (
     JOB_FINISHED,
     Engine,
@@ -34,7 +40,9 @@ from exports.models import (
     MappingEntity,
     Snapshot,
     SnapshotStatus,
+    TrinoBinding,
 )
+from exports.spec import relative_inside, snapshot_folder
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +65,12 @@ class ClaimLost(Exception):
 
 
 class InvalidReport(ValueError):
-    """A report that is not a transition of the state machine, or lacks what it needs."""
+    """A report that is not a transition of the state machine, or lacks what it needs;
+    ``field`` names the part of the report at fault."""
+
+    def __init__(self, message: str, field: str = "status") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def poll_delay(polls_done: int) -> timedelta:
@@ -76,12 +89,39 @@ def event(job: ExportJob, kind: str, now: datetime, *, from_status: str = "", to
 # -- making snapshots ---------------------------------------------------------------
 
 
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+def binding_of(tenant_id: int) -> TrinoBinding | None:
+    return TrinoBinding.objects.filter(tenant_id=tenant_id).first()
 
 
-def _job_for(entity: MappingEntity, tenant_id: int) -> dict[str, Any]:
-    """The engine, SQL and column types of one entity's job."""
+def check_query_entity(sql: str, catalog: str, binding: TrinoBinding | None) -> list[tuple[str, str]]:
+    """What is wrong with a Trino entity of a tenant whose binding is ``binding``: pairs
+    of the field at fault (``sql`` or ``catalog``) and why; empty when nothing is. The
+    admin's form and ``create_snapshot`` both ask."""
+    problems: list[tuple[str, str]] = []
+    try:
+        tree = entity_sql.parse_query(sql)
+    except entity_sql.UnsafeQuery as error:
+        problems.append(("sql", str(error)))
+        tree = None
+    if binding is None:
+        problems.append(("catalog", "the tenant has no Trino binding: a platform operator binds "
+                                    "its role and catalogs before it exports Trino queries"))
+        return problems
+    allowed = ", ".join(binding.catalogs) or "none"
+    if not catalog:
+        problems.append(("catalog", f"a Trino query names its catalog (allowed: {allowed})"))
+    elif not binding.allows(catalog):
+        problems.append(("catalog", f"catalog {catalog!r} is not one the tenant's binding allows "
+                                    f"({allowed})"))
+    named = sorted(entity_sql.catalogs_named(tree) - set(binding.catalogs)) if tree else []
+    if named:
+        problems.append(("sql", f"the query reads catalog {named[0]!r}, which the tenant's "
+                                f"binding does not allow ({allowed})"))
+    return problems
+
+
+def _job_for(entity: MappingEntity, tenant_id: int, binding: TrinoBinding | None) -> dict[str, Any]:
+    """The engine, SQL, role and column types of one entity's job."""
     label = f"{entity.kind} {entity.name}"
     names = entity.columns
     if (not isinstance(names, list) or not names
@@ -98,33 +138,51 @@ def _job_for(entity: MappingEntity, tenant_id: int) -> dict[str, Any]:
             sql = dataset.sql(tenant_id, names)
         except ValueError as error:
             raise InvalidMapping(f"{label}: {error}") from None
-        return {"engine": Engine.POSTGRES, "sql": sql, "column_types": dataset.types(names)}
+        return {"engine": Engine.POSTGRES, "sql": sql, "column_types": dataset.types(names),
+                "starburst_role": ""}
     if not conf.get("TRINO_URL"):
         raise InvalidMapping(f"{label}: is a query, and no Trino is configured (EXPORTS_TRINO_URL)")
-    # The mapping's columns, in its order, whatever order the query selects them in.
-    picked = ", ".join(_quote(name) for name in names)
-    query = entity.sql.strip().rstrip(";").rstrip()
-    return {"engine": Engine.TRINO, "sql": f"SELECT {picked} FROM ({query}) AS entity",
-            "column_types": []}
+    problems = check_query_entity(entity.sql, entity.catalog, binding)
+    if problems:
+        raise InvalidMapping(f"{label}: {problems[0][1]}")
+    assert binding is not None  # a problem otherwise
+    return {"engine": Engine.TRINO, "sql": entity_sql.entity_select(entity.sql, names),
+            "column_types": [], "starburst_role": binding.role}
 
 
 def _destination(snapshot: Snapshot, entity: MappingEntity) -> str:
-    return (f"{conf.storage_url().rstrip('/')}/tenant-{snapshot.tenant_id}/"
-            f"snapshot-{snapshot.pk}/{entity.kind}s/{entity.name}")
+    return (f"{snapshot_folder(conf.storage_url(), snapshot.tenant_id, snapshot.pk)}/"
+            f"{entity.kind}s/{entity.name}")
 
 
-def create_snapshot(mapping: Mapping, *, user: Any = None, starburst_role: str | None = None) -> Snapshot:
+def folder_of_snapshot(job: ExportJob) -> str:
+    """The snapshot folder a job's destination (``…/snapshot-N/nodes/<name>``) lies in."""
+    return job.destination.rstrip("/").rsplit("/", 2)[0]
+
+
+def shown_files(job: ExportJob) -> list[str]:
+    """A job's files as its tenant's users see them: relative to the snapshot's folder,
+    so that no server path or bucket reaches them."""
+    home = folder_of_snapshot(job)
+    # One entry per file, in order (the admin's download links go by position); a path
+    # the report check would have refused shows as nothing.
+    return [(relative_inside(location, home) or "") if isinstance(location, str) else ""
+            for location in job.files]
+
+
+def create_snapshot(mapping: Mapping, *, user: Any = None) -> Snapshot:
     """A new snapshot of ``mapping`` and one pending export job per entity, nodes first.
 
-    The jobs carry the role the snapshot names, else the mapping's; a job without one is
-    made anyway and fails when claimed, as the audit requires of every query.
+    A Trino query's job runs under the role of the tenant's binding, in a catalog the
+    binding allows; the binding is read now, so that later jobs of the snapshot cannot
+    run under another.
     """
     entities = sorted(mapping.entities.all(),
                       key=lambda e: (e.kind != EntityKind.NODE, e.position, e.pk))
     if not entities:
         raise InvalidMapping(f"mapping {mapping.name} has no entities")
-    role = mapping.starburst_role if starburst_role is None else starburst_role
-    specs = [(entity, _job_for(entity, mapping.tenant_id)) for entity in entities]
+    binding = binding_of(mapping.tenant_id)
+    specs = [(entity, _job_for(entity, mapping.tenant_id, binding)) for entity in entities]
     now = jobs.now()
     with transaction.atomic():
         snapshot = Snapshot.objects.create(tenant_id=mapping.tenant_id, mapping=mapping,
@@ -132,7 +190,7 @@ def create_snapshot(mapping: Mapping, *, user: Any = None, starburst_role: str |
         made = ExportJob.objects.bulk_create(
             ExportJob(snapshot=snapshot, tenant_id=mapping.tenant_id, position=position,
                       job_type=entity.kind, entity_name=entity.name, catalog=entity.catalog,
-                      column_names=list(entity.columns), starburst_role=role or "",
+                      column_names=list(entity.columns),
                       destination=_destination(snapshot, entity), created_at=now,
                       updated_at=now, **spec)
             for position, (entity, spec) in enumerate(specs))
@@ -142,12 +200,35 @@ def create_snapshot(mapping: Mapping, *, user: Any = None, starburst_role: str |
     return snapshot
 
 
+# -- claim tokens -------------------------------------------------------------------
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def holds_token(job: ExportJob, token: str) -> bool:
+    """Whether ``token`` is the secret of the job's current claim or poll."""
+    return bool(job.claim_token_hash and token) and hmac.compare_digest(
+        job.claim_token_hash, token_hash(token))
+
+
+def _issue_tokens(ids: list[int]) -> dict[int, str]:
+    """A fresh secret for each job, its hash stored: only the caller ever sees the
+    secrets, and each replaces the one an earlier holder had."""
+    tokens = {pk: secrets.token_urlsafe(32) for pk in ids}
+    for pk, token in tokens.items():
+        ExportJob.objects.filter(pk=pk).update(claim_token_hash=token_hash(token))
+    return tokens
+
+
 # -- workers ------------------------------------------------------------------------
 
 
-def claim(worker: str, limit: int) -> list[ExportJob]:
+def claim(worker: str, limit: int) -> list[tuple[ExportJob, str]]:
     """Take up to ``limit`` pending jobs for ``worker``, oldest snapshot first and nodes
-    before edges; two workers never take the same job."""
+    before edges, each with the secret its reports must carry; two workers never take
+    the same job."""
     limit = max(0, min(limit, conf.get("CLAIM_LIMIT")))
     now = jobs.now()
     with transaction.atomic():
@@ -159,6 +240,7 @@ def claim(worker: str, limit: int) -> list[ExportJob]:
         ExportJob.objects.filter(pk__in=ids).update(
             status=JobStatus.CLAIMED, claimed_by=worker, claimed_at=now, updated_at=now,
             generation=F("generation") + 1)
+        tokens = _issue_tokens(ids)
         claimed = list(ExportJob.objects.filter(pk__in=ids).order_by("snapshot_id", "position"))
         Snapshot.objects.filter(pk__in={job.snapshot_id for job in claimed},
                                 status=SnapshotStatus.PENDING).update(
@@ -166,13 +248,15 @@ def claim(worker: str, limit: int) -> list[ExportJob]:
         ExportEvent.objects.bulk_create(
             event(job, EventKind.CLAIMED, now, from_status=JobStatus.PENDING,
                    to_status=JobStatus.CLAIMED, worker=worker) for job in claimed)
-    return claimed
+    return [(job, tokens[job.pk]) for job in claimed]
 
 
-def due_for_poll(worker: str, limit: int) -> list[ExportJob]:
-    """Up to ``limit`` submitted jobs whose next poll is due, soonest first. They are held
-    for ``POLL_LEASE_SECONDS`` (their next poll moved that far on) so that two workers do
-    not poll one job; a worker that dies holding them only delays their poll."""
+def due_for_poll(worker: str, limit: int) -> list[tuple[ExportJob, str]]:
+    """Up to ``limit`` submitted jobs whose next poll is due, soonest first, each with a
+    fresh secret for the poll's report. They are held for ``POLL_LEASE_SECONDS`` (their
+    next poll moved that far on) so that two workers do not poll one job; a worker that
+    dies holding them only delays their poll, and one whose lease ran out has lost its
+    secret to the next poller."""
     limit = max(0, min(limit, conf.get("POLL_LIMIT")))
     now = jobs.now()
     with transaction.atomic():
@@ -183,7 +267,9 @@ def due_for_poll(worker: str, limit: int) -> list[ExportJob]:
             return []
         ExportJob.objects.filter(pk__in=ids).update(
             next_poll_at=now + timedelta(seconds=conf.get("POLL_LEASE_SECONDS")))
-        return list(ExportJob.objects.filter(pk__in=ids).order_by("next_poll_at", "pk"))
+        tokens = _issue_tokens(ids)
+        taken = list(ExportJob.objects.filter(pk__in=ids).order_by("next_poll_at", "pk"))
+    return [(job, tokens[job.pk]) for job in taken]
 
 
 @dataclass(frozen=True)
@@ -195,6 +281,8 @@ class Report:
     status: str
     generation: int
     worker: str = ""
+    # The secret given with the claim or the poll the report is about.
+    claim_token: str = ""
     query_id: str = ""
     next_uri: str = ""
     # Polls of a submitted job: how many the worker saw done when it polled; a report on
@@ -223,7 +311,8 @@ _FROM = {
 
 
 def report(job_id: int, update: Report) -> ExportJob:
-    """Apply a worker's report to the job it holds; ``ClaimLost`` if it no longer does.
+    """Apply a worker's report to the job it holds; ``ClaimLost`` if it no longer does,
+    or never did (the claim's secret is not the report's).
 
     A job's last report also finishes its snapshot, when no other job of it is left.
     """
@@ -235,19 +324,36 @@ def report(job_id: int, update: Report) -> ExportJob:
         job = ExportJob.objects.select_for_update().filter(pk=job_id).first()
         if job is None:
             raise ExportJob.DoesNotExist(f"no export job {job_id}")
-        if job.generation != update.generation or job.status not in _FROM[update.status]:
-            refused = job
-        else:
-            refused = None
+        why = _refusal(job, update)
+        if not why:
+            _check_files(job, update)
             settle(job, update, now)
-    if refused is not None:
+    if why:
         # Recorded apart from the refused change: the history shows which worker came late.
-        event(refused, EventKind.LATE_REFUSED, now, from_status=refused.status,
+        event(job, EventKind.LATE_REFUSED, now, from_status=job.status,
                to_status=update.status, worker=update.worker,
-               message=f"refused a report for claim {update.generation}: the job is "
-                       f"{refused.status} under claim {refused.generation}").save()
-        raise ClaimLost(refused, f"claim {update.generation}")
+               message=f"refused a report for claim {update.generation}: {why}").save()
+        raise ClaimLost(job, f"claim {update.generation}")
     return job
+
+
+def _refusal(job: ExportJob, update: Report) -> str:
+    """Why a report cannot apply to the job as it is; empty when it can."""
+    if job.generation != update.generation or job.status not in _FROM[update.status]:
+        return f"the job is {job.status} under claim {job.generation}"
+    if not holds_token(job, update.claim_token):
+        return "it does not carry the secret of the job's current claim or poll"
+    return ""
+
+
+def _check_files(job: ExportJob, update: Report) -> None:
+    """A completion's files must each lie inside the job's folder: a worker's word is
+    all they are, and members are shown them."""
+    if update.status != JobStatus.COMPLETED:
+        return
+    for location in update.files:
+        if relative_inside(location, job.destination) is None:
+            raise InvalidReport(f"file {location!r} is not inside the job's folder", "files")
 
 
 def settle(job: ExportJob, update: Report, now: datetime | None = None) -> None:
@@ -320,9 +426,10 @@ def _transition_message(job: ExportJob) -> str:
     return ""
 
 
-def heartbeat(job_id: int, generation: int, worker: str) -> ExportJob:
+def heartbeat(job_id: int, generation: int, worker: str, claim_token: str) -> ExportJob:
     """A worker still exporting a claimed job: keeps the reconciliation from resetting it."""
-    return report(job_id, Report(JobStatus.CLAIMED, generation, worker=worker))
+    return report(job_id, Report(JobStatus.CLAIMED, generation, worker=worker,
+                                 claim_token=claim_token))
 
 
 # -- finishing snapshots ------------------------------------------------------------
@@ -425,6 +532,7 @@ def cancel_snapshot(snapshot: Snapshot, user: Any) -> list[ExportJob]:
 
 def reset(job: ExportJob, now: datetime) -> None:
     job.status, job.claimed_by, job.claimed_at = JobStatus.PENDING, "", None
+    job.claim_token_hash = ""
     job.query_id = job.next_uri = job.error_message = ""
     job.next_poll_at = job.submitted_at = job.completed_at = None
     job.poll_count, job.row_count, job.size_bytes, job.files = 0, None, None, []

@@ -13,12 +13,55 @@ them off the query's answer, and the PostgreSQL engine, whose datasets declare t
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+from urllib.parse import urlsplit
 
 
 def claim_folder(destination: str, generation: int) -> str:
     return f"{destination.rstrip('/')}/g{generation}"
+
+
+def tenant_folder(root: str, tenant_id: int) -> str:
+    """Where every file of the tenant's snapshots lies, under the export root."""
+    return f"{root.rstrip('/')}/tenant-{tenant_id}"
+
+
+def snapshot_folder(root: str, tenant_id: int, snapshot_id: int) -> str:
+    return f"{tenant_folder(root, tenant_id)}/snapshot-{snapshot_id}"
+
+
+def _parts(location: str) -> tuple[str, str, str] | None:
+    """Scheme, bucket (or host) and path of a local path or an fsspec URL; None for one
+    that names a place ambiguously (dot segments, a query or fragment, NUL)."""
+    if "\x00" in location:
+        return None
+    if "://" in location:
+        parts = urlsplit(location)
+        scheme, bucket, path = parts.scheme.lower(), parts.netloc, parts.path
+        # A bucket (or host) names where the path is, except for file:///a/path.
+        if parts.query or parts.fragment or (not bucket and scheme != "file"):
+            return None
+    else:
+        scheme, bucket, path = "", "", location
+    if any(segment in (".", "..") for segment in path.split("/")):
+        return None
+    return scheme, bucket, posixpath.normpath(path) if path else ""
+
+
+def relative_inside(location: str, folder: str) -> str | None:
+    """``location``'s path below ``folder`` (``nodes/orders/part-g1.parquet``), or None
+    when it does not lie strictly inside it: another scheme or bucket, a path elsewhere,
+    ``..`` anywhere. Files a worker reports are kept only when they lie inside their
+    job's folder; members are shown them relative to the snapshot's."""
+    place, home = _parts(location), _parts(folder)
+    if place is None or home is None or place[:2] != home[:2] or not home[2]:
+        return None
+    prefix = home[2].rstrip("/") + "/"
+    if not place[2].startswith(prefix) or place[2] == prefix:
+        return None
+    return place[2][len(prefix):]
 
 
 @dataclass(frozen=True)
@@ -31,6 +74,7 @@ class Column:
 class JobSpec:
     id: int
     snapshot_id: int
+    tenant_id: int
     # The claim this worker holds: every update it sends carries it, and the control plane
     # refuses one from a claim that was reset and given to another worker since.
     generation: int
@@ -49,6 +93,9 @@ class JobSpec:
     query_id: str = ""
     next_uri: str = ""
     poll_count: int = 0
+    # The secret of this worker's claim (or poll): every report carries it, and only the
+    # worker the control plane gave it to has it. Sent in claim and poll answers only.
+    claim_token: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -68,7 +115,8 @@ class JobSpec:
         values = {key: value for key, value in data.items() if key in known}
         for key in ("column_names", "column_types"):
             values[key] = tuple(values.get(key) or ())
-        for key in ("catalog", "starburst_role", "destination", "query_id", "next_uri"):
+        for key in ("catalog", "starburst_role", "destination", "query_id", "next_uri",
+                    "claim_token"):
             values[key] = values.get(key) or ""
         return cls(**values)
 

@@ -10,11 +10,13 @@ database: the claim (renewed by a heartbeat while a direct export runs), the sub
 query's id and next URI, the poll count and the next poll's time.
 
 A direct export writes ``part-g<claim>.parquet`` into the job's folder after clearing
-what an earlier claim may have left there, and reports it completed. A job without a
-role fails at once. A Trino direct export that times out (a cold cluster) is retried
-twice, 5 s apart. Without direct export the worker submits ``system.unload`` and the
-polls follow the query; an engine without ``system.unload`` gets the job exported
-directly instead, and its history says so.
+what an earlier claim may have left there, and reports it completed. Every report
+carries the secret the claim (or the poll) came with. A Trino job without a role fails
+at once, and so does one whose query is not one query (nothing is sent to Trino). A
+Trino direct export that times out (a cold cluster) is retried twice, 5 s apart.
+Without direct export the worker submits ``system.unload`` and the polls follow the
+query; an engine without ``system.unload`` gets the job exported directly instead, and
+its history says so.
 
 SIGTERM stops the claiming; running exports get ``grace_seconds`` to finish, and what is
 still running then is handed back to pending. ``/health`` answers while the loop runs,
@@ -81,9 +83,12 @@ class ControlPlane:
         return [JobSpec.from_json(job) for job in answer["jobs"]]
 
     async def report(self, job: JobSpec, status: str, worker: str, **fields: Any) -> JobSpec:
-        body = {"status": status, "generation": job.generation, "worker": worker, **fields}
+        """The job as the control plane has it after the report, still holding the
+        secret this worker reported with (an answer never repeats it)."""
+        body = {"status": status, "generation": job.generation, "worker": worker,
+                "claim_token": job.claim_token, **fields}
         answer = await self._post(f"/internal/exports/jobs/{job.id}/report", body)
-        return JobSpec.from_json(answer["job"])
+        return dataclasses.replace(JobSpec.from_json(answer["job"]), claim_token=job.claim_token)
 
     async def finalize(self, snapshot_id: int) -> str:
         answer = await self._post(f"/internal/exports/snapshots/{snapshot_id}/finalize", {})
@@ -218,7 +223,7 @@ class ExportWorker:
         """Export a job this worker holds: directly, or (Trino, ``DIRECT_EXPORT=false``
         and not ``direct``) by submitting an UNLOAD."""
         try:
-            if not job.starburst_role:
+            if job.engine == "trino" and not job.starburst_role:
                 await self._finish(job, "failed", error_message=MISSING_ROLE)
             elif direct or self.settings.direct_export or job.engine != "trino":
                 await self._direct(job)

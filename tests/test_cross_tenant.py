@@ -27,7 +27,7 @@ from rest_framework.test import APIClient
 
 import jobs
 from exports import services as export_services
-from exports.models import ExportJob, Mapping, MappingEntity, Snapshot
+from exports.models import ExportJob, Mapping, MappingEntity, Snapshot, TrinoBinding
 from factors import csv_schemas, staging
 from factors.models import CarbonReport, DataEntry, Emission, ReportModule, Upload
 from ingest.market.models import MarketFeed, SourceFreshness
@@ -41,6 +41,7 @@ from jobs.streams.hub import get_hub
 from jobs.streams.ws import JobEventsConsumer
 from jobs.worker import run_until_idle
 from tests.base import make_job, staff, tenant
+from tests.exports.builders import binding, claim_jobs
 from tests.factors.builders import csv_bytes, dispatch, module, plane_factors, plane_rows, report
 from tests.ingest import builders as ingest_builders
 
@@ -96,14 +97,15 @@ def acme(clock) -> Acme:
                                      api_url="http://127.0.0.1:9/", token=ACME_MARK)
     SourceFreshness.objects.create(feed=feed, dataset="daily", last_failure=clock.now(),
                                    last_error=f"daily: {ACME_MARK} refused")
-    mapping = Mapping.objects.create(tenant=owner, name="acme-graph", description=ACME_MARK,
-                                     starburst_role=ACME_MARK)
+    binding(owner, role=ACME_MARK, catalogs=(ACME_MARK.lower(),))
+    mapping = Mapping.objects.create(tenant=owner, name="acme-graph", description=ACME_MARK)
     MappingEntity.objects.create(mapping=mapping, kind="node", name=ACME_MARK, dataset="units",
                                  columns=["id", "code"])
     export = export_services.create_snapshot(mapping)
-    held = export_services.claim("acme-worker", 1)[0]
+    held = claim_jobs("acme-worker", 1)[0]
     export_services.report(held.pk, export_services.Report(
-        "failed", held.generation, worker="acme-worker", error_message=ACME_MARK))
+        "failed", held.generation, worker="acme-worker", error_message=ACME_MARK,
+        claim_token=held.token))
     export_services.create_snapshot(mapping)  # and one pending
     return Acme(owner, the_report, travel, DataEntry.objects.filter(module=travel).first(),
                 started.job, Job.objects.get(pk=failed.pk), waiting, event, upload, run,
@@ -199,6 +201,10 @@ def probes(acme: Acme) -> list[tuple[str, str, str, dict[str, Any] | None]]:
          {"status": "failed", "generation": 2, "worker": "gina", "error_message": "x"}),
         ("exports-finalize", "post", f"/internal/exports/snapshots/{acme.export.pk}/finalize", {}),
     ]
+
+
+def acme_binding(acme: Acme) -> int:
+    return TrinoBinding.objects.values_list("pk", flat=True).get(tenant=acme.tenant)
 
 
 def export_job(acme: Acme) -> int:
@@ -326,13 +332,17 @@ def test_the_admin_shows_globex_staff_none_of_acmes_objects(acme):
              f"/admin/exports/mapping/{acme.mapping.pk}/take-snapshot/",
              f"/admin/exports/snapshot/{acme.export.pk}/change/",
              f"/admin/exports/snapshot/{acme.export.pk}/cancel/",
-             f"/admin/exports/snapshot/{acme.export.pk}/jobs/{export_job(acme)}/files/0/"]
+             f"/admin/exports/snapshot/{acme.export.pk}/jobs/{export_job(acme)}/files/0/",
+             f"/admin/exports/trinobinding/{acme_binding(acme)}/change/",
+             f"/admin/exports/trinobinding/{acme_binding(acme)}/delete/"]
     for page in pages:
         response = browser.get(page)
         assert response.status_code in (302, 403, 404), page
         assert ACME_MARK not in response.content.decode(errors="replace"), page
     listing = browser.get("/admin/jobs/job/")
     assert listing.status_code == 200 and ACME_MARK not in listing.content.decode()
+    bindings = browser.get("/admin/exports/trinobinding/")
+    assert bindings.status_code == 200 and ACME_MARK not in bindings.content.decode()
     before = snapshot(acme)
     cancel = browser.post(f"/admin/jobs/job/{acme.waiting.pk}/cancel/")
     assert cancel.status_code in (302, 403, 404)

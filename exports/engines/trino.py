@@ -10,6 +10,12 @@ on, and the source name. Nothing here sleeps or retries on its own except
 - ``submit_unload``: Starburst's ``system.unload`` posted, answered with the query id
   and next URI at once; ``poll`` follows the next URI one step; ``status`` asks by query
   id (a lost or expired next URI); ``cancel`` deletes the query.
+
+The query of a job is never sent as its row holds it: ``exports.entity_sql`` parses it
+as one query and writes it back from the tree (``InvalidQuery`` otherwise, before any
+request). The UNLOAD's location and format are bound parameters of the statement, not
+text of it (``unload_request``), and the location must lie in the job's snapshot folder
+under the tenant's export root.
 """
 
 from __future__ import annotations
@@ -27,8 +33,8 @@ import trino.dbapi
 from trino.client import ClientSession, TrinoRequest
 from trino.exceptions import TrinoQueryError
 
-from exports import parquet
-from exports.spec import Column, JobSpec
+from exports import entity_sql, parquet
+from exports.spec import Column, JobSpec, relative_inside, snapshot_folder
 
 T = TypeVar("T")
 FETCH_ROWS = 10_000
@@ -45,6 +51,9 @@ class TrinoSettings:
     request_timeout: float = 30.0
     verify: bool = True
     storage_options: dict[str, Any] = field(default_factory=dict)
+    # The export root (EXPORTS_STORAGE_URL): an UNLOAD writes only into the job's
+    # snapshot folder under it. Empty: the location is not checked (engine tests).
+    export_root: str = ""
 
 
 class EngineError(Exception):
@@ -84,10 +93,60 @@ def is_unload_missing(error_name: str, message: str) -> bool:
         "unload" in text and ("not registered" in text or "not found" in text))
 
 
-def unload_sql(job: JobSpec) -> str:
-    location = job.destination.replace("'", "''")
-    return (f"SELECT * FROM TABLE(system.unload(input => TABLE({job.sql}), "
-            f"location => '{location}', format => 'PARQUET'))")
+class InvalidQuery(EngineError):
+    """A job whose query is not one query Conveyor may send, or whose UNLOAD location
+    lies outside its snapshot's folder: nothing was sent, and trying again cannot help."""
+
+
+# Starburst's server-side unload. Its arguments are parameters (``?``), bound by
+# EXECUTE IMMEDIATE … USING: Trino binds a parameter as a value of the argument, so no
+# location's text can become part of the statement. The input is the job's query as
+# written back from its parse tree, whose parentheses are balanced by construction.
+UNLOAD_STATEMENT = ("SELECT * FROM TABLE(system.unload(input => TABLE({query}), "
+                    "location => ?, format => ?))")
+UNLOAD_FORMAT = "PARQUET"
+
+
+def sql_string(value: str) -> str:
+    """``value`` as a Trino string literal: the one place Conveyor quotes text into SQL.
+    Trino's literals have no backslash escapes; a quote is written twice."""
+    if "\x00" in value:
+        raise InvalidQuery("a NUL character cannot be written in a SQL string")
+    return "'" + value.replace("'", "''") + "'"
+
+
+def execute_immediate(statement: str, parameters: list[str]) -> str:
+    """One request that prepares ``statement`` and runs it with ``parameters`` bound to
+    its ``?`` in order (Trino 418+): as the ``trino`` client's DB-API sends a query with
+    parameters, for a submission that must not wait for the query's first rows."""
+    bound = ", ".join(sql_string(value) for value in parameters)
+    return f"EXECUTE IMMEDIATE {sql_string(statement)} USING {bound}"
+
+
+def unload_location(job: JobSpec, export_root: str) -> str:
+    """The folder the UNLOAD writes into: the job's own, refused unless it lies inside
+    the job's snapshot folder under the export root (a job row is no authority on where
+    a tenant's files go)."""
+    if export_root:
+        home = snapshot_folder(export_root, job.tenant_id, job.snapshot_id)
+        if relative_inside(job.destination, home) is None:
+            raise InvalidQuery(f"the job's folder {job.destination!r} is not in its snapshot's "
+                               f"folder {home!r}")
+    return job.destination
+
+
+def unload_request(job: JobSpec, export_root: str = "") -> str:
+    """The text posted to submit the job's UNLOAD."""
+    query = checked_query(job)
+    statement = UNLOAD_STATEMENT.format(query=query)
+    return execute_immediate(statement, [unload_location(job, export_root), UNLOAD_FORMAT])
+
+
+def checked_query(job: JobSpec) -> str:
+    try:
+        return entity_sql.checked(job.sql)
+    except entity_sql.UnsafeQuery as error:
+        raise InvalidQuery(f"the job's query is refused: {error}") from None
 
 
 def retry_cold_start(call: Callable[[], T], *, retries: int = 2, pause_seconds: float = 5.0,
@@ -99,7 +158,8 @@ def retry_cold_start(call: Callable[[], T], *, retries: int = 2, pause_seconds: 
         try:
             return call()
         except Exception as error:
-            if "timeout" not in f"{type(error).__name__} {error}".lower():
+            if isinstance(error, InvalidQuery) or (
+                    "timeout" not in f"{type(error).__name__} {error}".lower()):
                 raise
             if attempt == retries:
                 raise ColdStartExhausted(
@@ -136,6 +196,7 @@ class TrinoEngine:
     # -- direct export ------------------------------------------------------------------
 
     def export_direct(self, job: JobSpec, file_name: str) -> parquet.Written:
+        query = checked_query(job)
         connection = trino.dbapi.connect(
             host=self._host, port=self._port, http_scheme=self._scheme, user=self.settings.user,
             auth=self._auth(), catalog=job.catalog or None, source=self.settings.source,
@@ -144,7 +205,7 @@ class TrinoEngine:
             request_timeout=self.settings.request_timeout, verify=self.settings.verify)
         try:
             cursor = connection.cursor()
-            cursor.execute(job.sql)
+            cursor.execute(query)
             found = [(column[0], column[1]) for column in cursor.description or []]
             names = [name for name, _ in found]
             if names != list(job.column_names):
@@ -164,9 +225,10 @@ class TrinoEngine:
     # -- UNLOAD -------------------------------------------------------------------------
 
     def submit_unload(self, job: JobSpec) -> Submitted:
+        text = unload_request(job, self.settings.export_root)
         request = self._request(job.starburst_role, job.catalog)
         try:
-            status = request.process(request.post(unload_sql(job)))
+            status = request.process(request.post(text))
         except TrinoQueryError as error:
             raise _engine_error(error) from error
         return Submitted(status.id, status.next_uri or "")

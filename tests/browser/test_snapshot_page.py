@@ -10,7 +10,7 @@ from exports import services
 from exports.models import EventKind, JobStatus, SnapshotStatus
 from tests.base import tenant
 from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
-from tests.exports.builders import mapping
+from tests.exports.builders import claim_jobs, mapping, report
 
 pytestmark = [pytest.mark.browser, pytest.mark.system, needs_chromium,
               pytest.mark.django_db(transaction=True)]
@@ -18,9 +18,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.system, needs_chromium,
 
 def test_an_operator_retries_a_failed_job_from_the_snapshot_page(site: Site, page):
     snap = services.create_snapshot(mapping(of=tenant("Acme")))
-    job = services.claim("w1", 1)[0]
-    services.report(job.pk, services.Report(JobStatus.FAILED, job.generation, worker="w1",
-                                            error_message="Query exceeded the memory limit"))
+    job = claim_jobs("w1", 1)[0]
+    report(job, JobStatus.FAILED, error_message="Query exceeded the memory limit")
     operator = log_in(page, site)
 
     page.goto(f"{site.url}/admin/exports/snapshot/{snap.pk}/change/")
@@ -46,13 +45,12 @@ def test_an_operator_retries_a_failed_job_from_the_snapshot_page(site: Site, pag
 
 def test_the_jobs_table_follows_a_snapshot_being_made(site: Site, page):
     snap = services.create_snapshot(mapping(of=tenant("Acme")))
-    first, *_ = services.claim("w1", 3)
+    first, *_ = claim_jobs("w1", 3)
     log_in(page, site)
     page.goto(f"{site.url}/admin/exports/snapshot/{snap.pk}/change/")
     assert page.locator(f"#job-{first.pk}").get_attribute("data-status") == "claimed"
 
-    services.report(first.pk, services.Report(JobStatus.COMPLETED, first.generation, worker="w1",
-                                              row_count=42, size_bytes=2048))
+    report(first, JobStatus.COMPLETED, row_count=42, size_bytes=2048)
     # No reload: the page asks again while the snapshot is being made.
     page.wait_for_selector(f'#job-{first.pk}[data-status="completed"]', timeout=15_000)
     assert page.locator("#snapshot-jobs").get_attribute("data-open") == "true"

@@ -138,17 +138,20 @@ def _snapshots(acme: Any, globex: Any) -> list[Any]:
 
     made = []
     for owner, name in ((acme, "graph"), (acme, "other"), (globex, "graph")):
-        mapping = Mapping.objects.create(tenant=owner, name=name, starburst_role="analytics")
+        mapping = Mapping.objects.create(tenant=owner, name=name)
         for position, dataset in enumerate(("units", "emission_factors", "data_entries")):
             MappingEntity.objects.create(mapping=mapping, kind="node", name=dataset,
                                          position=position, dataset=dataset, columns=["id"])
         made.append(exports.create_snapshot(mapping))
-    done, submitted, _ = exports.claim("contract", 3)
+    (done, done_token), (submitted, submitted_token), _ = exports.claim("contract", 3)
     exports.report(done.pk, exports.Report("completed", 1, worker="contract", row_count=3,
-                                           size_bytes=10, files=("/tmp/x.parquet",)))
-    exports.report(submitted.pk, exports.Report("submitted", 1, worker="contract", query_id="q1"))
-    for job in exports.claim("contract", 3):
-        exports.report(job.pk, exports.Report("failed", 1, worker="contract", error_message="boom"))
+                                           size_bytes=10, claim_token=done_token,
+                                           files=(f"{done.destination}/part-g1.parquet",)))
+    exports.report(submitted.pk, exports.Report("submitted", 1, worker="contract", query_id="q1",
+                                                claim_token=submitted_token))
+    for job, token in exports.claim("contract", 3):
+        exports.report(job.pk, exports.Report("failed", 1, worker="contract", error_message="boom",
+                                              claim_token=token))
     return made
 
 

@@ -1,6 +1,7 @@
-"""The exports' admin: mappings with their entities and "Take a snapshot", the snapshot
-page with its jobs, files and history, the operators' actions recorded with who did
-them, and the export settings, each scoped to the staff user's tenant."""
+"""The exports' admin: mappings with their entities (queries checked as they are saved)
+and "Take a snapshot", the snapshot page with its jobs, files and history, the
+operators' actions recorded with who did them, the tenants' Trino bindings and the
+export settings (the platform's), each scoped to the staff user's tenant."""
 
 from __future__ import annotations
 
@@ -23,15 +24,17 @@ from exports.models import (
     MappingEntity,
     Snapshot,
     SnapshotStatus,
+    TrinoBinding,
 )
 from tests.base import page, staff
-from tests.exports.builders import complete, jobs_of, mapping
+from tests.exports.builders import CATALOG, binding, claim_jobs, complete, jobs_of, mapping, report
 
 pytestmark = pytest.mark.django_db
 
 MAPPINGS = "/admin/exports/mapping/"
 SNAPSHOTS = "/admin/exports/snapshot/"
 CONFIG = "/admin/exports/exportconfig/"
+BINDINGS = "/admin/exports/trinobinding/"
 
 
 def browser(user: User, *codenames: str) -> Client:
@@ -56,13 +59,11 @@ def alice(alice_user) -> Client:
 
 
 def fail(job: ExportJob, message: str = "Trino said no") -> ExportJob:
-    return services.report(job.pk, services.Report(JobStatus.FAILED, job.generation,
-                                                   worker=job.claimed_by, error_message=message))
+    return report(job, JobStatus.FAILED, error_message=message)
 
 
 def submit(job: ExportJob, query_id: str = "20261102_q1") -> ExportJob:
-    return services.report(job.pk, services.Report(JobStatus.SUBMITTED, job.generation,
-                                                   worker=job.claimed_by, query_id=query_id))
+    return report(job, JobStatus.SUBMITTED, query_id=query_id)
 
 
 def snapshot_url(snap: Snapshot) -> str:
@@ -79,7 +80,7 @@ def messages_of(response) -> list[str]:
 
 def entity_form(**fields: str) -> dict[str, str]:
     """The add form's POST data: a mapping and one entity in its inline."""
-    data = {"name": "co2", "description": "", "starburst_role": "analytics",
+    data = {"name": "co2", "description": "",
             "entities-TOTAL_FORMS": "1", "entities-INITIAL_FORMS": "0",
             "entities-MIN_NUM_FORMS": "0", "entities-MAX_NUM_FORMS": "1000",
             "entities-0-kind": "node", "entities-0-name": "units", "entities-0-position": "0",
@@ -95,12 +96,13 @@ def entity_form(**fields: str) -> dict[str, str]:
 def test_every_exports_page_answers_with_rows_in_it(admin_client, acme, clock):
     owner = mapping(of=acme)
     snap = services.create_snapshot(owner)
-    claimed = services.claim("w1", 10)
+    claimed = claim_jobs("w1", 10)
     for url in [MAPPINGS, f"{MAPPINGS}add/", f"{MAPPINGS}{owner.pk}/change/",
                 f"{MAPPINGS}{owner.pk}/take-snapshot/", SNAPSHOTS, snapshot_url(snap),
                 f"{SNAPSHOTS}?status__exact=creating", f"{SNAPSHOTS}?mapping__id__exact={owner.pk}",
                 f"{SNAPSHOTS}?tenant__id__exact={acme.pk}", f"{SNAPSHOTS}{snap.pk}/cancel/",
-                job_url(claimed[0], "reset-claim"), CONFIG, f"{CONFIG}1/change/"]:
+                job_url(claimed[0], "reset-claim"), CONFIG, f"{CONFIG}1/change/", BINDINGS,
+                f"{BINDINGS}add/", f"{BINDINGS}{TrinoBinding.objects.get(tenant=acme).pk}/change/"]:
         page(admin_client, url)
 
 
@@ -112,7 +114,7 @@ def test_tenant_staff_add_a_mapping_whose_columns_become_a_list(alice, acme):
 
     assert response.status_code == 302, response.context["adminform"].errors
     made = Mapping.objects.get()
-    assert (made.tenant, made.name, made.starburst_role) == (acme, "co2", "analytics")
+    assert (made.tenant, made.name) == (acme, "co2")
     entity = made.entities.get()
     assert (entity.kind, entity.name, entity.dataset, entity.sql) == ("node", "units", "units", "")
     assert entity.columns == ["id", "code", "name"]
@@ -148,7 +150,8 @@ def test_a_mistake_in_an_entity_is_reported_on_its_field(alice, fields, field, e
     assert not Mapping.objects.exists() and not MappingEntity.objects.exists()
 
 
-def test_a_query_entity_keeps_its_sql_and_catalog(alice):
+def test_a_query_entity_keeps_its_sql_and_catalog(alice, acme):
+    binding(acme, catalogs=("hive", CATALOG))
     response = alice.post(f"{MAPPINGS}add/", entity_form(
         dataset="", sql="SELECT id FROM orders", catalog="hive", columns="id"))
 
@@ -156,6 +159,37 @@ def test_a_query_entity_keeps_its_sql_and_catalog(alice):
     entity = MappingEntity.objects.get()
     assert (entity.dataset, entity.sql, entity.catalog, entity.columns) == (
         "", "SELECT id FROM orders", "hive", ["id"])
+
+
+@pytest.mark.parametrize(("sql", "catalog", "field", "error"), [
+    ("SELECT 1 AS id) AS entity), location => &#x27;gs://b/tenant-2/x&#x27;, "
+     "format => &#x27;PARQUET&#x27;)) --", CATALOG, "sql", "Not a query Trino&#x27;s grammar reads"),
+    ("SELECT 1 AS id; DROP TABLE orders", CATALOG, "sql", "A semicolon"),
+    ("DELETE FROM orders", CATALOG, "sql", "A DELETE statement"),
+    ("SELECT id FROM orders", "hr", "catalog", "Catalog &#x27;hr&#x27; is not one the tenant"),
+    ("SELECT id FROM orders", "", "catalog", "A Trino query names its catalog"),
+    ("SELECT id FROM hr.pay.salaries", CATALOG, "sql", "The query reads catalog &#x27;hr&#x27;"),
+])
+def test_a_query_entity_that_is_not_one_query_in_a_bound_catalog_is_not_saved(
+        alice, acme, sql, catalog, field, error):
+    binding(acme)
+    response = alice.post(f"{MAPPINGS}add/", entity_form(
+        dataset="", sql=sql.replace("&#x27;", "'"), catalog=catalog, columns="id"))
+
+    assert response.status_code == 200
+    inline = response.context["inline_admin_formsets"][0].formset.forms[0]
+    assert list(inline.errors) == [field]
+    assert error in response.content.decode()
+    assert not Mapping.objects.exists() and not MappingEntity.objects.exists()
+
+
+def test_a_tenant_without_a_binding_cannot_save_a_query_entity(alice):
+    response = alice.post(f"{MAPPINGS}add/", entity_form(
+        dataset="", sql="SELECT id FROM orders", catalog=CATALOG, columns="id"))
+
+    assert response.status_code == 200
+    assert "The tenant has no Trino binding" in response.content.decode()
+    assert not MappingEntity.objects.exists()
 
 
 def test_a_duplicate_mapping_name_within_the_tenant_is_a_form_error(alice, acme, globex):
@@ -174,15 +208,16 @@ def test_a_duplicate_mapping_name_within_the_tenant_is_a_form_error(alice, acme,
 def test_take_a_snapshot_from_the_mapping_page_as_the_staff_user(alice, alice_user, acme):
     owner = mapping(of=acme)
     url = f"{MAPPINGS}{owner.pk}/take-snapshot/"
-    assert "Take the snapshot" in page(alice, url)
+    asked = page(alice, url)
+    assert "Take the snapshot" in asked and "run under the role analytics" in asked
     assert not Snapshot.objects.exists()  # the page only asks
 
-    response = alice.post(url, {"starburst_role": "reporting"})
+    response = alice.post(url, {"starburst_role": "reporting"})  # not the caller's to choose
 
     snap = Snapshot.objects.get()
     assert response["Location"] == snapshot_url(snap)
     assert (snap.mapping, snap.created_by) == (owner, alice_user)
-    assert {job.starburst_role for job in jobs_of(snap)} == {"reporting"}
+    assert {job.starburst_role for job in jobs_of(snap)} == {""}  # datasets: no Trino role
     assert set(ExportEvent.objects.values_list("kind", "actor")) == {(EventKind.CREATED, alice_user.pk)}
     followed = alice.get(response["Location"])
     assert f"Took snapshot {snap.pk} of co2: 3 job(s) queued." in re.sub(
@@ -224,7 +259,7 @@ def test_taking_a_snapshot_needs_the_permission_to_add_one(acme):
 
 def test_the_list_shows_jobs_done_rows_size_and_who(alice, alice_user, acme, clock):
     snap = services.create_snapshot(mapping(of=acme), user=alice_user)
-    first, second, _ = services.claim("w1", 10)
+    first, second, _ = claim_jobs("w1", 10)
     complete(first, rows=1200, size=3 * 1024 * 1024)
     complete(second, rows=34, size=2048)
 
@@ -239,7 +274,7 @@ def test_the_list_shows_jobs_done_rows_size_and_who(alice, alice_user, acme, clo
 
 def test_the_snapshot_page_shows_each_job_its_poll_files_and_history(alice, acme, clock):
     snap = services.create_snapshot(mapping(of=acme))
-    entries, factors, edges = services.claim("worker-7", 10)
+    entries, factors, edges = claim_jobs("worker-7", 10)
     entries = submit(entries)
     factors = complete(factors, rows=5, size=1536)
     fail(edges, "<b>Trino</b> said no")
@@ -252,7 +287,8 @@ def test_the_snapshot_page_shows_each_job_its_poll_files_and_history(alice, acme
     assert "<td>worker-7</td>" in row and f'exports-next-poll">in {wait} s</td>' in row
     done = re.search(rf'<tr class="exports-job" id="job-{factors.pk}".*?</tr>', html, re.S).group()
     assert "<td>5</td>" in done and "1.5\xa0KB" in done
-    assert f'href="{SNAPSHOTS}{snap.pk}/jobs/{factors.pk}/files/0/">part-g1.parquet</a>' in done
+    assert (f'href="{SNAPSHOTS}{snap.pk}/jobs/{factors.pk}/files/0/">nodes/factors/part-g1.parquet'
+            "</a>") in done
     assert "&lt;b&gt;Trino&lt;/b&gt; said no" in html and "<b>Trino</b>" not in html
     assert f'action="{job_url(edges, "retry")}"' in html  # the failed job's button
     history = re.search(rf'id="job-{entries.pk}-history".*?</details>', html, re.S).group()
@@ -260,15 +296,18 @@ def test_the_snapshot_page_shows_each_job_its_poll_files_and_history(alice, acme
     assert "pending → claimed" in history and "query 20261102_q1" in history
 
 
-def test_object_store_files_are_shown_as_text(alice, acme, settings):
+def test_object_store_files_are_shown_as_text_inside_the_snapshot(alice, acme, settings):
     settings.EXPORTS_STORAGE_URL = "s3://exports-bucket/conveyor"
     snap = services.create_snapshot(mapping(of=acme))
-    job = complete(services.claim("w1", 1)[0])
+    job = complete(claim_jobs("w1", 1)[0])
 
     html = page(alice, snapshot_url(snap))
 
-    assert f"<code>{job.files[0]}</code>" in html
-    assert f"/jobs/{job.pk}/files/" not in html
+    assert "<code>nodes/entries/part-g1.parquet</code>" in html
+    assert "exports-bucket" not in html and f"/jobs/{job.pk}/files/" not in html
+    # A platform operator sees where the file is.
+    assert f"<code>{job.files[0]}</code>" in page(browser(staff("olga", operator=True)),
+                                                  snapshot_url(snap))
 
 
 # --- actions ----------------------------------------------------------------------------------
@@ -276,7 +315,7 @@ def test_object_store_files_are_shown_as_text(alice, acme, settings):
 
 def test_retry_a_failed_job_as_the_staff_user(alice, alice_user, acme):
     snap = services.create_snapshot(mapping(of=acme))
-    job = fail(services.claim("w1", 1)[0])
+    job = fail(claim_jobs("w1", 1)[0])
 
     response = alice.post(job_url(job, "retry"), follow=True)
 
@@ -291,7 +330,7 @@ def test_retry_a_failed_job_as_the_staff_user(alice, alice_user, acme):
 
 def test_a_refused_action_shows_the_reason(alice, acme):
     services.create_snapshot(mapping(of=acme))
-    job = services.claim("w1", 1)[0]
+    job = claim_jobs("w1", 1)[0]
 
     response = alice.post(job_url(job, "retry"), follow=True)
 
@@ -305,7 +344,7 @@ def test_a_refused_action_shows_the_reason(alice, acme):
 
 def test_reset_a_claim_after_confirming(alice, alice_user, acme):
     services.create_snapshot(mapping(of=acme))
-    job = services.claim("w1", 1)[0]
+    job = claim_jobs("w1", 1)[0]
 
     question = page(alice, job_url(job, "reset-claim"))
     job.refresh_from_db()
@@ -322,7 +361,7 @@ def test_reset_a_claim_after_confirming(alice, alice_user, acme):
 
 def test_cancel_a_snapshot_after_confirming(alice, alice_user, acme):
     snap = services.create_snapshot(mapping(of=acme))
-    complete(services.claim("w1", 1)[0])
+    complete(claim_jobs("w1", 1)[0])
 
     assert "2 unfinished job(s) fail" in page(alice, f"{SNAPSHOTS}{snap.pk}/cancel/")
     response = alice.post(f"{SNAPSHOTS}{snap.pk}/cancel/", follow=True)
@@ -352,7 +391,7 @@ def test_the_bulk_cancel_asks_first_then_cancels(alice, acme):
 
 def test_actions_need_the_change_permission(acme):
     snap = services.create_snapshot(mapping(of=acme))
-    job = fail(services.claim("w1", 1)[0])
+    job = fail(claim_jobs("w1", 1)[0])
     viewer = browser(staff("viewer", of=acme), "view_snapshot")
 
     html = page(viewer, snapshot_url(snap))
@@ -379,14 +418,13 @@ def written(job: ExportJob, *names: str) -> ExportJob:
         path = Path(job.destination) / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"PAR1" + name.encode())
-    return services.report(job.pk, services.Report(
-        JobStatus.COMPLETED, job.generation, worker=job.claimed_by, row_count=1, size_bytes=10,
-        files=tuple(f"{job.destination}/{name}" for name in names)))
+    return report(job, JobStatus.COMPLETED, row_count=1, size_bytes=10,
+                  files=tuple(f"{job.destination}/{name}" for name in names))
 
 
 def test_a_local_file_downloads_as_an_attachment(alice, acme, local_storage):
     services.create_snapshot(mapping(of=acme))
-    job = written(services.claim("w1", 1)[0], "g1/part-0.parquet")
+    job = written(claim_jobs("w1", 1)[0], "g1/part-0.parquet")
 
     response = alice.get(job_url(job, "files/0"))
 
@@ -400,14 +438,15 @@ def test_a_file_outside_the_destination_is_refused(alice, acme, local_storage):
     secret = local_storage / "secret.txt"
     secret.write_text("not an export")
     services.create_snapshot(mapping(of=acme))
-    job = services.claim("w1", 1)[0]
+    job = claim_jobs("w1", 1)[0]
     link = Path(job.destination) / "g1" / "link.parquet"
     link.parent.mkdir(parents=True)
     link.symlink_to(secret)
-    # What a worker reported: a path outside, one climbing out, a link pointing out.
-    services.report(job.pk, services.Report(
-        JobStatus.COMPLETED, job.generation, worker="w1", row_count=1, size_bytes=1,
-        files=(str(secret), f"{job.destination}/../../../../secret.txt", str(link))))
+    # A link inside pointing out passes the report's check; the rows' paths outside were
+    # refused when reported, so they are written behind the control plane's back here.
+    report(job, JobStatus.COMPLETED, row_count=1, size_bytes=1, files=(str(link),))
+    ExportJob.objects.filter(pk=job.pk).update(
+        files=[str(link), str(secret), f"{job.destination}/../../../../secret.txt"])
 
     for index in range(3):
         assert alice.get(job_url(job, f"files/{index}")).status_code == 404, index
@@ -419,7 +458,7 @@ def test_a_file_outside_the_destination_is_refused(alice, acme, local_storage):
 def test_another_tenants_mappings_snapshots_and_files_are_not_found(alice, globex, local_storage):
     theirs = mapping("secret-mapping", of=globex)
     snap = services.create_snapshot(theirs)
-    job = written(services.claim("w1", 1)[0], "g1/part-0.parquet")
+    job = written(claim_jobs("w1", 1)[0], "g1/part-0.parquet")
 
     assert "secret-mapping" not in page(alice, MAPPINGS)
     assert "secret-mapping" not in page(alice, SNAPSHOTS)
@@ -470,3 +509,55 @@ def test_tenant_staff_see_the_export_settings_but_cannot_change_them(alice):
     assert ExportConfig.current().max_duration_seconds == 3600
     assert alice.get(f"{CONFIG}add/").status_code == 403
     assert alice.post(f"{CONFIG}1/delete/", {"post": "yes"}).status_code == 403
+
+
+# --- the Trino bindings -------------------------------------------------------------------------
+
+
+def binding_form(tenant, role: str = "analytics", catalogs: str = "lake, hive") -> dict[str, str]:
+    return {"tenant": str(tenant.pk), "role": role, "catalogs": catalogs}
+
+
+def test_a_platform_operator_binds_a_tenants_role_and_catalogs(acme):
+    operator = staff("olga", operator=True)
+    olga = browser(operator)
+
+    response = olga.post(f"{BINDINGS}add/", binding_form(acme, catalogs="lake, hive, lake"))
+
+    assert response.status_code == 302, response.context["adminform"].errors
+    bound = TrinoBinding.objects.get()
+    assert (bound.tenant, bound.role, bound.catalogs, bound.updated_by) == (
+        acme, "analytics", ["hive", "lake"], operator)
+
+
+@pytest.mark.parametrize(("fields", "field"), [
+    ({"role": "analytics\r\nX-Trino-User: admin"}, "role"),
+    ({"role": ""}, "role"),
+    ({"catalogs": "lake, hr pay"}, "catalogs"),
+])
+def test_a_bad_binding_is_a_form_error(acme, fields, field):
+    olga = browser(staff("olga", operator=True))
+
+    response = olga.post(f"{BINDINGS}add/", {**binding_form(acme), **fields})
+
+    assert response.status_code == 200
+    assert field in response.context["adminform"].form.errors
+    assert not TrinoBinding.objects.exists()
+
+
+def test_tenant_staff_see_their_binding_read_only_and_cannot_change_it(alice, acme, globex):
+    mine = binding(acme, role="analytics", catalogs=("lake",))
+    theirs = binding(globex, role="globex-role")
+
+    html = page(alice, f"{BINDINGS}{mine.pk}/change/")
+    alice.post(f"{BINDINGS}{mine.pk}/change/", binding_form(acme, role="role-b", catalogs="hr"))
+
+    assert "analytics" in html and 'name="role"' not in html and 'name="catalogs"' not in html
+    mine.refresh_from_db()
+    assert (mine.role, mine.catalogs) == ("analytics", ["lake"])
+    assert alice.get(f"{BINDINGS}add/").status_code == 403
+    assert alice.post(f"{BINDINGS}add/", binding_form(acme, role="role-b")).status_code == 403
+    assert alice.post(f"{BINDINGS}{mine.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert "globex-role" not in page(alice, BINDINGS)
+    assert alice.get(f"{BINDINGS}{theirs.pk}/change/").status_code == 302  # no such object
+    assert TrinoBinding.objects.count() == 2

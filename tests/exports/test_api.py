@@ -12,7 +12,7 @@ from exports import services
 from exports.datasets import DATASETS
 from exports.models import EventKind, ExportEvent, JobStatus, MappingEntity, Snapshot, SnapshotStatus
 from tests.base import as_user, staff
-from tests.exports.builders import complete, jobs_of, mapping
+from tests.exports.builders import CATALOG, claim_jobs, complete, jobs_of, mapping, report
 
 pytestmark = pytest.mark.django_db
 
@@ -60,7 +60,7 @@ def test_mappings_are_listed_with_their_entities_for_the_callers_tenant(bob, acm
 
     assert [m["name"] for m in listed] == ["co2"]
     body = bob.get(f"{MAPPINGS}{mine.pk}/").json()
-    assert (body["tenant"], body["starburst_role"]) == (acme.pk, "analytics")
+    assert body["tenant"] == acme.pk and "starburst_role" not in body
     assert [(e["kind"], e["name"], e["dataset"]) for e in body["entities"]] == [
         ("edge", "computed_with", "emissions"), ("node", "entries", "data_entries"),
         ("node", "factors", "emission_factors")]
@@ -102,14 +102,57 @@ def test_staff_take_a_snapshot_by_name_and_it_is_recorded_with_them(alice, alice
     assert set(ExportEvent.objects.values_list("kind", "actor")) == {(EventKind.CREATED, alice_user.pk)}
 
 
-def test_a_snapshot_by_the_mappings_id_under_another_role(alice, acme):
-    owner = mapping(of=acme)
+def test_a_snapshot_by_the_mappings_id_runs_under_the_tenants_bound_role(alice, acme, settings):
+    settings.EXPORTS_TRINO_URL = "http://trino.example:8080"
+    owner = mapping(of=acme, entities=[{"kind": "node", "name": "orders", "catalog": CATALOG,
+                                        "sql": "SELECT 1 AS id", "columns": ["id"]}])
 
-    response = alice.post(SNAPSHOTS, {"mapping": owner.pk, "starburst_role": "reporting"},
-                          format="json")
+    response = alice.post(SNAPSHOTS, {"mapping": owner.pk}, format="json")
 
     assert response.status_code == 201
-    assert {job.starburst_role for job in jobs_of(Snapshot.objects.get())} == {"reporting"}
+    assert {job.starburst_role for job in jobs_of(Snapshot.objects.get())} == {"analytics"}
+
+
+def test_the_caller_cannot_choose_the_role(alice, acme, settings):
+    settings.EXPORTS_TRINO_URL = "http://trino.example:8080"
+    owner = mapping(of=acme, entities=[{"kind": "node", "name": "orders", "catalog": CATALOG,
+                                        "sql": "SELECT 1 AS id", "columns": ["id"]}])
+    response = alice.post(SNAPSHOTS, {"mapping": owner.pk, "starburst_role": "role-b"},
+                          format="json")
+
+    assert response.status_code == 400
+    assert "bound to the tenant by platform operators" in response.json()["starburst_role"][0]
+    assert not Snapshot.objects.exists()
+
+
+@pytest.mark.parametrize(("sql", "catalog", "message"), [
+    ("SELECT 1 AS id) AS entity), location => 's3://b/tenant-2/x', format => 'PARQUET')) --",
+     CATALOG, "node orders: not a query Trino's grammar reads"),
+    ("SELECT 1 AS id", "hr", "node orders: catalog 'hr' is not one the tenant's binding allows"),
+])
+def test_an_entity_the_service_refuses_is_a_400_naming_the_mapping(alice, acme, settings, sql,
+                                                                     catalog, message):
+    settings.EXPORTS_TRINO_URL = "http://trino.example:8080"
+    owner = mapping(of=acme, entities=[{"kind": "node", "name": "orders", "catalog": catalog,
+                                        "sql": sql, "columns": ["id"]}])
+
+    response = alice.post(SNAPSHOTS, {"mapping": owner.pk}, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["mapping"][0].startswith(message)
+    assert not Snapshot.objects.exists()
+
+
+def test_a_tenant_without_a_binding_gets_a_400_for_a_trino_entity(alice, acme, settings):
+    settings.EXPORTS_TRINO_URL = "http://trino.example:8080"
+    owner = mapping(of=acme, role=None, entities=[{"kind": "node", "name": "orders",
+                                                   "catalog": CATALOG, "sql": "SELECT 1 AS id",
+                                                   "columns": ["id"]}])
+
+    response = alice.post(SNAPSHOTS, {"mapping": owner.pk}, format="json")
+
+    assert response.status_code == 400
+    assert "the tenant has no Trino binding" in response.json()["mapping"][0]
 
 
 @pytest.mark.parametrize(("body", "field", "message"), [
@@ -119,8 +162,8 @@ def test_a_snapshot_by_the_mappings_id_under_another_role(alice, acme):
     ({"mapping": True}, "mapping", "a mapping's id (a number) or name (a string)"),
     ({}, "mapping", "This field is required."),
     ({"mapping": "co2", "role": "x"}, "role", "unknown field"),
-    ({"mapping": "co2", "starburst_role": ""}, "starburst_role", "may not be blank"),
-    ({"mapping": "co2", "starburst_role": "r" * 201}, "starburst_role", "no more than 200"),
+    ({"mapping": "co2", "starburst_role": "analytics"}, "starburst_role",
+     "unknown field: the Trino role is bound to the tenant by platform operators"),
 ])
 def test_a_bad_request_is_a_400_naming_the_field(alice, acme, body, field, message):
     mapping(of=acme)
@@ -186,19 +229,18 @@ def test_members_read_but_do_not_take_or_cancel_snapshots(bob, acme):
 
 def test_a_snapshot_shows_each_jobs_status_rows_size_error_poll_and_files(bob, acme, clock):
     snap = services.create_snapshot(mapping(of=acme))
-    entries, factors, edges = services.claim("w1", 10)
-    entries = services.report(entries.pk, services.Report(
-        JobStatus.SUBMITTED, entries.generation, worker="w1", query_id="q-1"))
+    entries, factors, edges = claim_jobs("w1", 10)
+    entries = report(entries, JobStatus.SUBMITTED, query_id="q-1")
     factors = complete(factors, rows=7, size=700)
-    services.report(edges.pk, services.Report(JobStatus.FAILED, edges.generation, worker="w1",
-                                              error_message="Trino said no"))
+    report(edges, JobStatus.FAILED, error_message="Trino said no")
 
     jobs = {job["entity"]: job for job in bob.get(f"{SNAPSHOTS}{snap.pk}/").json()["jobs"]}
 
     assert jobs["entries"]["status"] == "submitted" and jobs["entries"]["poll_count"] == 0
     assert jobs["entries"]["next_poll_at"] == entries.next_poll_at.isoformat().replace("+00:00", "Z")
     assert (jobs["factors"]["row_count"], jobs["factors"]["size_bytes"]) == (7, 700)
-    assert jobs["factors"]["files"] == factors.files
+    # Inside the snapshot's folder: no server path reaches a member.
+    assert jobs["factors"]["files"] == ["nodes/factors/part-g1.parquet"]
     assert (jobs["computed_with"]["status"], jobs["computed_with"]["error"]) == (
         "failed", "Trino said no")
 
@@ -277,3 +319,12 @@ def test_cancelling_a_finished_snapshot_is_a_409_saying_why(alice, acme):
     assert response.status_code == 409
     assert response.json() == {"detail": f"snapshot {snap.pk} has no unfinished job: it is failed",
                                "snapshot": snap.pk}
+
+
+def test_a_platform_operator_sees_where_the_files_are(olga, acme):
+    snap = services.create_snapshot(mapping(of=acme))
+    done = complete(claim_jobs("w1", 1)[0])
+
+    jobs = olga.get(f"{SNAPSHOTS}{snap.pk}/").json()["jobs"]
+
+    assert jobs[0]["files"] == done.files and done.files[0].startswith("/")

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exports import metrics, reconcile, services
 from exports.models import JobStatus, SnapshotStatus
 from tests.base import staff, tenant
-from tests.exports.builders import complete, mapping
+from tests.exports.builders import claim_jobs, complete, mapping, report
 
 pytestmark = pytest.mark.django_db
 
@@ -23,8 +23,7 @@ def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def poll(job, polls_seen: int):
-    return services.report(job.pk, services.Report(JobStatus.SUBMITTED, job.generation,
-                                                   worker=job.claimed_by, poll_count=polls_seen))
+    return report(job, JobStatus.SUBMITTED, poll_count=polls_seen)
 
 
 @pytest.fixture
@@ -34,20 +33,18 @@ def history(clock):
     acme = tenant("Acme")
     services.create_snapshot(mapping("first", of=acme))
     services.create_snapshot(mapping("second", of=acme))
-    a0, a1, a2, b0, b1, b2 = services.claim("w1", 10)
+    a0, a1, a2, b0, b1, b2 = claim_jobs("w1", 10)
     clock.advance(3)
     complete(a0)
     clock.advance(97)
     complete(a1)
-    a2 = services.report(a2.pk, services.Report(JobStatus.SUBMITTED, a2.generation, worker="w1",
-                                                query_id="q-1"))
+    a2 = report(a2, JobStatus.SUBMITTED, query_id="q-1")
     poll(poll(a2, 0), 1)
-    services.report(b0.pk, services.Report(JobStatus.FAILED, b0.generation, worker="w1",
-                                           error_message="no"))
+    report(b0, JobStatus.FAILED, error_message="no")
     services.reset_claim(b1, staff("olga", operator=True))  # an operator's: not counted
     clock.advance(700)
     assert reconcile.reset_stale_claims(clock.now()) == 1  # b2, silent for 800 s
-    again = services.claim("w2", 1)
+    again = claim_jobs("w2", 1)
     assert [job.pk for job in again] == [b1.pk]
     clock.advance(100)
     complete(again[0])

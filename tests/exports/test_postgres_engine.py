@@ -88,7 +88,8 @@ def mixed_table() -> Iterator[str]:
 
 
 def job(sql: str, names: list[str], destination: str) -> JobSpec:
-    return JobSpec(id=1, snapshot_id=1, generation=1, job_type="node", entity_name="mixed",
+    return JobSpec(id=1, snapshot_id=1, tenant_id=1, generation=1, job_type="node",
+                   entity_name="mixed",
                    engine="postgres", sql=sql, column_names=tuple(names),
                    column_types=tuple(TYPES.get(name, "bigint") for name in names),
                    destination=destination)

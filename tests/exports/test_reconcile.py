@@ -12,7 +12,7 @@ import jobs
 from exports import reconcile, services
 from exports.handlers import reconcile_exports
 from exports.models import EventKind, ExportConfig, ExportEvent, JobStatus, Snapshot, SnapshotStatus
-from tests.exports.builders import complete, snapshot
+from tests.exports.builders import claim_jobs, complete, report, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -23,9 +23,9 @@ def no_engine():
 
 def test_a_claim_quiet_for_ten_minutes_goes_back_to_pending(clock):
     snapshot()
-    quiet, beating = services.claim("w1", 2)
+    quiet, beating = claim_jobs("w1", 2)
     clock.advance(300)
-    services.heartbeat(beating.pk, beating.generation, "w1")
+    services.heartbeat(beating.pk, beating.generation, "w1", beating.token)
     clock.advance(299)
     assert reconcile.reconcile(engine=no_engine).claims_reset == 0
     clock.advance(2)  # 601 s since the claim
@@ -40,15 +40,14 @@ def test_a_claim_quiet_for_ten_minutes_goes_back_to_pending(clock):
 
 def test_a_submission_past_the_maximum_duration_fails(clock):
     snap = snapshot()
-    job = services.claim("w1", 1)[0]
-    services.report(job.pk, services.Report("submitted", 1, worker="w1", query_id="q1"))
+    job = claim_jobs("w1", 1)[0]
+    report(job, "submitted", query_id="q1")
     config = ExportConfig.current()
     config.max_duration_seconds = 600
     config.save()
     for _ in range(10):  # polled all along: still too long
         clock.advance(59)
-        services.report(job.pk, services.Report("submitted", 1, worker="w1",
-                                                poll_count=job.__class__.objects.get(pk=job.pk).poll_count))
+        report(job, "submitted", poll_count=job.__class__.objects.get(pk=job.pk).poll_count)
     assert reconcile.reconcile(engine=no_engine).timed_out == 0
     clock.advance(11)
     assert reconcile.reconcile(engine=no_engine).timed_out == 1
@@ -60,7 +59,7 @@ def test_a_submission_past_the_maximum_duration_fails(clock):
 
 def test_a_snapshot_left_creating_with_every_job_done_is_finished(clock):
     snap = snapshot()
-    for job in services.claim("w1", 3):
+    for job in claim_jobs("w1", 3):
         complete(job)
     # As if a crash had come between the last job's report and the snapshot's update.
     Snapshot.objects.filter(pk=snap.pk).update(status=SnapshotStatus.CREATING, finished_at=None)

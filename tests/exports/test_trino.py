@@ -4,6 +4,7 @@ for a missing system.unload, failures, cancellation, and the cold-start retry.""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import decimal
 
@@ -12,10 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 from trino.exceptions import TrinoQueryError
 
-from exports import parquet
+from exports import entity_sql, parquet
 from exports.engines.trino import (
     ColdStartExhausted,
     EngineError,
+    InvalidQuery,
     TrinoEngine,
     TrinoSettings,
     is_unload_missing,
@@ -43,10 +45,10 @@ def fake():
 
 def job(destination: str, sql: str = "SELECT * FROM orders", role: str = "analytics",
         columns: tuple[str, ...] = ("note", "id", "amount", "at", "day", "score")) -> JobSpec:
-    picked = ", ".join(f'"{name}"' for name in columns)
-    return JobSpec(id=1, snapshot_id=1, generation=1, job_type="node", entity_name="orders",
-                   engine="trino", sql=f"SELECT {picked} FROM ({sql}) AS entity",
-                   column_names=columns, starburst_role=role, destination=destination)
+    return JobSpec(id=1, snapshot_id=1, tenant_id=1, generation=1, job_type="node",
+                   entity_name="orders", engine="trino",
+                   sql=entity_sql.entity_select(sql, list(columns)), column_names=columns,
+                   starburst_role=role, destination=destination)
 
 
 def engine(fake: FakeTrino, **options) -> TrinoEngine:
@@ -94,6 +96,59 @@ def test_an_unload_is_polled_until_finished_and_its_rows_counted_from_the_files(
     assert parquet.count_rows(str(tmp_path / "g1")).rows == ROWS
     query = fake.queries[submitted.query_id]
     assert "system.unload" in query.sql and query.headers["X-Use-Case-Id"] == "analytics"
+
+
+def test_an_unloads_location_and_format_are_bound_parameters(fake, tmp_path):
+    destination = str(tmp_path / "tenant-1" / "snapshot-1" / "nodes" / "it's")
+    spec = dataclasses.replace(job(destination), destination=destination)
+    trino = engine(fake, export_root=str(tmp_path))
+    submitted = trino.submit_unload(spec)
+    query = fake.queries[submitted.query_id]
+    assert query.sql.startswith("EXECUTE IMMEDIATE 'SELECT * FROM TABLE(system.unload(")
+    assert "location => ?, format => ?))' USING " in query.sql
+    assert destination not in query.statement  # a value, never text of the statement
+    assert query.parameters == [destination, "PARQUET"] and query.location == destination
+    assert trino.poll(submitted.next_uri, "analytics").state == "FINISHED"
+    assert parquet.count_rows(destination).rows == ROWS
+
+
+def test_an_unload_outside_the_jobs_snapshot_folder_is_never_sent(fake, tmp_path):
+    trino = engine(fake, export_root=str(tmp_path))
+    for elsewhere in (tmp_path / "tenant-2" / "snapshot-1" / "nodes" / "orders",
+                      tmp_path / "tenant-1" / "snapshot-1" / ".." / "snapshot-9"):
+        with pytest.raises(InvalidQuery, match="not in its snapshot's folder"):
+            trino.submit_unload(job(str(elsewhere)))
+    assert fake.queries == {}
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT 1 AS id; DROP TABLE orders",
+    "SELECT * FROM orders) AS entity), location => '/tmp/x', format => 'PARQUET')) --",
+    "SELECT * FROM TABLE(system.unload(input => TABLE(orders), location => '/x', format => 'PARQUET'))",
+    "DELETE FROM orders",
+])
+def test_a_job_whose_query_is_not_one_query_is_refused_before_anything_is_sent(fake, tmp_path, sql):
+    spec = dataclasses.replace(job(str(tmp_path)), sql=sql)
+    trino = engine(fake)
+    with pytest.raises(InvalidQuery, match="the job's query is refused"):
+        trino.submit_unload(spec)
+    with pytest.raises(InvalidQuery, match="the job's query is refused"):
+        trino.export_direct(spec, "f.parquet")
+    assert fake.queries == {}
+
+
+def test_the_fake_refuses_several_statements_in_one_request_as_trino_does(fake, tmp_path):
+    import requests
+
+    for body in ("SELECT 1; SELECT 2", "EXECUTE IMMEDIATE 'SELECT 1; SELECT 2'", "SELECT 1;"):
+        first = requests.post(f"{fake.url}/v1/statement", data=body, timeout=5).json()
+        answer = requests.get(first["nextUri"], timeout=5).json()
+        assert answer["error"]["errorName"] == "SYNTAX_ERROR", body
+        assert "mismatched input ';'" in answer["error"]["message"]
+    counted = requests.post(f"{fake.url}/v1/statement", timeout=5,
+                            data="EXECUTE IMMEDIATE 'SELECT ? AS a' USING 1, 2").json()
+    assert requests.get(counted["nextUri"], timeout=5).json()["error"]["errorName"] == (
+        "INVALID_PARAMETER_USAGE")
 
 
 def test_a_missing_system_unload_answers_function_not_found(fake, tmp_path):

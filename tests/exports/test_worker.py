@@ -1,7 +1,9 @@
 """The export worker, in this process, against the real control plane over HTTP (the
 live server) and the real PostgreSQL: direct exports end with files whose rows are the
-tenant's and nothing else, a job without a role fails at once, and a report from a claim
-that was taken away is refused and its file removed."""
+tenant's and nothing else, a Trino job without a role or with a query that is not one
+query fails at once with nothing sent to Trino, an UNLOAD writes exactly into the job's
+folder whatever its entity's text holds, and a report from a claim that was taken away
+is refused and its file removed."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from exports.models import ExportJob, JobStatus, SnapshotStatus
 from exports.worker import MISSING_ROLE, ControlPlane, ExportWorker, WorkerSettings
 from ingest.market.models import DailyBar, MarketFeed
 from tests.base import tenant
-from tests.exports.builders import mapping
+from tests.exports.builders import CATALOG, mapping
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TOKEN = "worker-token"
@@ -75,18 +77,6 @@ def test_a_direct_export_writes_the_tenants_rows_in_mapping_order(live_server, s
     assert sorted(table.column("ts_code").to_pylist())[:2] == ["000000.SH", "000001.SH"]
 
 
-def test_a_job_without_a_role_fails_at_once_and_fails_its_snapshot(live_server, storage):
-    acme = tenant("Acme")
-    bars(acme, "acme-feed", 3)
-    snap = services.create_snapshot(mapping(of=acme, role="", entities=BARS))
-    run(worker(live_server))
-    snap.refresh_from_db()
-    job = snap.jobs.get()
-    assert job.status == JobStatus.FAILED and job.error_message == MISSING_ROLE
-    assert snap.status == SnapshotStatus.FAILED and snap.error == f"node bars: {MISSING_ROLE}"
-    assert not parquet.count_rows(job.destination).files
-
-
 def test_a_dataset_with_decimals_json_and_timestamps_round_trips(live_server, storage):
     from django.utils import timezone
 
@@ -140,7 +130,7 @@ def test_a_completion_from_a_claim_taken_away_is_refused_and_its_file_removed(
 # -- on Trino -----------------------------------------------------------------------
 
 ORDERS = [{"kind": "node", "name": "orders", "sql": "SELECT id, amount FROM orders",
-           "columns": ["amount", "id"]}]
+           "catalog": CATALOG, "columns": ["amount", "id"]}]
 
 
 @pytest.fixture
@@ -272,3 +262,54 @@ def test_a_trino_error_fails_the_job_at_once(live_server, storage, trino):
     job = snap.jobs.get()
     assert job.status == JobStatus.FAILED and "TABLE_NOT_FOUND" in job.error_message
     assert len(trino.queries) == 1
+
+
+def test_a_trino_job_without_a_role_fails_at_once_and_fails_its_snapshot(live_server, storage, trino):
+    snap = services.create_snapshot(mapping(of=tenant("Acme"), entities=ORDERS))
+    ExportJob.objects.filter(snapshot=snap).update(starburst_role="")  # behind the services' back
+    run(trino_worker(live_server, trino, direct=True))
+    snap.refresh_from_db()
+    job = snap.jobs.get()
+    assert job.status == JobStatus.FAILED and job.error_message == MISSING_ROLE
+    assert snap.status == SnapshotStatus.FAILED and snap.error == f"node orders: {MISSING_ROLE}"
+    assert trino.queries == {}
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_job_whose_query_was_changed_behind_the_services_back_fails_and_nothing_is_sent(
+        live_server, storage, trino, direct):
+    snap = services.create_snapshot(mapping(of=tenant("Acme"), entities=ORDERS))
+    ExportJob.objects.filter(snapshot=snap).update(
+        sql="SELECT amount, id FROM orders) AS entity), location => '/tmp/elsewhere', "
+            "format => 'PARQUET')) --")
+    run(trino_worker(live_server, trino, direct=direct))
+    job = snap.jobs.get()
+    assert job.status == JobStatus.FAILED
+    assert job.error_message.startswith("InvalidQuery: the job's query is refused: not a query")
+    assert trino.queries == {} and job.completed_at is not None  # failed for good
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT id, amount FROM orders UNION ALL SELECT id, amount FROM orders WHERE id < 0",
+    "WITH o AS (SELECT id, amount FROM orders) SELECT id, amount FROM o",
+    "SELECT id, amount, ') AS entity), location => ''/tmp/elsewhere'', format => ''PARQUET'')) --'"
+    " AS note FROM orders",
+    "SELECT id, amount FROM orders -- ) AS entity), location => '/tmp/elsewhere'",
+    "SELECT id, amount FROM orders /* ) AS entity), location => '/tmp/elsewhere' */",
+])
+def test_an_unload_writes_exactly_into_the_jobs_folder_whatever_the_entity_holds(
+        live_server, storage, trino, clock, sql):
+    acme = tenant("Acme")
+    snap = services.create_snapshot(mapping(of=acme, entities=[{**ORDERS[0], "sql": sql}]))
+    run(trino_worker(live_server, trino, direct=False, export_root=str(storage)))
+    clock.advance(2)
+    run(trino_worker(live_server, trino, direct=False, export_root=str(storage)))
+    job = snap.jobs.get()
+    assert job.status == JobStatus.COMPLETED and job.row_count == 300, job.error_message
+    (query,) = trino.queries.values()
+    folder = f"{storage}/tenant-{acme.pk}/snapshot-{snap.pk}/nodes/orders/g1"
+    assert query.location == folder and query.parameters == [folder, "PARQUET"]
+    # The entity's text stays inside the input's parentheses (a literal, or nothing).
+    assert query.statement.endswith(" AS entity), location => ?, format => ?))")
+    assert job.files and all(path.startswith(folder + "/") for path in job.files)
+    assert [str(path) for path in storage.rglob("*.parquet")] == job.files

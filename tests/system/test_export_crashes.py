@@ -20,7 +20,15 @@ import pytest
 
 from exports import parquet, reconcile, services
 from exports.fake_trino import FakeTrino
-from exports.models import ExportJob, JobStatus, Mapping, MappingEntity, Snapshot, SnapshotStatus
+from exports.models import (
+    ExportJob,
+    JobStatus,
+    Mapping,
+    MappingEntity,
+    Snapshot,
+    SnapshotStatus,
+    TrinoBinding,
+)
 from jobs.testing import wait_until
 from tests.base import tenant
 
@@ -41,15 +49,22 @@ def fake(settings, tmp_path):
 
 
 def snapshot() -> Snapshot:
-    mapping = Mapping.objects.create(tenant=tenant("Acme"), name="orders", starburst_role="analytics")
-    MappingEntity.objects.create(mapping=mapping, kind="node", name="orders",
+    owner = tenant("Acme")
+    TrinoBinding.objects.create(tenant=owner, role="analytics", catalogs=["lake"])
+    mapping = Mapping.objects.create(tenant=owner, name="orders")
+    MappingEntity.objects.create(mapping=mapping, kind="node", name="orders", catalog="lake",
                                  sql="SELECT id, amount FROM orders", columns=["id", "amount"])
     return services.create_snapshot(mapping)
 
 
 def worker(processes, live_server, fake: FakeTrino, name: str, *, direct: bool = False,
            grace: float = 5.0):
+    # The worker's export root is the control plane's: an UNLOAD goes only into a job's
+    # snapshot folder under it.
+    from django.conf import settings
+
     env = processes.env(DATABASE_URL="postgresql://nobody@127.0.0.1:1/nowhere",
+                        EXPORTS_STORAGE_URL=settings.EXPORTS_STORAGE_URL,
                         EXPORTS_WORKER_TOKEN=TOKEN, EXPORTS_TRINO_URL=fake.url,
                         DIRECT_EXPORT="true" if direct else "false")
     proc = processes.manage(name, "export_worker", "--control-plane", live_server.url, "--name", name,

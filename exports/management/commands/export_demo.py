@@ -1,6 +1,7 @@
 """``manage.py export_demo``: a mapping of the demo organisation's data and one snapshot
 of it, for a new user; the export worker that ``./conveyor start`` runs writes its
-Parquet files. Idempotent: once the mapping has a snapshot, it does nothing."""
+Parquet files. Idempotent: once the mapping has a snapshot, it does nothing. Its entities are Conveyor's
+own datasets, so the demo tenant needs no Trino binding."""
 
 from __future__ import annotations
 
@@ -37,8 +38,7 @@ class Command(BaseCommand):
                                                      defaults={"name": "Demo organisation"})
             mapping, created = Mapping.objects.get_or_create(
                 tenant=tenant, name=MAPPING,
-                defaults={"description": "The emission factors and the demo feed's daily bars.",
-                          "starburst_role": "demo"})
+                defaults={"description": "The emission factors and the demo feed's daily bars."})
             if created:
                 for position, entity in enumerate(ENTITIES):
                     MappingEntity.objects.create(mapping=mapping, position=position, **entity)

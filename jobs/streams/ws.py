@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import uuid
 from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from jobs.arguments import MAX_JSON_DEPTH, json_depth, may_not_store, stored_text_problem
 from jobs.redaction import sees_tracebacks
 from jobs.streams import access
 from jobs.streams.hub import Filter, Lagged, Subscription, get_hub
@@ -58,6 +60,17 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
                 await self.pump
         if self.sub is not None:
             get_hub().unsubscribe(self.sub)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None,
+                      **kwargs: Any) -> None:
+        """A message is JSON read by the API's rules: an answer naming what is wrong with
+        it, rather than a consumer that dies on it."""
+        try:
+            content = message_json(text_data)
+        except ValueError as exc:
+            await self.send_json({"error": str(exc)})
+            return
+        await self.receive_json(content)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if self.sub is None:
@@ -106,6 +119,24 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
                 return
             for event in batch.events if batch else ():
                 await self.send_json({"event": event.data_for(self.staff)})
+
+
+def message_json(text: str | None) -> Any:
+    """A client's message, decoded as the API decodes request bodies: of bounded depth,
+    and without a NUL character or lone surrogate in any string; ValueError naming the
+    problem otherwise."""
+    if text is None:
+        raise ValueError("messages are JSON text")
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise ValueError(f"the message is nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        content = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"the message is not JSON: {exc}") from None
+    problem = stored_text_problem(content, "the message") if may_not_store(text) else ""
+    if problem:
+        raise ValueError(problem)
+    return content
 
 
 def parse_target(what: Any) -> tuple[str, list[Any]]:

@@ -14,26 +14,23 @@ from __future__ import annotations
 
 from jobs.contrib.api.filters import DateTimeFilter, StrictFilterBackend
 from jobs.contrib.api.pagination import CheckedCursorPagination, NewestFirst
-from jobs.contrib.api.parsers import (
-    BoundedJSONParser,
-    LargeJSONParser,
-    holds_nul,
-    object_body,
-)
+from jobs.contrib.api.parsers import BoundedJSONParser, holds_nul, object_body
 from jobs.contrib.api.permissions import StaffWrites
 from jobs.contrib.api.scoping import visible_jobs
 from jobs.contrib.api.serializers import ErrorSerializer, ErrorTextField, JobSerializer
+from jobs.contrib.api.streaming import BodyTooLarge, StreamedJSONParser
 
 __all__ = [
+    "BodyTooLarge",
     "BoundedJSONParser",
     "CheckedCursorPagination",
     "DateTimeFilter",
     "ErrorSerializer",
     "ErrorTextField",
     "JobSerializer",
-    "LargeJSONParser",
     "NewestFirst",
     "StaffWrites",
+    "StreamedJSONParser",
     "StrictFilterBackend",
     "holds_nul",
     "object_body",

@@ -1,0 +1,106 @@
+"""Bounded work per request, over a real web process and raw sockets: a scrape sync of
+30 MB of tiny items is refused before it becomes objects (the process grew by 916 MB
+when the body was decoded whole), and a connection that sends its request head too
+slowly is closed at the head's deadline."""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+from rest_framework.authtoken.models import Token
+
+from ingest.scraping.models import ScrapeReference, ScrapeRun
+from tests.base import staff, tenant
+from tests.ingest import builders
+from tests.system.test_web_limits import Answer, memory_kb, read_answer
+
+pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
+
+MB = 1024 * 1024
+RSS_GROWTH_BOUND_MB = 64
+BODY_BYTES = 30 * MB
+
+
+def post_json(port: int, path: str, pieces: Iterator[bytes], length: int, token: str) -> Answer:
+    """POST a ``length``-byte JSON body made of ``pieces``, stopping as soon as the server
+    answers."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+    sock.sendall((f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+                  f"\r\nContent-Length: {length}\r\nAuthorization: Token {token}\r\n\r\n").encode())
+    sent = 0
+    try:
+        for piece in pieces:
+            if select.select([sock], [], [], 0)[0]:
+                break
+            sock.sendall(piece)
+            sent += len(piece)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    return read_answer(sock, sent)
+
+
+def items_body(head: bytes, item: bytes, tail: bytes, total: int) -> tuple[Iterator[bytes], int]:
+    """``head``, then ``item`` joined by commas, then ``tail``: exactly ``total`` bytes
+    (the last item padded with spaces), made on the fly in 256 kB pieces."""
+    count = (total - len(head) - len(tail) + 1) // (len(item) + 1)
+    padding = total - len(head) - len(tail) - (count * (len(item) + 1) - 1)
+
+    def pieces() -> Iterator[bytes]:
+        yield head
+        per_piece = 256 * 1024 // (len(item) + 1)
+        left = count
+        while left > 0:
+            n = min(per_piece, left)
+            left -= n
+            yield b",".join([item] * n) + (b"," if left else b" " * padding)
+        yield tail
+
+    return pieces(), total
+
+
+EMPTY_ITEMS = {
+    # What a sync refuses at the first item past SCRAPE_MAX_REFERENCES (50,000).
+    "references with empty payloads": (
+        b'{"scrape_run_id": "r", "references": [', b'{"external_id": "x", "payload": {}}', b"]}",
+        413, "at least 50,001 references"),
+    # One reference whose payload is a list of 15 million empty objects.
+    "one payload of empty objects": (
+        b'{"scrape_run_id": "r", "references": [{"external_id": "x", "payload": {"a": [',
+        b"{}", b"]}}]}", 400, "more than 100,000 values"),
+    # Not even an object: a top-level array of empty objects.
+    "an array of empty objects": (b"[", b"{}", b"]", 400, "more than 100,000 values"),
+}
+
+
+@pytest.mark.parametrize("case", list(EMPTY_ITEMS))
+def test_a_30_mb_sync_of_empty_items_is_refused_with_the_web_process_growing_by_less_than_64_mb(
+        processes, case):
+    head, item, tail, status, detail = EMPTY_ITEMS[case]
+    acme = tenant("Acme")
+    builders.source(acme, name="listings", kind="scraped_reference", config={})
+    token = Token.objects.create(user=staff("scraper", of=acme)).key
+    web, port = processes.web()
+    warm_up = json.dumps({"scrape_run_id": "warm", "references": [
+        {"external_id": str(n), "payload": {"n": n}} for n in range(100)]}).encode()
+    answer = post_json(port, "/scraping/listings/sync", iter([warm_up]), len(warm_up), token)
+    assert answer.status == 200, answer
+    before = memory_kb(web.pid, "VmRSS")
+
+    pieces, length = items_body(head, item, tail, BODY_BYTES)
+    started = time.monotonic()
+    answer = post_json(port, "/scraping/listings/sync", pieces, length, token)
+    seconds = time.monotonic() - started
+    growth_mb = (memory_kb(web.pid, "VmHWM") - before) / 1024
+
+    print(f"{case}: {answer.status} after {answer.sent / MB:.1f} MB sent in {seconds:.1f} s; "
+          f"web RSS {before / 1024:.0f} MB, growth to its peak {growth_mb:.1f} MB")
+    assert answer.status == status, answer
+    assert detail in answer.body.decode()
+    assert growth_mb < RSS_GROWTH_BOUND_MB
+    assert not ScrapeRun.objects.exclude(run_id="warm").exists()
+    assert ScrapeReference.objects.count() == 100

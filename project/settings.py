@@ -505,6 +505,8 @@ FACTORS_FACTORS_MAX_BYTES = env_int("FACTORS_FACTORS_MAX_BYTES", 20 * _MB)
 FACTORS_UNITS_MAX_BYTES = env_int("FACTORS_UNITS_MAX_BYTES", 20 * _MB)
 # A scrape sync's JSON body: 50,000 references of about 600 bytes each.
 INGEST_SCRAPE_MAX_BYTES = env_int("INGEST_SCRAPE_MAX_BYTES", 32 * _MB)
+# An export worker's report: up to 10,000 file paths of 1,200 characters (exports/control_plane.py).
+EXPORTS_REPORT_MAX_BYTES = env_int("EXPORTS_REPORT_MAX_BYTES", 16 * _MB)
 WEB_BODY_LIMITS = {
     prefix: limit + _MULTIPART_FRAMING
     for prefixes, limit in [
@@ -512,6 +514,7 @@ WEB_BODY_LIMITS = {
         (("/sync/factors/", "/admin/factors/emissionfactor/upload/"), FACTORS_FACTORS_MAX_BYTES),
         (("/sync/units", "/admin/factors/unit/upload/"), FACTORS_UNITS_MAX_BYTES),
         (("/scraping/",), INGEST_SCRAPE_MAX_BYTES),
+        (("/internal/exports/",), EXPORTS_REPORT_MAX_BYTES),
     ]
     for prefix in prefixes
 }

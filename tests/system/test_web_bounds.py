@@ -1,10 +1,12 @@
 """Bounded work per request, over a real web process and raw sockets: a scrape sync of
 30 MB of tiny items is refused before it becomes objects (the process grew by 916 MB
 when the body was decoded whole), and a connection that sends its request head too
-slowly is closed at the head's deadline."""
+slowly is closed at the head's deadline; an export worker's report of thousands of
+files passes the body limiter on the worker's token."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import select
 import socket
@@ -12,10 +14,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from django.conf import settings
 from rest_framework.authtoken.models import Token
 
+from exports.control_plane import MAX_FILE_PATH, MAX_REPORT_FILES
+from exports.models import ExportJob, JobStatus
 from ingest.scraping.models import ScrapeReference, ScrapeRun
 from tests.base import staff, tenant
+from tests.exports.builders import snapshot
 from tests.ingest import builders
 from tests.system.test_web_limits import Answer, memory_kb, read_answer
 
@@ -104,3 +110,40 @@ def test_a_30_mb_sync_of_empty_items_is_refused_with_the_web_process_growing_by_
     assert growth_mb < RSS_GROWTH_BOUND_MB
     assert not ScrapeRun.objects.exclude(run_id="warm").exists()
     assert ScrapeReference.objects.count() == 100
+
+
+# --- the export workers' reports ---------------------------------------------------------------------
+
+WORKER_TOKEN = "t" * 43
+
+
+def worker_post(port: int, path: str, body: dict) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request("POST", path, body=json.dumps(body).encode(), headers={
+            "Authorization": f"Bearer {WORKER_TOKEN}", "Content-Type": "application/json"})
+        response = conn.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("files, length", [(1_500, 80), (MAX_REPORT_FILES, MAX_FILE_PATH)])
+def test_a_report_of_many_files_passes_the_body_limiter_and_completes_the_job(processes, files,
+                                                                             length):
+    snapshot()
+    _, port = processes.web(processes.env(EXPORTS_WORKER_TOKEN=WORKER_TOKEN))
+    status, claimed = worker_post(port, "/internal/exports/claim", {"worker": "w", "limit": 1})
+    assert status == 200, claimed
+    spec = claimed["jobs"][0]
+    prefix = spec["destination"] + "/part-"
+    names = [prefix + str(n).rjust(length - len(prefix), "0") for n in range(files)]
+    report = {"status": "completed", "generation": spec["generation"], "worker": "w",
+              "row_count": files, "size_bytes": files, "files": names}
+    assert len(json.dumps(report)) > settings.WEB_MAX_ANONYMOUS_BODY_BYTES
+
+    status, answer = worker_post(port, f"/internal/exports/jobs/{spec['id']}/report", report)
+
+    assert status == 200, answer
+    job = ExportJob.objects.get(pk=spec["id"])
+    assert (job.status, len(job.files)) == (JobStatus.COMPLETED, files)

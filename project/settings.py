@@ -523,6 +523,9 @@ WEB_MAX_ANONYMOUS_BODY_BYTES = env_int("WEB_MAX_ANONYMOUS_BODY_BYTES", 64 * 1024
 WEB_MAX_URL_BYTES = env_int("WEB_MAX_URL_BYTES", 8 * 1024)  # else 414
 WEB_MAX_HEAD_BYTES = env_int("WEB_MAX_HEAD_BYTES", 32 * 1024)  # request line and headers, else 431
 WEB_MAX_HEADERS = env_int("WEB_MAX_HEADERS", 100)  # else 431
+# A request's head must be complete this long after its first byte (else 408); a
+# connection that sends nothing this long after it opened or after a response is closed.
+WEB_HEADER_TIMEOUT_SECONDS = env_float("WEB_HEADER_TIMEOUT_SECONDS", 15.0)
 # Django spools a request body, and an uploaded file, to disk past this size: a web
 # process holds at most this much of each upload in memory.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 1 * _MB

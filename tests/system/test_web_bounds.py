@@ -23,7 +23,7 @@ from ingest.scraping.models import ScrapeReference, ScrapeRun
 from tests.base import staff, tenant
 from tests.exports.builders import snapshot
 from tests.ingest import builders
-from tests.system.test_web_limits import Answer, memory_kb, read_answer
+from tests.system.test_web_limits import Answer, _headers, memory_kb, read_answer
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
@@ -147,3 +147,121 @@ def test_a_report_of_many_files_passes_the_body_limiter_and_completes_the_job(pr
     assert status == 200, answer
     job = ExportJob.objects.get(pk=spec["id"])
     assert (job.status, len(job.files)) == (JobStatus.COMPLETED, files)
+
+
+# --- the request head's deadline ---------------------------------------------------------------------
+
+HEAD_TIMEOUT = 1.0
+TRICKLE_EVERY = 0.2
+
+
+class Conn:
+    """A client connection that may trickle its head one byte at a time."""
+
+    def __init__(self, port: int, first: bytes = b"") -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock.setblocking(False)
+        self.received = b""
+        self.closed_at: float | None = None
+        if first:
+            self.sock.sendall(first)
+
+    def read(self) -> None:
+        try:
+            chunk = self.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except ConnectionResetError:
+            chunk = b""
+        if chunk:
+            self.received += chunk
+        else:
+            self.closed_at = time.monotonic()
+            self.sock.close()
+
+    def trickle(self) -> None:
+        try:
+            self.sock.send(b"a")
+        except (BlockingIOError, BrokenPipeError, ConnectionResetError):
+            pass
+
+
+def until_closed(conns: list[Conn], deadline: float, *, trickle: list[Conn] | None = None
+                 ) -> None:
+    """Reads every connection until each is closed by the server or ``deadline`` (a
+    monotonic time) passes, sending one more header byte on each of ``trickle`` every
+    TRICKLE_EVERY."""
+    next_trickle = time.monotonic() + TRICKLE_EVERY
+    while time.monotonic() < deadline:
+        open_ = [c for c in conns if c.closed_at is None]
+        if not open_:
+            return
+        wait = max(0.0, min(deadline, next_trickle) - time.monotonic())
+        for conn in select.select([c.sock for c in open_], [], [], wait)[0] and open_:
+            conn.read()
+        if time.monotonic() >= next_trickle:
+            for conn in (c for c in trickle or () if c.closed_at is None):
+                conn.trickle()
+            next_trickle += TRICKLE_EVERY
+
+
+def until_answered(conn: Conn, deadline: float) -> None:
+    """Reads ``conn`` until a whole response (by its Content-Length) is in."""
+    while time.monotonic() < deadline and conn.closed_at is None:
+        head, found, body = conn.received.partition(b"\r\n\r\n")
+        if found and len(body) >= int(_headers(head).get("content-length", 0)):
+            return
+        select.select([conn.sock], [], [], deadline - time.monotonic())
+        conn.read()
+
+
+def status_of(received: bytes) -> int | None:
+    return int(received.split()[1]) if received.startswith(b"HTTP/1.1 ") else None
+
+
+def test_connections_sending_their_head_slowly_are_answered_408_and_closed_at_the_deadline(
+        processes):
+    _, port = processes.web(processes.env(WEB_HEADER_TIMEOUT_SECONDS=str(HEAD_TIMEOUT)))
+    started = time.monotonic()
+    slow = [Conn(port, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ") for _ in range(100)]
+    idle = [Conn(port) for _ in range(20)]  # never send a byte
+
+    until_closed(slow + idle, started + HEAD_TIMEOUT + 10, trickle=slow)
+
+    assert all(c.closed_at is not None for c in slow + idle), "connections outlived the deadline"
+    assert min(c.closed_at for c in slow + idle) - started >= HEAD_TIMEOUT * 0.9
+    assert {status_of(c.received) for c in slow} == {408}
+    detail = json.loads(slow[0].received.partition(b"\r\n\r\n")[2])
+    assert detail == {"detail": "The request line and headers did not arrive within 1 seconds.",
+                      "limit": HEAD_TIMEOUT}
+    assert {c.received for c in idle} == {b""}
+
+
+def test_the_next_request_on_a_kept_alive_connection_has_the_same_deadline(processes):
+    _, port = processes.web(processes.env(WEB_HEADER_TIMEOUT_SECONDS=str(HEAD_TIMEOUT)))
+    conn = Conn(port, b"GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    until_answered(conn, time.monotonic() + 10)
+    assert status_of(conn.received) == 404 and conn.closed_at is None
+    conn.received = b""
+    conn.sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+    sent_at = time.monotonic()
+
+    until_closed([conn], sent_at + HEAD_TIMEOUT + 10, trickle=[conn])
+
+    assert conn.closed_at is not None and status_of(conn.received) == 408
+    assert conn.closed_at - sent_at >= HEAD_TIMEOUT * 0.9
+
+
+def test_a_complete_head_with_a_slow_body_is_not_cut_off_by_the_head_deadline(processes):
+    _, port = processes.web(processes.env(WEB_HEADER_TIMEOUT_SECONDS=str(HEAD_TIMEOUT)))
+    body = b'{"type": "tests.noop"}'
+    conn = Conn(port, b"POST /api/jobs/ HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+    for byte in body[:-1]:  # over twice the head's deadline
+        conn.sock.sendall(bytes([byte]))
+        time.sleep(2 * HEAD_TIMEOUT / len(body))
+    conn.sock.sendall(body[-1:])
+
+    until_closed([conn], time.monotonic() + 10)
+
+    assert status_of(conn.received) == 401  # answered by the application, no credentials

@@ -251,6 +251,9 @@ CHANNEL_LAYERS = {
     },
 }
 STREAMS_KEEPALIVE_SECONDS = float(os.environ.get("STREAMS_KEEPALIVE_SECONDS", "15"))
+# Event streams (SSE and WebSocket) one user may hold open across every web process, else
+# 429 / close code 4429 (jobs/streams/slots.py: slots in the cache, renewed each keepalive).
+STREAMS_MAX_PER_USER = env_int("STREAMS_MAX_PER_USER", 20)
 
 # --- Security: request rates, the admin login's lockout, HTTPS, Content-Security-Policy ---
 

@@ -3,9 +3,13 @@
 Messages are JSON. In: ``{"subscribe": {"job": id}}`` (or ``pipeline``, ``type``,
 ``jobs``) and the same with ``unsubscribe``. Out: ``{"subscribed": ...}`` /
 ``{"unsubscribed": ...}``, ``{"error": ...}``, and ``{"event": <contract JSON>}``. An
-anonymous connection is closed with code 4401. A job or pipeline outside the user's
-tenant answers the same error as an unknown one; ``{"jobs": [...]}`` subscribes to the
-ids the user may see and names the others in the acknowledgement's ``"refused"``.
+anonymous connection is closed with code 4401; a user's connection beyond their
+``STREAMS_MAX_PER_USER`` open streams (SSE ones included, jobs/streams/slots.py) gets an
+``{"error": ..., "limit": <cap>}`` naming the cap and is closed with code 4429. A job
+or pipeline outside the user's tenant answers the same error as an unknown one;
+``{"jobs": [...]}`` subscribes to the ids the user may see and names the others in the
+acknowledgement's ``"refused"``. A message that is not JSON, is nested too deeply, or
+holds a string PostgreSQL cannot store is answered with an ``{"error": ...}`` naming why.
 
 There is no replay here: a consumer the hub cut loose (too slow, or the source was
 interrupted: events may have been missed) is closed with code 4000 (``LAGGED``); the
@@ -24,10 +28,11 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from jobs.arguments import MAX_JSON_DEPTH, json_depth, may_not_store, stored_text_problem
 from jobs.redaction import sees_tracebacks
-from jobs.streams import access
+from jobs.streams import access, slots
 from jobs.streams.hub import Filter, Lagged, Subscription, get_hub
 
 UNAUTHENTICATED = 4401
+TOO_MANY_STREAMS = 4429  # the user holds STREAMS_MAX_PER_USER streams already
 LAGGED = 4000  # events may have been missed: reconnect, then refresh (live.js does both)
 
 
@@ -40,6 +45,7 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
     channel_layer_alias = "jobs-streams-no-layer"
     sub: Subscription | None = None
     pump: asyncio.Task[None] | None = None
+    slot: slots.Slot | None = None
     staff = False  # whether failure messages keep their traceback (jobs.redaction)
 
     async def connect(self) -> None:
@@ -47,6 +53,12 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=UNAUTHENTICATED)
+            return
+        self.slot = await slots.take(user.pk)
+        if self.slot is None:
+            cap = slots.max_per_user()
+            await self.send_json({"error": slots.refusal(cap), "limit": cap})
+            await self.close(code=TOO_MANY_STREAMS)
             return
         scope = await access.in_slot(access.user_scope, user)
         self.staff = sees_tracebacks(user)
@@ -60,6 +72,8 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
                 await self.pump
         if self.sub is not None:
             get_hub().unsubscribe(self.sub)
+        if self.slot is not None:
+            await self.slot.arelease()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None,
                       **kwargs: Any) -> None:
@@ -111,8 +125,10 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
 
     async def _pump(self, sub: Subscription) -> None:
         while True:
+            if self.slot is not None:
+                await self.slot.renew()
             try:
-                batch = await sub.get(timeout=60)
+                batch = await sub.get(timeout=slots.renew_every())
             except Lagged:
                 get_hub().unsubscribe(sub)
                 await self.close(code=LAGGED)

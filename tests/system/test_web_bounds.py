@@ -2,13 +2,16 @@
 30 MB of tiny items is refused before it becomes objects (the process grew by 916 MB
 when the body was decoded whole), and a connection that sends its request head too
 slowly is closed at the head's deadline; an export worker's report of thousands of
-files passes the body limiter on the worker's token."""
+files passes the body limiter on the worker's token; a user's open event streams are
+capped across web processes."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import select
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -20,7 +23,8 @@ from rest_framework.authtoken.models import Token
 from exports.control_plane import MAX_FILE_PATH, MAX_REPORT_FILES
 from exports.models import ExportJob, JobStatus
 from ingest.scraping.models import ScrapeReference, ScrapeRun
-from tests.base import staff, tenant
+from jobs.testing import wait_until
+from tests.base import make_job, staff, tenant
 from tests.exports.builders import snapshot
 from tests.ingest import builders
 from tests.system.test_web_limits import Answer, _headers, memory_kb, read_answer
@@ -265,3 +269,67 @@ def test_a_complete_head_with_a_slow_body_is_not_cut_off_by_the_head_deadline(pr
     until_closed([conn], time.monotonic() + 10)
 
     assert status_of(conn.received) == 401  # answered by the application, no credentials
+
+
+# --- open streams per user, across web processes ----------------------------------------------------
+
+
+def open_stream(port: int, path: str, token: str) -> tuple[int, socket.socket]:
+    """GET an event stream; its status and its socket, held open (a 200 once the stream
+    has sent its first bytes)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Token {token}\r\n"
+                 f"\r\n".encode())
+    received = b""
+    while b"\r\n\r\n" not in received or (received.startswith(b"HTTP/1.1 200")
+                                          and b": open" not in received):
+        chunk = sock.recv(65536)
+        assert chunk, f"the stream closed: {received!r}"
+        received += chunk
+    return int(received.split()[1]), sock
+
+
+def test_the_cap_on_a_users_streams_holds_across_web_processes_and_a_dead_ones_slots_expire(
+        processes):
+    acme = tenant("Acme")
+    job = make_job("tests.noop", tenant=acme)
+    token = Token.objects.create(user=staff("alice", of=acme)).key
+    env = processes.env(STREAMS_MAX_PER_USER="2", STREAMS_KEEPALIVE_SECONDS="0.5")
+    web_a, port_a = processes.web(env)
+    _, port_b = processes.web(env)
+    path = f"/jobs/{job.pk}/events"
+
+    held = [open_stream(port_a, path, token) for _ in range(2)]
+    assert [status for status, _ in held] == [200, 200]
+    refused, sock = open_stream(port_b, path, token)
+    sock.close()
+    assert refused == 429
+
+    os.killpg(web_a.pid, signal.SIGKILL)  # its streams never say goodbye
+    web_a.wait(10)
+    started = time.monotonic()
+    wait_until(lambda: _opened(port_b, path, token), 10, "a dead process's slots to expire")
+    print(f"slots free {time.monotonic() - started:.1f} s after their process died")
+    for _, sock in held:
+        sock.close()
+
+
+def _opened(port: int, path: str, token: str) -> bool:
+    status, sock = open_stream(port, path, token)
+    sock.close()
+    return status == 200
+
+
+def test_a_stream_whose_client_goes_away_frees_its_slot(processes):
+    acme = tenant("Acme")
+    job = make_job("tests.noop", tenant=acme)
+    token = Token.objects.create(user=staff("alice", of=acme)).key
+    _, port = processes.web(processes.env(STREAMS_MAX_PER_USER="1"))
+    path = f"/jobs/{job.pk}/events"
+    status, sock = open_stream(port, path, token)
+    assert status == 200 and open_stream(port, path, token)[0] == 429
+
+    sock.close()
+
+    # Freed as soon as the server sees the disconnect, long before a lease (45 s) ends.
+    wait_until(lambda: _opened(port, path, token), 5, "the slot to be freed")

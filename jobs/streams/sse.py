@@ -2,7 +2,9 @@
 
 An async Django view returning a ``StreamingHttpResponse`` over an async generator: under
 the ASGI server (uvicorn) it holds no thread and no database connection while it waits (the hub queries);
-Django cancels the generator when the client goes away.
+Django cancels the generator when the client goes away. Each stream holds one of its
+reader's ``STREAMS_MAX_PER_USER`` slots (jobs/streams/slots.py) until Django closes the
+response; a reader with none free gets 429 naming the cap.
 """
 
 from __future__ import annotations

@@ -110,3 +110,17 @@ def test_a_websocket_message_with_a_lone_surrogate_is_answered_with_an_error():
     assert "nested deeper than 64 levels" in replies[1]["error"]
     assert "not JSON" in replies[2]["error"]
     assert replies[3] == {"subscribed": {"type": "tests.noop"}}  # the socket still serves
+
+
+@pytest.mark.parametrize("extra", [
+    "".join(f', "k{n}": 0' for n in range(100_001)),  # many fields beside the references
+    ', "x": [' + ",".join(["[]"] * 100_001) + "]",  # one large field
+])
+def test_the_streamed_parser_bounds_the_values_it_builds_outside_the_streamed_items(extra):
+    acme = tenant("Acme")
+    builders.source(acme, name="listings", kind="scraped_reference", config={})
+    text = '{"scrape_run_id": "r", "references": []' + extra + "}"
+    answer = post(as_user(staff(of=acme)), "/scraping/listings/sync", text)
+
+    assert answer.status_code == 400, answer.content
+    assert "the body holds more than 100,000 values" in answer.json()["detail"]

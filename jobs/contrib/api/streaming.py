@@ -126,19 +126,26 @@ class BoundedReader:
 
 
 class Builder:
-    """Builds one JSON value from parser events, refusing it past ``max_values`` values
-    or ``MAX_JSON_DEPTH`` levels, or with a NUL character in a string."""
+    """Builds JSON values from parser events, refusing past ``max_values`` values in all
+    it builds, or ``MAX_JSON_DEPTH`` levels, or with a NUL character in a string."""
 
     def __init__(self, max_values: int, what: str) -> None:
         self.max_values, self.what = max_values, what
+        self.count = 0
+
+    def counted(self) -> None:
+        self.count += 1
+        if self.count > self.max_values:
+            raise ParseError(f"JSON parse error - {self.what} holds more than "
+                             f"{self.max_values:,} values, the limit of this endpoint")
 
     def build(self, events: Iterator[Event], event: str, value: Any) -> Any:
+        self.counted()
         if event not in ("start_map", "start_array"):
             return self._scalar(value)
         root: Any = {} if event == "start_map" else []
         stack: list[Any] = [root]
         keys: list[str] = [""]
-        count = 1
         for event, value in events:
             if event == "map_key":
                 keys[-1] = self._scalar(value)
@@ -149,10 +156,7 @@ class Builder:
                 if not stack:
                     return root
                 continue
-            count += 1
-            if count > self.max_values:
-                raise ParseError(f"JSON parse error - {self.what} holds more than "
-                                 f"{self.max_values:,} values, the limit of this endpoint")
+            self.counted()
             child = self._scalar(value) if event not in ("start_map", "start_array") else (
                 {} if event == "start_map" else [])
             parent = stack[-1]
@@ -222,7 +226,8 @@ class StreamedJSONParser(BaseParser):
             if event == "end_map":
                 return document
             key = rest._scalar(value)
-            event, value = next(events)
+            rest.counted()
+            event, value = next(events, ("", None))
             if key == self.streamed_field and event == "start_array":
                 document[key] = self._items(events)
             else:

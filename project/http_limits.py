@@ -140,7 +140,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
             return
         self.refusal = HeadRefused(408, f"The request line and headers did not arrive within "
-                                        f"{self.head_timeout:g} seconds.", self.head_timeout)
+                                        f"{self.head_timeout:g} s.", self.head_timeout)
         self.send_refusal()
 
     def refuse(self, refusal: HeadRefused) -> None:

@@ -236,7 +236,7 @@ def test_connections_sending_their_head_slowly_are_answered_408_and_closed_at_th
     assert min(c.closed_at for c in slow + idle) - started >= HEAD_TIMEOUT * 0.9
     assert {status_of(c.received) for c in slow} == {408}
     detail = json.loads(slow[0].received.partition(b"\r\n\r\n")[2])
-    assert detail == {"detail": "The request line and headers did not arrive within 1 seconds.",
+    assert detail == {"detail": "The request line and headers did not arrive within 1 s.",
                       "limit": HEAD_TIMEOUT}
     assert {c.received for c in idle} == {b""}
 

@@ -142,13 +142,13 @@ class Builder:
     def build(self, events: Iterator[Event], event: str, value: Any) -> Any:
         self.counted()
         if event not in ("start_map", "start_array"):
-            return self._scalar(value)
+            return self.scalar(value)
         root: Any = {} if event == "start_map" else []
         stack: list[Any] = [root]
         keys: list[str] = [""]
         for event, value in events:
             if event == "map_key":
-                keys[-1] = self._scalar(value)
+                keys[-1] = self.scalar(value)
                 continue
             if event in ("end_map", "end_array"):
                 stack.pop()
@@ -157,7 +157,7 @@ class Builder:
                     return root
                 continue
             self.counted()
-            child = self._scalar(value) if event not in ("start_map", "start_array") else (
+            child = self.scalar(value) if event not in ("start_map", "start_array") else (
                 {} if event == "start_map" else [])
             parent = stack[-1]
             if isinstance(parent, dict):
@@ -172,7 +172,7 @@ class Builder:
                 keys.append("")
         raise ParseError("JSON parse error - the body ends inside a value")
 
-    def _scalar(self, value: Any) -> Any:
+    def scalar(self, value: Any) -> Any:
         if isinstance(value, str) and "\x00" in value:
             raise ParseError(f"JSON parse error - a string in {self.what} holds a NUL character "
                              "(\\u0000), which cannot be stored")
@@ -225,7 +225,7 @@ class StreamedJSONParser(BaseParser):
         for event, value in events:
             if event == "end_map":
                 return document
-            key = rest._scalar(value)
+            key = rest.scalar(value)
             rest.counted()
             event, value = next(events, ("", None))
             if key == self.streamed_field and event == "start_array":

@@ -119,9 +119,11 @@ class BodyLimit:
                          retry_after=exc.wait)
             return
         if not signed_in:
+            credentials = ("the export workers' token (Authorization: Bearer …)"
+                           if bearer_check(scope) else
+                           "a token (Authorization: Token …) or a session")
             await refuse(scope, send, 401, f"Sign in to send a request body over "
-                         f"{size(self.limits.anonymous)}: a token (Authorization: Token …) "
-                         f"or a session.", self.limits.anonymous)
+                         f"{size(self.limits.anonymous)}: {credentials}.", self.limits.anonymous)
             return
         body = BoundedBody(scope, receive, send, limit)
         await self.app(scope, body.receive, body.send)
@@ -220,11 +222,16 @@ async def valid_credential(scope: Scope) -> bool:
     if authorization:
         request.META["HTTP_AUTHORIZATION"] = authorization
     request.COOKIES = parse_cookie(cookie or "")
-    matches = next((check for prefix, check in BEARER_TOKENS.items()
-                    if scope.get("path", "").startswith(prefix)), None)
+    matches = bearer_check(scope)
     if matches is not None and authorization and authorization.startswith("Bearer "):
         return await sync_to_async(_valid_bearer, thread_sensitive=False)(request, matches)
     return await sync_to_async(_valid_credential, thread_sensitive=False)(request)
+
+
+def bearer_check(scope: Scope) -> Callable[[str], bool] | None:
+    """The check of the bearer token the request's path takes instead of a user's, if any."""
+    return next((check for prefix, check in BEARER_TOKENS.items()
+                 if scope.get("path", "").startswith(prefix)), None)
 
 
 def _valid_bearer(request: HttpRequest, matches: Callable[[str], bool]) -> bool:

@@ -6,19 +6,21 @@ WebSocket. Before, ``{"source": "\\ud800"}`` reached psycopg and answered 500.""
 from __future__ import annotations
 
 import asyncio
+import html
 from typing import Any
 
 import pytest
 from channels.testing import WebsocketCommunicator
 from rest_framework.test import APIClient
 
-from ingest.runs.models import IngestRun
+from ingest.runs.models import IngestRun, IngestSource
 from ingest.scraping.models import ScrapeReference
 from jobs.models import Job
 from jobs.streams.hub import get_hub
 from jobs.streams.ws import JobEventsConsumer
 from tests.base import as_user, staff, tenant
 from tests.ingest import builders
+from tests.ingest.test_admin import source_form, staff_browser
 
 pytestmark = pytest.mark.django_db
 
@@ -124,3 +126,18 @@ def test_the_streamed_parser_bounds_the_values_it_builds_outside_the_streamed_it
 
     assert answer.status_code == 400, answer.content
     assert "the body holds more than 100,000 values" in answer.json()["detail"]
+
+
+@pytest.mark.parametrize(("field", "text", "where"), [
+    ("config", '{"batches": 2, "note": "\\ud800"}', 'the value["note"] holds a lone surrogate'),
+    ("hooks-0-env", '{"\\udc00": "1"}', "the value has a key that holds a lone surrogate"),
+    ("hooks-0-command", '["true", "a\\u0000b"]', "the value[1] holds a NUL character"),
+])
+def test_an_admin_json_field_with_a_string_postgresql_cannot_store_is_a_form_error(field, text,
+                                                                                  where):
+    browser = staff_browser("alice", tenant("Acme"))
+    response = browser.post("/admin/ingest/ingestsource/add/", source_form(**{field: text}))
+
+    assert response.status_code == 200
+    assert where in html.unescape(response.content.decode())
+    assert not IngestSource.objects.exists()

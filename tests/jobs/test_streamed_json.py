@@ -59,3 +59,13 @@ def test_the_scanner_agrees_with_pythons_decoder_however_the_body_is_cut(parts, 
 ])
 def test_pairs_pass_and_lone_halves_do_not(text, ok):
     assert scanned_as_text(text.encode(), list(range(len(text)))) is ok
+
+
+def test_a_body_of_backslashes_keeps_the_carry_small():
+    scanner = LoneSurrogates()
+    scanner.feed(b'"')
+    for _ in range(64):
+        scanner.feed(b"\\" * 65_537)  # odd: each piece ends inside a pair
+        assert len(scanner.carry) <= 7
+    scanner.feed(b'ud800"')  # 64 odd pieces: an even run, so "ud800" is plain text
+    scanner.feed(b"", final=True)

@@ -93,12 +93,13 @@ class LoneSurrogates:
 
 
 def _escape_boundary(data: bytes) -> int:
-    """Where the carry of a piece starts: its last few bytes, and the whole run of
-    backslashes before them (whether a backslash escapes depends on the run's length)."""
+    """Where the carry of a piece starts: its last few bytes, and the backslash before
+    them if it begins an escape. That depends on the run of backslashes it ends: pairs
+    (``\\\\``) are whole escapes and stay behind, so the carry never grows past a few
+    bytes, whatever the body (one of backslashes alone would otherwise make it grow)."""
     at = max(0, len(data) - _LONGEST_ESCAPE)
-    while at > 0 and data[at - 1] == ord("\\"):
-        at -= 1
-    return at
+    run = at - len(data[:at].rstrip(b"\\"))
+    return at - run % 2
 
 
 def _lone() -> ParseError:

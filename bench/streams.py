@@ -56,8 +56,10 @@ def main() -> int:
     args = parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     database = f"bench_streams_{os.getpid()}"
+    # Every client is the one bench user: the per-user cap on open streams must let them all.
     os.environ.update(BENCH_DB_NAME=database, DJANGO_SETTINGS_MODULE="bench.settings",
-                      JOBS_HANDLER_MODULES="bench.handlers,bench.streams")
+                      JOBS_HANDLER_MODULES="bench.handlers,bench.streams",
+                      STREAMS_MAX_PER_USER=str(args.clients))
     if not args.redis:
         os.environ["REDIS_URL"] = ""
     setup_django()

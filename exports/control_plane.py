@@ -32,17 +32,30 @@ from rest_framework.views import APIView
 from exports import conf, services
 from exports.models import ExportJob, JobStatus, Snapshot
 from exports.spec import JobSpec
+from jobs.contrib.api import StreamedJSONParser, wrong_token
+
+
+def worker_token_matches(authorization: str) -> bool:
+    """Whether an ``Authorization`` header value is ``Bearer <EXPORTS_WORKER_TOKEN>`` (in
+    constant time). The web server's body limiter asks it too (project/bodylimit.py)."""
+    token = conf.get("WORKER_TOKEN")
+    return bool(token) and hmac.compare_digest(authorization.encode(), f"Bearer {token}".encode())
 
 
 class WorkerToken(BasePermission):
-    """The caller sends ``Authorization: Bearer <EXPORTS_WORKER_TOKEN>``."""
+    """The caller sends ``Authorization: Bearer <EXPORTS_WORKER_TOKEN>``. A wrong one
+    counts against its address as a wrong API token does, and past that rate is a 429
+    (``jobs.throttling.wrong_token``); the right one is never refused for the others."""
 
     message = "export workers send Authorization: Bearer <EXPORTS_WORKER_TOKEN>"
 
     def has_permission(self, request: Request, view: Any) -> bool:
-        token = conf.get("WORKER_TOKEN")
         offered = request.headers.get("Authorization", "")
-        return bool(token) and hmac.compare_digest(offered.encode(), f"Bearer {token}".encode())
+        if worker_token_matches(offered):
+            return True
+        if offered:
+            wrong_token(request)
+        return False
 
 
 def spec_of(job: ExportJob, claim_token: str = "") -> dict[str, Any]:
@@ -94,6 +107,21 @@ class Pollable(_Internal):
         return Response({"jobs": [spec_of(job, token) for job, token in taken]})
 
 
+# A report's file list: at most this many paths of at most this many characters (an
+# object store's key takes 1,024 bytes, and a path adds its scheme and bucket). Such a
+# report is about 12 MB of JSON, within EXPORTS_REPORT_MAX_BYTES (16 MB), the web
+# server's limit for /internal/exports/ too (WEB_BODY_LIMITS).
+MAX_REPORT_FILES = 10_000
+MAX_FILE_PATH = 1_200
+
+
+class ReportBodyParser(StreamedJSONParser):
+    """A report's JSON, read as it arrives: up to ``EXPORTS_REPORT_MAX_BYTES``, more than
+    Django keeps of a body in memory (``DATA_UPLOAD_MAX_MEMORY_SIZE``)."""
+
+    max_bytes_setting = "EXPORTS_REPORT_MAX_BYTES"
+
+
 class ReportSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=[JobStatus.PENDING, JobStatus.CLAIMED,
                                               JobStatus.SUBMITTED, JobStatus.COMPLETED,
@@ -108,8 +136,8 @@ class ReportSerializer(serializers.Serializer):
     poll_count = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
     row_count = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
     size_bytes = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
-    files = serializers.ListField(child=serializers.CharField(max_length=2000), max_length=10_000,
-                                  required=False, default=list)
+    files = serializers.ListField(child=serializers.CharField(max_length=MAX_FILE_PATH),
+                                  max_length=MAX_REPORT_FILES, required=False, default=list)
     error_message = serializers.CharField(max_length=4000, required=False, default="",
                                           allow_blank=True)
     note = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
@@ -118,6 +146,8 @@ class ReportSerializer(serializers.Serializer):
 @extend_schema(exclude=True)
 class Report(_Internal):
     """A worker's report on a job it holds."""
+
+    parser_classes = [ReportBodyParser]
 
     def post(self, request: Request, job_id: int) -> Response:
         data = _valid(ReportSerializer, request.data)

@@ -261,7 +261,25 @@ def _unencodable(value: dict[str, Any], argument: str, exc: ValueError) -> str:
     return f"{argument} holds a value JSON cannot store: {exc}"
 
 
-def _first_problem(value: dict[str, Any], argument: str) -> str:
+def stored_text_problem(value: Any, where: str) -> str:
+    """The first key or string in decoded JSON ``value`` that PostgreSQL would refuse (a
+    NUL character, a lone surrogate), named by where it is (``body["a"][3] holds …``);
+    empty if there is none. What a request body of JSON is checked with, wherever it
+    arrives (the API's parsers, the live pages' WebSocket)."""
+    return _first_problem(value, where)
+
+
+# What a JSON text shows when it may decode to such a string: a \u0000 or surrogate
+# escape, or a surrogate itself. Only then is the decoded value walked.
+_MAY_NOT_STORE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])|[\ud800-\udfff]")
+
+
+def may_not_store(text: str) -> bool:
+    """Whether JSON ``text`` may hold a string PostgreSQL refuses (a cheap scan in C)."""
+    return _MAY_NOT_STORE.search(text) is not None
+
+
+def _first_problem(value: Any, argument: str) -> str:
     """The first key or string in ``value`` that PostgreSQL would refuse or change, and
     where it is (``payload["a"][3]``); empty if there is none. Iterative: it may be
     called on a payload of any depth."""

@@ -95,27 +95,47 @@ class FailedAuthentications:
                 cache.add(self.key, 1, self.window + 1)
 
 
+def wrong_token(request: HttpRequest | Request) -> None:
+    """Counts a wrong token offered from the request's address, and raises DRF's
+    ``Throttled`` (429 with Retry-After) once the address is over its ``failed_auth``
+    rate. Every door that takes a token calls it for a wrong one (the API, the event
+    streams, the body limiter, the export workers' internal API): one count per address.
+
+    Only wrong tokens are refused. A right token is accepted whatever its address's count,
+    so a shared address (a NAT, a proxy without TRUSTED_PROXIES) where one client
+    misbehaves does not lock the others out. That leaves a guesser, over the rate, free to
+    keep asking; what stops guessing is the tokens' entropy, not this rate: an API token
+    is 40 hexadecimal characters from os.urandom (160 bits), so a million guesses a
+    second against a million tokens would hit one about once in 10^28 years; the export
+    workers' token must be as random (docs/security.md; ``check --deploy`` warns below
+    32 characters). The count still answers a flood of wrong tokens with 429 and
+    Retry-After, which tells a misconfigured client to back off.
+    """
+    failures = FailedAuthentications(request)
+    wait = failures.retry_after()
+    if wait is not None:
+        raise Throttled(wait, detail="Too many failed authentications from your address.")
+    failures.record()
+
+
 class CountedTokenAuthentication(TokenAuthentication):
-    """DRF's token authentication, refusing an address that failed too often.
+    """DRF's token authentication, counting wrong tokens per client address.
 
     DRF authenticates before any throttle runs, so a request with a wrong token never
     reaches one: this counts such failures per client address and, once over the
-    ``failed_auth`` rate, answers 429 with Retry-After to every token from that address
-    until the window ends (the right token too: a guesser learns nothing from a hit).
+    ``failed_auth`` rate, answers 429 with Retry-After to the wrong tokens from that
+    address until the window ends; a right token is accepted (``wrong_token`` says why
+    that is safe).
     """
 
     def authenticate(self, request: Request) -> tuple[Any, Any] | None:
         offered = get_authorization_header(request).split()
         if not offered or offered[0].lower() != self.keyword.lower().encode():
             return None
-        failures = FailedAuthentications(request)
-        wait = failures.retry_after()
-        if wait is not None:
-            raise Throttled(wait, detail="Too many failed authentications from your address.")
         try:
             return super().authenticate(request)
         except AuthenticationFailed:
-            failures.record()
+            wrong_token(request)
             raise
 
 

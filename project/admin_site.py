@@ -1,5 +1,9 @@
 """The admin is Conveyor's console: its own name, and only Conveyor's view of the work.
 
+Every JSON field of every admin form refuses strings PostgreSQL cannot store (a lone
+surrogate, a NUL) with a form error naming where they are, as the API does
+(``jobs.contrib.admin.jsonfields``), rather than a 500 at the save.
+
 django-q2 registers its task tables in the admin (successful and failed tasks, the ORM
 broker's queue). In Conveyor they hold only the scheduler's small tasks, which enqueue
 jobs; a "Failed tasks" list beside the failed jobs would be a second place that means
@@ -10,6 +14,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django_q.models import Failure, OrmQ, Success
+
+from jobs.contrib.admin.jsonfields import use_everywhere
 
 
 def configure() -> None:
@@ -26,3 +32,4 @@ def configure() -> None:
     for model in (Success, Failure, OrmQ):
         if admin.site.is_registered(model):
             admin.site.unregister(model)
+    use_everywhere(admin.site)

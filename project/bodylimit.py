@@ -10,10 +10,12 @@ size check comes after the bytes are in. This ASGI middleware stands in front of
 - 401 before a byte is read when the body may be larger than what a caller without
   credentials may send (``Content-Length`` over ``WEB_MAX_ANONYMOUS_BODY_BYTES``, or
   chunked) and the caller has none that is valid: a DRF token (``Authorization: Token
-  …``) or the session cookie of an active user. Small bodies (the admin's login form)
-  pass without a look; credentials are looked up only for the others. A wrong token
-  counts against the caller's address as it does in the API (``jobs.throttling``), and
-  past that rate the answer is 429: this door must not be a faster way to guess tokens.
+  …``), the session cookie of an active user, or, under ``/internal/exports/``, the
+  export workers' ``Authorization: Bearer <EXPORTS_WORKER_TOKEN>``. Small bodies (the
+  admin's login form) pass without a look; credentials are looked up only for the
+  others. A wrong token counts against the caller's address as it does in the API
+  (``jobs.throttling.wrong_token``), and past that rate the answer is 429 (to wrong
+  tokens only: a right one from the same address passes).
 
 Limits (``BodyLimits.from_settings``): ``WEB_BODY_LIMITS`` maps path prefixes to bytes
 (the longest matching prefix wins), ``WEB_MAX_BODY_BYTES`` is the limit everywhere else.
@@ -39,7 +41,8 @@ from django.http import HttpRequest
 from django.http.cookie import parse_cookie
 from rest_framework.exceptions import AuthenticationFailed, Throttled
 
-from jobs.throttling import CountedTokenAuthentication
+from exports.control_plane import worker_token_matches
+from jobs.throttling import CountedTokenAuthentication, wrong_token
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +52,10 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 CredentialCheck = Callable[[Scope], Awaitable[bool]]
+
+# Path prefixes whose callers hold a bearer token of their own rather than a user's:
+# the export workers' internal API.
+BEARER_TOKENS: dict[str, Callable[[str], bool]] = {"/internal/exports/": worker_token_matches}
 
 KB = 1024
 MB = 1024 * KB
@@ -112,9 +119,11 @@ class BodyLimit:
                          retry_after=exc.wait)
             return
         if not signed_in:
+            credentials = ("the export workers' token (Authorization: Bearer …)"
+                           if bearer_check(scope) else
+                           "a token (Authorization: Token …) or a session")
             await refuse(scope, send, 401, f"Sign in to send a request body over "
-                         f"{size(self.limits.anonymous)}: a token (Authorization: Token …) "
-                         f"or a session.", self.limits.anonymous)
+                         f"{size(self.limits.anonymous)}: {credentials}.", self.limits.anonymous)
             return
         body = BoundedBody(scope, receive, send, limit)
         await self.app(scope, body.receive, body.send)
@@ -213,7 +222,25 @@ async def valid_credential(scope: Scope) -> bool:
     if authorization:
         request.META["HTTP_AUTHORIZATION"] = authorization
     request.COOKIES = parse_cookie(cookie or "")
+    matches = bearer_check(scope)
+    if matches is not None and authorization and authorization.startswith("Bearer "):
+        return await sync_to_async(_valid_bearer, thread_sensitive=False)(request, matches)
     return await sync_to_async(_valid_credential, thread_sensitive=False)(request)
+
+
+def bearer_check(scope: Scope) -> Callable[[str], bool] | None:
+    """The check of the bearer token the request's path takes instead of a user's, if any."""
+    return next((check for prefix, check in BEARER_TOKENS.items()
+                 if scope.get("path", "").startswith(prefix)), None)
+
+
+def _valid_bearer(request: HttpRequest, matches: Callable[[str], bool]) -> bool:
+    """Whether the path's own bearer token is the one offered; a wrong one is counted
+    (``Throttled`` past the rate). In a thread: the count is in the cache."""
+    if matches(request.META["HTTP_AUTHORIZATION"]):
+        return True
+    wrong_token(request)
+    return False
 
 
 def _valid_credential(request: HttpRequest) -> bool:

@@ -251,6 +251,9 @@ CHANNEL_LAYERS = {
     },
 }
 STREAMS_KEEPALIVE_SECONDS = float(os.environ.get("STREAMS_KEEPALIVE_SECONDS", "15"))
+# Event streams (SSE and WebSocket) one user may hold open across every web process, else
+# 429 / close code 4429 (jobs/streams/slots.py: slots in the cache, renewed each keepalive).
+STREAMS_MAX_PER_USER = env_int("STREAMS_MAX_PER_USER", 20)
 
 # --- Security: request rates, the admin login's lockout, HTTPS, Content-Security-Policy ---
 
@@ -534,6 +537,8 @@ FACTORS_FACTORS_MAX_BYTES = env_int("FACTORS_FACTORS_MAX_BYTES", 20 * _MB)
 FACTORS_UNITS_MAX_BYTES = env_int("FACTORS_UNITS_MAX_BYTES", 20 * _MB)
 # A scrape sync's JSON body: 50,000 references of about 600 bytes each.
 INGEST_SCRAPE_MAX_BYTES = env_int("INGEST_SCRAPE_MAX_BYTES", 32 * _MB)
+# An export worker's report: up to 10,000 file paths of 1,200 characters (exports/control_plane.py).
+EXPORTS_REPORT_MAX_BYTES = env_int("EXPORTS_REPORT_MAX_BYTES", 16 * _MB)
 WEB_BODY_LIMITS = {
     prefix: limit + _MULTIPART_FRAMING
     for prefixes, limit in [
@@ -541,6 +546,7 @@ WEB_BODY_LIMITS = {
         (("/sync/factors/", "/admin/factors/emissionfactor/upload/"), FACTORS_FACTORS_MAX_BYTES),
         (("/sync/units", "/admin/factors/unit/upload/"), FACTORS_UNITS_MAX_BYTES),
         (("/scraping/",), INGEST_SCRAPE_MAX_BYTES),
+        (("/internal/exports/",), EXPORTS_REPORT_MAX_BYTES),
     ]
     for prefix in prefixes
 }
@@ -549,6 +555,9 @@ WEB_MAX_ANONYMOUS_BODY_BYTES = env_int("WEB_MAX_ANONYMOUS_BODY_BYTES", 64 * 1024
 WEB_MAX_URL_BYTES = env_int("WEB_MAX_URL_BYTES", 8 * 1024)  # else 414
 WEB_MAX_HEAD_BYTES = env_int("WEB_MAX_HEAD_BYTES", 32 * 1024)  # request line and headers, else 431
 WEB_MAX_HEADERS = env_int("WEB_MAX_HEADERS", 100)  # else 431
+# A request's head must be complete this long after its first byte (else 408); a
+# connection that sends nothing this long after it opened or after a response is closed.
+WEB_HEADER_TIMEOUT_SECONDS = env_float("WEB_HEADER_TIMEOUT_SECONDS", 15.0)
 # Django spools a request body, and an uploaded file, to disk past this size: a web
 # process holds at most this much of each upload in memory.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 1 * _MB

@@ -24,12 +24,12 @@ from rest_framework.views import APIView
 
 from ingest.runs.api import StaffWrites, sources_named
 from ingest.runs.models import IngestSource
-from ingest.scraping import services
+from ingest.scraping import reading, services
 from ingest.scraping.ingester import ScrapedReference
 from ingest.scraping.models import SCRAPE_RUN_ID_LENGTH, HandoffStatus, IngestionHandoff
 from jobs.contrib.api import (
     ErrorSerializer,
-    LargeJSONParser,
+    StreamedJSONParser,
     StrictFilterBackend,
     object_body,
 )
@@ -55,11 +55,24 @@ class Conflict(APIException):
     default_code = "conflict"
 
 
-class SyncBodyParser(LargeJSONParser):
+class SyncBodyParser(StreamedJSONParser):
     """A sync's body: up to ``INGEST_SCRAPE_MAX_BYTES`` of JSON (the web server's limit
-    for ``/scraping/`` too)."""
+    for ``/scraping/`` too), read as it arrives. Each reference is checked and reduced to
+    its canonical text and hash as soon as it is complete, and the one past
+    ``SCRAPE_MAX_REFERENCES`` is refused before another is built: a body of many small
+    items never becomes many Python objects at once."""
 
     max_bytes_setting = "INGEST_SCRAPE_MAX_BYTES"
+    streamed_field = "references"
+
+    def read_item(self, index: int, item: Any) -> reading.Reference:
+        limit = reading.max_references()
+        if index >= limit:
+            raise TooManyReferences(str(reading.too_many(f"at least {index + 1:,}", limit)))
+        try:
+            return reading.read_reference(index, item)
+        except reading.SyncRefused as exc:
+            raise ValidationError({exc.field: [str(exc)]}) from None
 
 
 def visible_source(request: Request, name: str) -> IngestSource:

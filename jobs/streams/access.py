@@ -53,18 +53,20 @@ def authenticate(request: HttpRequest) -> AbstractBaseUser | AnonymousUser | Non
 
 
 @releasing_connection
-def open_stream(request: HttpRequest, kind: str, key: Any) -> tuple[int, int | bool, bool]:
-    """(HTTP status, tenant scope, whether the reader sees tracebacks) for a stream of
-    ``kind`` ("job"/"pipeline") ``key``."""
+def open_stream(request: HttpRequest, kind: str, key: Any) -> tuple[int, int | bool, bool, Any]:
+    """(HTTP status, tenant scope, whether the reader sees tracebacks, the reader's user
+    id) for a stream of ``kind`` ("job"/"pipeline") ``key``."""
     user = authenticate(request)
     if user is None or not user.is_authenticated:
-        return 401, False, False
+        return 401, False, False, None
     scope = tenant_scope(user)
     if scope is False or scope is None:
-        return 404, False, False
+        return 404, False, False, None
     jobs = scope_queryset(Job.objects.all(), user)
     found = jobs.filter(pk=key) if kind == "job" else jobs.filter(pipeline_id=key)
-    return (200, scope, sees_tracebacks(user)) if found.exists() else (404, False, False)
+    if not found.exists():
+        return 404, False, False, None
+    return 200, scope, sees_tracebacks(user), user.pk
 
 
 @releasing_connection

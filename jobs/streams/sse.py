@@ -2,7 +2,9 @@
 
 An async Django view returning a ``StreamingHttpResponse`` over an async generator: under
 the ASGI server (uvicorn) it holds no thread and no database connection while it waits (the hub queries);
-Django cancels the generator when the client goes away.
+Django cancels the generator when the client goes away. Each stream holds one of its
+reader's ``STREAMS_MAX_PER_USER`` slots (jobs/streams/slots.py) until Django closes the
+response; a reader with none free gets 429 naming the cap.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from rest_framework.exceptions import Throttled
 
-from jobs.streams import access
+from jobs.streams import access, slots
 from jobs.streams.hub import Filter, Lagged, Subscription, get_hub
 from jobs.streams.serialize import End, StreamEvent
 
@@ -51,7 +53,7 @@ async def _stream(request: HttpRequest, kind: str, key: Any) -> HttpResponse:
     except ValueError:
         return JsonResponse({"detail": "Last-Event-ID must be a non-negative event id."}, status=400)
     try:
-        status, scope, staff = await access.in_slot(access.open_stream, request, kind, key)
+        status, scope, staff, user_id = await access.in_slot(access.open_stream, request, kind, key)
     except Throttled as exc:  # too many wrong tokens from this address
         response = JsonResponse({"detail": str(exc.detail)}, status=429)
         response["Retry-After"] = str(math.ceil(exc.wait or 1))
@@ -62,15 +64,36 @@ async def _stream(request: HttpRequest, kind: str, key: Any) -> HttpResponse:
         return response
     if status == 404:
         return JsonResponse({"detail": "Not found."}, status=404)
-    response = StreamingHttpResponse(_events(scope, staff, kind, key, after),
-                                     content_type="text/event-stream")
+    slot = await slots.take(user_id)
+    if slot is None:
+        cap = slots.max_per_user()
+        response = JsonResponse({"detail": slots.refusal(cap), "limit": cap}, status=429)
+        response["Retry-After"] = str(math.ceil(slots.renew_every()))
+        return response
+    response = EventStream(_events(scope, staff, kind, key, after, slot), slot)
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # no buffering in a front proxy
     return response
 
 
+class EventStream(StreamingHttpResponse):
+    """An event stream that holds one of its reader's stream slots until Django closes
+    the response: when it ends, when the client goes away, and also when the stream was
+    cancelled before its first byte (its generator then never runs)."""
+
+    def __init__(self, events: AsyncIterator[str], slot: slots.Slot) -> None:
+        super().__init__(events, content_type="text/event-stream")
+        self.slot = slot
+
+    def close(self) -> None:
+        try:
+            self.slot.release()
+        finally:
+            super().close()
+
+
 async def _events(scope: int | bool, staff: bool, kind: str, key: Any,
-                  after: int | None) -> AsyncIterator[str]:
+                  after: int | None, slot: slots.Slot) -> AsyncIterator[str]:
     """Replay (when asked), then live events until the end; ``staff`` readers get the
     tracebacks in failure messages (``jobs.redaction``).
 
@@ -107,7 +130,7 @@ async def _events(scope: int | bool, staff: bool, kind: str, key: Any,
             if end is not None and end.last_event_id <= last:
                 yield end_frame(end)
                 return
-        async for text in _live(sub, staff, replayed, last):
+        async for text in _live(sub, staff, replayed, last, slot):
             yield text
     finally:
         if sub is not None:
@@ -125,9 +148,10 @@ async def _replay(scope: int | bool, kind: str, key: Any, after: int) -> AsyncIt
         after, overlap = page[-1].id, False
 
 
-async def _live(sub: Subscription, staff: bool, replayed: set[int], last: int
-                ) -> AsyncIterator[str]:
+async def _live(sub: Subscription, staff: bool, replayed: set[int], last: int,
+                slot: slots.Slot) -> AsyncIterator[str]:
     while True:
+        await slot.renew()
         try:
             batch = await sub.get(keepalive_seconds())
         except Lagged:

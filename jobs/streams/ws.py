@@ -3,9 +3,13 @@
 Messages are JSON. In: ``{"subscribe": {"job": id}}`` (or ``pipeline``, ``type``,
 ``jobs``) and the same with ``unsubscribe``. Out: ``{"subscribed": ...}`` /
 ``{"unsubscribed": ...}``, ``{"error": ...}``, and ``{"event": <contract JSON>}``. An
-anonymous connection is closed with code 4401. A job or pipeline outside the user's
-tenant answers the same error as an unknown one; ``{"jobs": [...]}`` subscribes to the
-ids the user may see and names the others in the acknowledgement's ``"refused"``.
+anonymous connection is closed with code 4401; a user's connection beyond their
+``STREAMS_MAX_PER_USER`` open streams (SSE ones included, jobs/streams/slots.py) gets an
+``{"error": ..., "limit": <cap>}`` naming the cap and is closed with code 4429. A job
+or pipeline outside the user's tenant answers the same error as an unknown one;
+``{"jobs": [...]}`` subscribes to the ids the user may see and names the others in the
+acknowledgement's ``"refused"``. A message that is not JSON, is nested too deeply, or
+holds a string PostgreSQL cannot store is answered with an ``{"error": ...}`` naming why.
 
 There is no replay here: a consumer the hub cut loose (too slow, or the source was
 interrupted: events may have been missed) is closed with code 4000 (``LAGGED``); the
@@ -16,16 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import uuid
 from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from jobs.arguments import MAX_JSON_DEPTH, json_depth, may_not_store, stored_text_problem
 from jobs.redaction import sees_tracebacks
-from jobs.streams import access
+from jobs.streams import access, slots
 from jobs.streams.hub import Filter, Lagged, Subscription, get_hub
 
 UNAUTHENTICATED = 4401
+TOO_MANY_STREAMS = 4429  # the user holds STREAMS_MAX_PER_USER streams already
 LAGGED = 4000  # events may have been missed: reconnect, then refresh (live.js does both)
 
 
@@ -38,6 +45,7 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
     channel_layer_alias = "jobs-streams-no-layer"
     sub: Subscription | None = None
     pump: asyncio.Task[None] | None = None
+    slot: slots.Slot | None = None
     staff = False  # whether failure messages keep their traceback (jobs.redaction)
 
     async def connect(self) -> None:
@@ -45,6 +53,12 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=UNAUTHENTICATED)
+            return
+        self.slot = await slots.take(user.pk)
+        if self.slot is None:
+            cap = slots.max_per_user()
+            await self.send_json({"error": slots.refusal(cap), "limit": cap})
+            await self.close(code=TOO_MANY_STREAMS)
             return
         scope = await access.in_slot(access.user_scope, user)
         self.staff = sees_tracebacks(user)
@@ -58,6 +72,19 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
                 await self.pump
         if self.sub is not None:
             get_hub().unsubscribe(self.sub)
+        if self.slot is not None:
+            await self.slot.arelease()
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None,
+                      **kwargs: Any) -> None:
+        """A message is JSON read by the API's rules: an answer naming what is wrong with
+        it, rather than a consumer that dies on it."""
+        try:
+            content = message_json(text_data)
+        except ValueError as exc:
+            await self.send_json({"error": str(exc)})
+            return
+        await self.receive_json(content)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if self.sub is None:
@@ -98,14 +125,34 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
 
     async def _pump(self, sub: Subscription) -> None:
         while True:
+            if self.slot is not None:
+                await self.slot.renew()
             try:
-                batch = await sub.get(timeout=60)
+                batch = await sub.get(timeout=slots.renew_every())
             except Lagged:
                 get_hub().unsubscribe(sub)
                 await self.close(code=LAGGED)
                 return
             for event in batch.events if batch else ():
                 await self.send_json({"event": event.data_for(self.staff)})
+
+
+def message_json(text: str | None) -> Any:
+    """A client's message, decoded as the API decodes request bodies: of bounded depth,
+    and without a NUL character or lone surrogate in any string; ValueError naming the
+    problem otherwise."""
+    if text is None:
+        raise ValueError("messages are JSON text")
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise ValueError(f"the message is nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        content = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"the message is not JSON: {exc}") from None
+    problem = stored_text_problem(content, "the message") if may_not_store(text) else ""
+    if problem:
+        raise ValueError(problem)
+    return content
 
 
 def parse_target(what: Any) -> tuple[str, list[Any]]:

@@ -161,8 +161,9 @@ def test_a_hundred_thousand_references_in_one_call_are_a_413_stating_the_limit(s
     references = [{"external_id": str(n), "payload": {}} for n in range(100_000)]
     answer = sync(scraper, {"scrape_run_id": "r", "references": references})
     assert answer.status_code == 413
-    assert answer.json()["detail"].startswith("100,000 references in one sync; the limit is "
-                                              "50,000")
+    # Refused at the first reference past the limit, before the rest is read.
+    assert answer.json()["detail"].startswith("at least 50,001 references in one sync; the "
+                                              "limit is 50,000")
     assert not ScrapeReference.objects.exists() and not ScrapeRun.objects.exists()
 
 

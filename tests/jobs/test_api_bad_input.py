@@ -191,7 +191,7 @@ def test_a_payload_with_a_lone_surrogate_is_a_400_naming_the_payload(alice):
     response = alice.post("/api/jobs/", body, content_type="application/json")
 
     assert response.status_code == 400
-    assert response.json() == {"payload": [
-        'payload["data"]["x"] holds a lone surrogate (U+DC80 at position 0), which is not '
-        "Unicode text"]}
+    assert response.json() == {"detail": (
+        'JSON parse error - body["payload"]["data"]["x"] holds a lone surrogate (U+DC80 at '
+        "position 0), which is not Unicode text")}
     assert not Job.objects.exists()

@@ -122,26 +122,32 @@ def test_random_tokens_get_401_then_429_from_that_address(rates, address):
     assert 0 < int(refused["Retry-After"]) <= 60
 
 
-def test_over_the_rate_the_right_token_is_refused_too_but_not_from_another_address(rates, address):
+def test_over_the_rate_wrong_tokens_get_429_and_a_right_one_from_the_same_address_passes(
+        rates, address):
+    # A shared address (a NAT) where one client sends wrong tokens must not lock the
+    # others out: only wrong tokens are refused (jobs.throttling.wrong_token says why
+    # that opens no door to guessing).
     rates(failed_auth="3/min")
     token = Token.objects.create(user=staff("alice", of=tenant())).key
     for _ in range(3):
         from_address(address, random_token()).get("/api/jobs/")
 
-    assert from_address(address, token).get("/api/jobs/").status_code == 429
-    assert from_address("192.0.2.7", token).get("/api/jobs/").status_code == 200
+    assert from_address(address, random_token()).get("/api/jobs/").status_code == 429
+    assert [from_address(address, token).get("/api/jobs/").status_code for _ in range(3)] == [
+        200, 200, 200]
+    assert from_address(address, random_token()).get("/api/jobs/").status_code == 429
 
 
 def test_the_address_may_try_again_when_the_window_is_over(rates, address):
     rates(failed_auth="2/min")
-    token = Token.objects.create(user=staff("alice", of=tenant())).key
     with time_machine.travel(T0, tick=False) as clock:
         for _ in range(2):
             from_address(address, random_token()).get("/api/jobs/")
-        refused = from_address(address, token).get("/api/jobs/")
+        refused = from_address(address, random_token()).get("/api/jobs/")
+        assert refused.status_code == 429
         clock.shift(int(refused["Retry-After"]))
 
-        assert from_address(address, token).get("/api/jobs/").status_code == 200
+        assert from_address(address, random_token()).get("/api/jobs/").status_code == 401
 
 
 def test_a_right_token_is_not_counted_as_a_failure(rates, address):
@@ -194,30 +200,89 @@ def test_a_rate_setting_that_is_not_a_rate_is_refused(monkeypatch, value):
         env_rate("THROTTLE_USER_RATE", "60/min")
 
 
+def post_large_body(address: str, authorization: str, path: str = "/sync/dispatch"
+                    ) -> tuple[int, dict[bytes, bytes]]:
+    """A 50 MB body declared to the body limiter; (status, headers) of its answer, or
+    200 when it let the request through to the application."""
+    limits = BodyLimits.of(default=1_000, anonymous=500,
+                           by_prefix={"/sync/dispatch": 10**8, "/internal/exports/": 10**8})
+    sent: list[dict[str, Any]] = []
+
+    async def django(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": path, "client": (address, 40000),
+             "headers": [(b"content-length", b"50000000"),
+                         (b"authorization", authorization.encode())]}
+    async_to_sync(BodyLimit(django, limits))(scope, None, send)
+    return sent[0]["status"], dict(sent[0]["headers"])
+
+
 @pytest.mark.django_db(transaction=True)  # the credential lookup runs on a thread of its own
 def test_wrong_tokens_with_a_large_body_count_as_in_the_api_then_get_429(rates, address):
     rates(failed_auth="3/min")
-    limits = BodyLimits.of(default=1_000, anonymous=500, by_prefix={"/sync/dispatch": 10**8})
 
-    async def django(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        raise AssertionError("a refused request reached Django")
-
-    def post_large_body() -> tuple[int, dict[bytes, bytes]]:
-        sent: list[dict[str, Any]] = []
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-
-        scope = {"type": "http", "method": "POST", "path": "/sync/dispatch",
-                 "client": (address, 40000),
-                 "headers": [(b"content-length", b"50000000"),
-                             (b"authorization", f"Token {random_token()}".encode())]}
-        async_to_sync(BodyLimit(django, limits))(scope, None, send)
-        return sent[0]["status"], dict(sent[0]["headers"])
-
-    answers = [post_large_body() for _ in range(5)]
+    answers = [post_large_body(address, f"Token {random_token()}") for _ in range(5)]
 
     assert [status for status, _ in answers] == [401, 401, 401, 429, 429]
     assert int(answers[-1][1][b"retry-after"]) > 0
     # One count for both doors: the API refuses this address now too.
     assert from_address(address, random_token()).get("/api/jobs/").status_code == 429
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_body_limiter_takes_the_worker_token_and_counts_wrong_ones(rates, settings, address):
+    settings.EXPORTS_WORKER_TOKEN = WORKER_TOKEN
+    rates(failed_auth="2/min")
+    report = "/internal/exports/jobs/1/report"
+
+    assert post_large_body(address, f"Bearer {WORKER_TOKEN}", report)[0] == 200
+    assert [post_large_body(address, f"Bearer {random_token()}", report)[0]
+            for _ in range(4)] == [401, 401, 429, 429]
+    assert post_large_body(address, f"Bearer {WORKER_TOKEN}", report)[0] == 200
+    # The worker's token is no credential anywhere else.
+    assert post_large_body("192.0.2.8", f"Bearer {WORKER_TOKEN}")[0] == 401
+
+
+# --- the export workers' token ------------------------------------------------------------------
+
+WORKER_TOKEN = secrets.token_urlsafe(32)
+
+
+def worker_claims(address: str, token: str) -> int:
+    client = APIClient(REMOTE_ADDR=address, HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client.post("/internal/exports/claim", {"worker": "w", "limit": 1},
+                       format="json").status_code
+
+
+def test_wrong_worker_tokens_get_403_then_429_and_the_right_one_still_passes(rates, settings,
+                                                                            address):
+    settings.EXPORTS_WORKER_TOKEN = WORKER_TOKEN
+    rates(failed_auth="3/min")
+
+    assert [worker_claims(address, random_token()) for _ in range(5)] == [403, 403, 403, 429, 429]
+    assert worker_claims(address, WORKER_TOKEN) == 200
+    # One count per address for every door: the API refuses its wrong tokens too now.
+    assert from_address(address, random_token()).get("/api/jobs/").status_code == 429
+
+
+def test_wrong_api_tokens_do_not_lock_out_the_worker_token(rates, settings, address):
+    settings.EXPORTS_WORKER_TOKEN = WORKER_TOKEN
+    rates(failed_auth="2/min")
+    for _ in range(3):
+        from_address(address, random_token()).get("/api/jobs/")
+
+    assert worker_claims(address, WORKER_TOKEN) == 200
+    assert worker_claims(address, "guess") == 429
+
+
+def test_a_short_worker_token_is_a_deploy_warning(settings):
+    from exports.checks import check_worker_token
+
+    settings.EXPORTS_WORKER_TOKEN = "secret"
+    assert [w.id for w in check_worker_token()] == ["exports.W001"]
+    settings.EXPORTS_WORKER_TOKEN = WORKER_TOKEN
+    assert check_worker_token() == []

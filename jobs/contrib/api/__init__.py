@@ -3,6 +3,7 @@
 ``views`` holds the viewsets (routed by ``jobs/urls.py``), ``serializers`` what they
 read and write, ``pagination`` and ``filters`` the listing rules (cursor pages, filters
 that refuse what they do not understand), and ``parsers`` the request bodies they accept.
+``wrong_token`` counts a wrong token against its address for any door that takes one.
 Other apps' APIs build on the pieces listed in ``__all__``.
 
 The views are not imported here: DRF imports the pagination and parser classes named in
@@ -14,28 +15,27 @@ from __future__ import annotations
 
 from jobs.contrib.api.filters import DateTimeFilter, StrictFilterBackend
 from jobs.contrib.api.pagination import CheckedCursorPagination, NewestFirst
-from jobs.contrib.api.parsers import (
-    BoundedJSONParser,
-    LargeJSONParser,
-    holds_nul,
-    object_body,
-)
+from jobs.contrib.api.parsers import BoundedJSONParser, holds_nul, object_body
 from jobs.contrib.api.permissions import StaffWrites
 from jobs.contrib.api.scoping import visible_jobs
 from jobs.contrib.api.serializers import ErrorSerializer, ErrorTextField, JobSerializer
+from jobs.contrib.api.streaming import BodyTooLarge, StreamedJSONParser
+from jobs.throttling import wrong_token
 
 __all__ = [
+    "BodyTooLarge",
     "BoundedJSONParser",
     "CheckedCursorPagination",
     "DateTimeFilter",
     "ErrorSerializer",
     "ErrorTextField",
     "JobSerializer",
-    "LargeJSONParser",
     "NewestFirst",
     "StaffWrites",
+    "StreamedJSONParser",
     "StrictFilterBackend",
     "holds_nul",
     "object_body",
     "visible_jobs",
+    "wrong_token",
 ]

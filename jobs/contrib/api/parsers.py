@@ -4,26 +4,24 @@ Python's JSON decoder recurses once per nesting level, so a body of a few thousa
 raised RecursionError inside the parser (a 500, and a deep stack for anyone to ask for).
 ``BoundedJSONParser`` measures the depth before decoding and refuses a deeper body with a
 400; every JSON endpoint uses it (``REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"]`` and the
-views that name their parsers). It also refuses strings holding a NUL character
-(``\\u0000``): PostgreSQL stores none in text or jsonb, so such a payload would otherwise
-fail at the INSERT. ``LargeJSONParser`` reads the same JSON from bodies larger than
-Django lets a request hold in memory, up to a limit a setting names.
+views that name their parsers). It also refuses strings, keys included, at any depth,
+holding a NUL character (``\\u0000``) or a lone surrogate (``\\ud800`` with no low half):
+PostgreSQL stores neither in text or jsonb, so such a body would otherwise fail at the
+INSERT (a 500). ``StreamedJSONParser`` (jobs/contrib/api/streaming.py) reads large bodies
+as they arrive, with the same rules and bounds on what it builds.
 """
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping
 from typing import Any
 
-from django.conf import settings
-from rest_framework import status
-from rest_framework.exceptions import APIException, ParseError, ValidationError
-from rest_framework.parsers import BaseParser, JSONParser, get_encoding
+from rest_framework.exceptions import ParseError, ValidationError
+from rest_framework.parsers import JSONParser, get_encoding
 from rest_framework.request import Request
 from rest_framework.utils import json
 
-from jobs.arguments import MAX_JSON_DEPTH, json_depth
+from jobs.arguments import MAX_JSON_DEPTH, json_depth, may_not_store, stored_text_problem
 
 
 class BoundedJSONParser(JSONParser):
@@ -49,33 +47,11 @@ class BoundedJSONParser(JSONParser):
         if "\\u0000" in text and holds_nul(data):
             raise ParseError("JSON parse error - a string holds a NUL character (\\u0000), "
                              "which cannot be stored")
+        if may_not_store(text):
+            problem = stored_text_problem(data, "body")
+            if problem:
+                raise ParseError(f"JSON parse error - {problem}")
         return data
-
-
-class BodyTooLarge(APIException):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_detail = "The request body is larger than this endpoint takes."
-    default_code = "body_too_large"
-
-
-class LargeJSONParser(BaseParser):
-    """JSON as ``BoundedJSONParser`` reads it, for an endpoint whose bodies may be larger
-    than ``DATA_UPLOAD_MAX_MEMORY_SIZE``. DRF hands a ``JSONParser`` the body through
-    ``request.body``, which refuses those; this parser reads the stream itself, up to the
-    bytes the Django setting ``max_bytes_setting`` names (a 413 beyond), which should be
-    the web server's limit for the endpoint's path too (``WEB_BODY_LIMITS``)."""
-
-    media_type = "application/json"
-    max_bytes_setting: str
-
-    def parse(self, stream: Any, media_type: str | None = None,
-              parser_context: dict[str, Any] | None = None) -> Any:
-        limit = int(getattr(settings, self.max_bytes_setting))
-        raw = stream.read(limit + 1) if stream is not None else b""
-        if len(raw) > limit:
-            raise BodyTooLarge(f"the body is over {limit:,} bytes, the limit of this endpoint "
-                               f"({self.max_bytes_setting})")
-        return BoundedJSONParser().parse(io.BytesIO(raw), media_type, parser_context)
 
 
 def holds_nul(data: Any) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import resource
 import signal
 import stat
 import subprocess
@@ -94,6 +95,25 @@ def test_the_limits_are_set_on_the_hooks_process():
              timeout_seconds=30, resources=Resources(memory_limit="256Mi")))
     # dash: seconds, 512-byte blocks, files, kilobytes, blocks.
     assert status.log_tail.split() == ["30", "2048", "64", "262144", "0"]
+
+
+def test_a_host_stricter_than_the_settings_keeps_its_own_hard_limit():
+    script = textwrap.dedent("""
+        import django
+        django.setup()
+        from ingest.runs.runners.local import LocalRunner
+        from ingest.runs.runners.base import HookSpec
+        print(LocalRunner(path="/usr/bin:/bin", user="").launch(HookSpec(
+            name="conveyor-hook-1-1", image="unused", command=("/bin/sh", "-c", "ulimit -n"))
+        ).log_tail.strip())
+    """)
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT),
+           "DJANGO_SETTINGS_MODULE": "project.test_settings"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=120,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (100, 100)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "100"  # not 256, which it could not raise to
 
 
 def test_a_hook_cannot_write_more_than_its_file_size_limit():

@@ -257,25 +257,35 @@ def _confine(spec: HookSpec, limits: Limits, parent: int,
     take a lock another thread of the worker could hold."""
     memory = memory_bytes(spec.resources.memory_limit)
     cpu = max(1, int(spec.timeout_seconds))
-    rlimits = [(resource.RLIMIT_FSIZE, limits.max_file_bytes),
-               (resource.RLIMIT_NOFILE, limits.max_open_files),
-               (resource.RLIMIT_CORE, 0)]
+    wanted = [(resource.RLIMIT_FSIZE, limits.max_file_bytes, limits.max_file_bytes),
+              (resource.RLIMIT_NOFILE, limits.max_open_files, limits.max_open_files),
+              (resource.RLIMIT_CORE, 0, 0),
+              (resource.RLIMIT_CPU, cpu, cpu + CPU_GRACE_SECONDS)]
     if memory is not None:
-        rlimits.append((resource.RLIMIT_AS, memory))
+        wanted.append((resource.RLIMIT_AS, memory, memory))
     if identity is not None:
-        rlimits.append((resource.RLIMIT_NPROC, limits.max_processes))
+        wanted.append((resource.RLIMIT_NPROC, limits.max_processes, limits.max_processes))
+    rlimits = [(kind, *_within_hard_limit(kind, soft, hard)) for kind, soft, hard in wanted]
     setrlimit, prctl, getppid, kill = resource.setrlimit, _prctl(), os.getppid, os.kill
 
     def confine() -> None:
-        for kind, value in rlimits:
-            setrlimit(kind, (value, value))
-        setrlimit(resource.RLIMIT_CPU, (cpu, cpu + CPU_GRACE_SECONDS))
+        for kind, soft, hard in rlimits:
+            setrlimit(kind, (soft, hard))
         if prctl is not None:
             prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if getppid() != parent:  # the worker died before the line above
                 kill(0, signal.SIGKILL)
 
     return confine
+
+
+def _within_hard_limit(kind: int, soft: int, hard: int) -> tuple[int, int]:
+    """``(soft, hard)`` lowered to this process's own hard limit, which an unprivileged
+    process cannot raise (a host stricter than the settings keeps its own bound)."""
+    current = resource.getrlimit(kind)[1]
+    if current == resource.RLIM_INFINITY:
+        return soft, hard
+    return min(soft, current), min(hard, current)
 
 
 def make_non_dumpable() -> bool:

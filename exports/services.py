@@ -58,10 +58,10 @@ class ClaimLost(Exception):
     """A worker's report on a job it no longer holds (reset, taken by another worker,
     finished or cancelled meanwhile)."""
 
-    def __init__(self, job: ExportJob, expected: str) -> None:
+    def __init__(self, job: ExportJob, expected: str, reason: str = "") -> None:
         self.job = job
         super().__init__(f"export job {job.pk} is {job.status} under claim {job.generation}; "
-                         f"the report was for {expected}")
+                         f"the report was for {expected}" + (f": {reason}" if reason else ""))
 
 
 class InvalidReport(ValueError):
@@ -333,8 +333,11 @@ def report(job_id: int, update: Report) -> ExportJob:
         event(job, EventKind.LATE_REFUSED, now, from_status=job.status,
                to_status=update.status, worker=update.worker,
                message=f"refused a report for claim {update.generation}: {why}").save()
-        raise ClaimLost(job, f"claim {update.generation}")
+        raise ClaimLost(job, f"claim {update.generation}", why if why == NO_SECRET else "")
     return job
+
+
+NO_SECRET = "it does not carry the secret of the job's current claim or poll"
 
 
 def _refusal(job: ExportJob, update: Report) -> str:
@@ -342,7 +345,7 @@ def _refusal(job: ExportJob, update: Report) -> str:
     if job.generation != update.generation or job.status not in _FROM[update.status]:
         return f"the job is {job.status} under claim {job.generation}"
     if not holds_token(job, update.claim_token):
-        return "it does not carry the secret of the job's current claim or poll"
+        return NO_SECRET
     return ""
 
 

@@ -123,6 +123,7 @@ def test_a_report_without_the_claims_secret_is_409_and_changes_nothing(worker, t
 
     assert answer.status_code == 409
     assert answer.json()["status"] == "claimed" and answer.json()["generation"] == 1
+    assert "does not carry the secret of the job's current claim" in answer.json()["detail"]
     assert ExportJob.objects.filter(pk=spec["id"]).values().get() == before
 
 

@@ -121,6 +121,7 @@ async def _events(scope: int | bool, staff: bool, kind: str, key: Any,
         yield ": open\n\n"
         if after is not None:
             async for event in _replay(scope, kind, key, after):
+                await slot.renew()  # a long replay holds its slot too (a clock check)
                 if not sub.allows(event):
                     continue
                 replayed.add(event.id)

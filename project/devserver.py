@@ -56,7 +56,32 @@ def _environment() -> dict[str, str]:
     env.setdefault("INTAKE_HTTP_ALLOW", "127.0.0.1")
     # The export worker reaches the web process's control plane with this token.
     env.setdefault("EXPORTS_WORKER_TOKEN", _kept_secret("export_worker_token"))
+    _local_hooks_user(env)
     return env
+
+
+def _local_hooks_user(env: dict[str, str]) -> None:
+    """As root, local hooks run as ``INGEST_HOOK_USER`` (``nobody``), who must be able to
+    reach this interpreter: the demo's hook is ``python -m ingest.hookkit…``. An
+    interpreter behind a private directory (a root's ``~/.pyenv``) cannot be reached, so
+    this development server runs local hooks as its own user instead, and says so."""
+    if os.geteuid() != 0 or "INGEST_HOOK_USER" in env or _reachable_by_others(Path(PYTHON)):
+        return
+    env["INGEST_HOOK_USER"] = ""
+    print(f"Local hooks run as root here: {PYTHON} lies behind a directory other users "
+          "cannot enter. Install Python where they can, or set INGEST_HOOK_USER, to run "
+          "hooks unprivileged.", flush=True)
+
+
+def _reachable_by_others(path: Path) -> bool:
+    """Whether a user who is neither owner nor group member can execute ``path``: every
+    directory on the way searchable, the file itself executable, links followed."""
+    real = path.resolve()
+    try:
+        return all(parent.stat().st_mode & 0o001 for parent in real.parents) and bool(
+            real.stat().st_mode & 0o001)
+    except OSError:
+        return False
 
 
 def _manage(env: dict[str, str], *args: str) -> None:

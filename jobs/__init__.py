@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from jobs.arguments import storable_json
 from jobs.backoff import Backoff, Exponential, Fibonacci, Fixed, Schedule
 from jobs.clock import now
 from jobs.context import JobContext
@@ -105,4 +106,5 @@ __all__ = [
     "retry",
     "run_now",
     "run_until_idle",
+    "storable_json",
 ]

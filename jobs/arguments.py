@@ -91,6 +91,15 @@ def payload(value: Any, argument: str = "payload", *, max_depth: int = MAX_PAYLO
     return text
 
 
+def storable_json(value: Any, argument: str) -> str:
+    """``value``, a JSON object from outside Conveyor (a source's record), as compact JSON
+    text that PostgreSQL's jsonb stores and gives back unchanged; ``InvalidPayload``
+    naming ``argument`` and what is wrong otherwise (a lone surrogate, a NUL character,
+    NaN, nesting past the bound), so that such a value is refused where it arrives, not
+    in a later statement that cannot say which it was."""
+    return payload(value, argument)
+
+
 def run_after(value: Any) -> datetime:
     """An aware datetime, as the same instant in UTC (PostgreSQL refuses UTC offsets
     beyond ±15:59, which Python allows)."""

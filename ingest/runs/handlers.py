@@ -93,7 +93,7 @@ def run_ingester(ctx: jobs.JobContext) -> dict[str, Any]:
     try:
         staged_id = services.stage_records(fetched.records, int(conf.get("MAX_BATCH_BYTES")),
                                            tenant=run.tenant.slug)
-    except (staging.StagedTooLarge, OSError) as exc:
+    except (staging.StagedTooLarge, jobs.InvalidPayload, OSError) as exc:
         if isinstance(exc, OSError) and ctx.attempt < ctx.job.max_attempts:
             raise jobs.TransientError(f"batch {sequence}: cannot stage its records: {exc}") from exc
         return _ingester_failed(ctx, run, sequence, f"cannot stage its records: {exc}")

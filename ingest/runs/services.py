@@ -108,12 +108,14 @@ def start_ingest(source: IngestSource, *, actor: Any = None, via: str = "api",
 
 
 def stage_records(records: list[dict[str, Any]], max_bytes: int, *, tenant: str) -> str:
-    """Write a batch's records as JSON Lines to ``tenant``'s staging folder; its staged id."""
+    """Write a batch's records as JSON Lines to ``tenant``'s staging folder; its staged id.
+    ``jobs.InvalidPayload`` names the first record PostgreSQL could not store (a lone
+    surrogate, a NUL character, NaN), before anything is staged."""
+    lines = [jobs.storable_json(record, f"record {position}").encode() + b"\n"
+             for position, record in enumerate(records, 1)]
     store = batches_store(tenant)
     with store.stage(max_bytes=max_bytes) as pending:
-        pending.write(b"".join(
-            json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
-            for record in records))
+        pending.write(b"".join(lines))
         pending.keep()
     return pending.id
 

@@ -23,6 +23,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import PurePosixPath
 from typing import Any
 
+import regex
+
 from ingest import conf
 
 TYPES = ("string", "integer", "boolean", "choice")
@@ -38,6 +40,10 @@ SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "
                     "busybox", "env", "xargs", "eval"})
 # An interpreter's option whose next argument is code (python -c, perl -e, node --eval).
 CODE_OPTIONS = frozenset({"-c", "-e", "--eval", "--command"})
+# A pattern runs on a tenant's value: the ``regex`` module can stop a match that takes
+# longer than this (Python's ``re`` cannot), so a pattern that backtracks exponentially
+# ("^(a|aa)+$") refuses a value instead of holding a web process or a worker.
+PATTERN_SECONDS = 0.25
 MAX_ARGUMENTS = 256
 MAX_CHOICES = 100
 MAX_CHOICE_LENGTH = 200
@@ -203,8 +209,8 @@ def _string_bounds(label: str, item: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(pattern, str) or not pattern.startswith("^") or not pattern.endswith("$"):
         raise Refused([f"{label}: pattern is a regular expression anchored with ^ and $"])
     try:
-        re.compile(pattern)
-    except re.error as exc:
+        regex.compile(pattern)
+    except regex.error as exc:
         raise Refused([f"{label}: pattern is not a regular expression: {exc}"]) from None
     return {"max_length": max_length, "pattern": pattern}
 
@@ -218,9 +224,7 @@ def _misfit(parameter: Parameter, value: Any) -> str:
             return "must not hold a NUL character"
         if len(value) > parameter.max_length:
             return f"is longer than {parameter.max_length} characters"
-        if parameter.pattern and not re.fullmatch(parameter.pattern, value):
-            return f"does not match {parameter.pattern}"
-        return ""
+        return _pattern_misfit(parameter.pattern, value) if parameter.pattern else ""
     if parameter.type == "integer":
         if not _is_int(value):
             return "must be a whole number"
@@ -232,6 +236,14 @@ def _misfit(parameter: Parameter, value: Any) -> str:
     if parameter.type == "boolean":
         return "" if isinstance(value, bool) else "must be true or false"
     return "" if value in parameter.choices else f"must be one of {', '.join(parameter.choices)}"
+
+
+def _pattern_misfit(pattern: str, value: str) -> str:
+    try:
+        matched = regex.fullmatch(pattern, value, timeout=PATTERN_SECONDS)
+    except TimeoutError:
+        return f"took longer than {PATTERN_SECONDS} s to match {pattern}"
+    return "" if matched else f"does not match {pattern}"
 
 
 # --- an operator's entry --------------------------------------------------------------------------
@@ -246,6 +258,8 @@ def command_problems(command: Any, parameters: list[Parameter]) -> list[str]:
     if PurePosixPath(command[0]).name in SHELLS:
         return [f"{command[0]!r} would read its arguments as code: the command runs a program "
                 "directly, and parameters reach it as arguments or HOOK_PARAM_ variables"]
+    if _placeholders(command[0]):
+        return ["the program (the first argument) is the entry's own, never a parameter"]
     declared = {parameter.name: parameter for parameter in parameters}
     problems = []
     for index, argument in enumerate(command):

@@ -157,7 +157,7 @@ class HookForm(forms.ModelForm):
         if data.get("parameters") in (None, ""):
             data["parameters"] = {}
         entry = data.get("template")
-        if entry is None or (self.instance.pk and not self.has_changed()):
+        if entry is None or "parameters" in self.errors or (self.instance.pk and not self.has_changed()):
             return data
         if not entry.enabled:
             self.add_error("template", f"entry {entry.name!r} is disabled")

@@ -500,3 +500,40 @@ def test_a_hook_may_use_only_an_enabled_entry_offered_to_its_tenant(alice, acme,
     assert "globex-only" not in form
     assert "note (boolean, optional; true or false): &lt;script&gt;alert(1)&lt;/script&gt;" in form
     assert "<script>alert(1)" not in form
+
+
+def test_an_operator_may_give_a_source_only_entries_offered_to_its_tenant(admin_client, acme,
+                                                                         globex):
+    theirs = builders.entry(["check"], "globex-only", tenants=[globex])
+
+    response = admin_client.post(f"{SOURCES}add/", source_form(tenant=str(acme.pk), **{
+        "hooks-0-template": str(theirs.pk), "hooks-0-parameters": "{}"}))
+
+    assert "Select a valid choice" in response.content.decode()  # not among Acme's entries
+    assert not IngestSource.objects.exists()
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"enabled": False}, "is disabled"),
+    ({"tenants": "globex"}, "is not offered to this tenant"),
+])
+def test_a_source_saves_with_a_hook_left_as_it_was_after_its_entry_changed(alice, acme, globex,
+                                                                          change, problem):
+    source = builders.source(acme, "orders")
+    hook = source.hooks.get()
+    if "tenants" in change:
+        hook.template.tenants.set([globex])
+    else:
+        HookTemplate.objects.filter(pk=hook.template_id).update(**change)
+    form = source_form(name="orders-v2", **{
+        "hooks-INITIAL_FORMS": "1", "hooks-0-id": str(hook.pk), "hooks-0-source": str(source.pk),
+        "hooks-0-name": hook.name, "hooks-0-template": str(hook.template_id),
+        "hooks-0-parameters": "{}", "initial-hooks-0-parameters": "{}"})
+
+    kept = alice.post(f"{SOURCES}{source.pk}/change/", form)
+    moved = alice.post(f"{SOURCES}{source.pk}/change/", {**form, "hooks-0-name": "renamed"})
+
+    assert kept.status_code == 302  # its runs say what is wrong with the entry
+    assert problem in moved.content.decode()
+    hook.refresh_from_db()
+    assert hook.name == "hook0"

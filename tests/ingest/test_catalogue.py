@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import pytest
 
@@ -72,6 +73,21 @@ def test_a_pattern_must_match_the_whole_value():
     for bad in ("id\n", "id;ls", "ID"):
         with pytest.raises(catalogue.Refused):
             catalogue.values(parameters, {"fields": bad})
+
+
+def test_a_pattern_that_backtracks_refuses_the_value_in_bounded_time():
+    parameters = _declared([{"name": "word", "type": "string", "max_length": 100,
+                             "pattern": "^(a|aa)+$"}])
+    started = time.perf_counter()
+    with pytest.raises(catalogue.Refused, match="took longer than 0.25 s to match"):
+        catalogue.values(parameters, {"word": "a" * 60 + "b"})
+    assert time.perf_counter() - started < 5
+
+
+def test_the_program_is_never_a_parameter():
+    problems = catalogue.command_problems(["{tool}", "--check"], _declared(
+        [{"name": "tool", "type": "choice", "choices": ["lint"], "default": "lint"}]))
+    assert problems == ["the program (the first argument) is the entry's own, never a parameter"]
 
 
 def test_an_argument_list_past_its_bound_is_refused(settings):

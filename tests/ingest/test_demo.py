@@ -19,6 +19,9 @@ def test_the_demo_makes_a_source_and_a_finished_run_once(settings, tmp_path):
     run = IngestRun.objects.get()
     assert (run.status, run.batches_published, run.records_published) == ("succeeded", 5, 120)
     assert "every record passed" in HookExecution.objects.first().log_tail
+    hook = run.source.hooks.get()  # an entry of the catalogue, with its parameters
+    assert (hook.template.name, hook.template.enabled) == ("check-records", True)
+    assert hook.parameters == {"require": "id,amount", "unique": "id"}
     call_command("ingest_demo", stdout=out)
     assert IngestRun.objects.count() == 1
     assert "already loaded" in out.getvalue()

@@ -75,7 +75,9 @@ def test_our_pages_have_no_style_attribute_inline_script_or_unnonced_style(root_
              "/admin/ingest/ingestsource/", "/admin/ingest/ingestsource/add/",
              f"/admin/ingest/ingestsource/{run.source_id}/change/", "/admin/ingest/ingestrun/",
              f"/admin/ingest/ingestrun/{run.pk}/change/", f"/admin/ingest/ingestrun/{run.pk}/timeline/",
-             "/admin/ingest/runnerbreaker/"]
+             "/admin/ingest/runnerbreaker/", "/admin/ingest/hooktemplate/",
+             "/admin/ingest/hooktemplate/add/",
+             f"/admin/ingest/hooktemplate/{run.source.hooks.get().template_id}/change/"]
 
     for url in pages:
         response = root_client.get(url)

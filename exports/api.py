@@ -16,7 +16,6 @@ from typing import Any
 from django import forms
 from django.db.models import Prefetch, QuerySet
 from django_filters import rest_framework as filters
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -29,7 +28,13 @@ from rest_framework.views import APIView
 from exports import services
 from exports.datasets import DATASETS, Dataset
 from exports.models import Engine, ExportJob, Mapping, MappingEntity, Snapshot, SnapshotStatus
-from jobs.contrib.api import DateTimeFilter, ErrorSerializer, StrictFilterBackend, object_body
+from jobs.contrib.api import (
+    ClosedSerializer,
+    DateTimeFilter,
+    ErrorSerializer,
+    StrictFilterBackend,
+    object_body,
+)
 from jobs.contrib.api import StaffWrites as BaseStaffWrites
 from tenancy.scoping import scope_queryset, tenant_scope
 
@@ -149,24 +154,18 @@ class MappingReference(serializers.Field):
         return value
 
 
-class TakeSnapshotSerializer(serializers.Serializer):
+class TakeSnapshotSerializer(ClosedSerializer):
     mapping = MappingReference(help_text="The mapping, by id or by name (platform operators: "
                                          "by id).")
     starburst_role = serializers.CharField(
         required=False, max_length=200,
         help_text="The use case ID its queries run under; the mapping's when left out.")
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(self.initial_data) - set(self.fields))
-        if unknown:
-            raise ValidationError({name: ["unknown field"] for name in unknown})
-        return attrs
-
 
 # --- listing rules --------------------------------------------------------------------------------
 
 
-@extend_schema_field(OpenApiTypes.INT)
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": MAX_ID})
 class IdFilter(filters.Filter):
     """An integer id (``NumberFilter`` would take 1.5 and round it)."""
 

@@ -13,7 +13,7 @@ from this package at that moment would import DRF's views again, half-defined.
 from __future__ import annotations
 
 from jobs.contrib.api.filters import DateTimeFilter, StrictFilterBackend
-from jobs.contrib.api.pagination import CheckedCursorPagination, NewestFirst
+from jobs.contrib.api.pagination import CheckedCursorPagination, NewestFirst, StrictLimitOffset
 from jobs.contrib.api.parsers import (
     BoundedJSONParser,
     LargeJSONParser,
@@ -22,11 +22,17 @@ from jobs.contrib.api.parsers import (
 )
 from jobs.contrib.api.permissions import StaffWrites
 from jobs.contrib.api.scoping import visible_jobs
-from jobs.contrib.api.serializers import ErrorSerializer, ErrorTextField, JobSerializer
+from jobs.contrib.api.serializers import (
+    ClosedSerializer,
+    ErrorSerializer,
+    ErrorTextField,
+    JobSerializer,
+)
 
 __all__ = [
     "BoundedJSONParser",
     "CheckedCursorPagination",
+    "ClosedSerializer",
     "DateTimeFilter",
     "ErrorSerializer",
     "ErrorTextField",
@@ -35,6 +41,7 @@ __all__ = [
     "NewestFirst",
     "StaffWrites",
     "StrictFilterBackend",
+    "StrictLimitOffset",
     "holds_nul",
     "object_body",
     "visible_jobs",

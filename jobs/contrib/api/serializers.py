@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
@@ -23,6 +24,30 @@ from tenancy.models import Tenant
 # A job's detail shows at most this many history rows (the newest): a long job's
 # progress steps must not turn one GET into megabytes.
 HISTORY_LIMIT = 500
+
+
+class ClosedSerializer(serializers.Serializer):
+    """A request body that refuses a field it does not declare, with a 400 naming it (a
+    misspelt optional field must not be silently dropped), and whose schema says so with
+    ``additionalProperties: false`` (``ClosedSerializerSchema``)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        known = set(self.fields)
+        unknown = sorted(name for name in getattr(data, "keys", dict)() if name not in known)
+        if unknown:
+            raise ValidationError({name: ["unknown field"] for name in unknown})
+        return super().to_internal_value(data)
+
+
+class ClosedSerializerSchema(OpenApiSerializerExtension):
+    """drf-spectacular: a ``ClosedSerializer`` is an object with no properties but its own."""
+
+    target_class = ClosedSerializer
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        schema = auto_schema._map_basic_serializer(self.target, direction)
+        return {**schema, "additionalProperties": False}
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -149,7 +174,7 @@ class OpenJobType(serializers.ChoiceField):
                               f"or admin page starts it. API clients may enqueue: {open_types}")
 
 
-class EnqueueSerializer(serializers.Serializer):
+class EnqueueSerializer(ClosedSerializer):
     """What a caller may set when enqueueing; everything else is the handler's default.
 
     Only job types that declare an API payload serializer (``jobs.ApiPayload``) can be
@@ -181,9 +206,6 @@ class EnqueueSerializer(serializers.Serializer):
         return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(self.initial_data) - set(self.fields))
-        if unknown:
-            raise ValidationError({name: ["unknown field"] for name in unknown})
         attrs["tenant"] = self._tenant(attrs.get("tenant"))
         if attrs.get("queue") and self.context["scope"] is not True:
             raise ValidationError({"queue": ["only platform operators choose a queue"]})

@@ -202,7 +202,10 @@ class Handoffs(generics.ListAPIView):
     pagination_class = StrictLimitOffset
 
     @extend_schema(tags=["scraping"], summary="List a source's handoffs, newest first",
-                   parameters=[OpenApiParameter("tenant", OpenApiTypes.STR, required=False)],
+                   parameters=[OpenApiParameter(
+                       "tenant", OpenApiTypes.STR, required=False,
+                       description="The source's tenant (slug), for a platform operator when "
+                                   "several tenants have the name.")],
                    responses={200: HandoffSerializer(many=True),
                               400: OpenApiResponse(OpenApiTypes.OBJECT,
                                                    description="A bad filter or page, named."),

@@ -162,7 +162,7 @@ class ApiIngestBody(serializers.Serializer):
     report = _id()
     module = _module()
     data_entry_type = _entry_type()
-    url = _url(help_text=URL_RULE)
+    url = _url(min_length=1, help_text=URL_RULE)
 
 
 class FactorUploadBody(serializers.Serializer):

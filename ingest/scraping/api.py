@@ -87,7 +87,7 @@ class SyncRequestSerializer(ClosedSerializer):
     """Documentation of the body; the references are checked by ``services.read_references``
     (a serializer per item would cost more than the whole sync)."""
 
-    scrape_run_id = serializers.CharField(max_length=SCRAPE_RUN_ID_LENGTH)
+    scrape_run_id = serializers.CharField(min_length=1, max_length=SCRAPE_RUN_ID_LENGTH)
     references = ReferenceSerializer(many=True)
 
 
@@ -200,6 +200,7 @@ class Handoffs(generics.ListAPIView):
     filter_backends = [StrictFilterBackend]
     filterset_class = HandoffFilter
     pagination_class = StrictLimitOffset
+    query_parameters = ["tenant"]  # read by visible_source, not a filter
 
     @extend_schema(tags=["scraping"], summary="List a source's handoffs, newest first",
                    parameters=[OpenApiParameter(

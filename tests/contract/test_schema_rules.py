@@ -66,3 +66,28 @@ def test_a_sync_body_and_its_references_are_closed_and_ids_not_empty(schema):
     assert reference["additionalProperties"] is False
     assert reference["properties"]["external_id"]["minLength"] == 1
     assert response.status_code == 400 and list(response.json()) == ["references[0].external_id"]
+
+
+def test_the_tenant_a_handoff_listing_documents_is_taken():
+    acme, globex = tenant("Acme"), tenant("Globex")
+    for owner in (acme, globex):
+        builders.source(owner, name="listings", kind="scraped_reference", config={})
+    olga = as_user(staff("olga", operator=True))
+
+    ambiguous = olga.get("/scraping/listings/handoffs")
+    named = olga.get("/scraping/listings/handoffs", {"tenant": acme.slug})
+
+    assert ambiguous.status_code == 400 and list(ambiguous.json()) == ["tenant"]
+    assert named.status_code == 200, named.content
+
+
+def test_an_enqueue_body_states_its_payload_is_an_object_and_its_keys_not_empty(schema):
+    alice = as_user(staff("alice", of=tenant("Acme")))
+    enqueue = component(schema, "Enqueue")["properties"]
+
+    response = alice.post("/api/jobs/", {"type": "factors.aggregation", "payload": "nil",
+                                         "unique_key": ""}, format="json")
+
+    assert enqueue["payload"]["type"] == "object"
+    assert enqueue["unique_key"]["minLength"] == enqueue["concurrency_key"]["minLength"] == 1
+    assert response.status_code == 400 and set(response.json()) == {"payload", "unique_key"}

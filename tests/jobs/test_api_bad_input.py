@@ -75,12 +75,21 @@ def test_a_datetime_beyond_year_9999_in_utc_is_a_400(bob):
                                                 "to 9998"]}
 
 
-def test_a_datetime_filter_sent_empty_is_a_400_not_no_filter(bob):
-    response = bob.get("/api/jobs/", {"created_after": ""})
+@pytest.mark.parametrize("path, name", [
+    ("/api/jobs/", "created_after"), ("/api/jobs/", "tenant"), ("/api/jobs/", "pipeline"),
+    ("/api/events/", "created_before"), ("/api/ingest/runs/", "started_after"),
+    ("/v1/emission_factors", "year"), ("/v1/emission_factors", "type"),
+    ("/v1/emission_factors", "stale"), ("/api/exports/snapshots/", "mapping"),
+])
+def test_a_typed_filter_sent_empty_is_a_400_not_no_filter(bob, path, name):
+    response = bob.get(path, {name: ""})
 
     assert response.status_code == 400
-    assert response.json() == {"created_after": [
-        "empty: give a date-time, or leave the parameter out"]}
+    assert response.json() == {name: ["empty: give a value, or leave the parameter out"]}
+
+
+def test_a_text_filter_sent_empty_matches_the_empty_text_as_before(bob):
+    assert bob.get("/api/jobs/", {"queue": "", "type": ""}).status_code == 200
 
 
 @pytest.mark.parametrize("value", [

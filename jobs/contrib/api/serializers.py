@@ -154,6 +154,12 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+@extend_schema_field({"type": "object", "additionalProperties": {}})
+class JSONObjectField(serializers.JSONField):
+    """A JSON value that must be an object (checked by the serializer that uses it, which
+    names what it got); the schema says so rather than "any value"."""
+
+
 class OpenJobType(serializers.ChoiceField):
     """A job type API clients may enqueue: one that declares an API payload. The schema
     lists them (the choices are read from the registry each time the field is made)."""
@@ -184,17 +190,17 @@ class EnqueueSerializer(ClosedSerializer):
 
     type = OpenJobType(help_text="A job type open to API clients; the others start from "
                                  "their own endpoints.")
-    payload = serializers.JSONField(required=False, default=dict,
-                                    help_text="A JSON object, validated by the job type.")
-    queue = serializers.CharField(max_length=50, required=False,
+    payload = JSONObjectField(required=False, default=dict,
+                              help_text="A JSON object, validated by the job type.")
+    queue = serializers.CharField(min_length=1, max_length=50, required=False,
                                   help_text="Platform operators only; defaults to the "
                                             "handler's queue.")
     priority = serializers.IntegerField(min_value=-32768, max_value=32767, default=0)
     run_after = serializers.DateTimeField(required=False, allow_null=True)
-    unique_key = serializers.CharField(max_length=200, required=False, allow_null=True,
+    unique_key = serializers.CharField(min_length=1, max_length=200, required=False, allow_null=True,
                                        help_text="Per tenant: enqueueing again while a job "
                                                  "with this key is unfinished returns it.")
-    concurrency_key = serializers.CharField(max_length=200, required=False, allow_null=True,
+    concurrency_key = serializers.CharField(min_length=1, max_length=200, required=False, allow_null=True,
                                             help_text="Per tenant: jobs sharing a key never "
                                                       "run at the same time.")
     tenant = serializers.IntegerField(required=False, allow_null=True,

@@ -10,9 +10,13 @@ schemathesis' positive and negative cases, a third of the cases address those ro
 the answers checked include real objects, not only 404s.
 
 Checks on every answer: not a server error, the status code is documented, the content
-type is documented, the body conforms to the documented schema. Each operation runs a
-bounded number of derandomized Hypothesis examples (the same cases every run), and a
-JUnit report per identity lands under ``var/test-artifacts/schemathesis/`` for CI.
+type is documented, the body conforms to the documented schema, and the schema says what
+the server enforces both ways: a request it calls valid is not refused with a 400 or 422
+(``positive_data_acceptance``), one it calls invalid is refused (``negative_data_rejection``).
+Rules OpenAPI cannot state are skipped only as ``UNSTATEABLE`` names them. Each operation
+runs a bounded number of derandomized Hypothesis examples (the same cases every run); a
+failing run lists the operations first, and a JUnit report per identity lands under
+``var/test-artifacts/schemathesis/`` for CI.
 
 Hypothesis drives schemathesis' strategies here rather than schemathesis' pytest plugin:
 its lazy, fixture-built schemas (needed because the rows and tokens exist only inside

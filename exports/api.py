@@ -20,7 +20,6 @@ from typing import Any
 from django import forms
 from django.db.models import Prefetch, QuerySet
 from django_filters import rest_framework as filters
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -33,7 +32,13 @@ from rest_framework.views import APIView
 from exports import services
 from exports.datasets import DATASETS, Dataset
 from exports.models import Engine, ExportJob, Mapping, MappingEntity, Snapshot, SnapshotStatus
-from jobs.contrib.api import DateTimeFilter, ErrorSerializer, StrictFilterBackend, object_body
+from jobs.contrib.api import (
+    ClosedSerializer,
+    DateTimeFilter,
+    ErrorSerializer,
+    StrictFilterBackend,
+    object_body,
+)
 from jobs.contrib.api import StaffWrites as BaseStaffWrites
 from tenancy.scoping import scope_queryset, tenant_scope
 
@@ -162,32 +167,24 @@ class MappingReference(serializers.Field):
         return value
 
 
-# Fields a caller may not send, each with why: named, they answer more than "unknown".
-BOUND_BY_OPERATORS = {
-    "starburst_role": "unknown field: the Trino role is bound to the tenant by platform "
-                      "operators, not chosen per snapshot",
-}
-
-
-class TakeSnapshotSerializer(serializers.Serializer):
+class TakeSnapshotSerializer(ClosedSerializer):
     """The mapping to take a snapshot of; nothing else (an unknown field is a 400). Its
     Trino queries run under the role the tenant's binding names."""
 
+    # Named, a field the operators bind answers more than "unknown field".
+    refused_fields = {
+        "starburst_role": "unknown field: the Trino role is bound to the tenant by platform "
+                          "operators, not chosen per snapshot",
+    }
+
     mapping = MappingReference(help_text="The mapping, by id or by name (platform operators: "
                                          "by id).")
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(self.initial_data) - set(self.fields))
-        if unknown:
-            raise ValidationError({name: [BOUND_BY_OPERATORS.get(name, "unknown field")]
-                                   for name in unknown})
-        return attrs
 
 
 # --- listing rules --------------------------------------------------------------------------------
 
 
-@extend_schema_field(OpenApiTypes.INT)
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": MAX_ID})
 class IdFilter(filters.Filter):
     """An integer id (``NumberFilter`` would take 1.5 and round it)."""
 

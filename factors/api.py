@@ -14,11 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.core.validators import RegexValidator
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from django_filters import rest_framework as filters
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.permissions import IsAuthenticated
@@ -30,7 +31,12 @@ from factors import queries, services
 from factors.catalog import DataEntryType, ModuleType
 from factors.models import CarbonReport, DataEntry, EmissionFactor, ReportModule
 from intake.csv_validation import shown
-from jobs.contrib.api import BoundedJSONParser, CheckedCursorPagination, StrictFilterBackend
+from jobs.contrib.api import (
+    BoundedJSONParser,
+    CheckedCursorPagination,
+    ClosedSerializer,
+    StrictFilterBackend,
+)
 from tenancy.scoping import scope_queryset, tenant_scope
 
 # --- serializers ----------------------------------------------------------------------------------
@@ -97,11 +103,23 @@ class EntrySerializer(serializers.ModelSerializer):
         return getattr(entry, "emission", None)
 
 
-class EntryInputSerializer(serializers.Serializer):
-    """Documentation of the body; the rules themselves are the CSV files' (services)."""
+# What the entries' number columns take (intake.csv_validation.Column, kind "number"):
+# up to 12 digits, then at most 6 decimals after a dot, spaces around ignored.
+QUANTITY_PATTERN = r"^ *[0-9]{1,12}([.][0-9]{1,6})? *$"
+
+
+class EntryInputSerializer(ClosedSerializer):
+    """Documentation of the body; the rules themselves are the CSV files' (services).
+
+    Rules that depend on other fields are checked by the service, each a 400 naming the
+    field: ``data_entry_type`` must be one of the module's types; ``unit``, when given,
+    must be that type's unit; ``classification`` must have exactly the type's keys, each
+    with one of its codes."""
 
     data_entry_type = serializers.ChoiceField(choices=DataEntryType.choices)
-    quantity = serializers.CharField(help_text="A non-negative decimal, at most 6 decimals.")
+    quantity = serializers.CharField(
+        validators=[RegexValidator(QUANTITY_PATTERN)],
+        help_text="A non-negative decimal: up to 12 digits, at most 6 decimals.")
     unit = serializers.CharField(required=False, help_text="Defaults to the type's unit.")
     classification = serializers.DictField(child=serializers.CharField())
 
@@ -133,8 +151,25 @@ def invalid(exc: services.InvalidRequest) -> ValidationError:
 # --- reports and modules -------------------------------------------------------------------------
 
 
+class YearFilter(filters.NumberFilter):
+    """A whole year (``NumberFilter`` would take 2024.5) from 2000 to 2100, the range the
+    database's constraints allow, with the schema saying so."""
+
+    field_class = forms.IntegerField
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("min_value", 2000)
+        kwargs.setdefault("max_value", 2100)
+        kwargs.setdefault("help_text", "A year, 2000 to 2100.")
+        super().__init__(*args, **kwargs)
+        # An override replaces the generated schema, help text included.
+        extend_schema_field({"type": "integer", "minimum": kwargs["min_value"],
+                             "maximum": kwargs["max_value"],
+                             "description": kwargs["help_text"]})(self)
+
+
 class ReportFilter(filters.FilterSet):
-    year = filters.NumberFilter()
+    year = YearFilter()
     unit = filters.CharFilter(field_name="unit__code", help_text="A unit code, exactly.")
 
     class Meta:
@@ -328,16 +363,10 @@ class StrictBooleanFilter(filters.BooleanFilter):
         super().__init__(*args, **kwargs)
 
 
-class YearFilter(filters.NumberFilter):
-    """A whole year (``NumberFilter`` would take 2024.5) within the factors' range."""
-
-    field_class = forms.IntegerField
-
-
 class FactorFilter(filters.FilterSet):
     type = filters.ChoiceFilter(field_name="data_entry_type", choices=DataEntryType.choices,
                                 help_text="A data-entry type, e.g. plane.")
-    year = YearFilter(min_value=2000, max_value=2100, help_text="A year, 2000 to 2100.")
+    year = YearFilter()
     stale = StrictBooleanFilter(field_name="is_stale",
                                 help_text="true: only stale factors; false: only current ones.")
 

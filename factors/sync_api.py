@@ -15,7 +15,12 @@ from typing import Any
 
 from django.http import QueryDict
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.parsers import FormParser, MultiPartParser
@@ -27,6 +32,7 @@ from rest_framework.views import APIView
 import jobs
 from factors import conf, queries, services
 from factors.api import invalid, visible_module
+from factors.catalog import DataEntryType, ModuleType
 from factors.models import ReportModule
 from intake import uploads
 from jobs.contrib.api import (
@@ -114,34 +120,79 @@ def _id() -> serializers.IntegerField:
     return serializers.IntegerField(min_value=1, max_value=2**63 - 1)
 
 
+@extend_schema_field({"type": "string", "format": "binary", "minLength": 1})
+class UploadField(serializers.FileField):
+    """A file part of a multipart body, documented as the bytes it is (drf-spectacular
+    describes a ``FileField`` by its answer, a URI, unless told it is a request); an
+    empty file is not one."""
+
+
+def _year(**kwargs: Any) -> serializers.IntegerField:
+    """A year the factors' tables can hold (their constraints: 2000 to 2100)."""
+    return serializers.IntegerField(min_value=2000, max_value=2100, **kwargs)
+
+
+def _module() -> serializers.ChoiceField:
+    return serializers.ChoiceField(ModuleType.choices, help_text="The module type, e.g. travel.")
+
+
+def _entry_type() -> serializers.ChoiceField:
+    return serializers.ChoiceField(DataEntryType.choices,
+                                   help_text="One of the module's data-entry types.")
+
+
+def _url(**kwargs: Any) -> serializers.CharField:
+    return serializers.CharField(max_length=2000, **kwargs)
+
+
+URL_RULE = ("An http(s) URL answering JSON, whose host the outbound rules allow (checked when "
+            "the request arrives).")
+FILE_RULE = ("A refused file is a 400 with the rows checked and the first errors (row, column, "
+             "reason).")
+
+
 class DispatchBody(serializers.Serializer):
     report = _id()
-    module = serializers.CharField(max_length=20, help_text="The module type, e.g. travel.")
-    data_entry_type = serializers.CharField(max_length=20)
-    file = serializers.FileField(error_messages=FILE_REQUIRED, help_text="The entries CSV.")
+    module = _module()
+    data_entry_type = _entry_type()
+    file = UploadField(error_messages=FILE_REQUIRED, help_text=f"The entries CSV. {FILE_RULE}")
 
 
 class ApiIngestBody(serializers.Serializer):
     report = _id()
-    module = serializers.CharField(max_length=20, help_text="The module type, e.g. travel.")
-    data_entry_type = serializers.CharField(max_length=20)
-    url = serializers.CharField(max_length=2000, help_text="An http(s) URL answering JSON.")
+    module = _module()
+    data_entry_type = _entry_type()
+    url = _url(min_length=1, help_text=URL_RULE)
 
 
 class FactorUploadBody(serializers.Serializer):
-    file = serializers.FileField(error_messages=FILE_REQUIRED, help_text="The factors CSV.")
+    file = UploadField(error_messages=FILE_REQUIRED, help_text=f"The factors CSV. {FILE_RULE}")
 
 
-class UnitSyncBody(serializers.Serializer):
-    year = serializers.IntegerField()
-    url = serializers.CharField(max_length=2000, required=False, allow_blank=True,
-                                help_text="Default: FACTORS_UNITS_URL.")
-    file = serializers.FileField(required=False, help_text="A directory file, CSV or JSON.")
+class UnitSyncUrlBody(serializers.Serializer):
+    """A unit sync without a file: a JSON body or a urlencoded form."""
+
+    year = _year()
+    url = _url(required=False, allow_blank=True,
+               help_text=f"Default: FACTORS_UNITS_URL. {URL_RULE} A year needs a file or a URL.")
 
 
-class RecalculateBody(serializers.Serializer):
-    year = serializers.IntegerField(required=False, allow_null=True,
-                                    help_text="Only this year (also as ?year=).")
+class UnitSyncBody(UnitSyncUrlBody):
+    file = UploadField(required=False, help_text=f"A directory file, CSV or JSON. {FILE_RULE}")
+
+
+class RecalculateForm(serializers.Serializer):
+    """The urlencoded form of ``RecalculateBody``: a form has no null."""
+
+    year = _year(required=False, help_text="Only this year (also as ?year=).")
+
+
+class RecalculateBody(RecalculateForm):
+    year = _year(required=False, allow_null=True, help_text="Only this year (also as ?year=).")
+
+
+ENTRY_TYPE = OpenApiParameter("data_entry_type", str, OpenApiParameter.PATH,
+                              enum=DataEntryType.values, description="A data-entry type.")
 
 
 def _fields(request: Request, body: type[serializers.Serializer],
@@ -210,7 +261,7 @@ class FactorUpload(APIView):
 
     @extend_schema(tags=["sync"], summary="Upload emission factors of one type "
                    "(upserted in place; recalculation follows)",
-                   request={"multipart/form-data": FactorUploadBody},
+                   request={"multipart/form-data": FactorUploadBody}, parameters=[ENTRY_TYPE],
                    responses={202: DispatchedSerializer, 400: OpenApiTypes.OBJECT,
                               409: OpenApiTypes.OBJECT, 413: OpenApiTypes.OBJECT})
     def post(self, request: Request, data_entry_type: str) -> Response:
@@ -229,7 +280,9 @@ class UnitSync(APIView):
     parser_classes = [MultiPartParser, FormParser, BoundedJSONParser]
 
     @extend_schema(tags=["sync"], summary="Sync units for a year (a real, tracked job)",
-                   request=UnitSyncBody,
+                   request={"multipart/form-data": UnitSyncBody,
+                            "application/x-www-form-urlencoded": UnitSyncUrlBody,
+                            "application/json": UnitSyncUrlBody},
                    responses={202: DispatchedSerializer, 400: OpenApiTypes.OBJECT,
                               409: OpenApiTypes.OBJECT, 413: OpenApiTypes.OBJECT})
     def post(self, request: Request) -> Response:
@@ -249,9 +302,11 @@ class Recalculate(APIView):
     parser_classes = [BoundedJSONParser, FormParser]
 
     @extend_schema(tags=["sync"], summary="Recalculate the emissions of a type",
-                   request=RecalculateBody,
-                   parameters=[OpenApiParameter("year", int, required=False,
-                                                description="Only this year.")],
+                   request={"application/json": RecalculateBody,
+                            "application/x-www-form-urlencoded": RecalculateForm},
+                   parameters=[ENTRY_TYPE, OpenApiParameter(
+                       "year", {"type": "integer", "minimum": 2000, "maximum": 2100},
+                       required=False, description="Only this year, 2000 to 2100.")],
                    responses={202: DispatchedSerializer, 200: DispatchedSerializer,
                               400: OpenApiTypes.OBJECT})
     def post(self, request: Request, data_entry_type: str) -> Response:

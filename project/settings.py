@@ -375,7 +375,10 @@ REST_FRAMEWORK = {
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Conveyor API",
-    "DESCRIPTION": "Jobs, pipelines and operator actions of the Conveyor back office.",
+    # Said once here because OpenAPI cannot say it of every string at once.
+    "DESCRIPTION": "Jobs, pipelines and operator actions of the Conveyor back office. "
+                   "No string (parameter, field or key) may hold a NUL character, which "
+                   "PostgreSQL cannot store: such a request is a 400.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
@@ -392,6 +395,7 @@ SPECTACULAR_SETTINGS = {
         "IngestBatchStatusEnum": "ingest.runs.models.BatchStatus",
         "HookExecutionStatusEnum": "ingest.runs.models.ExecutionStatus",
         "FreshnessStatusEnum": "ingest.market.api.STATUSES",
+        "ModuleTypeEnum": "factors.catalog.ModuleType",
     },
 }
 

@@ -41,6 +41,7 @@ from ingest.runs.models import (
 )
 from jobs.contrib.api import (
     BoundedJSONParser,
+    ClosedSerializer,
     DateTimeFilter,
     ErrorSerializer,
     NewestFirst,
@@ -218,17 +219,11 @@ class SourceReference(serializers.Field):
         return value
 
 
-class StartRunSerializer(serializers.Serializer):
+class StartRunSerializer(ClosedSerializer):
     source = SourceReference(help_text="The source, by id or by name.")
     tenant = serializers.SlugField(required=False, max_length=60,
                                    help_text="The source's tenant (slug), when a platform "
                                              "operator names a source that several tenants have.")
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(self.initial_data) - set(self.fields))
-        if unknown:
-            raise ValidationError({name: ["unknown field"] for name in unknown})
-        return attrs
 
 
 class CancelRunSerializer(serializers.Serializer):

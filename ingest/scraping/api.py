@@ -16,7 +16,6 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import APIException, NotFound, ValidationError
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -28,14 +27,13 @@ from ingest.scraping import reading, services
 from ingest.scraping.ingester import ScrapedReference
 from ingest.scraping.models import SCRAPE_RUN_ID_LENGTH, HandoffStatus, IngestionHandoff
 from jobs.contrib.api import (
+    ClosedSerializer,
     ErrorSerializer,
     StreamedJSONParser,
     StrictFilterBackend,
+    StrictLimitOffset,
     object_body,
 )
-
-MAX_LIMIT = 1000
-MAX_OFFSET = 10**9
 
 
 class Unavailable(APIException):
@@ -89,17 +87,20 @@ def visible_source(request: Request, name: str) -> IngestSource:
 # --- sync -------------------------------------------------------------------------------------
 
 
-class ReferenceSerializer(serializers.Serializer):
-    external_id = serializers.CharField(max_length=255)
+class ReferenceSerializer(ClosedSerializer):
+    """Documentation of an item; ``services.read_references`` checks it. Its
+    ``external_id`` comes once per sync (a 400 naming the second one)."""
+
+    external_id = serializers.CharField(min_length=1, max_length=255)
     payload = serializers.DictField(help_text="A JSON object; its hash (SHA-256 of canonical "
                                               "JSON) is computed here.")
 
 
-class SyncRequestSerializer(serializers.Serializer):
+class SyncRequestSerializer(ClosedSerializer):
     """Documentation of the body; the references are checked by ``services.read_references``
     (a serializer per item would cost more than the whole sync)."""
 
-    scrape_run_id = serializers.CharField(max_length=SCRAPE_RUN_ID_LENGTH)
+    scrape_run_id = serializers.CharField(min_length=1, max_length=SCRAPE_RUN_ID_LENGTH)
     references = ReferenceSerializer(many=True)
 
 
@@ -204,29 +205,6 @@ class HandoffFilter(filters.FilterSet):
         fields: list[str] = []
 
 
-class StrictLimitOffset(LimitOffsetPagination):
-    """``limit`` (1 to 1,000, default 100) and ``offset`` (0 or more): a bad value is a
-    400 naming it, never a silent default."""
-
-    default_limit = 100
-    max_limit = MAX_LIMIT
-
-    def get_limit(self, request: Request) -> int:
-        return self._bounded(request, self.limit_query_param, self.default_limit, 1, MAX_LIMIT)
-
-    def get_offset(self, request: Request) -> int:
-        return self._bounded(request, self.offset_query_param, 0, 0, MAX_OFFSET)
-
-    @staticmethod
-    def _bounded(request: Request, name: str, default: int, low: int, high: int) -> int:
-        raw = request.query_params.get(name)
-        if raw is None:
-            return default
-        if not raw.isascii() or not raw.isdigit() or not low <= int(raw) <= high:
-            raise ValidationError({name: [f"must be a whole number from {low} to {high:,}"]})
-        return int(raw)
-
-
 class Handoffs(generics.ListAPIView):
     """``GET /scraping/{source}/handoffs``: the source's handoffs, newest first."""
 
@@ -235,9 +213,13 @@ class Handoffs(generics.ListAPIView):
     filter_backends = [StrictFilterBackend]
     filterset_class = HandoffFilter
     pagination_class = StrictLimitOffset
+    query_parameters = ["tenant"]  # read by visible_source, not a filter
 
     @extend_schema(tags=["scraping"], summary="List a source's handoffs, newest first",
-                   parameters=[OpenApiParameter("tenant", OpenApiTypes.STR, required=False)],
+                   parameters=[OpenApiParameter(
+                       "tenant", OpenApiTypes.STR, required=False,
+                       description="The source's tenant (slug), for a platform operator when "
+                                   "several tenants have the name.")],
                    responses={200: HandoffSerializer(many=True),
                               400: OpenApiResponse(OpenApiTypes.OBJECT,
                                                    description="A bad filter or page, named."),

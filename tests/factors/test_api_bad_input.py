@@ -163,3 +163,73 @@ def test_an_entry_type_that_is_not_a_string_is_a_400_naming_it(member, travel):
     assert response.status_code == 400
     [message] = response.json()["data_entry_type"]
     assert message.startswith("unknown type \"['plane', ") and "… (900 characters)" in message
+
+
+# --- the schema says what the server takes -----------------------------------------------------
+
+
+def co2_schema() -> dict:
+    from drf_spectacular.generators import SchemaGenerator
+
+    return SchemaGenerator().get_schema(request=None, public=True)
+
+
+def parameters(operation: dict) -> dict[str, dict]:
+    return {p["name"]: p["schema"] for p in operation["parameters"]}
+
+
+def test_the_year_filters_and_fields_carry_their_range_in_the_schema():
+    schema = co2_schema()
+    paths, components = schema["paths"], schema["components"]["schemas"]
+    year = {"type": "integer", "minimum": 2000, "maximum": 2100}
+
+    assert parameters(paths["/v1/carbon_reports"]["get"])["year"] == year
+    assert parameters(paths["/v1/emission_factors"]["get"])["year"] == year
+    recalculate = paths["/sync/recalculate-emissions/{data_entry_type}"]["post"]
+    assert parameters(recalculate)["year"] == year
+    assert {k: components["UnitSyncBody"]["properties"]["year"][k] for k in year} == year
+
+
+@pytest.mark.parametrize("year", ["1999", "2101", "2024.5"])
+def test_a_report_year_outside_the_range_is_a_400_naming_year(member, year):
+    response = member.get("/v1/carbon_reports", {"year": year})
+
+    assert response.status_code == 400
+    assert list(response.json()) == ["year"]
+
+
+@pytest.mark.parametrize("path", ["/sync/factors/{data_entry_type}",
+                                  "/sync/recalculate-emissions/{data_entry_type}"])
+def test_a_types_path_parameter_lists_the_types(path):
+    from factors.catalog import DataEntryType
+
+    [operation] = co2_schema()["paths"][path].values()
+
+    assert sorted(parameters(operation)["data_entry_type"]["enum"]) == sorted(DataEntryType.values)
+
+
+def test_uploads_are_documented_as_non_empty_files_and_forms_without_null():
+    schema = co2_schema()
+    components, paths = schema["components"]["schemas"], schema["paths"]
+    recalculate = paths["/sync/recalculate-emissions/{data_entry_type}"]["post"]["requestBody"]
+    form = recalculate["content"]["application/x-www-form-urlencoded"]["schema"]["$ref"]
+
+    for body in ("DispatchBody", "FactorUploadBody", "UnitSyncBody"):
+        assert components[body]["properties"]["file"] == {
+            **components[body]["properties"]["file"], "type": "string", "format": "binary",
+            "minLength": 1}
+    assert "nullable" not in components[form.rsplit("/", 1)[1]]["properties"]["year"]
+
+
+def test_an_entry_body_is_closed_and_its_quantity_has_the_csv_rule(alice, travel):
+    import re
+
+    body = co2_schema()["components"]["schemas"]["EntryInput"]
+    pattern = body["properties"]["quantity"]["pattern"]
+    base = ENTRIES.format(report=travel.report_id)
+    entry = {"data_entry_type": "plane", "classification": {"haul": "short", "cabin": "economy"}}
+
+    assert body["additionalProperties"] is False
+    for quantity in ("12", " 12.5 ", "123456789012.123456", "1.", "1e3", "1.1234567", "-1"):
+        response = alice.post(base, {**entry, "quantity": quantity}, format="json")
+        assert (response.status_code == 201) == bool(re.search(pattern, quantity)), quantity

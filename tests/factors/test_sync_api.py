@@ -156,9 +156,20 @@ def test_a_request_over_the_size_limit_is_refused_before_its_body_is_read(alice,
     assert "the limit for entries files is 1 kB: split the file" in response.json()["detail"]
 
 
-def test_an_unknown_type_or_module_is_a_400_or_404(alice, travel):
-    assert upload(alice, travel, b"x", data_entry_type="rocket").status_code == 400
-    assert upload(alice, travel, b"x", module="space").status_code == 404
+def test_an_unknown_type_or_module_is_a_400_naming_it(alice, travel):
+    # Both are values from fixed lists the schema gives (its enums), not rows to hide.
+    for field, value in (("data_entry_type", "rocket"), ("module", "space")):
+        response = upload(alice, travel, b"x", **{field: value})
+        assert response.status_code == 400
+        assert list(response.json()) == [field]
+
+
+def test_another_tenants_report_module_is_a_404(alice, travel):
+    other = report("GLOB9", tenant=tenant("Globex"))
+
+    response = upload(alice, module(other), b"x")
+
+    assert response.status_code == 404
 
 
 # --- factors ---------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ staff; unknown API addresses answer JSON; the schema documents what the API answ
 from __future__ import annotations
 
 import base64
+import re
 
 import pytest
 from drf_spectacular.generators import SchemaGenerator
@@ -70,7 +71,94 @@ def test_a_datetime_beyond_year_9999_in_utc_is_a_400(bob):
     response = bob.get("/api/jobs/", {"failed_since": "9999-12-31T23:00:00-05:00"})
 
     assert response.status_code == 400
-    assert response.json() == {"failed_since": ["out of range once converted to UTC"]}
+    assert response.json() == {"failed_since": ["year 9999 is out of range: use one from 2 "
+                                                "to 9998"]}
+
+
+@pytest.mark.parametrize("path, name", [
+    ("/api/jobs/", "created_after"), ("/api/jobs/", "tenant"), ("/api/jobs/", "pipeline"),
+    ("/api/events/", "created_before"), ("/api/ingest/runs/", "started_after"),
+    ("/v1/emission_factors", "year"), ("/v1/emission_factors", "type"),
+    ("/v1/emission_factors", "stale"), ("/api/exports/snapshots/", "mapping"),
+])
+def test_a_typed_filter_sent_empty_is_a_400_not_no_filter(bob, path, name):
+    response = bob.get(path, {name: ""})
+
+    assert response.status_code == 400
+    assert response.json() == {name: ["empty: give a value, or leave the parameter out"]}
+
+
+def test_a_text_filter_sent_empty_matches_the_empty_text_as_before(bob):
+    assert bob.get("/api/jobs/", {"queue": "", "type": ""}).status_code == 200
+
+
+@pytest.mark.parametrize("value", [
+    "2026-01-01T00:00:00Z", "2026-01-01T00:00:00.250+15:59", "2026-01-01T00:00:00-15:59",
+    "0002-01-01T00:00:00+15:00", "9998-12-31T23:59:59-15:00",
+    "2026-01-01T00:00:00+16:00", "0001-06-01T00:00:00Z", "9999-01-01T00:00:00Z", "",
+])
+def test_the_schema_and_the_server_agree_on_which_datetimes_a_filter_takes(bob, value):
+    [parameter] = [p for p in schema()["paths"]["/api/jobs/"]["get"]["parameters"]
+                   if p["name"] == "created_after"]
+
+    answer = bob.get("/api/jobs/", {"created_after": value})
+
+    assert answer.status_code == (200 if re.search(parameter["schema"]["pattern"], value) else 400)
+
+
+# --- page sizes and ordering ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/api/jobs/", "/api/events/", "/api/ingest/runs/",
+                                  "/v1/emission_factors"])
+@pytest.mark.parametrize("size", ["true", "", "0", "501", "1.5", "-1", "\u0663"])
+def test_a_page_size_not_from_1_to_500_is_a_400_naming_it(bob, path, size):
+    response = bob.get(path, {"page_size": size})
+
+    assert response.status_code == 400
+    assert response.json() == {"page_size": ["must be a whole number from 1 to 500"]}
+
+
+def test_the_largest_page_size_is_taken(alice, acme):
+    make_job(tenant=acme)
+
+    response = alice.get("/api/jobs/", {"page_size": "500"})
+
+    assert response.status_code == 200 and len(response.json()["results"]) == 1
+
+
+def test_the_schema_gives_each_page_parameter_its_type_and_bounds():
+    paths = schema()["paths"]
+
+    jobs = {p["name"]: p["schema"] for p in paths["/api/jobs/"]["get"]["parameters"]}
+    handoffs = {p["name"]: p["schema"]
+                for p in paths["/scraping/{source}/handoffs"]["get"]["parameters"]}
+
+    assert jobs["page_size"] == {"type": "integer", "minimum": 1, "maximum": 500}
+    assert handoffs["limit"] == {"type": "integer", "minimum": 1, "maximum": 1000}
+    assert handoffs["offset"] == {"type": "integer", "minimum": 0, "maximum": 10**9}
+
+
+@pytest.mark.parametrize(("ordering", "status"), [
+    ("id", 200), ("-id", 200), ("id,-id", 200), ("", 200),
+    (" id", 400), ("id,", 400), ("=", 400), ("created_at", 400),
+])
+def test_the_schema_and_the_server_agree_on_an_ordering(bob, ordering, status):
+    [parameter] = [p for p in schema()["paths"]["/api/jobs/"]["get"]["parameters"]
+                   if p["name"] == "ordering"]
+
+    assert bool(re.search(parameter["schema"]["pattern"], ordering)) == (status == 200)
+    assert bob.get("/api/jobs/", {"ordering": ordering}).status_code == status
+
+
+def test_the_enqueue_body_is_closed_in_the_schema_and_on_the_server(alice):
+    body = schema()["components"]["schemas"]["Enqueue"]
+
+    response = alice.post("/api/jobs/", {"type": "tests.noop", "priorty": 5}, format="json")
+
+    assert body["additionalProperties"] is False
+    assert response.status_code == 400
+    assert response.json() == {"priorty": ["unknown field"]}
 
 
 # --- bodies -------------------------------------------------------------------------------------

@@ -14,11 +14,16 @@ from this package at that moment would import DRF's views again, half-defined.
 from __future__ import annotations
 
 from jobs.contrib.api.filters import DateTimeFilter, StrictFilterBackend
-from jobs.contrib.api.pagination import CheckedCursorPagination, NewestFirst
+from jobs.contrib.api.pagination import CheckedCursorPagination, NewestFirst, StrictLimitOffset
 from jobs.contrib.api.parsers import BoundedJSONParser, holds_nul, object_body
 from jobs.contrib.api.permissions import StaffWrites
 from jobs.contrib.api.scoping import visible_jobs
-from jobs.contrib.api.serializers import ErrorSerializer, ErrorTextField, JobSerializer
+from jobs.contrib.api.serializers import (
+    ClosedSerializer,
+    ErrorSerializer,
+    ErrorTextField,
+    JobSerializer,
+)
 from jobs.contrib.api.streaming import BodyTooLarge, StreamedJSONParser
 from jobs.throttling import wrong_token
 
@@ -26,6 +31,7 @@ __all__ = [
     "BodyTooLarge",
     "BoundedJSONParser",
     "CheckedCursorPagination",
+    "ClosedSerializer",
     "DateTimeFilter",
     "ErrorSerializer",
     "ErrorTextField",
@@ -34,6 +40,7 @@ __all__ = [
     "StaffWrites",
     "StreamedJSONParser",
     "StrictFilterBackend",
+    "StrictLimitOffset",
     "holds_nul",
     "object_body",
     "visible_jobs",

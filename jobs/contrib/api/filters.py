@@ -9,6 +9,7 @@ naming the parameter, before any query runs. (Cursor pages: ``jobs.contrib.api.p
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,6 +20,7 @@ from django.db.models import QuerySet
 from django_filters import fields as filter_fields
 from django_filters import rest_framework as filters
 from django_filters.utils import translate_validation
+from drf_spectacular.utils import extend_schema_field
 from rest_framework.exceptions import ValidationError
 from rest_framework.filters import OrderingFilter
 from rest_framework.request import Request
@@ -29,11 +31,13 @@ from jobs.models import Event, Job
 # PostgreSQL's timestamptz input takes UTC offsets up to 15:59 either way; Python's
 # datetime takes up to 23:59, so a wider one parses here and then fails in the query.
 MAX_UTC_OFFSET = timedelta(hours=15, minutes=59)
+MIN_YEAR, MAX_YEAR = 2, 9998
 
 
 class StorableDateTimeField(filter_fields.IsoDateTimeField):
     """An ISO 8601 date-time that PostgreSQL can compare with: its UTC offset within
-    ±15:59, and the instant itself within Python's years 1 to 9999 once moved to UTC."""
+    ±15:59, and its year from 2 to 9998, so that it stays within Python's years 1 to 9999
+    once moved to UTC."""
 
     def to_python(self, value: Any) -> datetime | None:
         parsed = super().to_python(value)
@@ -44,11 +48,12 @@ class StorableDateTimeField(filter_fields.IsoDateTimeField):
             raise DjangoValidationError(
                 f"UTC offset {_offset_text(offset)} is out of range: use one between "
                 "-15:59 and +15:59 (or Z)", code="invalid")
-        try:
-            return parsed.astimezone(UTC)
-        except OverflowError:
-            raise DjangoValidationError("out of range once converted to UTC",
-                                        code="invalid") from None
+        if not MIN_YEAR <= parsed.year <= MAX_YEAR:
+            # Years 1 and 9999 can leave Python's range once moved to UTC; refusing them
+            # whole keeps the rule one the schema's pattern can state.
+            raise DjangoValidationError(f"year {parsed.year} is out of range: use one from "
+                                        f"{MIN_YEAR} to {MAX_YEAR}", code="invalid")
+        return parsed.astimezone(UTC)
 
 
 def _offset_text(offset: timedelta) -> str:
@@ -57,14 +62,35 @@ def _offset_text(offset: timedelta) -> str:
     return f"{sign}{minutes // 60:02d}:{minutes % 60:02d}"
 
 
+# What StorableDateTimeField takes, said in the schema: an RFC 3339 date-time whose year
+# is 2 to 9998 and whose UTC offset, if any, is within ±15:59.
+STORABLE_DATETIME_PATTERN = (
+    r"^(000[2-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]"
+    r"|999[0-8])-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.][0-9]+)?)?"
+    r"([Zz]|[+-](0[0-9]|1[0-5]):[0-5][0-9])?$")
+STORABLE_DATETIME_DESCRIPTION = ("An ISO 8601 date-time from year 2 to 9998 with a UTC offset "
+                                 "within ±15:59 (or Z).")
+
+
 class DateTimeFilter(filters.IsoDateTimeFilter):
-    """``IsoDateTimeFilter`` whose values PostgreSQL can always take (see above)."""
+    """``IsoDateTimeFilter`` whose values PostgreSQL can always take (see above), and
+    whose schema says which those are."""
 
     field_class = StorableDateTimeField
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # An override replaces the generated schema, help text included: carry it over.
+        description = " ".join(filter(None, [kwargs.get("help_text"),
+                                             STORABLE_DATETIME_DESCRIPTION]))
+        extend_schema_field({"type": "string", "format": "date-time", "description": description,
+                             "pattern": STORABLE_DATETIME_PATTERN})(self)
+
 
 class StrictOrderingFilter(OrderingFilter):
-    """``?ordering=`` limited to ``ordering_fields``; anything else is a 400, not ignored."""
+    """``?ordering=`` limited to ``ordering_fields``; anything else is a 400, not ignored.
+    Terms are taken exactly as sent (``id, -created_at`` with a space is refused), so that
+    the pattern the schema gives is the whole rule."""
 
     def get_ordering(self, request: Request, queryset: QuerySet, view: Any) -> Any:
         requested = request.query_params.get(self.ordering_param)
@@ -72,17 +98,29 @@ class StrictOrderingFilter(OrderingFilter):
             valid = {name for field, _ in self.get_valid_fields(queryset, view,
                                                                  {"request": request})
                      for name in (field, f"-{field}")}
-            bad = [term.strip() for term in requested.split(",") if term.strip() not in valid]
+            bad = [term for term in requested.split(",") if term not in valid]
             if bad:
                 raise ValidationError({self.ordering_param: [
                     f"cannot order by {', '.join(bad)}; use one of {', '.join(sorted(valid))}"]})
         return super().get_ordering(request, queryset, view)
 
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        fields = [name for name in getattr(view, "ordering_fields", None) or []
+                  if isinstance(name, str)]
+        if not fields or fields == ["__all__"]:
+            return super().get_schema_operation_parameters(view)
+        term = f"-?({'|'.join(re.escape(name) for name in fields)})"
+        return [{"name": self.ordering_param, "required": False, "in": "query",
+                 "description": "Comma-separated fields to order by, each optionally "
+                                f"preceded by - for descending: {', '.join(fields)}.",
+                 "schema": {"type": "string", "pattern": f"^({term}(,{term})*)?$"}}]
+
 
 def passthrough_parameters(view: Any) -> set[str]:
     """Query parameters that are not filters but still mean something: the cursor, the
-    page size (or limit and offset), the ordering and DRF's ``format``."""
-    names = {api_settings.URL_FORMAT_OVERRIDE}
+    page size (or limit and offset), the ordering, DRF's ``format``, and those the view
+    reads itself (its ``query_parameters``, e.g. the tenant that tells a name apart)."""
+    names = {api_settings.URL_FORMAT_OVERRIDE, *getattr(view, "query_parameters", ())}
     paginator = getattr(view, "paginator", None)
     names |= {getattr(paginator, "cursor_query_param", None),
               getattr(paginator, "page_size_query_param", None),
@@ -95,6 +133,17 @@ def passthrough_parameters(view: Any) -> set[str]:
 def reject_unknown(params: Iterable[str], known: set[str]) -> dict[str, list[str]]:
     return {name: [f"unknown query parameter; use {', '.join(sorted(known))}"]
             for name in sorted(set(params) - known)}
+
+
+def reject_empty(filterset: filters.FilterSet, params: Any) -> dict[str, list[str]]:
+    """Typed filters (a number, a date-time, a choice, a UUID, a boolean) sent empty: a
+    form reads ``?year=`` as no filter, but the schema calls an empty string no number,
+    so the client that sent one gets the 400 the schema promises. Free-text filters take
+    an empty string like any other."""
+    return {name: ["empty: give a value, or leave the parameter out"]
+            for name, found in filterset.filters.items()
+            if not isinstance(found, filters.CharFilter)
+            and any(not value.strip() for value in params.getlist(name))}
 
 
 class StrictFilterBackend(filters.DjangoFilterBackend):
@@ -110,6 +159,7 @@ class StrictFilterBackend(filters.DjangoFilterBackend):
             errors.update(translate_validation(filterset.errors).detail)
         known = set(filterset.form.fields) | passthrough_parameters(view)
         errors.update(reject_unknown(request.query_params, known))
+        errors.update(reject_empty(filterset, request.query_params))
         if errors:
             raise ValidationError(errors)
         return filterset.qs

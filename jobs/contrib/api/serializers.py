@@ -8,8 +8,9 @@ job type's own serializer, for the job's tenant (``jobs.ApiPayload``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
+from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
@@ -23,6 +24,34 @@ from tenancy.models import Tenant
 # A job's detail shows at most this many history rows (the newest): a long job's
 # progress steps must not turn one GET into megabytes.
 HISTORY_LIMIT = 500
+
+
+class ClosedSerializer(serializers.Serializer):
+    """A request body that refuses a field it does not declare, with a 400 naming it (a
+    misspelt optional field must not be silently dropped), and whose schema says so with
+    ``additionalProperties: false`` (``ClosedSerializerSchema``). ``refused_fields`` gives
+    the message for a field a caller may not send and should know why."""
+
+    refused_fields: ClassVar[dict[str, str]] = {}
+
+    def to_internal_value(self, data: Any) -> Any:
+        known = set(self.fields)
+        unknown = sorted(name for name in getattr(data, "keys", dict)() if name not in known)
+        if unknown:
+            raise ValidationError({name: [self.refused_fields.get(name, "unknown field")]
+                                   for name in unknown})
+        return super().to_internal_value(data)
+
+
+class ClosedSerializerSchema(OpenApiSerializerExtension):
+    """drf-spectacular: a ``ClosedSerializer`` is an object with no properties but its own."""
+
+    target_class = ClosedSerializer
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        schema = auto_schema._map_basic_serializer(self.target, direction)
+        return {**schema, "additionalProperties": False}
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -129,6 +158,12 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+@extend_schema_field({"type": "object", "additionalProperties": {}})
+class JSONObjectField(serializers.JSONField):
+    """A JSON value that must be an object (checked by the serializer that uses it, which
+    names what it got); the schema says so rather than "any value"."""
+
+
 class OpenJobType(serializers.ChoiceField):
     """A job type API clients may enqueue: one that declares an API payload. The schema
     lists them (the choices are read from the registry each time the field is made)."""
@@ -149,7 +184,7 @@ class OpenJobType(serializers.ChoiceField):
                               f"or admin page starts it. API clients may enqueue: {open_types}")
 
 
-class EnqueueSerializer(serializers.Serializer):
+class EnqueueSerializer(ClosedSerializer):
     """What a caller may set when enqueueing; everything else is the handler's default.
 
     Only job types that declare an API payload serializer (``jobs.ApiPayload``) can be
@@ -159,17 +194,17 @@ class EnqueueSerializer(serializers.Serializer):
 
     type = OpenJobType(help_text="A job type open to API clients; the others start from "
                                  "their own endpoints.")
-    payload = serializers.JSONField(required=False, default=dict,
-                                    help_text="A JSON object, validated by the job type.")
-    queue = serializers.CharField(max_length=50, required=False,
+    payload = JSONObjectField(required=False, default=dict,
+                              help_text="A JSON object, validated by the job type.")
+    queue = serializers.CharField(min_length=1, max_length=50, required=False,
                                   help_text="Platform operators only; defaults to the "
                                             "handler's queue.")
     priority = serializers.IntegerField(min_value=-32768, max_value=32767, default=0)
     run_after = serializers.DateTimeField(required=False, allow_null=True)
-    unique_key = serializers.CharField(max_length=200, required=False, allow_null=True,
+    unique_key = serializers.CharField(min_length=1, max_length=200, required=False, allow_null=True,
                                        help_text="Per tenant: enqueueing again while a job "
                                                  "with this key is unfinished returns it.")
-    concurrency_key = serializers.CharField(max_length=200, required=False, allow_null=True,
+    concurrency_key = serializers.CharField(min_length=1, max_length=200, required=False, allow_null=True,
                                             help_text="Per tenant: jobs sharing a key never "
                                                       "run at the same time.")
     tenant = serializers.IntegerField(required=False, allow_null=True,
@@ -181,9 +216,6 @@ class EnqueueSerializer(serializers.Serializer):
         return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(self.initial_data) - set(self.fields))
-        if unknown:
-            raise ValidationError({name: ["unknown field"] for name in unknown})
         attrs["tenant"] = self._tenant(attrs.get("tenant"))
         if attrs.get("queue") and self.context["scope"] is not True:
             raise ValidationError({"queue": ["only platform operators choose a queue"]})

@@ -113,7 +113,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
     def get_serializer_class(self) -> type[serializers.BaseSerializer]:
         return JobSerializer if self.action == "list" else JobDetailSerializer
 
-    @extend_schema(summary="Enqueue a job (staff)", request=EnqueueSerializer,
+    # JSON only: a form can carry neither the payload object nor a null.
+    @extend_schema(summary="Enqueue a job (staff)", request={"application/json": EnqueueSerializer},
                    responses={201: JobDetailSerializer, 200: JobDetailSerializer,
                               400: OpenApiTypes.OBJECT, 403: FORBIDDEN, 409: CONFLICT})
     def create(self, request: Request) -> Response:

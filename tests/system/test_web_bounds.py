@@ -143,7 +143,8 @@ def test_a_report_of_many_files_passes_the_body_limiter_and_completes_the_job(pr
     prefix = spec["destination"] + "/part-"
     names = [prefix + str(n).rjust(length - len(prefix), "0") for n in range(files)]
     report = {"status": "completed", "generation": spec["generation"], "worker": "w",
-              "row_count": files, "size_bytes": files, "files": names}
+              "claim_token": spec["claim_token"], "row_count": files, "size_bytes": files,
+              "files": names}
     assert len(json.dumps(report)) > settings.WEB_MAX_ANONYMOUS_BODY_BYTES
 
     status, answer = worker_post(port, f"/internal/exports/jobs/{spec['id']}/report", report)

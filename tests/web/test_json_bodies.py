@@ -130,8 +130,8 @@ def test_the_streamed_parser_bounds_the_values_it_builds_outside_the_streamed_it
 
 @pytest.mark.parametrize(("field", "text", "where"), [
     ("config", '{"batches": 2, "note": "\\ud800"}', 'the value["note"] holds a lone surrogate'),
-    ("hooks-0-env", '{"\\udc00": "1"}', "the value has a key that holds a lone surrogate"),
-    ("hooks-0-command", '["true", "a\\u0000b"]', "the value[1] holds a NUL character"),
+    ("hooks-0-parameters", '{"\\udc00": "1"}', "the value has a key that holds a lone surrogate"),
+    ("hooks-0-parameters", '{"level": ["x", "a\\u0000b"]}', 'the value["level"][1] holds a NUL character'),
 ])
 def test_an_admin_json_field_with_a_string_postgresql_cannot_store_is_a_form_error(field, text,
                                                                                   where):

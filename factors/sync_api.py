@@ -22,7 +22,7 @@ from drf_spectacular.utils import (
     extend_schema_field,
 )
 from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
@@ -195,13 +195,20 @@ ENTRY_TYPE = OpenApiParameter("data_entry_type", str, OpenApiParameter.PATH,
                               enum=DataEntryType.values, description="A data-entry type.")
 
 
-def _fields(request: Request, body: type[serializers.Serializer],
-            extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def _checked(name: str, field: serializers.Field, value: Any) -> Any:
+    """``value`` as ``field`` takes it; a 400 naming ``name`` otherwise."""
+    try:
+        return field.run_validation(value)
+    except ValidationError as exc:
+        raise ValidationError({name: exc.detail}) from None
+
+
+def _fields(request: Request, body: type[serializers.Serializer]) -> dict[str, Any]:
     """The request's fields as ``body`` declares them; a 400 naming each bad one."""
     data = object_body(request)
     if isinstance(data, QueryDict):  # a form: one value per field, files included
         data = data.dict()
-    form = body(data={**(extra or {}), **data})
+    form = body(data=data)
     form.is_valid(raise_exception=True)
     return form.validated_data
 
@@ -311,8 +318,13 @@ class Recalculate(APIView):
                               400: OpenApiTypes.OBJECT})
     def post(self, request: Request, data_entry_type: str) -> Response:
         _require_operator(request)
-        query = {"year": request.query_params["year"]} if "year" in request.query_params else {}
-        year = _fields(request, RecalculateBody, extra=query).get("year")
+        year = _fields(request, RecalculateBody).get("year")
+        if "year" in request.query_params:
+            # Checked on its own: a body's year must not hide a bad ?year=.
+            asked = _checked("year", _year(), request.query_params["year"])
+            if year is not None and year != asked:
+                raise ValidationError({"year": [f"?year={asked} and the body's year {year} differ"]})
+            year = asked
         return _answer(lambda: services.recalculate_emissions(
             data_entry_type, year=year, actor=request.user))
 

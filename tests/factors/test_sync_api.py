@@ -287,6 +287,25 @@ def test_a_recalculation_can_be_asked_for_a_type_and_year(olga, alice, travel, c
     assert Emission.objects.filter(factor__classification__haul="short", kg_co2e__gt=1).exists()
 
 
+@pytest.mark.parametrize("query, body, problem", [
+    ("?year=-2.0e-25", {"year": None}, "A valid integer is required."),
+    ("?year=1999", {}, "Ensure this value is greater than or equal to 2000."),
+    ("?year=2024", {"year": 2025}, "?year=2024 and the body's year 2025 differ"),
+])
+def test_a_bad_year_in_the_query_is_refused_whatever_the_body_says(olga, query, body, problem):
+    response = olga.post(f"/sync/recalculate-emissions/plane{query}", body, format="json")
+
+    assert (response.status_code, response.json()) == (400, {"year": [problem]})
+    assert not Job.objects.exists()
+
+
+def test_the_year_may_come_in_the_query(olga, clock):
+    response = olga.post("/sync/recalculate-emissions/plane?year=2024", {}, format="json")
+
+    assert response.status_code == 202
+    assert Job.objects.get(pk=response.json()["job"]).payload["years"] == [2024]
+
+
 def test_a_shared_pipeline_shows_a_member_only_their_tenants_modules(olga, alice, travel, clock):
     theirs = module(report("GLOBEX-LAB", tenant=tenant("Globex")))
     for mod, client in ((travel, alice), (theirs, olga)):

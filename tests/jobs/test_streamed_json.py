@@ -4,6 +4,7 @@ decoder on which strings are Unicode text."""
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rest_framework.exceptions import ParseError
 
-from jobs.contrib.api.streaming import LoneSurrogates
+from jobs.contrib.api.streaming import LoneSurrogates, StreamedJSONParser
 
 # Pieces of a JSON string's text: surrogate halves, escaped backslashes (which make the
 # next "ud800" plain text), other escapes, plain characters.
@@ -69,3 +70,22 @@ def test_a_body_of_backslashes_keeps_the_carry_small():
         assert len(scanner.carry) <= 7
     scanner.feed(b'ud800"')  # 64 odd pieces: an even run, so "ud800" is plain text
     scanner.feed(b"", final=True)
+
+
+class Parser(StreamedJSONParser):
+    max_bytes_setting = "EXPORTS_REPORT_MAX_BYTES"
+
+
+@pytest.mark.parametrize("number", [2**63, -(2**63) - 1, 10**40, 123456789012345678901234567890])
+def test_an_integer_beyond_64_bits_is_read_exactly(number):
+    body = json.dumps({"before": [1.5, "x"], "big": number, "after": {"n": 2**62}}).encode()
+
+    assert Parser().parse(io.BytesIO(body)) == {"before": [1.5, "x"], "big": number,
+                                                "after": {"n": 2**62}}
+
+
+def test_a_body_read_again_keeps_its_bounds():
+    body = b'{"big": 123456789012345678901234567890, "s": "\\ud800"}'
+
+    with pytest.raises(ParseError, match="lone surrogate"):
+        Parser().parse(io.BytesIO(body))

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import codecs
 import re
+import tempfile
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
 import ijson
 from django.conf import settings
@@ -35,11 +36,19 @@ from jobs.arguments import MAX_JSON_DEPTH
 
 CHUNK_BYTES = 64 * 1024
 Event = tuple[str, Any]
+# ijson's fastest parser here (its C one, where built), and its pure-Python one for the
+# rare body the C one cannot read.
+FAST: Any = ijson
+EXACT: Any = ijson.get_backend("python")
 
 # One escape of a JSON string: \uXXXX, or a backslash and the character it escapes.
 _ESCAPE = re.compile(rb"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _LONGEST_ESCAPE = 6
+
+
+class WiderThanFast(Exception):
+    """The body holds an integer the C parser cannot hold (beyond 64 bits)."""
 
 
 class BodyTooLarge(APIException):
@@ -111,8 +120,10 @@ class BoundedReader:
     """The request's body as a file for ijson: counts its bytes (413 past ``limit``) and
     checks its surrogate escapes on the way."""
 
-    def __init__(self, stream: Any, limit: int, setting: str) -> None:
+    def __init__(self, stream: Any, limit: int, setting: str, copy: BinaryIO | None = None
+                 ) -> None:
         self.stream, self.limit, self.setting = stream, limit, setting
+        self.copy = copy  # where what was read is kept, for a second parse
         self.read_bytes = 0
         self.surrogates = LoneSurrogates()
 
@@ -123,7 +134,13 @@ class BoundedReader:
             raise BodyTooLarge(f"the body is over {self.limit:,} bytes, the limit of this "
                                f"endpoint ({self.setting})")
         self.surrogates.feed(piece, final=not piece)
+        if self.copy is not None:
+            self.copy.write(piece)
         return piece
+
+    def read_rest(self) -> None:
+        while self.read():
+            pass
 
 
 class Builder:
@@ -201,13 +218,26 @@ class StreamedJSONParser(BaseParser):
         if codecs.lookup(encoding).name != "utf-8":
             raise ParseError(f"JSON parse error - this endpoint reads UTF-8 only, not {encoding}")
         limit = int(getattr(settings, self.max_bytes_setting))
-        reader = BoundedReader(stream, limit, self.max_bytes_setting)
-        events = ijson.basic_parse(reader, use_float=True, buf_size=CHUNK_BYTES)
+        with tempfile.SpooledTemporaryFile(settings.FILE_UPLOAD_MAX_MEMORY_SIZE) as copy:
+            reader = BoundedReader(stream, limit, self.max_bytes_setting, copy)
+            try:
+                return self._parsed(reader, FAST)
+            except WiderThanFast:
+                # The C parser stops at an integer beyond 64 bits, which JSON and PostgreSQL
+                # both allow: parse the body again, kept as it was read, in pure Python.
+                reader.read_rest()
+                copy.seek(0)
+                return self._parsed(BoundedReader(copy, limit, self.max_bytes_setting), EXACT)
+
+    def _parsed(self, reader: BoundedReader, backend: Any) -> Any:
+        events = backend.basic_parse(reader, use_float=True, buf_size=CHUNK_BYTES)
         try:
             data = self._document(events)
             for _ in events:  # the parser's end: trailing text is an error here
                 raise ParseError("JSON parse error - text after the JSON value")
         except ijson.JSONError as exc:
+            if backend is FAST and "integer overflow" in str(exc):
+                raise WiderThanFast from None
             raise ParseError(f"JSON parse error - {str(exc).splitlines()[0]}") from None
         except UnicodeDecodeError:
             raise ParseError("JSON parse error - the body is not UTF-8, or a string holds a lone "

@@ -320,11 +320,10 @@ class Recalculate(APIView):
         _require_operator(request)
         year = _fields(request, RecalculateBody).get("year")
         if "year" in request.query_params:
-            # Checked on its own: a body's year must not hide a bad ?year=.
+            # Checked on its own, so a body's year never hides a bad ?year=; the body's,
+            # when it gives one, is the year.
             asked = _checked("year", _year(), request.query_params["year"])
-            if year is not None and year != asked:
-                raise ValidationError({"year": [f"?year={asked} and the body's year {year} differ"]})
-            year = asked
+            year = asked if year is None else year
         return _answer(lambda: services.recalculate_emissions(
             data_entry_type, year=year, actor=request.user))
 

@@ -57,11 +57,18 @@ def error_text_for(user: Any, text: str) -> str:
     return text if sees_tracebacks(user) else without_traceback(text)
 
 
-def redact_secrets(text: str) -> str:
+def redact_secrets(text: str, environment: Mapping[str, Any] | None = None) -> str:
     """``text`` without this process's secrets: the values of settings and environment
     variables whose names say they are secret (SECRET_KEY, tokens, passwords, keys,
-    credentials), database and URL passwords, and the password of any URL it holds."""
-    for secret in sorted(_secrets(), key=len, reverse=True):
+    credentials), database and URL passwords, and the password of any URL it holds.
+    ``environment`` is the environment of the process that wrote ``text`` (a hook's, set
+    by its catalogue entry, which its tenant is not shown): its secret-named values and
+    URL passwords go too."""
+    found = _secrets()
+    if environment:
+        found.update(_named_secrets(((name, str(value)) for name, value in environment.items()),
+                                    contains=True))
+    for secret in sorted(found, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     return _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", text)
 

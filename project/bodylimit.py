@@ -7,6 +7,9 @@ size check comes after the bytes are in. This ASGI middleware stands in front of
 - 413 before a byte is read when ``Content-Length`` is over the limit for the path;
 - 413 as soon as the bytes received pass that limit (a chunked body declares no length):
   the application is told the client went away, and the connection is closed;
+- 408 when the body is not all in ``WEB_BODY_TIMEOUT_SECONDS`` after its head: a client
+  sending a byte now and then would otherwise hold a connection and a request task for
+  as long as it likes (the head's own deadline ends with the head), the same way;
 - 401 before a byte is read when the body may be larger than what a caller without
   credentials may send (``Content-Length`` over ``WEB_MAX_ANONYMOUS_BODY_BYTES``, or
   chunked) and the caller has none that is valid: a DRF token (``Authorization: Token
@@ -25,9 +28,11 @@ rest of a refused body is not read.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from importlib import import_module
@@ -61,6 +66,7 @@ KB = 1024
 MB = 1024 * KB
 DEFAULT_MAX_BODY_BYTES = 1 * MB
 DEFAULT_MAX_ANONYMOUS_BODY_BYTES = 64 * KB
+DEFAULT_BODY_TIMEOUT_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -71,17 +77,23 @@ class BodyLimits:
     default: int
     anonymous: int
     by_prefix: tuple[tuple[str, int], ...] = ()
+    # Seconds the whole body may take to arrive after its head; None: no deadline.
+    body_seconds: float | None = None
 
     @classmethod
     def from_settings(cls) -> BodyLimits:
         return cls.of(getattr(settings, "WEB_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
                       getattr(settings, "WEB_MAX_ANONYMOUS_BODY_BYTES", DEFAULT_MAX_ANONYMOUS_BODY_BYTES),
-                      getattr(settings, "WEB_BODY_LIMITS", {}))
+                      getattr(settings, "WEB_BODY_LIMITS", {}),
+                      body_seconds=getattr(settings, "WEB_BODY_TIMEOUT_SECONDS",
+                                           DEFAULT_BODY_TIMEOUT_SECONDS))
 
     @classmethod
-    def of(cls, default: int, anonymous: int, by_prefix: Mapping[str, int]) -> BodyLimits:
+    def of(cls, default: int, anonymous: int, by_prefix: Mapping[str, int], *,
+           body_seconds: float | None = None) -> BodyLimits:
         ordered = sorted(by_prefix.items(), key=lambda item: len(item[0]), reverse=True)
-        return cls(int(default), int(anonymous), tuple((p, int(n)) for p, n in ordered))
+        return cls(int(default), int(anonymous), tuple((p, int(n)) for p, n in ordered),
+                   None if body_seconds is None else float(body_seconds))
 
     def for_path(self, path: str) -> int:
         return next((limit for prefix, limit in self.by_prefix if path.startswith(prefix)),
@@ -125,25 +137,42 @@ class BodyLimit:
             await refuse(scope, send, 401, f"Sign in to send a request body over "
                          f"{size(self.limits.anonymous)}: {credentials}.", self.limits.anonymous)
             return
-        body = BoundedBody(scope, receive, send, limit)
+        body = BoundedBody(scope, receive, send, limit, self.limits.body_seconds)
         await self.app(scope, body.receive, body.send)
 
 
 class BoundedBody:
     """``receive`` and ``send`` of one request: counts the body's bytes, and past the
-    limit answers 413 itself and tells the application the client went away (Django's
-    handler then drops the request without answering)."""
+    limit, or past its deadline, answers 413 (408) itself and tells the application the
+    client went away (Django's handler then drops the request without answering). Once
+    the body is in, ``receive`` waits for the client's disconnect as long as the response
+    takes (an event stream): the deadline is the body's only."""
 
-    def __init__(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+    def __init__(self, scope: Scope, receive: Receive, send: Send, limit: int,
+                 seconds: float | None = None) -> None:
         self.scope, self._receive, self._send, self.limit = scope, receive, send, limit
+        self.seconds = seconds
+        self.deadline = None if seconds is None else time.monotonic() + seconds
         self.received = 0
-        self.started = self.cut_off = False
+        self.started = self.cut_off = self.body_done = False
 
     async def receive(self) -> Message:
         if self.cut_off:
             return {"type": "http.disconnect"}
-        message = await self._receive()
+        if self.body_done or self.deadline is None:
+            message = await self._receive()
+        else:
+            try:
+                message = await asyncio.wait_for(self._receive(),
+                                                 max(0.0, self.deadline - time.monotonic()))
+            except TimeoutError:
+                self.cut_off = True
+                if not self.started:
+                    await refuse(self.scope, self._send, 408, f"The request body did not "
+                                 f"arrive within {self.seconds:g} s.", self.seconds)
+                return {"type": "http.disconnect"}
         if message["type"] == "http.request":
+            self.body_done = not message.get("more_body", False)
             self.received += len(message.get("body", b""))
             if self.received > self.limit:
                 self.cut_off = True
@@ -190,7 +219,7 @@ def size(count: int) -> str:
     return f"{short} ({count:,} bytes)"
 
 
-async def refuse(scope: Scope, send: Send, status: int, detail: str, limit: int, *,
+async def refuse(scope: Scope, send: Send, status: int, detail: str, limit: float, *,
                  retry_after: float | None = None) -> None:
     """Answer with ``status`` and a JSON body, and close the connection (the rest of the
     request's body is never read)."""

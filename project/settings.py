@@ -562,6 +562,9 @@ WEB_MAX_HEADERS = env_int("WEB_MAX_HEADERS", 100)  # else 431
 # A request's head must be complete this long after its first byte (else 408); a
 # connection that sends nothing this long after it opened or after a response is closed.
 WEB_HEADER_TIMEOUT_SECONDS = env_float("WEB_HEADER_TIMEOUT_SECONDS", 15.0)
+# A request's body must be all in this long after its head (else 408 and the connection
+# closed): a client trickling bytes holds no connection or request task longer.
+WEB_BODY_TIMEOUT_SECONDS = env_float("WEB_BODY_TIMEOUT_SECONDS", 300.0)
 # Django spools a request body, and an uploaded file, to disk past this size: a web
 # process holds at most this much of each upload in memory.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 1 * _MB

@@ -34,12 +34,34 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 RESERVED_ENV_PREFIXES = ("HOOK_PARAM_", "INGEST_")
 # ``{{`` and ``}}`` are literal braces; ``{name}`` is a parameter's value.
 PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
-# Programs that would read an argument as code: a parameter given to one would be
-# code, not data, so an entry's command never starts with one.
+# Programs that would read an argument as code, or run an argument as a program of its
+# own (sudo, timeout, nice …): a parameter given to one would be code, not data, so an
+# entry's command never starts with one. Matched on the program's name without a
+# version suffix ("bash5.2" is bash).
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "csh", "tcsh",
-                    "busybox", "env", "xargs", "eval"})
-# An interpreter's option whose next argument is code (python -c, perl -e, node --eval).
-CODE_OPTIONS = frozenset({"-c", "-e", "--eval", "--command"})
+                    "busybox", "toybox", "env", "xargs", "eval", "exec", "command", "builtin",
+                    "sudo", "su", "doas", "pkexec", "runuser", "setpriv", "chroot", "nohup",
+                    "nice", "ionice", "chrt", "taskset", "timeout", "setsid", "stdbuf",
+                    "strace", "ltrace", "flock", "time", "unshare", "nsenter", "firejail",
+                    "bwrap", "systemd-run", "watch", "parallel", "ssh", "script"})
+# Interpreters: every argument up to and including the script (or the code after -c,
+# -e …, or the module after -m) is the interpreter's own, since an option there may
+# load code (node --require, perl -M, ruby -r, python -m) and the script is code. A
+# parameter may only follow the script, as its argument. awk and sed read their
+# program (sed's ``e`` command runs a shell) the same way.
+INTERPRETER = re.compile(
+    r"(python|pypy|perl|ruby|node|nodejs|php|lua|luajit|rscript|r|tclsh|wish|deno|bun|pwsh"
+    r"|powershell|julia|java|jshell|groovy|guile|racket|erl|escript|elixir|awk|gawk|mawk"
+    r"|nawk|sed|gsed)[0-9.]*")
+# An option whose next argument is code or a program, in any program (python -c, perl
+# -e, node --eval, find -exec, git -c); glued to it too (-c…, --eval=…).
+CODE_OPTIONS = frozenset({"-c", "-e", "--eval", "--command", "--exec", "-exec", "-execdir",
+                          "-ok", "-okdir"})
+# An interpreter's options whose next argument is its code or module (perl -E, node -p,
+# php -r, python -m), and short options run together whose last one takes code (perl
+# -ne, python -Bc, ruby -pe).
+INTERPRETER_CODE_OPTIONS = CODE_OPTIONS | {"-E", "-p", "-r", "-m", "--print"}
+CODE_CLUSTER = re.compile(r"-[A-Za-z]*[ceE]")
 # A pattern runs on a tenant's value: the ``regex`` module can stop a match that takes
 # longer than this (Python's ``re`` cannot), so a pattern that backtracks exponentially
 # ("^(a|aa)+$") refuses a value instead of holding a web process or a worker.
@@ -255,12 +277,15 @@ def command_problems(command: Any, parameters: list[Parameter]) -> list[str]:
             or not all(isinstance(arg, str) and arg and "\x00" not in arg for arg in command)):
         return [f'an argument list of 1 to {MAX_ARGUMENTS} non-empty strings, e.g. ["python", '
                 '"-m", "ingest.hookkit.check_records"]']
-    if PurePosixPath(command[0]).name in SHELLS:
-        return [f"{command[0]!r} would read its arguments as code: the command runs a program "
-                "directly, and parameters reach it as arguments or HOOK_PARAM_ variables"]
+    program = PurePosixPath(command[0]).name
+    if program.rstrip("0123456789.") in SHELLS:
+        return [f"{command[0]!r} would read its arguments as code or run them as a program: "
+                "the command runs a program directly, and parameters reach it as arguments or "
+                "HOOK_PARAM_ variables"]
     if _placeholders(command[0]):
         return ["the program (the first argument) is the entry's own, never a parameter"]
     declared = {parameter.name: parameter for parameter in parameters}
+    own = _interpreter_arguments(command) if INTERPRETER.fullmatch(program.lower()) else 0
     problems = []
     for index, argument in enumerate(command):
         for name in _placeholders(argument):
@@ -271,11 +296,43 @@ def command_problems(command: Any, parameters: list[Parameter]) -> list[str]:
             elif not parameter.required and parameter.default is None:
                 problems.append(f"argument {index + 1}: {{{name}}} needs parameter {name!r} "
                                 "to be required or to have a default")
-            elif index > 0 and command[index - 1] in CODE_OPTIONS:
-                problems.append(f"argument {index + 1}: {{{name}}} follows {command[index - 1]}, "
-                                "which would make the parameter code; read "
+            elif index <= own:
+                problems.append(f"argument {index + 1}: {{{name}}} is among {program}'s own "
+                                "options, script or code, which would make the parameter code; "
+                                "parameters may follow the script, or read "
+                                f"{parameter.env_name}")
+            elif command[index - 1] in CODE_OPTIONS or _glued_code_option(argument):
+                option = command[index - 1] if command[index - 1] in CODE_OPTIONS else argument
+                problems.append(f"argument {index + 1}: {{{name}}} goes with {option}, "
+                                "which would make the parameter code or a program; read "
                                 f"{parameter.env_name} there instead")
     return problems
+
+
+def _glued_code_option(argument: str) -> bool:
+    """Whether a code option and the placeholder are one argument (``-c{code}``,
+    ``--eval={code}``): the text before the argument's first placeholder."""
+    head = PLACEHOLDER.split(argument, maxsplit=1)[0]
+    if head.startswith("--"):
+        return head.endswith("=") and head[:-1] in CODE_OPTIONS
+    return CODE_CLUSTER.fullmatch(head) is not None and head[-1] in "ce"
+
+
+def _interpreter_arguments(command: list[str]) -> int:
+    """The index of an interpreter's script or code argument: options before it, then
+    the script itself, or the argument after a code option (-c, -e, -m …). Everything up
+    to it is the interpreter's; the length of the command when there is none."""
+    index = 1
+    while index < len(command):
+        argument = command[index]
+        if argument == "--":
+            return min(index + 1, len(command))
+        if argument in INTERPRETER_CODE_OPTIONS or CODE_CLUSTER.fullmatch(argument):
+            return min(index + 1, len(command))
+        if not argument.startswith("-") or argument == "-":
+            return index
+        index += 1
+    return len(command)
 
 
 def _placeholders(argument: str) -> list[str]:
@@ -429,6 +486,9 @@ def render(command: list[str], env: dict[str, Any], parameters: list[Parameter],
         return texts[match.group(1)]
 
     arguments = tuple(PLACEHOLDER.sub(replace, argument) for argument in command)
+    problems = _options_from_values(command, arguments, parameters)
+    if problems:
+        raise Refused(problems)
     variables = {str(name): _text(value) for name, value in env.items()}
     declared = {parameter.name: parameter for parameter in parameters}
     variables.update({declared[name].env_name: text for name, text in texts.items()})
@@ -438,6 +498,26 @@ def render(command: list[str], env: dict[str, Any], parameters: list[Parameter],
     if size > most:
         raise Refused([f"its arguments and environment take {size} bytes; at most {most}"])
     return Rendered(arguments, variables)
+
+
+def _options_from_values(command: list[str], arguments: tuple[str, ...],
+                         parameters: list[Parameter]) -> list[str]:
+    """Values that make an argument begin with ``-`` where the entry's text does not: the
+    program would read such an argument as an option of its own (``--output=/elsewhere``,
+    ``-delete``), not as the value, unless the argument before it is ``--``, which ends
+    the options. A choice is the operator's own text and may be an option."""
+    kinds = {parameter.name: parameter.type for parameter in parameters}
+    problems = []
+    for index, (template, argument) in enumerate(zip(command, arguments, strict=True)):
+        names = _placeholders(template)
+        if (not argument.startswith("-") or template.startswith("-")
+                or all(kinds.get(name) == "choice" for name in names)
+                or (index > 0 and command[index - 1] == "--")):
+            continue
+        problems.append(f"parameter {', '.join(repr(name) for name in names)}: argument "
+                        f"{index + 1} would start with '-', and the program would read it as "
+                        "an option; a value there must not start with '-'")
+    return problems
 
 
 def check_hook(entry: Any, given: Any) -> Rendered:

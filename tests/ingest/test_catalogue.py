@@ -90,6 +90,68 @@ def test_the_program_is_never_a_parameter():
     assert problems == ["the program (the first argument) is the entry's own, never a parameter"]
 
 
+@pytest.mark.parametrize("command", [
+    ["python", "-c", "{note}"],              # the code itself
+    ["python", "-cimport os; {note}"],       # code glued to -c
+    ["python3.11", "-Bc", "{note}"],         # -c at the end of a cluster
+    ["python", "-m", "{note}"],              # the module to run
+    ["/usr/bin/python3", "{note}"],          # the script
+    ["perl", "-ne", "{note}"],
+    ["perl", "-M{note}", "run.pl"],          # a module loaded before the script
+    ["node", "--require={note}", "run.js"],
+    ["node", "-p", "{note}"],
+    ["php", "-r", "{note}"],
+    ["awk", "{note}"],                       # awk's program
+    ["sed", "-e", "{note}"],                 # sed's e command runs a shell
+])
+def test_an_interpreters_options_script_and_code_are_never_parameters(command):
+    problems = catalogue.command_problems(command, _declared(NOTE))
+    assert len(problems) == 1 and "which would make the parameter code" in problems[0], problems
+
+
+@pytest.mark.parametrize("program", ["/usr/bin/dash", "bash5.2", "sudo", "timeout", "nice",
+                                     "nohup", "chroot", "setsid", "stdbuf", "ssh"])
+def test_a_program_that_runs_its_arguments_as_a_program_is_refused(program):
+    problems = catalogue.command_problems([program, "10", "{note}"], _declared(NOTE))
+    assert problems and "would read its arguments as code or run them as a program" in problems[0]
+
+
+@pytest.mark.parametrize("command", [["tool", "-c{note}"], ["tool", "--eval={note}"],
+                                     ["find", ".", "-exec", "{note}", ";"],
+                                     ["git", "-c", "{note}", "status"]])
+def test_a_code_option_before_or_glued_to_a_placeholder_is_refused(command):
+    problems = catalogue.command_problems(command, _declared(NOTE))
+    assert len(problems) == 1 and "would make the parameter code or a program" in problems[0]
+
+
+@pytest.mark.parametrize("command", [["python", "run.py", "{note}"],
+                                     ["python", "-m", "ingest.hookkit.check", "--note={note}"],
+                                     ["perl", "-w", "run.pl", "{note}"],
+                                     ["tool", "--output={note}"], ["tool", "-p", "{note}"]])
+def test_parameters_after_the_script_or_as_an_options_value_are_data(command):
+    assert catalogue.command_problems(command, _declared(NOTE)) == []
+
+
+@pytest.mark.parametrize("command, value", [
+    (["find", "/data", "{note}"], "-delete"),
+    (["tool", "{note}"], "--output=/etc/cron.d/x"),
+    (["tool", "{first}{note}"], "-rf"),  # an empty value before it
+])
+def test_a_value_never_begins_an_argument_with_a_dash(command, value):
+    parameters = _declared([*NOTE, {"name": "first", "type": "string", "max_length": 5,
+                                    "default": ""}])
+    with pytest.raises(catalogue.Refused, match="would read it as an option"):
+        catalogue.render(command, {}, parameters, catalogue.values(parameters, {"note": value}))
+
+
+def test_a_dash_value_is_data_after_double_dash_or_inside_an_argument():
+    parameters = _declared(NOTE)
+    for command, expected in ((["tool", "--", "{note}"], ("tool", "--", "-rf")),
+                              (["tool", "--note={note}"], ("tool", "--note=-rf")),
+                              (["tool", "x{note}"], ("tool", "x-rf"))):
+        assert catalogue.render(command, {}, parameters, {"note": "-rf"}).command == expected
+
+
 def test_an_argument_list_past_its_bound_is_refused(settings):
     settings.INGEST_HOOK_MAX_ARGUMENT_BYTES = 1000
     parameters = _declared(NOTE)

@@ -235,6 +235,17 @@ def test_secrets_in_a_hooks_log_are_taken_out_before_it_is_kept(cluster, runner,
                                f"reading https://hook:{REDACTED}@store.example/batch\n")
 
 
+def test_the_secrets_of_the_hooks_own_environment_are_taken_out_of_its_log(cluster, runner, clock):
+    # The entry's fixed environment is the operators': tenants are not shown it, and
+    # would read it in the log tail if the hook printed it.
+    cluster.behaviours[IMAGE] = Behaviour(run_seconds=1, log="using key entry-api-key-0123456789\n")
+    spec = HookSpec(**{**hook().__dict__, "env": {"VENDOR_API_KEY": "entry-api-key-0123456789",
+                                                  "MODE": "strict"}})
+    runner.launch(spec)
+    clock.advance(10)
+    assert poll(runner, spec, clock).log_tail == f"using key {REDACTED}\n"
+
+
 def test_a_log_tail_is_the_logs_end_even_when_its_last_lines_are_long(cluster, runner, clock):
     long_lines = "".join(f"{n:04d}" + "x" * 1995 + "\n" for n in range(100))  # 200 kB
     cluster.behaviours[IMAGE] = Behaviour(exit_code=1, log=long_lines)

@@ -140,6 +140,15 @@ def test_secrets_in_a_hooks_output_are_taken_out_before_it_is_kept(settings):
                                             f"url=postgresql://app:{REDACTED}@db/app"]
 
 
+def test_the_secrets_of_the_hooks_own_environment_are_taken_out_of_its_output():
+    # The entry's fixed environment is the operators': tenants are not shown it, and
+    # would read it in the log tail if the hook printed it.
+    status = runner().launch(spec("/bin/sh", "-c", 'echo "key=$VENDOR_API_KEY mode=$MODE"',
+                                  env={"VENDOR_API_KEY": "entry-api-key-0123456789",
+                                       "MODE": "strict-mode-on"}))
+    assert status.log_tail.strip() == f"key={REDACTED} mode=strict-mode-on"
+
+
 # -- what a hook cannot reach ------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@ what it refuses before a byte is read, and where it cuts a chunked body off."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -218,3 +219,53 @@ def test_anything_else_allows_the_default_and_django_keeps_at_most_that_in_memor
     assert limits.for_path("/api/jobs/") == settings.WEB_MAX_BODY_BYTES
     assert settings.DATA_UPLOAD_MAX_MEMORY_SIZE <= settings.WEB_MAX_BODY_BYTES
     assert settings.FILE_UPLOAD_MAX_MEMORY_SIZE <= settings.WEB_MAX_BODY_BYTES
+
+
+class Trickle:
+    """A client that sends its body's first chunk and then nothing more, until its
+    connection is dropped; ``after`` is what a read past the body gets (the client's
+    disconnect, much later)."""
+
+    def __init__(self, chunks: list[dict[str, Any]]) -> None:
+        self.pending = chunks
+        self.sent: list[dict[str, Any]] = []
+
+    async def receive(self) -> dict[str, Any]:
+        if self.pending:
+            return self.pending.pop(0)
+        await asyncio.sleep(5)  # a client that has stopped sending: the deadline ends it
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+
+
+def test_a_body_that_stops_arriving_is_answered_408_at_its_deadline():
+    limits = BodyLimits.of(default=1_000, anonymous=500, by_prefix={}, body_seconds=0.2)
+    app, client = Application(), Trickle([{"type": "http.request", "body": b"x" * 10,
+                                           "more_body": True}])
+    scope = {"type": "http", "method": "POST", "path": "/api/jobs/",
+             "headers": [(b"content-length", b"100")]}
+    async_to_sync(BodyLimit(app, limits, signed_in))(scope, client.receive, client.send)
+
+    assert client.sent[0]["status"] == 408 and app.disconnected
+    assert json.loads(client.sent[1]["body"]) == {
+        "detail": "The request body did not arrive within 0.2 s.", "limit": 0.2}
+    assert dict(client.sent[0]["headers"])[b"connection"] == b"close"
+
+
+def test_once_the_body_is_in_the_response_is_not_cut_by_the_body_deadline():
+    """An event stream waits for its client's disconnect long after its body."""
+    limits = BodyLimits.of(default=1_000, anonymous=500, by_prefix={}, body_seconds=0.05)
+    client = Trickle([{"type": "http.request", "body": b"", "more_body": False}])
+    seen: list[dict[str, Any]] = []
+
+    async def stream(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        seen.append(await receive())
+        seen.append(await asyncio.wait_for(receive(), 1.0))  # the client's disconnect, later
+
+    scope = {"type": "http", "method": "GET", "path": "/api/jobs/stream/", "headers": []}
+    with pytest.raises(TimeoutError):  # still waiting at 1 s: the 0.05 s deadline did not cut it
+        async_to_sync(BodyLimit(stream, limits, signed_in))(scope, client.receive, client.send)
+    assert seen == [{"type": "http.request", "body": b"", "more_body": False}]
+    assert client.sent == []

@@ -129,6 +129,9 @@ def test_the_streamed_parser_bounds_the_values_it_builds_outside_the_streamed_it
 
 
 @pytest.mark.parametrize(("field", "text", "where"), [
+    ("config", '{"batches": 2, "note": Infinity}', "a number JSON cannot hold"),
+    ("config", '{"batches": 2, "note": [NaN]}', "a number JSON cannot hold"),
+    ("config", '{"batches": 2, "note": {"a": -1e999}}', "a number JSON cannot hold"),
     ("config", '{"batches": 2, "note": "\\ud800"}', 'the value["note"] holds a lone surrogate'),
     ("hooks-0-parameters", '{"\\udc00": "1"}', "the value has a key that holds a lone surrogate"),
     ("hooks-0-parameters", '{"level": ["x", "a\\u0000b"]}', 'the value["level"][1] holds a NUL character'),

@@ -267,7 +267,7 @@ class KubernetesRunner:
         terminated = _terminated(pod) if pod is not None else None
         phase = pod.status.phase if pod is not None and pod.status else ""
         exit_code = terminated.exit_code if terminated is not None else None
-        log_tail = self._log_tail(pod.metadata.name) if pod is not None else ""
+        log_tail = self._log_tail(pod.metadata.name, spec.env) if pod is not None else ""
         if finished.type == "Complete":
             return HookStatus(Phase.SUCCEEDED, pod_phase=phase,
                               exit_code=0 if exit_code is None else exit_code, log_tail=log_tail)
@@ -283,7 +283,7 @@ class KubernetesRunner:
         return HookStatus(Phase.FAILED, pod_phase=phase, exit_code=exit_code,
                           reason=terminated.reason or finished.reason or "", log_tail=log_tail)
 
-    def _log_tail(self, pod_name: str) -> str:
+    def _log_tail(self, pod_name: str, env: Mapping[str, str]) -> str:
         """The last ``log_tail_chars`` characters of the hook's log ("" if unavailable).
 
         The API cuts a log by lines from its end (tailLines), then by bytes from the start
@@ -313,7 +313,8 @@ class KubernetesRunner:
                 break
             lines = max(1, min(lines // 2, data[:limit].count(b"\n") // 2))
         # Redacted before it is cut, so that a secret near the cut is still whole.
-        return jobs.redact_secrets(data[:limit].decode("utf-8", errors="replace"))[-self.log_tail_chars:]
+        return jobs.redact_secrets(data[:limit].decode("utf-8", errors="replace"),
+                                   env)[-self.log_tail_chars:]
 
     def _remove(self, name: str) -> None:
         """Delete a Job the poll gave up on, so that nothing of it stays pending."""

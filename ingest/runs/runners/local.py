@@ -174,22 +174,22 @@ class LocalRunner:
         except subprocess.TimeoutExpired:
             _kill_group(process)
             return HookStatus(Phase.FAILED, pod_phase="Failed", reason="DeadlineExceeded",
-                              log_tail=self._tail(output))
+                              log_tail=self._tail(spec, output))
         finally:
             if process.poll() is None:  # interrupted (the worker's own time limit)
                 _kill_group(process)
         if code == 0:
             return HookStatus(Phase.SUCCEEDED, pod_phase="Succeeded", exit_code=0,
-                              log_tail=self._tail(output))
+                              log_tail=self._tail(spec, output))
         return HookStatus(Phase.FAILED, pod_phase="Failed", exit_code=code, reason=_reason(code),
-                          log_tail=self._tail(output))
+                          log_tail=self._tail(spec, output))
 
-    def _tail(self, output: IO[bytes]) -> str:
+    def _tail(self, spec: HookSpec, output: IO[bytes]) -> str:
         output.seek(0, os.SEEK_END)
         size = output.tell()
         output.seek(max(0, size - LOG_READ_BYTES))
         # Redacted before it is cut, so that a secret near the cut is still whole.
-        text = jobs.redact_secrets(output.read().decode("utf-8", errors="replace"))
+        text = jobs.redact_secrets(output.read().decode("utf-8", errors="replace"), spec.env)
         return text[-self.log_tail_chars:] if self.log_tail_chars > 0 else ""
 
 

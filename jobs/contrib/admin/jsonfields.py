@@ -1,6 +1,7 @@
-"""The admin's JSON fields, read by the API's rule: no string PostgreSQL cannot store.
+"""The admin's JSON fields, read by the API's rule: nothing PostgreSQL cannot store.
 
 Django's form field decodes ``{"a": "\\ud800"}`` to a string holding a lone surrogate,
+and ``NaN``, ``Infinity`` or ``1e999`` to a float that is not a number JSON can hold,
 which jsonb refuses at the save: a 500 where a form error naming the problem belongs.
 ``StoredJSONField`` is that form error; ``use_everywhere`` makes it the form field of
 every model ``JSONField`` in every registered admin and its inlines.
@@ -8,6 +9,7 @@ every model ``JSONField`` in every registered admin and its inlines.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django import forms
@@ -29,6 +31,11 @@ class StoredJSONField(forms.JSONField):
             problem = stored_text_problem(converted, "the value")
             if problem:
                 raise forms.ValidationError(problem, code="unstorable")
+        if isinstance(value, str) and not _finite(converted):
+            # Python's json reads NaN, Infinity and an overflowing 1e999; JSON has none.
+            raise forms.ValidationError("the value holds a number JSON cannot hold (NaN, "
+                                        "Infinity, or one too large such as 1e999)",
+                                        code="unstorable")
         return converted
 
     def bound_data(self, data: Any, initial: Any) -> Any:
@@ -38,6 +45,20 @@ class StoredJSONField(forms.JSONField):
         if isinstance(data, str) and may_not_store(data) and stored_text_problem(bound, ""):
             return InvalidJSONInput(data)
         return bound
+
+
+def _finite(value: Any) -> bool:
+    """Whether every number in decoded JSON ``value`` is finite (iterative: any depth)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return False
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
 
 
 def use_everywhere(site: AdminSite) -> None:

@@ -61,7 +61,7 @@ from exports.models import (
     TrinoBinding,
 )
 from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
-from tenancy.owned_admin import TenantOwnedAdmin, is_platform_operator
+from tenancy.owned_admin import PlatformWritesAdmin, TenantOwnedAdmin, is_platform_operator
 from tenancy.scoping import scope_queryset
 
 OPERATE_SNAPSHOTS = "exports.change_snapshot"
@@ -625,7 +625,7 @@ CATALOG_OR_ROLE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
 
 
 @admin.register(TrinoBinding)
-class TrinoBindingAdmin(admin.ModelAdmin):
+class TrinoBindingAdmin(PlatformWritesAdmin, admin.ModelAdmin):
     """Every tenant's queries go to Trino as one shared user: the role and catalogs they
     run under are the platform's to give, so only platform operators add or change a
     binding; a tenant's staff see their own, read-only."""
@@ -661,15 +661,6 @@ class TrinoBindingAdmin(admin.ModelAdmin):
     @admin.display(description="allowed catalogs")
     def catalog_list(self, binding: TrinoBinding) -> str:
         return ", ".join(binding.catalogs) if isinstance(binding.catalogs, list) else "—"
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return is_platform_operator(request) and super().has_add_permission(request)
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return is_platform_operator(request) and super().has_change_permission(request, obj)
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return is_platform_operator(request) and super().has_delete_permission(request, obj)
 
     def save_model(self, request: HttpRequest, obj: TrinoBinding, form: Any, change: bool) -> None:
         obj.updated_by = request.user

@@ -22,6 +22,23 @@ def is_platform_operator(request: HttpRequest) -> bool:
     return tenant_scope(request.user) is True
 
 
+class PlatformWritesAdmin:
+    """Mix in before ``admin.ModelAdmin`` for rows that are the platform's to give (a
+    hook catalogue entry, a tenant's engine identity): only platform operators add,
+    change or delete them; a tenant's staff may at most view what their queryset shows."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return is_platform_operator(request) and super().has_add_permission(request)  # type: ignore[misc]
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return (is_platform_operator(request)
+                and super().has_change_permission(request, obj))  # type: ignore[misc]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return (is_platform_operator(request)
+                and super().has_delete_permission(request, obj))  # type: ignore[misc]
+
+
 class TenantOwnedAdmin:
     """Mix in before ``admin.ModelAdmin``; ``form`` is a ModelForm with ``fixed_tenant``."""
 

@@ -42,7 +42,7 @@ from ingest.runs.models import (
 )
 from ingest.runs.rendering import countdown, status_badge
 from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
-from tenancy.owned_admin import TenantOwnedAdmin, is_platform_operator
+from tenancy.owned_admin import PlatformWritesAdmin, TenantOwnedAdmin, is_platform_operator
 from tenancy.scoping import scope_queryset, tenant_scope
 
 CSS = "ingest/runs.css"
@@ -138,7 +138,7 @@ def _tenant_of(request: HttpRequest) -> int | None:
 
 
 @admin.register(HookTemplate)
-class HookTemplateAdmin(admin.ModelAdmin):
+class HookTemplateAdmin(PlatformWritesAdmin, admin.ModelAdmin):
     """The catalogue is the platform's: platform operators define its entries. A tenant's
     staff see the entries offered to their tenant, read only, without the fixed
     environment or which other tenants are offered them."""
@@ -177,15 +177,6 @@ class HookTemplateAdmin(admin.ModelAdmin):
         return [(title, {**options, "fields": [f for f in options["fields"]
                                                if f not in self.OPERATORS_ONLY]})
                 for title, options in self.fieldsets]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return is_platform_operator(request) and super().has_add_permission(request)
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return is_platform_operator(request) and super().has_change_permission(request, obj)
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return is_platform_operator(request) and super().has_delete_permission(request, obj)
 
     @admin.display(description="command")
     def command_display(self, entry: HookTemplate) -> str:

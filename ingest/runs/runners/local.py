@@ -39,7 +39,6 @@ import errno
 import functools
 import os
 import pwd
-import re
 import resource
 import signal
 import socket
@@ -55,6 +54,7 @@ from typing import IO
 import fsspec
 
 import jobs
+from ingest.runs import catalogue
 from ingest.runs.errors import PermanentRunnerError, TransientResourceError
 from ingest.runs.runners.base import HookSpec, HookStatus, Phase
 from intake import conf as intake_conf
@@ -68,11 +68,6 @@ CPU_GRACE_SECONDS = 5
 # Errors of exec(2) that say the host is short of something: pressure, tried again later.
 # Every other error (E2BIG, ENAMETOOLONG, ENOEXEC, EACCES, ENOENT, ...) is the spec's.
 PRESSURE_ERRNOS = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE})
-# Kubernetes memory quantities, as a hook's memory limit is written ("512Mi", "1G").
-_QUANTITY = re.compile(r"(?P<number>\d+(?:\.\d+)?)(?P<unit>[KMGTPE]i?|k|m)?\Z")
-_UNITS = {"": 1, "k": 1000, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4,
-          "P": 1000**5, "E": 1000**6, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3,
-          "Ti": 1024**4, "Pi": 1024**5, "Ei": 1024**6, "m": 0.001}
 # prctl(2) options (linux/prctl.h).
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -244,10 +239,10 @@ def memory_bytes(quantity: str) -> int | None:
     """A Kubernetes memory quantity in bytes ("512Mi" → 536870912); None if unset."""
     if not quantity:
         return None
-    match = _QUANTITY.match(quantity.strip())
-    if match is None:
+    value = catalogue.quantity(quantity.strip())
+    if value is None:
         raise PermanentRunnerError(f"memory limit {quantity!r} is not a Kubernetes quantity")
-    return int(float(match["number"]) * _UNITS[match["unit"] or ""])
+    return int(value)
 
 
 def _confine(spec: HookSpec, limits: Limits, parent: int,

@@ -4,31 +4,18 @@ STREAMS_MAX_PER_USER; a closed stream frees its slot; other users are not counte
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import AsyncClient
 
-from jobs.streams.hub import get_hub
 from jobs.streams.ws import TOO_MANY_STREAMS, JobEventsConsumer
 from tests.base import make_job, staff, tenant
+from tests.jobs.builders import run_streams
 
 pytestmark = pytest.mark.django_db(transaction=True)
-T = TypeVar("T")
-
-
-def run(main: Callable[[], Awaitable[T]]) -> T:
-    async def bounded() -> T:
-        try:
-            return await asyncio.wait_for(main(), 20)
-        finally:
-            await get_hub().stop()
-
-    return asyncio.run(bounded())
 
 
 @pytest.fixture
@@ -66,7 +53,7 @@ def test_an_sse_stream_past_the_cap_is_a_429_naming_it_and_a_closed_one_frees_it
             await sync_to_async(response.close)()
         return [*(r.status_code for r in held), refused, others.status_code, again.status_code]
 
-    *held, refused, others, again = run(main)
+    *held, refused, others, again = run_streams(main)
     assert held == [200, 200]
     assert refused.status_code == 429 and int(refused["Retry-After"]) > 0
     assert refused.json() == {"detail": "You have 2 event streams open, the most one user may "
@@ -97,7 +84,7 @@ def test_a_websocket_past_the_cap_is_closed_with_4429_and_sse_and_websockets_sha
         await sync_to_async(sse.close)()
         return sse.status_code, refusal, closed, served
 
-    sse, refusal, closed, served = run(main)
+    sse, refusal, closed, served = run_streams(main)
     assert sse == 200
     assert refusal == {"error": "You have 2 event streams open, the most one user may "
                                 "(STREAMS_MAX_PER_USER): close one to open another.", "limit": 2}

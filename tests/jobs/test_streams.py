@@ -28,19 +28,10 @@ from jobs.models import Job, JobEvent
 from jobs.streams.hub import Filter, Subscription, get_hub
 from jobs.streams.ws import JobEventsConsumer
 from tests.base import make_job, run_next, staff, tenant
+from tests.jobs.builders import run_streams
 
 pytestmark = pytest.mark.django_db(transaction=True)
 T = TypeVar("T")
-
-
-def run(main: Callable[[], Awaitable[T]]) -> T:
-    async def bounded() -> T:
-        try:
-            return await asyncio.wait_for(main(), 20)
-        finally:
-            await get_hub().stop()
-
-    return asyncio.run(bounded())
 
 
 def db(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
@@ -110,7 +101,7 @@ def test_the_hub_fans_out_by_filter_and_tenant():
         assert not other_type.pending
         return got
 
-    got = run(main)
+    got = run_streams(main)
     assert [e["job"] for e in got["job"]] == [mine.pk, mine.pk]
     assert [e["kind"] for e in got["job"]] == ["claimed", "succeeded"]
     assert {e["job"] for e in got["pipeline"]} == {theirs.pk}
@@ -139,7 +130,7 @@ def test_sse_replay_after_last_event_id_sends_exactly_what_was_missed_then_ends(
         assert response.status_code == 200 and response["Content-Type"] == "text/event-stream"
         return await read_stream(response)
 
-    frames = parse_sse(run(main))
+    frames = parse_sse(run_streams(main))
     assert [int(i) for name, _, i in frames if name == "job"] == history[2:]
     assert frames[-1][:2] == ("end", {"pipeline": str(parent.pipeline_id), "state": "succeeded"})
 
@@ -154,7 +145,7 @@ def test_sse_sends_live_events_then_end_when_the_job_finishes():
         response = await client.get(f"/jobs/{job.pk}/events")
         return await read_after_open(response, db(run_next))
 
-    frames = parse_sse(run(main))
+    frames = parse_sse(run_streams(main))
     assert [data["kind"] for name, data, _ in frames if name == "job"] == ["claimed", "succeeded"]
     assert frames[-1][:2] == ("end", {"job": job.pk, "state": "succeeded"})
 
@@ -169,7 +160,8 @@ def test_sse_of_a_failed_pipeline_ends_failed():
         await client.aforce_login(user)
         return await read_stream(await client.get(f"/sync/pipelines/{job.pipeline_id}/events"))
 
-    assert parse_sse(run(main)) == [("end", {"pipeline": str(job.pipeline_id), "state": "failed"}, None)]
+    assert parse_sse(run_streams(main)) == [
+        ("end", {"pipeline": str(job.pipeline_id), "state": "failed"}, None)]
 
 
 @pytest.mark.parametrize("value", ["abc", "-3", "1.5"])
@@ -183,7 +175,7 @@ def test_a_bad_last_event_id_is_a_400(value):
         response = await client.get(f"/jobs/{job.pk}/events", headers={"Last-Event-ID": value})
         return response.status_code
 
-    assert run(main) == 400
+    assert run_streams(main) == 400
 
 
 def test_anonymous_sse_gets_401_and_no_events_and_a_token_works():
@@ -200,7 +192,7 @@ def test_anonymous_sse_gets_401_and_no_events_and_a_token_works():
                                 headers={"Authorization": f"Token {key}"})
         return anonymous, bad, await read_stream(good)
 
-    anonymous, bad, text = run(main)
+    anonymous, bad, text = run_streams(main)
     assert anonymous.status_code == 401 and not anonymous.streaming
     assert bad.status_code == 401
     assert [name for name, _, _ in parse_sse(text)] == ["job", "job", "end"]
@@ -217,7 +209,7 @@ def test_another_tenants_job_and_pipeline_are_404():
             f"/jobs/{job.pk}/events", f"/sync/pipelines/{job.pipeline_id}/events",
             "/jobs/999999/events")]
 
-    assert run(main) == [404, 404, 404]
+    assert run_streams(main) == [404, 404, 404]
 
 
 def communicator(user: Any) -> WebsocketCommunicator:
@@ -250,7 +242,7 @@ def test_websocket_subscriptions_deliver_events_and_answer_errors():
         await ws.disconnect()
         return replies
 
-    replies = run(main)
+    replies = run_streams(main)
     assert replies[0] == {"subscribed": {"jobs": [mine.pk]}, "refused": []}
     assert replies[1] == {"error": f"job {foreign.pk} not found"}
     assert "error" in replies[2] and "error" in replies[3]
@@ -268,7 +260,7 @@ def test_an_anonymous_websocket_is_closed_with_4401():
         assert connected
         return await ws.receive_output(5)
 
-    assert run(main) == {"type": "websocket.close", "code": 4401}
+    assert run_streams(main) == {"type": "websocket.close", "code": 4401}
 
 
 def test_every_insert_path_is_notified():
@@ -284,7 +276,7 @@ def test_every_insert_path_is_notified():
         await db(insert)()
         return await collect(sub, 3)
 
-    assert [e["message"] for e in run(main)] == ["n0", "n1", "n2"]
+    assert [e["message"] for e in run_streams(main)] == ["n0", "n1", "n2"]
     assert Job.objects.get(pk=job.pk).state == "pending"
 
 
@@ -309,7 +301,7 @@ def test_sse_replay_of_a_mixed_pipeline_shows_only_the_readers_tenant():
         return await read_stream(await client.get(f"/sync/pipelines/{ingest.pipeline_id}/events",
                                                   {"last_event_id": 0}))
 
-    frames = parse_sse(run(main))
+    frames = parse_sse(run_streams(main))
     assert [int(i) for name, _, i in frames if name == "job"] == event_ids(job=acme)
     assert frames[-1][:2] == ("end", {"pipeline": str(ingest.pipeline_id), "state": "succeeded"})
 
@@ -328,7 +320,7 @@ def test_live_sse_of_a_mixed_pipeline_shows_only_the_readers_tenant():
         response = await client.get(f"/sync/pipelines/{ingest.pipeline_id}/events")
         return await read_after_open(response, db(run_all))
 
-    frames = parse_sse(run(main))
+    frames = parse_sse(run_streams(main))
     assert {data["job"] for name, data, _ in frames if name == "job"} == {acme.pk}
     assert frames[-1][:2] == ("end", {"pipeline": str(ingest.pipeline_id), "state": "succeeded"})
     # A platform operator sees the whole pipeline, and its end is Globex's failure.
@@ -340,7 +332,7 @@ def test_live_sse_of_a_mixed_pipeline_shows_only_the_readers_tenant():
         return await read_stream(await client.get(f"/sync/pipelines/{ingest.pipeline_id}/events",
                                                   {"last_event_id": 0}))
 
-    frames = parse_sse(run(whole))
+    frames = parse_sse(run_streams(whole))
     assert {data["job"] for name, data, _ in frames if name == "job"} == {ingest.pk, acme.pk, globex.pk}
     assert frames[-1][:2] == ("end", {"pipeline": str(ingest.pipeline_id), "state": "failed"})
 
@@ -382,7 +374,7 @@ def test_a_replay_resends_an_event_committed_after_a_larger_id():
         await chunks.aclose()
         return text
 
-    assert early[0] in [int(i) for name, _, i in parse_sse(run(main)) if name == "job"]
+    assert early[0] in [int(i) for name, _, i in parse_sse(run_streams(main)) if name == "job"]
 
 
 def test_an_sse_response_never_read_holds_no_subscription():
@@ -396,7 +388,7 @@ def test_an_sse_response_never_read_holds_no_subscription():
         assert response.status_code == 200
         return len(get_hub().subscribers)
 
-    assert run(main) == 0
+    assert run_streams(main) == 0
 
 
 def test_a_subscribe_cancelled_while_the_hub_starts_leaves_no_subscriber():
@@ -409,7 +401,7 @@ def test_a_subscribe_cancelled_while_the_hub_starts_leaves_no_subscriber():
             await task
         return len(hub.subscribers)
 
-    assert run(main) == 0
+    assert run_streams(main) == 0
 
 
 def test_a_jobs_subscription_takes_the_visible_ids_and_names_the_refused():
@@ -428,7 +420,7 @@ def test_a_jobs_subscription_takes_the_visible_ids_and_names_the_refused():
         await ws.disconnect()
         return ack, event
 
-    ack, event = run(main)
+    ack, event = run_streams(main)
     assert ack == {"subscribed": {"jobs": [mine.pk]}, "refused": [foreign.pk, 999999]}
     assert event["event"]["job"] == mine.pk
 
@@ -447,7 +439,7 @@ def test_a_lagging_websocket_is_closed_with_4000_and_opens_no_channel_layer():
         sub.cut_loose()
         return await ws.receive_output(5)
 
-    assert run(main) == {"type": "websocket.close", "code": 4000}
+    assert run_streams(main) == {"type": "websocket.close", "code": 4000}
     assert JobEventsConsumer.channel_layer_alias not in settings.CHANNEL_LAYERS
 
 
@@ -469,7 +461,7 @@ def test_sse_replay_shows_members_the_failure_message_and_staff_the_traceback():
     async def main() -> tuple[str, str]:
         return await failure(member), await failure(staffer)
 
-    seen_by_member, seen_by_staff = run(main)
+    seen_by_member, seen_by_staff = run_streams(main)
     assert seen_by_member == "attempts exhausted (1): RuntimeError: unexpected"
     assert seen_by_staff.startswith(seen_by_member + "\n") and '  File "' in seen_by_staff
 
@@ -493,6 +485,6 @@ def test_live_websocket_events_show_members_the_failure_message_only():
             await ws.disconnect()
         return failed
 
-    failed = run(main)
+    failed = run_streams(main)
     assert failed["member"] == "attempts exhausted (1): RuntimeError: unexpected"
     assert '  File "' in failed["staff"]

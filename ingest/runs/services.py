@@ -221,16 +221,10 @@ def record_hook_failure(execution: HookExecution, *, reason: str, exit_code: int
                         ) -> IngestRun:
     """A hook failed its batch: keep why on the execution, count it on the run, and end
     the run when its failures reach ``max_failures`` (or nothing else is left)."""
-    now = jobs.now()
-    HookExecution.objects.filter(pk=execution.pk).update(
-        status=ExecutionStatus.FAILED, reason=reason[:4000], exit_code=exit_code,
-        log_tail=log_tail, pod_phase=pod_phase or execution.pod_phase, finished_at=now)
-    IngestBatch.objects.filter(pk=execution.batch_id).update(
-        status=BatchStatus.HOOKS_FAILED, checked_at=now)
-    run = IngestRun.objects.select_for_update(no_key=True).get(batches=execution.batch_id)
+    run = _fail_execution(execution, reason, exit_code=exit_code, log_tail=log_tail,
+                          pod_phase=pod_phase or execution.pod_phase)
     if run.finished:
         return run
-    IngestRun.objects.filter(pk=run.pk).update(hook_failures=F("hook_failures") + 1)
     run.refresh_from_db()
     if run.hook_failures >= run.max_failures:
         return fail_run(run, f"{run.hook_failures} hook failures reached the run's limit of "
@@ -239,21 +233,29 @@ def record_hook_failure(execution: HookExecution, *, reason: str, exit_code: int
     return settle(run, current_job=current_job)
 
 
+def _fail_execution(execution: HookExecution, reason: str, **fields: Any) -> IngestRun:
+    """Mark the execution and its batch failed; its run, locked, with the failure counted
+    unless the run had already ended (then returned as it is, finished)."""
+    now = jobs.now()
+    HookExecution.objects.filter(pk=execution.pk).update(
+        status=ExecutionStatus.FAILED, reason=reason[:4000], finished_at=now, **fields)
+    IngestBatch.objects.filter(pk=execution.batch_id).update(
+        status=BatchStatus.HOOKS_FAILED, checked_at=now)
+    run = IngestRun.objects.select_for_update(no_key=True).get(batches=execution.batch_id)
+    if not run.finished:
+        IngestRun.objects.filter(pk=run.pk).update(hook_failures=F("hook_failures") + 1)
+    return run
+
+
 def refuse_hook(execution: HookExecution, *, reason: str, current_job: int | None = None
                 ) -> IngestRun:
     """A hook may not run (its catalogue entry is disabled, withdrawn from the tenant, or
     no longer fits the hook's values): the execution and its batch fail with ``reason``,
     and so does the run, at once: its other batches would meet the same refusal. In the
     caller's transaction."""
-    now = jobs.now()
-    HookExecution.objects.filter(pk=execution.pk).update(
-        status=ExecutionStatus.FAILED, reason=reason[:4000], finished_at=now)
-    IngestBatch.objects.filter(pk=execution.batch_id).update(
-        status=BatchStatus.HOOKS_FAILED, checked_at=now)
-    run = IngestRun.objects.select_for_update(no_key=True).get(batches=execution.batch_id)
+    run = _fail_execution(execution, reason)
     if run.finished:
         return run
-    IngestRun.objects.filter(pk=run.pk).update(hook_failures=F("hook_failures") + 1)
     return fail_run(run, f"{reason} (batch {execution.batch.sequence})", current_job=current_job)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -63,6 +63,9 @@ class JobContext:
     # Set when the worker running this job is shutting down (a handler that waits in a
     # loop ends early instead of holding the shutdown up).
     stopping: threading.Event = field(default_factory=threading.Event)
+    # Set by the worker running the job: hands back the rest of its batch
+    # (``hand_back_others``). None outside a worker, where nothing else is held.
+    hand_back: Callable[[], int] | None = field(default=None, repr=False)
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -90,6 +93,24 @@ class JobContext:
         """Wait up to ``seconds``; True at once if the worker is stopping meanwhile. For a
         handler that works in rounds and should end the job, not hold up the shutdown."""
         return self.stopping.wait(max(0.0, seconds))
+
+    def hand_back_others(self) -> int:
+        """Hand back, now, the jobs claimed with this one that have not started, so that
+        other workers run them while this handler waits; returns how many went back.
+
+        Call it before a long wait on something outside (a local process that runs for
+        minutes). A worker runs the jobs it claimed one after the other, so every job
+        claimed after this one would otherwise sit "running" with no attempt counted
+        until the wait ends, however many workers are idle. They go back as a stopping
+        worker hands its batch back: pending, their attempts uncounted, other workers
+        woken. This worker stops renewing their leases and claims anew once this job
+        ends. Outside a worker (a bare context in a test) nothing is held: 0.
+
+        Raises ``RuntimeError`` inside a transaction opened since the job started (that
+        of an ``atomic=True`` handler, or the handler's own): the hand-back would
+        commit, or roll back, with it instead of now.
+        """
+        return 0 if self.hand_back is None else self.hand_back()
 
     def chain(self, name: str, payload: dict[str, Any] | None = None, **options: Any) -> None:
         """Enqueue ``name`` when this job succeeds, in the same transaction, in its pipeline.

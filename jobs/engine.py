@@ -660,10 +660,11 @@ def snooze(job: Job, token: uuid.UUID, seconds: float, *, message: str = "",
 
 
 def release(jobs: Sequence[Job], token: uuid.UUID, *, worker: str = "",
-            started: Iterable[int] = ()) -> int:
-    """Hand back jobs whose handlers did not run (batch ran long, or shutdown). Their
-    attempts were never counted, except for those in ``started`` (counted, then not
-    run after all): theirs is given back."""
+            started: Iterable[int] = (), message: str = "handed back unstarted") -> int:
+    """Hand back jobs whose handlers did not run (batch ran long, shutdown, or a job of
+    the batch is about to wait on something outside). Their attempts were never
+    counted, except for those in ``started`` (counted, then not run after all): theirs
+    is given back. ``message`` says why in their history."""
     if not jobs:
         return 0
     now = clock.now()
@@ -680,7 +681,7 @@ def release(jobs: Sequence[Job], token: uuid.UUID, *, worker: str = "",
             state=State.PENDING, attempts=F("attempts") - 1, **NO_LEASE)
         JobEvent.objects.bulk_create(
             JobEvent(job_id=pk, at=now, kind=Kind.RELEASED, from_state=State.RUNNING,
-                     to_state=State.PENDING, worker=worker, message="handed back unstarted")
+                     to_state=State.PENDING, worker=worker, message=message)
             for pk in released
         )
         if released:

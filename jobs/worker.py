@@ -92,7 +92,10 @@ class EngineWorker:
                                   application_name=f"conveyor listen {self.name}")
         self._lock = threading.Lock()
         self._token: uuid.UUID | None = None
+        self._batch: list[Job] = []
         self._held: set[int] = set()
+        # A handler of the batch handed back the rest of it (ctx.hand_back_others).
+        self._handed_back = False
         # Jobs of the held batch whose attempts were counted (engine.start).
         self._started: set[int] = set()
         self._current: tuple[int, ProgressSlot] | None = None
@@ -213,7 +216,7 @@ class EngineWorker:
         self.leases.claimed(batch.token, sent_at, _shortest_lease(batch.jobs))
         with self._lock:
             self._token, self._held = batch.token, {job.pk for job in batch.jobs}
-            self._started = set()
+            self._batch, self._started, self._handed_back = batch.jobs, set(), False
         claimed_at, ran = time.monotonic(), 0
         try:
             while ran < len(batch.jobs):
@@ -221,6 +224,8 @@ class EngineWorker:
                     self._unstarted = (batch.token, batch.jobs[ran:], set(self._started))
                     break
                 ran += self._run_group(batch.jobs[ran:], batch.token)
+                if self._handed_back:  # what had not started is pending again
+                    break
         except BaseException:  # SystemExit from a handler too: what never started goes back
             self._unstarted = (batch.token, self._not_started(batch.jobs), set(self._started))
             raise
@@ -228,6 +233,7 @@ class EngineWorker:
             self.leases.finished()
             with self._lock:
                 self._token, self._held, self._started = None, set(), set()
+                self._batch, self._handed_back = [], False
         self._hand_back_unstarted()
         if ran:
             per_job = (time.monotonic() - claimed_at) / ran
@@ -412,7 +418,11 @@ class EngineWorker:
                             extra={"job": job.pk, "worker": self.name})
                 return "lost"
         handler = registry.get(job.type)
-        ctx = JobContext(job=job, clock=clock.get_clock(), worker=self.name, stopping=self.stopping)
+        # Transactions open now are the caller's (a commit group's, a test's); one opened
+        # later, by the handler or around it, refuses a hand-back (``_hand_back_others``).
+        depth = len(connection.atomic_blocks)
+        ctx = JobContext(job=job, clock=clock.get_clock(), worker=self.name, stopping=self.stopping,
+                         hand_back=lambda: self._hand_back_others(job, token, handler, depth))
         with self._lock:
             self._current = (job.pk, ctx.progress_slot)
         started = time.perf_counter()
@@ -455,6 +465,44 @@ class EngineWorker:
                            exc_info=True, extra={"job": job.pk, "type": job.type})
             state = engine.fail(job, token, _describe(error, with_traceback=True), worker=self.name)
             return "retried" if state == Job.State.PENDING else "failed"
+
+    def _hand_back_others(self, job: Job, token: uuid.UUID, handler: registry.Handler | None,
+                          depth: int) -> int:
+        """``ctx.hand_back_others`` of ``job``: release the jobs of its batch that have not
+        started, committed at once, and end the batch after ``job``; returns how many.
+
+        Only jobs still held under ``token`` go back, and ``engine.release`` fences each
+        by it. Those whose attempts were counted (``_started``) get them back. The
+        heartbeat stops renewing them once the release has committed; until then it
+        may renew them, which the release's row locks and token make harmless.
+        """
+        if (handler is not None and handler.atomic) or len(connection.atomic_blocks) > depth:
+            why = (f"its handler {job.type!r} is atomic, so it runs inside the transaction "
+                   f"that records its outcome" if handler is not None and handler.atomic
+                   else "it is called inside a transaction")
+            raise RuntimeError(
+                f"job {job.pk} cannot hand back the jobs claimed with it: {why}, and the "
+                f"hand-back would commit or roll back with that transaction instead of now. "
+                f"Call it outside any transaction, from a handler declared atomic=False.")
+        with self._lock:
+            if self._token != token:
+                return 0
+            others = [other for other in self._batch
+                      if other.pk in self._held and other.pk != job.pk]
+            counted = self._started & {other.pk for other in others}
+        if not others:
+            return 0
+        released = engine.release(
+            others, token, worker=self.name, started=counted,
+            message=f"handed back unstarted: job {job.pk} of its batch waits on something "
+                    f"outside")
+        with self._lock:
+            self._held -= {other.pk for other in others}
+            self._started -= counted
+            self._handed_back = True
+        logger.info("worker %s: job %s handed back %d jobs claimed with it", self.name, job.pk,
+                    released, extra={"job": job.pk, "worker": self.name})
+        return released
 
     def _timed_out(self, job: Job, token: uuid.UUID, timeout: HandlerTimeout) -> str:
         """A handler interrupted at its time limit: a transient failure of the attempt."""

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from rest_framework import serializers
 
 import jobs
@@ -263,3 +263,37 @@ def _take_lease(job_id: int) -> None:
                            [job_id])
     finally:
         other.close()
+
+
+@jobs.handler("tests.hand_back_and_wait", atomic=False, max_attempts=2, lease=2)
+def hand_back_and_wait(ctx: jobs.JobContext) -> dict[str, Any]:
+    """Hands back the jobs claimed with it (inside a transaction of its own with
+    ``in_transaction``), notes what it then sees of every other job (id, state, attempts,
+    latest history kind), marks that it started and waits, bounded, for the payload's
+    release file: a handler about to wait for minutes on a local process."""
+    from jobs.models import Job, JobEvent
+
+    if ctx.payload.get("in_transaction"):
+        with transaction.atomic():
+            handed_back = ctx.hand_back_others()
+    else:
+        handed_back = ctx.hand_back_others()
+    others = [[pk, state, attempts,
+               JobEvent.objects.filter(job_id=pk).order_by("-id").values_list("kind", flat=True)
+               .first()]
+              for pk, state, attempts in Job.objects.exclude(pk=ctx.job.pk).order_by("pk")
+              .values_list("pk", "state", "attempts")]
+    if "started" in ctx.payload:
+        Path(ctx.payload["started"]).write_text(f"{os.getpid()} {ctx.attempt}\n")
+    if "release" in ctx.payload:
+        release = Path(ctx.payload["release"])
+        deadline = time.monotonic() + ctx.payload.get("max_wait", 60)
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    return {"handed_back": handed_back, "others": others}
+
+
+@jobs.handler("tests.atomic_hand_back", max_attempts=1)
+def atomic_hand_back(ctx: jobs.JobContext) -> int:
+    """An atomic handler trying to hand back its batch: refused."""
+    return ctx.hand_back_others()

@@ -15,6 +15,8 @@ The public API, for the domain apps and users' own code::
     jobs.publish("ReportRebuilt", {"report": 7})         # outbox: one delivery job per subscriber
     parts = jobs.enqueue_many("reports.part", [{"part": n} for n in range(8)])
     jobs.enqueue("reports.merge", after=parts)           # fan-in: runs once all eight finished
+    raise jobs.Snooze(300, "breaker open", wake_on="breaker:reports")  # in a handler: wait
+    jobs.wake("breaker:reports")                         # ...and end that wait early
 
 ``import jobs`` runs while Django loads its apps, before the models can be imported (an
 installed app's package is imported first), so everything it imports here must not
@@ -58,6 +60,7 @@ from jobs.public import (
     retry,
     run_now,
     run_until_idle,
+    wake,
 )
 from jobs.redaction import redact_secrets
 from jobs.registry import Handler, handler
@@ -107,4 +110,5 @@ __all__ = [
     "run_now",
     "run_until_idle",
     "storable_json",
+    "wake",
 ]

@@ -23,7 +23,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 
-from jobs import arguments, clock, conf, registry, sql
+from jobs import arguments, clock, conf, errors, registry, sql
 from jobs.backoff import DEFAULT_BACKOFF
 from jobs.conf import WORKER_STALE_SECONDS
 from jobs.enqueueing import ChildSpec, Enqueued, Prerequisite
@@ -426,7 +426,7 @@ def _start(ids: list[int], picked: list[tuple[int, str, str | None, int]], token
         count += Job.objects.filter(pk__in=pks).update(
             state=State.RUNNING, locked_by=worker, locked_at=now,
             heartbeat_at=now, lease_expires_at=now + timedelta(seconds=lease),
-            lease_token=token, started_at=Coalesce(F("started_at"), now),
+            lease_token=token, started_at=Coalesce(F("started_at"), now), wake_key=None,
         )
     return count
 
@@ -647,16 +647,39 @@ def fail(job: Job, token: uuid.UUID, error: str, *, permanent: bool = False,
 
 
 def snooze(job: Job, token: uuid.UUID, seconds: float, *, message: str = "",
-           worker: str = "") -> None:
-    """Put the job back to sleep for ``seconds``, giving its attempt back."""
+           worker: str = "", wake_on: str | None = None) -> None:
+    """Put the job back to sleep for ``seconds``, giving its attempt back. With
+    ``wake_on``, ``wake`` of that key ends the sleep early; without, no earlier key
+    does."""
     now = clock.now()
     with transaction.atomic():
         run_after = now + timedelta(seconds=seconds)
         if not _fenced(job, token).update(state=State.PENDING, run_after=run_after,
-                                          attempts=F("attempts") - 1, **NO_LEASE):
+                                          attempts=F("attempts") - 1, wake_key=wake_on,
+                                          **NO_LEASE):
             raise _lease_lost(job, token, worker, "snooze")
+        message = message or f"until {run_after:%H:%M:%S}"
+        if wake_on is not None:
+            message += f" (or until {wake_on!r} is woken)"
         _event(job, Kind.SNOOZED, State.RUNNING, State.PENDING, attempt=job.attempts,
-               worker=worker, at=now, message=message or f"until {run_after:%H:%M:%S}")
+               worker=worker, at=now, message=message)
+
+
+def wake(key: str) -> int:
+    """Make every job snoozed with ``wake_on=key`` due now; returns how many.
+
+    For the job that changed the condition the snoozed jobs wait for (a probe that
+    closed a circuit breaker): they run now rather than a whole snooze later. Only
+    pending jobs still asleep are touched: one running, finished, or already due is
+    left alone, and one snoozed again with the key after this is woken by the next
+    wake. Each gets a ``woken`` history row, and the workers serving its queue a NOTIFY.
+    Runs in the caller's transaction, and takes effect when it commits (NOTIFY is
+    delivered on commit). A key nobody waits on costs one probe of an almost empty
+    index (``job_wake_key_idx``).
+    """
+    params = {"key": errors.wake_key(key, "key"), "now": clock.now(), "channel": CHANNEL,
+              "message": f"woken by {key!r}"}
+    return sql.execute(sql.wake(), params).fetchone()[0]
 
 
 def release(jobs: Sequence[Job], token: uuid.UUID, *, worker: str = "",
@@ -797,7 +820,8 @@ def _operator_change(job: Job, action: str, kind: str, actor: Any, message: str,
         from_state = current.state
         try:
             with transaction.atomic():
-                Job.objects.filter(pk=job.pk).update(**fields)
+                # Whatever the action, the job no longer sleeps on a wake key.
+                Job.objects.filter(pk=job.pk).update(**fields, wake_key=None)
         except IntegrityError:
             raise IllegalTransition(_key_taken(current, action)) from None
         current.refresh_from_db()
@@ -900,7 +924,7 @@ def _cancel_dependants(parent_id: int, now: datetime) -> None:
         ids = [pk for pk, _ in waiting]
         Job.objects.filter(pk__in=ids).update(
             state=State.CANCELLED, finished_at=now, error_kind=Job.ErrorKind.PARENT_FAILED,
-            last_error="its parent job did not succeed")
+            last_error="its parent job did not succeed", wake_key=None)
         JobEvent.objects.bulk_create(
             JobEvent(job_id=pk, at=now, kind=Kind.CANCELLED, from_state=State.PENDING,
                      to_state=State.CANCELLED, message=f"parent job {parent} did not succeed")

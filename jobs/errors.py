@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
+# A wake key (``Snooze(wake_on=...)``, ``jobs.wake``): short, printable ASCII without
+# spaces, so that it reads the same in a log, a URL and the admin.
+WAKE_KEY_LENGTH = 200
+_WAKE_KEY = re.compile(rf"[!-~]{{1,{WAKE_KEY_LENGTH}}}")
+
 
 class JobError(Exception):
     """Base class of the engine's own exceptions."""
@@ -16,13 +24,21 @@ class PermanentError(JobError):
 
 
 class Snooze(JobError):
-    """Come back in ``seconds`` without spending an attempt (polling a slow system)."""
+    """Come back in ``seconds`` without spending an attempt (polling a slow system).
 
-    def __init__(self, seconds: float, message: str = "") -> None:
+    ``wake_on`` names what the job waits for ("breaker:acme:api.example.com"):
+    ``jobs.wake`` with that key makes it due at once, so a job waiting for a condition
+    that another job changes (a probe closing a circuit breaker) runs when it changed,
+    not a whole snooze later. Keys are shared by every tenant: name the tenant in the
+    key when the condition is the tenant's.
+    """
+
+    def __init__(self, seconds: float, message: str = "", *, wake_on: str | None = None) -> None:
         if seconds < 0:
             raise ValueError("a snooze cannot go back in time")
         super().__init__(message or f"snoozed for {seconds:g}s")
         self.seconds = float(seconds)
+        self.wake_on = None if wake_on is None else wake_key(wake_on, "wake_on")
 
 
 class UnknownJobType(JobError, ValueError):
@@ -53,3 +69,12 @@ class LeaseLost(JobError):
 
 class IllegalTransition(JobError):
     """An operator asked for a change the job's current state does not allow."""
+
+
+def wake_key(value: Any, argument: str) -> str:
+    """``value`` if it is a wake key; else ``InvalidArgument`` naming ``argument``."""
+    if isinstance(value, str) and _WAKE_KEY.fullmatch(value):
+        return value
+    shown = repr(value) if len(repr(value)) <= 60 else f"a {type(value).__name__}"
+    raise InvalidArgument(argument, f"{argument} must be 1 to {WAKE_KEY_LENGTH} printable ASCII "
+                                    f"characters without spaces, got {shown}")

@@ -17,6 +17,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from jobs.errors import WAKE_KEY_LENGTH
+
 
 class JobQuerySet(models.QuerySet["Job"]):
     def unfinished(self) -> JobQuerySet:
@@ -158,6 +160,12 @@ class Job(models.Model):
         help_text="Enqueueing again while a job with this key waits to start returns that "
                   "job; once it has started, the next request queues a new one.",
     )
+    # Set only while the job sleeps in a snooze that ``jobs.wake`` may end early: the
+    # snooze writes it, the claim and every operator action clear it.
+    wake_key = models.CharField(  # noqa: DJ001
+        "wake key", max_length=WAKE_KEY_LENGTH, null=True, blank=True,
+        help_text="Snoozed until this key is woken (jobs.wake) or the snooze ends.",
+    )
     tenant = models.ForeignKey(
         "tenancy.Tenant", on_delete=models.PROTECT, null=True, blank=True, related_name="jobs",
         db_index=False,  # job_tenant_idx leads with it
@@ -272,6 +280,10 @@ class Job(models.Model):
             # The admin's "rescued" filter, newest first: rescued jobs are rare, and
             # without it finding 50 of them would walk the whole table by id.
             models.Index(fields=["-id"], condition=Q(rescues__gt=0), name="job_rescued_idx"),
+            # jobs.wake: the few jobs snoozed on a key. Empty while nothing waits, so a
+            # wake that finds nothing costs one probe of an empty index.
+            models.Index(fields=["wake_key"], condition=Q(wake_key__isnull=False),
+                         name="job_wake_key_idx"),
         ]
 
     def __str__(self) -> str:
@@ -339,6 +351,7 @@ class JobEvent(models.Model):
         REPLAYED = "replayed", "Replayed by an operator"
         QUARANTINED = "quarantined", "Quarantined by an operator"
         LEASE_LOST = "lease_lost", "Late result refused"
+        WOKEN = "woken", "Woken from its snooze"
 
     id = models.BigAutoField(primary_key=True)
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")

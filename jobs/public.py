@@ -149,6 +149,14 @@ def run_now(job: Job, *, actor: Any = None, reason: str = "") -> Job:
     return engine.run_now(job, actor=actor, reason=reason)
 
 
+def wake(key: str) -> int:
+    """Make every job snoozed with ``Snooze(..., wake_on=key)`` due now, in the caller's
+    transaction (effective at commit); returns how many. See ``jobs.engine.wake``."""
+    from jobs import engine
+
+    return engine.wake(key)
+
+
 def explain(job: Job) -> str:
     """One line an operator can act on: why the job is (not) running. See
     ``jobs.why.explain``."""

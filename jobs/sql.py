@@ -339,7 +339,8 @@ def claim(*, named_queues: bool, fair: bool = False) -> str:
 
     ``started``: the unkeyed picks become running: lease stamped with this claim's token
     and the type's lease length (``%(leases)s`` is parallel to ``%(types)s``),
-    ``started_at`` kept from the first attempt. The attempt is not counted here but when
+    ``started_at`` kept from the first attempt, a wake key cleared (whatever happens to
+    the job next, it no longer sleeps on it). The attempt is not counted here but when
     the worker starts the handler (``start``): a claimed job that never started (its
     worker died first, or handed it back) has spent nothing. ``history``: their
     ``claimed`` rows, numbered with the attempt they are for. Keyed picks are returned
@@ -374,7 +375,8 @@ started AS (
         locked_at = %(now)s, heartbeat_at = %(now)s,
         lease_expires_at = %(now)s + make_interval(
             secs => (%(leases)s::float8[])[array_position(%(types)s::text[], j.type::text)]),
-        lease_token = %(token)s, started_at = COALESCE(j.started_at, %(now)s)
+        lease_token = %(token)s, started_at = COALESCE(j.started_at, %(now)s),
+        wake_key = NULL
     FROM picked
     WHERE j.id = picked.id AND picked.concurrency_key IS NULL
     RETURNING j.*
@@ -389,6 +391,30 @@ SELECT started.*, true AS claimed FROM started
 UNION ALL
 SELECT j.*, false FROM jobs_job j JOIN picked ON picked.id = j.id
 WHERE picked.concurrency_key IS NOT NULL
+"""
+
+
+@cache
+def wake() -> str:
+    """Make the jobs snoozed on wake key ``%(key)s`` due at ``%(now)s``, clear their key,
+    write their ``woken`` history rows (numbered with the attempt that snoozed, which
+    runs again) and signal each of their queues; returns how many.
+    Only those still asleep (pending, ``run_after`` ahead); read through
+    ``job_wake_key_idx``."""
+    return """
+WITH woken AS (
+    UPDATE jobs_job SET run_after = %(now)s, wake_key = NULL
+    WHERE wake_key = %(key)s AND state = 'pending' AND run_after > %(now)s
+    RETURNING id, queue, attempts
+),
+history AS (
+    INSERT INTO jobs_jobevent (job_id, at, kind, from_state, to_state, message, attempt,
+                               worker)
+    SELECT id, %(now)s, 'woken', 'pending', 'pending', %(message)s, attempts + 1, ''
+    FROM woken
+)
+SELECT (SELECT count(*) FROM woken),
+       (SELECT count(pg_notify(%(channel)s, queue)) FROM (SELECT DISTINCT queue FROM woken) q)
 """
 
 

@@ -121,6 +121,8 @@ def _why_pending(job: Job, now: datetime) -> str:
         last = job.events.order_by("-id").values_list("kind", flat=True).first()
         reason = {"retry_scheduled": "retry backoff", "snoozed": "snoozed"}.get(last or "", "scheduled")
         due = f"waiting for run_after ({reason}): due in {timeuntil(job.run_after, now)}"
+        if job.wake_key is not None:
+            due += f", or as soon as {job.wake_key!r} is woken"
         error = error_line(job.last_error) if last == "retry_scheduled" else ""
         return f"{due}; the last attempt failed: {error}" if error else due
     if job.parent_id is not None:

@@ -455,7 +455,8 @@ class EngineWorker:
         except HandlerTimeout as timeout:
             return self._timed_out(job, token, timeout)
         except Snooze as snooze:
-            engine.snooze(job, token, snooze.seconds, message=str(snooze), worker=self.name)
+            engine.snooze(job, token, snooze.seconds, message=str(snooze), worker=self.name,
+                          wake_on=snooze.wake_on)
             return "snoozed"
         except PermanentError as error:
             engine.fail(job, token, _describe(error), permanent=True, worker=self.name)

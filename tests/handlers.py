@@ -297,3 +297,21 @@ def hand_back_and_wait(ctx: jobs.JobContext) -> dict[str, Any]:
 def atomic_hand_back(ctx: jobs.JobContext) -> int:
     """An atomic handler trying to hand back its batch: refused."""
     return ctx.hand_back_others()
+
+
+@jobs.handler("tests.wait_for_probe", max_attempts=2)
+def wait_for_probe(ctx: jobs.JobContext) -> str:
+    """Waits, snoozing on the payload's wake key, until a ``tests.probe`` of that key has
+    succeeded: a delivery held back while its circuit breaker is open."""
+    from jobs.models import Job
+
+    key = ctx.payload["key"]
+    if not Job.objects.filter(type="tests.probe", state="succeeded", payload__key=key).exists():
+        raise jobs.Snooze(ctx.payload.get("seconds", 300), "breaker open", wake_on=key)
+    return "delivered"
+
+
+@jobs.handler("tests.probe", max_attempts=1)
+def probe(ctx: jobs.JobContext) -> int:
+    """Closes the breaker of its key: wakes what waits on it, with its own success."""
+    return jobs.wake(ctx.payload["key"])

@@ -51,7 +51,7 @@ def test_the_public_api_names_every_documented_name():
         "recover", "retry", "cancel", "run_now", "explain", "ApiPayload", "TenantObject",
         "Prerequisite", "now", "run_until_idle", "busy_pipelines", "pipeline_jobs",
         "pipeline_state", "pipelines_over", "execute_prepared", "redact_secrets",
-        "storable_json",
+        "storable_json", "wake",
     ])
     assert jobs.Enqueued is engine.Enqueued
 
@@ -63,7 +63,7 @@ def test_the_public_api_names_every_documented_name():
     ("retry", engine.retry), ("cancel", engine.cancel), ("run_now", engine.run_now),
     ("publish", events.publish), ("explain", why.explain),
     ("busy_pipelines", pipelines.busy), ("pipeline_jobs", pipelines.jobs_of),
-    ("pipelines_over", pipelines.over),
+    ("pipelines_over", pipelines.over), ("wake", engine.wake),
 ])
 def test_each_public_function_has_the_signature_of_the_one_it_calls(name, target):
     assert getattr(jobs, name) is getattr(public, name)

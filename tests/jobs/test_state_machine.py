@@ -87,16 +87,19 @@ class JobLifecycle(RuleBasedStateMachine):
         self._lose_token()
 
     @precondition(lambda self: self.token is not None and self.started)
-    @rule(outcome=st.sampled_from(["complete", "transient", "permanent", "snooze"]))
-    def worker_reports(self, outcome: str) -> None:
+    @rule(outcome=st.sampled_from(["complete", "transient", "permanent", "snooze"]),
+          wake_on=st.sampled_from([None, "breaker", "other"]))
+    def worker_reports(self, outcome: str, wake_on: str | None) -> None:
         before = self._reload()
         attempts = before.attempts
         try:
             if outcome == "complete":
                 engine.complete(before, self.token)
             elif outcome == "snooze":
-                engine.snooze(before, self.token, 30)
-                assert self._reload().attempts == attempts - 1  # a snooze gives it back
+                engine.snooze(before, self.token, 30, wake_on=wake_on)
+                after = self._reload()
+                assert after.attempts == attempts - 1  # a snooze gives it back
+                assert after.wake_key == wake_on  # no earlier key survives
             else:
                 engine.fail(before, self.token, "boom", permanent=outcome == "permanent")
         except LeaseLost:
@@ -118,6 +121,21 @@ class JobLifecycle(RuleBasedStateMachine):
                 engine.fail(before, stale, "late")
         after = self._reload()
         assert (after.state, after.attempts, after.run_after, after.result) == snapshot
+
+    @rule()
+    def breaker_closes(self) -> None:
+        """``wake`` makes the job due only while it sleeps on the key."""
+        before = self._reload()
+        asleep = (before.state == State.PENDING and before.wake_key == "breaker"
+                  and before.run_after > self.clock.now())
+        assert engine.wake("breaker") == int(asleep)
+        after = self._reload()
+        if asleep:
+            assert (after.run_after, after.wake_key) == (self.clock.now(), None)
+            assert after.events.last().kind == JobEvent.Kind.WOKEN
+        else:
+            assert (after.state, after.run_after, after.wake_key) == (
+                before.state, before.run_after, before.wake_key)
 
     @rule()
     def reaper_runs(self) -> None:
@@ -147,6 +165,9 @@ class JobLifecycle(RuleBasedStateMachine):
         assert (job.state in Job.FINISHED) == (job.finished_at is not None)
         if job.state == State.RUNNING:
             assert job.lease_token == self.token
+        if job.wake_key is not None:  # only while asleep since a keyed snooze
+            assert job.state == State.PENDING
+            assert job.events.last().kind == JobEvent.Kind.SNOOZED
 
     @invariant()
     def history_only_grows(self) -> None:

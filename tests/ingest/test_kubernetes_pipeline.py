@@ -15,6 +15,7 @@ from django.test import override_settings
 import jobs
 from ingest.runs import breaker, runners, services
 from ingest.runs.models import (
+    LIVE_EXECUTIONS,
     BatchStatus,
     ExecutionStatus,
     HookExecution,
@@ -285,3 +286,44 @@ def test_a_failed_run_leaves_no_job_and_its_retry_launches_new_jobs_with_the_fix
     retried = [job for job in received if job["metadata"]["name"] not in first.values()]
     assert {job["spec"]["template"]["spec"]["containers"][0]["image"] for job in retried} == {fixed}
     assert len(retried) == 3
+
+
+def _cancel(run: IngestRun, clock) -> None:
+    services.cancel_run(run, via="api")
+
+
+def _fail_by_hooks(run: IngestRun, clock) -> None:
+    drain(clock)  # batch 1's hook exits 3; the run allows one failure
+
+
+def _fail_stalled(run: IngestRun, clock) -> None:
+    for delivery in services.outstanding_jobs(run):  # its deliveries died, say
+        jobs.cancel(delivery, reason="lost")
+    clock.advance(services.STALL_GRACE_SECONDS + 1)
+    assert services.fail_stalled_runs() == [run.pk]
+
+
+@override_settings(INGEST_HOOK_POLL_SECONDS=10)
+@pytest.mark.parametrize("end", [_cancel, _fail_by_hooks, _fail_stalled],
+                         ids=["cancelled", "failed by its hooks", "failed stalled"])
+def test_however_a_run_ends_its_executions_end_with_it_and_its_jobs_are_removed(
+        clock, cluster, end):
+    cluster.capacity = 1  # batch 1's hook runs, the others wait for room
+    cluster.behaviours[IMAGE] = Behaviour(run_seconds=5, exit_code=3)
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=3, hooks=[["check"]],
+                                                max_failures=1))
+    jobs.run_until_idle()
+    assert HookExecution.objects.filter(batch__run=run, status=ExecutionStatus.RUNNING).count() == 3
+
+    end(run, clock)
+    drain(clock)
+
+    run.refresh_from_db()
+    assert run.finished
+    executions = HookExecution.objects.filter(batch__run=run)
+    assert not executions.filter(status__in=LIVE_EXECUTIONS).exists()
+    assert not executions.filter(finished_at=None).exists()
+    cancelled = executions.filter(status=ExecutionStatus.CANCELLED)
+    assert {e.reason for e in cancelled} == {f"ended with run {run.pk} ({run.status})"}
+    assert Job.objects.get(pipeline_id=run.pipeline, type="ingest.StopHooks").state == "succeeded"
+    assert (cluster.jobs(), cluster.pods()) == ([], [])

@@ -133,6 +133,7 @@ class ExecutionCountsSerializer(serializers.Serializer):
     running = serializers.IntegerField()
     succeeded = serializers.IntegerField()
     failed = serializers.IntegerField()
+    cancelled = serializers.IntegerField()
 
 
 class IngestRunCountsSerializer(serializers.Serializer):

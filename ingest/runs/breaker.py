@@ -51,6 +51,10 @@ class Admission:
     # Closed, with no failure counted and the window at its widest: a success would
     # change nothing, so the caller need not record one.
     settled: bool = False
+    # When held back by a full launch window: the tenant's launches waiting for room on
+    # the target (counted up to the window), and the window.
+    waiting: int = 0
+    window: int = 0
 
 
 def _row(target: str, tenant: int) -> RunnerBreaker:
@@ -126,7 +130,7 @@ def admit(target: str, tenant: int, job_id: int, now: datetime) -> Admission:
                 failures == 0 and window == int(conf.get("MAX_LAUNCH_WINDOW"))))
         RunnerBreaker.objects.filter(target=target, tenant_id=tenant).update(denied=F("denied") + 1)
         return Admission(allowed=False, wait_seconds=float(conf.get("QUEUE_WAIT_SECONDS")),
-                         state="full")
+                         state="full", waiting=waiting, window=window or _default_window())
     with transaction.atomic():
         breaker = _row(target, tenant)
         if breaker.state == BreakerState.CLOSED:

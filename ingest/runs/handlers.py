@@ -4,8 +4,9 @@
     IngesterBatchReady  → ingest.RunHooks     (the batch's hooks, local or on Kubernetes)
     HookBatchCompleted  → ingest.PublishBatch (the batch's records visible in one step)
 
-plus ``ingest.StopHooks``, queued when a run is cancelled, which removes what the run
-still has on the hook runner.
+plus ``ingest.StopHooks``, queued in the transaction that ends a run (cancelled,
+failed, or succeeded after a try was given up on), which removes what the run still has
+on the hook runner: its Jobs, their Pods with them.
 
 A delivery's payload names the run (and batch); each handler loads them through its
 job's tenant and does nothing for a run that has ended. Batches are fetched one after
@@ -156,8 +157,10 @@ def publish_batch(ctx: jobs.JobContext) -> dict[str, Any]:
     return {"batch": published.sequence, "records": published.records}
 
 
-@jobs.handler("ingest.StopHooks", max_attempts=8, backoff=HOOKS_BACKOFF)
+@jobs.handler(services.STOP_HOOKS, max_attempts=8, backoff=HOOKS_BACKOFF)
 def stop_hooks(ctx: jobs.JobContext) -> dict[str, Any]:
+    """Remove every hook labelled with the ended run. The run is not reopened while
+    this job is to do (``services._reopen``), so nothing it removes is a new try's."""
     run = IngestRun.objects.filter(pk=ctx.payload.get("run"), tenant_id=ctx.tenant_id).first()
     if run is None:
         raise jobs.PermanentError("the job names no run of its tenant")

@@ -47,8 +47,8 @@ def check_batch(ctx: jobs.JobContext, batch: IngestBatch, executions: list[HookE
     for execution in executions:
         if execution.status == ExecutionStatus.SUCCEEDED:
             continue
-        if execution.status == ExecutionStatus.FAILED:
-            return False  # recorded when it failed; an operator's retry resets it
+        if execution.status in (ExecutionStatus.FAILED, ExecutionStatus.CANCELLED):
+            return False  # recorded when it ended; an operator's retry resets it
         if last is not None:
             _save(ctx, *last)
         last = (execution, _advance(ctx, execution, runner))
@@ -84,9 +84,7 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
     else:
         admission = breaker.admit(runner.target, tenant, ctx.job.pk, ctx.now())
         if not admission.allowed:
-            raise jobs.Snooze(admission.wait_seconds,
-                              f"this tenant's hooks on {runner.target} are held back: its breaker "
-                              f"is {admission.state}; next probe in {admission.wait_seconds:.0f}s")
+            raise jobs.Snooze(admission.wait_seconds, _held_back(runner.target, admission))
         if execution.status == ExecutionStatus.WAITING:
             _new_try(ctx, execution, runner)
         status = _call(ctx, execution, runner, runner.launch)
@@ -108,6 +106,17 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
               reason=status.reason, scheduled=scheduled)
     raise jobs.Snooze(float(conf.get("HOOK_POLL_SECONDS")),
                       f"hook {execution.hook_name} is {status.phase}")
+
+
+def _held_back(target: str, admission: breaker.Admission) -> str:
+    """Why a launch waits, in the words of what holds it: the tenant's launch window on
+    the target, or its breaker there."""
+    if admission.state == "full":
+        return (f"this tenant's launch window on {target} is full: {admission.waiting} of its "
+                f"hooks launched there wait for room (window {admission.window}); asking "
+                f"again in {admission.wait_seconds:.0f}s")
+    return (f"this tenant's hooks on {target} are held back: its breaker is "
+            f"{admission.state}; next probe in {admission.wait_seconds:.0f}s")
 
 
 def _new_try(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner) -> None:

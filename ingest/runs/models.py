@@ -313,6 +313,13 @@ class ExecutionStatus(models.TextChoices):
     RUNNING = "running", "running"
     SUCCEEDED = "succeeded", "succeeded"
     FAILED = "failed", "failed"
+    # Ended without an outcome of its own: its run ended, or an earlier hook failed its
+    # batch. The reason says which; an operator's retry makes it a new try.
+    CANCELLED = "cancelled", "cancelled"
+
+
+# Executions that may still launch or hold a try on the runner.
+LIVE_EXECUTIONS = (ExecutionStatus.WAITING, ExecutionStatus.LAUNCHING, ExecutionStatus.RUNNING)
 
 
 class HookExecution(models.Model):

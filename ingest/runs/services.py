@@ -20,6 +20,7 @@ import jobs
 from ingest.runs import events, sql
 from ingest.runs.models import (
     BATCH_SEQUENCE_UNIQUE,
+    LIVE_EXECUTIONS,
     ActionKind,
     BatchStatus,
     ExecutionStatus,
@@ -212,6 +213,8 @@ def settle(run: IngestRun, *, current_job: int | None = None) -> IngestRun:
         return fail_run(run, f"{counts['failed']} of {run.batches_ingested} batches failed "
                              "their hooks", current_job=current_job)
     run = _finish(run, RunStatus.SUCCEEDED, kind=ActionKind.SUCCEEDED)
+    if run_executions(run).filter(tries__gt=1).exists():
+        _stop_hooks(run)  # an earlier try given up on may have left its Job behind
     events.publish_run_finished(run)
     return run
 
@@ -235,10 +238,13 @@ def record_hook_failure(execution: HookExecution, *, reason: str, exit_code: int
 
 def _fail_execution(execution: HookExecution, reason: str, **fields: Any) -> IngestRun:
     """Mark the execution and its batch failed; its run, locked, with the failure counted
-    unless the run had already ended (then returned as it is, finished)."""
+    unless the run had already ended (then returned as it is, finished). The batch's
+    hooks after it will not run: they are settled as cancelled, saying why."""
     now = jobs.now()
     HookExecution.objects.filter(pk=execution.pk).update(
         status=ExecutionStatus.FAILED, reason=reason[:4000], finished_at=now, **fields)
+    _settle_executions(HookExecution.objects.filter(batch=execution.batch_id),
+                       f"not run: hook {execution.hook_name} failed on this batch", now)
     IngestBatch.objects.filter(pk=execution.batch_id).update(
         status=BatchStatus.HOOKS_FAILED, checked_at=now)
     run = IngestRun.objects.select_for_update(no_key=True).get(batches=execution.batch_id)
@@ -262,9 +268,11 @@ def refuse_hook(execution: HookExecution, *, reason: str, current_job: int | Non
 def fail_run(run: IngestRun, reason: str, *, actor: Any = None, via: str = "pipeline",
              current_job: int | None = None) -> IngestRun:
     """Mark ``run`` failed and cancel its outstanding deliveries (each cancellation is
-    recorded on its job; nothing is deleted). In the caller's transaction."""
+    recorded on its job; nothing is deleted), and remove what it still has on the hook
+    runner. In the caller's transaction."""
     run = _finish(run, RunStatus.FAILED, kind=ActionKind.FAILED, reason=reason, actor=actor, via=via)
     cancel_outstanding(run, actor=actor, reason=f"run {run.pk} failed", skip=current_job)
+    _stop_hooks(run, actor=actor)
     events.publish_run_finished(run)  # after the cancellations, which would take it too
     return run
 
@@ -284,11 +292,38 @@ def outstanding_jobs(run: IngestRun) -> Iterable[jobs.Job]:
 
 def _finish(run: IngestRun, status: str, *, kind: str, reason: str = "", actor: Any = None,
             via: str = "pipeline") -> IngestRun:
+    """End ``run`` with ``status``, and its hook executions with it: none may launch or
+    wait for room once the run has ended (the launch window counts the ones that do)."""
+    now = jobs.now()
     IngestRun.objects.filter(pk=run.pk).update(status=status, failure_reason=reason[:4000],
-                                               finished_at=jobs.now())
+                                               finished_at=now)
     run.refresh_from_db()
+    _settle_executions(run_executions(run), f"ended with run {run.pk} ({status})", now)
     record_action(run, kind, actor=actor, via=via, note=reason)
     return run
+
+
+def run_executions(run: IngestRun) -> Any:
+    return HookExecution.objects.filter(batch__run=run.pk)
+
+
+def _settle_executions(executions: Any, reason: str, now: Any) -> int:
+    """Executions of ``executions`` that could still launch or run are cancelled with
+    ``reason``: a retry gives each a new try (a new Job name), never this one's."""
+    return executions.filter(status__in=LIVE_EXECUTIONS).update(
+        status=ExecutionStatus.CANCELLED, reason=reason[:4000], finished_at=now, scheduled=False)
+
+
+# The handler that removes a run's hooks from the runner.
+STOP_HOOKS = "ingest.StopHooks"
+
+
+def _stop_hooks(run: IngestRun, *, actor: Any = None) -> None:
+    """Queue the removal of the ended ``run``'s Jobs (and their Pods) or processes from the
+    hook runner: a failed run's Jobs would otherwise hold the cluster's room, and run
+    on, until their deadline."""
+    jobs.enqueue(STOP_HOOKS, {"run": run.pk}, tenant=run.tenant_id, pipeline=run.pipeline,
+                 created_by=_actor(actor))
 
 
 def _count(condition: Q) -> Count:
@@ -308,23 +343,44 @@ def cancel_run(run: IngestRun, *, actor: Any = None, via: str = "admin", reason:
     run = _finish(run, RunStatus.CANCELLED, kind=ActionKind.CANCELLED, reason=reason or "cancelled",
                   actor=actor, via=via)
     cancel_outstanding(run, actor=actor, reason=f"run {run.pk} cancelled")
-    jobs.enqueue("ingest.StopHooks", {"run": run.pk}, tenant=run.tenant_id, pipeline=run.pipeline,
-                 created_by=_actor(actor))
+    _stop_hooks(run, actor=actor)
     events.publish_run_finished(run)  # after the cancellations, which would take it too
     return run
 
 
 def _reopen(run: IngestRun, *, except_batches: Iterable[int] = ()) -> None:
     """Set a finished run running again, and deliver again what its end cancelled: the
-    hooks of batches not yet checked, the publication of batches checked."""
+    hooks of batches not yet checked (each hook its run's end settled gets a new try),
+    the publication of batches checked.
+
+    Refused while the removal of the run's hooks from the runner is still to do: it
+    removes whatever carries the run's label, so it would take the new tries' Jobs too.
+    """
+    stopping = [job for job in outstanding_jobs(run) if job.type == STOP_HOOKS]
+    if stopping:
+        raise RunRefused(f"run {run.pk}'s hooks are still being removed from the runner "
+                         f"(job {stopping[0].pk}, {stopping[0].state}); retry once it has "
+                         "finished", run=run)
     IngestRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, finished_at=None,
                                                failure_reason="", hook_failures=0)
     run.refresh_from_db()
     for batch in run.batches.exclude(pk__in=list(except_batches)).order_by("sequence"):
         if batch.status in (BatchStatus.FETCHED, BatchStatus.CHECKING):
+            _rewind(batch)
             events.publish_batch_ready(batch)
         elif batch.status == BatchStatus.CHECKED:
             events.publish_hooks_completed(batch)
+
+
+def _rewind(batch: IngestBatch) -> None:
+    """The batch's failed and cancelled executions wait to run again. Each keeps its
+    count of tries, so its next launch is a new try under a new name
+    (``conveyor-hook-<execution>-<try>``): a Job left from an earlier try, with the spec
+    of its day, is never adopted for it."""
+    batch.hook_executions.filter(
+        status__in=[ExecutionStatus.FAILED, ExecutionStatus.CANCELLED]).update(
+        status=ExecutionStatus.WAITING, reason="", exit_code=None, log_tail="", finished_at=None,
+        scheduled=False, pod_phase="")
 
 
 @transaction.atomic
@@ -341,8 +397,7 @@ def retry_failed_hooks(run: IngestRun, *, actor: Any = None, via: str = "admin")
     if run.finished:
         _reopen(run, except_batches=[batch.pk for batch in failed])
     for batch in failed:
-        batch.hook_executions.filter(status=ExecutionStatus.FAILED).update(
-            status=ExecutionStatus.WAITING, reason="", exit_code=None, log_tail="", finished_at=None)
+        _rewind(batch)
         IngestBatch.objects.filter(pk=batch.pk).update(status=BatchStatus.FETCHED, checked_at=None)
         events.publish_batch_ready(batch)
     record_action(run, ActionKind.RETRIED_HOOKS, actor=actor, via=via,

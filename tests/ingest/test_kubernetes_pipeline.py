@@ -13,9 +13,18 @@ from django.db.models import Sum
 from django.test import override_settings
 
 import jobs
-from ingest.runs import services
-from ingest.runs.models import BatchStatus, HookExecution, IngestRun, RunnerBreaker, RunStatus
-from jobs.models import Job
+from ingest.runs import breaker, runners, services
+from ingest.runs.models import (
+    LIVE_EXECUTIONS,
+    BatchStatus,
+    ExecutionStatus,
+    HookExecution,
+    HookTemplate,
+    IngestRun,
+    RunnerBreaker,
+    RunStatus,
+)
+from jobs.models import Job, JobEvent
 from jobs.testing import T0
 from tests.base import tenant
 from tests.ingest import builders
@@ -196,3 +205,125 @@ def test_a_cluster_that_refuses_everything_fails_runs_by_max_failures_without_a_
     per_minute = cluster.create_calls / minutes
     print(f"threshold={threshold} creates={cluster.create_calls} minutes={minutes:.1f}")
     assert per_minute < 60
+
+
+def _hooks_delivery(run: IngestRun) -> Job:
+    return Job.objects.filter(pipeline_id=run.pipeline, type="ingest.RunHooks").latest("pk")
+
+
+@override_settings(INGEST_QUEUE_WAIT_SECONDS=10)
+def test_runs_cancelled_while_their_jobs_wait_for_room_hold_no_tenants_launches(clock, cluster):
+    """The launch window counts only the hooks of running runs: once cancelled runs are
+    settled, a held run of the same tenant launches at its next delivery."""
+    acme, globex = tenant("Acme"), tenant("Globex")
+    cluster.capacity = 0
+    target = runners.current().target
+    RunnerBreaker.objects.create(target=target, tenant=acme, window=3)  # pressure narrowed it
+    cancelled = [services.start_ingest(builders.source(acme, f"feed{n}", batches=1))
+                 for n in range(3)]
+    jobs.run_until_idle()
+    assert len(cluster.jobs()) == 3
+    later = services.start_ingest(builders.source(acme, "later", batches=1))
+    other = services.start_ingest(builders.source(globex, "other", batches=1))
+    jobs.run_until_idle()
+
+    assert len(cluster.jobs()) == 4  # Globex's own window took its hook
+    held = JobEvent.objects.filter(job=_hooks_delivery(later), kind="snoozed").latest("pk")
+    assert held.message == (f"this tenant's launch window on {target} is full: 3 of its hooks "
+                            "launched there wait for room (window 3); asking again in 10s")
+
+    for run in cancelled:
+        services.cancel_run(run, via="api")
+    jobs.run_until_idle()  # the cancelled runs' Jobs are removed
+    settled = HookExecution.objects.filter(batch__run__in=cancelled)
+    assert {(e.status, e.reason, e.finished_at) for e in settled} == {
+        (ExecutionStatus.CANCELLED, f"ended with run {e.batch.run_id} (cancelled)", clock.now())
+        for e in settled}
+    assert breaker.admit(target, acme.pk, 0, clock.now()).allowed  # they count no more
+
+    cluster.capacity = None
+    creates = cluster.create_calls
+    clock.advance(10.001)
+    jobs.run_until_idle()  # the held delivery's next attempt
+    assert cluster.create_calls == creates + 1
+    execution = HookExecution.objects.get(batch__run=later)
+    assert cluster.job(execution.runner_ref) is not None
+    drain(clock)
+    assert {run.status for run in IngestRun.objects.filter(pk__in=[later.pk, other.pk])} == {
+        RunStatus.SUCCEEDED}
+
+
+@override_settings(INGEST_HOOK_POLL_SECONDS=10)
+def test_a_failed_run_leaves_no_job_and_its_retry_launches_new_jobs_with_the_fixed_image(
+        clock, cluster):
+    broken, fixed = "registry.example/hooks:broken", "registry.example/hooks:2"
+    cluster.behaviours[broken] = Behaviour(pull_error=True)
+    cluster.capacity = 1  # batch 1's Pod has a node, the others wait for room
+    entry = builders.entry(["check"], "checker", image=broken)
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=3, hooks=[entry],
+                                                max_failures=1))
+    jobs.run_until_idle()
+    assert len(cluster.jobs()) == 3
+    drain(clock)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and "ErrImagePull" in run.failure_reason
+    assert (cluster.jobs(), cluster.pods()) == ([], [])
+    first = {e.pk: e.runner_ref for e in HookExecution.objects.filter(batch__run=run)}
+    assert set(HookExecution.objects.filter(batch__run=run).values_list("status", flat=True)) == {
+        ExecutionStatus.FAILED, ExecutionStatus.CANCELLED}
+
+    HookTemplate.objects.filter(pk=entry.pk).update(image=fixed)
+    services.retry_failed_hooks(run, via="admin")
+    drain(clock)
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.failure_reason
+    for execution in HookExecution.objects.filter(batch__run=run):
+        assert execution.runner_ref == f"conveyor-hook-{execution.pk}-{execution.tries}"
+        assert execution.runner_ref != first[execution.pk]
+    received = cluster.received_jobs
+    names = [job["metadata"]["name"] for job in received]
+    assert len(names) == len(set(names)), "a Job name was created twice"
+    retried = [job for job in received if job["metadata"]["name"] not in first.values()]
+    assert {job["spec"]["template"]["spec"]["containers"][0]["image"] for job in retried} == {fixed}
+    assert len(retried) == 3
+
+
+def _cancel(run: IngestRun, clock) -> None:
+    services.cancel_run(run, via="api")
+
+
+def _fail_by_hooks(run: IngestRun, clock) -> None:
+    drain(clock)  # batch 1's hook exits 3; the run allows one failure
+
+
+def _fail_stalled(run: IngestRun, clock) -> None:
+    for delivery in services.outstanding_jobs(run):  # its deliveries died, say
+        jobs.cancel(delivery, reason="lost")
+    clock.advance(services.STALL_GRACE_SECONDS + 1)
+    assert services.fail_stalled_runs() == [run.pk]
+
+
+@override_settings(INGEST_HOOK_POLL_SECONDS=10)
+@pytest.mark.parametrize("end", [_cancel, _fail_by_hooks, _fail_stalled],
+                         ids=["cancelled", "failed by its hooks", "failed stalled"])
+def test_however_a_run_ends_its_executions_end_with_it_and_its_jobs_are_removed(
+        clock, cluster, end):
+    cluster.capacity = 1  # batch 1's hook runs, the others wait for room
+    cluster.behaviours[IMAGE] = Behaviour(run_seconds=5, exit_code=3)
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=3, hooks=[["check"]],
+                                                max_failures=1))
+    jobs.run_until_idle()
+    assert HookExecution.objects.filter(batch__run=run, status=ExecutionStatus.RUNNING).count() == 3
+
+    end(run, clock)
+    drain(clock)
+
+    run.refresh_from_db()
+    assert run.finished
+    executions = HookExecution.objects.filter(batch__run=run)
+    assert not executions.filter(status__in=LIVE_EXECUTIONS).exists()
+    assert not executions.filter(finished_at=None).exists()
+    cancelled = executions.filter(status=ExecutionStatus.CANCELLED)
+    assert {e.reason for e in cancelled} == {f"ended with run {run.pk} ({run.status})"}
+    assert Job.objects.get(pipeline_id=run.pipeline, type="ingest.StopHooks").state == "succeeded"
+    assert (cluster.jobs(), cluster.pods()) == ([], [])

@@ -17,7 +17,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, F, Q
 
 import jobs
-from ingest.runs import events, sql
+from ingest.runs import events, ingesters, sql
+from ingest.runs.errors import SourceError
 from ingest.runs.models import (
     BATCH_SEQUENCE_UNIQUE,
     ActionKind,
@@ -73,8 +74,14 @@ def start_ingest(source: IngestSource, *, actor: Any = None, via: str = "api",
     ``NextBatchRequested`` for batch 1. A source has at most one running run, and so has
     each scraped ``reference`` (a run of only that reference; partial unique indexes):
     starting another refuses with the running one attached. ``pipeline``: the engine
-    pipeline the run's jobs join (the handoff's, for a reference), else a new one.
+    pipeline the run's jobs join (the handoff's, for a reference), else a new one. A
+    source whose config its ingester cannot use is refused, naming the problem: the
+    admin, the API and the commands start runs here, and such a run could only fail.
     """
+    try:  # before any lock: checking an http_json URL may resolve its host
+        ingesters.usable_config(source.kind, source.config, tenant=source.tenant.slug)
+    except SourceError as exc:
+        raise RunRefused(f"source {source.name!r} cannot run: {exc}") from None
     if reference is None:
         source = IngestSource.objects.select_for_update().get(pk=source.pk)
         running = source.runs.filter(status=RunStatus.RUNNING, reference=None).first()

@@ -223,7 +223,9 @@ def test_a_source_is_added_with_its_hooks_and_its_tenant_is_the_staff_users(alic
 
     assert response.status_code == 302, response.content.decode()
     source = IngestSource.objects.get()
-    assert (source.tenant, source.kind, source.config) == (acme, "test_counting", {"batches": 2})
+    # The config as the ingester checked it: its defaults filled in.
+    assert (source.tenant, source.kind, source.config) == (
+        acme, "test_counting", {"batches": 2, "size": 2, "transient": False})
     hook = source.hooks.get()
     assert (hook.name, hook.template, hook.parameters) == ("check", check, {"level": 3})
 

@@ -96,6 +96,17 @@ def test_a_disabled_source_is_refused_with_the_reason(alice, acme):
     assert response.json() == {"detail": "source 'orders' is disabled", "run": None}
 
 
+def test_a_source_whose_config_its_ingester_cannot_use_is_refused_naming_the_problem(alice, acme):
+    builders.source(acme, config={"batches": 2, "size": "lots"})
+
+    response = alice.post(RUNS, {"source": "orders"}, format="json")
+
+    assert response.status_code == 409
+    assert response.json() == {"detail": "source 'orders' cannot run: the source's config cannot be "
+                                         "used: size: A valid integer is required.", "run": None}
+    assert not IngestRun.objects.exists()
+
+
 @pytest.mark.parametrize("body, problem", [
     ({}, "This field is required."),
     ({"source": "nope"}, "unknown source 'nope'"),

@@ -59,7 +59,7 @@ from jobs.public import (
     run_now,
     run_until_idle,
 )
-from jobs.redaction import redact_secrets
+from jobs.redaction import redact_secrets, without_traceback
 from jobs.registry import Handler, handler
 
 if TYPE_CHECKING:
@@ -107,4 +107,5 @@ __all__ = [
     "run_now",
     "run_until_idle",
     "storable_json",
+    "without_traceback",
 ]

@@ -397,7 +397,9 @@ STALL_GRACE_SECONDS = 60
 
 def fail_stalled_runs() -> list[int]:
     """Fail every running run whose pipeline has no pending or running job: nothing
-    will move it any more. The reason names the last job that failed."""
+    will move it any more. The reason names the last job that failed and its message,
+    without the traceback the worker keeps for an unexpected exception: a run's reason is
+    read by its tenant's members, and the job keeps the frames for the staff."""
     cutoff = jobs.now() - timedelta(seconds=STALL_GRACE_SECONDS)
     candidates = list(IngestRun.objects.filter(status=RunStatus.RUNNING, started_at__lt=cutoff)
                       .values_list("pk", "pipeline"))
@@ -411,7 +413,8 @@ def fail_stalled_runs() -> list[int]:
             if run.finished or jobs.busy_pipelines([run.pipeline]):
                 continue
             last = [job for job in jobs.pipeline_jobs(run.pipeline) if job.state == "failed"]
-            why = f"; the last failure: {last[-1].type} #{last[-1].pk}: {last[-1].last_error}" if last else ""
+            why = (f"; the last failure: {last[-1].type} #{last[-1].pk}: "
+                   f"{jobs.without_traceback(last[-1].last_error)}" if last else "")
             fail_run(run, f"stalled: nothing of the run is queued or running{why}")
             failed.append(pk)
     return failed

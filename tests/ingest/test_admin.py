@@ -22,9 +22,10 @@ from ingest.runs.models import (
     RunStatus,
 )
 from ingest.runs.runners.local import LocalRunner
+from jobs.models import Job
 from tests.base import page, staff
 from tests.ingest import builders
-from tests.ingest.running import drain
+from tests.ingest.running import drain, stalled_after_a_crash
 
 pytestmark = pytest.mark.django_db
 
@@ -125,6 +126,18 @@ def test_the_run_page_shows_each_batch_and_each_hook_failure_escaped(admin_clien
     assert re.search(r"<td>failed</td>\s*<td>—</td>\s*<td>pipeline</td>", html)
     # A failed run offers the retry of its hooks; it cannot be cancelled any more.
     assert "Retry the failed hooks" in html and "Cancel the run" not in html
+
+
+def test_the_run_page_shows_staff_the_whole_error_of_the_job_a_run_stalled_on(admin_client, acme, clock,
+                                                                             monkeypatch):
+    run = stalled_after_a_crash(acme, clock, monkeypatch)
+    job = Job.objects.get(pipeline_id=run.pipeline, state="failed")
+
+    html = page(admin_client, f"{RUNS}{run.pk}/change/")
+
+    assert f"ingest.RunIngester #{job.pk}: RuntimeError: the parser lost its place" in html
+    assert f'<a href="/admin/jobs/job/{job.pk}/change/">#{job.pk}</a>' in html
+    assert "File &quot;" in html and "handlers.py" in html  # the traceback's frames
 
 
 def test_the_run_page_counts_down_to_a_hook_deliverys_next_attempt(admin_client, acme, clock,

@@ -79,11 +79,8 @@ class SourceForm(forms.ModelForm):
 
 class HookTemplateForm(forms.ModelForm):
     """A platform operator's catalogue entry, checked by the catalogue's rules field by
-    field: a declaration that is wrong is named with what is wrong with it."""
-
-    # What the catalogue's rules look at.
-    CHECKED = ("image", "command", "parameters", "env", "cpu_request", "cpu_limit",
-               "memory_request", "memory_limit", "timeout_seconds")
+    field (the model's validation, ``HookTemplate.clean_fields``): a declaration that is
+    wrong is named with what is wrong with it."""
 
     class Meta:
         model = HookTemplate
@@ -96,12 +93,6 @@ class HookTemplateForm(forms.ModelForm):
         for field, default in (("parameters", []), ("env", {})):
             if field in data and data[field] in (None, ""):
                 data[field] = default
-        if self.errors:
-            return data  # a field Django refused already (not JSON, not a number)
-        entry = HookTemplate(**{field: data.get(field) for field in self.CHECKED})
-        for field, lines in catalogue.entry_problems(entry).items():
-            for line in lines:
-                self.add_error(field, line)
         return data
 
 

@@ -52,6 +52,7 @@ from jobs.public import (
     enqueue_once,
     execute_prepared,
     explain,
+    live_workers,
     pipeline_jobs,
     pipeline_state,
     pipelines_over,
@@ -62,7 +63,7 @@ from jobs.public import (
     run_until_idle,
     wake,
 )
-from jobs.redaction import redact_secrets
+from jobs.redaction import redact_secrets, without_traceback
 from jobs.registry import Handler, handler
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ __all__ = [
     "execute_prepared",
     "explain",
     "handler",
+    "live_workers",
     "now",
     "pipeline_jobs",
     "pipeline_state",
@@ -111,4 +113,5 @@ __all__ = [
     "run_until_idle",
     "storable_json",
     "wake",
+    "without_traceback",
 ]

@@ -173,6 +173,15 @@ def run_until_idle() -> int:
     return worker.run_until_idle()
 
 
+def live_workers() -> int:
+    """How many engine workers heartbeat now; 0 when no cluster runs. For commands that
+    run jobs inline when alone: with a cluster running, they hand their jobs to it
+    instead of racing its workers for them."""
+    from jobs import clock, why
+
+    return why.live_workers(clock.now()).count()
+
+
 def busy_pipelines(pipeline_ids: Iterable[uuid.UUID | str]) -> set[uuid.UUID]:
     """The pipelines among ``pipeline_ids`` that have a pending or running job. See
     ``jobs.pipelines.busy``."""

@@ -80,7 +80,7 @@ def _lease_expired(job: Job, now: datetime) -> bool:
     return job.lease_expires_at is not None and job.lease_expires_at < now
 
 
-def _live_workers(now: datetime) -> QuerySet[Worker]:
+def live_workers(now: datetime) -> QuerySet[Worker]:
     return Worker.objects.filter(last_seen_at__gte=now - timedelta(seconds=WORKER_STALE_SECONDS))
 
 
@@ -93,7 +93,7 @@ def _why_running(job: Job, now: datetime) -> str:
     seen, alive = _worker_seen(job, now)
     if alive and not expired:
         return f"{where} (attempt {job.attempts} of {job.max_attempts})"
-    rescuer = alive or _live_workers(now).exists()
+    rescuer = alive or live_workers(now).exists()
     by_hand = f"the admin's Recover action or POST /api/jobs/{job.pk}/recover/"
     if expired:
         lease = f"its lease expired at {job.lease_expires_at:%H:%M:%S}"
@@ -152,7 +152,7 @@ def _why_pending(job: Job, now: datetime) -> str:
         if ahead_of_it is not None:
             return (f"jobs of its concurrency key {job.concurrency_key!r} run in the order "
                     f"they came: {_whose(job, ahead_of_it)} goes first")
-    if not any(worker.serves(job.queue) for worker in _live_workers(now)):
+    if not any(worker.serves(job.queue) for worker in live_workers(now)):
         return f"no live worker serves queue {job.queue!r}; start the cluster (manage.py qcluster)"
     # Counting stops at 1,000: on a deep backlog the exact figure is not worth a long scan.
     ahead = len(Job.objects.due(now).filter(queue=job.queue, priority__gte=job.priority,

@@ -51,7 +51,7 @@ def test_the_public_api_names_every_documented_name():
         "recover", "retry", "cancel", "run_now", "explain", "ApiPayload", "TenantObject",
         "Prerequisite", "now", "run_until_idle", "busy_pipelines", "pipeline_jobs",
         "pipeline_state", "pipelines_over", "execute_prepared", "redact_secrets",
-        "storable_json", "wake",
+        "storable_json", "wake", "without_traceback", "live_workers",
     ])
     assert jobs.Enqueued is engine.Enqueued
 

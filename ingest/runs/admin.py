@@ -344,6 +344,10 @@ class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
             "timeline": shown,
             "rows": rows,
             "fetching": [(sequence, job, _job_link(request, job)) for sequence, job in shown.fetching],
+            # The engine's error in full (its traceback) for those who may read jobs.
+            "failed_job": shown.failed if run.status == RunStatus.FAILED
+            and request.user.has_perm("jobs.view_job") else None,
+            "failed_job_link": _job_link(request, shown.failed) if shown.failed is not None else None,
             "actions": run.actions.select_related("actor"),
             "operations": operations,
             "pipeline_url": reverse("admin:jobs_job_pipeline", args=[run.pipeline])

@@ -44,6 +44,7 @@ from jobs.contrib.api import (
     ClosedSerializer,
     DateTimeFilter,
     ErrorSerializer,
+    ErrorTextField,
     NewestFirst,
     StrictFilterBackend,
     object_body,
@@ -66,6 +67,9 @@ class IngestRunSerializer(serializers.ModelSerializer):
     started_by = serializers.CharField(source="started_by.username", read_only=True,
                                        allow_null=True)
     batches_fetched = serializers.IntegerField(source="batches_ingested", read_only=True)
+    # A reason stored with a job's traceback (before reasons were stored without) shows
+    # it to staff only, as the engine's own errors do.
+    failure_reason = ErrorTextField()
 
     class Meta:
         model = IngestRun

@@ -3,7 +3,8 @@ constraints and the catalogue's rules say, checked before a save so that a mista
 form error, never a 500.
 
 A source's configuration is checked by its ingester (``ingesters.validate_config``),
-whose DRF errors become the form's, field by field.
+whose DRF errors become the form's, field by field, and what is saved is the config as
+the ingester checked it (normalised), never the text as typed.
 """
 
 from __future__ import annotations
@@ -20,16 +21,6 @@ from ingest import conf
 from ingest.runs import catalogue, ingesters
 from ingest.runs.models import Hook, HookTemplate, IngestSource
 from tenancy.models import Tenant
-
-
-def problems(detail: Any, prefix: str = "") -> list[str]:
-    """A DRF error detail (nested dicts and lists) as lines naming each field."""
-    if isinstance(detail, dict):
-        return [line for name, inner in detail.items()
-                for line in problems(inner, prefix if name == "non_field_errors" else f"{prefix}{name}: ")]
-    if isinstance(detail, list):
-        return [line for inner in detail for line in problems(inner, prefix)]
-    return [f"{prefix}{detail}"]
 
 
 class SourceForm(forms.ModelForm):
@@ -60,7 +51,7 @@ class SourceForm(forms.ModelForm):
         if "config" in data and data["config"] is None:  # left empty
             data["config"] = {}
         if data.get("kind") and "config" in data and tenant:
-            self._check_config(data["kind"], data["config"], tenant)
+            data["config"] = self._check_config(data["kind"], data["config"], tenant)
         most = conf.DEFAULTS["MAX_BATCH_RECORDS"]  # the check constraint's bound
         if data.get("batch_size") is not None and not 1 <= data["batch_size"] <= most:
             self.add_error("batch_size", f"between 1 and {most}")
@@ -68,28 +59,28 @@ class SourceForm(forms.ModelForm):
             self.add_error("max_failures", "at least 1")
         return data
 
-    def _check_config(self, kind: str, config: Any, tenant: int) -> None:
+    def _check_config(self, kind: str, config: Any, tenant: int) -> Any:
+        """``config`` as the ingester normalised it; as given when it is refused (the
+        form then has the errors and saves nothing)."""
         if not isinstance(config, dict):
             self.add_error("config", "must be a JSON object")
-            return
+            return config
         try:
-            ingesters.validate_config(kind, config,
-                                      tenant=Tenant.objects.values_list("slug", flat=True).get(pk=tenant))
+            return ingesters.validate_config(
+                kind, config, tenant=Tenant.objects.values_list("slug", flat=True).get(pk=tenant))
         except serializers.ValidationError as exc:
             detail = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
-            for line in problems(detail.pop("kind", [])):
+            for line in ingesters.problems(detail.pop("kind", [])):
                 self.add_error("kind", line)
-            for line in problems(detail):
+            for line in ingesters.problems(detail):
                 self.add_error("config", line)
+            return config
 
 
 class HookTemplateForm(forms.ModelForm):
     """A platform operator's catalogue entry, checked by the catalogue's rules field by
-    field: a declaration that is wrong is named with what is wrong with it."""
-
-    # What the catalogue's rules look at.
-    CHECKED = ("image", "command", "parameters", "env", "cpu_request", "cpu_limit",
-               "memory_request", "memory_limit", "timeout_seconds")
+    field (the model's validation, ``HookTemplate.clean_fields``): a declaration that is
+    wrong is named with what is wrong with it."""
 
     class Meta:
         model = HookTemplate
@@ -102,12 +93,6 @@ class HookTemplateForm(forms.ModelForm):
         for field, default in (("parameters", []), ("env", {})):
             if field in data and data[field] in (None, ""):
                 data[field] = default
-        if self.errors:
-            return data  # a field Django refused already (not JSON, not a number)
-        entry = HookTemplate(**{field: data.get(field) for field in self.CHECKED})
-        for field, lines in catalogue.entry_problems(entry).items():
-            for line in lines:
-                self.add_error(field, line)
         return data
 
 

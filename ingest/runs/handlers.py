@@ -84,8 +84,8 @@ def run_ingester(ctx: jobs.JobContext) -> dict[str, Any]:
         return _ingester_failed(ctx, run, sequence, f"no ingester of kind {source.kind!r}")
     started = time.perf_counter()
     try:
-        fetched = ingester.fetch(source.config, session, source.batch_size,
-                                  tenant=run.tenant.slug)
+        config = ingesters.usable_config(source.kind, source.config, tenant=run.tenant.slug)
+        fetched = ingester.fetch(config, session, source.batch_size, tenant=run.tenant.slug)
     except SourceError as exc:
         if exc.transient and ctx.attempt < ctx.job.max_attempts:
             raise jobs.TransientError(f"batch {sequence}: {exc}") from exc

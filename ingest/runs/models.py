@@ -12,13 +12,17 @@ transaction that marks it published.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
+from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Exists, F, Func, OuterRef, Q, Value
 from django.db.models.lookups import Exact
 
 from ingest import conf
+from ingest.runs import catalogue
 
 
 def _json_type(field: str, kind: str) -> Exact:
@@ -146,6 +150,30 @@ class HookTemplate(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean_fields(self, exclude: Collection[str] | None = None) -> None:
+        """Django's checks of each field, then the catalogue's rules field by field
+        (``catalogue.entry_problems``: resources that are Kubernetes quantities within
+        the settings' bounds, the command's placeholders, the environment...), so that
+        every path that validates an entry (the admin's form, ``full_clean``) refuses what
+        a launch would. A field already refused, or left out by the caller, is not judged
+        again, nor is the command when the parameters its placeholders name are.
+
+        Not a CHECK constraint as well: the quantity grammar (suffixes, exponents) and the
+        bounds, which are settings, would have to be written again in SQL and kept in step."""
+        errors: dict[str, Any] = {}
+        try:
+            super().clean_fields(exclude=exclude)
+        except ValidationError as exc:
+            errors = exc.update_error_dict(errors)
+        judged_already = set(exclude or ()) | set(errors)
+        if "parameters" in judged_already:
+            judged_already.add("command")
+        for field, lines in catalogue.entry_problems(self).items():
+            if field not in judged_already:
+                errors[field] = lines
+        if errors:
+            raise ValidationError(errors)
 
 
 class Hook(models.Model):

@@ -17,7 +17,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, F, Q
 
 import jobs
-from ingest.runs import events, sql
+from ingest.runs import events, ingesters, sql
+from ingest.runs.errors import SourceError
 from ingest.runs.models import (
     BATCH_SEQUENCE_UNIQUE,
     LIVE_EXECUTIONS,
@@ -74,8 +75,14 @@ def start_ingest(source: IngestSource, *, actor: Any = None, via: str = "api",
     ``NextBatchRequested`` for batch 1. A source has at most one running run, and so has
     each scraped ``reference`` (a run of only that reference; partial unique indexes):
     starting another refuses with the running one attached. ``pipeline``: the engine
-    pipeline the run's jobs join (the handoff's, for a reference), else a new one.
+    pipeline the run's jobs join (the handoff's, for a reference), else a new one. A
+    source whose config its ingester cannot use is refused, naming the problem: the
+    admin, the API and the commands start runs here, and such a run could only fail.
     """
+    try:  # before any lock: checking an http_json URL may resolve its host
+        ingesters.usable_config(source.kind, source.config, tenant=source.tenant.slug)
+    except SourceError as exc:
+        raise RunRefused(f"source {source.name!r} cannot run: {exc}") from None
     if reference is None:
         source = IngestSource.objects.select_for_update().get(pk=source.pk)
         running = source.runs.filter(status=RunStatus.RUNNING, reference=None).first()
@@ -445,7 +452,9 @@ STALL_GRACE_SECONDS = 60
 
 def fail_stalled_runs() -> list[int]:
     """Fail every running run whose pipeline has no pending or running job: nothing
-    will move it any more. The reason names the last job that failed."""
+    will move it any more. The reason names the last job that failed and its message,
+    without the traceback the worker keeps for an unexpected exception: a run's reason is
+    read by its tenant's members, and the job keeps the frames for the staff."""
     cutoff = jobs.now() - timedelta(seconds=STALL_GRACE_SECONDS)
     candidates = list(IngestRun.objects.filter(status=RunStatus.RUNNING, started_at__lt=cutoff)
                       .values_list("pk", "pipeline"))
@@ -459,7 +468,8 @@ def fail_stalled_runs() -> list[int]:
             if run.finished or jobs.busy_pipelines([run.pipeline]):
                 continue
             last = [job for job in jobs.pipeline_jobs(run.pipeline) if job.state == "failed"]
-            why = f"; the last failure: {last[-1].type} #{last[-1].pk}: {last[-1].last_error}" if last else ""
+            why = (f"; the last failure: {last[-1].type} #{last[-1].pk}: "
+                   f"{jobs.without_traceback(last[-1].last_error)}" if last else "")
             fail_run(run, f"stalled: nothing of the run is queued or running{why}")
             failed.append(pk)
     return failed

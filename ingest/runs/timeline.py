@@ -35,6 +35,9 @@ class Timeline:
     hook_deliveries: dict[int, jobs.Job] = field(default_factory=dict)
     # Batches being fetched: (sequence, its delivery), while unfinished.
     fetching: list[tuple[int, jobs.Job]] = field(default_factory=list)
+    # The newest job of the run's pipeline that failed: its whole error (a traceback
+    # included) is for staff, where the run's reason carries its message only.
+    failed: jobs.Job | None = None
 
     @property
     def truncated(self) -> bool:
@@ -61,6 +64,8 @@ def _event_payload(job: jobs.Job) -> dict[str, Any]:
 def _add_deliveries(timeline: Timeline) -> None:
     shown = {batch.pk for batch in timeline.batches}
     for job in jobs.pipeline_jobs(timeline.run.pipeline):
+        if job.state == "failed":
+            timeline.failed = job  # in the order enqueued: the newest wins
         if job.type == RUN_HOOKS and job.state in WORTH_SHOWING:
             batch = _event_payload(job).get("batch")
             if batch in shown:

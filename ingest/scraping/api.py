@@ -29,6 +29,7 @@ from ingest.scraping.models import SCRAPE_RUN_ID_LENGTH, HandoffStatus, Ingestio
 from jobs.contrib.api import (
     ClosedSerializer,
     ErrorSerializer,
+    ErrorTextField,
     StreamedJSONParser,
     StrictFilterBackend,
     StrictLimitOffset,
@@ -185,6 +186,9 @@ class HandoffSerializer(serializers.ModelSerializer):
     scrape_run_id = serializers.CharField(source="scrape_run.run_id", read_only=True)
     reason = serializers.CharField(source="get_reason_code_display", read_only=True,
                                    help_text="The reason code in words.")
+    # A failed handoff's error is its ingest run's failure reason, which held a job's
+    # traceback before reasons were stored without: staff only, as the engine's errors.
+    last_error = ErrorTextField()
 
     class Meta:
         model = IngestionHandoff

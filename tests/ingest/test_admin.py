@@ -22,9 +22,10 @@ from ingest.runs.models import (
     RunStatus,
 )
 from ingest.runs.runners.local import LocalRunner
+from jobs.models import Job
 from tests.base import page, staff
 from tests.ingest import builders
-from tests.ingest.running import drain
+from tests.ingest.running import drain, stalled_after_a_crash
 
 pytestmark = pytest.mark.django_db
 
@@ -127,6 +128,18 @@ def test_the_run_page_shows_each_batch_and_each_hook_failure_escaped(admin_clien
     assert "Retry the failed hooks" in html and "Cancel the run" not in html
 
 
+def test_the_run_page_shows_staff_the_whole_error_of_the_job_a_run_stalled_on(admin_client, acme, clock,
+                                                                             monkeypatch):
+    run = stalled_after_a_crash(acme, clock, monkeypatch)
+    job = Job.objects.get(pipeline_id=run.pipeline, state="failed")
+
+    html = page(admin_client, f"{RUNS}{run.pk}/change/")
+
+    assert f"ingest.RunIngester #{job.pk}: RuntimeError: the parser lost its place" in html
+    assert f'<a href="/admin/jobs/job/{job.pk}/change/">#{job.pk}</a>' in html
+    assert "File &quot;" in html and "handlers.py" in html  # the traceback's frames
+
+
 def test_the_run_page_counts_down_to_a_hook_deliverys_next_attempt(admin_client, acme, clock,
                                                                    monkeypatch):
     def busy(self, spec):
@@ -223,7 +236,9 @@ def test_a_source_is_added_with_its_hooks_and_its_tenant_is_the_staff_users(alic
 
     assert response.status_code == 302, response.content.decode()
     source = IngestSource.objects.get()
-    assert (source.tenant, source.kind, source.config) == (acme, "test_counting", {"batches": 2})
+    # The config as the ingester checked it: its defaults filled in.
+    assert (source.tenant, source.kind, source.config) == (
+        acme, "test_counting", {"batches": 2, "size": 2, "transient": False})
     hook = source.hooks.get()
     assert (hook.name, hook.template, hook.parameters) == ("check", check, {"level": 3})
 

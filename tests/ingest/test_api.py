@@ -3,6 +3,8 @@ operator actions, each scoped to the caller's tenant and recorded with its actor
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import jobs
@@ -13,7 +15,7 @@ from ingest.runs.runners.local import LocalRunner
 from jobs.models import Job
 from tests.base import as_user, staff
 from tests.ingest import builders
-from tests.ingest.running import drain
+from tests.ingest.running import drain, stalled_after_a_crash
 
 pytestmark = pytest.mark.django_db
 
@@ -94,6 +96,17 @@ def test_a_disabled_source_is_refused_with_the_reason(alice, acme):
 
     assert response.status_code == 409
     assert response.json() == {"detail": "source 'orders' is disabled", "run": None}
+
+
+def test_a_source_whose_config_its_ingester_cannot_use_is_refused_naming_the_problem(alice, acme):
+    builders.source(acme, config={"batches": 2, "size": "lots"})
+
+    response = alice.post(RUNS, {"source": "orders"}, format="json")
+
+    assert response.status_code == 409
+    assert response.json() == {"detail": "source 'orders' cannot run: the source's config cannot be "
+                                         "used: size: A valid integer is required.", "run": None}
+    assert not IngestRun.objects.exists()
 
 
 @pytest.mark.parametrize("body, problem", [
@@ -240,6 +253,35 @@ def test_a_run_shows_its_batches_hook_executions_counts_and_failures(bob, acme, 
     assert (delivery["state"], delivery["attempts"]) == ("failed", 1)
     assert Job.objects.get(pk=delivery["job"]).type == "ingest.RunHooks"
     assert [action["kind"] for action in body["actions"]] == ["started", "failed"]
+
+
+def test_a_member_reads_why_a_run_stalled_without_the_servers_traceback(bob, acme, clock, monkeypatch):
+    run = stalled_after_a_crash(acme, clock, monkeypatch)
+
+    listed = bob.get(RUNS).json()["results"]
+    detail = bob.get(f"{RUNS}{run.pk}/").json()
+
+    job = Job.objects.get(pipeline_id=run.pipeline, state="failed")
+    assert detail["failure_reason"] == run.failure_reason == (
+        "stalled: nothing of the run is queued or running; the last failure: ingest.RunIngester "
+        f"#{job.pk}: RuntimeError: the parser lost its place")
+    for shown in (json.dumps(listed), json.dumps(detail)):
+        assert "Traceback" not in shown and "File \\\"" not in shown and ".py" not in shown
+    assert 'File "' in job.last_error  # the job keeps the frames, for the staff
+
+
+def test_a_reason_stored_with_a_traceback_shows_it_to_staff_only(alice, bob, acme):
+    run = services.start_ingest(builders.source(acme))
+    reason = ('stalled; the last failure: RuntimeError: boom\n  File "/srv/conveyor/ingest/x.py", '
+              "line 3, in fetch\n    raise RuntimeError('boom')\n")
+    IngestRun.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, failure_reason=reason,
+                                               finished_at=jobs.now())
+
+    assert bob.get(f"{RUNS}{run.pk}/").json()["failure_reason"] == (
+        "stalled; the last failure: RuntimeError: boom")
+    assert bob.get(RUNS).json()["results"][0]["failure_reason"] == (
+        "stalled; the last failure: RuntimeError: boom")
+    assert alice.get(f"{RUNS}{run.pk}/").json()["failure_reason"] == reason
 
 
 def test_a_run_waiting_on_its_hooks_shows_when_they_are_tried_again(alice, acme, clock, monkeypatch):

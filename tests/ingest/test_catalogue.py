@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from django.core.exceptions import ValidationError
 
 from ingest.runs import catalogue, services
 from ingest.runs.models import ExecutionStatus, HookExecution, HookTemplate, RunStatus
@@ -228,3 +229,34 @@ def test_the_failed_hooks_run_once_the_entry_is_put_right(clock, acme):
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED
     assert HookExecution.objects.get(batch__run=run).tries == 1
+
+
+# --- an entry's own rules, wherever it is saved from ------------------------------------------
+
+
+def entry(**fields) -> HookTemplate:
+    return HookTemplate(**{"name": "lint", "image": "hooks/lint:1", "command": ["lint"],
+                           "cpu_request": "250m", "cpu_limit": "1", "memory_request": "128Mi",
+                           "memory_limit": "512Mi", **fields})
+
+
+@pytest.mark.parametrize("fields, problems", [
+    ({"cpu_request": "lots"}, {"cpu_request": ["'lots' is not a Kubernetes quantity (e.g. 250m, 2, 512Mi)"]}),
+    ({"memory_limit": "1e3Mi"}, {"memory_limit": ["'1e3Mi' is not a Kubernetes quantity (e.g. 250m, 2, "
+                                                  "512Mi)"]}),
+    ({"cpu_request": "2", "cpu_limit": "500m"}, {"cpu_request": ["2 is above its limit 500m"]}),
+    ({"command": ["lint", "{level}"]},
+     {"command": ["argument 2: {level} names no declared parameter (write {{ and }} for braces)"]}),
+])
+def test_the_models_validation_refuses_what_the_catalogue_refuses(fields, problems):
+    with pytest.raises(ValidationError) as refused:
+        entry(**fields).full_clean()
+
+    assert refused.value.message_dict == problems
+
+
+def test_a_valid_entry_passes_the_models_validation_and_a_field_left_out_is_not_judged():
+    entry().full_clean()
+    entry(cpu_request="lots").full_clean(exclude=["cpu_request"])
+    # Nor the command, when its parameters are left out: its placeholders are read against them.
+    entry(parameters="not a list", command=["lint", "{x}"]).full_clean(exclude=["parameters"])

@@ -8,8 +8,10 @@ import json
 
 import pytest
 
+import jobs
 from ingest.runs import services
 from ingest.runs.models import IngestRecord, IngestSource, RunStatus
+from jobs.models import Job
 from tests.ingest import builders
 from tests.ingest.running import drain
 from tests.ingest.test_admin import SOURCES, staff_browser
@@ -56,16 +58,62 @@ def test_tenant_staff_save_a_source_over_their_own_files(root, acme):
 
 
 @pytest.mark.parametrize("where", ["{root}/globex", "{root}"])
-def test_a_run_over_another_tenants_files_fails_and_publishes_nothing(root, acme, clock, where):
+def test_a_run_over_another_tenants_files_is_refused_or_fails_and_publishes_nothing(root, acme, clock,
+                                                                                    where):
     source = builders.source(acme, kind="files", hooks=(),
                              config={"url": where.format(root=root), "pattern": "**/*.jsonl"})
-
+    with pytest.raises(services.RunRefused, match="must lie in this tenant's directory"):
+        services.start_ingest(source)
+    # Written behind the form's back once the run is under way: its fetch refuses it too.
+    source.config = {"url": f"{root}/acme"}
+    source.save()
     run = services.start_ingest(source)
+    IngestSource.objects.filter(pk=source.pk).update(
+        config={"url": where.format(root=root), "pattern": "**/*.jsonl"})
     drain(clock)
 
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     assert "must lie in this tenant's directory" in run.failure_reason
+    assert not IngestRecord.objects.exists()
+
+
+def test_a_setting_of_the_wrong_type_is_a_form_error_naming_it_and_nothing_is_saved(root, acme):
+    alice = staff_browser("alice", acme)
+    form = {**files_source_form(f"{root}/acme"),
+            "config": json.dumps({"url": f"{root}/acme", "pattern": 5})}
+
+    response = alice.post(f"{SOURCES}add/", form)
+
+    assert response.status_code == 200
+    assert "pattern: must be text, not a number" in response.content.decode()
+    assert not IngestSource.objects.exists()
+
+
+def test_a_source_is_saved_with_its_config_as_the_ingester_checked_it(root, acme):
+    alice = staff_browser("alice", acme)
+    form = {**files_source_form(f"{root}/acme"), "config": json.dumps({"url": f"{root}/acme"})}
+
+    response = alice.post(f"{SOURCES}add/", form)
+
+    assert response.status_code == 302, response.content.decode()
+    assert IngestSource.objects.get().config == {"url": f"{root}/acme", "pattern": "*"}
+
+
+def test_a_run_whose_stored_config_cannot_be_used_fails_at_its_first_delivery(root, acme, clock):
+    source = builders.source(acme, kind="files", hooks=(), config={"url": f"{root}/acme"})
+    run = services.start_ingest(source)
+    # As a row saved before configs were checked, or written by a migration, would hold it.
+    IngestSource.objects.filter(pk=source.pk).update(config={"url": f"{root}/acme", "pattern": 5})
+
+    jobs.run_until_idle()
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert run.failure_reason == ("fetching batch 1 failed: the source's config cannot be used: "
+                                  "pattern: must be text, not a number")
+    fetch = Job.objects.get(pipeline_id=run.pipeline, type="ingest.RunIngester")
+    assert (fetch.state, fetch.attempts, fetch.error_kind) == ("failed", 1, "permanent")
     assert not IngestRecord.objects.exists()
 
 

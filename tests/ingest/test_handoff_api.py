@@ -174,3 +174,17 @@ def test_a_nul_in_the_source_or_tenant_names_no_source(scraper, listings):
                           format="json")
     assert answer.status_code == 404, answer.content
     assert scraper.get("/scraping/listings/handoffs?tenant=%00").status_code == 404
+
+
+def test_a_member_reads_a_handoffs_error_without_a_traceback_and_staff_read_it_whole(scraper, listings,
+                                                                                   acme, clock):
+    sync(scraper, body("run-1", ("a", 1)))
+    drain(clock)
+    error = ('stalled; the last failure: RuntimeError: boom\n  File "/srv/conveyor/ingest/x.py", '
+             "line 3, in fetch\n")
+    IngestionHandoff.objects.update(last_error=error)  # copied from a run's reason, as it was stored
+    member = as_user(staff("bob", of=acme, is_staff=False))
+
+    assert member.get("/scraping/listings/handoffs").json()["results"][0]["last_error"] == (
+        "stalled; the last failure: RuntimeError: boom")
+    assert scraper.get("/scraping/listings/handoffs").json()["results"][0]["last_error"] == error

@@ -454,6 +454,10 @@ def test_a_url_outside_the_tenants_directory_is_refused_naming_it(roots, url):
      {"pattern": ["must be a glob relative to the url, without '..'"]}),
     ({"url": "{root}", "format": "xml"}, {"format": ['"xml" is not a valid choice.']}),
     ({"url": "{root}", "recursive": True}, {"recursive": ["is not a setting of this kind of source"]}),
+    ({"url": "{root}", "pattern": 5}, {"pattern": ["must be text, not a number"]}),
+    ({"url": ["{root}"], "pattern": True, "depth": 1},
+     {"depth": ["is not a setting of this kind of source"], "pattern": ["must be text, not true or false"],
+      "url": ["must be text, not a list"]}),
     ({"url": "memory://ingest-tests/a::file:///etc"},
      {"url": ["must be a single URL, not a chain of fsspec URLs"]}),
     ({"url": "nosuchfs://ingest-tests/x"}, {"url": ["must lie in this tenant's directory: {root}, "

@@ -5,14 +5,18 @@ every batch passes the ``check_records`` hook as a local process before it is pu
 The hook is the demo's catalogue entry ``check-records``, enabled and offered to every
 tenant, with the fields to require and the one to keep unique as its parameters.
 
-Idempotent: once the demo source has a run, it does nothing. It runs the run's jobs in
-this process, so the run has finished when it returns, with or without a cluster.
+Idempotent: once the demo source has a run, it does nothing. Without a cluster, it runs
+the run's jobs in this process, so the run has finished when it returns. With a cluster
+running, it leaves the jobs to the cluster's workers (taking some here would race them)
+and waits for the run to end, for ``--wait`` seconds at most; a run still going then is
+the cluster's, and the command says so and how to follow it.
 """
 
 from __future__ import annotations
 
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +36,10 @@ ENTRY = "check-records"
 # A field name, or several separated by commas: nothing else reaches the argument list.
 FIELDS = r"^[A-Za-z0-9_]+(,[A-Za-z0-9_]+)*$"
 FIELD = r"^[A-Za-z0-9_]+$"
+# How long the command waits for a running cluster to carry the run through, by default,
+# and how often it looks.
+WAIT_SECONDS = 300
+POLL_SECONDS = 0.5
 
 
 class Command(BaseCommand):
@@ -39,8 +47,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--user", help="Who starts the run (a username).")
+        parser.add_argument("--wait", type=float, default=WAIT_SECONDS, metavar="SECONDS",
+                            help="With a cluster running: how long to wait for it to finish the "
+                                 f"run (default {WAIT_SECONDS}).")
 
-    def handle(self, *args: Any, user: str | None, **options: Any) -> None:
+    def handle(self, *args: Any, user: str | None, wait: float, **options: Any) -> None:
         from django.contrib.auth import get_user_model
 
         actor = get_user_model().objects.filter(username=user).first() if user else None
@@ -49,14 +60,34 @@ class Command(BaseCommand):
             self.stdout.write("The ingest demo is already loaded.")
             return
         source = source or self._source()
+        if not 0 <= wait <= 24 * 3600:
+            raise CommandError("--wait is a number of seconds from 0 to 86400")
         run = services.start_ingest(source, actor=actor, via="command")
-        while jobs.run_until_idle():
-            pass
-        run = IngestRun.objects.get(pk=run.pk)
+        if jobs.live_workers():
+            run = self._wait_for_the_cluster(run, wait)
+            if not run.finished:
+                self.stdout.write(f"Ingest demo: run {run.pk} of {SOURCE} is still running after "
+                                  f"{wait:g} s; the cluster carries it on. Follow it with "
+                                  f"`manage.py ingest_status {run.pk}`.")
+                return
+        else:
+            while jobs.run_until_idle():
+                pass
+            run = IngestRun.objects.get(pk=run.pk)
         if run.status != IngestRun.Status.SUCCEEDED:
             raise CommandError(f"the demo run {run.pk} {run.status}: {run.failure_reason}")
         self.stdout.write(f"Ingest demo: run {run.pk} of {SOURCE} published "
                           f"{run.records_published} records in {run.batches_published} batches.")
+
+    def _wait_for_the_cluster(self, run: IngestRun, wait: float) -> IngestRun:
+        """The run once it ended, or as it stands after ``wait`` seconds."""
+        deadline = time.monotonic() + wait
+        self.stdout.write(f"Ingest demo: run {run.pk} started; a cluster is running, waiting for "
+                          f"it to finish the run (at most {wait:g} s).")
+        while not run.finished and time.monotonic() < deadline:
+            time.sleep(min(POLL_SECONDS, max(deadline - time.monotonic(), 0)))
+            run = IngestRun.objects.get(pk=run.pk)
+        return run
 
     @transaction.atomic
     def _source(self) -> IngestSource:

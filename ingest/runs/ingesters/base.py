@@ -13,6 +13,8 @@ from typing import Any, ClassVar, TypeVar
 
 from rest_framework import serializers
 
+from ingest.runs.errors import SourceError
+
 
 @dataclass(frozen=True)
 class Fetched:
@@ -61,11 +63,35 @@ def kinds() -> list[tuple[str, str]]:
 
 def validate_config(kind: str, config: Any, *, tenant: str) -> dict[str, Any]:
     """``config`` as the ingester of ``kind`` accepts it for a source of ``tenant`` (its
-    slug); ``serializers.ValidationError`` naming each bad field otherwise."""
+    slug), normalised (defaults filled in, values of the types the ingester reads): what
+    is stored, and what the ingester is given. ``serializers.ValidationError`` naming each
+    bad field otherwise."""
     if kind not in _ingesters:
         raise serializers.ValidationError({"kind": [f"no ingester of kind {kind!r}"]})
     serializer = _ingesters[kind].config_serializer(data=config, context={"tenant": tenant})
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
+
+
+def usable_config(kind: str, config: Any, *, tenant: str) -> dict[str, Any]:
+    """``validate_config`` for a run: a stored config the ingester cannot use (saved
+    before configs were checked, or written by a migration) is a ``SourceError`` that
+    retrying cannot help, naming each problem, instead of an ingester tripping over it
+    with an error that would be retried as transient."""
+    try:
+        return validate_config(kind, config, tenant=tenant)
+    except serializers.ValidationError as exc:
+        raise SourceError("the source's config cannot be used: " + "; ".join(problems(exc.detail)),
+                          transient=False) from None
+
+
+def problems(detail: Any, prefix: str = "") -> list[str]:
+    """A DRF error detail (nested dicts and lists) as lines naming each field."""
+    if isinstance(detail, dict):
+        return [line for name, inner in detail.items()
+                for line in problems(inner, prefix if name == "non_field_errors" else f"{prefix}{name}: ")]
+    if isinstance(detail, list):
+        return [line for inner in detail for line in problems(inner, prefix)]
+    return [f"{prefix}{detail}"]
 
 

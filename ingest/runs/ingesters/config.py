@@ -16,17 +16,31 @@ from ingest.runs.errors import SourceError
 DOTTED_PATH = re.compile(r"^[^.\s]+(\.[^.\s]+)*$")
 
 
+JSON_TYPES = ((bool, "true or false"), ((int, float), "a number"), (list, "a list"),
+              (dict, "an object"))
+
+
 class StrictConfig(serializers.Serializer):
     """A source's config. A key it does not know is refused: a misspelt setting must not
-    pass silently for its default."""
+    pass silently for its default. A text setting must be given as text: DRF would read
+    ``5`` as ``"5"``, and a config stored as given would then reach its ingester as a
+    number."""
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, Mapping):
-            unknown = sorted(str(key) for key in data if key not in self.fields)
-            if unknown:
-                raise serializers.ValidationError(
-                    {key: ["is not a setting of this kind of source"] for key in unknown})
+            wrong = {str(key): ["is not a setting of this kind of source"]
+                     for key in data if key not in self.fields}
+            wrong.update({key: [f"must be text, not {_json_type(value)}"] for key, value in data.items()
+                          if isinstance(self.fields.get(key), serializers.CharField)
+                          and value is not None and not isinstance(value, str)})
+            if wrong:
+                raise serializers.ValidationError(dict(sorted(wrong.items())))
         return super().to_internal_value(data)
+
+
+def _json_type(value: Any) -> str:
+    return next((name for types, name in JSON_TYPES if isinstance(value, types)),
+                type(value).__name__)
 
 
 def dotted_path(default: str | None = None, **kwargs: Any) -> serializers.RegexField:

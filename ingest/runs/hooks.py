@@ -83,6 +83,8 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
             spec, execution.launched_at, ctx.now()))
     else:
         admission = breaker.admit(runner.target, tenant, ctx.job.pk, ctx.now())
+        if admission.state == "share":
+            raise jobs.Snooze(admission.wait_seconds, _waiting_for_share(runner, admission))
         if not admission.allowed:
             raise jobs.Snooze(admission.wait_seconds,
                               f"this tenant's hooks on {runner.target} are held back: its breaker "
@@ -91,6 +93,9 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
             _new_try(ctx, execution, runner)
         status = _call(ctx, execution, runner, runner.launch)
     scheduled = status.scheduled or status.phase != Phase.PENDING
+    if (not scheduled and admission is None
+            and breaker.withdraw(runner.target, tenant, execution.pk, execution.launched_at)):
+        _withdraw(ctx, execution, runner)  # unless its Job cannot be deleted now
     # The target had room for it; nothing to record if the breaker was settled when it
     # admitted this launch (a success changes nothing then).
     if scheduled and not execution.scheduled and not (admission and admission.settled):
@@ -108,6 +113,32 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
               reason=status.reason, scheduled=scheduled)
     raise jobs.Snooze(float(conf.get("HOOK_POLL_SECONDS")),
                       f"hook {execution.hook_name} is {status.phase}")
+
+
+def _waiting_for_share(runner: HookRunner, admission: breaker.Admission) -> str:
+    return (f"this tenant's hooks on {runner.target} are waiting for its share of the launch "
+            f"window: {admission.waiting} of its launches wait for room there, its share is "
+            f"{admission.share} while {admission.tenants} tenants' launches wait")
+
+
+def _withdraw(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner) -> None:
+    """Take back a launch still waiting for room beyond the tenant's share: its Job is
+    deleted (its Pod would keep its place in the cluster's queue ahead of other
+    tenants'), and the hook waits to be admitted again, as a new try. Not a failure: the
+    breaker counts nothing and no attempt is spent. A Job that cannot be deleted now
+    stays, and is polled as before."""
+    try:
+        runner.stop(execution.runner_ref)
+    except InfrastructureError as error:
+        logger.warning("hook %s: not withdrawn: %s", execution.runner_ref, error,
+                       extra={"execution": execution.pk})
+        return
+    _save(ctx, execution, status=ExecutionStatus.WAITING, scheduled=False, pod_phase="",
+          reason=f"try {execution.tries} withdrawn before it got room, for other tenants' "
+                 "share of the launch window")
+    raise jobs.Snooze(float(conf.get("QUEUE_WAIT_SECONDS")),
+                      f"hook {execution.hook_name} withdrawn for other tenants' share of the "
+                      f"launch window on {runner.target}")
 
 
 def _new_try(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner) -> None:

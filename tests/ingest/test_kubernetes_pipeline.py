@@ -196,3 +196,32 @@ def test_a_cluster_that_refuses_everything_fails_runs_by_max_failures_without_a_
     per_minute = cluster.create_calls / minutes
     print(f"threshold={threshold} creates={cluster.create_calls} minutes={minutes:.1f}")
     assert per_minute < 60
+
+
+def test_small_runs_of_other_tenants_are_not_queued_behind_a_big_runs_pending_hooks(clock, cluster):
+    """Room for one hook: a 12-batch run fills its launch window with Pods waiting for a
+    node, which the scheduler gives out first come. Two tenants' 1-batch runs started
+    just after it get their share: the big run's launches beyond its share are taken
+    back, so the small runs' hooks wait behind a few of its hooks, not all it queued."""
+    cluster.capacity = 1
+    cluster.behaviours[IMAGE] = Behaviour(run_seconds=5, create_seconds=1)
+    big = services.start_ingest(builders.source(tenant("Acme"), "big", batches=12,
+                                                hooks=[["check"]]))
+    jobs.run_until_idle()
+    assert cluster.create_calls == 8  # its whole window, the cluster's queue
+    clock.advance(1)
+    small = [services.start_ingest(builders.source(tenant(name), "small", batches=1,
+                                                   hooks=[["check"]]))
+             for name in ("Globex", "Initech")]
+    drain(clock)
+    runs = IngestRun.objects.filter(pk__in=[big.pk, *(r.pk for r in small)])
+    assert {run.status for run in runs} == {RunStatus.SUCCEEDED}
+    published = list(IngestRun.objects.filter(batches__status=BatchStatus.PUBLISHED)
+                     .order_by("batches__published_at").values_list("pk", flat=True))
+    for run in small:
+        assert published.index(run.pk) < 6, published  # not behind all of acme's 8
+    withdrawn = [call for call in cluster.calls if call.method == "DELETE"]
+    assert withdrawn and all("conveyor-hook-" in call.path for call in withdrawn)
+    tries = HookExecution.objects.filter(batch__run=big).values_list("tries", flat=True)
+    assert sum(tries) == 12 + len(withdrawn)  # each taken back once launched again
+    assert not RunnerBreaker.objects.filter(failures__gt=0).exists()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
+from datetime import timedelta
 from typing import Any, NoReturn
 
 import jobs
@@ -111,8 +112,17 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
             ExecutionStatus.RUNNING, status.pod_phase, status.reason, scheduled):
         _save(ctx, execution, status=ExecutionStatus.RUNNING, pod_phase=status.pod_phase,
               reason=status.reason, scheduled=scheduled)
-    raise jobs.Snooze(float(conf.get("HOOK_POLL_SECONDS")),
+    raise jobs.Snooze(_poll_interval(ctx.now() - execution.launched_at),
                       f"hook {execution.hook_name} is {status.phase}")
+
+
+def _poll_interval(age: timedelta) -> float:
+    """Seconds until the next look at a hook launched ``age`` ago: ``HOOK_POLL_SECONDS``
+    at first, then a tenth of its age, up to ``HOOK_POLL_MAX_SECONDS``. Each look costs
+    API requests; a hook that has run long is likely to run a while more, and its end
+    is noticed at most a tenth of its age (and never more than the cap) late."""
+    first = float(conf.get("HOOK_POLL_SECONDS"))
+    return max(first, min(age.total_seconds() / 10, float(conf.get("HOOK_POLL_MAX_SECONDS"))))
 
 
 def _waiting_for_share(runner: HookRunner, admission: breaker.Admission) -> str:

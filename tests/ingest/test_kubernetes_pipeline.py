@@ -225,3 +225,20 @@ def test_small_runs_of_other_tenants_are_not_queued_behind_a_big_runs_pending_ho
     tries = HookExecution.objects.filter(batch__run=big).values_list("tries", flat=True)
     assert sum(tries) == 12 + len(withdrawn)  # each taken back once launched again
     assert not RunnerBreaker.objects.filter(failures__gt=0).exists()
+
+
+def test_a_long_hook_is_looked_at_less_often_as_it_runs(clock, cluster):
+    """A 30 s hook: one request per look while it runs (its Pods), looks 2 s apart at
+    first and a tenth of its age apart later, and its end noticed within 3 s."""
+    cluster.behaviours[IMAGE] = Behaviour(run_seconds=30, create_seconds=1)
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, hooks=[["check"]]))
+    drain(clock)
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    execution = HookExecution.objects.get(batch__run=run)
+    assert (execution.finished_at - execution.launched_at).total_seconds() <= 31 + 3
+    calls = [(call.method, call.path.rsplit("/", 1)[-1]) for call in cluster.calls]
+    # A create, 15 looks at its Pods, the Job read and the log once it has ended: 18
+    # requests where a look every 2 s at the Job and its Pods made 34.
+    assert len(calls) <= 18, calls
+    assert calls.count(("GET", execution.runner_ref)) == 1

@@ -9,8 +9,8 @@ created (and dropped) on the project's server, against the tests' fake Kubernete
 (``tests/kube_api.py``), on the engine's manual clock moved from each due job to the next
 (no waiting; every time below is on that clock, not the wall's):
 
-- fairness: tenant A starts a 12-batch run; 1 s later tenants B and C start a 2-batch
-  run each; each batch has one hook of 5 s (1 s ContainerCreating), on a cluster with
+- fairness: tenant A starts a 12-batch run; 1 s and 2 s later tenants B and C start a
+  2-batch run each; each batch has one hook of 5 s (1 s ContainerCreating), on a cluster with
   room for ``--capacities`` hooks. Per tenant: seconds from its run's start to its first
   batch published, and to its run's end; and the order of the Job creates.
 - calls: one run of 10 batches, one hook each, on a cluster with room for all, for each

@@ -16,7 +16,10 @@ breaker shared by all tenants let one tenant's failing hooks stall every other
 tenant's. A cluster that is really full is learnt by each tenant's breaker in its own
 window: at most ``BREAKER_THRESHOLD`` failed launches per tenant before it opens. The
 launch window is per tenant too, so one tenant's queue of launches waiting for room
-does not hold another's.
+does not hold another's; and while several tenants' launches wait for room on a
+target, each may have only its share of its window waiting (``withdraw`` takes back
+what is beyond it), so that one tenant's queue does not stand in front of every other
+tenant's hooks: the cluster gives room first come.
 
 Deliveries held back snooze until the probe time without spending an attempt, and come
 back together: the engine's claim then takes them in fair shares per tenant, so when

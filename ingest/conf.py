@@ -54,8 +54,10 @@ DEFAULTS: dict[str, Any] = {
     # Processes the hook user may run at once (a root worker's hooks only: a worker
     # that is not root shares its user with its hooks).
     "HOOK_MAX_PROCESSES": 128,
-    # Seconds between two looks at a running hook.
+    # Seconds between two looks at a running hook: the first at first, then a tenth of
+    # the hook's age since its launch, up to the most.
     "HOOK_POLL_SECONDS": 2.0,
+    "HOOK_POLL_MAX_SECONDS": 10.0,
     # Characters of a hook's log kept on its batch.
     "HOOK_LOG_TAIL_CHARS": 4000,
     # The hook runner's circuit breaker, one per runner target and tenant: this many

@@ -485,7 +485,8 @@ for _name in ("HOOK_MAX_FILE_BYTES", "HOOK_MAX_OPEN_FILES", "HOOK_MAX_PROCESSES"
     if f"INGEST_{_name}" in os.environ:
         globals()[f"INGEST_{_name}"] = env_int(f"INGEST_{_name}", 0)
 INGEST_FILE_ROOTS = env_list("INGEST_FILE_ROOTS", [str(VAR_DIR / "ingest-files")])
-for _name in ("HOOK_POLL_SECONDS", "KUBE_SCHEDULE_TIMEOUT_SECONDS", "QUEUE_WAIT_SECONDS"):
+for _name in ("HOOK_POLL_SECONDS", "HOOK_POLL_MAX_SECONDS", "KUBE_SCHEDULE_TIMEOUT_SECONDS",
+              "QUEUE_WAIT_SECONDS"):
     if f"INGEST_{_name}" in os.environ:
         globals()[f"INGEST_{_name}"] = env_float(f"INGEST_{_name}", 0.0)
 # The hook catalogue's bounds (ingest/conf.py): the most CPU and memory an entry may

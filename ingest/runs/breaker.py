@@ -16,7 +16,10 @@ breaker shared by all tenants let one tenant's failing hooks stall every other
 tenant's. A cluster that is really full is learnt by each tenant's breaker in its own
 window: at most ``BREAKER_THRESHOLD`` failed launches per tenant before it opens. The
 launch window is per tenant too, so one tenant's queue of launches waiting for room
-does not hold another's.
+does not hold another's; and while several tenants' launches wait for room on a
+target, each may have only its share of its window waiting (``withdraw`` takes back
+what is beyond it), so that one tenant's queue does not stand in front of every other
+tenant's hooks: the cluster gives room first come.
 
 Deliveries held back snooze until the probe time without spending an attempt, and come
 back together: the engine's claim then takes them in fair shares per tenant, so when
@@ -51,10 +54,13 @@ class Admission:
     # Closed, with no failure counted and the window at its widest: a success would
     # change nothing, so the caller need not record one.
     settled: bool = False
-    # When held back by a full launch window: the tenant's launches waiting for room on
-    # the target (counted up to the window), and the window.
+    # The launch window's count, when it decided: the tenant's launches waiting for room,
+    # its window, as many as it may have waiting now (its share of that window), and the
+    # tenants with launches waiting there (the asking one included) that it is shared among.
     waiting: int = 0
     window: int = 0
+    share: int = 0
+    tenants: int = 1
 
 
 def _row(target: str, tenant: int) -> RunnerBreaker:
@@ -70,19 +76,42 @@ def _cooldown(breaker: RunnerBreaker, *, longer: bool) -> float:
 
 
 # The closed path of ``admit`` in one round trip: the tenant's breaker on the target, its
-# launch window, and how many of the tenant's launches wait for room there, counted no
-# further than the window. The executions carry their run's tenant, so the count is read
-# from the partial index ingest_hook_awaiting_room (runner_target, tenant_id) alone.
-_ADMIT = """
+# launch window, how many of the tenant's launches wait for room there (counted no
+# further than the window), and how many other tenants have launches waiting there (as
+# far as the window: beyond that every tenant's share is one). The executions carry
+# their run's tenant, so both counts are read from the partial index
+# ingest_hook_awaiting_room (runner_target, tenant_id) alone; the other tenants are
+# found by skipping from one tenant id to the next in it (one index probe per tenant, not
+# one row per launch). ``{mine}`` narrows the tenant's count to the launches made no
+# later than one of them (``withdraw``).
+_SHARE = """
+WITH RECURSIVE waiting_tenant(tenant) AS (
+    (SELECT e.tenant_id FROM ingest_hookexecution e
+     WHERE e.runner_target = %(target)s AND NOT e.scheduled
+       AND e.status IN (%(launching)s, %(running)s)
+     ORDER BY e.tenant_id LIMIT 1)
+    UNION ALL
+    SELECT next.tenant_id FROM waiting_tenant w, LATERAL (
+        SELECT e.tenant_id FROM ingest_hookexecution e
+        WHERE e.runner_target = %(target)s AND NOT e.scheduled
+          AND e.status IN (%(launching)s, %(running)s) AND e.tenant_id > w.tenant
+        ORDER BY e.tenant_id LIMIT 1) AS next
+)
 SELECT b.state, b."window", b.failures, (
     SELECT count(*) FROM (
         SELECT FROM ingest_hookexecution e
         WHERE e.runner_target = t.target AND e.tenant_id = t.tenant AND NOT e.scheduled
-          AND e.status IN (%(launching)s, %(running)s)
-        LIMIT COALESCE(b."window", %(window)s)) AS waiting)
+          AND e.status IN (%(launching)s, %(running)s){mine}
+        LIMIT COALESCE(b."window", %(window)s)) AS waiting), (
+    SELECT count(*) FROM (
+        SELECT FROM waiting_tenant w WHERE w.tenant <> t.tenant
+        LIMIT COALESCE(b."window", %(window)s)) AS others)
 FROM (SELECT %(target)s::text AS target, %(tenant)s::bigint AS tenant) AS t
 LEFT JOIN ingest_runnerbreaker b ON b.target = t.target AND b.tenant_id = t.tenant
 """
+_ADMIT = _SHARE.format(mine="")
+_WITHDRAW = _SHARE.format(mine="\n          AND (e.launched_at, e.id) <= (%(launched_at)s, %(execution)s)")
+
 
 # ``record_success`` in one round trip: an open or probing breaker closed and the window
 # widened by one, or the (target, tenant) row created. A breaker that is closed, clean and at its
@@ -113,24 +142,42 @@ def _default_window() -> int:
     return RunnerBreaker._meta.get_field("window").default
 
 
+def _share(window: int, others: int) -> int:
+    """How many launches a tenant may have waiting for room on a target: its window,
+    divided among the tenants with launches waiting there. Pods pending on a full
+    cluster get a node roughly first come, so every launch a tenant adds to the queue is
+    one more hook each other tenant waits behind."""
+    return max(1, window // (others + 1))
+
+
+def _count(sql: str, target: str, tenant: int, **more: object) -> tuple:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"target": target, "tenant": tenant, "window": _default_window(),
+                             "launching": ExecutionStatus.LAUNCHING,
+                             "running": ExecutionStatus.RUNNING, **more})
+        return cursor.fetchone()
+
+
 def admit(target: str, tenant: int, job_id: int, now: datetime) -> Admission:
     """May delivery ``job_id`` launch a hook of ``tenant`` on ``target`` now?
 
-    Closed, it may while fewer of the tenant's launches than the window are waiting for
-    room there (launched, not yet scheduled); otherwise it waits ``QUEUE_WAIT_SECONDS``
-    and asks again, so that a full cluster's queue drains before it is made longer."""
-    with connection.cursor() as cursor:
-        cursor.execute(_ADMIT, {"target": target, "tenant": tenant, "window": _default_window(),
-                                "launching": ExecutionStatus.LAUNCHING,
-                                "running": ExecutionStatus.RUNNING})
-        state, window, failures, waiting = cursor.fetchone()
+    Closed, it may while fewer of the tenant's launches than its share of the window are
+    waiting for room there (launched, not yet scheduled): the whole window when no other
+    tenant's launches wait there, else the window divided among the tenants whose do.
+    Otherwise it waits ``QUEUE_WAIT_SECONDS`` and asks again, so that a full cluster's
+    queue drains before it is made longer, and a tenant's queue does not grow in front of
+    another's."""
+    state, window, failures, waiting, others = _count(_ADMIT, target, tenant)
     if state is None or state == BreakerState.CLOSED:
-        if waiting < (window or _default_window()):
+        window = window or _default_window()
+        share = _share(window, others)
+        counts = {"waiting": waiting, "window": window, "share": share, "tenants": others + 1}
+        if waiting < share:
             return Admission(allowed=True, settled=(
-                failures == 0 and window == int(conf.get("MAX_LAUNCH_WINDOW"))))
+                failures == 0 and window == int(conf.get("MAX_LAUNCH_WINDOW"))), **counts)
         RunnerBreaker.objects.filter(target=target, tenant_id=tenant).update(denied=F("denied") + 1)
         return Admission(allowed=False, wait_seconds=float(conf.get("QUEUE_WAIT_SECONDS")),
-                         state="full", waiting=waiting, window=window or _default_window())
+                         state="share" if others else "full", **counts)
     with transaction.atomic():
         breaker = _row(target, tenant)
         if breaker.state == BreakerState.CLOSED:
@@ -152,6 +199,19 @@ def admit(target: str, tenant: int, job_id: int, now: datetime) -> Admission:
         RunnerBreaker.objects.filter(pk=breaker.pk).update(denied=F("denied") + 1)
         return Admission(allowed=False, wait_seconds=(wake - now).total_seconds(),
                          state=breaker.state)
+
+
+def withdraw(target: str, tenant: int, execution: int, launched_at: datetime) -> bool:
+    """Should ``tenant``'s launch ``execution`` (made at ``launched_at``, still waiting
+    for room on ``target``) be taken back to give other tenants their share?
+
+    Yes when other tenants' launches wait there too and it is not among the first of its
+    tenant's as many as its share: its Pod would otherwise hold its place in the
+    cluster's queue ahead of theirs. A tenant alone keeps every launch it made, even
+    beyond a window that has shrunk since."""
+    _, window, _, earlier, others = _count(_WITHDRAW, target, tenant, execution=execution,
+                                           launched_at=launched_at)
+    return others > 0 and earlier > _share(window or _default_window(), others)
 
 
 def record_failure(target: str, tenant: int, job_id: int, message: str, now: datetime

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
+from datetime import timedelta
 from typing import Any, NoReturn
 
 import jobs
@@ -89,6 +90,9 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
             _new_try(ctx, execution, runner)
         status = _call(ctx, execution, runner, runner.launch)
     scheduled = status.scheduled or status.phase != Phase.PENDING
+    if (not scheduled and admission is None
+            and breaker.withdraw(runner.target, tenant, execution.pk, execution.launched_at)):
+        _withdraw(ctx, execution, runner)  # unless its Job cannot be deleted now
     # The target had room for it; nothing to record if the breaker was settled when it
     # admitted this launch (a success changes nothing then).
     if scheduled and not execution.scheduled and not (admission and admission.settled):
@@ -104,7 +108,7 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
             ExecutionStatus.RUNNING, status.pod_phase, status.reason, scheduled):
         _save(ctx, execution, status=ExecutionStatus.RUNNING, pod_phase=status.pod_phase,
               reason=status.reason, scheduled=scheduled)
-    raise jobs.Snooze(float(conf.get("HOOK_POLL_SECONDS")),
+    raise jobs.Snooze(_poll_interval(ctx.now() - execution.launched_at),
                       f"hook {execution.hook_name} is {status.phase}")
 
 
@@ -115,8 +119,42 @@ def _held_back(target: str, admission: breaker.Admission) -> str:
         return (f"this tenant's launch window on {target} is full: {admission.waiting} of its "
                 f"hooks launched there wait for room (window {admission.window}); asking "
                 f"again in {admission.wait_seconds:.0f}s")
+    if admission.state == "share":
+        return (f"this tenant's hooks on {target} are waiting for its share of the launch "
+                f"window: {admission.waiting} of its launches wait for room there, its share "
+                f"is {admission.share} of {admission.window} while {admission.tenants} tenants' "
+                f"launches wait; asking again in {admission.wait_seconds:.0f}s")
     return (f"this tenant's hooks on {target} are held back: its breaker is "
             f"{admission.state}; next probe in {admission.wait_seconds:.0f}s")
+
+
+def _poll_interval(age: timedelta) -> float:
+    """Seconds until the next look at a hook launched ``age`` ago: ``HOOK_POLL_SECONDS``
+    at first, then a tenth of its age, up to ``HOOK_POLL_MAX_SECONDS``. Each look costs
+    API requests; a hook that has run long is likely to run a while more, and its end
+    is noticed at most a tenth of its age (and never more than the cap) late."""
+    first = float(conf.get("HOOK_POLL_SECONDS"))
+    return max(first, min(age.total_seconds() / 10, float(conf.get("HOOK_POLL_MAX_SECONDS"))))
+
+
+def _withdraw(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner) -> None:
+    """Take back a launch still waiting for room beyond the tenant's share: its Job is
+    deleted (its Pod would keep its place in the cluster's queue ahead of other
+    tenants'), and the hook waits to be admitted again, as a new try. Not a failure: the
+    breaker counts nothing and no attempt is spent. A Job that cannot be deleted now
+    stays, and is polled as before."""
+    try:
+        runner.stop(execution.runner_ref)
+    except InfrastructureError as error:
+        logger.warning("hook %s: not withdrawn: %s", execution.runner_ref, error,
+                       extra={"execution": execution.pk})
+        return
+    _save(ctx, execution, status=ExecutionStatus.WAITING, scheduled=False, pod_phase="",
+          reason=f"try {execution.tries} withdrawn before it got room, for other tenants' "
+                 "share of the launch window")
+    raise jobs.Snooze(float(conf.get("QUEUE_WAIT_SECONDS")),
+                      f"hook {execution.hook_name} withdrawn for other tenants' share of the "
+                      f"launch window on {runner.target}")
 
 
 def _new_try(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner) -> None:

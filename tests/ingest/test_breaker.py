@@ -255,19 +255,63 @@ def test_one_tenants_full_launch_window_holds_only_that_tenant(acme, globex):
     assert (full.allowed, full.state) == (False, "full")
     assert other.allowed
     _waiting_for_room(globex, 2)
-    RunnerBreaker.objects.filter(tenant=acme).update(window=4)
-    assert breaker.admit(TARGET, acme.pk, 1, at(2)).allowed  # globex's launches are not acme's
+    RunnerBreaker.objects.filter(tenant=acme).update(window=8)
+    # Globex's launches are not acme's: they make two tenants share acme's window (4 each),
+    # and acme's 3 fit in that.
+    assert breaker.admit(TARGET, acme.pk, 1, at(2)).allowed
 
 
-def test_the_launch_window_is_counted_from_its_partial_index(acme):
+@pytest.mark.parametrize("sql", ["_ADMIT", "_WITHDRAW"])
+def test_the_launch_window_and_its_sharers_are_counted_from_its_partial_index(acme, sql):
     params = {"target": TARGET, "tenant": acme.pk, "window": 8, "launching": "launching",
-              "running": "running"}
+              "running": "running", "execution": 1, "launched_at": T0}
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute("EXPLAIN " + breaker._ADMIT, params)
+        cursor.execute("EXPLAIN " + getattr(breaker, sql), params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert "ingest_hook_awaiting_room" in plan
+    scans = [line for line in plan.splitlines() if "ingest_hookexecution" in line]
+    # The tenant's own count, the first waiting tenant and each next one: all on the index.
+    assert len(scans) == 3 and all("ingest_hook_awaiting_room" in line for line in scans), plan
     assert "ingest_ingestbatch" not in plan and "ingest_ingestrun" not in plan
+
+
+def test_a_tenant_alone_has_the_whole_window_and_shares_it_once_others_wait(acme, globex):
+    initech = tenant("Initech")
+    breaker.record_success(TARGET, acme.pk, 1, at(0))
+    RunnerBreaker.objects.filter(tenant=acme).update(window=6)
+    _waiting_for_room(acme, 5)
+    alone = breaker.admit(TARGET, acme.pk, 1, at(1))
+    assert (alone.allowed, alone.share, alone.tenants) == (True, 6, 1)
+
+    _waiting_for_room(globex, 1)
+    _waiting_for_room(initech, 1)
+    held = breaker.admit(TARGET, acme.pk, 1, at(2))
+    newcomer = breaker.admit(TARGET, tenant("Umbrella").pk, 2, at(2))
+
+    assert (held.allowed, held.state, held.waiting, held.share, held.tenants) == (
+        False, "share", 5, 2, 3)
+    assert (newcomer.allowed, newcomer.share, newcomer.tenants) == (True, 2, 4)
+    assert breaker.admit(TARGET, globex.pk, 3, at(2)).allowed  # 1 waiting, its share 2
+    assert RunnerBreaker.objects.get(tenant=acme).denied == 1
+
+
+def test_launches_beyond_a_tenants_share_are_withdrawn_newest_first_only_while_others_wait(
+        acme, globex):
+    _waiting_for_room(acme, 4)
+    mine = list(HookExecution.objects.filter(tenant=acme).order_by("position"))
+    for n, execution in enumerate(mine):
+        execution.launched_at = at(n)
+        execution.save(update_fields=["launched_at"])
+
+    def withdrawn() -> list[bool]:
+        return [breaker.withdraw(TARGET, acme.pk, e.pk, e.launched_at) for e in mine]
+
+    assert withdrawn() == [False] * 4  # alone: every launch it made stays
+    _waiting_for_room(globex, 1)
+    assert withdrawn() == [False, False, False, False]  # 8 // 2 tenants: a share of 4
+    breaker.record_success(TARGET, acme.pk, 1, at(9))
+    RunnerBreaker.objects.filter(tenant=acme).update(window=4)
+    assert withdrawn() == [False, False, True, True]  # 4 // 2: the newest two go
 
 
 def test_a_tenants_failing_hooks_do_not_hold_another_tenants_hooks(acme, globex, clock,

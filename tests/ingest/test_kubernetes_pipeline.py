@@ -327,3 +327,49 @@ def test_however_a_run_ends_its_executions_end_with_it_and_its_jobs_are_removed(
     assert {e.reason for e in cancelled} == {f"ended with run {run.pk} ({run.status})"}
     assert Job.objects.get(pipeline_id=run.pipeline, type="ingest.StopHooks").state == "succeeded"
     assert (cluster.jobs(), cluster.pods()) == ([], [])
+
+
+def test_small_runs_of_other_tenants_are_not_queued_behind_a_big_runs_pending_hooks(clock, cluster):
+    """Room for one hook: a 12-batch run fills its launch window with Pods waiting for a
+    node, which the scheduler gives out first come. Two tenants' 1-batch runs started
+    just after it get their share: the big run's launches beyond its share are taken
+    back, so the small runs' hooks wait behind a few of its hooks, not all it queued."""
+    cluster.capacity = 1
+    cluster.behaviours[IMAGE] = Behaviour(run_seconds=5, create_seconds=1)
+    big = services.start_ingest(builders.source(tenant("Acme"), "big", batches=12,
+                                                hooks=[["check"]]))
+    jobs.run_until_idle()
+    assert cluster.create_calls == 8  # its whole window, the cluster's queue
+    clock.advance(1)
+    small = [services.start_ingest(builders.source(tenant(name), "small", batches=1,
+                                                   hooks=[["check"]]))
+             for name in ("Globex", "Initech")]
+    drain(clock)
+    runs = IngestRun.objects.filter(pk__in=[big.pk, *(r.pk for r in small)])
+    assert {run.status for run in runs} == {RunStatus.SUCCEEDED}
+    published = list(IngestRun.objects.filter(batches__status=BatchStatus.PUBLISHED)
+                     .order_by("batches__published_at").values_list("pk", flat=True))
+    for run in small:
+        assert published.index(run.pk) < 6, published  # not behind all of acme's 8
+    withdrawn = [call for call in cluster.calls if call.method == "DELETE"]
+    assert withdrawn and all("conveyor-hook-" in call.path for call in withdrawn)
+    tries = HookExecution.objects.filter(batch__run=big).values_list("tries", flat=True)
+    assert sum(tries) == 12 + len(withdrawn)  # each taken back once launched again
+    assert not RunnerBreaker.objects.filter(failures__gt=0).exists()
+
+
+def test_a_long_hook_is_looked_at_less_often_as_it_runs(clock, cluster):
+    """A 30 s hook: one request per look while it runs (its Pods), looks 2 s apart at
+    first and a tenth of its age apart later, and its end noticed within 3 s."""
+    cluster.behaviours[IMAGE] = Behaviour(run_seconds=30, create_seconds=1)
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, hooks=[["check"]]))
+    drain(clock)
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    execution = HookExecution.objects.get(batch__run=run)
+    assert (execution.finished_at - execution.launched_at).total_seconds() <= 31 + 3
+    calls = [(call.method, call.path.rsplit("/", 1)[-1]) for call in cluster.calls]
+    # A create, 15 looks at its Pods, the Job read and the log once it has ended: 18
+    # requests where a look every 2 s at the Job and its Pods made 34.
+    assert len(calls) <= 18, calls
+    assert calls.count(("GET", execution.runner_ref)) == 1

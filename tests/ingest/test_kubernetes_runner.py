@@ -279,6 +279,43 @@ def test_a_hook_that_exits_non_zero_fails_with_its_exit_code_and_log_tail(
     assert status.log_tail == "reading batch\nbad record 17: no id\n"
 
 
+def test_a_poll_of_a_running_hook_is_one_request_and_its_end_reads_the_job(cluster, runner,
+                                                                           clock):
+    cluster.behaviours[IMAGE] = Behaviour(run_seconds=30, log=LOG)
+    spec = hook()
+    runner.launch(spec)
+    clock.advance(5)
+    before = len(cluster.calls)
+    assert poll(runner, spec, clock).phase == Phase.RUNNING
+    [look] = cluster.calls[before:]
+    assert (look.method, look.path, look.query["labelSelector"]) == (
+        "GET", cluster.pods_path, f"job-name={spec.name}")
+
+    clock.advance(30)
+    before = len(cluster.calls)
+    assert poll(runner, spec, clock).phase == Phase.SUCCEEDED
+    paths = [call.path for call in cluster.calls[before:]]
+    assert paths[:2] == [cluster.pods_path, f"{cluster.jobs_path}/{spec.name}"]
+    assert paths[2].endswith("/log") and len(paths) == 3
+
+
+def test_a_pod_of_another_job_of_the_same_name_is_not_taken_for_the_hooks(cluster, runner, clock):
+    """A Job deleted without its Pods leaves them behind, no longer owned: a Job created
+    again under the name gets its own Pod, and only that one says how its hook does."""
+    cluster.behaviours[IMAGE] = Behaviour(run_seconds=3600)
+    spec = hook()
+    runner.launch(spec)
+    clock.advance(5)
+    runner._batch.delete_namespaced_job(spec.name, cluster.namespace,
+                                        propagation_policy="Orphan")
+    cluster.behaviours[IMAGE] = Behaviour(run_seconds=3600, pull_error=True)
+    runner.launch(spec)
+    clock.advance(20)
+
+    with pytest.raises(PermanentRunnerError, match="ImagePullBackOff"):
+        poll(runner, spec, clock)
+
+
 def test_a_hook_past_its_deadline_fails_with_deadline_exceeded(cluster, runner, clock):
     cluster.behaviours[IMAGE] = Behaviour(run_seconds=3600, log="still going\n")
     spec = hook(timeout=30)
@@ -388,7 +425,7 @@ def test_an_overloaded_api_is_transient_and_not_retried_by_the_client(cluster, r
                                                                         status):
     spec = hook()
     runner.launch(spec)
-    path = f"{cluster.jobs_path}/{spec.name}"
+    path = cluster.pods_path  # a poll's first (and while the hook runs, only) request
     cluster.fail_next("GET", path, status)
 
     with pytest.raises(TransientResourceError, match=f"answered {status}"):
@@ -425,7 +462,7 @@ def test_an_api_that_does_not_answer_in_time_is_transient(cluster, tmp_path, clo
     runner = make_runner(cluster, tmp_path, request_timeout_seconds=0.2)
     spec = hook()
     runner.launch(spec)
-    cluster.stall_next("GET", cluster.jobs_path, 1.0)
+    cluster.stall_next("GET", cluster.pods_path, 1.0)
 
     with pytest.raises(TransientResourceError, match="unreachable.*(?i:timed out)"):
         poll(runner, spec, clock)

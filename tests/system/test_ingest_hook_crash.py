@@ -20,7 +20,7 @@ from tests.system.conftest import processes  # noqa: F401 (fixture)
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
 FAST = {"JOBS_LEASE_SECONDS": "2", "JOBS_HEARTBEAT_SECONDS": "0.5", "JOBS_REAPER_SECONDS": "0.5",
-        "INGEST_HOOK_POLL_SECONDS": "0.3"}
+        "INGEST_HOOK_POLL_SECONDS": "0.3", "INGEST_HOOK_POLL_MAX_SECONDS": "0.3"}
 IMAGE = "registry.example/hooks:1"
 BATCHES = 4
 

@@ -117,8 +117,16 @@ class KubernetesRunner:
         return HookStatus(Phase.PENDING, reason="Job created")
 
     def poll(self, spec: HookSpec, launched_at: datetime, now: datetime) -> HookStatus:
+        """One request while the hook's Pod runs or waits: its Pods. A Job ends only once
+        its Pod has ended or is being deleted (its deadline, a deletion), so the Job is
+        read only then, or when there is no Pod to look at."""
+        pods = self._pods_of(spec.name)
+        live = [pod for pod in pods if _controlled_by(pod, spec.name)]
+        pod = max(live, key=lambda pod: pod.metadata.creation_timestamp, default=None)
+        if pod is not None and not _settling(pod):
+            return self._status(spec, None, pod, launched_at, now)
         job = self._read_job(spec.name)
-        return self._status(spec, job, self._pod_of(job), launched_at, now)
+        return self._status(spec, job, _newest_of(job, pods), launched_at, now)
 
     def stop(self, name: str) -> None:
         """Delete the Job and, in the background, its Pod; a Job already gone is fine."""
@@ -198,15 +206,16 @@ class KubernetesRunner:
 
     def _pod_of(self, job: client.V1Job) -> client.V1Pod | None:
         """The Job's newest Pod (its controller's, by ownerReference), or None."""
-        name = job.metadata.name
-        pods = self._call(f"listing the Pods of Job {name}", self._core.list_namespaced_pod,
-                          self.namespace, label_selector=f"job-name={name}")
-        mine = [pod for pod in pods.items
-                if any(ref.uid == job.metadata.uid for ref in pod.metadata.owner_references or ())]
-        return max(mine, key=lambda pod: pod.metadata.creation_timestamp, default=None)
+        return _newest_of(job, self._pods_of(job.metadata.name))
 
-    def _status(self, spec: HookSpec, job: client.V1Job, pod: client.V1Pod | None,
+    def _pods_of(self, name: str) -> list[client.V1Pod]:
+        return self._call(f"listing the Pods of Job {name}", self._core.list_namespaced_pod,
+                          self.namespace, label_selector=f"job-name={name}").items
+
+    def _status(self, spec: HookSpec, job: client.V1Job | None, pod: client.V1Pod | None,
                 launched_at: datetime, now: datetime) -> HookStatus:
+        """What ``job`` and its ``pod`` say; ``job`` None when only a Pod neither ended
+        nor being deleted was looked at (its Job has not finished then)."""
         finished = _finished(job)
         if finished is not None and finished.type == "Complete":
             return self._outcome(spec, finished, pod)
@@ -223,7 +232,7 @@ class KubernetesRunner:
         if finished is not None:
             return self._outcome(spec, finished, pod)
         phase = pod.status.phase if pod is not None and pod.status else ""
-        refusal = self._pod_create_failure(job) if pod is None else ""
+        refusal = self._pod_create_failure(job) if pod is None and job is not None else ""
         if refusal and _refused_for_good(refusal):
             # An admission policy (Pod Security, an image policy, a LimitRange) refuses
             # the Job's Pod: the spec's fault, which no wait or retry can mend.
@@ -413,7 +422,29 @@ def _resources(resources: Resources) -> client.V1ResourceRequirements | None:
     return client.V1ResourceRequirements(requests=requests or None, limits=limits or None)
 
 
-def _finished(job: client.V1Job) -> Any:
+def _newest_of(job: client.V1Job, pods: list[client.V1Pod]) -> client.V1Pod | None:
+    """The newest of ``pods`` that ``job`` owns (by uid: a Job of the same name before
+    it owns none), or None."""
+    mine = [pod for pod in pods
+            if any(ref.uid == job.metadata.uid for ref in pod.metadata.owner_references or ())]
+    return max(mine, key=lambda pod: pod.metadata.creation_timestamp, default=None)
+
+
+def _controlled_by(pod: client.V1Pod, job_name: str) -> bool:
+    return any(ref.kind == "Job" and ref.name == job_name and ref.controller
+               for ref in pod.metadata.owner_references or ())
+
+
+def _settling(pod: client.V1Pod) -> bool:
+    """Whether the Pod has ended or is being deleted: its Job may have finished (or be
+    gone), so the Job has the last word."""
+    phase = pod.status.phase if pod.status else ""
+    return pod.metadata.deletion_timestamp is not None or phase in ("Succeeded", "Failed")
+
+
+def _finished(job: client.V1Job | None) -> Any:
+    if job is None:
+        return None
     for condition in (job.status.conditions if job.status else None) or ():
         if condition.type in ("Complete", "Failed") and condition.status == "True":
             return condition

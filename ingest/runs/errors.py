@@ -16,7 +16,17 @@ class InfrastructureError(Exception):
 class TransientResourceError(InfrastructureError):
     """Retry later, with backoff: the cluster is busy or briefly unreachable (a Pod left
     unscheduled past its deadline, an eviction, resource pressure, a Job or Pod that
-    vanished, an API answer of 429 or 5xx, a connection error)."""
+    vanished, an API answer of 429 or 5xx, a connection error).
+
+    ``try_ended`` says whether the try is over on the runner (removed, vanished, never
+    started), so that the next attempt launches a new one. False when the runner cannot
+    tell, because its API did not answer: the try may still be out, and the next attempt
+    looks at it again (or launches the same name, adopting it) instead of starting a
+    second beside it."""
+
+    def __init__(self, message: str, *, try_ended: bool = True) -> None:
+        super().__init__(message)
+        self.try_ended = try_ended
 
 
 class PermanentRunnerError(InfrastructureError):

@@ -88,6 +88,8 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
             raise jobs.Snooze(admission.wait_seconds, _held_back(runner.target, admission))
         if execution.status == ExecutionStatus.WAITING:
             _new_try(ctx, execution, runner)
+        else:  # launched before, its outcome unknown: the same name again, timed from now
+            _save(ctx, execution, launched_at=ctx.now())
         status = _call(ctx, execution, runner, runner.launch)
     scheduled = status.scheduled or status.phase != Phase.PENDING
     if (not scheduled and admission is None
@@ -143,11 +145,7 @@ def _withdraw(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
     tenants'), and the hook waits to be admitted again, as a new try. Not a failure: the
     breaker counts nothing and no attempt is spent. A Job that cannot be deleted now
     stays, and is polled as before."""
-    try:
-        runner.stop(execution.runner_ref)
-    except InfrastructureError as error:
-        logger.warning("hook %s: not withdrawn: %s", execution.runner_ref, error,
-                       extra={"execution": execution.pk})
+    if not _stop_try(execution, runner):
         return
     _save(ctx, execution, status=ExecutionStatus.WAITING, scheduled=False, pod_phase="",
           reason=f"try {execution.tries} withdrawn before it got room, for other tenants' "
@@ -194,14 +192,32 @@ def _transient(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunne
     breaker.record_failure(runner.target, execution.batch.run.tenant_id, ctx.job.pk, str(exc),
                            ctx.now())
     reason = f"try {execution.tries}: {exc}"
+    ended = exc.try_ended or _stop_try(execution, runner)
     if ctx.attempt >= ctx.job.max_attempts:
         with ctx.batch():
             services.record_hook_failure(
                 execution, reason=f"gave up after {ctx.attempt} attempts; {reason}",
                 pod_phase=execution.pod_phase, current_job=ctx.job.pk)
-    else:
+    elif ended:
         _save(ctx, execution, status=ExecutionStatus.WAITING, reason=reason, scheduled=False)
+    else:  # the try may still be out: the next attempt looks at it, never beside it
+        _save(ctx, execution, reason=reason)
     raise jobs.TransientError(f"hook {execution.hook_name}: {exc}") from exc
+
+
+def _stop_try(execution: HookExecution, runner: HookRunner) -> bool:
+    """Remove the execution's current try from the runner, if one may be out, so that
+    no later try runs beside it; whether none is left (False: the runner could not be
+    reached, and the try stays as it was)."""
+    if execution.status not in (ExecutionStatus.LAUNCHING, ExecutionStatus.RUNNING):
+        return True
+    try:
+        runner.stop(execution.runner_ref)
+    except InfrastructureError as error:
+        logger.warning("hook %s: not stopped: %s", execution.runner_ref, error,
+                       extra={"execution": execution.pk})
+        return False
+    return True
 
 
 def _hook_failed(ctx: jobs.JobContext, execution: HookExecution, status: HookStatus, *,
@@ -222,13 +238,9 @@ def _refused(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner,
     """The hook may not run as it is: its batch fails and so does the run, whatever its
     failure allowance (every other batch would fail the same way), until the entry or
     the values are put right and an operator retries the run's failed hooks. A try
-    already out is stopped."""
-    if execution.status in (ExecutionStatus.LAUNCHING, ExecutionStatus.RUNNING):
-        try:
-            runner.stop(execution.runner_ref)
-        except InfrastructureError as stop_error:  # its own time limit still ends it
-            logger.warning("hook %s: not stopped: %s", execution.runner_ref, stop_error,
-                           extra={"execution": execution.pk})
+    already out is stopped (if the runner cannot be reached now, the failed run's
+    removal of its hooks takes it)."""
+    _stop_try(execution, runner)
     with ctx.batch():
         services.refuse_hook(execution, reason=str(exc), current_job=ctx.job.pk)
     raise jobs.PermanentError(str(exc))

@@ -111,7 +111,7 @@ class KubernetesRunner:
         try:
             self._call(f"creating Job {spec.name}", self._batch.create_namespaced_job,
                        self.namespace, self.manifest(spec), passthrough=(409,),
-                       missing_is_permanent=True)
+                       creating=True)
         except ApiException:  # 409: a worker created it and died before recording that
             return self._adopt(spec)
         return HookStatus(Phase.PENDING, reason="Job created")
@@ -222,8 +222,8 @@ class KubernetesRunner:
         if pod is not None:
             eviction = _eviction(pod)
             if eviction:
-                self._remove(spec.name)
-                raise TransientResourceError(f"the Pod of hook {spec.name} was evicted: {eviction}")
+                raise TransientResourceError(f"the Pod of hook {spec.name} was evicted: {eviction}",
+                                             try_ended=self._remove(spec.name))
             waiting = _waiting(pod)
             if waiting is not None and waiting.reason in HOPELESS_WAITING:
                 self._remove(spec.name)
@@ -243,10 +243,10 @@ class KubernetesRunner:
             why = refusal or _unscheduled_reason(pod)
             waited = (now - launched_at).total_seconds()
             if waited > self.schedule_timeout:
-                self._remove(spec.name)
                 raise TransientResourceError(
                     f"hook {spec.name} not scheduled {waited:.0f}s after its launch "
-                    f"(schedule timeout {self.schedule_timeout:.0f}s): {why}")
+                    f"(schedule timeout {self.schedule_timeout:.0f}s): {why}",
+                    try_ended=self._remove(spec.name))
             return HookStatus(Phase.PENDING, pod_phase=phase, reason=why)
         if phase == "Running":
             return HookStatus(Phase.RUNNING, pod_phase=phase, scheduled=True)
@@ -285,10 +285,10 @@ class KubernetesRunner:
                               reason="DeadlineExceeded", log_tail=log_tail)
         if terminated is None or terminated.started_at is None:
             # Failed without its container having run: the Pod was deleted or lost.
-            self._remove(spec.name)
             raise TransientResourceError(
                 f"the Pod of hook {spec.name} vanished: Job failed ({finished.reason}: "
-                f"{finished.message}) without the hook having run")
+                f"{finished.message}) without the hook having run",
+                try_ended=self._remove(spec.name))
         return HookStatus(Phase.FAILED, pod_phase=phase, exit_code=exit_code,
                           reason=terminated.reason or finished.reason or "", log_tail=log_tail)
 
@@ -325,40 +325,49 @@ class KubernetesRunner:
         return jobs.redact_secrets(data[:limit].decode("utf-8", errors="replace"),
                                    env)[-self.log_tail_chars:]
 
-    def _remove(self, name: str) -> None:
-        """Delete a Job the poll gave up on, so that nothing of it stays pending."""
+    def _remove(self, name: str) -> bool:
+        """Delete a Job the poll gave up on, so that nothing of it stays pending; whether
+        it is gone (else the next poll finds it and tries again)."""
         try:
             self.stop(name)
         except InfrastructureError as error:
             logger.warning("could not delete Job %s: %s", name, error)
+            return False
+        return True
 
     # -- the API ------------------------------------------------------------------
 
     def _call(self, doing: str, method: Callable[..., T], *args: Any,
-              passthrough: tuple[int, ...] = (), missing_is_permanent: bool = False,
+              passthrough: tuple[int, ...] = (), creating: bool = False,
               **kwargs: Any) -> T:
         """Call the API with the request timeout; its failures as the runner's errors,
-        except the ``passthrough`` statuses, raised as they are."""
-        with _translated(doing, passthrough, missing_is_permanent):
+        except the ``passthrough`` statuses, raised as they are. ``creating``: the call
+        creates the try's Job (a 404 then means its namespace is missing)."""
+        with _translated(doing, passthrough, creating):
             return method(*args, _request_timeout=self.request_timeout, **kwargs)
 
 
 @contextlib.contextmanager
 def _translated(doing: str, passthrough: tuple[int, ...],
-                missing_is_permanent: bool) -> Iterator[None]:
+                creating: bool) -> Iterator[None]:
     try:
         yield
     except ApiException as error:
         if error.status in passthrough:
             raise
-        raise _classified(error, doing, missing_is_permanent) from error
+        raise _classified(error, doing, creating) from error
     except (urllib3.exceptions.HTTPError, OSError) as error:
         # Refused, reset, timed out, cut mid-answer: the API server is away or overloaded.
         raise TransientResourceError(f"Kubernetes API unreachable while {doing}: "
-                                     f"{type(error).__name__}: {error}") from error
+                                     f"{type(error).__name__}: {error}",
+                                     try_ended=False) from error
 
 
-def _classified(error: ApiException, doing: str, missing_is_permanent: bool) -> InfrastructureError:
+def _classified(error: ApiException, doing: str, creating: bool) -> InfrastructureError:
+    """The runner's error for an API answer. Whether the try is over (``try_ended``):
+    a create the API refused outright (429, a full quota) made nothing, and a Job read
+    as missing is gone; any other answer leaves the try as it was, or unknown (a 5xx or
+    a timeout on a create may have made the Job)."""
     status = error.status or 0
     message = _status_message(error)
     text = f"Kubernetes API answered {status} ({error.reason}) while {doing}: {message}"
@@ -366,12 +375,12 @@ def _classified(error: ApiException, doing: str, missing_is_permanent: bool) -> 
         retry_after = (error.headers or {}).get("Retry-After")
         if retry_after:
             text += f" (retry after {retry_after}s)"
-        return TransientResourceError(text)
+        return TransientResourceError(text, try_ended=creating)
     if status == 0 or status >= 500 or status in (408, 409, 410):
-        return TransientResourceError(text)
-    if status == 403 and "exceeded quota" in message:
-        return TransientResourceError(text)  # the namespace is full for now
-    if status == 404 and not missing_is_permanent:
+        return TransientResourceError(text, try_ended=False)
+    if status == 403 and "exceeded quota" in message:  # the namespace is full for now
+        return TransientResourceError(text, try_ended=creating)
+    if status == 404 and not creating:
         return TransientResourceError(f"vanished: {text}")
     # 400, 401, 404 on create, 422 (an invalid spec: bad resources, too long a command),
     # 403 (no right, or a policy refused it: Pod Security, an admission webhook that

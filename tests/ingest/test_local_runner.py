@@ -32,6 +32,7 @@ from jobs.redaction import REDACTED
 from jobs.testing import wait_until
 from tests.ingest import builders
 from tests.ingest.drive import drain
+from tests.ingest.hook_processes import alive
 
 ROOT = Path(__file__).resolve().parents[2]
 # The hook's parent is its supervisor; the worker is the supervisor's parent.
@@ -246,18 +247,10 @@ def test_a_hook_dies_with_its_worker(tmp_path):
                               what="the hook to start"))
         worker.kill()
         worker.wait(timeout=30)
-        wait_until(lambda: not _alive(hook), what="the hook to die with its worker")
+        wait_until(lambda: not alive(hook), what="the hook to die with its worker")
     finally:
         worker.kill()
         worker.wait(timeout=30)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"  # a zombie has died; its parent (init here) reaps it
 
 
 # -- a hook that cannot start ----------------------------------------------------------

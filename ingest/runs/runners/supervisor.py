@@ -241,12 +241,16 @@ def _read_all(fd: int, bound: int) -> bytes:
     return data
 
 
-def _report(outcome: dict) -> None:
-    """One JSON line of numbers and fixed words (no json module to import)."""
+def report_line(outcome: dict) -> bytes:
+    """The outcome as one JSON line, of numbers and fixed words (no json module to import)."""
     fields = ", ".join(f'"{key}": ' + (f'"{value}"' if isinstance(value, str) else str(int(value)))
                        for key, value in outcome.items())
+    return ("{" + fields + "}\n").encode()
+
+
+def _report(outcome: dict) -> None:
     try:
-        os.write(1, ("{" + fields + "}\n").encode())
+        os.write(1, report_line(outcome))
     except OSError:  # the worker is gone: nobody to tell
         pass
 

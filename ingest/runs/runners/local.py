@@ -7,6 +7,16 @@ business and are not applied here. A launch runs the process to its end (the wor
 waits, as it would wait on a Job), so there is never anything to poll: a hook found
 launched but unfinished was cut off by its worker's death and is launched again.
 
+The hook is not the worker's child but its supervisor's (``supervisor.py``, a program of
+the standard library alone): a parent-death signal set on the hook would reach the hook
+and not what it started, and a SIGKILLed worker left those running beside the rescued
+copy. The supervisor is a child subreaper, so every process of the hook's tree stays
+under it; it enforces the time limit, and when the hook exits, the limit passes, the
+worker is interrupted (SIGTERM from here) or dies (its parent-death signal), it kills
+the whole tree before it reports. The worker waits for that report at most the time
+limit and ``BACKSTOP_SECONDS``. A worker that is only stopped (its lease lost) leaves
+its hook running; what it writes once it wakes is refused by the lease fence.
+
 A hook's command is not trusted with anything the worker has, so the process is
 sandboxed as far as an unprivileged process can be without a container:
 
@@ -21,15 +31,16 @@ sandboxed as far as an unprivileged process can be without a container:
   same user out of its ``/proc/<pid>/environ`` and ``mem``;
 - resource limits: the largest file it may write (its output too, so it cannot fill the
   disk), CPU seconds from its time limit, address space from its memory limit, open
-  files, no core dumps; it is killed if its worker dies (``PR_SET_PDEATHSIG``), and its
-  whole session at its time limit;
+  files, no core dumps;
 - its output is a bounded tail, with this process's secrets taken out before it is kept
   (``jobs.redact_secrets``): tenants read it.
 
-The command is an argument list, never a shell line. A command the kernel refuses to
-start (too long an argument list, too long a name, not executable, not there) is a fault
-of the hook's spec and a ``PermanentRunnerError``; only a host out of processes, memory
-or file descriptors is pressure (``TransientResourceError``).
+The command is an argument list, never a shell line, and reaches the supervisor as data
+on a pipe, never on a command line. A command the kernel refuses to start (too long an
+argument list, too long a name, not executable, not there) is a fault of the hook's
+spec and a ``PermanentRunnerError``; only a host out of processes, memory or file
+descriptors is pressure (``TransientResourceError``): the supervisor reports the errno
+of a failed start, and ``_launch_error`` sorts it.
 """
 
 from __future__ import annotations

@@ -152,7 +152,7 @@ class LocalRunner:
                     "cwd": scratch, "timeout": spec.timeout_seconds, "output": output.fileno(),
                     "rlimits": _rlimits(spec, self.limits, identity),
                     "user": None if identity is None else (identity.uid, identity.gid)}
-            report = _supervise(spec, plan, output, identity)
+            report = _supervise(spec, plan, identity)
             return self._status(spec, report, output, identity)
 
     def poll(self, spec: HookSpec, launched_at: datetime, now: datetime) -> HookStatus:
@@ -284,8 +284,8 @@ def _rlimits(spec: HookSpec, limits: Limits, identity: Identity | None
     return [(kind, *_within_hard_limit(kind, soft, hard)) for kind, soft, hard in wanted]
 
 
-def _supervise(spec: HookSpec, plan: dict[str, Any], output: IO[bytes],
-               identity: Identity | None) -> dict[str, Any]:
+def _supervise(spec: HookSpec, plan: dict[str, Any], identity: Identity | None
+               ) -> dict[str, Any]:
     """Run the hook under its supervisor (``supervisor.py``) and wait for the report,
     at most the hook's time limit and ``BACKSTOP_SECONDS``. Interrupted (the engine's
     time limit for the handler raises in here), or past that bound, the supervisor is

@@ -32,9 +32,12 @@ from jobs.redaction import REDACTED
 from jobs.testing import wait_until
 from tests.ingest import builders
 from tests.ingest.drive import drain
+from tests.ingest.hook_processes import alive
 
 ROOT = Path(__file__).resolve().parents[2]
-READ_PARENT_ENVIRON = ("/bin/sh", "-c", "tr '\\0' '\\n' </proc/$PPID/environ")
+# The hook's parent is its supervisor; the worker is the supervisor's parent.
+READ_WORKER_ENVIRON = ("/bin/sh", "-c",
+                       "tr '\\0' '\\n' </proc/$(cut -d' ' -f4 /proc/$PPID/stat)/environ")
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
 # setpriv: this process's uid (0) with no capability at all, kept across exec (noroot).
 WITHOUT_CAPABILITIES = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all",
@@ -156,7 +159,7 @@ def test_the_secrets_of_the_hooks_own_environment_are_taken_out_of_its_output():
 def test_as_root_a_hook_runs_as_the_hook_user_and_cannot_read_its_workers_environ():
     mine = Path("/proc/self/environ").read_bytes().split(b"\0")[0].decode()
     status = LocalRunner(path="/usr/bin:/bin", user="nobody").launch(spec(
-        "/bin/sh", "-c", "id -u; id -G; tr '\\0' '\\n' </proc/$PPID/environ"))
+        "/bin/sh", "-c", "id -u; id -G; " + READ_WORKER_ENVIRON[2]))
     uid, groups, *rest = status.log_tail.splitlines()
     assert (uid, groups) == ("65534", "65534")  # nobody, its own group, no other
     assert "Permission denied" in status.log_tail
@@ -220,8 +223,8 @@ def run_worker(mode: str, command: tuple[str, ...]) -> str:
 
 
 def test_a_worker_that_cannot_switch_users_keeps_a_hook_of_its_own_user_out_of_its_environ():
-    assert "WORKER_CANARY=canary-b2c7d1" in run_worker("dumpable", READ_PARENT_ENVIRON)
-    tail = run_worker("non-dumpable", READ_PARENT_ENVIRON)
+    assert "WORKER_CANARY=canary-b2c7d1" in run_worker("dumpable", READ_WORKER_ENVIRON)
+    tail = run_worker("non-dumpable", READ_WORKER_ENVIRON)
     assert "canary" not in tail and "Permission denied" in tail
 
 
@@ -244,18 +247,10 @@ def test_a_hook_dies_with_its_worker(tmp_path):
                               what="the hook to start"))
         worker.kill()
         worker.wait(timeout=30)
-        wait_until(lambda: not _alive(hook), what="the hook to die with its worker")
+        wait_until(lambda: not alive(hook), what="the hook to die with its worker")
     finally:
         worker.kill()
         worker.wait(timeout=30)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"  # a zombie has died; its parent (init here) reaps it
 
 
 # -- a hook that cannot start ----------------------------------------------------------

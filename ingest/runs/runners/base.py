@@ -74,6 +74,8 @@ class HookRunner(Protocol):
     # What the circuit breaker counts failures against: one cluster and namespace, or
     # this host for local processes.
     target: str
+    blocks: bool
+    """Whether ``launch`` waits for the hook to end (local) rather than start it for ``poll``."""
 
     def launch(self, spec: HookSpec) -> HookStatus:
         """Start the hook (or adopt the one already started under ``spec.name``)."""

@@ -59,6 +59,8 @@ LOG_READ_BYTES = 64 * 1024
 class KubernetesRunner:
     """Runs each hook as a Job in one namespace of one cluster (see the module docstring)."""
 
+    blocks = False  # a launch creates the Job; poll follows it
+
     def __init__(self, api_client: client.ApiClient, *, namespace: str,
                  schedule_timeout_seconds: float = 120.0, ttl_seconds_after_finished: int = 3600,
                  request_timeout_seconds: float = 10.0, log_tail_chars: int = 4000,

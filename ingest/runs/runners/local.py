@@ -7,6 +7,16 @@ business and are not applied here. A launch runs the process to its end (the wor
 waits, as it would wait on a Job), so there is never anything to poll: a hook found
 launched but unfinished was cut off by its worker's death and is launched again.
 
+The hook is not the worker's child but its supervisor's (``supervisor.py``, a program of
+the standard library alone): a parent-death signal set on the hook would reach the hook
+and not what it started, and a SIGKILLed worker left those running beside the rescued
+copy. The supervisor is a child subreaper, so every process of the hook's tree stays
+under it; it enforces the time limit, and when the hook exits, the limit passes, the
+worker is interrupted (SIGTERM from here) or dies (its parent-death signal), it kills
+the whole tree before it reports. The worker waits for that report at most the time
+limit and ``BACKSTOP_SECONDS``. A worker that is only stopped (its lease lost) leaves
+its hook running; what it writes once it wakes is refused by the lease fence.
+
 A hook's command is not trusted with anything the worker has, so the process is
 sandboxed as far as an unprivileged process can be without a container:
 
@@ -21,15 +31,16 @@ sandboxed as far as an unprivileged process can be without a container:
   same user out of its ``/proc/<pid>/environ`` and ``mem``;
 - resource limits: the largest file it may write (its output too, so it cannot fill the
   disk), CPU seconds from its time limit, address space from its memory limit, open
-  files, no core dumps; it is killed if its worker dies (``PR_SET_PDEATHSIG``), and its
-  whole session at its time limit;
+  files, no core dumps;
 - its output is a bounded tail, with this process's secrets taken out before it is kept
   (``jobs.redact_secrets``): tenants read it.
 
-The command is an argument list, never a shell line. A command the kernel refuses to
-start (too long an argument list, too long a name, not executable, not there) is a fault
-of the hook's spec and a ``PermanentRunnerError``; only a host out of processes, memory
-or file descriptors is pressure (``TransientResourceError``).
+The command is an argument list, never a shell line, and reaches the supervisor as data
+on a pipe, never on a command line. A command the kernel refuses to start (too long an
+argument list, too long a name, not executable, not there) is a fault of the hook's
+spec and a ``PermanentRunnerError``; only a host out of processes, memory or file
+descriptors is pressure (``TransientResourceError``): the supervisor reports the errno
+of a failed start, and ``_launch_error`` sorts it.
 """
 
 from __future__ import annotations
@@ -37,19 +48,24 @@ from __future__ import annotations
 import ctypes
 import errno
 import functools
+import json
+import logging
+import marshal
 import os
 import pwd
 import resource
+import select
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import fsspec
 
@@ -69,8 +85,21 @@ CPU_GRACE_SECONDS = 5
 # Every other error (E2BIG, ENAMETOOLONG, ENOEXEC, EACCES, ENOENT, ...) is the spec's.
 PRESSURE_ERRNOS = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE})
 # prctl(2) options (linux/prctl.h).
-PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
+# The program every hook runs under (its docstring says what it does); standard library only.
+SUPERVISOR = Path(__file__).with_name("supervisor.py")
+# Beyond the hook's time limit, which its supervisor enforces, before the worker stops
+# waiting for it anyway (a supervisor that failed to).
+BACKSTOP_SECONDS = 15
+# A stopped supervisor's bound to kill the hook's tree and exit (its cleanup is bounded
+# at 5 s) before it is killed itself.
+STOP_SECONDS = 10
+# How often a wait for the supervisor lets an exception raised into its thread surface.
+WAKE_SECONDS = 0.2
+# The supervisor's report is one short line.
+REPORT_MAX_BYTES = 4096
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -97,6 +126,8 @@ class Limits:
 class LocalRunner:
     """Runs each hook as a sandboxed process on this host (see the module docstring)."""
 
+    blocks = True  # a launch returns when the hook has ended
+
     def __init__(self, *, log_tail_chars: int = 4000, path: str = os.defpath, user: str = "",
                  limits: Limits = Limits()) -> None:
         self.target = f"local:{socket.gethostname()}"
@@ -117,8 +148,12 @@ class LocalRunner:
                 os.chown(scratch, identity.uid, identity.gid)
             env = {"LANG": "C.UTF-8", **spec.env, "PATH": self.path, "HOME": scratch,
                    "TMPDIR": scratch, "INGEST_BATCH_URL": batch}
-            process = self._start(spec, env, scratch, output, identity)
-            return self._wait(spec, process, output)
+            plan = {"parent": os.getpid(), "command": list(spec.command), "env": env,
+                    "cwd": scratch, "timeout": spec.timeout_seconds, "output": output.fileno(),
+                    "rlimits": _rlimits(spec, self.limits, identity),
+                    "user": None if identity is None else (identity.uid, identity.gid)}
+            report = _supervise(spec, plan, identity)
+            return self._status(spec, report, output, identity)
 
     def poll(self, spec: HookSpec, launched_at: datetime, now: datetime) -> HookStatus:
         # A launch here ends with its process; one still marked running lost its worker.
@@ -148,36 +183,24 @@ class LocalRunner:
                                        "run as root")
         return Identity(self.user, entry.pw_uid, entry.pw_gid)
 
-    def _start(self, spec: HookSpec, env: dict[str, str], scratch: str, output: IO[bytes],
-               identity: Identity | None) -> subprocess.Popen:
-        switch = {} if identity is None else {
-            "user": identity.uid, "group": identity.gid, "extra_groups": []}
-        try:
-            return subprocess.Popen(
-                list(spec.command), cwd=scratch, env=env, stdin=subprocess.DEVNULL,
-                stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
-                close_fds=True, preexec_fn=_confine(spec, self.limits, os.getpid(), identity),
-                **switch)
-        except OSError as exc:
-            raise _launch_error(spec, exc, identity) from exc
-        except subprocess.SubprocessError as exc:  # the limits could not be set
-            raise PermanentRunnerError(f"hook {spec.name}: cannot confine it: {exc}") from exc
-
-    def _wait(self, spec: HookSpec, process: subprocess.Popen, output: IO[bytes]) -> HookStatus:
-        try:
-            code = process.wait(timeout=spec.timeout_seconds)
-        except subprocess.TimeoutExpired:
-            _kill_group(process)
+    def _status(self, spec: HookSpec, report: dict[str, Any], output: IO[bytes],
+                identity: Identity | None) -> HookStatus:
+        """The supervisor's report as the hook's status, or the error a start failure is."""
+        if report.get("left"):
+            logger.warning("hook %s: %s of its processes outlived its cleanup", spec.name,
+                           report["left"])
+        outcome = report.get("outcome")
+        if outcome == "exit":
+            code = int(report["code"])
+            if code == 0:
+                return HookStatus(Phase.SUCCEEDED, pod_phase="Succeeded", exit_code=0,
+                                  log_tail=self._tail(spec, output))
+            return HookStatus(Phase.FAILED, pod_phase="Failed", exit_code=code,
+                              reason=_reason(code), log_tail=self._tail(spec, output))
+        if outcome == "deadline":
             return HookStatus(Phase.FAILED, pod_phase="Failed", reason="DeadlineExceeded",
                               log_tail=self._tail(spec, output))
-        finally:
-            if process.poll() is None:  # interrupted (the worker's own time limit)
-                _kill_group(process)
-        if code == 0:
-            return HookStatus(Phase.SUCCEEDED, pod_phase="Succeeded", exit_code=0,
-                              log_tail=self._tail(spec, output))
-        return HookStatus(Phase.FAILED, pod_phase="Failed", exit_code=code, reason=_reason(code),
-                          log_tail=self._tail(spec, output))
+        raise _start_error(spec, report, identity)
 
     def _tail(self, spec: HookSpec, output: IO[bytes]) -> str:
         output.seek(0, os.SEEK_END)
@@ -245,11 +268,9 @@ def memory_bytes(quantity: str) -> int | None:
     return int(value)
 
 
-def _confine(spec: HookSpec, limits: Limits, parent: int,
-             identity: Identity | None) -> Callable[[], None]:
-    """What the child runs between fork and exec, after the user switch. It calls only
-    functions resolved here, in the parent: between fork and exec nothing may import or
-    take a lock another thread of the worker could hold."""
+def _rlimits(spec: HookSpec, limits: Limits, identity: Identity | None
+             ) -> list[tuple[int, int, int]]:
+    """``(resource, soft, hard)`` for each limit the hook's process gets."""
     memory = memory_bytes(spec.resources.memory_limit)
     cpu = max(1, int(spec.timeout_seconds))
     wanted = [(resource.RLIMIT_FSIZE, limits.max_file_bytes, limits.max_file_bytes),
@@ -260,18 +281,99 @@ def _confine(spec: HookSpec, limits: Limits, parent: int,
         wanted.append((resource.RLIMIT_AS, memory, memory))
     if identity is not None:
         wanted.append((resource.RLIMIT_NPROC, limits.max_processes, limits.max_processes))
-    rlimits = [(kind, *_within_hard_limit(kind, soft, hard)) for kind, soft, hard in wanted]
-    setrlimit, prctl, getppid, kill = resource.setrlimit, _prctl(), os.getppid, os.kill
+    return [(kind, *_within_hard_limit(kind, soft, hard)) for kind, soft, hard in wanted]
 
-    def confine() -> None:
-        for kind, soft, hard in rlimits:
-            setrlimit(kind, (soft, hard))
-        if prctl is not None:
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if getppid() != parent:  # the worker died before the line above
-                kill(0, signal.SIGKILL)
 
-    return confine
+def _supervise(spec: HookSpec, plan: dict[str, Any], identity: Identity | None
+               ) -> dict[str, Any]:
+    """Run the hook under its supervisor (``supervisor.py``) and wait for the report,
+    at most the hook's time limit and ``BACKSTOP_SECONDS``. Interrupted (the engine's
+    time limit for the handler raises in here), or past that bound, the supervisor is
+    stopped, and its cleanup ends the hook's tree."""
+    report_read, report_write = os.pipe()
+    try:
+        supervisor = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(SUPERVISOR)], stdin=subprocess.PIPE,
+            stdout=report_write, env={}, start_new_session=True, close_fds=True,
+            pass_fds=(plan["output"],))
+    except OSError as exc:
+        os.close(report_read)
+        raise _launch_error(spec, exc, identity) from exc
+    finally:
+        os.close(report_write)
+    report = b""
+    try:
+        _send(supervisor, marshal.dumps(plan))
+        deadline = time.monotonic() + spec.timeout_seconds + BACKSTOP_SECONDS
+        while chunk := _read(report_read, deadline):
+            report = (report + chunk)[:REPORT_MAX_BYTES]
+        supervisor.wait(STOP_SECONDS)
+    except (subprocess.TimeoutExpired, TimeoutError):
+        _stop(supervisor)
+        return {"outcome": "deadline"}
+    finally:
+        if supervisor.poll() is None:  # interrupted
+            _stop(supervisor)
+        os.close(report_read)
+    try:
+        return json.loads(report) if report else {"outcome": "lost", "code": supervisor.returncode}
+    except ValueError:
+        return {"outcome": "lost", "code": supervisor.returncode}
+
+
+def _send(supervisor: subprocess.Popen, plan: bytes) -> None:
+    assert supervisor.stdin is not None
+    try:
+        with supervisor.stdin:
+            supervisor.stdin.write(plan)
+    except BrokenPipeError:  # it ended before reading: its report (or none) says why
+        pass
+
+
+def _read(fd: int, deadline: float) -> bytes:
+    """What the supervisor wrote next (b"" once it closed its end); TimeoutError past the
+    deadline. It waits in short slices: an exception raised into this thread (the
+    handler's time limit) surfaces only between them."""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        if select.select([fd], [], [], min(left, WAKE_SECONDS))[0]:
+            return os.read(fd, REPORT_MAX_BYTES)
+
+
+def _stop(supervisor: subprocess.Popen) -> None:
+    """SIGTERM: the supervisor kills the hook's tree and exits. One that has not within
+    ``STOP_SECONDS`` is killed with its group (the hook dies with it, by its parent-death
+    signal)."""
+    try:
+        supervisor.send_signal(signal.SIGTERM)
+        supervisor.wait(STOP_SECONDS)
+    except subprocess.TimeoutExpired:
+        logger.warning("hook supervisor %s did not stop in %ss: killed", supervisor.pid,
+                       STOP_SECONDS)
+        try:
+            os.killpg(supervisor.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        supervisor.wait()
+
+
+def _start_error(spec: HookSpec, report: dict[str, Any], identity: Identity | None
+                 ) -> PermanentRunnerError | TransientResourceError:
+    """A report that is no outcome of the hook: why it did not start, or why its
+    supervisor ended without saying."""
+    if report.get("outcome") == "failed":
+        number = int(report.get("errno") or 0)
+        if report.get("stage") == "confine":
+            why = os.strerror(number) if number else "a limit out of range"
+            return PermanentRunnerError(f"hook {spec.name}: cannot confine it: {why}")
+        return _launch_error(spec, OSError(number, os.strerror(number)), identity)
+    if report.get("outcome") == "stopped":
+        return TransientResourceError(f"hook {spec.name}: its supervisor was stopped by "
+                                      f"signal {report.get('signal')}")
+    return TransientResourceError(f"hook {spec.name}: its supervisor ended without a report "
+                                  f"(exit status {report.get('code')})")
 
 
 def _within_hard_limit(kind: int, soft: int, hard: int) -> tuple[int, int]:
@@ -301,12 +403,3 @@ def _prctl() -> Callable[..., int] | None:
                       ctypes.c_ulong]
     prctl.restype = ctypes.c_int
     return prctl
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait()
-

@@ -21,8 +21,9 @@ target, each may have only its share of its window waiting (``withdraw`` takes b
 what is beyond it), so that one tenant's queue does not stand in front of every other
 tenant's hooks: the cluster gives room first come.
 
-Deliveries held back snooze until the probe time without spending an attempt, and come
-back together: the engine's claim then takes them in fair shares per tenant, so when
+Deliveries held back snooze until the probe time without spending an attempt, or until
+the probe's success closes the breaker and wakes them (``wake_key``), and come back
+together: the engine's claim then takes them in fair shares per tenant, so when
 capacity returns one tenant's backlog does not go before everyone else's.
 
 Every change takes the (target, tenant) row ``FOR UPDATE`` in its own short
@@ -31,12 +32,14 @@ transaction, so the decision is one across every worker process.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 from django.db.models import F
 
+import jobs
 from ingest import conf
 from ingest.runs.models import BreakerState, ExecutionStatus, RunnerBreaker
 
@@ -114,28 +117,41 @@ _WITHDRAW = _SHARE.format(mine="\n          AND (e.launched_at, e.id) <= (%(laun
 
 
 # ``record_success`` in one round trip: an open or probing breaker closed and the window
-# widened by one, or the (target, tenant) row created. A breaker that is closed, clean and at its
-# widest (a healthy target's steady state) matches neither, and the statement then
-# neither writes nor locks anything.
+# widened by one, or the (target, tenant) row created; what the breaker's state was
+# before comes back (read from the statement's snapshot: a concurrent change makes at
+# worst one wake-up too many or too few, and a held delivery's snooze ends anyway). A
+# breaker that is closed, clean and at its widest (a healthy target's steady state)
+# matches neither, and the statement then neither writes nor locks anything.
 _SUCCEEDED = """
-WITH widened AS (
-    UPDATE ingest_runnerbreaker SET
-        "window" = LEAST("window" + 1, %(most)s), state = %(closed)s, failures = 0,
+WITH before AS (
+    SELECT id, state FROM ingest_runnerbreaker
+    WHERE target = %(target)s AND tenant_id = %(tenant)s
+), widened AS (
+    UPDATE ingest_runnerbreaker b SET
+        "window" = LEAST(b."window" + 1, %(most)s), state = %(closed)s, failures = 0,
         window_started_at = NULL, next_probe_at = NULL, probe_job = NULL,
         probe_started_at = NULL, cooldown_seconds = 0, updated_at = %(now)s
-    WHERE target = %(target)s AND tenant_id = %(tenant)s
-      AND NOT (state = %(closed)s AND failures = 0 AND "window" = %(most)s)
-    RETURNING id
+    FROM before
+    WHERE b.id = before.id
+      AND NOT (b.state = %(closed)s AND b.failures = 0 AND b."window" = %(most)s)
+    RETURNING before.state AS was
+), created AS (
+    INSERT INTO ingest_runnerbreaker (
+        target, tenant_id, state, failures, cooldown_seconds, "window", times_opened, denied,
+        last_failure, updated_at)
+    SELECT %(target)s, %(tenant)s, %(closed)s, 0, 0, LEAST(%(window)s + 1, %(most)s), 0, 0, '',
+           %(now)s
+    WHERE NOT EXISTS (SELECT FROM before)
+    ON CONFLICT (target, tenant_id) DO NOTHING
 )
-INSERT INTO ingest_runnerbreaker (
-    target, tenant_id, state, failures, cooldown_seconds, "window", times_opened, denied,
-    last_failure, updated_at)
-SELECT %(target)s, %(tenant)s, %(closed)s, 0, 0, LEAST(%(window)s + 1, %(most)s), 0, 0, '', %(now)s
-WHERE NOT EXISTS (SELECT FROM widened)
-  AND NOT EXISTS (SELECT FROM ingest_runnerbreaker
-                  WHERE target = %(target)s AND tenant_id = %(tenant)s)
-ON CONFLICT (target, tenant_id) DO NOTHING
+SELECT was FROM widened
 """
+
+
+def wake_key(target: str, tenant: int) -> str:
+    """The engine's wake-up key of deliveries held back by ``tenant``'s breaker on
+    ``target`` (``jobs.Snooze(wake_on=...)``): closing the breaker wakes them."""
+    return f"ingest.breaker:{tenant}:{hashlib.sha256(target.encode()).hexdigest()[:32]}"
 
 
 def _default_window() -> int:
@@ -241,21 +257,26 @@ def record_success(target: str, tenant: int, job_id: int, now: datetime) -> None
     """A hook of ``tenant`` on ``target`` got room: the target can take more of the
     tenant's. Widens the launch window by one (up to its maximum; a failure halves it,
     so the window settles where the target's room is), and closes an open or probing
-    breaker."""
+    breaker, waking the deliveries it held back (at this transaction's commit)."""
     with connection.cursor() as cursor:
         cursor.execute(_SUCCEEDED, {"target": target, "tenant": tenant,
                                     "closed": BreakerState.CLOSED,
                                     "window": _default_window(),
                                     "most": int(conf.get("MAX_LAUNCH_WINDOW")), "now": now})
+        was = cursor.fetchone()
+    if was is not None and was[0] != BreakerState.CLOSED:
+        jobs.wake(wake_key(target, tenant))
 
 
 def reset(target: str, tenant: int, now: datetime) -> None:
     """Close ``tenant``'s breaker on ``target`` by hand (an operator who knows the cluster
-    is back)."""
-    RunnerBreaker.objects.filter(target=target, tenant_id=tenant).update(
-        state=BreakerState.CLOSED, failures=0, window=_default_window(),
-        window_started_at=None, next_probe_at=None,
-        probe_job=None, probe_started_at=None, cooldown_seconds=0, updated_at=now)
+    is back), waking the deliveries it held back."""
+    with transaction.atomic():
+        RunnerBreaker.objects.filter(target=target, tenant_id=tenant).update(
+            state=BreakerState.CLOSED, failures=0, window=_default_window(),
+            window_started_at=None, next_probe_at=None,
+            probe_job=None, probe_started_at=None, cooldown_seconds=0, updated_at=now)
+        jobs.wake(wake_key(target, tenant))
 
 
 def _open(breaker: RunnerBreaker, now: datetime, *, longer: bool) -> None:

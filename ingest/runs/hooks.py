@@ -85,7 +85,16 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
     else:
         admission = breaker.admit(runner.target, tenant, ctx.job.pk, ctx.now())
         if not admission.allowed:
-            raise jobs.Snooze(admission.wait_seconds, _held_back(runner.target, admission))
+            # Held by the breaker, it is woken when the probe closes it, not a whole
+            # cool-down later.
+            held_by_breaker = admission.state not in ("full", "share")
+            raise jobs.Snooze(admission.wait_seconds, _held_back(runner.target, admission),
+                              wake_on=breaker.wake_key(runner.target, tenant)
+                              if held_by_breaker else None)
+        if runner.blocks:
+            # The launch waits for the hook to end: the jobs claimed with this delivery
+            # go to other workers meanwhile instead of waiting behind it.
+            ctx.hand_back_others()
         if execution.status == ExecutionStatus.WAITING:
             _new_try(ctx, execution, runner)
         else:  # launched before, its outcome unknown: the same name again, timed from now

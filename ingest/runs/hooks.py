@@ -201,8 +201,15 @@ def _transient(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunne
     breaker.record_failure(runner.target, execution.batch.run.tenant_id, ctx.job.pk, str(exc),
                            ctx.now())
     reason = f"try {execution.tries}: {exc}"
-    ended = exc.try_ended or _stop_try(execution, runner)
+    if exc.try_ended:
+        ended = True
+    elif execution.status == ExecutionStatus.LAUNCHING:  # the create may have made it
+        ended = _stop_try(execution, runner)
+    else:  # a look went unanswered: the hook runs on, and is looked at again
+        ended = False
     if ctx.attempt >= ctx.job.max_attempts:
+        if not ended:
+            _stop_try(execution, runner)
         with ctx.batch():
             services.record_hook_failure(
                 execution, reason=f"gave up after {ctx.attempt} attempts; {reason}",

@@ -17,6 +17,7 @@ from ingest.runs import breaker, runners, services
 from ingest.runs.models import (
     LIVE_EXECUTIONS,
     BatchStatus,
+    BreakerState,
     ExecutionStatus,
     HookExecution,
     HookTemplate,
@@ -351,9 +352,9 @@ def test_small_runs_of_other_tenants_are_not_queued_behind_a_big_runs_pending_ho
                      .order_by("batches__published_at").values_list("pk", flat=True))
     for run in small:
         assert published.index(run.pk) < 6, published  # not behind all of acme's 8
-    # Taken back: the Jobs deleted that are not their hook's last try (the run's end
+    # Taken back: the Jobs deleted that are not their hook's last try (each run's end
     # removes those).
-    last = set(HookExecution.objects.filter(batch__run=big).values_list("runner_ref", flat=True))
+    last = set(HookExecution.objects.values_list("runner_ref", flat=True))
     withdrawn = [call for call in cluster.calls
                  if call.method == "DELETE" and call.path.rsplit("/", 1)[-1] not in last]
     assert withdrawn and all("conveyor-hook-" in call.path for call in withdrawn)
@@ -377,3 +378,73 @@ def test_a_long_hook_is_looked_at_less_often_as_it_runs(clock, cluster):
     # requests where a look every 2 s at the Job and its Pods made 34.
     assert len(calls) <= 18, calls
     assert calls.count(("GET", execution.runner_ref)) == 1
+
+
+@override_settings(INGEST_BREAKER_THRESHOLD=2, INGEST_BREAKER_COOLDOWN_SECONDS=60,
+                   INGEST_HOOK_POLL_SECONDS=2)
+def test_hooks_held_by_the_breaker_resume_as_soon_as_its_probe_gets_room(clock, cluster):
+    """The probe's success closes the breaker and wakes the deliveries it held, instead of
+    leaving them to sleep out a cool-down."""
+    cluster.behaviours[IMAGE] = Behaviour(run_seconds=5)
+    cluster.refuse_creates(403, 'jobs.batch "x" is forbidden: exceeded quota: hooks, '
+                                "requested: count/jobs.batch=1, used: count/jobs.batch=9, "
+                                "limited: count/jobs.batch=9")
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=6, hooks=[["check"]],
+                                                max_failures=100))
+    jobs.run_until_idle()
+    row = RunnerBreaker.objects.get(tenant__slug="acme")
+    assert row.state == BreakerState.OPEN  # two refusals opened it
+    cluster.refuse_creates(None)  # room again, which only the probe can find out
+
+    seen: dict[str, object] = {}
+
+    def watch() -> None:
+        if "closed" not in seen and RunnerBreaker.objects.get(pk=row.pk).state == "closed":
+            seen["closed"] = clock.now()
+        made = [call for call in cluster.calls if call.method == "POST" and call.status == 201]
+        if "next" not in seen and len(made) >= 2:  # the first Job after the probe's
+            seen["next"] = clock.now()
+
+    drain(clock, each=watch)
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.failure_reason
+    # The deliveries it held were woken when the probe closed it, and the next Job was
+    # created within a poll of that, not a cool-down (60 s) later; the launch window,
+    # narrowed by the refusals, paces the rest.
+    woken = JobEvent.objects.filter(job__pipeline_id=run.pipeline, kind="woken")
+    assert woken.count() >= 4
+    assert {event.at for event in woken} == {seen["closed"]}
+    assert seen["next"] - seen["closed"] < timedelta(seconds=3), seen
+
+
+def test_a_look_the_api_does_not_answer_keeps_the_try_instead_of_launching_a_second(
+        clock, cluster):
+    """A 503 while a hook runs says nothing about the hook: its Job is looked at again,
+    and no second Job runs beside it."""
+    cluster.behaviours[IMAGE] = Behaviour(run_seconds=20)
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, hooks=[["check"]]))
+    jobs.run_until_idle()
+    clock.advance(3)
+    cluster.fail_next("GET", cluster.pods_path, 503, times=2)
+    drain(clock)
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.failure_reason
+    execution = HookExecution.objects.get(batch__run=run)
+    assert (execution.tries, cluster.create_calls) == (1, 1)
+
+
+def test_a_create_answered_with_a_5xx_is_removed_before_the_next_try(clock, cluster):
+    """The Job of a create the API answered with a 5xx may exist: it is deleted before a
+    new try is launched under a new name."""
+    cluster.behaviours[IMAGE] = Behaviour(run_seconds=5)
+    cluster.fail_next("POST", cluster.jobs_path, 503)
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, hooks=[["check"]]))
+    drain(clock)
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.failure_reason
+    execution = HookExecution.objects.get(batch__run=run)
+    first = f"conveyor-hook-{execution.pk}-1"
+    calls = [(call.method, call.path.rsplit("/", 1)[-1]) for call in cluster.calls
+             if call.method in ("POST", "DELETE")]
+    assert calls[:3] == [("POST", "jobs"), ("DELETE", first), ("POST", "jobs")], calls
+    assert execution.tries == 2

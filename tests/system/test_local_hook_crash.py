@@ -144,3 +144,47 @@ def test_a_worker_that_lost_its_lease_while_its_local_hook_ran_cannot_write_its_
     run.refresh_from_db()
     assert run.status == "succeeded" and run.batches_published == 1
     assert IngestRecord.objects.filter(batch__run=run).count() == 2
+
+
+def test_a_local_hook_does_not_hold_up_the_next_batch_claimed_with_it(
+        processes, shared, token):  # noqa: F811 (the fixture)
+    """Batch 1's hooks and batch 2's fetch are due together, and one worker claims both:
+    while batch 1's hook runs on it, the idle worker fetches batch 2."""
+    command = hook_script(shared, f"""
+        export HOOK_MARK={token}
+        echo start >> {shared}/started
+        n=0
+        while [ ! -e {shared}/release ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done""")
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=2, size=2,
+                                                hooks=[command]))
+    env = processes.env(**FAST)
+    processes.manage("first", "jobs_worker", env=env)
+    wait_until(lambda: (shared / "started").exists(), 60, "batch 1's hook to start")
+    fetch = Job.objects.filter(pipeline_id=run.pipeline, type="ingest.RunIngester").latest("pk")
+    hooks = HookExecution.objects.get(batch__run=run, batch__sequence=1)
+    assert hooks.status == ExecutionStatus.LAUNCHING
+    claimed = fetch.events.filter(kind=JobEvent.Kind.CLAIMED).values_list("worker", flat=True)
+    assert list(claimed) == [Job.objects.get(pk=hooks_delivery(run, 1)).locked_by], \
+        "batch 2's fetch was to be claimed with batch 1's hooks, by the same worker"
+
+    processes.manage("second", "jobs_worker", env=env)
+    wait_until(lambda: run.batches.filter(sequence=2).exists(), 60,
+               "batch 2 to be fetched while batch 1's hook runs")
+    assert (shared / "started").read_text().count("start") >= 1
+    assert not (shared / "release").exists()
+    assert HookExecution.objects.get(pk=hooks.pk).status == ExecutionStatus.LAUNCHING
+    kinds = list(fetch.events.values_list("kind", flat=True))
+    assert kinds[:3] == ["claimed", "released", "claimed"], kinds
+
+    (shared / "release").touch()
+    wait_until(lambda: IngestRun.objects.get(pk=run.pk).finished, 90, "the run to finish")
+    run.refresh_from_db()
+    assert run.status == "succeeded", run.failure_reason
+    assert run.batches.filter(status=BatchStatus.PUBLISHED).count() == 2
+
+
+def hooks_delivery(run: IngestRun, sequence: int) -> int:
+    """The RunHooks delivery of batch ``sequence`` of ``run``."""
+    return next(job.pk for job in Job.objects.filter(pipeline_id=run.pipeline,
+                                                      type="ingest.RunHooks").order_by("pk")
+                if job.payload.get("payload", {}).get("sequence") == sequence)

@@ -220,7 +220,8 @@ def settle(run: IngestRun, *, current_job: int | None = None) -> IngestRun:
         return fail_run(run, f"{counts['failed']} of {run.batches_ingested} batches failed "
                              "their hooks", current_job=current_job)
     run = _finish(run, RunStatus.SUCCEEDED, kind=ActionKind.SUCCEEDED)
-    _stop_hooks(run)
+    if run_executions(run).filter(tries__gt=0).exists():  # a run without hooks has none
+        _stop_hooks(run)
     events.publish_run_finished(run)
     return run
 
@@ -328,10 +329,7 @@ def _stop_hooks(run: IngestRun, *, actor: Any = None) -> None:
     """Queue the removal of the ended ``run``'s Jobs (and their Pods) from the hook runner,
     however it ended, as a workflow engine collects its pods: a failed or cancelled run's
     Jobs would otherwise hold the cluster's room, and run on, until their deadline, and a
-    finished Job keeps nothing the run has not stored (its exit code and log tail). A run
-    that launched nothing has nothing to remove."""
-    if not run_executions(run).filter(tries__gt=0).exists():
-        return
+    finished Job keeps nothing the run has not stored (its exit code and log tail)."""
     jobs.enqueue(STOP_HOOKS, {"run": run.pk}, tenant=run.tenant_id, pipeline=run.pipeline,
                  created_by=_actor(actor))
 

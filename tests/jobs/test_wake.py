@@ -120,11 +120,14 @@ def test_a_wake_takes_effect_when_its_transaction_commits(clock):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_wake_signals_the_idle_workers(clock, running_worker):  # noqa: F811
+    # Cleared before the job exists: once the job has snoozed, the worker finds nothing
+    # due and sets it again as it goes back to its LISTEN wait (a 30 s poll). Cleared
+    # after, it could erase a signal the worker had just given, and never give another.
+    running_worker.idle.clear()
     job = make_job("tests.wait_for_probe", {"key": BREAKER})
     wait_until(lambda: Job.objects.filter(pk=job.pk, wake_key=BREAKER).exists(), timeout=10,
                what="the job to snooze")
-    running_worker.idle.clear()
-    assert running_worker.idle.wait(10)  # back in its LISTEN wait, with a 30 s poll
+    assert running_worker.idle.wait(10)
 
     started = time.monotonic()
     assert jobs.wake(BREAKER) == 1

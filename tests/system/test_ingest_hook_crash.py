@@ -58,11 +58,10 @@ def test_a_worker_killed_inside_run_hooks_leaves_each_hook_run_once_and_each_bat
         assert IngestRecord.objects.filter(batch__run=run).count() == BATCHES * 3
         executions = list(HookExecution.objects.filter(batch__run=run))
         assert {(e.status, e.exit_code) for e in executions} == {(ExecutionStatus.SUCCEEDED, 0)}
-        # Each execution's try is one Job on the cluster, complete; a second create of the
-        # same name was refused (409) and adopted.
+        # Each execution's try was one Job on the cluster (removed with the run's end); a
+        # second create of the same name was refused (409) and adopted.
         names = [job["metadata"]["name"] for job in cluster.received_jobs]
         for execution in executions:
             assert execution.runner_ref in names
-            assert cluster.job(execution.runner_ref)["status"]["succeeded"] == 1
         accepted = [c for c in cluster.calls if c.method == "POST" and c.status == 201]
         assert len(accepted) == len({e.runner_ref for e in executions}) == BATCHES

@@ -237,7 +237,8 @@ def record_hook_failure(execution: HookExecution, *, reason: str, exit_code: int
         return run
     run.refresh_from_db()
     if run.hook_failures >= run.max_failures:
-        return fail_run(run, f"{run.hook_failures} hook failures reached the run's limit of "
+        failures = f"{run.hook_failures} hook failure{'' if run.hook_failures == 1 else 's'}"
+        return fail_run(run, f"{failures} reached the run's limit of "
                              f"{run.max_failures}; the last: {execution.hook_name} on batch "
                              f"{execution.batch.sequence}: {reason}", current_job=current_job)
     return settle(run, current_job=current_job)

@@ -109,6 +109,10 @@ def log_in(page: Any, site: Site, username: str = "root") -> User:
     return user
 
 
+# The widths pages are looked at: a laptop's and a phone's.
+WIDTHS = {"desktop": 1440, "phone": 390}
+
+
 def screenshot(page: Any, name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"

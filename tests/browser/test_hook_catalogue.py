@@ -9,13 +9,11 @@ from django.contrib.auth.models import Permission
 
 from ingest.runs.models import Hook, HookTemplate, IngestSource
 from tests.base import staff, tenant
-from tests.browser.conftest import log_in, needs_chromium, screenshot
+from tests.browser.conftest import WIDTHS, log_in, needs_chromium, screenshot
 from tests.ingest.builders import entry
 
 pytestmark = [pytest.mark.browser, pytest.mark.system, needs_chromium,
               pytest.mark.django_db(transaction=True)]
-
-WIDTHS = {"desktop": 1440, "phone": 390}
 
 
 def check_records() -> HookTemplate:

@@ -7,10 +7,11 @@ import sys
 
 import pytest
 
+import jobs
 from ingest.runs import services
 from ingest.runs.models import RunStatus
 from tests.base import tenant
-from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
+from tests.browser.conftest import WIDTHS, Site, log_in, needs_chromium, screenshot
 from tests.ingest import builders
 
 pytestmark = [pytest.mark.browser, pytest.mark.system, needs_chromium,
@@ -57,3 +58,25 @@ def test_the_run_page_follows_the_batches_live_to_the_runs_end(site: Site, page)
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED
     screenshot(page, "ingest-run-succeeded")
+
+
+@pytest.mark.parametrize("width", ["desktop", "phone"])
+def test_a_failed_runs_page_shows_the_hooks_that_failed_and_those_its_end_settled(
+        site: Site, page, width):
+    """Batch 1's first hook fails and ends the run: its second hook, and batch 2's hooks,
+    are settled as cancelled, each saying why."""
+    source = builders.source(tenant("Acme"), batches=2, size=2, max_failures=1,
+                             hooks=[builders.exit_with(3, "row 2: no unit"), builders.PASS])
+    run = services.start_ingest(source)
+    jobs.run_until_idle()
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    log_in(page, site)
+    page.set_viewport_size({"width": WIDTHS[width], "height": 900})
+    page.goto(f"{site.url}/admin/ingest/ingestrun/{run.pk}/change/")
+    page.wait_for_selector("#ingest-timeline")
+    assert page.locator('.ingest-execution[data-status="failed"]').count() == 1
+    cancelled = page.locator('.ingest-execution[data-status="cancelled"]')
+    assert cancelled.count() >= 1
+    assert "row 2: no unit" in page.text_content("#ingest-timeline")
+    screenshot(page, f"ingest-run-failed-{width}")

@@ -68,7 +68,7 @@ def test_a_run_that_fails_while_waited_on_exits_non_zero_saying_why(acme, clock)
     assert str(error) == (f"run {run.pk} of orders (acme): failed, 0 of {run.batches_ingested} "
                           "batch(es) published, "
                           f"0 record(s), 1 hook failure(s); {run.failure_reason}")
-    assert "hook failures reached the run's limit of 1" in str(error)
+    assert "1 hook failure reached the run's limit of 1" in str(error)
 
 
 @pytest.mark.parametrize("args, message", [

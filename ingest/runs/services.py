@@ -240,8 +240,17 @@ def record_hook_failure(execution: HookExecution, *, reason: str, exit_code: int
         failures = f"{run.hook_failures} hook failure{'' if run.hook_failures == 1 else 's'}"
         return fail_run(run, f"{failures} reached the run's limit of "
                              f"{run.max_failures}; the last: {execution.hook_name} on batch "
-                             f"{execution.batch.sequence}: {reason}", current_job=current_job)
+                             f"{execution.batch.sequence}: {_failure_text(reason, exit_code)}",
+                        current_job=current_job)
     return settle(run, current_job=current_job)
+
+
+def _failure_text(reason: str, exit_code: int | None) -> str:
+    """Why a hook failed, in words: the exit code first when there is one, and the
+    runner's reason beside it unless it is the container's bare ``Error``."""
+    if exit_code is None:
+        return reason
+    return f"exit code {exit_code}" + (f" ({reason})" if reason not in ("", "Error") else "")
 
 
 def _fail_execution(execution: HookExecution, reason: str, **fields: Any) -> IngestRun:

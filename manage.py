@@ -9,8 +9,17 @@ import sys
 # otherwise; an export worker reaches Conveyor over HTTP, and starts the server itself
 # only when its datasets are read from it, in development). Every other command gets a
 # running server first.
-WITHOUT_DATABASE = {"check", "makemigrations", "help", "version", "diffsettings",
-                    "collectstatic", "findstatic", "spectacular", "export_worker"}
+WITHOUT_DATABASE = {
+    "check",
+    "makemigrations",
+    "help",
+    "version",
+    "diffsettings",
+    "collectstatic",
+    "findstatic",
+    "spectacular",
+    "export_worker",
+}
 
 
 def needs_database(argv: list[str]) -> bool:

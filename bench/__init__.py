@@ -45,9 +45,14 @@ def scratch_project(prefix: str, **settings: str) -> Iterator[Path]:
     drop = f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
     _run_sql(admin_url, drop, f'CREATE DATABASE "{name}"')
     work = Path(tempfile.mkdtemp(prefix=f"{prefix.replace('_', '-')}-"))
-    os.environ.update(DATABASE_URL=scratch_url, CONVEYOR_VAR_DIR=str(work),
-                      CONVEYOR_ALLOW_DEV_SECRET="1", DJANGO_SETTINGS_MODULE="project.settings",
-                      LOG_LEVEL="WARNING", **settings)
+    os.environ.update(
+        DATABASE_URL=scratch_url,
+        CONVEYOR_VAR_DIR=str(work),
+        CONVEYOR_ALLOW_DEV_SECRET="1",
+        DJANGO_SETTINGS_MODULE="project.settings",
+        LOG_LEVEL="WARNING",
+        **settings,
+    )
     try:
         yield work
     finally:
@@ -71,8 +76,11 @@ def _scratch_urls(prefix: str) -> tuple[str, str, str]:
         server = embedded_db.ensure_running(Path(__file__).resolve().parent.parent / "var" / "pg")
         return server.url("postgres"), server.url(name), name
     parts = urlsplit(url)
-    return (urlunsplit(parts._replace(path="/postgres")),
-            urlunsplit(parts._replace(path="/" + quote(name))), name)
+    return (
+        urlunsplit(parts._replace(path="/postgres")),
+        urlunsplit(parts._replace(path="/" + quote(name))),
+        name,
+    )
 
 
 def _run_sql(url: str, *statements: str) -> None:

@@ -67,9 +67,13 @@ def main() -> int:
         return run_phase(args)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks
     setup_django("bench.settings")
-    report = {"date": datetime.now(UTC).isoformat(timespec="seconds"),
-              "machine": machine(), "jobs": args.jobs, "command": " ".join(sys.argv),
-              "rows": []}
+    report = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "jobs": args.jobs,
+        "command": " ".join(sys.argv),
+        "rows": [],
+    }
     logs = Path(tempfile.mkdtemp(prefix="conveyor-bench-"))
     for system, workers in plan(args):
         row = {"system": label(system, workers, args), "workers": workers}
@@ -84,21 +88,35 @@ def main() -> int:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs drained per system")
-    parser.add_argument("--single", type=int, default=2_000,
-                        help="of which enqueued one per call (the rest in batches)")
+    parser.add_argument(
+        "--single", type=int, default=2_000, help="of which enqueued one per call (the rest in batches)"
+    )
     parser.add_argument("--batch", type=int, default=1_000, help="jobs per batch call")
     parser.add_argument("--samples", type=int, default=200, help="pickup latency samples")
-    parser.add_argument("--workers", default="2,4",
-                        help="Conveyor worker processes (JOBS_WORKERS), comma-separated")
-    parser.add_argument("--peer-workers", type=int, default=2,
-                        help="worker processes for django-q2 and procrastinate")
-    parser.add_argument("--orm-jobs", type=int, default=400,
-                        help="at most this many jobs for django-q2's ORM broker (it polls)")
-    parser.add_argument("--redis-jobs", type=int, default=5_000,
-                        help="at most this many for django-q2 on Redis (no batch enqueue)")
-    parser.add_argument("--procrastinate-concurrency", type=int, default=10,
-                        help="jobs each procrastinate worker runs at once (10 was its best of "
-                             "1, 4 and 10 here)")
+    parser.add_argument(
+        "--workers", default="2,4", help="Conveyor worker processes (JOBS_WORKERS), comma-separated"
+    )
+    parser.add_argument(
+        "--peer-workers", type=int, default=2, help="worker processes for django-q2 and procrastinate"
+    )
+    parser.add_argument(
+        "--orm-jobs",
+        type=int,
+        default=400,
+        help="at most this many jobs for django-q2's ORM broker (it polls)",
+    )
+    parser.add_argument(
+        "--redis-jobs",
+        type=int,
+        default=5_000,
+        help="at most this many for django-q2 on Redis (no batch enqueue)",
+    )
+    parser.add_argument(
+        "--procrastinate-concurrency",
+        type=int,
+        default=10,
+        help="jobs each procrastinate worker runs at once (10 was its best of 1, 4 and 10 here)",
+    )
     parser.add_argument("--drain-timeout", type=float, default=90.0)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -129,21 +147,46 @@ def label(system: str, workers: int, args: argparse.Namespace) -> str:
 def run_system(system: str, workers: int, args: argparse.Namespace, logs: Path) -> dict:
     """One phase in a child process, on a scratch database dropped afterwards."""
     database = f"bench_{system.replace('-', '_')}_{os.getpid()}"
-    env = {**os.environ, "BENCH_DB_NAME": database, "BENCH_LOG_DIR": str(logs),
-           "BENCH_PROCRASTINATE_DSN": dsn(database), "PYTHONPATH": str(ROOT)}
-    command = [PYTHON, str(Path(__file__).resolve()), "--phase", system, "--db", database,
-               "--phase-workers", str(workers), "--jobs", str(args.jobs),
-               "--single", str(args.single), "--batch", str(args.batch),
-               "--samples", str(args.samples), "--orm-jobs", str(args.orm_jobs),
-               "--redis-jobs", str(args.redis_jobs),
-               "--procrastinate-concurrency", str(args.procrastinate_concurrency),
-               "--drain-timeout", str(args.drain_timeout)]
+    env = {
+        **os.environ,
+        "BENCH_DB_NAME": database,
+        "BENCH_LOG_DIR": str(logs),
+        "BENCH_PROCRASTINATE_DSN": dsn(database),
+        "PYTHONPATH": str(ROOT),
+    }
+    command = [
+        PYTHON,
+        str(Path(__file__).resolve()),
+        "--phase",
+        system,
+        "--db",
+        database,
+        "--phase-workers",
+        str(workers),
+        "--jobs",
+        str(args.jobs),
+        "--single",
+        str(args.single),
+        "--batch",
+        str(args.batch),
+        "--samples",
+        str(args.samples),
+        "--orm-jobs",
+        str(args.orm_jobs),
+        "--redis-jobs",
+        str(args.redis_jobs),
+        "--procrastinate-concurrency",
+        str(args.procrastinate_concurrency),
+        "--drain-timeout",
+        str(args.drain_timeout),
+    ]
     create_database(database)
     child = None
     try:
         # Its own process group: the workers it starts join it, and are swept with it.
-        child = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                                 text=True, start_new_session=True)
+        child = subprocess.Popen(
+            command, env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
         out, _ = child.communicate(timeout=args.drain_timeout + 240)
         lines = [line for line in out.splitlines() if line.startswith("{")]
         if child.returncode != 0 or not lines:
@@ -222,9 +265,13 @@ def machine() -> dict:
     from django.db import connection
 
     host = connection.get_connection_params().get("host", "")
-    return {"nproc": os.cpu_count(), "cpu": cpu_model(), "python": platform.python_version(),
-            "postgresql": server_version,
-            "database": "embedded (pgserver)" if str(host).startswith("/") else "DATABASE_URL"}
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu_model(),
+        "python": platform.python_version(),
+        "postgresql": server_version,
+        "database": "embedded (pgserver)" if str(host).startswith("/") else "DATABASE_URL",
+    }
 
 
 def cpu_model() -> str:
@@ -256,13 +303,22 @@ def table(report: dict) -> str:
         "",
     ]
     header = ["system", *(title for _, title in COLUMNS), "drained"]
-    rows = [[r["system"], *(fmt(r.get(key)) for key, _ in COLUMNS),
-             f"{r.get('drained', 0):,}" if "error" not in r else r["error"]]
-            for r in report["rows"]]
+    rows = [
+        [
+            r["system"],
+            *(fmt(r.get(key)) for key, _ in COLUMNS),
+            f"{r.get('drained', 0):,}" if "error" not in r else r["error"],
+        ]
+        for r in report["rows"]
+    ]
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
     for cells in [header, ["-" * w for w in widths], *rows]:
-        lines.append("  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
-                               for i, (c, w) in enumerate(zip(cells, widths, strict=False))))
+        lines.append(
+            "  ".join(
+                str(c).ljust(w) if i == 0 else str(c).rjust(w)
+                for i, (c, w) in enumerate(zip(cells, widths, strict=False))
+            )
+        )
     return "\n".join(lines)
 
 
@@ -271,8 +327,12 @@ def table(report: dict) -> str:
 
 def run_phase(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    phase = {"conveyor": ConveyorPhase, "django-q2-orm": DjangoQPhase,
-             "django-q2-redis": DjangoQPhase, "procrastinate": ProcrastinatePhase}[args.phase]
+    phase = {
+        "conveyor": ConveyorPhase,
+        "django-q2-orm": DjangoQPhase,
+        "django-q2-redis": DjangoQPhase,
+        "procrastinate": ProcrastinatePhase,
+    }[args.phase]
     bench = phase(args)
     try:
         print(json.dumps(bench.run()), flush=True)
@@ -296,7 +356,9 @@ class Phase:
     # Each system fills these in.
     def prepare(self) -> None: ...
     def enqueue_single(self, count: int) -> None: ...
-    def enqueue_batch(self, count: int, size: int) -> bool: return False
+    def enqueue_batch(self, count: int, size: int) -> bool:
+        return False
+
     def start_workers(self) -> None: ...
     def finished(self) -> int: ...
     def drain_window(self) -> tuple[float, float]: ...
@@ -340,8 +402,7 @@ class Phase:
                 break
             time.sleep(0.25)
         first, last = self.drain_window()
-        return {"drained": done, "drain": rate(done - 1, last - first),
-                "drain_seconds": last - first}
+        return {"drained": done, "drain": rate(done - 1, last - first), "drain_seconds": last - first}
 
     def pickup(self) -> dict:
         """Idle workers; one job at a time, spaced a little, enqueue call → handler start."""
@@ -366,9 +427,12 @@ class Phase:
             return {"pickup_samples": len(samples)}
         cuts = statistics.quantiles(samples, n=100, method="inclusive")
         # Of which the enqueue call itself (its INSERT and commit, for all but Redis).
-        return {"pickup_p50_ms": cuts[49], "pickup_p95_ms": cuts[94],
-                "pickup_samples": len(samples),
-                "pickup_enqueue_call_p50_ms": statistics.median(calls)}
+        return {
+            "pickup_p50_ms": cuts[49],
+            "pickup_p95_ms": cuts[94],
+            "pickup_samples": len(samples),
+            "pickup_enqueue_call_p50_ms": statistics.median(calls),
+        }
 
     def wait_probe(self, probe_id: str) -> float | None:
         while True:
@@ -381,11 +445,20 @@ class Phase:
 
     def spawn(self, command: list[str], **env: str) -> None:
         port = str(self.probe.getsockname()[1])
-        log = open(Path(os.environ.get("BENCH_LOG_DIR", tempfile.gettempdir()))
-                   / f"{self.args.phase}-{len(self.workers)}.log", "ab")
-        self.workers.append(subprocess.Popen(
-            command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, **self.worker_env, **env, "BENCH_PROBE_PORT": port}))
+        log = open(
+            Path(os.environ.get("BENCH_LOG_DIR", tempfile.gettempdir()))
+            / f"{self.args.phase}-{len(self.workers)}.log",
+            "ab",
+        )
+        self.workers.append(
+            subprocess.Popen(
+                command,
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.worker_env, **env, "BENCH_PROBE_PORT": port},
+            )
+        )
 
     def stop_workers(self) -> None:
         """SIGTERM each worker (graceful), then SIGKILL whatever is left of its tree."""
@@ -451,8 +524,11 @@ class ConveyorPhase(Phase):
         return True
 
     def start_workers(self) -> None:
-        self.spawn([PYTHON, "manage.py", "qcluster"], DJANGO_SETTINGS_MODULE="bench.settings",
-                   JOBS_WORKERS=str(self.args.phase_workers))
+        self.spawn(
+            [PYTHON, "manage.py", "qcluster"],
+            DJANGO_SETTINGS_MODULE="bench.settings",
+            JOBS_WORKERS=str(self.args.phase_workers),
+        )
 
     def finished(self) -> int:
         from jobs.models import Job
@@ -465,7 +541,8 @@ class ConveyorPhase(Phase):
         from jobs.models import Job
 
         span = Job.objects.filter(state=Job.State.SUCCEEDED).aggregate(
-            first=Min("finished_at"), last=Max("finished_at"))
+            first=Min("finished_at"), last=Max("finished_at")
+        )
         return span["first"].timestamp(), span["last"].timestamp()
 
     def enqueue_probe(self, probe_id: str) -> None:
@@ -479,8 +556,9 @@ class ConveyorPhase(Phase):
 
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("LOCK TABLE jobs_job IN SHARE ROW EXCLUSIVE MODE")
-            cursor.execute("DELETE FROM jobs_jobevent WHERE job_id IN "
-                           "(SELECT id FROM jobs_job WHERE state = 'pending')")
+            cursor.execute(
+                "DELETE FROM jobs_jobevent WHERE job_id IN (SELECT id FROM jobs_job WHERE state = 'pending')"
+            )
             cursor.execute("DELETE FROM jobs_job WHERE state = 'pending'")
 
 
@@ -493,8 +571,7 @@ class DjangoQPhase(Phase):
         self.n = min(args.jobs, args.orm_jobs if self.broker == "orm" else args.redis_jobs)
         os.environ["BENCH_DQ_BROKER"] = self.broker
         os.environ["BENCH_DQ_NAME"] = f"bench-{self.broker}-{os.getpid()}"
-        self.worker_env = {"BENCH_DQ_BROKER": self.broker,
-                           "BENCH_DQ_NAME": os.environ["BENCH_DQ_NAME"]}
+        self.worker_env = {"BENCH_DQ_BROKER": self.broker, "BENCH_DQ_NAME": os.environ["BENCH_DQ_NAME"]}
 
     def supports_batch(self) -> bool:
         return False
@@ -513,9 +590,11 @@ class DjangoQPhase(Phase):
             async_task("bench.handlers.dq_noop", None)
 
     def start_workers(self) -> None:
-        self.spawn([PYTHON, "manage.py", "qcluster"],
-                   DJANGO_SETTINGS_MODULE="bench.settings_djangoq",
-                   JOBS_WORKERS=str(self.args.phase_workers))
+        self.spawn(
+            [PYTHON, "manage.py", "qcluster"],
+            DJANGO_SETTINGS_MODULE="bench.settings_djangoq",
+            JOBS_WORKERS=str(self.args.phase_workers),
+        )
 
     def finished(self) -> int:
         from django_q.models import Success
@@ -568,13 +647,22 @@ class ProcrastinatePhase(Phase):
     def start_workers(self) -> None:
         for _ in range(self.args.phase_workers):
             # Logging at WARNING, as the other systems run here: INFO writes two lines a job.
-            self.spawn([PYTHON, "-m", "procrastinate", "--app=bench.procrastinate_app.app",
-                        "--log-level=warning", "worker",
-                        f"--concurrency={self.args.procrastinate_concurrency}"])
+            self.spawn(
+                [
+                    PYTHON,
+                    "-m",
+                    "procrastinate",
+                    "--app=bench.procrastinate_app.app",
+                    "--log-level=warning",
+                    "worker",
+                    f"--concurrency={self.args.procrastinate_concurrency}",
+                ]
+            )
 
     def finished(self) -> int:
         return self.db.execute(
-            "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'").fetchone()[0]
+            "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+        ).fetchone()[0]
 
     def drain_window(self) -> tuple[float, float]:
         first, last = self.db.execute(

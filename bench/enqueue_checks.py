@@ -29,11 +29,16 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 FACTORS_LIKE = {"data_entry_type": "plane", "module": 1234, "years": [2024], "closes": 98765}
-WIDE = {f"field_{n}": {"name": f"value {n} é", "ids": list(range(10)), "ok": n % 2 == 0}
-        for n in range(50)}
-OPTIONS = {"unique_key": "factors.ingest:module1234:plane", "concurrency_key": "module:1234",
-           "tenant": 7, "parent": 123_456, "pipeline": uuid.uuid4(),
-           "run_after": datetime(2026, 11, 26, 9, 0, tzinfo=UTC), "priority": 5}
+WIDE = {f"field_{n}": {"name": f"value {n} é", "ids": list(range(10)), "ok": n % 2 == 0} for n in range(50)}
+OPTIONS = {
+    "unique_key": "factors.ingest:module1234:plane",
+    "concurrency_key": "module:1234",
+    "tenant": 7,
+    "parent": 123_456,
+    "pipeline": uuid.uuid4(),
+    "run_after": datetime(2026, 11, 26, 9, 0, tzinfo=UTC),
+    "priority": 5,
+}
 
 
 def best_microseconds(call: Callable[[], Any], calls: int, per: int = 1) -> float:
@@ -58,14 +63,21 @@ def cases() -> list[tuple[str, Callable[[], Any], Callable[[], Any], int]]:
         ("enqueue {}", one({}), lambda: json.dumps({}), 1),
         ("enqueue {'n': 1}", one({"n": 1}), lambda: json.dumps({"n": 1}), 1),
         ("enqueue, factors payload", one(FACTORS_LIKE), lambda: json.dumps(FACTORS_LIKE), 1),
-        ("  + keys, tenant, parent, pipeline, run_after", one(FACTORS_LIKE, **OPTIONS),
-         lambda: json.dumps(FACTORS_LIKE), 1),
-        (f"enqueue, {len(json.dumps(WIDE)):,}-byte payload", one(WIDE),
-         lambda: json.dumps(WIDE), 1),
-        ("enqueue_many, per payload of 1,000",
-         lambda: engine._prepare("bench.noop", batch, [None] * len(batch), [None] * len(batch),
-                                 {}, many=True),
-         lambda: [json.dumps(p) for p in batch], len(batch)),
+        (
+            "  + keys, tenant, parent, pipeline, run_after",
+            one(FACTORS_LIKE, **OPTIONS),
+            lambda: json.dumps(FACTORS_LIKE),
+            1,
+        ),
+        (f"enqueue, {len(json.dumps(WIDE)):,}-byte payload", one(WIDE), lambda: json.dumps(WIDE), 1),
+        (
+            "enqueue_many, per payload of 1,000",
+            lambda: engine._prepare(
+                "bench.noop", batch, [None] * len(batch), [None] * len(batch), {}, many=True
+            ),
+            lambda: [json.dumps(p) for p in batch],
+            len(batch),
+        ),
     ]
 
 

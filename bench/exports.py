@@ -41,23 +41,30 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 TABLE = "bench_export_rows"
-COLUMNS = [("id", "bigint"), ("account", "integer"), ("name", "varchar"), ("note", "varchar"),
-           ("amount", "decimal(14,4)"), ("created_at", "timestamp(6) with time zone"),
-           ("day", "date"), ("active", "boolean"), ("score", "double"), ("attributes", "json")]
+COLUMNS = [
+    ("id", "bigint"),
+    ("account", "integer"),
+    ("name", "varchar"),
+    ("note", "varchar"),
+    ("amount", "decimal(14,4)"),
+    ("created_at", "timestamp(6) with time zone"),
+    ("day", "date"),
+    ("active", "boolean"),
+    ("score", "double"),
+    ("attributes", "json"),
+]
 SQL = f"SELECT {', '.join(name for name, _ in COLUMNS)} FROM {TABLE}"
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="1000000,10000000",
-                        help="Table sizes, comma-separated.")
+    parser.add_argument("--rows", default="1000000,10000000", help="Table sizes, comma-separated.")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--poll-jobs", type=int, default=500)
     parser.add_argument("--skip-direct", action="store_true")
     parser.add_argument("--skip-poll", action="store_true")
     parser.add_argument("--json", action="store_true", help="Print one JSON object.")
-    parser.add_argument("--child-export", nargs=2, metavar=("DSN", "FOLDER"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--child-export", nargs=2, metavar=("DSN", "FOLDER"), help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
@@ -94,17 +101,25 @@ def child_export(dsn: str, folder: str) -> None:
     from exports.engines.postgres import PostgresEngine
     from exports.spec import JobSpec
 
-    job = JobSpec(id=1, snapshot_id=1, tenant_id=1, generation=1, job_type="node",
-                  entity_name="rows",
-                  engine="postgres", sql=SQL, column_names=tuple(n for n, _ in COLUMNS),
-                  column_types=tuple(t for _, t in COLUMNS), starburst_role="bench",
-                  destination=folder)
+    job = JobSpec(
+        id=1,
+        snapshot_id=1,
+        tenant_id=1,
+        generation=1,
+        job_type="node",
+        entity_name="rows",
+        engine="postgres",
+        sql=SQL,
+        column_names=tuple(n for n, _ in COLUMNS),
+        column_types=tuple(t for _, t in COLUMNS),
+        starburst_role="bench",
+        destination=folder,
+    )
     started = time.perf_counter()
     written = PostgresEngine(dsn).export_direct(job, "part-g1.parquet")
     seconds = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"rows": written.rows, "seconds": seconds, "bytes": written.size,
-                      "peak_rss_mb": peak}))
+    print(json.dumps({"rows": written.rows, "seconds": seconds, "bytes": written.size, "peak_rss_mb": peak}))
 
 
 def direct(dsn: str, sizes: list[int], repeat: int) -> list[dict[str, Any]]:
@@ -118,14 +133,24 @@ def direct(dsn: str, sizes: list[int], repeat: int) -> list[dict[str, Any]]:
             with tempfile.TemporaryDirectory(prefix="bench-export-") as folder:
                 child = subprocess.run(
                     [sys.executable, str(Path(__file__)), "--child-export", dsn, folder],
-                    capture_output=True, text=True, cwd=ROOT, check=True)
+                    capture_output=True,
+                    text=True,
+                    cwd=ROOT,
+                    check=True,
+                )
             export = json.loads(child.stdout.strip().splitlines()[-1])
             assert export["rows"] == copied == size, (export, copied, size)
-            rows.append({"rows": size, "copy_rows_s": copied / copy_seconds,
-                         "export_rows_s": size / export["seconds"],
-                         "ratio": (size / export["seconds"]) / (copied / copy_seconds),
-                         "export_s": export["seconds"], "file_mb": export["bytes"] / 2**20,
-                         "peak_rss_mb": export["peak_rss_mb"]})
+            rows.append(
+                {
+                    "rows": size,
+                    "copy_rows_s": copied / copy_seconds,
+                    "export_rows_s": size / export["seconds"],
+                    "ratio": (size / export["seconds"]) / (copied / copy_seconds),
+                    "export_s": export["seconds"],
+                    "file_mb": export["bytes"] / 2**20,
+                    "peak_rss_mb": export["peak_rss_mb"],
+                }
+            )
     return rows
 
 
@@ -147,8 +172,11 @@ def polling(database: str, jobs_count: int) -> list[dict[str, Any]]:
     from tenancy.models import Tenant
 
     token = "bench-worker-token"
-    with fake_trino() as trino_url, tempfile.TemporaryDirectory(prefix="bench-export-") as folder, \
-            web_process(database, token, trino_url, folder) as base_url:
+    with (
+        fake_trino() as trino_url,
+        tempfile.TemporaryDirectory(prefix="bench-export-") as folder,
+        web_process(database, token, trino_url, folder) as base_url,
+    ):
         import django.conf
 
         django.conf.settings.EXPORTS_TRINO_URL = trino_url
@@ -157,9 +185,17 @@ def polling(database: str, jobs_count: int) -> list[dict[str, Any]]:
         TrinoBinding.objects.create(tenant=tenant, role="bench", catalogs=["bench"])
         mapping = Mapping.objects.create(tenant=tenant, name="bench")
         MappingEntity.objects.bulk_create(
-            MappingEntity(mapping=mapping, kind="node", name=f"e{n}", position=n,
-                          sql="SELECT 1 AS id", catalog="bench", columns=["id"])
-            for n in range(jobs_count))
+            MappingEntity(
+                mapping=mapping,
+                kind="node",
+                name=f"e{n}",
+                position=n,
+                sql="SELECT 1 AS id",
+                catalog="bench",
+                columns=["id"],
+            )
+            for n in range(jobs_count)
+        )
         snapshot = services.create_snapshot(mapping)
         engine = TrinoEngine(TrinoSettings(url=trino_url))
         httpx.post(f"{trino_url}/_control", json={"action": "hold"}).raise_for_status()
@@ -168,15 +204,24 @@ def polling(database: str, jobs_count: int) -> list[dict[str, Any]]:
             claimed += services.claim("bench-submitter", 10)
         for job, claim_token in claimed:
             submitted = engine.submit_unload(JobSpec.from_json(spec_of(job)))
-            services.report(job.pk, services.Report("submitted", job.generation, worker="bench",
-                                                    claim_token=claim_token,
-                                                    query_id=submitted.query_id,
-                                                    next_uri=submitted.next_uri))
+            services.report(
+                job.pk,
+                services.Report(
+                    "submitted",
+                    job.generation,
+                    worker="bench",
+                    claim_token=claim_token,
+                    query_id=submitted.query_id,
+                    next_uri=submitted.next_uri,
+                ),
+            )
         ExportJob.objects.filter(snapshot=snapshot).update(next_poll_at=jobs.now())
 
-        worker = ExportWorker(ControlPlane(base_url, token),
-                              WorkerSettings(name="bench-poller", direct_export=False),
-                              engine_for=lambda name: engine)
+        worker = ExportWorker(
+            ControlPlane(base_url, token),
+            WorkerSettings(name="bench-poller", direct_export=False),
+            engine_for=lambda name: engine,
+        )
         passes: list[dict[str, Any]] = []
 
         async def run() -> None:
@@ -199,7 +244,10 @@ def fake_trino() -> Iterator[str]:
     """The fake Trino as a process of its own (its work is not the worker's CPU); its URL."""
     process = subprocess.Popen(
         [sys.executable, "-m", "exports.fake_trino", "--host", "127.0.0.1", "--port", "0"],
-        stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         line = process.stdout.readline().strip()
         if not line.startswith("listening on "):
@@ -218,12 +266,30 @@ def web_process(database: str, token: str, trino_url: str, folder: str) -> Itera
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings", "BENCH_DB_NAME": database,
-           "EXPORTS_WORKER_TOKEN": token, "EXPORTS_TRINO_URL": trino_url,
-           "EXPORTS_STORAGE_URL": folder, "DEBUG": "true"}
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+        "BENCH_DB_NAME": database,
+        "EXPORTS_WORKER_TOKEN": token,
+        "EXPORTS_TRINO_URL": trino_url,
+        "EXPORTS_STORAGE_URL": folder,
+        "DEBUG": "true",
+    }
     process = subprocess.Popen(
-        [sys.executable, "-m", "project.web", "--host", "127.0.0.1", "--port", str(port),
-         "--log-level", "warning"], env=env, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "project.web",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        cwd=ROOT,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -244,28 +310,38 @@ def web_process(database: str, token: str, trino_url: str, folder: str) -> Itera
 
 
 def table(result: dict[str, Any]) -> str:
-    lines = [f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-             f"PostgreSQL {result['server']}", ""]
+    lines = [
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+        f"PostgreSQL {result['server']}",
+        "",
+    ]
     if result.get("direct"):
-        lines += ["| rows | COPY read rows/s | export rows/s | export / COPY | export s | "
-                  "file MB | worker peak RSS MB |", "|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "| rows | COPY read rows/s | export rows/s | export / COPY | export s | "
+            "file MB | worker peak RSS MB |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for item in result["direct"]:
-            lines.append(f"| {item['rows']:,} | {item['copy_rows_s']:,.0f} | "
-                         f"{item['export_rows_s']:,.0f} | {item['ratio']:.0%} | "
-                         f"{item['export_s']:.2f} | {item['file_mb']:.1f} | "
-                         f"{item['peak_rss_mb']:.0f} |")
+            lines.append(
+                f"| {item['rows']:,} | {item['copy_rows_s']:,.0f} | "
+                f"{item['export_rows_s']:,.0f} | {item['ratio']:.0%} | "
+                f"{item['export_s']:.2f} | {item['file_mb']:.1f} | "
+                f"{item['peak_rss_mb']:.0f} |"
+            )
         lines.append("")
     if result.get("passes"):
         passes = result["passes"]
-        lines += [f"{sum(p['polls'] for p in passes)} polls of submitted jobs, "
-                  f"{len(passes)} passes of up to 50:", "",
-                  "| per pass | median | worst |", "|---|---:|---:|"]
+        lines += [
+            f"{sum(p['polls'] for p in passes)} polls of submitted jobs, {len(passes)} passes of up to 50:",
+            "",
+            "| per pass | median | worst |",
+            "|---|---:|---:|",
+        ]
         for key, label in (("wall_s", "wall s"), ("cpu_s", "worker CPU s")):
             values = [p[key] for p in passes]
             lines.append(f"| {label} | {statistics.median(values):.3f} | {max(values):.3f} |")
         rates = [p["polls"] / p["wall_s"] for p in passes]
-        lines.append(f"| polls per second of pass | {statistics.median(rates):,.0f} | "
-                     f"{min(rates):,.0f} |")
+        lines.append(f"| polls per second of pass | {statistics.median(rates):,.0f} | {min(rates):,.0f} |")
     return "\n".join(lines)
 
 
@@ -287,8 +363,7 @@ def main() -> int:
         name = f"bench_exports_rows_{os.getpid()}"
         create_database(name)
         try:
-            result["direct"] = direct(dsn(name), [int(n) for n in args.rows.split(",")],
-                                      args.repeat)
+            result["direct"] = direct(dsn(name), [int(n) for n in args.rows.split(",")], args.repeat)
         finally:
             drop_database(name)
     with scratch_database("bench_exports") as server:

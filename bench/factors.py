@@ -49,37 +49,50 @@ if str(ROOT) not in sys.path:
 
 from bench import scratch_project, setup_django  # noqa: E402
 
-FACTORS = {("short", "economy"): "0.151", ("short", "business"): "0.226",
-           ("medium", "economy"): "0.098", ("medium", "business"): "0.285",
-           ("long", "economy"): "0.102", ("long", "business"): "0.296"}  # no factor for "first"
+FACTORS = {
+    ("short", "economy"): "0.151",
+    ("short", "business"): "0.226",
+    ("medium", "economy"): "0.098",
+    ("medium", "business"): "0.285",
+    ("long", "economy"): "0.102",
+    ("long", "business"): "0.296",
+}  # no factor for "first"
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--bulk-create-rows", type=int, default=200_000,
-                        help="Rows of the file for the bulk_create baseline (its rate is "
-                             "linear in the rows; default 200,000).")
+    parser.add_argument(
+        "--bulk-create-rows",
+        type=int,
+        default=200_000,
+        help="Rows of the file for the bulk_create baseline (its rate is "
+        "linear in the rows; default 200,000).",
+    )
     parser.add_argument("--interactive-entries", type=int, default=10_000)
     parser.add_argument("--samples", type=int, default=400, help="Interactive requests.")
     parser.add_argument(
-        "--interactive-only", action="store_true",
+        "--interactive-only",
+        action="store_true",
         help="Skip COPY, bulk_create and end to end: load a background of other entries "
-             "(--background-rows) with their emissions straight into the tables, then "
-             "measure the interactive path only.")
+        "(--background-rows) with their emissions straight into the tables, then "
+        "measure the interactive path only.",
+    )
     parser.add_argument(
-        "--background-rows", type=int, default=1_000_000,
+        "--background-rows",
+        type=int,
+        default=1_000_000,
         help="With --interactive-only: entries (and their emissions) of another module "
-             "loaded first, so that the tables are as big as after the bulk run "
-             "(default 1,000,000).")
+        "loaded first, so that the tables are as big as after the bulk run "
+        "(default 1,000,000).",
+    )
     parser.add_argument("--json", action="store_true", help="Print one JSON object.")
     return parser.parse_args()
 
 
 def main() -> int:
     args = parse_args()
-    run, show = (_run_interactive_only, interactive_table) if args.interactive_only \
-        else (_run, table)
+    run, show = (_run_interactive_only, interactive_table) if args.interactive_only else (_run, table)
     with scratch_project("bench_factors") as work:
         figures = run(args, work)
     print(json.dumps(figures, indent=2) if args.json else show(figures))
@@ -96,8 +109,11 @@ def _run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     call_command("migrate", verbosity=0)
     path = work / "entries.csv"
     totals = generate(path, args.rows)
-    figures: dict[str, Any] = {"rows": args.rows, "file_mb": round(path.stat().st_size / 2**20, 1),
-                               "machine": machine()}
+    figures: dict[str, Any] = {
+        "rows": args.rows,
+        "file_mb": round(path.stat().st_size / 2**20, 1),
+        "machine": machine(),
+    }
     figures["copy"] = copy_baseline(path, args.rows)
     figures["bulk_create"] = bulk_create_baseline(path, min(args.bulk_create_rows, args.rows))
     figures["real_copy"] = real_table_copy_baseline(path, args.rows, work)
@@ -146,8 +162,7 @@ def _report(code: str) -> Any:
 
     unit = Unit.objects.create(code=code, name=f"Bench {code}")
     open_reports([unit.pk], 2024)
-    return ReportModule.objects.get(report=CarbonReport.objects.get(unit=unit),
-                                    module_type="travel")
+    return ReportModule.objects.get(report=CarbonReport.objects.get(unit=unit), module_type="travel")
 
 
 def copy_baseline(path: Path, rows: int) -> dict[str, Any]:
@@ -156,8 +171,10 @@ def copy_baseline(path: Path, rows: int) -> dict[str, Any]:
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE bench_bare (quantity text, unit text, haul text, cabin text)")
         started = time.perf_counter()
-        with cursor.copy("COPY bench_bare FROM STDIN (FORMAT csv, HEADER)") as copy, \
-                path.open("rb") as handle:
+        with (
+            cursor.copy("COPY bench_bare FROM STDIN (FORMAT csv, HEADER)") as copy,
+            path.open("rb") as handle,
+        ):
             while chunk := handle.read(1 << 20):
                 copy.write(chunk)
         seconds = time.perf_counter() - started
@@ -181,11 +198,22 @@ def bulk_create_baseline(path: Path, rows: int) -> dict[str, Any]:
         next(reader)
         now = clock.now()
         for batch in iter(lambda: list(islice(reader, 5000)), []):
-            DataEntry.objects.bulk_create([
-                DataEntry(module=module, data_entry_type="plane", year=2024,
-                          quantity=Decimal(q), unit=unit, classification={"haul": h, "cabin": c},
-                          source="manual", created_at=now, updated_at=now)
-                for q, unit, h, c in batch[: max(rows, 0)]])
+            DataEntry.objects.bulk_create(
+                [
+                    DataEntry(
+                        module=module,
+                        data_entry_type="plane",
+                        year=2024,
+                        quantity=Decimal(q),
+                        unit=unit,
+                        classification={"haul": h, "cabin": c},
+                        source="manual",
+                        created_at=now,
+                        updated_at=now,
+                    )
+                    for q, unit, h, c in batch[: max(rows, 0)]
+                ]
+            )
             rows -= len(batch)
             if rows <= 0:
                 break
@@ -215,14 +243,14 @@ def real_table_copy_baseline(path: Path, rows: int, work: Path) -> dict[str, Any
     module = _report("BENCH-COPY")
     now = clock.now()
     # Finished, so that no worker would ever claim it; it only names the rows.
-    job = Job.objects.create(type="factors.csv_ingest", state=Job.State.SUCCEEDED,
-                             created_at=now, run_after=now, finished_at=now)
+    job = Job.objects.create(
+        type="factors.csv_ingest", state=Job.State.SUCCEEDED, created_at=now, run_after=now, finished_at=now
+    )
     typed = work / "entries.copy"
     started = time.perf_counter()
     with path.open("rb") as handle, typed.open("wb") as out:
         columns = tuple(handle.readline().decode().strip().split(","))
-        copy_rows = CopyRows(job.pk, Target(module.pk, "plane", module.report.year, "csv"),
-                             columns)
+        copy_rows = CopyRows(job.pk, Target(module.pk, "plane", module.report.year, "csv"), columns)
         first = 2  # row 1 is the header
         while lines := list(islice(handle, 50_000)):
             out.write(copy_rows.format(lines, first))
@@ -230,8 +258,12 @@ def real_table_copy_baseline(path: Path, rows: int, work: Path) -> dict[str, Any
     formatted = time.perf_counter() - started
     statement = f"COPY factors_dataentry ({', '.join(COPY_COLUMNS)}) FROM STDIN"
     started = time.perf_counter()
-    with transaction.atomic(), connection.cursor() as cursor, \
-            cursor.copy(statement) as copy, typed.open("rb") as handle:
+    with (
+        transaction.atomic(),
+        connection.cursor() as cursor,
+        cursor.copy(statement) as copy,
+        typed.open("rb") as handle,
+    ):
         while chunk := handle.read(1 << 20):
             copy.write(chunk)
     seconds = time.perf_counter() - started
@@ -244,8 +276,12 @@ def real_table_copy_baseline(path: Path, rows: int, work: Path) -> dict[str, Any
         cursor.execute("VACUUM factors_dataentry")
     if done != rows:
         raise RuntimeError(f"COPY into the entries table wrote {done} rows of {rows}")
-    return {"rows": done, "seconds": round(seconds, 2), "rows_per_s": round(done / seconds),
-            "format_seconds": round(formatted, 2)}
+    return {
+        "rows": done,
+        "seconds": round(seconds, 2),
+        "rows_per_s": round(done / seconds),
+        "format_seconds": round(formatted, 2),
+    }
 
 
 # --- the worker ---------------------------------------------------------------------------------------
@@ -257,10 +293,14 @@ def start_worker(work: Path) -> subprocess.Popen[bytes]:
     log = (work / "worker.log").open("wb")
     # Two workers, as the cluster runs by default (JOBS_WORKERS): the recalculation of
     # the rows already loaded runs beside the ingest.
-    worker = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "jobs_worker",
-                               "--concurrency", "2"], cwd=ROOT,
-                              env=dict(os.environ), stdout=log, stderr=log,
-                              start_new_session=True)
+    worker = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "jobs_worker", "--concurrency", "2"],
+        cwd=ROOT,
+        env=dict(os.environ),
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 60
     while not Worker.objects.exists():
         if worker.poll() is not None or time.monotonic() > deadline:
@@ -305,9 +345,17 @@ def _factors() -> None:
 
     now = clock.now()
     EmissionFactor.objects.bulk_create(
-        EmissionFactor(data_entry_type="plane", year=2024, classification={"haul": h, "cabin": c},
-                       value=Decimal(v), unit="km", created_at=now, updated_at=now)
-        for (h, c), v in FACTORS.items())
+        EmissionFactor(
+            data_entry_type="plane",
+            year=2024,
+            classification={"haul": h, "cabin": c},
+            value=Decimal(v),
+            unit="km",
+            created_at=now,
+            updated_at=now,
+        )
+        for (h, c), v in FACTORS.items()
+    )
 
 
 def _wait_for(pipeline: Any, timeout: float = 3600) -> None:
@@ -317,7 +365,8 @@ def _wait_for(pipeline: Any, timeout: float = 3600) -> None:
     while True:
         states = set(Job.objects.filter(pipeline_id=pipeline).values_list("type", "state"))
         if ("factors.aggregation", "succeeded") in states and not any(
-                state in Job.UNFINISHED for _, state in states):
+            state in Job.UNFINISHED for _, state in states
+        ):
             return
         failed = [t for t, state in states if state == "failed"]
         if failed or time.monotonic() > deadline:
@@ -325,8 +374,9 @@ def _wait_for(pipeline: Any, timeout: float = 3600) -> None:
         time.sleep(0.02)
 
 
-def end_to_end(path: Path, rows: int, totals: dict[str, Any],
-               worker: subprocess.Popen[bytes]) -> dict[str, Any]:
+def end_to_end(
+    path: Path, rows: int, totals: dict[str, Any], worker: subprocess.Popen[bytes]
+) -> dict[str, Any]:
     from jobs.models import Job
 
     _factors()
@@ -334,8 +384,10 @@ def end_to_end(path: Path, rows: int, totals: dict[str, Any],
     client = _operator()
     started = time.perf_counter()
     with path.open("rb") as handle:
-        response = client.post("/sync/dispatch", {"report": module.report_id, "module": "travel",
-                                                  "data_entry_type": "plane", "file": handle})
+        response = client.post(
+            "/sync/dispatch",
+            {"report": module.report_id, "module": "travel", "data_entry_type": "plane", "file": handle},
+        )
     accepted = time.perf_counter()
     if response.status_code != 202:
         raise RuntimeError(f"upload refused: {response.status_code} {response.content[:500]!r}")
@@ -348,11 +400,15 @@ def end_to_end(path: Path, rows: int, totals: dict[str, Any],
         kind = jobs.setdefault(job.type.split(".")[1], {"jobs": 0, "seconds": 0.0})
         kind["jobs"] += 1
         kind["seconds"] = round(kind["seconds"] + job.duration_seconds, 2)
-    return {"seconds": round(done - started, 2), "rows_per_s": round(rows / (done - started)),
-            "upload_seconds": round(accepted - started, 2),
-            "pipeline": {"seconds": round(done - accepted, 2),
-                         "rows_per_s": round(rows / (done - accepted))},
-            "jobs": jobs, "worker_peak_rss_mb": rss, "checked": check(module, totals, rows)}
+    return {
+        "seconds": round(done - started, 2),
+        "rows_per_s": round(rows / (done - started)),
+        "upload_seconds": round(accepted - started, 2),
+        "pipeline": {"seconds": round(done - accepted, 2), "rows_per_s": round(rows / (done - accepted))},
+        "jobs": jobs,
+        "worker_peak_rss_mb": rss,
+        "checked": check(module, totals, rows),
+    }
 
 
 def _busy(name: str, kind: dict[str, float]) -> str:
@@ -368,8 +424,11 @@ def check(module: Any, totals: dict[str, Any], rows: int) -> str:
     module.refresh_from_db()
     entries = DataEntry.objects.filter(module=module).count()
     emissions = Emission.objects.filter(data_entry__module=module).count()
-    expected = {"entries": totals["entries"], "kg_co2e": stats.amount(totals["kg_co2e"]),
-                "without_factor": totals["without_factor"]}
+    expected = {
+        "entries": totals["entries"],
+        "kg_co2e": stats.amount(totals["kg_co2e"]),
+        "without_factor": totals["without_factor"],
+    }
     found = {key: module.stats[key] for key in expected}
     problems = []
     if entries != rows:
@@ -397,22 +456,32 @@ def interactive(work: Path, entries: int, samples: int) -> dict[str, Any]:
     generate(path, entries)
     client = _operator()
     with path.open("rb") as handle:
-        response = client.post("/sync/dispatch", {"report": module.report_id, "module": "travel",
-                                                  "data_entry_type": "plane", "file": handle})
+        response = client.post(
+            "/sync/dispatch",
+            {"report": module.report_id, "module": "travel", "data_entry_type": "plane", "file": handle},
+        )
     _wait_for(response.json()["pipeline"])
     url = f"/v1/carbon_reports/{module.report_id}/modules/travel/data-entries"
     rng = random.Random(3)
     timings: dict[str, list[float]] = {"POST": [], "PATCH": [], "DELETE": []}
     created: list[int] = []
-    warm = {"data_entry_type": "plane", "quantity": "1",
-            "classification": {"haul": "short", "cabin": "economy"}}
+    warm = {
+        "data_entry_type": "plane",
+        "quantity": "1",
+        "classification": {"haul": "short", "cabin": "economy"},
+    }
     for _ in range(20):  # the first requests fill Django's and DRF's caches
         added = client.post(url, warm, content_type="application/json").json()["entry"]["id"]
         client.delete(f"{url}/{added}")
     for n in range(samples):
-        body = {"data_entry_type": "plane", "quantity": f"{rng.randint(1, 9000)}.5",
-                "classification": {"haul": rng.choice(["short", "medium", "long"]),
-                                   "cabin": rng.choice(["economy", "business"])}}
+        body = {
+            "data_entry_type": "plane",
+            "quantity": f"{rng.randint(1, 9000)}.5",
+            "classification": {
+                "haul": rng.choice(["short", "medium", "long"]),
+                "cabin": rng.choice(["economy", "business"]),
+            },
+        }
         method = "POST" if n % 4 < 2 or not created else ("PATCH" if n % 4 == 2 else "DELETE")
         started = time.perf_counter()
         if method == "POST":
@@ -429,11 +498,17 @@ def interactive(work: Path, entries: int, samples: int) -> dict[str, Any]:
     if module.stats != stats.module_stats(aggregation.module_totals(module.pk)):
         raise RuntimeError("interactive stats differ from a recompute")
     every = [t for values in timings.values() for t in values]
-    return {"entries_in_module": module.stats["entries"], "requests": len(every),
-            "p50_ms": round(_percentile(every, 50), 1), "p95_ms": round(_percentile(every, 95), 1),
-            "by_method": {m: {"p50_ms": round(_percentile(v, 50), 1),
-                              "p95_ms": round(_percentile(v, 95), 1)}
-                          for m, v in timings.items() if v}}
+    return {
+        "entries_in_module": module.stats["entries"],
+        "requests": len(every),
+        "p50_ms": round(_percentile(every, 50), 1),
+        "p95_ms": round(_percentile(every, 95), 1),
+        "by_method": {
+            m: {"p50_ms": round(_percentile(v, 50), 1), "p95_ms": round(_percentile(v, 95), 1)}
+            for m, v in timings.items()
+            if v
+        },
+    }
 
 
 def _percentile(values: list[float], pct: int) -> float:
@@ -449,8 +524,7 @@ def _run_interactive_only(args: argparse.Namespace, work: Path) -> dict[str, Any
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    figures: dict[str, Any] = {"machine": machine(),
-                               "background": background(args.background_rows)}
+    figures: dict[str, Any] = {"machine": machine(), "background": background(args.background_rows)}
     worker = start_worker(work)
     try:
         figures["interactive"] = interactive(work, args.interactive_entries, args.samples)
@@ -459,9 +533,19 @@ def _run_interactive_only(args: argparse.Namespace, work: Path) -> dict[str, Any
     return figures
 
 
-BACKGROUND_COLUMNS = ("module_id", "data_entry_type", "year", "quantity", "unit",
-                      "classification", "source", "job_id", "row_number", "created_at",
-                      "updated_at")
+BACKGROUND_COLUMNS = (
+    "module_id",
+    "data_entry_type",
+    "year",
+    "quantity",
+    "unit",
+    "classification",
+    "source",
+    "job_id",
+    "row_number",
+    "created_at",
+    "updated_at",
+)
 
 
 def background(rows: int) -> dict[str, Any]:
@@ -494,21 +578,28 @@ def background(rows: int) -> dict[str, Any]:
             "SELECT d.id, f.id, round(d.quantity * f.value, 6), 0, now() "
             "FROM factors_dataentry d JOIN factors_emissionfactor f "
             "ON f.data_entry_type = d.data_entry_type AND f.year = d.year "
-            "AND f.classification = d.classification WHERE d.module_id = %s", [module.pk])
+            "AND f.classification = d.classification WHERE d.module_id = %s",
+            [module.pk],
+        )
         emissions = cursor.rowcount
     priced = time.perf_counter()
     with transaction.atomic():
         module.stats = stats.module_stats(aggregation.module_totals(module.pk))
         module.save(update_fields=["stats"])
         report = module.report
-        report.stats = stats.report_stats(ReportModule.objects.filter(report=report)
-                                          .values_list("module_type", "stats"))
+        report.stats = stats.report_stats(
+            ReportModule.objects.filter(report=report).values_list("module_type", "stats")
+        )
         report.save(update_fields=["stats"])
     done = time.perf_counter()
-    return {"rows": rows, "emissions": emissions, "replaced_rows": replaced,
-            "seconds": round(done - started, 2),
-            "entries_seconds": round(loaded - started, 2),
-            "emissions_seconds": round(priced - loaded, 2)}
+    return {
+        "rows": rows,
+        "emissions": emissions,
+        "replaced_rows": replaced,
+        "seconds": round(done - started, 2),
+        "entries_seconds": round(loaded - started, 2),
+        "emissions_seconds": round(priced - loaded, 2),
+    }
 
 
 def _copy_entries(module_id: int, rows: int, seed: int) -> None:
@@ -520,16 +611,17 @@ def _copy_entries(module_id: int, rows: int, seed: int) -> None:
     hauls, cabins = ("short", "medium", "long"), ("economy", "business", "first")
     now = "2024-06-30 12:00:00+00"
     columns = ", ".join(BACKGROUND_COLUMNS)
-    with connection.cursor() as cursor, \
-            cursor.copy(f"COPY factors_dataentry ({columns}) FROM STDIN") as copy:
+    with connection.cursor() as cursor, cursor.copy(f"COPY factors_dataentry ({columns}) FROM STDIN") as copy:
         for start in range(0, rows, 50_000):
             lines = []
             for row in range(start + 2, min(start + 50_000, rows) + 2):
                 haul, cabin = rng.choice(hauls), rng.choices(cabins, (80, 18, 2))[0]
-                lines.append(f"{module_id}\tplane\t2024\t{rng.randint(50, 12000)}."
-                             f"{rng.randint(0, 99):02d}\tkm\t"
-                             f'{{"haul": "{haul}", "cabin": "{cabin}"}}\tcsv\t0\t{row}\t'
-                             f"{now}\t{now}\n")
+                lines.append(
+                    f"{module_id}\tplane\t2024\t{rng.randint(50, 12000)}."
+                    f"{rng.randint(0, 99):02d}\tkm\t"
+                    f'{{"haul": "{haul}", "cabin": "{cabin}"}}\tcsv\t0\t{row}\t'
+                    f"{now}\t{now}\n"
+                )
             copy.write("".join(lines))
 
 
@@ -545,11 +637,21 @@ def machine() -> dict[str, Any]:
     host = str(connection.get_connection_params().get("host", ""))
     cpu = ""
     with contextlib.suppress(OSError):
-        cpu = next((line.split(":", 1)[1].strip() for line in
-                    Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), "")
-    return {"nproc": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
-            "postgresql": version,
-            "database": "embedded (pgserver)" if host.startswith("/") else "DATABASE_URL"}
+        cpu = next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            "",
+        )
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "postgresql": version,
+        "database": "embedded (pgserver)" if host.startswith("/") else "DATABASE_URL",
+    }
 
 
 def table(f: dict[str, Any]) -> str:
@@ -559,8 +661,7 @@ def table(f: dict[str, Any]) -> str:
 
     def row(label: str, seconds: float, rate: int, ratio: float, real_ratio: float | None) -> str:
         real_share = "" if real_ratio is None else f"{real_ratio:.1%}"
-        return (f"| {label:<50} | {seconds:>8.2f} | {rate:>10,} | {ratio:>7.1%} "
-                f"| {real_share:>13} |")
+        return f"| {label:<50} | {seconds:>8.2f} | {rate:>10,} | {ratio:>7.1%} | {real_share:>13} |"
 
     lines = [
         f"{f['rows']:,} plane entries ({f['file_mb']} MB CSV); {m['nproc']} CPUs, {m['cpu']}; "
@@ -569,14 +670,34 @@ def table(f: dict[str, Any]) -> str:
         f"| {'':<50} | {'seconds':>8} | {'rows/s':>10} | {'vs COPY':>7} | {'vs table COPY':>13} |",
         f"|{'-' * 52}|{'-' * 10}|{'-' * 12}|{'-' * 9}|{'-' * 15}|",
         row("PostgreSQL COPY into a bare table", copy["seconds"], copy["rows_per_s"], 1.0, None),
-        row("PostgreSQL COPY into factors_dataentry", real["seconds"],
-            real["rows_per_s"], real["vs_copy"], 1.0),
-        row(f"Django bulk_create ({bulk['rows']:,} rows)", bulk["seconds"], bulk["rows_per_s"],
-            bulk["vs_copy"], bulk["vs_real_copy"]),
-        row("End to end: POST → entries, emissions, stats", e2e["seconds"], e2e["rows_per_s"],
-            e2e["vs_copy"], e2e["vs_real_copy"]),
-        row("  of which the pipeline, after the 202", pipe["seconds"], pipe["rows_per_s"],
-            pipe["vs_copy"], pipe["vs_real_copy"]),
+        row(
+            "PostgreSQL COPY into factors_dataentry",
+            real["seconds"],
+            real["rows_per_s"],
+            real["vs_copy"],
+            1.0,
+        ),
+        row(
+            f"Django bulk_create ({bulk['rows']:,} rows)",
+            bulk["seconds"],
+            bulk["rows_per_s"],
+            bulk["vs_copy"],
+            bulk["vs_real_copy"],
+        ),
+        row(
+            "End to end: POST → entries, emissions, stats",
+            e2e["seconds"],
+            e2e["rows_per_s"],
+            e2e["vs_copy"],
+            e2e["vs_real_copy"],
+        ),
+        row(
+            "  of which the pipeline, after the 202",
+            pipe["seconds"],
+            pipe["rows_per_s"],
+            pipe["vs_copy"],
+            pipe["vs_real_copy"],
+        ),
         "",
         f"End to end / table COPY: {e2e['vs_real_copy']:.1%} (aim: at least 50%"
         + (", met)" if e2e["vs_real_copy"] >= 0.5 else ", not met)")
@@ -588,7 +709,8 @@ def table(f: dict[str, Any]) -> str:
         f"Worker peak RSS: {e2e['worker_peak_rss_mb']} MB. Check: {e2e['checked']}.",
         f"Interactive, module of {ui['entries_in_module']:,} entries, {ui['requests']} requests: "
         f"p50 {ui['p50_ms']} ms, p95 {ui['p95_ms']} ms ("
-        + ", ".join(f"{k} p95 {v['p95_ms']} ms" for k, v in ui["by_method"].items()) + ")",
+        + ", ".join(f"{k} p95 {v['p95_ms']} ms" for k, v in ui["by_method"].items())
+        + ")",
     ]
     return "\n".join(lines)
 
@@ -596,17 +718,23 @@ def table(f: dict[str, Any]) -> str:
 def interactive_table(f: dict[str, Any]) -> str:
     """The figures of ``--interactive-only``: the background, then the interactive line."""
     bg, ui, m = f["background"], f["interactive"], f["machine"]
-    return "\n".join([
-        f"{bg['rows']:,} background entries ({bg['emissions']:,} emissions) loaded in "
-        f"{bg['seconds']:.2f} s; {m['nproc']} CPUs, {m['cpu']}; PostgreSQL {m['postgresql']} "
-        f"({m['database']}); Python {m['python']}",
-        "",
-        f"Interactive, module of {ui['entries_in_module']:,} entries, {ui['requests']} requests: "
-        f"p50 {ui['p50_ms']} ms, p95 {ui['p95_ms']} ms ("
-        + ", ".join(f"{k} p95 {v['p95_ms']} ms" for k, v in ui["by_method"].items()) + ")",
-        "By method: " + ", ".join(f"{k} p50 {v['p50_ms']} ms / p95 {v['p95_ms']} ms"
-                                  for k, v in ui["by_method"].items()),
-    ])
+    return "\n".join(
+        [
+            f"{bg['rows']:,} background entries ({bg['emissions']:,} emissions) loaded in "
+            f"{bg['seconds']:.2f} s; {m['nproc']} CPUs, {m['cpu']}; PostgreSQL {m['postgresql']} "
+            f"({m['database']}); Python {m['python']}",
+            "",
+            f"Interactive, module of {ui['entries_in_module']:,} entries, {ui['requests']} requests: "
+            f"p50 {ui['p50_ms']} ms, p95 {ui['p95_ms']} ms ("
+            + ", ".join(f"{k} p95 {v['p95_ms']} ms" for k, v in ui["by_method"].items())
+            + ")",
+            "By method: "
+            + ", ".join(
+                f"{k} p50 {v['p50_ms']} ms / p95 {v['p95_ms']} ms" for k, v in ui["by_method"].items()
+            ),
+        ]
+    )
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

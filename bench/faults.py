@@ -69,8 +69,11 @@ def main() -> int:
 
         with psycopg.connect(server.url(), autocommit=True) as admin:
             admin.execute(f"CREATE DATABASE {DATABASE}")
-        os.environ.update(DATABASE_URL=server.url(DATABASE), CONVEYOR_ALLOW_DEV_SECRET="1",
-                          DJANGO_SETTINGS_MODULE="bench.settings")
+        os.environ.update(
+            DATABASE_URL=server.url(DATABASE),
+            CONVEYOR_ALLOW_DEV_SECRET="1",
+            DJANGO_SETTINGS_MODULE="bench.settings",
+        )
         import django
 
         django.setup()
@@ -78,11 +81,16 @@ def main() -> int:
 
         call_command("migrate", verbosity=0)
         cluster = start_cluster(args.workers, work)
-        report = {"date": datetime.now(UTC).isoformat(timespec="seconds"),
-                  "machine": machine(), "workers": args.workers, "settings": engine_settings(),
-                  "kills": kill_to_rescue(args.kills, args.workers, work),
-                  "restarts": [restart_mid_drain(mode, args.jobs, args.workers, server)
-                               for mode in ("fast", "immediate")]}
+        report = {
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "machine": machine(),
+            "workers": args.workers,
+            "settings": engine_settings(),
+            "kills": kill_to_rescue(args.kills, args.workers, work),
+            "restarts": [
+                restart_mid_drain(mode, args.jobs, args.workers, server) for mode in ("fast", "immediate")
+            ],
+        }
     finally:
         if cluster is not None:
             kill_group(cluster.pid)
@@ -97,8 +105,14 @@ def start_cluster(workers: int, work: Path) -> subprocess.Popen[bytes]:
     env.update(JOBS_WORKERS=str(workers), PYTHONPATH=str(ROOT))
     log = (work / "qcluster.log").open("ab")
     # Its own process group: every process of the cluster is swept with it.
-    return subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=ROOT, env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "qcluster"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def wait_until(predicate: Callable[[], T], timeout: float, what: str) -> T:
@@ -135,8 +149,12 @@ def kill_to_rescue(kills: int, workers: int, work: Path) -> dict[str, Any]:
         wait_until(lambda: live_workers(killed) >= workers, 120, "the cluster's workers")
         latencies.append(kill_once(work / f"release-{n}", killed))
         print(f"  kill {n + 1}: rescued after {latencies[-1]:.2f} s", file=sys.stderr, flush=True)
-    return {"count": len(latencies), "p50": statistics.median(latencies),
-            "max": max(latencies), "min": min(latencies)}
+    return {
+        "count": len(latencies),
+        "p50": statistics.median(latencies),
+        "max": max(latencies),
+        "min": min(latencies),
+    }
 
 
 def kill_once(release: Path, killed: set[int]) -> float:
@@ -145,14 +163,26 @@ def kill_once(release: Path, killed: set[int]) -> float:
     from jobs.models import Job, JobEvent
 
     job = engine.enqueue("bench.block", {"release": str(release)})
-    locked_by = wait_until(lambda: Job.objects.filter(pk=job.pk, state=Job.State.RUNNING)
-                           .values_list("locked_by", flat=True).first(), 60, "the job to run")
+    locked_by = wait_until(
+        lambda: (
+            Job.objects.filter(pk=job.pk, state=Job.State.RUNNING).values_list("locked_by", flat=True).first()
+        ),
+        60,
+        "the job to run",
+    )
     pid = int(locked_by.split(":")[1])
     killed_at = time.time()
     os.kill(pid, signal.SIGKILL)
     killed.add(pid)
-    rescued = wait_until(lambda: JobEvent.objects.filter(job_id=job.pk, kind=JobEvent.Kind.RESCUED)
-                         .values_list("at", flat=True).first(), 120, "the rescue")
+    rescued = wait_until(
+        lambda: (
+            JobEvent.objects.filter(job_id=job.pk, kind=JobEvent.Kind.RESCUED)
+            .values_list("at", flat=True)
+            .first()
+        ),
+        120,
+        "the rescue",
+    )
     release.touch()  # the next attempt returns at once
     wait_until(lambda: Job.objects.get(pk=job.pk).is_finished, 120, "the job to finish")
     return rescued.timestamp() - killed_at
@@ -189,19 +219,27 @@ def restart_mid_drain(mode: str, jobs: int, workers: int, server: Any) -> dict[s
     # The drain's own stream of completions, without the jobs that were in flight: they
     # come back later, through the reaper.
     stream = sorted(at.timestamp() for at, rescues in rows if not rescues)
-    stall, resumed = max((b - a, b) for a, b in zip(stream, stream[1:], strict=False)
-                         if b >= restarted_at)
+    stall, resumed = max((b - a, b) for a, b in zip(stream, stream[1:], strict=False) if b >= restarted_at)
     rescued = [at.timestamp() for at, rescues in rows if rescues]
-    result = {"mode": mode, "jobs": jobs, "server_down": back_at - restarted_at,
-              "stall": stall, "resumed_after": resumed - restarted_at,
-              "rescued": len(rescued),
-              "rescued_done_after": max(rescued) - restarted_at if rescued else None,
-              "last_done_after": finished[-1] - restarted_at,
-              "ran_twice": JobEvent.objects.filter(job_id__gte=first_id,
-                                                   kind=JobEvent.Kind.SUCCEEDED)
-                                           .values("job_id").count() - jobs}
-    print(f"  {mode} restart: stall {result['stall']:.2f} s, {len(rescued)} rescued",
-          file=sys.stderr, flush=True)
+    result = {
+        "mode": mode,
+        "jobs": jobs,
+        "server_down": back_at - restarted_at,
+        "stall": stall,
+        "resumed_after": resumed - restarted_at,
+        "rescued": len(rescued),
+        "rescued_done_after": max(rescued) - restarted_at if rescued else None,
+        "last_done_after": finished[-1] - restarted_at,
+        "ran_twice": JobEvent.objects.filter(job_id__gte=first_id, kind=JobEvent.Kind.SUCCEEDED)
+        .values("job_id")
+        .count()
+        - jobs,
+    }
+    print(
+        f"  {mode} restart: stall {result['stall']:.2f} s, {len(rescued)} rescued",
+        file=sys.stderr,
+        flush=True,
+    )
     return result
 
 
@@ -217,8 +255,12 @@ def chunks(count: int, size: int) -> Iterator[int]:
 def engine_settings() -> dict[str, float]:
     from jobs import conf
 
-    return {"lease": conf.lease_seconds(), "heartbeat": conf.heartbeat_seconds(),
-            "reaper": conf.reaper_seconds(), "poll": conf.poll_seconds()}
+    return {
+        "lease": conf.lease_seconds(),
+        "heartbeat": conf.heartbeat_seconds(),
+        "reaper": conf.reaper_seconds(),
+        "poll": conf.poll_seconds(),
+    }
 
 
 def machine() -> dict[str, Any]:
@@ -230,8 +272,13 @@ def machine() -> dict[str, Any]:
         cursor.execute("SHOW server_version")
         version = cursor.fetchone()[0]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return {"nproc": os.cpu_count(), "cpu": cpu_model(), "python": platform.python_version(),
-            "postgresql": version, "load": load}
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu_model(),
+        "python": platform.python_version(),
+        "postgresql": version,
+        "load": load,
+    }
 
 
 def table(report: dict[str, Any]) -> str:
@@ -247,17 +294,39 @@ def table(report: dict[str, Any]) -> str:
         f"max {k['max']:.2f} s (min {k['min']:.2f} s)",
         "",
     ]
-    header = ["restart", "jobs", "server down s", "no completion s", "resumed after s",
-              "rescued", "rescued done after s", "all done after s", "succeeded twice"]
-    rows = [[r["mode"], f"{r['jobs']:,}", f"{r['server_down']:.2f}", f"{r['stall']:.2f}",
-             f"{r['resumed_after']:.2f}", str(r["rescued"]),
-             f"{r['rescued_done_after']:.2f}" if r["rescued_done_after"] is not None else "—",
-             f"{r['last_done_after']:.2f}", str(r["ran_twice"])]
-            for r in report["restarts"]]
+    header = [
+        "restart",
+        "jobs",
+        "server down s",
+        "no completion s",
+        "resumed after s",
+        "rescued",
+        "rescued done after s",
+        "all done after s",
+        "succeeded twice",
+    ]
+    rows = [
+        [
+            r["mode"],
+            f"{r['jobs']:,}",
+            f"{r['server_down']:.2f}",
+            f"{r['stall']:.2f}",
+            f"{r['resumed_after']:.2f}",
+            str(r["rescued"]),
+            f"{r['rescued_done_after']:.2f}" if r["rescued_done_after"] is not None else "—",
+            f"{r['last_done_after']:.2f}",
+            str(r["ran_twice"]),
+        ]
+        for r in report["restarts"]
+    ]
     widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=False)]
     for cells in [header, ["-" * w for w in widths], *rows]:
-        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                               for i, (c, w) in enumerate(zip(cells, widths, strict=False))))
+        lines.append(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(cells, widths, strict=False))
+            )
+        )
     return "\n".join(lines)
 
 

@@ -40,21 +40,30 @@ if str(ROOT) not in sys.path:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--references", type=int, default=50_000)
-    parser.add_argument("--chunks", type=int, default=4,
-                        help="Concurrent syncs the last case splits the references into.")
+    parser.add_argument(
+        "--chunks", type=int, default=4, help="Concurrent syncs the last case splits the references into."
+    )
     parser.add_argument("--json", action="store_true", help="Print one JSON object.")
     return parser.parse_args()
 
 
 def payloads(count: int, version: int = 0) -> list[dict[str, Any]]:
     """Listing-like payloads of about 300 bytes; ``version`` changes every tenth."""
-    return [{"external_id": f"listing-{n:07d}",
-             "payload": {"title": f"Two-room flat near the station, number {n}",
-                         "price": 1000 + n % 977 + (version if n % 10 == 0 else 0),
-                         "currency": "EUR", "rooms": 2 + n % 3, "area_m2": 40 + n % 60,
-                         "url": f"https://listings.example/flat/{n}",
-                         "tags": ["balcony", "lift"] if n % 2 else ["garden"]}}
-            for n in range(count)]
+    return [
+        {
+            "external_id": f"listing-{n:07d}",
+            "payload": {
+                "title": f"Two-room flat near the station, number {n}",
+                "price": 1000 + n % 977 + (version if n % 10 == 0 else 0),
+                "currency": "EUR",
+                "rooms": 2 + n % 3,
+                "area_m2": 40 + n % 60,
+                "url": f"https://listings.example/flat/{n}",
+                "tags": ["balcony", "lift"] if n % 2 else ["garden"],
+            },
+        }
+        for n in range(count)
+    ]
 
 
 def measure(client: Any, label: str, run_id: str, references: list[dict[str, Any]]) -> dict:
@@ -64,26 +73,33 @@ def measure(client: Any, label: str, run_id: str, references: list[dict[str, Any
     wall = time.perf_counter() - started
     assert answer.status_code == 200, answer.content[:500]
     result = answer.json()
-    return {"case": label, "references": len(references), "wall_s": wall,
-            "per_s": len(references) / wall, "body_mb": len(body) / 1e6,
-            "queued": result["handoff_queued_count"], "skipped": result["handoff_skipped_count"],
-            "reasons": result["handoff_skipped_reasons"]}
+    return {
+        "case": label,
+        "references": len(references),
+        "wall_s": wall,
+        "per_s": len(references) / wall,
+        "body_mb": len(body) / 1e6,
+        "queued": result["handoff_queued_count"],
+        "skipped": result["handoff_skipped_count"],
+        "reasons": result["handoff_skipped_reasons"],
+    }
 
 
-def measure_chunks(token: str, source: str, references: list[dict[str, Any]], chunks: int
-                   ) -> dict:
+def measure_chunks(token: str, source: str, references: list[dict[str, Any]], chunks: int) -> dict:
     """The references in ``chunks`` syncs of one scrape run, all sent at once."""
     from django.db import connections
     from django.test import Client
 
-    bodies = [json.dumps({"scrape_run_id": "chunked", "references": references[k::chunks]})
-              for k in range(chunks)]
+    bodies = [
+        json.dumps({"scrape_run_id": "chunked", "references": references[k::chunks]}) for k in range(chunks)
+    ]
     answers: list[Any] = [None] * chunks
 
     def send(k: int) -> None:
         try:
             answers[k] = Client(HTTP_AUTHORIZATION=f"Token {token}").post(
-                f"/scraping/{source}/sync", bodies[k], content_type="application/json")
+                f"/scraping/{source}/sync", bodies[k], content_type="application/json"
+            )
         finally:
             connections.close_all()
 
@@ -96,11 +112,16 @@ def measure_chunks(token: str, source: str, references: list[dict[str, Any]], ch
     wall = time.perf_counter() - started
     assert all(answer.status_code == 200 for answer in answers), answers
     results = [answer.json() for answer in answers]
-    return {"case": f"first sync in {chunks} concurrent chunks of one scrape run",
-            "references": len(references), "wall_s": wall, "per_s": len(references) / wall,
-            "body_mb": sum(len(body) for body in bodies) / 1e6,
-            "queued": sum(r["handoff_queued_count"] for r in results),
-            "skipped": sum(r["handoff_skipped_count"] for r in results), "reasons": {}}
+    return {
+        "case": f"first sync in {chunks} concurrent chunks of one scrape run",
+        "references": len(references),
+        "wall_s": wall,
+        "per_s": len(references) / wall,
+        "body_mb": sum(len(body) for body in bodies) / 1e6,
+        "queued": sum(r["handoff_queued_count"] for r in results),
+        "skipped": sum(r["handoff_skipped_count"] for r in results),
+        "reasons": {},
+    }
 
 
 def run(count: int, chunks: int) -> list[dict]:
@@ -116,14 +137,16 @@ def run(count: int, chunks: int) -> list[dict]:
     user = get_user_model().objects.create_user("scraper", is_staff=True)
     Membership.objects.create(user=user, tenant=tenant)
     for name in ("listings", "chunked-listings"):
-        IngestSource.objects.create(tenant=tenant, name=name, kind="scraped_reference",
-                                    config={})
+        IngestSource.objects.create(tenant=tenant, name=name, kind="scraped_reference", config={})
     token = Token.objects.create(user=user).key
     client = Client(HTTP_AUTHORIZATION=f"Token {token}")
-    rows = [measure(client, "first sync: all new", "run-1", payloads(count)),
-            measure(client, "repeat: all unchanged", "run-2", payloads(count)),
-            measure(client, "a tenth changed, first ingestions still queued", "run-3",
-                    payloads(count, version=1))]
+    rows = [
+        measure(client, "first sync: all new", "run-1", payloads(count)),
+        measure(client, "repeat: all unchanged", "run-2", payloads(count)),
+        measure(
+            client, "a tenth changed, first ingestions still queued", "run-3", payloads(count, version=1)
+        ),
+    ]
     handed_off = count + count // 10 + (1 if count % 10 else 0)
     assert IngestionHandoff.objects.count() == handed_off
     rows.append(measure_chunks(token, "chunked-listings", payloads(count), chunks))
@@ -132,14 +155,19 @@ def run(count: int, chunks: int) -> list[dict]:
 
 
 def table(result: dict[str, Any]) -> str:
-    lines = [f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-             f"PostgreSQL {result['server']}", "",
-             "| sync | references | body MB | wall s | references/s | queued | skipped |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+        f"PostgreSQL {result['server']}",
+        "",
+        "| sync | references | body MB | wall s | references/s | queued | skipped |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for row in result["rows"]:
-        lines.append(f"| {row['case']} | {row['references']:,} | {row['body_mb']:.1f} | "
-                     f"{row['wall_s']:.2f} | {row['per_s']:,.0f} | {row['queued']:,} | "
-                     f"{row['skipped']:,} |")
+        lines.append(
+            f"| {row['case']} | {row['references']:,} | {row['body_mb']:.1f} | "
+            f"{row['wall_s']:.2f} | {row['per_s']:,.0f} | {row['queued']:,} | "
+            f"{row['skipped']:,} |"
+        )
     return "\n".join(lines)
 
 
@@ -152,8 +180,9 @@ def main() -> int:
     from django.test.utils import override_settings
 
     with scratch_database("bench_handoffs") as server:
-        with override_settings(ALLOWED_HOSTS=["testserver"],
-                               INGEST_SCRAPE_MAX_REFERENCES=max(args.references, 50_000)):
+        with override_settings(
+            ALLOWED_HOSTS=["testserver"], INGEST_SCRAPE_MAX_REFERENCES=max(args.references, 50_000)
+        ):
             result = {"server": server, "rows": run(args.references, args.chunks)}
     print(json.dumps(result, indent=2) if args.json else table(result))
     return 0

@@ -54,18 +54,29 @@ def parse_args() -> argparse.Namespace:
 
 
 def measure(tree: Path, launches: int) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(tree), "DJANGO_SETTINGS_MODULE": "project.settings",
-           "CONVEYOR_ALLOW_DEV_SECRET": "1"}
-    done = subprocess.run([sys.executable, "-c", MEASURE, str(launches)], cwd=tree, env=env,
-                          capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tree),
+        "DJANGO_SETTINGS_MODULE": "project.settings",
+        "CONVEYOR_ALLOW_DEV_SECRET": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(launches)],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if done.returncode != 0:
         raise SystemExit(f"{tree}: {done.stderr[-2000:]}")
     return json.loads(done.stdout.splitlines()[-1])
 
 
 def export(commit: str, into: Path) -> Path:
-    archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True,
-                             check=True, timeout=120).stdout
+    archive = subprocess.run(
+        ["git", "archive", commit], cwd=ROOT, capture_output=True, check=True, timeout=120
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True, timeout=120)
     return into
 
@@ -80,15 +91,19 @@ def main() -> int:
         for _ in range(args.rounds):
             for name, tree in trees.items():
                 results[name].append(measure(tree, args.launches))
-    print(f"{args.launches} launches of /usr/bin/true per round, {args.rounds} rounds alternating, "
-          f"uid {os.geteuid()}")
+    print(
+        f"{args.launches} launches of /usr/bin/true per round, {args.rounds} rounds alternating, "
+        f"uid {os.geteuid()}"
+    )
     print("| code | p50 ms per round | p95 ms per round | median p50 | median mean |")
     print("|---|---|---|---:|---:|")
     for name, rounds in results.items():
         p50s = " / ".join(f"{r['p50']:.1f}" for r in rounds)
         p95s = " / ".join(f"{r['p95']:.1f}" for r in rounds)
-        print(f"| {name} | {p50s} | {p95s} | {statistics.median(r['p50'] for r in rounds):.1f} | "
-              f"{statistics.median(r['mean'] for r in rounds):.1f} |")
+        print(
+            f"| {name} | {p50s} | {p95s} | {statistics.median(r['p50'] for r in rounds):.1f} | "
+            f"{statistics.median(r['mean'] for r in rounds):.1f} |"
+        )
     return 0
 
 

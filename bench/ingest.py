@@ -42,8 +42,9 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=int, default=1000)
     parser.add_argument("--records", type=int, default=10)
-    parser.add_argument("--pressure-minutes", type=float, default=60.0,
-                        help="Simulated minutes of full refusal (default 60).")
+    parser.add_argument(
+        "--pressure-minutes", type=float, default=60.0, help="Simulated minutes of full refusal (default 60)."
+    )
     parser.add_argument("--json", action="store_true", help="Print one JSON object.")
     return parser.parse_args()
 
@@ -69,8 +70,9 @@ def register_bench_source() -> None:
         label = "Generated records (bench)"
         config_serializer = Config
 
-        def fetch(self, config: dict[str, Any], session: dict[str, Any], batch_size: int, *,
-                  tenant: str) -> Fetched:
+        def fetch(
+            self, config: dict[str, Any], session: dict[str, Any], batch_size: int, *, tenant: str
+        ) -> Fetched:
             number = session.get("next", 1)
             records = [{"id": f"{number}-{i}", "value": i} for i in range(config["records"])]
             return Fetched(records, {"next": number + 1}, number < config["batches"])
@@ -84,8 +86,12 @@ def orchestration(batches: int, records: int) -> dict[str, float]:
     from tenancy.models import Tenant
 
     tenant = Tenant.objects.create(name="Bench", slug="bench")
-    source = IngestSource.objects.create(tenant=tenant, name="generated", kind="bench_generated",
-                                         config={"batches": batches, "records": records})
+    source = IngestSource.objects.create(
+        tenant=tenant,
+        name="generated",
+        kind="bench_generated",
+        config={"batches": batches, "records": records},
+    )
     noop = HookTemplate.objects.create(name="bench-noop", image="none", command=["true"])
     Hook.objects.create(source=source, name="noop", template=noop)
     run = services.start_ingest(source)
@@ -98,10 +104,15 @@ def orchestration(batches: int, records: int) -> dict[str, float]:
     run = IngestRun.objects.get(pk=run.pk)
     assert run.status == "succeeded", (run.status, run.failure_reason)
     times = list(per_batch.values())
-    return {"batches": len(times), "p50_ms": statistics.median(times),
-            "p95_ms": percentile(times, 95), "wall_s": wall, "batches_per_s": len(times) / wall,
-            "wall_ms_per_batch": wall * 1000 / len(times),
-            "deliveries": Job.objects.filter(pipeline_id=run.pipeline).count()}
+    return {
+        "batches": len(times),
+        "p50_ms": statistics.median(times),
+        "p95_ms": percentile(times, 95),
+        "wall_s": wall,
+        "batches_per_s": len(times) / wall,
+        "wall_ms_per_batch": wall * 1000 / len(times),
+        "deliveries": Job.objects.filter(pipeline_id=run.pipeline).count(),
+    }
 
 
 @contextlib.contextmanager
@@ -111,8 +122,9 @@ def timed_handlers(per_batch: dict[int, float]):
     commit of its outcome are in the wall time only)."""
     from jobs import registry
 
-    originals = {name: registry.get(name) for name in
-                 ("ingest.RunIngester", "ingest.RunHooks", "ingest.PublishBatch")}
+    originals = {
+        name: registry.get(name) for name in ("ingest.RunIngester", "ingest.RunHooks", "ingest.PublishBatch")
+    }
 
     def timed(func):
         def call(ctx):
@@ -121,8 +133,8 @@ def timed_handlers(per_batch: dict[int, float]):
                 return func(ctx)
             finally:
                 sequence = ctx.payload["payload"]["sequence"]
-                per_batch[sequence] = per_batch.get(sequence, 0.0) + (
-                    time.perf_counter() - started) * 1000
+                per_batch[sequence] = per_batch.get(sequence, 0.0) + (time.perf_counter() - started) * 1000
+
         return call
 
     for name, handler in originals.items():
@@ -146,11 +158,16 @@ def table(result: dict[str, Any]) -> str:
     ]
     pressure = result.get("pressure")
     if pressure:
-        lines += ["", "| full refusal (engine clock) | minutes | create calls | calls/min | runs failed |",
-                  "|---|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "| full refusal (engine clock) | minutes | create calls | calls/min | runs failed |",
+            "|---|---:|---:|---:|---:|",
+        ]
         for row in pressure:
-            lines.append(f"| {row['case']} | {row['minutes']:.0f} | {row['creates']:,} | "
-                         f"{row['per_minute']:.1f} | {row['failed']}/{row['runs']} |")
+            lines.append(
+                f"| {row['case']} | {row['minutes']:.0f} | {row['creates']:,} | "
+                f"{row['per_minute']:.1f} | {row['failed']}/{row['runs']} |"
+            )
     return "\n".join(lines)
 
 
@@ -163,8 +180,10 @@ def main() -> int:
 
     with scratch_database("bench_ingest") as server:
         register_bench_source()
-        result: dict[str, Any] = {"server": server,
-                                  "orchestration": orchestration(args.batches, args.records)}
+        result: dict[str, Any] = {
+            "server": server,
+            "orchestration": orchestration(args.batches, args.records),
+        }
         pressure = _pressure_cases(args.pressure_minutes)
         if pressure is not None:
             result["pressure"] = pressure
@@ -175,8 +194,10 @@ def main() -> int:
 def _pressure_cases(minutes: float) -> list[dict[str, Any]]:
     """Full refusal for ``minutes`` of the engine's clock, with the breaker and without
     it (a threshold nothing reaches); the fake API server is the tests' own."""
-    return [_refusal(label, threshold, minutes)
-            for label, threshold in (("with the breaker", 5), ("without the breaker", 10**9))]
+    return [
+        _refusal(label, threshold, minutes)
+        for label, threshold in (("with the breaker", 5), ("without the breaker", 10**9))
+    ]
 
 
 def _refusal(label: str, threshold: int, minutes: float) -> dict[str, Any]:
@@ -197,22 +218,30 @@ def _refusal(label: str, threshold: int, minutes: float) -> dict[str, Any]:
     start = clock.now()
     end = start + timedelta(minutes=minutes)
     RunnerBreaker.objects.all().delete()
-    with use_clock(clock), FakeCluster(clock=clock.now) as cluster, \
-            tempfile.TemporaryDirectory() as scratch:
+    with use_clock(clock), FakeCluster(clock=clock.now) as cluster, tempfile.TemporaryDirectory() as scratch:
         cluster.refuse_creates(403, 'jobs.batch "hook" is forbidden: exceeded quota: hooks')
         config = cluster.kubeconfig(f"{scratch}/kubeconfig")
-        with override_settings(INGEST_HOOK_RUNNER="kubernetes", INGEST_KUBECONFIG=str(config),
-                               INGEST_KUBE_NAMESPACE=cluster.namespace,
-                               INGEST_BREAKER_THRESHOLD=threshold):
+        with override_settings(
+            INGEST_HOOK_RUNNER="kubernetes",
+            INGEST_KUBECONFIG=str(config),
+            INGEST_KUBE_NAMESPACE=cluster.namespace,
+            INGEST_BREAKER_THRESHOLD=threshold,
+        ):
             runs = []
             for n in range(20):
-                tenant, _ = Tenant.objects.get_or_create(slug=f"pressure{n % 3}",
-                                                         defaults={"name": f"Pressure {n % 3}"})
+                tenant, _ = Tenant.objects.get_or_create(
+                    slug=f"pressure{n % 3}", defaults={"name": f"Pressure {n % 3}"}
+                )
                 source = IngestSource.objects.create(
-                    tenant=tenant, name=f"refused-{threshold}-{n}", kind="bench_generated",
-                    config={"batches": 10, "records": 1}, max_failures=10)
+                    tenant=tenant,
+                    name=f"refused-{threshold}-{n}",
+                    kind="bench_generated",
+                    config={"batches": 10, "records": 1},
+                    max_failures=10,
+                )
                 check, _ = HookTemplate.objects.get_or_create(
-                    name="bench-check", defaults={"image": "hooks:1", "command": ["check"]})
+                    name="bench-check", defaults={"image": "hooks:1", "command": ["check"]}
+                )
                 Hook.objects.create(source=source, name="check", template=check)
                 runs.append(services.start_ingest(source).pk)
             while clock.now() < end:
@@ -226,11 +255,17 @@ def _refusal(label: str, threshold: int, minutes: float) -> dict[str, Any]:
             jobs.cancel(job, reason="the bench is over")
         failed = IngestRun.objects.filter(pk__in=runs, status="failed").count()
         IngestRun.objects.filter(pk__in=runs, status="running").update(
-            status="cancelled", finished_at=clock.now())
+            status="cancelled", finished_at=clock.now()
+        )
     elapsed = min(clock.now(), end) - start
-    return {"case": label, "minutes": elapsed / timedelta(minutes=1), "creates": creates,
-            "per_minute": creates / max(elapsed / timedelta(minutes=1), 1e-9),
-            "failed": failed, "runs": len(runs)}
+    return {
+        "case": label,
+        "minutes": elapsed / timedelta(minutes=1),
+        "creates": creates,
+        "per_minute": creates / max(elapsed / timedelta(minutes=1), 1e-9),
+        "failed": failed,
+        "runs": len(runs),
+    }
 
 
 if __name__ == "__main__":

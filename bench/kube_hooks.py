@@ -37,8 +37,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 IMAGE = "registry.example/hooks:1"
-KINDS = ("create", "job read", "job list", "pod list", "event list", "log read", "delete",
-         "watch", "other")
+KINDS = ("create", "job read", "job list", "pod list", "event list", "log read", "delete", "watch", "other")
 
 
 def parse_args() -> argparse.Namespace:
@@ -87,8 +86,10 @@ class Cluster:
         self.fake.start()
         config = self.fake.kubeconfig(f"{self.scratch.name}/kubeconfig")
         self.settings = override_settings(
-            INGEST_HOOK_RUNNER="kubernetes", INGEST_KUBECONFIG=str(config),
-            INGEST_KUBE_NAMESPACE=self.fake.namespace)
+            INGEST_HOOK_RUNNER="kubernetes",
+            INGEST_KUBECONFIG=str(config),
+            INGEST_KUBE_NAMESPACE=self.fake.namespace,
+        )
 
     def __enter__(self) -> Any:
         self.settings.enable()
@@ -144,34 +145,41 @@ def fairness(capacity: int) -> dict[str, Any]:
     def start(slug: str, batches: int):
         def begin() -> None:
             tenant, _ = Tenant.objects.get_or_create(slug=slug, defaults={"name": slug})
-            runs[slug] = services.start_ingest(source(tenant, f"fair-{slug}-{capacity}",
-                                                      batches)).pk
+            runs[slug] = services.start_ingest(source(tenant, f"fair-{slug}-{capacity}", batches)).pk
+
         return begin
 
     with use_clock(clock), Cluster(clock, capacity, 5) as cluster:
         drive(clock, {0: start("a", 12), 1: start("b", 2), 2: start("c", 2)})
         tenant_of = {str(run): slug for slug, run in runs.items()}
-        order = [tenant_of.get(job["metadata"]["labels"]["conveyor.io/run"], "?")
-                 for job in cluster.received_jobs]
+        order = [
+            tenant_of.get(job["metadata"]["labels"]["conveyor.io/run"], "?") for job in cluster.received_jobs
+        ]
     figures = {}
     for slug, pk in runs.items():
         run = IngestRun.objects.get(pk=pk)
         assert run.status == "succeeded", (slug, run.status, run.failure_reason)
-        first = min(run.batches.filter(status=BatchStatus.PUBLISHED)
-                    .values_list("published_at", flat=True))
-        figures[slug] = {"first_s": (first - run.started_at).total_seconds(),
-                         "total_s": (run.finished_at - run.started_at).total_seconds()}
+        first = min(run.batches.filter(status=BatchStatus.PUBLISHED).values_list("published_at", flat=True))
+        figures[slug] = {
+            "first_s": (first - run.started_at).total_seconds(),
+            "total_s": (run.finished_at - run.started_at).total_seconds(),
+        }
     return {"capacity": capacity, "tenants": figures, "creates": "".join(order)}
 
 
 def source(tenant: Any, name: str, batches: int) -> Any:
     from ingest.runs.models import Hook, HookTemplate, IngestSource
 
-    made = IngestSource.objects.create(tenant=tenant, name=name, kind="bench_generated",
-                                       config={"batches": batches, "records": 1},
-                                       max_failures=batches)
+    made = IngestSource.objects.create(
+        tenant=tenant,
+        name=name,
+        kind="bench_generated",
+        config={"batches": batches, "records": 1},
+        max_failures=batches,
+    )
     check, _ = HookTemplate.objects.get_or_create(
-        name="bench-kube-check", defaults={"image": IMAGE, "command": ["check"]})
+        name="bench-kube-check", defaults={"image": IMAGE, "command": ["check"]}
+    )
     Hook.objects.create(source=made, name="check", template=check)
     return made
 
@@ -195,6 +203,7 @@ def calls(run_seconds: float, batches: int = 10) -> dict[str, Any]:
                 done = (job.get("status") or {}).get("completionTime")
                 if done and name not in completed:
                     completed[name] = done
+
         drive_watching(clock, seen_complete)
         counted = Counter(kind_of(call) for call in cluster.calls)
     run = IngestRun.objects.get(pk=run.pk)
@@ -204,12 +213,17 @@ def calls(run_seconds: float, batches: int = 10) -> dict[str, Any]:
         done = completed.get(execution.runner_ref)
         if done:
             from datetime import datetime
+
             finished = datetime.fromisoformat(done.replace("Z", "+00:00"))
             lags.append((execution.finished_at - finished).total_seconds())
     per_batch = {kind: counted.get(kind, 0) / batches for kind in KINDS}
     per_batch["all"] = sum(counted.values()) / batches
-    return {"hook_seconds": run_seconds, "batches": batches, "per_batch": per_batch,
-            "noticed_after_s": statistics.mean(lags) if lags else None}
+    return {
+        "hook_seconds": run_seconds,
+        "batches": batches,
+        "per_batch": per_batch,
+        "noticed_after_s": statistics.mean(lags) if lags else None,
+    }
 
 
 def drive_watching(clock: Any, each: Any) -> None:
@@ -234,25 +248,35 @@ def drive_watching(clock: Any, each: Any) -> None:
 
 
 def table(result: dict[str, Any]) -> str:
-    lines = [f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-             f"PostgreSQL {result['server']}; seconds on the engine's clock"]
+    lines = [
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+        f"PostgreSQL {result['server']}; seconds on the engine's clock"
+    ]
     if result.get("fairness"):
-        lines += ["", "| capacity | A first / total s | B first / total s | C first / total s "
-                      "| creates in order |", "|---:|---:|---:|---:|---|"]
+        lines += [
+            "",
+            "| capacity | A first / total s | B first / total s | C first / total s | creates in order |",
+            "|---:|---:|---:|---:|---|",
+        ]
         for row in result["fairness"]:
-            cells = " | ".join(f"{row['tenants'][s]['first_s']:.0f} / "
-                               f"{row['tenants'][s]['total_s']:.0f}" for s in "abc")
+            cells = " | ".join(
+                f"{row['tenants'][s]['first_s']:.0f} / {row['tenants'][s]['total_s']:.0f}" for s in "abc"
+            )
             lines.append(f"| {row['capacity']} | {cells} | {row['creates'].upper()} |")
     if result.get("calls"):
-        kinds = [k for k in (*KINDS, "all")
-                 if any(row["per_batch"].get(k) for row in result["calls"])]
-        lines += ["", "| hook s | " + " | ".join(kinds) + " | noticed after s |",
-                  "|---:|" + "---:|" * (len(kinds) + 1)]
+        kinds = [k for k in (*KINDS, "all") if any(row["per_batch"].get(k) for row in result["calls"])]
+        lines += [
+            "",
+            "| hook s | " + " | ".join(kinds) + " | noticed after s |",
+            "|---:|" + "---:|" * (len(kinds) + 1),
+        ]
         for row in result["calls"]:
             lag = row["noticed_after_s"]
-            lines.append(f"| {row['hook_seconds']:.0f} | "
-                         + " | ".join(f"{row['per_batch'][k]:.1f}" for k in kinds)
-                         + f" | {'-' if lag is None else f'{lag:.1f}'} |")
+            lines.append(
+                f"| {row['hook_seconds']:.0f} | "
+                + " | ".join(f"{row['per_batch'][k]:.1f}" for k in kinds)
+                + f" | {'-' if lag is None else f'{lag:.1f}'} |"
+            )
     return "\n".join(lines)
 
 

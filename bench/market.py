@@ -50,8 +50,21 @@ def parse_args() -> argparse.Namespace:
 def fake_api(instruments: int) -> Iterator[str]:
     """The fake market-data API as a process of its own; its URL."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "ingest.market.fake_server", "--host", "127.0.0.1", "--port",
-         "0", "--instruments", str(instruments)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "ingest.market.fake_server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--instruments",
+            str(instruments),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         line = process.stdout.readline().strip()
         if not line.startswith("listening on "):
@@ -91,13 +104,15 @@ def run(url: str, instruments: int, repeat: int) -> list[dict[str, Any]]:
     from tenancy.models import Tenant
 
     tenant = Tenant.objects.create(name="Bench", slug="bench")
-    feed = MarketFeed.objects.create(tenant=tenant, name="bench", api_url=url,
-                                     token="demo-token")
+    feed = MarketFeed.objects.create(tenant=tenant, name="bench", api_url=url, token="demo-token")
     today = freshness.market_date(jobs.now())
     jobs.enqueue(batch.LOAD_CALENDAR, {"feed": feed.pk}, tenant=tenant.pk)
     run_jobs()
-    open_days = list(TradingDay.objects.filter(feed=feed, is_open=True, cal_date__lt=today)
-                     .order_by("-cal_date").values_list("cal_date", flat=True)[:60])
+    open_days = list(
+        TradingDay.objects.filter(feed=feed, is_open=True, cal_date__lt=today)
+        .order_by("-cal_date")
+        .values_list("cal_date", flat=True)[:60]
+    )
     fresh = iter(open_days[7:])  # days no case below loads
 
     def load(day: date) -> None:
@@ -126,10 +141,18 @@ def run(url: str, instruments: int, repeat: int) -> list[dict[str, Any]]:
     fills = []
     for _ in range(repeat):
         DailyBar.objects.filter(feed=feed, trade_date__in=week[:3]).delete()
-        fills.append(timed(lambda: services.gap_fill(
-            feed, today - timedelta(days=7), today, actor=None, via="command")))
-        assert DailyBar.objects.filter(feed=feed, trade_date__in=week[:3]).values(
-            "trade_date").distinct().count() == 3
+        fills.append(
+            timed(
+                lambda: services.gap_fill(feed, today - timedelta(days=7), today, actor=None, via="command")
+            )
+        )
+        assert (
+            DailyBar.objects.filter(feed=feed, trade_date__in=week[:3])
+            .values("trade_date")
+            .distinct()
+            .count()
+            == 3
+        )
     rows.append(row("a gap-fill of the last 7 days, 3 days missing", fills))
 
     batches = []
@@ -139,23 +162,24 @@ def run(url: str, instruments: int, repeat: int) -> list[dict[str, Any]]:
         batches.append(timed(lambda: batch.start(feed, today, now=jobs.now())))
         done = DailyBatch.objects.get(feed=feed, market_date=today)
         assert len(done.gaps) == 3, (n, done.gaps, done.note)
-    rows.append(row("the daily batch healing 3 days (calendar, instruments, 3 gaps, today)",
-                    batches))
+    rows.append(row("the daily batch healing 3 days (calendar, instruments, 3 gaps, today)", batches))
     return rows
 
 
 def row(case: str, walls: list[float]) -> dict[str, Any]:
-    return {"case": case, "runs": len(walls), "best_s": min(walls),
-            "median_s": statistics.median(walls)}
+    return {"case": case, "runs": len(walls), "best_s": min(walls), "median_s": statistics.median(walls)}
 
 
 def table(result: dict[str, Any]) -> str:
-    lines = [f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-             f"PostgreSQL {result['server']}; {result['instruments']:,} instruments", "",
-             "| case | runs | best s | median s |", "|---|---:|---:|---:|"]
+    lines = [
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+        f"PostgreSQL {result['server']}; {result['instruments']:,} instruments",
+        "",
+        "| case | runs | best s | median s |",
+        "|---|---:|---:|---:|",
+    ]
     for item in result["rows"]:
-        lines.append(f"| {item['case']} | {item['runs']} | {item['best_s']:.3f} | "
-                     f"{item['median_s']:.3f} |")
+        lines.append(f"| {item['case']} | {item['runs']} | {item['best_s']:.3f} | {item['median_s']:.3f} |")
     return "\n".join(lines)
 
 
@@ -167,10 +191,16 @@ def main() -> int:
     setup_django("bench.settings")
     from django.test.utils import override_settings
 
-    with fake_api(args.instruments) as url, scratch_database("bench_market") as server, \
-            override_settings(INTAKE_HTTP_ALLOW=["127.0.0.1"]):
-        result = {"server": server, "instruments": args.instruments,
-                  "rows": run(url, args.instruments, args.repeat)}
+    with (
+        fake_api(args.instruments) as url,
+        scratch_database("bench_market") as server,
+        override_settings(INTAKE_HTTP_ALLOW=["127.0.0.1"]),
+    ):
+        result = {
+            "server": server,
+            "instruments": args.instruments,
+            "rows": run(url, args.instruments, args.repeat),
+        }
     print(json.dumps(result, indent=2) if args.json else table(result))
     return 0
 

@@ -91,8 +91,12 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--samples", type=int, default=30)
-    parser.add_argument("--backlog", type=int, default=300_000,
-                        help="Succeeded jobs made pending and due for the second pass (0: none).")
+    parser.add_argument(
+        "--backlog",
+        type=int,
+        default=300_000,
+        help="Succeeded jobs made pending and due for the second pass (0: none).",
+    )
     return parser.parse_args()
 
 
@@ -135,13 +139,13 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     superuser = User.objects.create_superuser("bench-admin", password="x")
     tenant_staff = User.objects.create_user("bench-staff", password="x", is_staff=True)
     Membership.objects.create(user=tenant_staff, tenant_id=tenants[0])
-    tenant_staff.user_permissions.add(*Permission.objects.filter(
-        content_type__app_label="jobs", codename__in=["view_job", "change_job"]))
+    tenant_staff.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="jobs", codename__in=["view_job", "change_job"])
+    )
     started = time.perf_counter()
     with connection.cursor() as cursor:
         cases = " ".join(f"WHEN {n} THEN {expression}" for n, expression in enumerate(ERRORS))
-        cursor.execute(JOBS_SQL.replace("{errors}", cases),
-            {"jobs": args.jobs, "tenants": tenants})
+        cursor.execute(JOBS_SQL.replace("{errors}", cases), {"jobs": args.jobs, "tenants": tenants})
         cursor.execute(RUNNING_SQL, {"running": 40})
         cursor.execute(RESCUED_SQL, {"rescued": 25})
     with connection.cursor() as cursor:
@@ -151,8 +155,9 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     return superuser, tenant_staff
 
 
-def _measure(phase: str, superuser: Any, tenant_staff: Any,
-             samples: int) -> list[tuple[str, str, list[float]]]:
+def _measure(
+    phase: str, superuser: Any, tenant_staff: Any, samples: int
+) -> list[tuple[str, str, list[float]]]:
     from django.test import Client
 
     from jobs.contrib import triage
@@ -194,14 +199,18 @@ def _time(call: Callable[[], None], samples: int) -> list[float]:
 
 
 def table(rows: list[tuple[str, str, list[float]]], args: argparse.Namespace, server: str) -> str:
-    lines = [f"Console pages, {args.jobs:,} jobs, PostgreSQL {server}, {os.cpu_count()} CPUs, "
-             f"{args.samples} requests each (ms)", "",
-             f"{'page':<48} {'as':<13} {'p50':>7} {'p95':>7} {'max':>7}"]
+    lines = [
+        f"Console pages, {args.jobs:,} jobs, PostgreSQL {server}, {os.cpu_count()} CPUs, "
+        f"{args.samples} requests each (ms)",
+        "",
+        f"{'page':<48} {'as':<13} {'p50':>7} {'p95':>7} {'max':>7}",
+    ]
     for label, who, timings in rows:
         ordered = sorted(timings)
         p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-        lines.append(f"{label:<48} {who:<13} {statistics.median(ordered):>7.1f} {p95:>7.1f} "
-                     f"{ordered[-1]:>7.1f}")
+        lines.append(
+            f"{label:<48} {who:<13} {statistics.median(ordered):>7.1f} {p95:>7.1f} {ordered[-1]:>7.1f}"
+        )
     return "\n".join(lines)
 
 

@@ -119,25 +119,41 @@ def drain(database: str, processes: int, args: argparse.Namespace) -> dict:
     seconds = (span["last"] - span["first"]).total_seconds()
     finishes = sorted(t.timestamp() for t in Job.objects.values_list("finished_at", flat=True))
     # The idle claims before the backlog existed are not misses.
-    claims = [tuple(record) for path in logs.glob("*.json") for record in json.loads(path.read_text())
-              if record[0] >= run["committed_at"]]
+    claims = [
+        tuple(record)
+        for path in logs.glob("*.json")
+        for record in json.loads(path.read_text())
+        if record[0] >= run["committed_at"]
+    ]
     shutil.rmtree(logs, ignore_errors=True)
-    misses = sum(1 for at, asked, got in claims
-                 if got < asked and args.jobs - bisect.bisect_right(finishes, at) > 2 * asked * workers)
+    misses = sum(
+        1
+        for at, asked, got in claims
+        if got < asked and args.jobs - bisect.bisect_right(finishes, at) > 2 * asked * workers
+    )
     taken = sum(got for _, _, got in claims)
     locks, stats, cpu = run["locks"], run["stats"], run["cpu"]
-    return {"processes": processes, "workers": workers, "jobs": args.jobs, "seconds": seconds,
-            "drain": args.jobs / seconds if seconds else 0.0,
-            "lock_share": locks["waiting"] / max(1, locks["samples"]), "lock_max": locks["max"],
-            "lock_events": ", ".join(f"{event} {n}" for event, n in locks["events"].most_common(3)),
-            "deadlocks": stats["deadlocks"], "conflicts": stats["conflicts"],
-            "claims": len(claims), "per_claim": taken / max(1, sum(1 for c in claims if c[2])),
-            "misses": misses, "commits_per_job": stats["xact_commit"] / args.jobs,
-            "pg_cpu": cpu["postgres"], "cluster_cpu": cpu["cluster"]}
+    return {
+        "processes": processes,
+        "workers": workers,
+        "jobs": args.jobs,
+        "seconds": seconds,
+        "drain": args.jobs / seconds if seconds else 0.0,
+        "lock_share": locks["waiting"] / max(1, locks["samples"]),
+        "lock_max": locks["max"],
+        "lock_events": ", ".join(f"{event} {n}" for event, n in locks["events"].most_common(3)),
+        "deadlocks": stats["deadlocks"],
+        "conflicts": stats["conflicts"],
+        "claims": len(claims),
+        "per_claim": taken / max(1, sum(1 for c in claims if c[2])),
+        "misses": misses,
+        "commits_per_job": stats["xact_commit"] / args.jobs,
+        "pg_cpu": cpu["postgres"],
+        "cluster_cpu": cpu["cluster"],
+    }
 
 
-def backlog(database: str, workers: int, groups: list[int], args: argparse.Namespace,
-            logs: Path) -> dict:
+def backlog(database: str, workers: int, groups: list[int], args: argparse.Namespace, logs: Path) -> dict:
     """With the clusters running: commit the backlog, sample while it drains."""
     from django.db import transaction
 
@@ -155,16 +171,23 @@ def backlog(database: str, workers: int, groups: list[int], args: argparse.Names
             engine.enqueue_many("bench.noop", [{}] * min(5_000, args.jobs - start))
     committed_at = time.time()
     with sampling_locks(database) as locks:
-        wait(lambda: Job.objects.filter(state=Job.State.SUCCEEDED).count() >= args.jobs,
-             args.timeout, f"{len(groups)} process(es) to drain", logs)
+        wait(
+            lambda: Job.objects.filter(state=Job.State.SUCCEEDED).count() >= args.jobs,
+            args.timeout,
+            f"{len(groups)} process(es) to drain",
+            logs,
+        )
     cpu_after = cpu_seconds(database, groups)
     # Idle workers claim about once a second: that writes their claim logs and flushes
     # their statistics to pg_stat_database.
     time.sleep(2.5)
     stats_after = database_stats(database)
-    return {"committed_at": committed_at, "locks": locks,
-            "stats": {key: stats_after[key] - stats_before[key] for key in stats_before},
-            "cpu": {side: cpu_after[side] - cpu_before[side] for side in cpu_before}}
+    return {
+        "committed_at": committed_at,
+        "locks": locks,
+        "stats": {key: stats_after[key] - stats_before[key] for key in stats_before},
+        "cpu": {side: cpu_after[side] - cpu_before[side] for side in cpu_before},
+    }
 
 
 def cpu_seconds(database: str, groups: list[int]) -> dict[str, float]:
@@ -174,8 +197,11 @@ def cpu_seconds(database: str, groups: list[int]) -> dict[str, float]:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid() "
-                       "AND application_name <> %s", [database, SAMPLER])
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid() "
+            "AND application_name <> %s",
+            [database, SAMPLER],
+        )
         backends = {pid for (pid,) in cursor.fetchall()}
     used = {"postgres": 0.0, "cluster": 0.0}
     for proc in psutil.process_iter(["pid", "cpu_times"]):
@@ -201,16 +227,29 @@ def wait(done, seconds: float, what: str, logs: Path) -> None:
 @contextlib.contextmanager
 def clusters(processes: int, args: argparse.Namespace, database: str, logs: Path) -> Iterator[list[int]]:
     """``processes`` clusters, each the leader of a new process group; yields the groups."""
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings", "BENCH_DB_NAME": database,
-           "JOBS_WORKERS": str(args.workers_per_process), "BENCH_CLAIM_LOG_DIR": str(logs),
-           "JOBS_HANDLER_MODULES": "bench.handlers,bench.claim_log", "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+        "BENCH_DB_NAME": database,
+        "JOBS_WORKERS": str(args.workers_per_process),
+        "BENCH_CLAIM_LOG_DIR": str(logs),
+        "JOBS_HANDLER_MODULES": "bench.handlers,bench.claim_log",
+        "PYTHONPATH": str(ROOT),
+    }
     started: list[subprocess.Popen] = []
     try:
         for n in range(processes):
             with (logs / f"cluster-{n}.log").open("ab") as log:
-                started.append(subprocess.Popen([PYTHON, "manage.py", "qcluster"], cwd=ROOT, env=env,
-                                                stdout=log, stderr=subprocess.STDOUT,
-                                                start_new_session=True))
+                started.append(
+                    subprocess.Popen(
+                        [PYTHON, "manage.py", "qcluster"],
+                        cwd=ROOT,
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
         yield [proc.pid for proc in started]
     finally:
         # Gracefully first (the engine hands back what it holds), then the whole group.
@@ -231,17 +270,25 @@ def sampling_locks(database: str) -> Iterator[dict]:
     import psycopg
     from django.db import connection
 
-    params = {k: v for k, v in connection.get_connection_params().items()
-              if k in ("host", "port", "user", "password", "dbname")}
+    params = {
+        k: v
+        for k, v in connection.get_connection_params().items()
+        if k in ("host", "port", "user", "password", "dbname")
+    }
     figures = {"samples": 0, "waiting": 0, "max": 0, "events": Counter()}
     stop = threading.Event()
 
     def sample() -> None:
         with psycopg.connect(**params, autocommit=True, application_name=SAMPLER) as conn:
             while not stop.wait(0.02):
-                events = [event for (event,) in conn.execute(
-                    "SELECT wait_event FROM pg_stat_activity WHERE datname = %s "
-                    "AND wait_event_type = 'Lock'", [database])]
+                events = [
+                    event
+                    for (event,) in conn.execute(
+                        "SELECT wait_event FROM pg_stat_activity WHERE datname = %s "
+                        "AND wait_event_type = 'Lock'",
+                        [database],
+                    )
+                ]
                 waiting = len(events)
                 figures["events"].update(events)
                 figures["samples"] += 1
@@ -263,30 +310,60 @@ def database_stats(database: str) -> dict[str, int]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_force_next_flush()")  # this session's own, at least
         cursor.execute("SELECT pg_stat_clear_snapshot()")  # no figures cached from before
-        cursor.execute("SELECT xact_commit, deadlocks, conflicts FROM pg_stat_database "
-                       "WHERE datname = %s", [database])
+        cursor.execute(
+            "SELECT xact_commit, deadlocks, conflicts FROM pg_stat_database WHERE datname = %s", [database]
+        )
         commits, deadlocks, conflicts = cursor.fetchone()
     return {"xact_commit": commits, "deadlocks": deadlocks, "conflicts": conflicts}
 
 
 def table(rows: list[dict], args: argparse.Namespace, version: str) -> str:
     m = machine()
-    header = ["processes", "workers", "jobs", "seconds", "drain jobs/s", "per process",
-              "lock-wait samples", "max waiting", "waited on (session-samples)",
-              "deadlocks/conflicts", "claims", "jobs/claim", "SKIP LOCKED misses", "commits/job",
-              "PG CPU s (µs/job)", "cluster CPU s (µs/job)"]
-    cells = [[str(r["processes"]), str(r["workers"]), f"{r['jobs']:,}", f"{r['seconds']:.1f}",
-              f"{r['drain']:,.0f}", f"{r['drain'] / r['processes']:,.0f}",
-              f"{100 * r['lock_share']:.1f} %", str(r["lock_max"]), r["lock_events"] or "-",
-              f"{r['deadlocks']}/{r['conflicts']}", f"{r['claims']:,}", f"{r['per_claim']:.1f}",
-              f"{r['misses']:,} ({100 * r['misses'] / max(1, r['claims']):.1f} %)",
-              f"{r['commits_per_job']:.2f}",
-              f"{r['pg_cpu']:.1f} ({1e6 * r['pg_cpu'] / r['jobs']:.0f})",
-              f"{r['cluster_cpu']:.1f} ({1e6 * r['cluster_cpu'] / r['jobs']:.0f})"]
-             for r in rows]
+    header = [
+        "processes",
+        "workers",
+        "jobs",
+        "seconds",
+        "drain jobs/s",
+        "per process",
+        "lock-wait samples",
+        "max waiting",
+        "waited on (session-samples)",
+        "deadlocks/conflicts",
+        "claims",
+        "jobs/claim",
+        "SKIP LOCKED misses",
+        "commits/job",
+        "PG CPU s (µs/job)",
+        "cluster CPU s (µs/job)",
+    ]
+    cells = [
+        [
+            str(r["processes"]),
+            str(r["workers"]),
+            f"{r['jobs']:,}",
+            f"{r['seconds']:.1f}",
+            f"{r['drain']:,.0f}",
+            f"{r['drain'] / r['processes']:,.0f}",
+            f"{100 * r['lock_share']:.1f} %",
+            str(r["lock_max"]),
+            r["lock_events"] or "-",
+            f"{r['deadlocks']}/{r['conflicts']}",
+            f"{r['claims']:,}",
+            f"{r['per_claim']:.1f}",
+            f"{r['misses']:,} ({100 * r['misses'] / max(1, r['claims']):.1f} %)",
+            f"{r['commits_per_job']:.2f}",
+            f"{r['pg_cpu']:.1f} ({1e6 * r['pg_cpu'] / r['jobs']:.0f})",
+            f"{r['cluster_cpu']:.1f} ({1e6 * r['cluster_cpu'] / r['jobs']:.0f})",
+        ]
+        for r in rows
+    ]
     widths = [max(len(c) for c in col) for col in zip(header, *cells, strict=False)]
-    lines = [f"Scale-out: {args.workers_per_process} engine workers per cluster process "
-             f"(manage.py qcluster); {m['nproc']} cores ({m['cpu']}), PostgreSQL {version}", ""]
+    lines = [
+        f"Scale-out: {args.workers_per_process} engine workers per cluster process "
+        f"(manage.py qcluster); {m['nproc']} cores ({m['cpu']}), PostgreSQL {version}",
+        "",
+    ]
     for row in [header, ["-" * w for w in widths], *cells]:
         lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=False)))
     return "\n".join(lines)

@@ -57,9 +57,12 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     database = f"bench_streams_{os.getpid()}"
     # Every client is the one bench user: the per-user cap on open streams must let them all.
-    os.environ.update(BENCH_DB_NAME=database, DJANGO_SETTINGS_MODULE="bench.settings",
-                      JOBS_HANDLER_MODULES="bench.handlers,bench.streams",
-                      STREAMS_MAX_PER_USER=str(args.clients))
+    os.environ.update(
+        BENCH_DB_NAME=database,
+        DJANGO_SETTINGS_MODULE="bench.settings",
+        JOBS_HANDLER_MODULES="bench.handlers,bench.streams",
+        STREAMS_MAX_PER_USER=str(args.clients),
+    )
     if not args.redis:
         os.environ["REDIS_URL"] = ""
     setup_django()
@@ -97,16 +100,25 @@ def admin_sql(statement: str) -> None:
     import psycopg
     from django.db import connection
 
-    params = {k: v for k, v in connection.get_connection_params().items()
-              if k in ("host", "port", "user", "password") and v}
+    params = {
+        k: v
+        for k, v in connection.get_connection_params().items()
+        if k in ("host", "port", "user", "password") and v
+    }
     with psycopg.connect(dbname="postgres", autocommit=True, **params) as conn:
         conn.execute(statement)
 
 
 def spawn(procs: list[subprocess.Popen[bytes]], *command: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([PYTHON, *command], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [PYTHON, *command],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     procs.append(proc)
     return proc
 
@@ -126,13 +138,20 @@ def run(args: argparse.Namespace, procs: list[subprocess.Popen[bytes]]) -> dict[
     from django.db.models import Q
 
     expected = job.events.filter(~Q(kind="created")).count()
-    return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
-            "mode": "redis relay" if args.redis else "LISTEN/NOTIFY", "clients": args.clients,
-            "events_per_client": expected, "events_expected": expected * args.clients, **figures}
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv),
+        "mode": "redis relay" if args.redis else "LISTEN/NOTIFY",
+        "clients": args.clients,
+        "events_per_client": expected,
+        "events_expected": expected * args.clients,
+        **figures,
+    }
 
 
-async def measure(args: argparse.Namespace, procs: list[subprocess.Popen[bytes]], pid: int,
-                  port: int, path: str, token: str) -> dict[str, Any]:
+async def measure(
+    args: argparse.Namespace, procs: list[subprocess.Popen[bytes]], pid: int, port: int, path: str, token: str
+) -> dict[str, Any]:
     gate = asyncio.Semaphore(50)
     connected = [await_open(port, path, token, gate) for _ in range(args.clients)]
     streams = await asyncio.gather(*connected)
@@ -144,10 +163,15 @@ async def measure(args: argparse.Namespace, procs: list[subprocess.Popen[bytes]]
     for _, writer in streams:
         writer.close()
     latencies = sorted(ms for got in results for ms in got)
-    return {"delivered": len(latencies), "clients_ended": sum(1 for got in results if got is not None),
-            "latency_p50_ms": pct(latencies, 50), "latency_p95_ms": pct(latencies, 95),
-            "latency_max_ms": latencies[-1] if latencies else None,
-            "web_rss_mb": sampler.peak_rss / 2**20, "web_cpu_pct": sampler.cpu_pct()}
+    return {
+        "delivered": len(latencies),
+        "clients_ended": sum(1 for got in results if got is not None),
+        "latency_p50_ms": pct(latencies, 50),
+        "latency_p95_ms": pct(latencies, 95),
+        "latency_max_ms": latencies[-1] if latencies else None,
+        "web_rss_mb": sampler.peak_rss / 2**20,
+        "web_cpu_pct": sampler.cpu_pct(),
+    }
 
 
 class Frames:
@@ -166,12 +190,14 @@ class Frames:
         return frame
 
 
-async def await_open(port: int, path: str, token: str, gate: asyncio.Semaphore
-                     ) -> tuple[Frames, asyncio.StreamWriter]:
+async def await_open(
+    port: int, path: str, token: str, gate: asyncio.Semaphore
+) -> tuple[Frames, asyncio.StreamWriter]:
     async with gate:
         reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2**20)
-        writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                     f"Authorization: Token {token}\r\n\r\n".encode())
+        writer.write(
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Token {token}\r\n\r\n".encode()
+        )
         status = (await reader.readline()).split()[1]
         assert status == b"200", status
         while (await reader.readline()) not in (b"\r\n", b""):
@@ -187,8 +213,9 @@ async def read_events(frames: Frames) -> list[float]:
     while True:
         block = (await asyncio.wait_for(frames.next(), 60)).decode()
         now = time.time()
-        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line
-                      and not line.startswith(":"))
+        fields = dict(
+            line.split(": ", 1) for line in block.splitlines() if ": " in line and not line.startswith(":")
+        )
         if fields.get("event") == "end":
             return latencies
         if fields.get("event") == "job":
@@ -242,16 +269,24 @@ def wait_listening(port: int, timeout: float = 30) -> None:
 
 
 def table(report: dict[str, Any]) -> str:
-    rows = [("mode", report["mode"]), ("clients", report["clients"]),
-            ("events delivered", f"{report['delivered']:,} of {report['events_expected']:,}"),
-            ("latency p50 ms", fmt(report["latency_p50_ms"])),
-            ("latency p95 ms", fmt(report["latency_p95_ms"])),
-            ("latency max ms", fmt(report["latency_max_ms"])),
-            ("web RSS MB (peak)", fmt(report["web_rss_mb"])),
-            ("web CPU % (streaming)", fmt(report["web_cpu_pct"]))]
+    rows = [
+        ("mode", report["mode"]),
+        ("clients", report["clients"]),
+        ("events delivered", f"{report['delivered']:,} of {report['events_expected']:,}"),
+        ("latency p50 ms", fmt(report["latency_p50_ms"])),
+        ("latency p95 ms", fmt(report["latency_p95_ms"])),
+        ("latency max ms", fmt(report["latency_max_ms"])),
+        ("web RSS MB (peak)", fmt(report["web_rss_mb"])),
+        ("web CPU % (streaming)", fmt(report["web_cpu_pct"])),
+    ]
     width = max(len(name) for name, _ in rows)
-    return "\n".join([f"Conveyor streams benchmark, {report['date']}", "",
-                      *(f"{name.ljust(width)}  {value}" for name, value in rows)])
+    return "\n".join(
+        [
+            f"Conveyor streams benchmark, {report['date']}",
+            "",
+            *(f"{name.ljust(width)}  {value}" for name, value in rows),
+        ]
+    )
 
 
 def fmt(value: Any) -> str:

@@ -93,8 +93,10 @@ def next_poll_text(job: ExportJob, now: Any) -> str:
 
 
 def datasets_help() -> str:
-    listed = "; ".join(f"{name}: {', '.join(column.name for column in dataset.columns)}"
-                       for name, dataset in sorted(DATASETS.items()))
+    listed = "; ".join(
+        f"{name}: {', '.join(column.name for column in dataset.columns)}"
+        for name, dataset in sorted(DATASETS.items())
+    )
     return f"Empty for a Trino query (the SQL below). The datasets' columns are {listed}."
 
 
@@ -113,11 +115,13 @@ class MappingForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        tenant = (self.fixed_tenant or getattr(data.get("tenant"), "pk", None)
-                  or self.instance.tenant_id)
+        tenant = self.fixed_tenant or getattr(data.get("tenant"), "pk", None) or self.instance.tenant_id
         name = data.get("name")
-        if tenant and name and Mapping.objects.filter(tenant_id=tenant, name=name).exclude(
-                pk=self.instance.pk).exists():
+        if (
+            tenant
+            and name
+            and Mapping.objects.filter(tenant_id=tenant, name=name).exclude(pk=self.instance.pk).exists()
+        ):
             self.add_error("name", f"this tenant already has a mapping named {name!r}")
         return data
 
@@ -126,12 +130,16 @@ class MappingEntityForm(forms.ModelForm):
     """An entity, its columns typed as a comma-separated list; each mistake is reported
     on the field it is in."""
 
-    dataset = forms.ChoiceField(label="dataset", required=False,
-                                choices=[("", "— none: a Trino query —"),
-                                         *((name, name) for name in sorted(DATASETS))])
-    columns = forms.CharField(label="columns", max_length=10_000,
-                              help_text="Comma-separated, in the order the Parquet files have "
-                                        "them.")
+    dataset = forms.ChoiceField(
+        label="dataset",
+        required=False,
+        choices=[("", "— none: a Trino query —"), *((name, name) for name in sorted(DATASETS))],
+    )
+    columns = forms.CharField(
+        label="columns",
+        max_length=10_000,
+        help_text="Comma-separated, in the order the Parquet files have them.",
+    )
 
     class Meta:
         model = MappingEntity
@@ -147,8 +155,9 @@ class MappingEntityForm(forms.ModelForm):
     def clean_name(self) -> str:
         name = self.cleaned_data["name"]
         if not ENTITY_NAME.match(name):
-            raise ValidationError("letters, digits, _ . and - only, not starting with . or -: "
-                                  "it names the files' folder")
+            raise ValidationError(
+                "letters, digits, _ . and - only, not starting with . or -: it names the files' folder"
+            )
         return name
 
     def clean_columns(self) -> list[str]:
@@ -181,8 +190,11 @@ class MappingEntityForm(forms.ModelForm):
             offered = DATASETS[dataset]
             unknown = [name for name in columns if offered.column(name) is None]
             if unknown:
-                self.add_error("columns", f"dataset {dataset} has no column {unknown[0]!r} "
-                                          f"(it has {', '.join(c.name for c in offered.columns)})")
+                self.add_error(
+                    "columns",
+                    f"dataset {dataset} has no column {unknown[0]!r} "
+                    f"(it has {', '.join(c.name for c in offered.columns)})",
+                )
         return data
 
 
@@ -201,8 +213,7 @@ class MappingEntityFormSet(BaseInlineFormSet):
             data = getattr(form, "cleaned_data", None)
             if not data or data.get("DELETE") or data.get("dataset") or not data.get("sql"):
                 continue
-            for field, problem in services.check_query_entity(data["sql"], data.get("catalog", ""),
-                                                              binding):
+            for field, problem in services.check_query_entity(data["sql"], data.get("catalog", ""), binding):
                 if field not in form.errors:
                     form.add_error(field, _sentence(problem))
 
@@ -212,8 +223,7 @@ class MappingEntityInline(admin.StackedInline):
     form = MappingEntityForm
     formset = MappingEntityFormSet
     extra = 0
-    fieldsets = [(None, {"fields": [("kind", "name", "position"), "dataset", "columns", "sql",
-                                    "catalog"]})]
+    fieldsets = [(None, {"fields": [("kind", "name", "position"), "dataset", "columns", "sql", "catalog"]})]
 
 
 @admin.register(Mapping)
@@ -227,9 +237,14 @@ class MappingAdmin(TenantOwnedAdmin, admin.ModelAdmin):
     change_form_template = "admin/exports/mapping/change_form.html"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Mapping]:
-        mappings = super().get_queryset(request).annotate(
-            entity_total=Count("entities", distinct=True),
-            snapshot_total=Count("snapshots", distinct=True))
+        mappings = (
+            super()
+            .get_queryset(request)
+            .annotate(
+                entity_total=Count("entities", distinct=True),
+                snapshot_total=Count("snapshots", distinct=True),
+            )
+        )
         return scope_queryset(mappings, request.user)
 
     def get_list_display(self, request: HttpRequest) -> list[str]:
@@ -250,13 +265,19 @@ class MappingAdmin(TenantOwnedAdmin, admin.ModelAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view
-        return [path("<path:object_id>/take-snapshot/", view(self.take_snapshot_view),
-                     name="exports_mapping_take_snapshot"), *super().get_urls()]
+        return [
+            path(
+                "<path:object_id>/take-snapshot/",
+                view(self.take_snapshot_view),
+                name="exports_mapping_take_snapshot",
+            ),
+            *super().get_urls(),
+        ]
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict | None = None) -> HttpResponse:
-        context = {**(extra_context or {}),
-                   "may_take_snapshot": self.has_snapshot_permission(request)}
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None
+    ) -> HttpResponse:
+        context = {**(extra_context or {}), "may_take_snapshot": self.has_snapshot_permission(request)}
         return super().change_view(request, object_id, form_url, context)
 
     def take_snapshot_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -275,29 +296,39 @@ class MappingAdmin(TenantOwnedAdmin, admin.ModelAdmin):
             if snapshot is None:
                 return redirect(reverse("admin:exports_mapping_change", args=[mapping.pk]))
             return redirect(reverse("admin:exports_snapshot_change", args=[snapshot.pk]))
-        context = {**self.admin_site.each_context(request), "opts": self.model._meta,
-                   "title": f"Take a snapshot of {mapping}", "mapping": mapping,
-                   "original": mapping, "binding": services.binding_of(mapping.tenant_id),
-                   "entities": list(mapping.entities.order_by("kind", "position", "pk"))}
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Take a snapshot of {mapping}",
+            "mapping": mapping,
+            "original": mapping,
+            "binding": services.binding_of(mapping.tenant_id),
+            "entities": list(mapping.entities.order_by("kind", "position", "pk")),
+        }
         return TemplateResponse(request, "admin/exports/mapping/take_snapshot.html", context)
 
     def take(self, request: HttpRequest, mapping: Mapping) -> Snapshot | None:
         try:
             snapshot = services.create_snapshot(mapping, user=request.user)
         except services.InvalidMapping as exc:
-            self.message_user(request, f"No snapshot of {mapping}: {_sentence(str(exc))}",
-                              messages.ERROR)
+            self.message_user(request, f"No snapshot of {mapping}: {_sentence(str(exc))}", messages.ERROR)
             return None
         url = reverse("admin:exports_snapshot_change", args=[snapshot.pk])
-        self.message_user(request, format_html('Took <a href="{}">snapshot {}</a> of {}: {} job(s) '
-                                               "queued.", url, snapshot.pk, mapping,
-                                               snapshot.jobs.count()), messages.SUCCESS)
+        self.message_user(
+            request,
+            format_html(
+                'Took <a href="{}">snapshot {}</a> of {}: {} job(s) queued.',
+                url,
+                snapshot.pk,
+                mapping,
+                snapshot.jobs.count(),
+            ),
+            messages.SUCCESS,
+        )
         return snapshot
 
-    @admin.action(description="Take a snapshot of each selected mapping",
-                  permissions=["snapshot"])
-    def take_snapshots(self, request: HttpRequest,
-                       queryset: QuerySet[Mapping]) -> HttpResponse | None:
+    @admin.action(description="Take a snapshot of each selected mapping", permissions=["snapshot"])
+    def take_snapshots(self, request: HttpRequest, queryset: QuerySet[Mapping]) -> HttpResponse | None:
         taken = [self.take(request, mapping) for mapping in queryset.order_by("name", "pk")]
         if len(taken) == 1 and taken[0] is not None:
             return redirect(reverse("admin:exports_snapshot_change", args=[taken[0].pk]))
@@ -327,14 +358,21 @@ class JobOperation:
         return reverse(f"admin:{self.url_name}", args=[job.snapshot_id, job.pk])
 
 
-JOB_OPERATIONS = {op.name: op for op in [
-    JobOperation("retry", "Retry", services.retry_job, JobStatus.FAILED,
-                 done="{job} will run again."),
-    JobOperation("reset-claim", "Reset the claim", services.reset_claim, JobStatus.CLAIMED,
-                 done="{job} is pending again; its worker's reports will be refused.",
-                 confirm="Hand {job} back to pending now? Do this only when its worker is "
-                         "known to be gone: whatever it still reports is refused."),
-]}
+JOB_OPERATIONS = {
+    op.name: op
+    for op in [
+        JobOperation("retry", "Retry", services.retry_job, JobStatus.FAILED, done="{job} will run again."),
+        JobOperation(
+            "reset-claim",
+            "Reset the claim",
+            services.reset_claim,
+            JobStatus.CLAIMED,
+            done="{job} is pending again; its worker's reports will be refused.",
+            confirm="Hand {job} back to pending now? Do this only when its worker is "
+            "known to be gone: whatever it still reports is refused.",
+        ),
+    ]
+}
 
 
 @dataclass(frozen=True)
@@ -396,8 +434,7 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
     """Snapshots are made from mappings and written by the workers; operators act on
     them through the services, and a snapshot stays as the record of what was exported."""
 
-    list_display = ["id", "mapping", "status", "jobs_done", "rows", "size", "created_at",
-                    "created_by"]
+    list_display = ["id", "mapping", "status", "jobs_done", "rows", "size", "created_at", "created_by"]
     list_display_links = ["id", "mapping"]
     list_filter = ["status", ("mapping", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["mapping", "tenant", "created_by"]
@@ -408,17 +445,35 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
     paginator = CappedCountPaginator
     change_form_template = "admin/exports/snapshot/change_form.html"
     actions = ["cancel_snapshots"]
-    fields = ["id", "mapping", "tenant", "status", "created_by", "created_at", "updated_at",
-              "finished_at", "size", "node_counts", "edge_counts", "error"]
+    fields = [
+        "id",
+        "mapping",
+        "tenant",
+        "status",
+        "created_by",
+        "created_at",
+        "updated_at",
+        "finished_at",
+        "size",
+        "node_counts",
+        "edge_counts",
+        "error",
+    ]
     readonly_fields = fields
 
     # -- who may do what --
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Snapshot]:
-        snapshots = super().get_queryset(request).annotate(
-            job_total=Count("jobs"),
-            job_done=Count("jobs", filter=Q(jobs__status=JobStatus.COMPLETED)),
-            row_total=Sum("jobs__row_count"), job_bytes=Sum("jobs__size_bytes"))
+        snapshots = (
+            super()
+            .get_queryset(request)
+            .annotate(
+                job_total=Count("jobs"),
+                job_done=Count("jobs", filter=Q(jobs__status=JobStatus.COMPLETED)),
+                row_total=Sum("jobs__row_count"),
+                job_bytes=Sum("jobs__size_bytes"),
+            )
+        )
         return scope_queryset(snapshots, request.user)
 
     def get_list_display(self, request: HttpRequest) -> list[str]:
@@ -444,23 +499,36 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description="size")
     def size(self, snapshot: Snapshot) -> str:
-        return size_text(snapshot.size_bytes if snapshot.size_bytes is not None
-                         else getattr(snapshot, "job_bytes", None))
+        return size_text(
+            snapshot.size_bytes if snapshot.size_bytes is not None else getattr(snapshot, "job_bytes", None)
+        )
 
     # -- the snapshot page: its jobs, their files and history, and the actions --
 
     def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view
-        own = [path("<path:object_id>/cancel/", view(self.cancel_view),
-                    name="exports_snapshot_cancel"),
-               path("<path:object_id>/jobs/<int:job_id>/files/<int:index>/",
-                    view(self.file_view), name="exports_snapshot_file")]
-        own += [path(f"<path:object_id>/jobs/<int:job_id>/{name}/", view(self.job_operation_view),
-                     {"operation": name}, name=op.url_name) for name, op in JOB_OPERATIONS.items()]
+        own = [
+            path("<path:object_id>/cancel/", view(self.cancel_view), name="exports_snapshot_cancel"),
+            path(
+                "<path:object_id>/jobs/<int:job_id>/files/<int:index>/",
+                view(self.file_view),
+                name="exports_snapshot_file",
+            ),
+        ]
+        own += [
+            path(
+                f"<path:object_id>/jobs/<int:job_id>/{name}/",
+                view(self.job_operation_view),
+                {"operation": name},
+                name=op.url_name,
+            )
+            for name, op in JOB_OPERATIONS.items()
+        ]
         return own + super().get_urls()
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict | None = None) -> HttpResponse:
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None
+    ) -> HttpResponse:
         snapshot = self.get_object(request, unquote(object_id))
         context = dict(extra_context or {})
         if snapshot is not None and self.has_view_permission(request, snapshot):
@@ -472,14 +540,26 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
         events = Prefetch("events", ExportEvent.objects.select_related("actor").order_by("at", "id"))
         rows = []
         for job in snapshot.jobs.order_by("position").prefetch_related(events):
-            operations = [(op, op.url(job)) for op in JOB_OPERATIONS.values()
-                          if may_operate and job.status == op.applies_to]
-            rows.append(JobRow(job, next_poll_text(job, now), size_text(job.size_bytes),
-                               job_files(job, full=is_platform_operator(request)),
-                               list(job.events.all()), operations))
+            operations = [
+                (op, op.url(job))
+                for op in JOB_OPERATIONS.values()
+                if may_operate and job.status == op.applies_to
+            ]
+            rows.append(
+                JobRow(
+                    job,
+                    next_poll_text(job, now),
+                    size_text(job.size_bytes),
+                    job_files(job, full=is_platform_operator(request)),
+                    list(job.events.all()),
+                    operations,
+                )
+            )
         cancellable = may_operate and snapshot.status not in SNAPSHOT_FINISHED
-        return {"job_rows": rows, "cancel_url": reverse("admin:exports_snapshot_cancel",
-                                                        args=[snapshot.pk]) if cancellable else ""}
+        return {
+            "job_rows": rows,
+            "cancel_url": reverse("admin:exports_snapshot_cancel", args=[snapshot.pk]) if cancellable else "",
+        }
 
     def operated(self, request: HttpRequest, object_id: str) -> Snapshot:
         """The snapshot an action is about, if the user may act on it (404 if they may
@@ -491,15 +571,23 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
             raise Http404("No such snapshot visible to you.")
         return snapshot
 
-    def confirmation(self, request: HttpRequest, title: str, question: str,
-                     submit: str, **extra: Any) -> TemplateResponse:
-        context = {**self.admin_site.each_context(request), "opts": self.model._meta,
-                   "title": title, "question": question, "submit": submit, **extra}
+    def confirmation(
+        self, request: HttpRequest, title: str, question: str, submit: str, **extra: Any
+    ) -> TemplateResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": title,
+            "question": question,
+            "submit": submit,
+            **extra,
+        }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/exports/snapshot/confirm.html", context)
 
-    def job_operation_view(self, request: HttpRequest, object_id: str, job_id: int,
-                           operation: str) -> HttpResponse:
+    def job_operation_view(
+        self, request: HttpRequest, object_id: str, job_id: int, operation: str
+    ) -> HttpResponse:
         """A job's button: the service's action on a POST (after a confirmation page for
         those that ask one), reported back on the snapshot's page."""
         op = JOB_OPERATIONS[operation]
@@ -513,9 +601,14 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
         back = reverse("admin:exports_snapshot_change", args=[snapshot.pk])
         label = f"Job {job.pk} ({job.job_type} {job.entity_name})"
         if request.method != "POST":
-            return self.confirmation(request, f"{op.label}: {label}",
-                                     op.confirm.format(job=label), f"Yes, {op.label.lower()}",
-                                     snapshot=snapshot, back_url=back)
+            return self.confirmation(
+                request,
+                f"{op.label}: {label}",
+                op.confirm.format(job=label),
+                f"Yes, {op.label.lower()}",
+                snapshot=snapshot,
+                back_url=back,
+            )
         try:
             op.call(job, request.user)
         except services.ActionRefused as exc:
@@ -533,10 +626,14 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
         if request.method != "POST":
             open_jobs = snapshot.jobs.exclude(status__in=JOB_FINISHED)
             return self.confirmation(
-                request, f"Cancel snapshot {snapshot.pk}",
+                request,
+                f"Cancel snapshot {snapshot.pk}",
                 f"Cancel snapshot {snapshot.pk} of {snapshot.mapping}? Its {open_jobs.count()} "
                 "unfinished job(s) fail, and the queries they submitted are cancelled.",
-                "Yes, cancel the snapshot", snapshot=snapshot, back_url=back)
+                "Yes, cancel the snapshot",
+                snapshot=snapshot,
+                back_url=back,
+            )
         self.cancel(request, snapshot)
         return redirect(back)
 
@@ -544,37 +641,47 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
         try:
             cancelled = services.cancel_snapshot(snapshot, request.user)
         except services.ActionRefused as exc:
-            self.message_user(request, f"Snapshot {snapshot.pk}: not cancelled. "
-                                       f"{_sentence(str(exc))}", messages.ERROR)
+            self.message_user(
+                request, f"Snapshot {snapshot.pk}: not cancelled. {_sentence(str(exc))}", messages.ERROR
+            )
             return
         if not cancelled:
             snapshot.refresh_from_db(fields=["status"])
-            self.message_user(request, f"Snapshot {snapshot.pk}: nothing to cancel, it is "
-                                       f"{snapshot.status}.", messages.WARNING)
+            self.message_user(
+                request,
+                f"Snapshot {snapshot.pk}: nothing to cancel, it is {snapshot.status}.",
+                messages.WARNING,
+            )
             return
         self.log_change(request, snapshot, f"Cancelled: {len(cancelled)} job(s) failed")
-        self.message_user(request, f"Snapshot {snapshot.pk} cancelled: {len(cancelled)} "
-                                   "unfinished job(s) failed.", messages.SUCCESS)
+        self.message_user(
+            request,
+            f"Snapshot {snapshot.pk} cancelled: {len(cancelled)} unfinished job(s) failed.",
+            messages.SUCCESS,
+        )
 
     @admin.action(description="Cancel the selected snapshots", permissions=["operate"])
-    def cancel_snapshots(self, request: HttpRequest,
-                         queryset: QuerySet[Snapshot]) -> HttpResponse | None:
+    def cancel_snapshots(self, request: HttpRequest, queryset: QuerySet[Snapshot]) -> HttpResponse | None:
         selected = list(queryset.select_related("mapping").order_by("id"))
         if request.POST.get("post") != "yes":
             open_ones = [s for s in selected if s.status not in SNAPSHOT_FINISHED]
             return self.confirmation(
-                request, "Cancel snapshots",
+                request,
+                "Cancel snapshots",
                 f"Cancel {len(open_ones)} unfinished snapshot(s) of the {len(selected)} "
-                "selected? Their unfinished jobs fail.", "Yes, cancel them",
-                snapshots=open_ones, selected=selected, action="cancel_snapshots",
+                "selected? Their unfinished jobs fail.",
+                "Yes, cancel them",
+                snapshots=open_ones,
+                selected=selected,
+                action="cancel_snapshots",
                 action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
-                back_url=reverse("admin:exports_snapshot_changelist"))
+                back_url=reverse("admin:exports_snapshot_changelist"),
+            )
         for snapshot in selected:
             self.cancel(request, snapshot)
         return None
 
-    def file_view(self, request: HttpRequest, object_id: str, job_id: int,
-                  index: int) -> HttpResponse:
+    def file_view(self, request: HttpRequest, object_id: str, job_id: int, index: int) -> HttpResponse:
         """A local file of a job, as an attachment: only one its job lists, lying under
         its destination, of a snapshot the user may see."""
         if not self.has_view_permission(request):
@@ -592,9 +699,11 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 class TrinoBindingForm(forms.ModelForm):
     catalogs = forms.CharField(
-        label="Allowed catalogs", max_length=2000, required=False,
-        help_text="Comma-separated catalog names: the only ones this tenant's entities run in "
-                  "and name.")
+        label="Allowed catalogs",
+        max_length=2000,
+        required=False,
+        help_text="Comma-separated catalog names: the only ones this tenant's entities run in and name.",
+    )
 
     class Meta:
         model = TrinoBinding
@@ -613,8 +722,7 @@ class TrinoBindingForm(forms.ModelForm):
 
     def clean_catalogs(self) -> list[str]:
         # Trino's catalog names are lower case.
-        names = [part.strip().lower() for part in self.cleaned_data["catalogs"].split(",")
-                 if part.strip()]
+        names = [part.strip().lower() for part in self.cleaned_data["catalogs"].split(",") if part.strip()]
         bad = [name for name in names if not CATALOG_OR_ROLE.match(name)]
         if bad:
             raise ValidationError(f"not a catalog name: {bad[0]!r} (letters, digits, _ . and -)")
@@ -646,16 +754,14 @@ class TrinoBindingAdmin(PlatformWritesAdmin, admin.ModelAdmin):
             return ["tenant", "role", "catalog_list", "updated_at", "updated_by"]
         return ["tenant", *self.readonly_fields] if obj is not None else list(self.readonly_fields)
 
-    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False,
-                 **kwargs: Any) -> Any:
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
         if not is_platform_operator(request):
             kwargs["fields"] = []
         return super().get_form(request, obj, change, **kwargs)
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         if not is_platform_operator(request):
-            return [(None, {"fields": ["tenant", "role", "catalog_list", "updated_at",
-                                       "updated_by"]})]
+            return [(None, {"fields": ["tenant", "role", "catalog_list", "updated_at", "updated_by"]})]
         return super().get_fieldsets(request, obj)
 
     @admin.display(description="allowed catalogs")
@@ -672,8 +778,10 @@ class TrinoBindingAdmin(PlatformWritesAdmin, admin.ModelAdmin):
 
 class ExportConfigForm(forms.ModelForm):
     max_duration_seconds = forms.IntegerField(
-        label="maximum duration (s)", min_value=60,
-        help_text=ExportConfig._meta.get_field("max_duration_seconds").help_text)
+        label="maximum duration (s)",
+        min_value=60,
+        help_text=ExportConfig._meta.get_field("max_duration_seconds").help_text,
+    )
 
     class Meta:
         model = ExportConfig
@@ -700,13 +808,13 @@ class ExportConfigAdmin(admin.ModelAdmin):
         return is_platform_operator(request) and super().has_change_permission(request, obj)
 
     # The row exists before anyone looks for it, on the list or at its address.
-    def changelist_view(self, request: HttpRequest,
-                        extra_context: dict | None = None) -> HttpResponse:
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
         ExportConfig.current()
         return super().changelist_view(request, extra_context)
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict | None = None) -> HttpResponse:
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None
+    ) -> HttpResponse:
         ExportConfig.current()
         return super().change_view(request, object_id, form_url, extra_context)
 

@@ -49,8 +49,9 @@ NAME_LENGTH = Mapping._meta.get_field("name").max_length
 
 
 class MappingEntitySerializer(serializers.ModelSerializer):
-    columns = serializers.ListField(child=serializers.CharField(), read_only=True,
-                                    help_text="In the order the Parquet files have them.")
+    columns = serializers.ListField(
+        child=serializers.CharField(), read_only=True, help_text="In the order the Parquet files have them."
+    )
 
     class Meta:
         model = MappingEntity
@@ -89,14 +90,29 @@ class ExportJobSerializer(serializers.ModelSerializer):
     error = serializers.CharField(source="error_message", read_only=True)
     files = serializers.SerializerMethodField(
         help_text="Its Parquet files, as paths inside the snapshot's folder "
-                  "(nodes/<entity>/part-g1.parquet); platform operators see their full paths "
-                  "or URLs.")
+        "(nodes/<entity>/part-g1.parquet); platform operators see their full paths "
+        "or URLs."
+    )
 
     class Meta:
         model = ExportJob
-        fields = ["id", "position", "type", "entity", "engine", "status", "claimed_by",
-                  "row_count", "size_bytes", "error", "next_poll_at", "poll_count", "files",
-                  "created_at", "completed_at"]
+        fields = [
+            "id",
+            "position",
+            "type",
+            "entity",
+            "engine",
+            "status",
+            "claimed_by",
+            "row_count",
+            "size_bytes",
+            "error",
+            "next_poll_at",
+            "poll_count",
+            "files",
+            "created_at",
+            "completed_at",
+        ]
         read_only_fields = fields
 
     @extend_schema_field({"type": "array", "items": {"type": "string"}})
@@ -113,19 +129,33 @@ class SnapshotSerializer(serializers.ModelSerializer):
     tenant = serializers.IntegerField(source="tenant_id", read_only=True)
     mapping = serializers.IntegerField(source="mapping_id", read_only=True)
     mapping_name = serializers.CharField(source="mapping.name", read_only=True)
-    created_by = serializers.CharField(source="created_by.username", read_only=True,
-                                       allow_null=True)
-    node_counts = serializers.DictField(child=serializers.IntegerField(), read_only=True,
-                                        help_text="Rows per node entity, once finished.")
-    edge_counts = serializers.DictField(child=serializers.IntegerField(), read_only=True,
-                                        help_text="Rows per edge entity, once finished.")
+    created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True)
+    node_counts = serializers.DictField(
+        child=serializers.IntegerField(), read_only=True, help_text="Rows per node entity, once finished."
+    )
+    edge_counts = serializers.DictField(
+        child=serializers.IntegerField(), read_only=True, help_text="Rows per edge entity, once finished."
+    )
     jobs = ExportJobSerializer(many=True, read_only=True)
 
     class Meta:
         model = Snapshot
-        fields = ["id", "tenant", "mapping", "mapping_name", "status", "created_by",
-                  "created_at", "updated_at", "finished_at", "node_counts", "edge_counts",
-                  "size_bytes", "error", "jobs"]
+        fields = [
+            "id",
+            "tenant",
+            "mapping",
+            "mapping_name",
+            "status",
+            "created_by",
+            "created_at",
+            "updated_at",
+            "finished_at",
+            "node_counts",
+            "edge_counts",
+            "size_bytes",
+            "error",
+            "jobs",
+        ]
         read_only_fields = fields
 
 
@@ -141,8 +171,14 @@ def _storable(text: str) -> bool:
     return "\x00" not in text and not any(0xD800 <= ord(char) <= 0xDFFF for char in text)
 
 
-@extend_schema_field({"oneOf": [{"type": "integer", "minimum": 1, "maximum": MAX_ID},
-                                {"type": "string", "minLength": 1, "maxLength": NAME_LENGTH}]})
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "integer", "minimum": 1, "maximum": MAX_ID},
+            {"type": "string", "minLength": 1, "maxLength": NAME_LENGTH},
+        ]
+    }
+)
 class MappingReference(serializers.Field):
     """A mapping by id (a number) or by name (a string)."""
 
@@ -174,11 +210,10 @@ class TakeSnapshotSerializer(ClosedSerializer):
     # Named, a field the operators bind answers more than "unknown field".
     refused_fields = {
         "starburst_role": "unknown field: the Trino role is bound to the tenant by platform "
-                          "operators, not chosen per snapshot",
+        "operators, not chosen per snapshot",
     }
 
-    mapping = MappingReference(help_text="The mapping, by id or by name (platform operators: "
-                                         "by id).")
+    mapping = MappingReference(help_text="The mapping, by id or by name (platform operators: by id).")
 
 
 # --- listing rules --------------------------------------------------------------------------------
@@ -192,10 +227,10 @@ class IdFilter(filters.Filter):
 
 
 class SnapshotFilter(filters.FilterSet):
-    status = filters.MultipleChoiceFilter(choices=SnapshotStatus.choices,
-                                          help_text="Repeat to match any of several.")
-    mapping = IdFilter(field_name="mapping_id", min_value=1, max_value=MAX_ID,
-                       help_text="A mapping's id.")
+    status = filters.MultipleChoiceFilter(
+        choices=SnapshotStatus.choices, help_text="Repeat to match any of several."
+    )
+    mapping = IdFilter(field_name="mapping_id", min_value=1, max_value=MAX_ID, help_text="A mapping's id.")
     created_after = DateTimeFilter(field_name="created_at", lookup_expr="gte")
     created_before = DateTimeFilter(field_name="created_at", lookup_expr="lt")
 
@@ -217,8 +252,13 @@ def visible_mapping(user: Any, reference: int | str) -> Mapping:
     mappings = scope_queryset(Mapping.objects.all(), user)
     if isinstance(reference, str):
         if tenant_scope(user) is True:
-            raise ValidationError({"mapping": ["a platform operator names a mapping by its id: "
-                                               "names are unique within a tenant only"]})
+            raise ValidationError(
+                {
+                    "mapping": [
+                        "a platform operator names a mapping by its id: names are unique within a tenant only"
+                    ]
+                }
+            )
         found = mappings.filter(name=reference).first()
     else:
         found = mappings.filter(pk=reference).first()
@@ -229,13 +269,17 @@ def visible_mapping(user: Any, reference: int | str) -> Mapping:
 
 def visible_snapshots(user: Any) -> QuerySet[Snapshot]:
     jobs = Prefetch("jobs", ExportJob.objects.order_by("position"))
-    return scope_queryset(Snapshot.objects.select_related("mapping", "created_by"), user
-                          ).prefetch_related(jobs)
+    return scope_queryset(Snapshot.objects.select_related("mapping", "created_by"), user).prefetch_related(
+        jobs
+    )
 
 
 def dataset_body(dataset: Dataset) -> dict[str, Any]:
-    return {"name": dataset.name, "description": dataset.description,
-            "columns": [{"name": column.name, "type": column.type} for column in dataset.columns]}
+    return {
+        "name": dataset.name,
+        "description": dataset.description,
+        "columns": [{"name": column.name, "type": column.type} for column in dataset.columns],
+    }
 
 
 # --- the views -----------------------------------------------------------------------------------
@@ -264,8 +308,11 @@ class MappingViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
 class DatasetsView(APIView):
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(tags=["exports"], summary="The datasets a mapping entity may name, with "
-                   "their columns and types", responses={200: DatasetSerializer(many=True)})
+    @extend_schema(
+        tags=["exports"],
+        summary="The datasets a mapping entity may name, with their columns and types",
+        responses={200: DatasetSerializer(many=True)},
+    )
     def get(self, request: Request) -> Response:
         return Response([dataset_body(DATASETS[name]) for name in sorted(DATASETS)])
 
@@ -273,8 +320,9 @@ class DatasetsView(APIView):
 @extend_schema(tags=["exports"])
 @extend_schema_view(
     list=extend_schema(summary="List snapshots with their jobs, newest first"),
-    retrieve=extend_schema(summary="One snapshot with its jobs",
-                           responses={200: SnapshotSerializer, 404: NOT_FOUND}),
+    retrieve=extend_schema(
+        summary="One snapshot with its jobs", responses={200: SnapshotSerializer, 404: NOT_FOUND}
+    ),
 )
 class SnapshotViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Snapshots of the caller's tenant (every tenant's for platform operators)."""
@@ -296,8 +344,11 @@ class SnapshotViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         fresh = visible_snapshots(self.request.user).get(pk=snapshot.pk)
         return SnapshotSerializer(fresh, context=self.get_serializer_context()).data
 
-    @extend_schema(summary="Take a snapshot of a mapping (staff)", request=TakeSnapshotSerializer,
-                   responses={201: SnapshotSerializer})
+    @extend_schema(
+        summary="Take a snapshot of a mapping (staff)",
+        request=TakeSnapshotSerializer,
+        responses={201: SnapshotSerializer},
+    )
     def create(self, request: Request) -> Response:
         form = TakeSnapshotSerializer(data=object_body(request))
         form.is_valid(raise_exception=True)
@@ -308,10 +359,15 @@ class SnapshotViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             raise ValidationError({"mapping": [str(exc)]}) from None
         return Response(self._body(snapshot), status=status.HTTP_201_CREATED)
 
-    @extend_schema(summary="Cancel a snapshot: its unfinished jobs fail (staff)", request=None,
-                   responses={200: SnapshotSerializer, 404: NOT_FOUND,
-                              409: OpenApiResponse(SnapshotRefusedSerializer,
-                                                   description="Nothing to cancel: says why.")})
+    @extend_schema(
+        summary="Cancel a snapshot: its unfinished jobs fail (staff)",
+        request=None,
+        responses={
+            200: SnapshotSerializer,
+            404: NOT_FOUND,
+            409: OpenApiResponse(SnapshotRefusedSerializer, description="Nothing to cancel: says why."),
+        },
+    )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         snapshot = self.get_object()
@@ -321,8 +377,9 @@ class SnapshotViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             return self._refused(snapshot, str(exc))
         if not cancelled:
             snapshot.refresh_from_db(fields=["status"])
-            return self._refused(snapshot, f"snapshot {snapshot.pk} has no unfinished job: it "
-                                           f"is {snapshot.status}")
+            return self._refused(
+                snapshot, f"snapshot {snapshot.pk} has no unfinished job: it is {snapshot.status}"
+            )
         return Response(self._body(snapshot))
 
     def _refused(self, snapshot: Snapshot, detail: str) -> Response:

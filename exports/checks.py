@@ -17,7 +17,11 @@ def check_worker_token(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     is accepted whatever its address's count of wrong ones (jobs.throttling.wrong_token)."""
     token = conf.get("WORKER_TOKEN")
     if token and len(token) < MIN_WORKER_TOKEN_CHARS:
-        return [Warning(f"EXPORTS_WORKER_TOKEN is shorter than {MIN_WORKER_TOKEN_CHARS} characters",
-                        hint="Make it random: python -c 'import secrets; "
-                             "print(secrets.token_urlsafe(32))'", id="exports.W001")]
+        return [
+            Warning(
+                f"EXPORTS_WORKER_TOKEN is shorter than {MIN_WORKER_TOKEN_CHARS} characters",
+                hint="Make it random: python -c 'import secrets; print(secrets.token_urlsafe(32))'",
+                id="exports.W001",
+            )
+        ]
     return []

@@ -61,13 +61,25 @@ class WorkerToken(BasePermission):
 def spec_of(job: ExportJob, claim_token: str = "") -> dict[str, Any]:
     """The job as a worker is told it; the claim's secret only in the answer that issued it."""
     return JobSpec(
-        id=job.pk, snapshot_id=job.snapshot_id, tenant_id=job.tenant_id,
-        generation=job.generation, job_type=job.job_type,
-        entity_name=job.entity_name, engine=job.engine, sql=job.sql,
-        column_names=tuple(job.column_names), column_types=tuple(job.column_types),
-        catalog=job.catalog, starburst_role=job.starburst_role, destination=job.destination,
-        status=job.status, query_id=job.query_id, next_uri=job.next_uri,
-        poll_count=job.poll_count, claim_token=claim_token).to_json()
+        id=job.pk,
+        snapshot_id=job.snapshot_id,
+        tenant_id=job.tenant_id,
+        generation=job.generation,
+        job_type=job.job_type,
+        entity_name=job.entity_name,
+        engine=job.engine,
+        sql=job.sql,
+        column_names=tuple(job.column_names),
+        column_types=tuple(job.column_types),
+        catalog=job.catalog,
+        starburst_role=job.starburst_role,
+        destination=job.destination,
+        status=job.status,
+        query_id=job.query_id,
+        next_uri=job.next_uri,
+        poll_count=job.poll_count,
+        claim_token=claim_token,
+    ).to_json()
 
 
 class _Internal(APIView):
@@ -123,23 +135,31 @@ class ReportBodyParser(StreamedJSONParser):
 
 
 class ReportSerializer(serializers.Serializer):
-    status = serializers.ChoiceField(choices=[JobStatus.PENDING, JobStatus.CLAIMED,
-                                              JobStatus.SUBMITTED, JobStatus.COMPLETED,
-                                              JobStatus.FAILED])
+    status = serializers.ChoiceField(
+        choices=[
+            JobStatus.PENDING,
+            JobStatus.CLAIMED,
+            JobStatus.SUBMITTED,
+            JobStatus.COMPLETED,
+            JobStatus.FAILED,
+        ]
+    )
     generation = serializers.IntegerField(min_value=0)
     worker = serializers.CharField(max_length=200)
     # Missing or wrong, the report is refused as a lost claim is (409), not as a bad one.
-    claim_token = serializers.CharField(max_length=200, required=False, default="",
-                                        allow_blank=True)
+    claim_token = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
     query_id = serializers.CharField(max_length=200, required=False, default="")
     next_uri = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
     poll_count = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
     row_count = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
     size_bytes = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
-    files = serializers.ListField(child=serializers.CharField(max_length=MAX_FILE_PATH),
-                                  max_length=MAX_REPORT_FILES, required=False, default=list)
-    error_message = serializers.CharField(max_length=4000, required=False, default="",
-                                          allow_blank=True)
+    files = serializers.ListField(
+        child=serializers.CharField(max_length=MAX_FILE_PATH),
+        max_length=MAX_REPORT_FILES,
+        required=False,
+        default=list,
+    )
+    error_message = serializers.CharField(max_length=4000, required=False, default="", allow_blank=True)
     note = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
 
 
@@ -159,8 +179,10 @@ class Report(_Internal):
         except services.InvalidReport as error:
             raise ValidationError({error.field: [str(error)]}) from None
         except services.ClaimLost as lost:
-            return Response({"detail": str(lost), "status": lost.job.status,
-                             "generation": lost.job.generation}, status=status.HTTP_409_CONFLICT)
+            return Response(
+                {"detail": str(lost), "status": lost.job.status, "generation": lost.job.generation},
+                status=status.HTTP_409_CONFLICT,
+            )
         return Response({"job": spec_of(job)})
 
 

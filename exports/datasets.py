@@ -56,57 +56,97 @@ _ENTRIES = """
       JOIN factors_unit u ON u.id = r.unit_id
      WHERE u.tenant_id = {tenant}"""
 
-DATASETS: dict[str, Dataset] = {dataset.name: dataset for dataset in (
-    Dataset(
-        "units", "The tenant's organisational units (and their parent unit).",
-        "SELECT id, code, name, parent_id, created_at FROM factors_unit WHERE tenant_id = {tenant}",
-        (Column("id", "bigint"), Column("code", "varchar"), Column("name", "varchar"),
-         Column("parent_id", "bigint"), Column("created_at", "timestamp(6) with time zone")),
-    ),
-    Dataset(
-        "data_entries", "The tenant's reported activities, with their module, report and unit.",
-        _ENTRIES,
-        (Column("id", "bigint"), Column("data_entry_type", "varchar"), Column("year", "integer"),
-         Column("quantity", "decimal(18,6)"), Column("unit", "varchar"),
-         Column("classification", "json"), Column("source", "varchar"),
-         Column("module", "varchar"), Column("report_year", "integer"),
-         Column("unit_code", "varchar"),
-         Column("created_at", "timestamp(6) with time zone"),
-         Column("updated_at", "timestamp(6) with time zone")),
-    ),
-    Dataset(
-        "emission_factors", "The emission factors: reference data every tenant's entries are "
-        "computed with, the same for all tenants.",
-        """SELECT id, data_entry_type, year, classification::text AS classification, value, unit,
+DATASETS: dict[str, Dataset] = {
+    dataset.name: dataset
+    for dataset in (
+        Dataset(
+            "units",
+            "The tenant's organisational units (and their parent unit).",
+            "SELECT id, code, name, parent_id, created_at FROM factors_unit WHERE tenant_id = {tenant}",
+            (
+                Column("id", "bigint"),
+                Column("code", "varchar"),
+                Column("name", "varchar"),
+                Column("parent_id", "bigint"),
+                Column("created_at", "timestamp(6) with time zone"),
+            ),
+        ),
+        Dataset(
+            "data_entries",
+            "The tenant's reported activities, with their module, report and unit.",
+            _ENTRIES,
+            (
+                Column("id", "bigint"),
+                Column("data_entry_type", "varchar"),
+                Column("year", "integer"),
+                Column("quantity", "decimal(18,6)"),
+                Column("unit", "varchar"),
+                Column("classification", "json"),
+                Column("source", "varchar"),
+                Column("module", "varchar"),
+                Column("report_year", "integer"),
+                Column("unit_code", "varchar"),
+                Column("created_at", "timestamp(6) with time zone"),
+                Column("updated_at", "timestamp(6) with time zone"),
+            ),
+        ),
+        Dataset(
+            "emission_factors",
+            "The emission factors: reference data every tenant's entries are "
+            "computed with, the same for all tenants.",
+            """SELECT id, data_entry_type, year, classification::text AS classification, value, unit,
                   source, is_stale, updated_at
              FROM factors_emissionfactor""",
-        (Column("id", "bigint"), Column("data_entry_type", "varchar"), Column("year", "integer"),
-         Column("classification", "json"), Column("value", "decimal(18,9)"),
-         Column("unit", "varchar"), Column("source", "varchar"), Column("is_stale", "boolean"),
-         Column("updated_at", "timestamp(6) with time zone")),
-    ),
-    Dataset(
-        "emissions", "Edges from each of the tenant's entries to the factor it was computed "
-        "with, and the kg CO2e.",
-        """SELECT em.data_entry_id, em.factor_id, em.kg_co2e, em.computed_at
+            (
+                Column("id", "bigint"),
+                Column("data_entry_type", "varchar"),
+                Column("year", "integer"),
+                Column("classification", "json"),
+                Column("value", "decimal(18,9)"),
+                Column("unit", "varchar"),
+                Column("source", "varchar"),
+                Column("is_stale", "boolean"),
+                Column("updated_at", "timestamp(6) with time zone"),
+            ),
+        ),
+        Dataset(
+            "emissions",
+            "Edges from each of the tenant's entries to the factor it was computed with, and the kg CO2e.",
+            """SELECT em.data_entry_id, em.factor_id, em.kg_co2e, em.computed_at
              FROM factors_emission em
              JOIN factors_dataentry e ON e.id = em.data_entry_id
              JOIN factors_reportmodule m ON m.id = e.module_id
              JOIN factors_carbonreport r ON r.id = m.report_id
              JOIN factors_unit u ON u.id = r.unit_id
             WHERE u.tenant_id = {tenant}""",
-        (Column("data_entry_id", "bigint"), Column("factor_id", "bigint"),
-         Column("kg_co2e", "decimal(20,6)"), Column("computed_at", "timestamp(6) with time zone")),
-    ),
-    Dataset(
-        "daily_bars", "The daily bars of the tenant's market feeds.",
-        """SELECT f.name AS feed, b.ts_code, b.trade_date, b.open, b.high, b.low, b.close,
+            (
+                Column("data_entry_id", "bigint"),
+                Column("factor_id", "bigint"),
+                Column("kg_co2e", "decimal(20,6)"),
+                Column("computed_at", "timestamp(6) with time zone"),
+            ),
+        ),
+        Dataset(
+            "daily_bars",
+            "The daily bars of the tenant's market feeds.",
+            """SELECT f.name AS feed, b.ts_code, b.trade_date, b.open, b.high, b.low, b.close,
                   b.pre_close, b.change, b.pct_chg, b.vol, b.amount
              FROM ingest_dailybar b JOIN ingest_marketfeed f ON f.id = b.feed_id
             WHERE f.tenant_id = {tenant}""",
-        (Column("feed", "varchar"), Column("ts_code", "varchar"), Column("trade_date", "date"),
-         Column("open", "double"), Column("high", "double"), Column("low", "double"),
-         Column("close", "double"), Column("pre_close", "double"), Column("change", "double"),
-         Column("pct_chg", "double"), Column("vol", "double"), Column("amount", "double")),
-    ),
-)}
+            (
+                Column("feed", "varchar"),
+                Column("ts_code", "varchar"),
+                Column("trade_date", "date"),
+                Column("open", "double"),
+                Column("high", "double"),
+                Column("low", "double"),
+                Column("close", "double"),
+                Column("pre_close", "double"),
+                Column("change", "double"),
+                Column("pct_chg", "double"),
+                Column("vol", "double"),
+                Column("amount", "double"),
+            ),
+        ),
+    )
+}

@@ -37,9 +37,22 @@ MAX_QUERY_CHARS = 100_000
 
 # Statements that are not queries, wherever they appear in the tree.
 _NOT_QUERIES: tuple[type[exp.Expression], ...] = (
-    exp.Command, exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Drop,
-    exp.Alter, exp.Into, exp.Set, exp.Use, exp.Describe, exp.Transaction, exp.Commit,
-    exp.Grant)
+    exp.Command,
+    exp.Insert,
+    exp.Update,
+    exp.Delete,
+    exp.Merge,
+    exp.Create,
+    exp.Drop,
+    exp.Alter,
+    exp.Into,
+    exp.Set,
+    exp.Use,
+    exp.Describe,
+    exp.Transaction,
+    exp.Commit,
+    exp.Grant,
+)
 
 
 # sqlglot parses and writes recursively: some fifty nested parentheses reach Python's
@@ -58,8 +71,7 @@ def parse_query(sql: str) -> exp.Query:
     if len(sql) > MAX_QUERY_CHARS:
         raise UnsafeQuery(f"the query is longer than {MAX_QUERY_CHARS} characters")
     try:
-        if any(token.token_type == TokenType.SEMICOLON
-               for token in sqlglot.tokenize(sql, read=DIALECT)):
+        if any(token.token_type == TokenType.SEMICOLON for token in sqlglot.tokenize(sql, read=DIALECT)):
             raise UnsafeQuery("a semicolon: an entity is one query, written without ';'")
         statements = [tree for tree in sqlglot.parse(sql, read=DIALECT) if tree is not None]
     except SqlglotError as error:
@@ -81,8 +93,9 @@ def _check_node(node: exp.Expression) -> None:
         raise UnsafeQuery(f"a {_kind(node)} inside the query: an entity only reads")
     if isinstance(node, exp.Placeholder | exp.Parameter):
         raise UnsafeQuery("a parameter (?): an entity's query takes none")
-    if isinstance(node, exp.Kwarg) or (isinstance(node, exp.Table)
-                                       and not isinstance(node.this, exp.Identifier)):
+    if isinstance(node, exp.Kwarg) or (
+        isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier)
+    ):
         raise UnsafeQuery("a table function: an entity's query reads tables only")
 
 
@@ -99,8 +112,11 @@ def _first_line(error: Exception) -> str:
 def catalogs_named(tree: exp.Expression) -> set[str]:
     """The catalogs the query's table references name explicitly (``catalog.schema.t``);
     the others are read in the session's catalog, the entity's own."""
-    return {_identifier(table.args["catalog"]) for table in tree.find_all(exp.Table)
-            if table.args.get("catalog") is not None}
+    return {
+        _identifier(table.args["catalog"])
+        for table in tree.find_all(exp.Table)
+        if table.args.get("catalog") is not None
+    }
 
 
 def _identifier(node: exp.Expression) -> str:

@@ -74,12 +74,15 @@ UNLOAD = re.compile(
     r"^\s*SELECT\s+\*\s+FROM\s+TABLE\s*\(\s*system\.unload\s*\(\s*input\s*=>\s*TABLE\s*\((?P<query>.*)\)"
     rf"\s*,\s*location\s*=>\s*{_ARGUMENT.format('location')}"
     rf"\s*,\s*format\s*=>\s*{_ARGUMENT.format('format')}\s*\)\s*\)\s*$",
-    re.IGNORECASE | re.DOTALL)
+    re.IGNORECASE | re.DOTALL,
+)
 EXECUTE_IMMEDIATE = re.compile(
     r"^\s*EXECUTE\s+IMMEDIATE\s+'(?P<statement>(?:[^']|'')*)'\s*(?:USING\s+(?P<values>.*?))?\s*$",
-    re.IGNORECASE | re.DOTALL)
-LITERAL = re.compile(r"\s*(?:'(?P<text>(?:[^']|'')*)'|(?P<number>-?\d+)|(?P<null>NULL))\s*(?:,|$)",
-                     re.IGNORECASE)
+    re.IGNORECASE | re.DOTALL,
+)
+LITERAL = re.compile(
+    r"\s*(?:'(?P<text>(?:[^']|'')*)'|(?P<number>-?\d+)|(?P<null>NULL))\s*(?:,|$)", re.IGNORECASE
+)
 MAX_BODY = 1 << 20
 
 
@@ -117,7 +120,7 @@ def _outside_literals(sql: str) -> list[int]:
         if char in "'\"":
             end = index + 1
             while end < length:
-                if sql[end] == char and sql[end + 1:end + 2] == char:
+                if sql[end] == char and sql[end + 1 : end + 2] == char:
                     end += 2
                 elif sql[end] == char:
                     break
@@ -149,8 +152,11 @@ def read_request(sql: str) -> tuple[str, list[Any]]:
     values = _literals(match["values"] or "")
     wanted = sum(1 for index in _outside_literals(statement) if statement[index] == "?")
     if wanted != len(values):
-        raise _Failed("INVALID_PARAMETER_USAGE", "USER_ERROR",
-                      f"Incorrect number of parameters: expected {wanted} but found {len(values)}")
+        raise _Failed(
+            "INVALID_PARAMETER_USAGE",
+            "USER_ERROR",
+            f"Incorrect number of parameters: expected {wanted} but found {len(values)}",
+        )
     return statement, values
 
 
@@ -159,8 +165,9 @@ def _one_statement(sql: str) -> None:
         if sql[index] == ";":
             line = sql.count("\n", 0, index) + 1
             column = index - sql.rfind("\n", 0, index)
-            raise _Failed("SYNTAX_ERROR", "USER_ERROR",
-                          f"line {line}:{column}: mismatched input ';'. Expecting: <EOF>")
+            raise _Failed(
+                "SYNTAX_ERROR", "USER_ERROR", f"line {line}:{column}: mismatched input ';'. Expecting: <EOF>"
+            )
 
 
 def _literals(text: str) -> list[Any]:
@@ -168,8 +175,11 @@ def _literals(text: str) -> list[Any]:
     while position < len(text):
         match = LITERAL.match(text, position)
         if match is None or match.end() == position:
-            raise _Failed("SYNTAX_ERROR", "USER_ERROR",
-                          f"line 1:1: mismatched input in USING: {text[position:position + 40]!r}")
+            raise _Failed(
+                "SYNTAX_ERROR",
+                "USER_ERROR",
+                f"line 1:1: mismatched input in USING: {text[position : position + 40]!r}",
+            )
         if match["text"] is not None:
             values.append(match["text"].replace("''", "'"))
         elif match["number"] is not None:
@@ -182,20 +192,25 @@ def _literals(text: str) -> list[Any]:
 
 def trino_type(arrow: pa.DataType) -> tuple[str, dict[str, Any]]:
     """Trino's name and type signature for an Arrow type of DuckDB's answer."""
+
     def signature(raw: str, *args: int) -> dict[str, Any]:
         return {"rawType": raw, "arguments": [{"kind": "LONG", "value": a} for a in args]}
 
     if pa.types.is_boolean(arrow):
         return "boolean", signature("boolean")
-    for check, name in ((pa.types.is_int8, "tinyint"), (pa.types.is_int16, "smallint"),
-                        (pa.types.is_int32, "integer"), (pa.types.is_int64, "bigint"),
-                        (pa.types.is_float32, "real"), (pa.types.is_float64, "double"),
-                        (pa.types.is_date32, "date")):
+    for check, name in (
+        (pa.types.is_int8, "tinyint"),
+        (pa.types.is_int16, "smallint"),
+        (pa.types.is_int32, "integer"),
+        (pa.types.is_int64, "bigint"),
+        (pa.types.is_float32, "real"),
+        (pa.types.is_float64, "double"),
+        (pa.types.is_date32, "date"),
+    ):
         if check(arrow):
             return name, signature(name)
     if pa.types.is_decimal(arrow):
-        return f"decimal({arrow.precision},{arrow.scale})", signature(
-            "decimal", arrow.precision, arrow.scale)
+        return f"decimal({arrow.precision},{arrow.scale})", signature("decimal", arrow.precision, arrow.scale)
     if pa.types.is_timestamp(arrow):
         raw = "timestamp with time zone" if arrow.tz else "timestamp"
         return raw.replace("timestamp", "timestamp(6)", 1), signature(raw, 6)
@@ -231,9 +246,15 @@ def encode(value: Any, type_name: str) -> Any:
 
 
 class FakeTrino:
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, page_rows: int = 10_000,
-                 unload_available: bool = True, storage_options: dict[str, Any] | None = None
-                 ) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        page_rows: int = 10_000,
+        unload_available: bool = True,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
         self.host, self.port = host, port
         self.page_rows = page_rows
         self.unload_available = unload_available
@@ -261,12 +282,16 @@ class FakeTrino:
             self.duckdb.execute(f'CREATE OR REPLACE TABLE "{name}" AS SELECT * FROM _incoming')
             self.duckdb.unregister("_incoming")
 
-    def fail_next(self, error_name: str = "GENERIC_INTERNAL_ERROR", error_type: str = "INTERNAL_ERROR",
-                  message: str = "Query failed", times: int = 1) -> None:
+    def fail_next(
+        self,
+        error_name: str = "GENERIC_INTERNAL_ERROR",
+        error_type: str = "INTERNAL_ERROR",
+        message: str = "Query failed",
+        times: int = 1,
+    ) -> None:
         with self._lock:
             for _ in range(times):
-                self._failures.append({"errorName": error_name, "errorType": error_type,
-                                       "message": message})
+                self._failures.append({"errorName": error_name, "errorType": error_type, "message": message})
 
     def http_error_next(self, status: int = 503, times: int = 1) -> None:
         with self._lock:
@@ -315,8 +340,7 @@ class FakeTrino:
         self._server = ThreadingHTTPServer((self.host, self.port), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-trino",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-trino", daemon=True)
         self._thread.start()
         return self
 
@@ -388,9 +412,12 @@ class FakeTrino:
     def _control(self, command: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         action = command.get("action")
         if action == "fail":
-            self.fail_next(command.get("error_name", "GENERIC_INTERNAL_ERROR"),
-                           command.get("error_type", "INTERNAL_ERROR"),
-                           command.get("message", "Query failed"), int(command.get("times", 1)))
+            self.fail_next(
+                command.get("error_name", "GENERIC_INTERNAL_ERROR"),
+                command.get("error_type", "INTERNAL_ERROR"),
+                command.get("message", "Query failed"),
+                int(command.get("times", 1)),
+            )
         elif action == "http_error":
             self.http_error_next(int(command.get("status", 503)), int(command.get("times", 1)))
         elif action == "hold":
@@ -428,14 +455,27 @@ class FakeTrino:
             self._stopping.wait(self.cold_start_seconds)
         return self._results(query, next_token=0)
 
-    def _results(self, query: Query, *, next_token: int | None, columns: bool = False,
-                 data: list[list[Any]] | None = None) -> dict[str, Any]:
+    def _results(
+        self,
+        query: Query,
+        *,
+        next_token: int | None,
+        columns: bool = False,
+        data: list[list[Any]] | None = None,
+    ) -> dict[str, Any]:
         answer: dict[str, Any] = {
-            "id": query.id, "infoUri": f"{self.url}/ui/query.html?{query.id}",
-            "stats": {"state": query.state, "queued": query.state == "QUEUED",
-                      "scheduled": query.state != "QUEUED", "nodes": 1, "totalSplits": 1,
-                      "completedSplits": int(query.state == "FINISHED")},
-            "warnings": []}
+            "id": query.id,
+            "infoUri": f"{self.url}/ui/query.html?{query.id}",
+            "stats": {
+                "state": query.state,
+                "queued": query.state == "QUEUED",
+                "scheduled": query.state != "QUEUED",
+                "nodes": 1,
+                "totalSplits": 1,
+                "completedSplits": int(query.state == "FINISHED"),
+            },
+            "warnings": [],
+        }
         if next_token is not None:
             kind = "queued" if query.state == "QUEUED" else "executing"
             answer["nextUri"] = f"{self.url}/v1/statement/{kind}/{query.id}/y{next_token}/{next_token}"
@@ -449,12 +489,24 @@ class FakeTrino:
 
     def _error(self, query: Query) -> dict[str, Any]:
         error = query.error or {}
-        codes = {"USER_ERROR": 0, "INTERNAL_ERROR": 65536, "INSUFFICIENT_RESOURCES": 131072,
-                 "EXTERNAL": 16777216}
-        return {"message": error["message"], "errorCode": codes.get(error["errorType"], 1),
-                "errorName": error["errorName"], "errorType": error["errorType"],
-                "failureInfo": {"type": "io.trino.spi.TrinoException", "message": error["message"],
-                                "suppressed": [], "stack": []}}
+        codes = {
+            "USER_ERROR": 0,
+            "INTERNAL_ERROR": 65536,
+            "INSUFFICIENT_RESOURCES": 131072,
+            "EXTERNAL": 16777216,
+        }
+        return {
+            "message": error["message"],
+            "errorCode": codes.get(error["errorType"], 1),
+            "errorName": error["errorName"],
+            "errorType": error["errorType"],
+            "failureInfo": {
+                "type": "io.trino.spi.TrinoException",
+                "message": error["message"],
+                "suppressed": [],
+                "stack": [],
+            },
+        }
 
     def _page(self, query: Query, token: int) -> dict[str, Any] | None:
         with self._lock:
@@ -512,32 +564,39 @@ class FakeTrino:
         """Run the query on DuckDB (an unload writes its files here and now)."""
         try:
             if query.location and not self.unload_available:
-                raise _Failed("FUNCTION_NOT_FOUND", "USER_ERROR",
-                              "line 1:21: Table function 'system.unload' not registered")
+                raise _Failed(
+                    "FUNCTION_NOT_FOUND",
+                    "USER_ERROR",
+                    "line 1:21: Table function 'system.unload' not registered",
+                )
             cursor = self.duckdb.cursor()
             if query.location:
                 from exports import parquet
 
                 if str(query.unload_format).upper() != "PARQUET":
-                    raise _Failed("INVALID_FUNCTION_ARGUMENT", "USER_ERROR",
-                                  f"Unsupported format: {query.unload_format}")
+                    raise _Failed(
+                        "INVALID_FUNCTION_ARGUMENT",
+                        "USER_ERROR",
+                        f"Unsupported format: {query.unload_format}",
+                    )
                 reader = cursor.sql(query.unload_query).to_arrow_reader(self.page_rows)
                 written = parquet.write_batches(
-                    reader, reader.schema, query.location, f"{query.id}-0.parquet",
-                    self.storage_options)
-                query.columns = [{"name": "path", "type": "varchar", "typeSignature": trino_type(
-                    pa.string())[1]}, {"name": "count", "type": "bigint",
-                                       "typeSignature": trino_type(pa.int64())[1]}]
+                    reader, reader.schema, query.location, f"{query.id}-0.parquet", self.storage_options
+                )
+                query.columns = [
+                    {"name": "path", "type": "varchar", "typeSignature": trino_type(pa.string())[1]},
+                    {"name": "count", "type": "bigint", "typeSignature": trino_type(pa.int64())[1]},
+                ]
                 query.unload_rows = [[written.files[0], written.rows]]
                 query.state = "FINISHED"
                 return
-            query.reader = cursor.sql(query.statement, params=query.parameters or None
-                                      ).to_arrow_reader(self.page_rows)
+            query.reader = cursor.sql(query.statement, params=query.parameters or None).to_arrow_reader(
+                self.page_rows
+            )
             query.columns = []
             for arrow_field in query.reader.schema:
                 name, signature = trino_type(arrow_field.type)
-                query.columns.append({"name": arrow_field.name, "type": name,
-                                      "typeSignature": signature})
+                query.columns.append({"name": arrow_field.name, "type": name, "typeSignature": signature})
         except _Failed as failed:
             query.error = {"errorName": failed.name, "errorType": failed.kind, "message": str(failed)}
             query.state = "FAILED"
@@ -553,28 +612,42 @@ class FakeTrino:
             return None
         types = [column["type"] for column in query.columns]
         columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-        return [[encode(value, types[i]) for i, value in enumerate(row)]
-                for row in zip(*columns, strict=True)]
+        return [
+            [encode(value, types[i]) for i, value in enumerate(row)] for row in zip(*columns, strict=True)
+        ]
 
     def _cancel(self, query: Query) -> None:
         with self._lock:
             if query.state in ("QUEUED", "RUNNING"):
                 query.state = "FAILED"
-                query.error = {"errorName": "USER_CANCELED", "errorType": "USER_ERROR",
-                               "message": "Query was canceled"}
+                query.error = {
+                    "errorName": "USER_CANCELED",
+                    "errorType": "USER_ERROR",
+                    "message": "Query was canceled",
+                }
 
     def _info(self, query: Query) -> dict[str, Any]:
         with self._lock:
             if query.state == "QUEUED" and not query.held and query.error is None and query.polls:
                 query.state = "RUNNING"
-            info = {"queryId": query.id, "state": query.state, "query": query.sql,
-                    "self": f"{self.url}/v1/query/{query.id}", "scheduled": query.state != "QUEUED"}
+            info = {
+                "queryId": query.id,
+                "state": query.state,
+                "query": query.sql,
+                "self": f"{self.url}/v1/query/{query.id}",
+                "scheduled": query.state != "QUEUED",
+            }
             if query.state == "FAILED" and query.error:
-                info["errorCode"] = {"code": self._error(query)["errorCode"],
-                                     "name": query.error["errorName"], "type": query.error["errorType"]}
+                info["errorCode"] = {
+                    "code": self._error(query)["errorCode"],
+                    "name": query.error["errorName"],
+                    "type": query.error["errorType"],
+                }
                 info["errorType"] = query.error["errorType"]
-                info["failureInfo"] = {"type": "io.trino.spi.TrinoException",
-                                       "message": query.error["message"]}
+                info["failureInfo"] = {
+                    "type": "io.trino.spi.TrinoException",
+                    "message": query.error["message"],
+                }
             return info
 
 

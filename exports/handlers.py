@@ -1,7 +1,7 @@
 """The exports' jobs in the cluster:
 
-    exports.Reconcile    (started every minute; a pass every RECONCILE_EVERY_SECONDS)
-    exports.CancelQuery  (a cancelled job's query, cancelled on its engine)
+exports.Reconcile    (started every minute; a pass every RECONCILE_EVERY_SECONDS)
+exports.CancelQuery  (a cancelled job's query, cancelled on its engine)
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ def reconcile_exports(ctx: jobs.JobContext) -> dict[str, Any]:
 def cancel_query(ctx: jobs.JobContext) -> dict[str, Any]:
     job = ExportJob.objects.filter(pk=ctx.payload.get("job"), tenant_id=ctx.tenant_id).first()
     if job is None:
-        raise jobs.PermanentError(f"export job {ctx.payload.get('job')!r} is not one of this "
-                                  "job's tenant's")
+        raise jobs.PermanentError(f"export job {ctx.payload.get('job')!r} is not one of this job's tenant's")
     if job.engine != Engine.TRINO or not job.query_id:
         return {"cancelled": None}
     engines.trino_engine().cancel(job.query_id, job.starburst_role)

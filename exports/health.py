@@ -40,9 +40,10 @@ async def serve(worker: ExportWorker, host: str, port: int) -> asyncio.Server:
             writer.close()
             return
         body = (text + "\n").encode()
-        writer.write(b"HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
-                     b"Connection: close\r\n\r\n%s" % (code, b"OK" if code == 200 else b"Error",
-                                                       len(body), body))
+        writer.write(
+            b"HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n\r\n%s" % (code, b"OK" if code == 200 else b"Error", len(body), body)
+        )
         with contextlib.suppress(ConnectionError):
             await writer.drain()
         writer.close()

@@ -21,8 +21,9 @@ from exports.models import EventKind, ExportEvent, ExportJob, JobStatus, Snapsho
 # Export jobs that need a worker: waiting for one, being exported by one (it must live
 # until it finishes) or submitted (someone must poll them). KEDA's scaler for the export
 # workers runs this text verbatim (deploy/), so /metrics shows what it acts on.
-UNFINISHED_JOBS_SQL = ("SELECT count(*) FROM exports_exportjob "
-                       "WHERE status IN ('pending', 'claimed', 'submitted')")
+UNFINISHED_JOBS_SQL = (
+    "SELECT count(*) FROM exports_exportjob WHERE status IN ('pending', 'claimed', 'submitted')"
+)
 
 # Seconds from a job's creation to its completion: a small dataset takes seconds, a large
 # UNLOAD on Starburst hours.
@@ -33,10 +34,14 @@ def duration_histogram() -> tuple[list[tuple[str, float]], float]:
     """The cumulative buckets (``+Inf`` last) and the sum of seconds of the completed
     jobs' durations, counted in one query."""
     took = ExpressionWrapper(F("completed_at") - F("created_at"), output_field=DurationField())
-    counts = {f"le_{bound}": Count("pk", filter=Q(took__lte=timedelta(seconds=bound)))
-              for bound in DURATION_BUCKETS}
-    figures = (ExportJob.objects.filter(status=JobStatus.COMPLETED).annotate(took=took)
-               .aggregate(**counts, total=Count("pk"), seconds=Sum("took")))
+    counts = {
+        f"le_{bound}": Count("pk", filter=Q(took__lte=timedelta(seconds=bound))) for bound in DURATION_BUCKETS
+    }
+    figures = (
+        ExportJob.objects.filter(status=JobStatus.COMPLETED)
+        .annotate(took=took)
+        .aggregate(**counts, total=Count("pk"), seconds=Sum("took"))
+    )
     # Labelled as prometheus_client's own histograms are (le="1.0").
     buckets = [(floatToGoString(bound), float(figures[f"le_{bound}"])) for bound in DURATION_BUCKETS]
     buckets.append(("+Inf", float(figures["total"])))
@@ -54,20 +59,27 @@ class ExportCollector(Collector):
         yield HistogramMetricFamily(
             "conveyor_export_duration_seconds",
             "Seconds from an export job's creation to its completion (completed jobs)",
-            buckets=buckets, sum_value=seconds)
+            buckets=buckets,
+            sum_value=seconds,
+        )
 
     def claims_reset(self) -> Metric:
         resets = ExportEvent.objects.filter(kind=EventKind.CLAIM_RESET, actor__isnull=True).count()
         return CounterMetricFamily(
             "stale_export_claims_reset",
             "Claims of export jobs the reconciliation handed back to pending (no word from "
-            "their worker); resets by an operator are not counted", value=resets)
+            "their worker); resets by an operator are not counted",
+            value=resets,
+        )
 
     def job_figures(self) -> Iterator[Metric]:
-        rows = {row["status"]: row for row in ExportJob.objects.order_by().values("status")
-                .annotate(jobs=Count("pk"), polls=Sum("poll_count"))}
-        by_status = GaugeMetricFamily("conveyor_export_jobs", "Export jobs by status",
-                                      labels=["status"])
+        rows = {
+            row["status"]: row
+            for row in ExportJob.objects.order_by()
+            .values("status")
+            .annotate(jobs=Count("pk"), polls=Sum("poll_count"))
+        }
+        by_status = GaugeMetricFamily("conveyor_export_jobs", "Export jobs by status", labels=["status"])
         for value in JobStatus.values:
             by_status.add_metric([value], rows[value]["jobs"] if value in rows else 0)
         yield by_status
@@ -75,7 +87,8 @@ class ExportCollector(Collector):
             "conveyor_export_polls",
             "Polls of submitted export jobs: the sum of their poll counts (a job's count "
             "starts again when it is retried or its claim reset)",
-            value=sum(row["polls"] or 0 for row in rows.values()))
+            value=sum(row["polls"] or 0 for row in rows.values()),
+        )
 
     def unfinished(self) -> Metric:
         with connection.cursor() as cursor:
@@ -83,8 +96,9 @@ class ExportCollector(Collector):
             (count,) = cursor.fetchone()
         return GaugeMetricFamily(
             "conveyor_export_jobs_unfinished",
-            "Export jobs pending, claimed or submitted: what the export workers' autoscaler "
-            "scales on", value=count)
+            "Export jobs pending, claimed or submitted: what the export workers' autoscaler scales on",
+            value=count,
+        )
 
     def snapshots(self) -> Metric:
         counts = dict(Snapshot.objects.order_by().values_list("status").annotate(n=Count("pk")))

@@ -39,8 +39,9 @@ class Engine(models.TextChoices):
 class Mapping(models.Model):
     """A named set of entity definitions a tenant takes snapshots of."""
 
-    tenant = models.ForeignKey("tenancy.Tenant", verbose_name="tenant", on_delete=models.PROTECT,
-                               related_name="+", db_index=False)  # the unique key leads with it
+    tenant = models.ForeignKey(
+        "tenancy.Tenant", verbose_name="tenant", on_delete=models.PROTECT, related_name="+", db_index=False
+    )  # the unique key leads with it
     name = models.SlugField("name", max_length=100, help_text="Unique within the tenant.")
     description = models.TextField("description", blank=True)
     created_at = models.DateTimeField("created", auto_now_add=True)
@@ -61,18 +62,30 @@ class TrinoBinding(models.Model):
     its entities may read. Kept by platform operators; a tenant without one exports only
     Conveyor's own datasets."""
 
-    tenant = models.OneToOneField("tenancy.Tenant", verbose_name="tenant", on_delete=models.CASCADE,
-                                  related_name="+")
+    tenant = models.OneToOneField(
+        "tenancy.Tenant", verbose_name="tenant", on_delete=models.CASCADE, related_name="+"
+    )
     role = models.CharField(
-        "Starburst role", max_length=200,
+        "Starburst role",
+        max_length=200,
         help_text="The role (X-Trino-Role) and use case ID (X-Use-Case-Id) of every query of "
-                  "this tenant's snapshots.")
+        "this tenant's snapshots.",
+    )
     catalogs = models.JSONField(
-        "allowed catalogs", default=list, blank=True,
-        help_text="The catalogs this tenant's entities may run in and name in their queries.")
+        "allowed catalogs",
+        default=list,
+        blank=True,
+        help_text="The catalogs this tenant's entities may run in and name in their queries.",
+    )
     updated_at = models.DateTimeField("updated", auto_now=True)
-    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name="updated by",
-                                   on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name="updated by",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
 
     class Meta:
         verbose_name = "Trino binding"
@@ -92,36 +105,45 @@ class MappingEntity(models.Model):
     """One node or edge of a mapping: a Conveyor dataset or a Trino query, and the columns
     its Parquet files have, in this order."""
 
-    mapping = models.ForeignKey(Mapping, on_delete=models.CASCADE, related_name="entities",
-                                db_index=False)  # the unique key leads with it
+    mapping = models.ForeignKey(
+        Mapping, on_delete=models.CASCADE, related_name="entities", db_index=False
+    )  # the unique key leads with it
     kind = models.CharField("kind", max_length=4, choices=EntityKind.choices)
-    name = models.CharField("name", max_length=100,
-                            help_text="The node label or edge type; names the files' folder.")
-    position = models.PositiveSmallIntegerField("position", default=0,
-                                                help_text="Order among the entities of its kind.")
-    dataset = models.CharField("dataset", max_length=100, blank=True,
-                               help_text="One of Conveyor's datasets (exported from its own "
-                                         "PostgreSQL, the tenant's rows only).")
+    name = models.CharField(
+        "name", max_length=100, help_text="The node label or edge type; names the files' folder."
+    )
+    position = models.PositiveSmallIntegerField(
+        "position", default=0, help_text="Order among the entities of its kind."
+    )
+    dataset = models.CharField(
+        "dataset",
+        max_length=100,
+        blank=True,
+        help_text="One of Conveyor's datasets (exported from its own PostgreSQL, the tenant's rows only).",
+    )
     sql = models.TextField("SQL", blank=True, help_text="A query run on Trino/Starburst.")
-    catalog = models.CharField("catalog", max_length=100, blank=True,
-                               help_text="The Trino catalog the query runs in.")
-    columns = models.JSONField("columns", default=list,
-                               help_text="Column names in the order the Parquet files have them.")
+    catalog = models.CharField(
+        "catalog", max_length=100, blank=True, help_text="The Trino catalog the query runs in."
+    )
+    columns = models.JSONField(
+        "columns", default=list, help_text="Column names in the order the Parquet files have them."
+    )
 
     class Meta:
         ordering = ["mapping", "kind", "position", "id"]
         verbose_name_plural = "mapping entities"
         constraints = [
-            models.UniqueConstraint(fields=["mapping", "kind", "name"],
-                                    name="exports_entity_name_per_kind"),
-            models.CheckConstraint(name="exports_entity_kind_valid",
-                                   condition=Q(kind__in=EntityKind.values)),
+            models.UniqueConstraint(fields=["mapping", "kind", "name"], name="exports_entity_name_per_kind"),
+            models.CheckConstraint(name="exports_entity_kind_valid", condition=Q(kind__in=EntityKind.values)),
             # A dataset or a query, never both and never neither.
-            models.CheckConstraint(name="exports_entity_dataset_xor_sql",
-                                   condition=(Q(dataset="") & ~Q(sql=""))
-                                   | (~Q(dataset="") & Q(sql=""))),
-            models.CheckConstraint(name="exports_entity_name_safe",
-                                   condition=Q(name__regex=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")),
+            models.CheckConstraint(
+                name="exports_entity_dataset_xor_sql",
+                condition=(Q(dataset="") & ~Q(sql="")) | (~Q(dataset="") & Q(sql="")),
+            ),
+            models.CheckConstraint(
+                name="exports_entity_name_safe",
+                condition=Q(name__regex=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$"),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -141,18 +163,25 @@ SNAPSHOT_FINISHED = [SnapshotStatus.READY, SnapshotStatus.FAILED]
 class Snapshot(models.Model):
     """A consistent export of a mapping's entities; ``ready`` once every job completed."""
 
-    tenant = models.ForeignKey("tenancy.Tenant", verbose_name="tenant", on_delete=models.PROTECT,
-                               related_name="+")
+    tenant = models.ForeignKey(
+        "tenancy.Tenant", verbose_name="tenant", on_delete=models.PROTECT, related_name="+"
+    )
     mapping = models.ForeignKey(Mapping, on_delete=models.PROTECT, related_name="snapshots")
-    status = models.CharField("status", max_length=10, choices=SnapshotStatus.choices,
-                              default=SnapshotStatus.PENDING)
+    status = models.CharField(
+        "status", max_length=10, choices=SnapshotStatus.choices, default=SnapshotStatus.PENDING
+    )
     node_counts = models.JSONField("node rows", default=dict, blank=True)
     edge_counts = models.JSONField("edge rows", default=dict, blank=True)
     size_bytes = models.BigIntegerField("size (bytes)", null=True, blank=True)
     error = models.TextField("error", blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name="created by",
-                                   on_delete=models.SET_NULL, null=True, blank=True,
-                                   related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name="created by",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
     created_at = models.DateTimeField("created")
     updated_at = models.DateTimeField("updated")
     finished_at = models.DateTimeField("finished", null=True, blank=True)
@@ -162,17 +191,25 @@ class Snapshot(models.Model):
         get_latest_by = "created_at"
         indexes = [
             # The reconciliation's sweep: snapshots still being made.
-            models.Index(fields=["id"], name="exports_snapshot_open",
-                         condition=Q(status__in=[SnapshotStatus.PENDING, SnapshotStatus.CREATING])),
+            models.Index(
+                fields=["id"],
+                name="exports_snapshot_open",
+                condition=Q(status__in=[SnapshotStatus.PENDING, SnapshotStatus.CREATING]),
+            ),
         ]
         constraints = [
-            models.CheckConstraint(name="exports_snapshot_status_valid",
-                                   condition=Q(status__in=SnapshotStatus.values)),
-            models.CheckConstraint(name="exports_snapshot_finished_when_done",
-                                   condition=Q(status__in=SNAPSHOT_FINISHED, finished_at__isnull=False)
-                                   | (~Q(status__in=SNAPSHOT_FINISHED) & Q(finished_at__isnull=True))),
-            models.CheckConstraint(name="exports_snapshot_failed_says_why",
-                                   condition=~Q(status=SnapshotStatus.FAILED) | ~Q(error="")),
+            models.CheckConstraint(
+                name="exports_snapshot_status_valid", condition=Q(status__in=SnapshotStatus.values)
+            ),
+            models.CheckConstraint(
+                name="exports_snapshot_finished_when_done",
+                condition=Q(status__in=SNAPSHOT_FINISHED, finished_at__isnull=False)
+                | (~Q(status__in=SNAPSHOT_FINISHED) & Q(finished_at__isnull=True)),
+            ),
+            models.CheckConstraint(
+                name="exports_snapshot_failed_says_why",
+                condition=~Q(status=SnapshotStatus.FAILED) | ~Q(error=""),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -193,34 +230,38 @@ JOB_FINISHED = [JobStatus.COMPLETED, JobStatus.FAILED]
 class ExportJob(models.Model):
     """One entity of a snapshot, exported to a folder of Parquet files."""
 
-    snapshot = models.ForeignKey(Snapshot, on_delete=models.CASCADE, related_name="jobs",
-                                 db_index=False)  # the unique key leads with it
-    tenant = models.ForeignKey("tenancy.Tenant", verbose_name="tenant", on_delete=models.PROTECT,
-                               related_name="+", db_index=False)  # reached through the snapshot
-    position = models.PositiveSmallIntegerField("position",
-                                                help_text="Claim order: nodes before edges.")
+    snapshot = models.ForeignKey(
+        Snapshot, on_delete=models.CASCADE, related_name="jobs", db_index=False
+    )  # the unique key leads with it
+    tenant = models.ForeignKey(
+        "tenancy.Tenant", verbose_name="tenant", on_delete=models.PROTECT, related_name="+", db_index=False
+    )  # reached through the snapshot
+    position = models.PositiveSmallIntegerField("position", help_text="Claim order: nodes before edges.")
     job_type = models.CharField("type", max_length=4, choices=EntityKind.choices)
     entity_name = models.CharField("entity", max_length=100)
     engine = models.CharField("engine", max_length=10, choices=Engine.choices)
     sql = models.TextField("SQL")
     column_names = models.JSONField("columns", default=list)
-    column_types = models.JSONField("column types", default=list, blank=True,
-                                    help_text="Declared for datasets; Trino's answer names them "
-                                              "for queries.")
+    column_types = models.JSONField(
+        "column types",
+        default=list,
+        blank=True,
+        help_text="Declared for datasets; Trino's answer names them for queries.",
+    )
     catalog = models.CharField("catalog", max_length=100, blank=True)
     starburst_role = models.CharField("Starburst role", max_length=200, blank=True)
-    destination = models.CharField("destination", max_length=1000,
-                                   help_text="The folder its Parquet files are written to.")
-    status = models.CharField("status", max_length=10, choices=JobStatus.choices,
-                              default=JobStatus.PENDING)
+    destination = models.CharField(
+        "destination", max_length=1000, help_text="The folder its Parquet files are written to."
+    )
+    status = models.CharField("status", max_length=10, choices=JobStatus.choices, default=JobStatus.PENDING)
     generation = models.PositiveIntegerField(
-        "claims", default=0, help_text="Counts the claims; a worker's updates name the one it holds.")
+        "claims", default=0, help_text="Counts the claims; a worker's updates name the one it holds."
+    )
     claimed_by = models.CharField("claimed by", max_length=200, blank=True)
     claimed_at = models.DateTimeField("claimed", null=True, blank=True)
     # SHA-256 of the secret the claim's (or the poll's) worker was given: a report must
     # carry the secret itself. Empty while nobody holds the job.
-    claim_token_hash = models.CharField("claim token (SHA-256)", max_length=64, blank=True,
-                                        editable=False)
+    claim_token_hash = models.CharField("claim token (SHA-256)", max_length=64, blank=True, editable=False)
     query_id = models.CharField("query id", max_length=200, blank=True)
     next_uri = models.CharField("next URI", max_length=2000, blank=True)
     next_poll_at = models.DateTimeField("next poll", null=True, blank=True)
@@ -231,61 +272,76 @@ class ExportJob(models.Model):
     files = models.JSONField("files", default=list, blank=True)
     error_message = models.TextField("error", blank=True)
     created_at = models.DateTimeField("created")
-    updated_at = models.DateTimeField("updated",
-                                      help_text="The last word from its worker or the control plane.")
+    updated_at = models.DateTimeField(
+        "updated", help_text="The last word from its worker or the control plane."
+    )
     completed_at = models.DateTimeField("finished", null=True, blank=True)
 
     class Meta:
         ordering = ["snapshot", "position"]
         indexes = [
             # What a worker claims, oldest snapshot first.
-            models.Index(fields=["snapshot", "position"], name="exports_job_pending",
-                         condition=Q(status=JobStatus.PENDING)),
+            models.Index(
+                fields=["snapshot", "position"],
+                name="exports_job_pending",
+                condition=Q(status=JobStatus.PENDING),
+            ),
             # What is due for a poll.
-            models.Index(fields=["next_poll_at"], name="exports_job_pollable",
-                         condition=Q(status=JobStatus.SUBMITTED)),
+            models.Index(
+                fields=["next_poll_at"], name="exports_job_pollable", condition=Q(status=JobStatus.SUBMITTED)
+            ),
             # Claims the reconciliation may reset.
-            models.Index(fields=["updated_at"], name="exports_job_claimed",
-                         condition=Q(status=JobStatus.CLAIMED)),
+            models.Index(
+                fields=["updated_at"], name="exports_job_claimed", condition=Q(status=JobStatus.CLAIMED)
+            ),
         ]
         constraints = [
-            models.UniqueConstraint(fields=["snapshot", "job_type", "entity_name"],
-                                    name="exports_job_entity_per_snapshot"),
-            models.UniqueConstraint(fields=["snapshot", "position"],
-                                    name="exports_job_position_per_snapshot"),
-            models.CheckConstraint(name="exports_job_status_valid",
-                                   condition=Q(status__in=JobStatus.values)),
-            models.CheckConstraint(name="exports_job_type_valid",
-                                   condition=Q(job_type__in=EntityKind.values)),
-            models.CheckConstraint(name="exports_job_engine_valid",
-                                   condition=Q(engine__in=Engine.values)),
+            models.UniqueConstraint(
+                fields=["snapshot", "job_type", "entity_name"], name="exports_job_entity_per_snapshot"
+            ),
+            models.UniqueConstraint(
+                fields=["snapshot", "position"], name="exports_job_position_per_snapshot"
+            ),
+            models.CheckConstraint(name="exports_job_status_valid", condition=Q(status__in=JobStatus.values)),
+            models.CheckConstraint(
+                name="exports_job_type_valid", condition=Q(job_type__in=EntityKind.values)
+            ),
+            models.CheckConstraint(name="exports_job_engine_valid", condition=Q(engine__in=Engine.values)),
             # A claimed or submitted job names its worker; a pending one names none.
             models.CheckConstraint(
                 name="exports_job_claim_held",
                 condition=~Q(status__in=[JobStatus.CLAIMED, JobStatus.SUBMITTED])
-                | (~Q(claimed_by="") & Q(claimed_at__isnull=False))),
+                | (~Q(claimed_by="") & Q(claimed_at__isnull=False)),
+            ),
             models.CheckConstraint(
                 name="exports_job_pending_unclaimed",
-                condition=~Q(status=JobStatus.PENDING) | (Q(claimed_by="") & Q(claimed_at__isnull=True))),
+                condition=~Q(status=JobStatus.PENDING) | (Q(claimed_by="") & Q(claimed_at__isnull=True)),
+            ),
             # A submitted job can always be polled, or asked about by its query id.
             models.CheckConstraint(
                 name="exports_job_submitted_pollable",
                 condition=~Q(status=JobStatus.SUBMITTED)
-                | (~Q(query_id="") & Q(next_poll_at__isnull=False) & Q(submitted_at__isnull=False))),
+                | (~Q(query_id="") & Q(next_poll_at__isnull=False) & Q(submitted_at__isnull=False)),
+            ),
             models.CheckConstraint(
                 name="exports_job_completed_counted",
                 condition=~Q(status=JobStatus.COMPLETED)
-                | Q(row_count__isnull=False, size_bytes__isnull=False, completed_at__isnull=False)),
+                | Q(row_count__isnull=False, size_bytes__isnull=False, completed_at__isnull=False),
+            ),
             models.CheckConstraint(
                 name="exports_job_failed_says_why",
                 condition=~Q(status=JobStatus.FAILED)
-                | (~Q(error_message="") & Q(completed_at__isnull=False))),
+                | (~Q(error_message="") & Q(completed_at__isnull=False)),
+            ),
             models.CheckConstraint(
                 name="exports_job_finished_when_done",
-                condition=Q(status__in=JOB_FINISHED) | Q(completed_at__isnull=True)),
-            models.CheckConstraint(name="exports_job_counts_not_negative",
-                                   condition=(Q(row_count__isnull=True) | Q(row_count__gte=0))
-                                   & (Q(size_bytes__isnull=True) | Q(size_bytes__gte=0))),
+                condition=Q(status__in=JOB_FINISHED) | Q(completed_at__isnull=True),
+            ),
+            models.CheckConstraint(
+                name="exports_job_counts_not_negative",
+                condition=(Q(row_count__isnull=True) | Q(row_count__gte=0))
+                & (Q(size_bytes__isnull=True) | Q(size_bytes__gte=0)),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -317,16 +373,21 @@ class ExportEvent(models.Model):
     to_status = models.CharField("to", max_length=10, blank=True)
     generation = models.PositiveIntegerField("claim", default=0)
     worker = models.CharField("worker", max_length=200, blank=True)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name="by", on_delete=models.SET_NULL,
-                              null=True, blank=True, related_name="+")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name="by",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
     message = models.TextField("message", blank=True)
 
     class Meta:
         ordering = ["at", "id"]
         indexes = [models.Index(fields=["kind", "at"], name="exports_event_kind")]
         constraints = [
-            models.CheckConstraint(name="exports_event_kind_valid",
-                                   condition=Q(kind__in=EventKind.values)),
+            models.CheckConstraint(name="exports_event_kind_valid", condition=Q(kind__in=EventKind.values)),
         ]
 
     def __str__(self) -> str:
@@ -338,19 +399,28 @@ class ExportConfig(models.Model):
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
     max_duration_seconds = models.PositiveIntegerField(
-        "maximum duration (s)", default=3600,
-        help_text="A submitted export running longer than this is failed and its query cancelled.")
+        "maximum duration (s)",
+        default=3600,
+        help_text="A submitted export running longer than this is failed and its query cancelled.",
+    )
     updated_at = models.DateTimeField("updated", auto_now=True)
-    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name="updated by",
-                                   on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name="updated by",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
 
     class Meta:
         verbose_name = "export settings"
         verbose_name_plural = "export settings"
         constraints = [
             models.CheckConstraint(name="exports_config_single_row", condition=Q(id=1)),
-            models.CheckConstraint(name="exports_config_duration_positive",
-                                   condition=Q(max_duration_seconds__gte=60)),
+            models.CheckConstraint(
+                name="exports_config_duration_positive", condition=Q(max_duration_seconds__gte=60)
+            ),
         ]
 
     def __str__(self) -> str:

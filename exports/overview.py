@@ -26,11 +26,21 @@ def figures(request: HttpRequest) -> list[Figure]:
     since = jobs.now() - timedelta(days=1)
     failed = visible.filter(status=SnapshotStatus.FAILED, finished_at__gte=since).count()
     url = reverse("admin:exports_snapshot_changelist")
-    failed_since = urlencode({"status__exact": SnapshotStatus.FAILED,
-                              "finished_at__gte": since.isoformat(timespec="seconds")})
+    failed_since = urlencode(
+        {"status__exact": SnapshotStatus.FAILED, "finished_at__gte": since.isoformat(timespec="seconds")}
+    )
     return [
-        Figure("snapshots-in-flight", "snapshots being made", in_flight,
-               f"{url}?status__in={SnapshotStatus.PENDING},{SnapshotStatus.CREATING}"),
-        Figure("snapshots-failed", "snapshots failed in the last day", failed,
-               f"{url}?{failed_since}", tone="bad" if failed else ""),
+        Figure(
+            "snapshots-in-flight",
+            "snapshots being made",
+            in_flight,
+            f"{url}?status__in={SnapshotStatus.PENDING},{SnapshotStatus.CREATING}",
+        ),
+        Figure(
+            "snapshots-failed",
+            "snapshots failed in the last day",
+            failed,
+            f"{url}?{failed_since}",
+            tone="bad" if failed else "",
+        ),
     ]

@@ -98,14 +98,18 @@ def arrow_type(trino_type: str) -> pa.DataType:
 
 def arrow_schema(columns: list[Column]) -> pa.Schema:
     """The file schema of these columns, in their order; each field keeps its declared type."""
-    return pa.schema([
-        pa.field(column.name, arrow_type(column.type), metadata={SOURCE_TYPE_KEY: column.type})
-        for column in columns
-    ])
+    return pa.schema(
+        [
+            pa.field(column.name, arrow_type(column.type), metadata={SOURCE_TYPE_KEY: column.type})
+            for column in columns
+        ]
+    )
 
 
-def open_destination(url: str, storage_options: dict[str, Any] | None = None,
-                     ) -> tuple[fsspec.AbstractFileSystem, str]:
+def open_destination(
+    url: str,
+    storage_options: dict[str, Any] | None = None,
+) -> tuple[fsspec.AbstractFileSystem, str]:
     """The filesystem of ``url`` and the path on it (without the protocol)."""
     fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
     return fs, path.rstrip("/") or path
@@ -116,9 +120,15 @@ def _url(destination: str, fs: fsspec.AbstractFileSystem, path: str) -> str:
     return fs.unstrip_protocol(path) if "://" in destination else path
 
 
-def write_batches(batches: Iterable[pa.RecordBatch], schema: pa.Schema, destination: str, file_name: str,
-                  storage_options: dict[str, Any] | None = None, *,
-                  row_group_rows: int = 128 * 1024) -> Written:
+def write_batches(
+    batches: Iterable[pa.RecordBatch],
+    schema: pa.Schema,
+    destination: str,
+    file_name: str,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    row_group_rows: int = 128 * 1024,
+) -> Written:
     """Write the batches into one Parquet file ``destination/file_name``, streaming.
 
     The batches are cast to ``schema``; at most one row group's worth of rows is held at
@@ -130,9 +140,10 @@ def write_batches(batches: Iterable[pa.RecordBatch], schema: pa.Schema, destinat
     final = f"{folder}/{file_name}"
     temporary = f"{folder}/.{file_name}.{uuid.uuid4().hex}.tmp"
     try:
-        with fs.open(temporary, "wb") as sink, \
-                pq.ParquetWriter(sink, schema, compression=COMPRESSION,
-                                 use_dictionary=False) as writer:
+        with (
+            fs.open(temporary, "wb") as sink,
+            pq.ParquetWriter(sink, schema, compression=COMPRESSION, use_dictionary=False) as writer,
+        ):
             rows = _write_row_groups(writer, batches, schema, row_group_rows)
         fs.mv(temporary, final)
     except BaseException:
@@ -142,8 +153,9 @@ def write_batches(batches: Iterable[pa.RecordBatch], schema: pa.Schema, destinat
     return Written(rows, fs.size(final), [_url(destination, fs, final)])
 
 
-def _write_row_groups(writer: pq.ParquetWriter, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
-                      row_group_rows: int) -> int:
+def _write_row_groups(
+    writer: pq.ParquetWriter, batches: Iterable[pa.RecordBatch], schema: pa.Schema, row_group_rows: int
+) -> int:
     # ParquetWriter makes each write at least one row group: batches (a CSV block, a page
     # of a query's answer) are gathered into whole row groups rather than written one by one.
     pending: list[pa.RecordBatch] = []
@@ -177,9 +189,11 @@ def _parquet_files(fs: fsspec.AbstractFileSystem, folder: str) -> dict[str, dict
     found: dict[str, dict[str, Any]] = fs.find(folder, detail=True)
     prefix = folder.rstrip("/") + "/"
     return {
-        path: info for path, info in sorted(found.items())
-        if path.endswith(".parquet") and path.startswith(prefix)
-        and not any(part.startswith(("_", ".")) for part in path[len(prefix):].split("/"))
+        path: info
+        for path, info in sorted(found.items())
+        if path.endswith(".parquet")
+        and path.startswith(prefix)
+        and not any(part.startswith(("_", ".")) for part in path[len(prefix) :].split("/"))
     }
 
 
@@ -197,8 +211,9 @@ def count_rows(destination: str, storage_options: dict[str, Any] | None = None) 
     return Written(rows, size, files)
 
 
-def remove_files(destination: str, keep: Iterable[str] = (),
-                 storage_options: dict[str, Any] | None = None) -> list[str]:
+def remove_files(
+    destination: str, keep: Iterable[str] = (), storage_options: dict[str, Any] | None = None
+) -> list[str]:
     """Delete every file under ``destination`` (temporaries and hidden ones too) except
     those in ``keep`` (paths or URLs as ``Written.files`` names them); return the deleted."""
     fs, folder = open_destination(destination, storage_options)
@@ -213,8 +228,11 @@ def remove_files(destination: str, keep: Iterable[str] = (),
 
 def _remove_empty_folders(fs: LocalFileSystem, folder: str) -> None:
     # Only locally: an object store has no folders, and s3fs' rmdir of a bucket deletes it.
-    folders = [path for path, info in fs.find(folder, withdirs=True, detail=True).items()
-               if info["type"] == "directory" and path != folder]
+    folders = [
+        path
+        for path, info in fs.find(folder, withdirs=True, detail=True).items()
+        if info["type"] == "directory" and path != folder
+    ]
     for path in sorted(folders, key=len, reverse=True):
         with contextlib.suppress(OSError):
             fs.rmdir(path)

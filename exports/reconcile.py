@@ -62,8 +62,7 @@ def reconcile(*, engine: Callable[[], Any] = engines.trino_engine) -> Pass:
     done = Pass()
     done.claims_reset = reset_stale_claims(now)
     max_duration = ExportConfig.current().max_duration_seconds
-    for job_id in _ids(status=JobStatus.SUBMITTED,
-                       submitted_at__lt=now - timedelta(seconds=max_duration)):
+    for job_id in _ids(status=JobStatus.SUBMITTED, submitted_at__lt=now - timedelta(seconds=max_duration)):
         if _time_out(job_id, max_duration, engine):
             done.timed_out += 1
     stale = now - timedelta(seconds=conf.get("STALE_SUBMITTED_SECONDS"))
@@ -86,15 +85,24 @@ def reset_stale_claims(now: datetime) -> int:
     cutoff = now - timedelta(seconds=conf.get("CLAIM_TIMEOUT_SECONDS"))
     reset = 0
     with transaction.atomic():
-        stale = list(ExportJob.objects.select_for_update(skip_locked=True)
-                     .filter(status=JobStatus.CLAIMED, updated_at__lt=cutoff).order_by("pk")[:500])
+        stale = list(
+            ExportJob.objects.select_for_update(skip_locked=True)
+            .filter(status=JobStatus.CLAIMED, updated_at__lt=cutoff)
+            .order_by("pk")[:500]
+        )
         for job in stale:
             worker, quiet = job.claimed_by, int((now - job.updated_at).total_seconds())
             services.reset(job, now)
             job.save()
-            services.event(job, EventKind.CLAIM_RESET, now, from_status=JobStatus.CLAIMED,
-                           to_status=JobStatus.PENDING, worker=WORKER,
-                           message=f"no word from {worker} for {quiet} s").save()
+            services.event(
+                job,
+                EventKind.CLAIM_RESET,
+                now,
+                from_status=JobStatus.CLAIMED,
+                to_status=JobStatus.PENDING,
+                worker=WORKER,
+                message=f"no word from {worker} for {quiet} s",
+            ).save()
             reset += 1
     if reset:
         logger.warning("reset %d stale export claim(s)", reset)
@@ -102,8 +110,11 @@ def reset_stale_claims(now: datetime) -> int:
 
 
 def _locked(job_id: int) -> ExportJob | None:
-    return (ExportJob.objects.select_for_update(skip_locked=True)
-            .filter(pk=job_id, status=JobStatus.SUBMITTED).first())
+    return (
+        ExportJob.objects.select_for_update(skip_locked=True)
+        .filter(pk=job_id, status=JobStatus.SUBMITTED)
+        .first()
+    )
 
 
 def _time_out(job_id: int, max_duration: int, engine: Callable[[], Any]) -> bool:
@@ -111,9 +122,15 @@ def _time_out(job_id: int, max_duration: int, engine: Callable[[], Any]) -> bool
         job = _locked(job_id)
         if job is None:
             return False
-        services.settle(job, services.Report(
-            JobStatus.FAILED, job.generation, worker=WORKER,
-            error_message=f"Export job exceeded maximum duration ({max_duration}s)"))
+        services.settle(
+            job,
+            services.Report(
+                JobStatus.FAILED,
+                job.generation,
+                worker=WORKER,
+                error_message=f"Export job exceeded maximum duration ({max_duration}s)",
+            ),
+        )
     _cancel_query(job, engine)
     return True
 
@@ -136,20 +153,35 @@ def _check_with_engine(job_id: int, engine: Callable[[], Any]) -> str | None:
             if state.state == "FINISHED":
                 from exports import parquet  # pyarrow: loaded where files are read
 
-                written = parquet.count_rows(claim_folder(job.destination, job.generation),
-                                             dict(conf.get("STORAGE_OPTIONS")))
-                services.settle(job, services.Report(
-                    JobStatus.COMPLETED, job.generation, worker=WORKER, row_count=written.rows,
-                    size_bytes=written.size, files=tuple(written.files),
-                    note=f"the engine says query {job.query_id} finished",
-                    note_kind=EventKind.RECONCILED))
+                written = parquet.count_rows(
+                    claim_folder(job.destination, job.generation), dict(conf.get("STORAGE_OPTIONS"))
+                )
+                services.settle(
+                    job,
+                    services.Report(
+                        JobStatus.COMPLETED,
+                        job.generation,
+                        worker=WORKER,
+                        row_count=written.rows,
+                        size_bytes=written.size,
+                        files=tuple(written.files),
+                        note=f"the engine says query {job.query_id} finished",
+                        note_kind=EventKind.RECONCILED,
+                    ),
+                )
                 return JobStatus.COMPLETED
             if state.state == "FAILED":
-                services.settle(job, services.Report(
-                    JobStatus.FAILED, job.generation, worker=WORKER,
-                    error_message=state.error or f"query {job.query_id} failed",
-                    note=f"the engine says query {job.query_id} failed",
-                    note_kind=EventKind.RECONCILED))
+                services.settle(
+                    job,
+                    services.Report(
+                        JobStatus.FAILED,
+                        job.generation,
+                        worker=WORKER,
+                        error_message=state.error or f"query {job.query_id} failed",
+                        note=f"the engine says query {job.query_id} failed",
+                        note_kind=EventKind.RECONCILED,
+                    ),
+                )
                 return JobStatus.FAILED
             message = f"the engine says query {job.query_id} is {state.state}"
         except Exception as error:
@@ -158,15 +190,16 @@ def _check_with_engine(job_id: int, engine: Callable[[], Any]) -> str | None:
         # Asked again only after another quiet spell, not on every pass.
         job.updated_at = jobs.now()
         job.save(update_fields=["updated_at"])
-        services.event(job, EventKind.RECONCILED, job.updated_at, worker=WORKER,
-                       message=message).save()
+        services.event(job, EventKind.RECONCILED, job.updated_at, worker=WORKER, message=message).save()
         return "checked"
 
 
 def finish_snapshots() -> int:
     """Finish every open snapshot none of whose jobs is left to run."""
     unfinished = ExportJob.objects.filter(snapshot=OuterRef("pk")).exclude(status__in=JOB_FINISHED)
-    ids = (Snapshot.objects.filter(status__in=[SnapshotStatus.PENDING, SnapshotStatus.CREATING])
-           .filter(~Exists(unfinished), Exists(ExportJob.objects.filter(snapshot=OuterRef("pk"))))
-           .values_list("pk", flat=True)[:500])
+    ids = (
+        Snapshot.objects.filter(status__in=[SnapshotStatus.PENDING, SnapshotStatus.CREATING])
+        .filter(~Exists(unfinished), Exists(ExportJob.objects.filter(snapshot=OuterRef("pk"))))
+        .values_list("pk", flat=True)[:500]
+    )
     return sum(1 for pk in list(ids) if services.finish_snapshot(pk))

@@ -60,8 +60,10 @@ class ClaimLost(Exception):
 
     def __init__(self, job: ExportJob, expected: str, reason: str = "") -> None:
         self.job = job
-        super().__init__(f"export job {job.pk} is {job.status} under claim {job.generation}; "
-                         f"the report was for {expected}" + (f": {reason}" if reason else ""))
+        super().__init__(
+            f"export job {job.pk} is {job.status} under claim {job.generation}; "
+            f"the report was for {expected}" + (f": {reason}" if reason else "")
+        )
 
 
 class InvalidReport(ValueError):
@@ -78,12 +80,29 @@ def poll_delay(polls_done: int) -> timedelta:
     return POLL_SCHEDULE.delay(polls_done + 1)
 
 
-def event(job: ExportJob, kind: str, now: datetime, *, from_status: str = "", to_status: str = "",
-          worker: str = "", actor: Any = None, message: str = "") -> ExportEvent:
+def event(
+    job: ExportJob,
+    kind: str,
+    now: datetime,
+    *,
+    from_status: str = "",
+    to_status: str = "",
+    worker: str = "",
+    actor: Any = None,
+    message: str = "",
+) -> ExportEvent:
     """A line of the job's history (unsaved)."""
-    return ExportEvent(job_id=job.pk, at=now, kind=kind, from_status=from_status,
-                       to_status=to_status, generation=job.generation, worker=worker[:200],
-                       actor=actor, message=message)
+    return ExportEvent(
+        job_id=job.pk,
+        at=now,
+        kind=kind,
+        from_status=from_status,
+        to_status=to_status,
+        generation=job.generation,
+        worker=worker[:200],
+        actor=actor,
+        message=message,
+    )
 
 
 # -- making snapshots ---------------------------------------------------------------
@@ -104,19 +123,30 @@ def check_query_entity(sql: str, catalog: str, binding: TrinoBinding | None) -> 
         problems.append(("sql", str(error)))
         tree = None
     if binding is None:
-        problems.append(("catalog", "the tenant has no Trino binding: a platform operator binds "
-                                    "its role and catalogs before it exports Trino queries"))
+        problems.append(
+            (
+                "catalog",
+                "the tenant has no Trino binding: a platform operator binds "
+                "its role and catalogs before it exports Trino queries",
+            )
+        )
         return problems
     allowed = ", ".join(binding.catalogs) or "none"
     if not catalog:
         problems.append(("catalog", f"a Trino query names its catalog (allowed: {allowed})"))
     elif not binding.allows(catalog):
-        problems.append(("catalog", f"catalog {catalog!r} is not one the tenant's binding allows "
-                                    f"({allowed})"))
+        problems.append(
+            ("catalog", f"catalog {catalog!r} is not one the tenant's binding allows ({allowed})")
+        )
     named = sorted(entity_sql.catalogs_named(tree) - set(binding.catalogs)) if tree else []
     if named:
-        problems.append(("sql", f"the query reads catalog {named[0]!r}, which the tenant's "
-                                f"binding does not allow ({allowed})"))
+        problems.append(
+            (
+                "sql",
+                f"the query reads catalog {named[0]!r}, which the tenant's "
+                f"binding does not allow ({allowed})",
+            )
+        )
     return problems
 
 
@@ -124,35 +154,44 @@ def _job_for(entity: MappingEntity, tenant_id: int, binding: TrinoBinding | None
     """The engine, SQL, role and column types of one entity's job."""
     label = f"{entity.kind} {entity.name}"
     names = entity.columns
-    if (not isinstance(names, list) or not names
-            or not all(isinstance(name, str) and name for name in names)):
+    if not isinstance(names, list) or not names or not all(isinstance(name, str) and name for name in names):
         raise InvalidMapping(f"{label}: columns must be a non-empty list of names")
     if len(set(names)) != len(names):
         raise InvalidMapping(f"{label}: a column is listed twice")
     if entity.dataset:
         dataset = datasets.DATASETS.get(entity.dataset)
         if dataset is None:
-            raise InvalidMapping(f"{label}: no dataset {entity.dataset!r} (there are "
-                                 f"{', '.join(sorted(datasets.DATASETS))})")
+            raise InvalidMapping(
+                f"{label}: no dataset {entity.dataset!r} (there are {', '.join(sorted(datasets.DATASETS))})"
+            )
         try:
             sql = dataset.sql(tenant_id, names)
         except ValueError as error:
             raise InvalidMapping(f"{label}: {error}") from None
-        return {"engine": Engine.POSTGRES, "sql": sql, "column_types": dataset.types(names),
-                "starburst_role": ""}
+        return {
+            "engine": Engine.POSTGRES,
+            "sql": sql,
+            "column_types": dataset.types(names),
+            "starburst_role": "",
+        }
     if not conf.get("TRINO_URL"):
         raise InvalidMapping(f"{label}: is a query, and no Trino is configured (EXPORTS_TRINO_URL)")
     problems = check_query_entity(entity.sql, entity.catalog, binding)
     if problems:
         raise InvalidMapping(f"{label}: {problems[0][1]}")
     assert binding is not None  # a problem otherwise
-    return {"engine": Engine.TRINO, "sql": entity_sql.entity_select(entity.sql, names),
-            "column_types": [], "starburst_role": binding.role}
+    return {
+        "engine": Engine.TRINO,
+        "sql": entity_sql.entity_select(entity.sql, names),
+        "column_types": [],
+        "starburst_role": binding.role,
+    }
 
 
 def _destination(snapshot: Snapshot, entity: MappingEntity) -> str:
-    return (f"{snapshot_folder(conf.storage_url(), snapshot.tenant_id, snapshot.pk)}/"
-            f"{entity.kind}s/{entity.name}")
+    return (
+        f"{snapshot_folder(conf.storage_url(), snapshot.tenant_id, snapshot.pk)}/{entity.kind}s/{entity.name}"
+    )
 
 
 def folder_of_snapshot(job: ExportJob) -> str:
@@ -166,8 +205,9 @@ def shown_files(job: ExportJob) -> list[str]:
     home = folder_of_snapshot(job)
     # One entry per file, in order (the admin's download links go by position); a path
     # the report check would have refused shows as nothing.
-    return [(relative_inside(location, home) or "") if isinstance(location, str) else ""
-            for location in job.files]
+    return [
+        (relative_inside(location, home) or "") if isinstance(location, str) else "" for location in job.files
+    ]
 
 
 def create_snapshot(mapping: Mapping, *, user: Any = None) -> Snapshot:
@@ -177,26 +217,35 @@ def create_snapshot(mapping: Mapping, *, user: Any = None) -> Snapshot:
     binding allows; the binding is read now, so that later jobs of the snapshot cannot
     run under another.
     """
-    entities = sorted(mapping.entities.all(),
-                      key=lambda e: (e.kind != EntityKind.NODE, e.position, e.pk))
+    entities = sorted(mapping.entities.all(), key=lambda e: (e.kind != EntityKind.NODE, e.position, e.pk))
     if not entities:
         raise InvalidMapping(f"mapping {mapping.name} has no entities")
     binding = binding_of(mapping.tenant_id)
     specs = [(entity, _job_for(entity, mapping.tenant_id, binding)) for entity in entities]
     now = jobs.now()
     with transaction.atomic():
-        snapshot = Snapshot.objects.create(tenant_id=mapping.tenant_id, mapping=mapping,
-                                           created_by=user, created_at=now, updated_at=now)
+        snapshot = Snapshot.objects.create(
+            tenant_id=mapping.tenant_id, mapping=mapping, created_by=user, created_at=now, updated_at=now
+        )
         made = ExportJob.objects.bulk_create(
-            ExportJob(snapshot=snapshot, tenant_id=mapping.tenant_id, position=position,
-                      job_type=entity.kind, entity_name=entity.name, catalog=entity.catalog,
-                      column_names=list(entity.columns),
-                      destination=_destination(snapshot, entity), created_at=now,
-                      updated_at=now, **spec)
-            for position, (entity, spec) in enumerate(specs))
+            ExportJob(
+                snapshot=snapshot,
+                tenant_id=mapping.tenant_id,
+                position=position,
+                job_type=entity.kind,
+                entity_name=entity.name,
+                catalog=entity.catalog,
+                column_names=list(entity.columns),
+                destination=_destination(snapshot, entity),
+                created_at=now,
+                updated_at=now,
+                **spec,
+            )
+            for position, (entity, spec) in enumerate(specs)
+        )
         ExportEvent.objects.bulk_create(
-            event(job, EventKind.CREATED, now, to_status=JobStatus.PENDING, actor=user)
-            for job in made)
+            event(job, EventKind.CREATED, now, to_status=JobStatus.PENDING, actor=user) for job in made
+        )
     return snapshot
 
 
@@ -210,7 +259,8 @@ def token_hash(token: str) -> str:
 def holds_token(job: ExportJob, token: str) -> bool:
     """Whether ``token`` is the secret of the job's current claim or poll."""
     return bool(job.claim_token_hash and token) and hmac.compare_digest(
-        job.claim_token_hash, token_hash(token))
+        job.claim_token_hash, token_hash(token)
+    )
 
 
 def _issue_tokens(ids: list[int]) -> dict[int, str]:
@@ -232,22 +282,37 @@ def claim(worker: str, limit: int) -> list[tuple[ExportJob, str]]:
     limit = max(0, min(limit, conf.get("CLAIM_LIMIT")))
     now = jobs.now()
     with transaction.atomic():
-        ids = list(ExportJob.objects.select_for_update(skip_locked=True)
-                   .filter(status=JobStatus.PENDING).order_by("snapshot_id", "position")
-                   .values_list("pk", flat=True)[:limit])
+        ids = list(
+            ExportJob.objects.select_for_update(skip_locked=True)
+            .filter(status=JobStatus.PENDING)
+            .order_by("snapshot_id", "position")
+            .values_list("pk", flat=True)[:limit]
+        )
         if not ids:
             return []
         ExportJob.objects.filter(pk__in=ids).update(
-            status=JobStatus.CLAIMED, claimed_by=worker, claimed_at=now, updated_at=now,
-            generation=F("generation") + 1)
+            status=JobStatus.CLAIMED,
+            claimed_by=worker,
+            claimed_at=now,
+            updated_at=now,
+            generation=F("generation") + 1,
+        )
         tokens = _issue_tokens(ids)
         claimed = list(ExportJob.objects.filter(pk__in=ids).order_by("snapshot_id", "position"))
-        Snapshot.objects.filter(pk__in={job.snapshot_id for job in claimed},
-                                status=SnapshotStatus.PENDING).update(
-            status=SnapshotStatus.CREATING, updated_at=now)
+        Snapshot.objects.filter(
+            pk__in={job.snapshot_id for job in claimed}, status=SnapshotStatus.PENDING
+        ).update(status=SnapshotStatus.CREATING, updated_at=now)
         ExportEvent.objects.bulk_create(
-            event(job, EventKind.CLAIMED, now, from_status=JobStatus.PENDING,
-                   to_status=JobStatus.CLAIMED, worker=worker) for job in claimed)
+            event(
+                job,
+                EventKind.CLAIMED,
+                now,
+                from_status=JobStatus.PENDING,
+                to_status=JobStatus.CLAIMED,
+                worker=worker,
+            )
+            for job in claimed
+        )
     return [(job, tokens[job.pk]) for job in claimed]
 
 
@@ -260,13 +325,17 @@ def due_for_poll(worker: str, limit: int) -> list[tuple[ExportJob, str]]:
     limit = max(0, min(limit, conf.get("POLL_LIMIT")))
     now = jobs.now()
     with transaction.atomic():
-        ids = list(ExportJob.objects.select_for_update(skip_locked=True)
-                   .filter(status=JobStatus.SUBMITTED, next_poll_at__lte=now)
-                   .order_by("next_poll_at", "pk").values_list("pk", flat=True)[:limit])
+        ids = list(
+            ExportJob.objects.select_for_update(skip_locked=True)
+            .filter(status=JobStatus.SUBMITTED, next_poll_at__lte=now)
+            .order_by("next_poll_at", "pk")
+            .values_list("pk", flat=True)[:limit]
+        )
         if not ids:
             return []
         ExportJob.objects.filter(pk__in=ids).update(
-            next_poll_at=now + timedelta(seconds=conf.get("POLL_LEASE_SECONDS")))
+            next_poll_at=now + timedelta(seconds=conf.get("POLL_LEASE_SECONDS"))
+        )
         tokens = _issue_tokens(ids)
         taken = list(ExportJob.objects.filter(pk__in=ids).order_by("next_poll_at", "pk"))
     return [(job, tokens[job.pk]) for job in taken]
@@ -317,8 +386,9 @@ def report(job_id: int, update: Report) -> ExportJob:
     A job's last report also finishes its snapshot, when no other job of it is left.
     """
     if update.status not in _FROM:
-        raise InvalidReport(f"status {update.status!r} is not one a worker reports "
-                            f"({', '.join(sorted(_FROM))})")
+        raise InvalidReport(
+            f"status {update.status!r} is not one a worker reports ({', '.join(sorted(_FROM))})"
+        )
     now = jobs.now()
     with transaction.atomic():
         job = ExportJob.objects.select_for_update().filter(pk=job_id).first()
@@ -330,9 +400,15 @@ def report(job_id: int, update: Report) -> ExportJob:
             settle(job, update, now)
     if why:
         # Recorded apart from the refused change: the history shows which worker came late.
-        event(job, EventKind.LATE_REFUSED, now, from_status=job.status,
-               to_status=update.status, worker=update.worker,
-               message=f"refused a report for claim {update.generation}: {why}").save()
+        event(
+            job,
+            EventKind.LATE_REFUSED,
+            now,
+            from_status=job.status,
+            to_status=update.status,
+            worker=update.worker,
+            message=f"refused a report for claim {update.generation}: {why}",
+        ).save()
         raise ClaimLost(job, f"claim {update.generation}", why if why == NO_SECRET else "")
     return job
 
@@ -370,12 +446,24 @@ def settle(job: ExportJob, update: Report, now: datetime | None = None) -> None:
     job.save()
     events = []
     if update.note:
-        events.append(event(job, update.note_kind or EventKind.FELL_BACK, now,
-                             worker=update.worker, message=update.note))
+        events.append(
+            event(
+                job, update.note_kind or EventKind.FELL_BACK, now, worker=update.worker, message=update.note
+            )
+        )
     if before != job.status:
         kind = EventKind.HANDED_BACK if job.status == JobStatus.PENDING else job.status
-        events.append(event(job, kind, now, from_status=before, to_status=job.status,
-                             worker=update.worker, message=_transition_message(job)))
+        events.append(
+            event(
+                job,
+                kind,
+                now,
+                from_status=before,
+                to_status=job.status,
+                worker=update.worker,
+                message=_transition_message(job),
+            )
+        )
     ExportEvent.objects.bulk_create(events)
     if job.status in JOB_FINISHED:
         finish_snapshot(job.snapshot_id)
@@ -410,8 +498,7 @@ def _apply(job: ExportJob, update: Report, now: datetime) -> None:
             raise InvalidReport("a completed job reports its row count and size")
         if update.row_count < 0 or update.size_bytes < 0:
             raise InvalidReport("row count and size are never negative")
-        job.row_count, job.size_bytes, job.files = update.row_count, update.size_bytes, list(
-            update.files)
+        job.row_count, job.size_bytes, job.files = update.row_count, update.size_bytes, list(update.files)
         job.completed_at, job.next_poll_at, job.error_message = now, None, ""
     elif status == JobStatus.FAILED:
         job.error_message = (update.error_message or "export failed")[:4000]
@@ -431,8 +518,7 @@ def _transition_message(job: ExportJob) -> str:
 
 def heartbeat(job_id: int, generation: int, worker: str, claim_token: str) -> ExportJob:
     """A worker still exporting a claimed job: keeps the reconciliation from resetting it."""
-    return report(job_id, Report(JobStatus.CLAIMED, generation, worker=worker,
-                                 claim_token=claim_token))
+    return report(job_id, Report(JobStatus.CLAIMED, generation, worker=worker, claim_token=claim_token))
 
 
 # -- finishing snapshots ------------------------------------------------------------
@@ -443,19 +529,27 @@ def finish_snapshot(snapshot_id: int) -> str | None:
     job's error) once none of its jobs is left to run; its status, or None while some are."""
     now = jobs.now()
     with transaction.atomic():
-        snapshot = (Snapshot.objects.select_for_update()
-                    .filter(pk=snapshot_id, status__in=[SnapshotStatus.PENDING,
-                                                        SnapshotStatus.CREATING]).first())
+        snapshot = (
+            Snapshot.objects.select_for_update()
+            .filter(pk=snapshot_id, status__in=[SnapshotStatus.PENDING, SnapshotStatus.CREATING])
+            .first()
+        )
         if snapshot is None:
             return None
         rows = list(snapshot.jobs.order_by("position"))
         if any(job.status not in JOB_FINISHED for job in rows):
             return None
         failed = [job for job in rows if job.status == JobStatus.FAILED]
-        snapshot.node_counts = {job.entity_name: job.row_count for job in rows
-                                if job.job_type == EntityKind.NODE and job.row_count is not None}
-        snapshot.edge_counts = {job.entity_name: job.row_count for job in rows
-                                if job.job_type == EntityKind.EDGE and job.row_count is not None}
+        snapshot.node_counts = {
+            job.entity_name: job.row_count
+            for job in rows
+            if job.job_type == EntityKind.NODE and job.row_count is not None
+        }
+        snapshot.edge_counts = {
+            job.entity_name: job.row_count
+            for job in rows
+            if job.job_type == EntityKind.EDGE and job.row_count is not None
+        }
         snapshot.size_bytes = sum(job.size_bytes or 0 for job in rows)
         if failed:
             first = failed[0]
@@ -486,10 +580,17 @@ def retry_job(job: ExportJob, user: Any) -> ExportJob:
         reset(job, now)
         job.save()
         Snapshot.objects.filter(pk=job.snapshot_id).update(
-            status=SnapshotStatus.CREATING, error="", finished_at=None, updated_at=now)
+            status=SnapshotStatus.CREATING, error="", finished_at=None, updated_at=now
+        )
         event(
-            job, EventKind.RETRIED, now, from_status=JobStatus.FAILED, to_status=JobStatus.PENDING,
-            actor=user, message=f"was: {before}").save()
+            job,
+            EventKind.RETRIED,
+            now,
+            from_status=JobStatus.FAILED,
+            to_status=JobStatus.PENDING,
+            actor=user,
+            message=f"was: {before}",
+        ).save()
     return job
 
 
@@ -505,8 +606,14 @@ def reset_claim(job: ExportJob, user: Any) -> ExportJob:
         reset(job, now)
         job.save()
         event(
-            job, EventKind.CLAIM_RESET, now, from_status=JobStatus.CLAIMED,
-            to_status=JobStatus.PENDING, actor=user, message=f"taken from {worker}").save()
+            job,
+            EventKind.CLAIM_RESET,
+            now,
+            from_status=JobStatus.CLAIMED,
+            to_status=JobStatus.PENDING,
+            actor=user,
+            message=f"taken from {worker}",
+        ).save()
     return job
 
 
@@ -516,17 +623,26 @@ def cancel_snapshot(snapshot: Snapshot, user: Any) -> list[ExportJob]:
     now = jobs.now()
     name = getattr(user, "get_username", lambda: "the system")()
     with transaction.atomic():
-        open_jobs = list(ExportJob.objects.select_for_update()
-                         .filter(snapshot_id=snapshot.pk).exclude(status__in=JOB_FINISHED)
-                         .order_by("position"))
+        open_jobs = list(
+            ExportJob.objects.select_for_update()
+            .filter(snapshot_id=snapshot.pk)
+            .exclude(status__in=JOB_FINISHED)
+            .order_by("position")
+        )
         for job in open_jobs:
             before = job.status
             job.status, job.error_message = JobStatus.FAILED, f"Cancelled by {name}"
             job.completed_at, job.updated_at, job.next_poll_at = now, now, None
             job.save()
             event(
-                job, EventKind.CANCELLED, now, from_status=before, to_status=JobStatus.FAILED,
-                actor=user, message=job.error_message).save()
+                job,
+                EventKind.CANCELLED,
+                now,
+                from_status=before,
+                to_status=JobStatus.FAILED,
+                actor=user,
+                message=job.error_message,
+            ).save()
             if before == JobStatus.SUBMITTED:
                 jobs.enqueue("exports.CancelQuery", {"job": job.pk}, tenant=job.tenant_id)
         finish_snapshot(snapshot.pk)

@@ -61,7 +61,7 @@ def relative_inside(location: str, folder: str) -> str | None:
     prefix = home[2].rstrip("/") + "/"
     if not place[2].startswith(prefix) or place[2] == prefix:
         return None
-    return place[2][len(prefix):]
+    return place[2][len(prefix) :]
 
 
 @dataclass(frozen=True)
@@ -106,8 +106,7 @@ class JobSpec:
 
     @property
     def columns(self) -> list[Column]:
-        return [Column(name, type_) for name, type_ in zip(self.column_names, self.column_types,
-                                                            strict=True)]
+        return [Column(name, type_) for name, type_ in zip(self.column_names, self.column_types, strict=True)]
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> JobSpec:
@@ -115,8 +114,7 @@ class JobSpec:
         values = {key: value for key, value in data.items() if key in known}
         for key in ("column_names", "column_types"):
             values[key] = tuple(values.get(key) or ())
-        for key in ("catalog", "starburst_role", "destination", "query_id", "next_uri",
-                    "claim_token"):
+        for key in ("catalog", "starburst_role", "destination", "query_id", "next_uri", "claim_token"):
             values[key] = values.get(key) or ""
         return cls(**values)
 

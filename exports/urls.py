@@ -18,8 +18,10 @@ urlpatterns = [
     path("api/exports/datasets/", api.DatasetsView.as_view(), name="exports-datasets"),
     path("internal/exports/claim", control_plane.Claim.as_view(), name="exports-claim"),
     path("internal/exports/pollable", control_plane.Pollable.as_view(), name="exports-pollable"),
-    path("internal/exports/jobs/<int:job_id>/report", control_plane.Report.as_view(),
-         name="exports-report"),
-    path("internal/exports/snapshots/<int:snapshot_id>/finalize", control_plane.Finalize.as_view(),
-         name="exports-finalize"),
+    path("internal/exports/jobs/<int:job_id>/report", control_plane.Report.as_view(), name="exports-report"),
+    path(
+        "internal/exports/snapshots/<int:snapshot_id>/finalize",
+        control_plane.Finalize.as_view(),
+        name="exports-finalize",
+    ),
 ]

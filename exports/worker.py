@@ -56,12 +56,20 @@ class ControlPlaneError(Exception):
 class ControlPlane:
     """The internal API's client: bounded timeouts, the worker token, JSON both ways."""
 
-    def __init__(self, base_url: str, token: str, *, timeout: float = 30.0,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self._client = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), transport=transport,
+            base_url=base_url.rstrip("/"),
+            transport=transport,
             headers={"Authorization": f"Bearer {token}"},
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)))
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
+        )
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -85,8 +93,13 @@ class ControlPlane:
     async def report(self, job: JobSpec, status: str, worker: str, **fields: Any) -> JobSpec:
         """The job as the control plane has it after the report, still holding the
         secret this worker reported with (an answer never repeats it)."""
-        body = {"status": status, "generation": job.generation, "worker": worker,
-                "claim_token": job.claim_token, **fields}
+        body = {
+            "status": status,
+            "generation": job.generation,
+            "worker": worker,
+            "claim_token": job.claim_token,
+            **fields,
+        }
         answer = await self._post(f"/internal/exports/jobs/{job.id}/report", body)
         return dataclasses.replace(JobSpec.from_json(answer["job"]), claim_token=job.claim_token)
 
@@ -119,14 +132,21 @@ class WorkerSettings:
 
 
 class ExportWorker:
-    def __init__(self, control_plane: ControlPlane, settings: WorkerSettings, *,
-                 engine_for: Callable[[str], Any], sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        control_plane: ControlPlane,
+        settings: WorkerSettings,
+        *,
+        engine_for: Callable[[str], Any],
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.cp = control_plane
         self.settings = settings
         self._engine_for = engine_for
         self._sleep = sleep  # the cold-start pause, in a pool thread (tests pass their own)
         self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=settings.threads, thread_name_prefix="export")
+            max_workers=settings.threads, thread_name_prefix="export"
+        )
         self._running: dict[int, asyncio.Task[None]] = {}
         self._held: dict[int, JobSpec] = {}
         self.stopping = asyncio.Event()
@@ -202,8 +222,12 @@ class ExportWorker:
         """On the way out: give running exports the grace period, then hand back the
         jobs still held."""
         if self._running:
-            logger.info("export worker %s: waiting up to %.0f s for %d export(s)", self.name,
-                        self.settings.grace_seconds, len(self._running))
+            logger.info(
+                "export worker %s: waiting up to %.0f s for %d export(s)",
+                self.name,
+                self.settings.grace_seconds,
+                len(self._running),
+            )
             # asyncio.wait, not wait_for: the exports still running must not be cancelled
             # before their jobs are handed back.
             await asyncio.wait(list(self._running.values()), timeout=self.settings.grace_seconds)
@@ -257,25 +281,29 @@ class ExportWorker:
             return
         beat.cancel()
         try:
-            await self._finish(job, "completed", row_count=written.rows, size_bytes=written.size,
-                               files=written.files)
+            await self._finish(
+                job, "completed", row_count=written.rows, size_bytes=written.size, files=written.files
+            )
         except ClaimLost:
             # Another claim owns the job now: what this one wrote is not the snapshot's.
             await self._in_pool(_remove, written.files, self.settings.storage_options)
             raise
         # What an earlier claim's lost export may have written since is not the snapshot's.
-        await self._in_pool(parquet.remove_files, job.destination, written.files,
-                            self.settings.storage_options)
+        await self._in_pool(
+            parquet.remove_files, job.destination, written.files, self.settings.storage_options
+        )
 
     def _export_direct(self, engine: Any, job: JobSpec, file_name: str) -> Any:
         if job.engine != "trino":
             return engine.export_direct(job, file_name)
         from exports.engines.trino import retry_cold_start
 
-        return retry_cold_start(lambda: engine.export_direct(job, file_name),
-                                retries=self.settings.cold_start_retries,
-                                pause_seconds=self.settings.cold_start_pause_seconds,
-                                sleep=self._sleep)
+        return retry_cold_start(
+            lambda: engine.export_direct(job, file_name),
+            retries=self.settings.cold_start_retries,
+            pause_seconds=self.settings.cold_start_pause_seconds,
+            sleep=self._sleep,
+        )
 
     async def _heartbeat(self, job: JobSpec) -> None:
         while True:
@@ -289,7 +317,8 @@ class ExportWorker:
         engine = self._engine_for("trino")
         try:
             submitted = await self._in_pool(
-                engine.submit_unload, dataclasses.replace(job, destination=job.claim_folder))
+                engine.submit_unload, dataclasses.replace(job, destination=job.claim_folder)
+            )
         except UnloadUnavailable as error:
             await self.cp.report(job, "claimed", self.name, note=_fallback_note(error))
             await self._direct(job)
@@ -298,12 +327,12 @@ class ExportWorker:
             await self._finish(job, "failed", error_message=_describe(error))
             return
         try:
-            await self.cp.report(job, "submitted", self.name, query_id=submitted.query_id,
-                                 next_uri=submitted.next_uri)
+            await self.cp.report(
+                job, "submitted", self.name, query_id=submitted.query_id, next_uri=submitted.next_uri
+            )
         except ClaimLost:
             # A late submission from a claim that was reset: its query must not run on.
-            await self._in_pool(_cancel, engine, submitted.next_uri or submitted.query_id,
-                                job.starburst_role)
+            await self._in_pool(_cancel, engine, submitted.next_uri or submitted.query_id, job.starburst_role)
             raise
 
     # -- polling a submitted job ----------------------------------------------------
@@ -321,21 +350,26 @@ class ExportWorker:
                 logger.info("export job %s: poll failed (%s); asking by query id", job.id, error)
                 state = await self._in_pool(engine.status, job.query_id, job.starburst_role)
             if state.state == "FINISHED":
-                written = await self._in_pool(parquet.count_rows, job.claim_folder,
-                                              self.settings.storage_options)
-                await self._finish(job, "completed", row_count=written.rows,
-                                   size_bytes=written.size, files=written.files)
-                await self._in_pool(parquet.remove_files, job.destination, written.files,
-                                    self.settings.storage_options)
+                written = await self._in_pool(
+                    parquet.count_rows, job.claim_folder, self.settings.storage_options
+                )
+                await self._finish(
+                    job, "completed", row_count=written.rows, size_bytes=written.size, files=written.files
+                )
+                await self._in_pool(
+                    parquet.remove_files, job.destination, written.files, self.settings.storage_options
+                )
             elif state.state == "FAILED" and is_unload_missing(state.error_name, state.error):
-                taken = await self.cp.report(job, "claimed", self.name, poll_count=job.poll_count,
-                                             note=_fallback_note(state.error))
+                taken = await self.cp.report(
+                    job, "claimed", self.name, poll_count=job.poll_count, note=_fallback_note(state.error)
+                )
                 self._start(taken, self._export(taken, direct=True))
             elif state.state == "FAILED":
                 await self._finish(job, "failed", error_message=state.error or "query failed")
             else:
-                await self.cp.report(job, "submitted", self.name, poll_count=job.poll_count,
-                                     next_uri=state.next_uri)
+                await self.cp.report(
+                    job, "submitted", self.name, poll_count=job.poll_count, next_uri=state.next_uri
+                )
         except ClaimLost as lost:
             logger.info("export job %s: %s", job.id, lost)
         except ControlPlaneError as error:

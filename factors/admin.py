@@ -43,8 +43,13 @@ def _badge(recalculating: bool, module: ReportModule) -> SafeString:
     """The module's "Recalculating…" badge; on a report page factors/report_live.js keeps it
     (and the module's figures) live, by the data attributes."""
     text, busy = ("Recalculating…", "1") if recalculating else ("Up to date", "0")
-    return format_html('<span class="recalc-badge" data-busy="{}" data-report="{}" '
-                       'data-module="{}">{}</span>', busy, module.report_id, module.pk, text)
+    return format_html(
+        '<span class="recalc-badge" data-busy="{}" data-report="{}" data-module="{}">{}</span>',
+        busy,
+        module.report_id,
+        module.pk,
+        text,
+    )
 
 
 def _job_link(job_id: int | None) -> SafeString:
@@ -60,8 +65,12 @@ def _pipeline_url(result: services.Dispatched) -> str:
 
 def _pipeline_message(result: services.Dispatched) -> SafeString:
     rows = f" ({result.rows:,} rows)" if result.rows is not None else ""
-    return format_html('Started job #{}{} — <a href="{}">follow its pipeline</a>.',
-                       result.job.pk, rows, _pipeline_url(result))
+    return format_html(
+        'Started job #{}{} — <a href="{}">follow its pipeline</a>.',
+        result.job.pk,
+        rows,
+        _pipeline_url(result),
+    )
 
 
 def _is_operator(request: HttpRequest) -> bool:
@@ -81,8 +90,11 @@ class ClassificationShown:
         values = row.classification
         if not isinstance(values, dict) or not values:
             return format_html("{}", "—")
-        lines = format_html_join("", '<div class="classification-line">{}: {}</div>',
-                                 sorted((str(k), str(v)) for k, v in values.items()))
+        lines = format_html_join(
+            "",
+            '<div class="classification-line">{}: {}</div>',
+            sorted((str(k), str(v)) for k, v in values.items()),
+        )
         return format_html('<div class="classification">{}</div>', lines)
 
 
@@ -104,15 +116,16 @@ class UploadViews(ReadOnly):
 
     def get_urls(self) -> list[URLPattern]:
         name = f"{self.model._meta.app_label}_{self.model._meta.model_name}_upload"
-        return [path("upload/", self.admin_site.admin_view(self.upload_view), name=name),
-                *super().get_urls()]
+        return [path("upload/", self.admin_site.admin_view(self.upload_view), name=name), *super().get_urls()]
 
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> Any:
         context = dict(extra_context or {})
         if self.may_upload(request):
             meta = self.model._meta
-            context.update(upload_url=reverse(f"admin:{meta.app_label}_{meta.model_name}_upload"),
-                           upload_label=self.upload_label)
+            context.update(
+                upload_url=reverse(f"admin:{meta.app_label}_{meta.model_name}_upload"),
+                upload_label=self.upload_label,
+            )
         return super().changelist_view(request, context)
 
     def may_upload(self, request: HttpRequest) -> bool:
@@ -145,14 +158,22 @@ class UploadViews(ReadOnly):
                 self.message_user(request, _pipeline_message(result), messages.SUCCESS)
                 return HttpResponseRedirect(self.after_upload(request, result))
         example = form.example() if hasattr(form, "example") else None
-        context = {**self.admin_site.each_context(request), "opts": self.model._meta,
-                   "title": self.upload_label, "form": form, "rejected": rejected,
-                   "intro": self.upload_intro, "submit": self.upload_label, "example": example}
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": self.upload_label,
+            "form": form,
+            "rejected": rejected,
+            "intro": self.upload_intro,
+            "submit": self.upload_label,
+            "example": example,
+        }
         return TemplateResponse(request, "admin/factors/upload.html", context)
 
 
-def _bound(form_class: Callable[..., django_forms.Form], request: HttpRequest,
-           **kwargs: Any) -> django_forms.Form:
+def _bound(
+    form_class: Callable[..., django_forms.Form], request: HttpRequest, **kwargs: Any
+) -> django_forms.Form:
     if request.method == "POST":
         return form_class(request.POST, request.FILES, **kwargs)
     return form_class(**kwargs)
@@ -167,13 +188,14 @@ class UnitAdmin(UploadViews):
     list_filter = ["last_synced_year", "tenant"]
     list_select_related = ["parent", "tenant"]
     search_fields = ["code", "name"]
-    fields = ["code", "name", "parent", "tenant", "last_synced_year", "synced_by",
-              "created_at", "updated_at"]
+    fields = ["code", "name", "parent", "tenant", "last_synced_year", "synced_by", "created_at", "updated_at"]
     readonly_fields = fields
     change_list_template = "admin/factors/unit/change_list.html"
     upload_label = "Sync units"
-    upload_intro = ("Apply the organisation directory of a year: units are created or updated "
-                    "by code, and each listed unit gets its report for that year.")
+    upload_intro = (
+        "Apply the organisation directory of a year: units are created or updated "
+        "by code, and each listed unit gets its report for that year."
+    )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Unit]:
         return scope_queryset(super().get_queryset(request), request.user)
@@ -187,9 +209,13 @@ class UnitAdmin(UploadViews):
 
     def start(self, request: HttpRequest, data: dict[str, Any]) -> services.Dispatched:
         upload = data.get("file")
-        return services.sync_units(data["year"], source=upload,
-                                   filename=getattr(upload, "name", ""),
-                                   url=data.get("url") or None, actor=request.user)
+        return services.sync_units(
+            data["year"],
+            source=upload,
+            filename=getattr(upload, "name", ""),
+            url=data.get("url") or None,
+            actor=request.user,
+        )
 
 
 # --- reports and modules -----------------------------------------------------------------------------
@@ -238,8 +264,7 @@ class ReportForm(django_forms.ModelForm):
 
 @admin.register(CarbonReport)
 class CarbonReportAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "unit", "year", "entries", "kg_co2e", "without_factor",
-                    "stats_updated_at"]
+    list_display = ["__str__", "unit", "year", "entries", "kg_co2e", "without_factor", "stats_updated_at"]
     list_filter = ["year"]
     list_select_related = ["unit"]
     search_fields = ["unit__code", "unit__name"]
@@ -259,8 +284,11 @@ class CarbonReportAdmin(admin.ModelAdmin):
         return [] if obj is None else [ModuleInline]  # a new report's modules come with it
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return ["unit", "year"] if obj is None else ["unit", "year", "stats_table",
-                                                    "stats_updated_at", "created_by"]
+        return (
+            ["unit", "year"]
+            if obj is None
+            else ["unit", "year", "stats_table", "stats_updated_at", "created_by"]
+        )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [] if obj is None else self.get_fields(request, obj)
@@ -290,20 +318,23 @@ class CarbonReportAdmin(admin.ModelAdmin):
 
     @admin.display(description="stats")
     def stats_table(self, report: CarbonReport) -> SafeString:
-        rows = [(t, v["entries"], f"{v['quantity']} {v['unit']}", v["kg_co2e"], v["without_factor"])
-                for t, v in sorted(report.stats.get("by_type", {}).items())]
-        body = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                                rows)
+        rows = [
+            (t, v["entries"], f"{v['quantity']} {v['unit']}", v["kg_co2e"], v["without_factor"])
+            for t, v in sorted(report.stats.get("by_type", {}).items())
+        ]
+        body = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows)
         return format_html(
             "<p>{}</p><table><thead><tr><th>type</th><th>entries</th><th>quantity</th>"
             "<th>kg CO2e</th><th>without factor</th></tr></thead><tbody>{}</tbody></table>",
-            _totals(report.stats), body)
+            _totals(report.stats),
+            body,
+        )
 
-    @admin.action(description="Recompute the stats of the selected reports (aggregation jobs)",
-                  permissions=["view"])
+    @admin.action(
+        description="Recompute the stats of the selected reports (aggregation jobs)", permissions=["view"]
+    )
     def recompute_stats(self, request: HttpRequest, queryset: QuerySet[CarbonReport]) -> None:
-        started = services.recompute_stats(list(queryset.values_list("pk", flat=True)),
-                                           actor=request.user)
+        started = services.recompute_stats(list(queryset.values_list("pk", flat=True)), actor=request.user)
         self.message_user(request, f"{started} aggregation job(s) queued.", messages.SUCCESS)
 
 
@@ -312,8 +343,19 @@ class CarbonReportAdmin(admin.ModelAdmin):
 
 @admin.register(DataEntry)
 class DataEntryAdmin(ClassificationShown, UploadViews):
-    list_display = ["id", "module", "data_entry_type", "quantity", "unit", "classification_shown",
-                    "kg_co2e", "source", "row_number", "written_by", "created_by"]
+    list_display = [
+        "id",
+        "module",
+        "data_entry_type",
+        "quantity",
+        "unit",
+        "classification_shown",
+        "kg_co2e",
+        "source",
+        "row_number",
+        "written_by",
+        "created_by",
+    ]
     list_filter = ["source", "data_entry_type", "module__module_type", "year"]
     list_select_related = ["module__report__unit", "emission", "created_by"]
     sortable_by = ["id"]
@@ -322,14 +364,17 @@ class DataEntryAdmin(ClassificationShown, UploadViews):
     search_help_text = "An entry id or an exact unit code."
     change_list_template = "admin/factors/dataentry/change_list.html"
     upload_label = "Upload entries CSV"
-    upload_intro = ("Starts csv_ingest → emission_recalc → aggregation. A file with any bad row "
-                    "is refused whole, with the first errors listed.")
+    upload_intro = (
+        "Starts csv_ingest → emission_recalc → aggregation. A file with any bad row "
+        "is refused whole, with the first errors listed."
+    )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[DataEntry]:
         # What the report reads: rows of an ingest still loading or failed are listed
         # under entry loads, not here.
-        return scope_queryset(super().get_queryset(request).current(), request.user,
-                              field="module__report__unit__tenant")
+        return scope_queryset(
+            super().get_queryset(request).current(), request.user, field="module__report__unit__tenant"
+        )
 
     def may_upload(self, request: HttpRequest) -> bool:
         return bool(request.user.is_staff and tenant_scope(request.user) is not False)
@@ -348,13 +393,13 @@ class DataEntryAdmin(ClassificationShown, UploadViews):
         return _bound(EntriesUploadForm, request, reports=reports)
 
     def start(self, request: HttpRequest, data: dict[str, Any]) -> services.Dispatched:
-        module = ReportModule.objects.filter(report=data["report"],
-                                             module_type=data["module_type"]).first()
+        module = ReportModule.objects.filter(report=data["report"], module_type=data["module_type"]).first()
         if module is None:
             raise services.InvalidRequest({"module_type": ["this report has no such module"]})
         upload = data["file"]
-        return services.dispatch_csv(module, data["data_entry_type"], upload,
-                                     filename=upload.name, actor=request.user)
+        return services.dispatch_csv(
+            module, data["data_entry_type"], upload, filename=upload.name, actor=request.user
+        )
 
 
 class StaleFilter(admin.SimpleListFilter):
@@ -374,16 +419,27 @@ class StaleFilter(admin.SimpleListFilter):
 
 @admin.register(EmissionFactor)
 class EmissionFactorAdmin(ClassificationShown, UploadViews):
-    list_display = ["id", "data_entry_type", "year", "classification_shown", "value", "unit",
-                    "source", "stale", "seen_in"]
+    list_display = [
+        "id",
+        "data_entry_type",
+        "year",
+        "classification_shown",
+        "value",
+        "unit",
+        "source",
+        "stale",
+        "seen_in",
+    ]
     list_filter = [StaleFilter, "data_entry_type", "year", "source"]
     search_fields = ["source"]
     actions = ["recalculate"]
     change_list_template = "admin/factors/emissionfactor/change_list.html"
     upload_label = "Upload factors CSV"
-    upload_intro = ("Factors are upserted in place (ids kept, entries stay linked); factors of "
-                    "the file's type and years that it leaves out become stale (other years are "
-                    "left as they are); the emissions of the type are recalculated.")
+    upload_intro = (
+        "Factors are upserted in place (ids kept, entries stay linked); factors of "
+        "the file's type and years that it leaves out become stale (other years are "
+        "left as they are); the emissions of the type are recalculated."
+    )
 
     @admin.display(description="stale", boolean=True)
     def stale(self, factor: EmissionFactor) -> bool:
@@ -398,8 +454,9 @@ class EmissionFactorAdmin(ClassificationShown, UploadViews):
 
     def start(self, request: HttpRequest, data: dict[str, Any]) -> services.Dispatched:
         upload = data["file"]
-        return services.upload_factors(data["data_entry_type"], upload, filename=upload.name,
-                                       actor=request.user)
+        return services.upload_factors(
+            data["data_entry_type"], upload, filename=upload.name, actor=request.user
+        )
 
     @admin.action(description="Recalculate the emissions of the selected factors' types")
     def recalculate(self, request: HttpRequest, queryset: QuerySet[EmissionFactor]) -> None:
@@ -407,8 +464,11 @@ class EmissionFactorAdmin(ClassificationShown, UploadViews):
             raise PermissionDenied
         types = sorted(set(queryset.values_list("data_entry_type", flat=True)))
         jobs = [services.recalculate_emissions(t, actor=request.user).job.pk for t in types]
-        self.message_user(request, f"Recalculation queued for {', '.join(types)} "
-                                   f"(jobs {', '.join(map(str, jobs))}).", messages.SUCCESS)
+        self.message_user(
+            request,
+            f"Recalculation queued for {', '.join(types)} (jobs {', '.join(map(str, jobs))}).",
+            messages.SUCCESS,
+        )
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         actions = super().get_actions(request)
@@ -427,8 +487,9 @@ class EmissionAdmin(ReadOnly):
     search_help_text = "A data entry id."
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Emission]:
-        return scope_queryset(super().get_queryset(request), request.user,
-                              field="data_entry__module__report__unit__tenant")
+        return scope_queryset(
+            super().get_queryset(request), request.user, field="data_entry__module__report__unit__tenant"
+        )
 
     @admin.display(description="computed by")
     def computed_by(self, emission: Emission) -> SafeString:
@@ -453,8 +514,16 @@ class EntryLoadAdmin(ReadOnly):
     """The rows of each bulk ingest, and whether the report reads them: a load is read
     once current; loading, abandoned and replaced ones are kept out of sight."""
 
-    list_display = ["ingest", "module", "data_entry_type", "source", "state", "created_at",
-                    "current_since", "replaced_at"]
+    list_display = [
+        "ingest",
+        "module",
+        "data_entry_type",
+        "source",
+        "state",
+        "created_at",
+        "current_since",
+        "replaced_at",
+    ]
     list_filter = ["state", "source", "data_entry_type"]
     list_select_related = ["module__report__unit"]
     search_fields = ["=job__id", "=module__report__unit__code"]
@@ -462,27 +531,36 @@ class EntryLoadAdmin(ReadOnly):
     actions = ["remove"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[EntryLoad]:
-        return scope_queryset(super().get_queryset(request), request.user,
-                              field="module__report__unit__tenant")
+        return scope_queryset(
+            super().get_queryset(request), request.user, field="module__report__unit__tenant"
+        )
 
     @admin.display(description="ingest", ordering="job_id")
     def ingest(self, load: EntryLoad) -> SafeString:
         return _job_link(load.job_id)
 
-    @admin.action(description="Remove the rows of the selected loads now (unread ones only)",
-                  permissions=["view"])
+    @admin.action(
+        description="Remove the rows of the selected loads now (unread ones only)", permissions=["view"]
+    )
     def remove(self, request: HttpRequest, queryset: QuerySet[EntryLoad]) -> None:
         if not _is_operator(request):
             raise PermissionDenied
         ids = list(queryset.exclude(state=EntryLoad.State.CURRENT).values_list("job_id", flat=True))
         if not ids:
-            self.message_user(request, "Current loads are read by the reports: nothing to remove.",
-                              messages.WARNING)
+            self.message_user(
+                request, "Current loads are read by the reports: nothing to remove.", messages.WARNING
+            )
             return
         job = services.remove_loads(ids, actor=request.user)
-        self.message_user(request, format_html(
-            "Removal of {} load(s) queued ({}); loads still being written are kept.",
-            len(ids), _job_link(job.pk)), messages.SUCCESS)
+        self.message_user(
+            request,
+            format_html(
+                "Removal of {} load(s) queued ({}); loads still being written are kept.",
+                len(ids),
+                _job_link(job.pk),
+            ),
+            messages.SUCCESS,
+        )
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         actions = super().get_actions(request)

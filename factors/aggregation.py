@@ -27,8 +27,10 @@ def module_totals(module_id: int) -> list[stats.TypeTotals]:
     of an ingest still loading, or of one that failed, are not counted)."""
     with connection.cursor() as cursor:
         cursor.execute(_TOTALS, {"module": module_id})
-        return [stats.TypeTotals(t, n, Decimal(q), Decimal(kg), missing)
-                for t, n, q, kg, missing in cursor.fetchall()]
+        return [
+            stats.TypeTotals(t, n, Decimal(q), Decimal(kg), missing)
+            for t, n, q, kg, missing in cursor.fetchall()
+        ]
 
 
 def recompute_module(module_id: int, *, job_id: int | None = None) -> dict[str, object]:
@@ -41,9 +43,13 @@ def recompute_module(module_id: int, *, job_id: int | None = None) -> dict[str, 
     module.save(update_fields=["stats", "stats_updated_at", "stats_job"])
     report = locks.lock_report(module.report_id)
     recompute_report(report)
-    return {"module": module_id, "report": report.pk, "entries": module.stats["entries"],
-            "kg_co2e": module.stats["kg_co2e"],
-            "without_factor": module.stats["without_factor"]}
+    return {
+        "module": module_id,
+        "report": report.pk,
+        "entries": module.stats["entries"],
+        "kg_co2e": module.stats["kg_co2e"],
+        "without_factor": module.stats["without_factor"],
+    }
 
 
 def recompute_report(report: CarbonReport) -> None:

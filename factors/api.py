@@ -50,7 +50,8 @@ class UnitBriefSerializer(serializers.Serializer):
 
 class ModuleSerializer(serializers.ModelSerializer):
     recalculating = serializers.SerializerMethodField(
-        help_text="A bulk job for this module is pending or running: stats may change.")
+        help_text="A bulk job for this module is pending or running: stats may change."
+    )
 
     class Meta:
         model = ReportModule
@@ -76,16 +77,27 @@ class EntrySerializer(serializers.ModelSerializer):
     kg_co2e = serializers.SerializerMethodField()
     factor = serializers.SerializerMethodField()
     job = serializers.IntegerField(source="job_id", read_only=True, allow_null=True)
-    created_by = serializers.CharField(source="created_by.username", read_only=True,
-                                       allow_null=True)
-    updated_by = serializers.CharField(source="updated_by.username", read_only=True,
-                                       allow_null=True)
+    created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True)
+    updated_by = serializers.CharField(source="updated_by.username", read_only=True, allow_null=True)
 
     class Meta:
         model = DataEntry
-        fields = ["id", "data_entry_type", "quantity", "unit", "classification", "kg_co2e",
-                  "factor", "source", "job", "row_number", "created_by", "updated_by",
-                  "created_at", "updated_at"]
+        fields = [
+            "id",
+            "data_entry_type",
+            "quantity",
+            "unit",
+            "classification",
+            "kg_co2e",
+            "factor",
+            "source",
+            "job",
+            "row_number",
+            "created_by",
+            "updated_by",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = fields
 
     def get_kg_co2e(self, entry: DataEntry) -> str | None:
@@ -119,7 +131,8 @@ class EntryInputSerializer(ClosedSerializer):
     data_entry_type = serializers.ChoiceField(choices=DataEntryType.choices)
     quantity = serializers.CharField(
         validators=[RegexValidator(QUANTITY_PATTERN)],
-        help_text="A non-negative decimal: up to 12 digits, at most 6 decimals.")
+        help_text="A non-negative decimal: up to 12 digits, at most 6 decimals.",
+    )
     unit = serializers.CharField(required=False, help_text="Defaults to the type's unit.")
     classification = serializers.DictField(child=serializers.CharField())
 
@@ -129,17 +142,16 @@ class EntryInputSerializer(ClosedSerializer):
 
 def visible_reports(request: Request) -> QuerySet[CarbonReport]:
     """The reports of the caller's tenant (every tenant's for platform operators)."""
-    return scope_queryset(CarbonReport.objects.select_related("unit"), request.user,
-                          field="unit__tenant")
+    return scope_queryset(CarbonReport.objects.select_related("unit"), request.user, field="unit__tenant")
 
 
 def visible_module(request: Request, report_id: int, module_type: str) -> ReportModule:
     """A module of a report the caller may see; 404 otherwise (hidden like a missing one)."""
     if module_type not in ModuleType.values:  # checked here: "\x00" fails in SQL
-        raise NotFound(f"no module {shown(module_type)}; modules are "
-                       f"{', '.join(ModuleType.values)}")
-    modules = scope_queryset(ReportModule.objects.select_related("report__unit"), request.user,
-                             field="report__unit__tenant")
+        raise NotFound(f"no module {shown(module_type)}; modules are {', '.join(ModuleType.values)}")
+    modules = scope_queryset(
+        ReportModule.objects.select_related("report__unit"), request.user, field="report__unit__tenant"
+    )
     return get_object_or_404(modules, report_id=report_id, module_type=module_type)
 
 
@@ -163,9 +175,14 @@ class YearFilter(filters.NumberFilter):
         kwargs.setdefault("help_text", "A year, 2000 to 2100.")
         super().__init__(*args, **kwargs)
         # An override replaces the generated schema, help text included.
-        extend_schema_field({"type": "integer", "minimum": kwargs["min_value"],
-                             "maximum": kwargs["max_value"],
-                             "description": kwargs["help_text"]})(self)
+        extend_schema_field(
+            {
+                "type": "integer",
+                "minimum": kwargs["min_value"],
+                "maximum": kwargs["max_value"],
+                "description": kwargs["help_text"],
+            }
+        )(self)
 
 
 class ReportFilter(filters.FilterSet):
@@ -195,8 +212,9 @@ class ReportList(APIView):
     filterset_class = ReportFilter
     filter_backends = [StrictFilterBackend]
 
-    @extend_schema(tags=["co2"], summary="Carbon reports you may see",
-                   responses={200: ReportSerializer(many=True)})
+    @extend_schema(
+        tags=["co2"], summary="Carbon reports you may see", responses={200: ReportSerializer(many=True)}
+    )
     def get(self, request: Request) -> Response:
         rows = _page(self, request, visible_reports(request).prefetch_related("modules"))
         busy = queries.recalculating(m.pk for r in rows for m in r.modules.all())
@@ -207,8 +225,9 @@ class ReportList(APIView):
 class ReportDetail(APIView):
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(tags=["co2"], summary="A report with its stats and modules",
-                   responses={200: ReportSerializer})
+    @extend_schema(
+        tags=["co2"], summary="A report with its stats and modules", responses={200: ReportSerializer}
+    )
     def get(self, request: Request, report: int) -> Response:
         found = get_object_or_404(visible_reports(request).prefetch_related("modules"), pk=report)
         busy = queries.recalculating(m.pk for m in found.modules.all())
@@ -218,8 +237,11 @@ class ReportDetail(APIView):
 class ModuleDetail(APIView):
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(tags=["co2"], summary="A module's stats, and whether it is recalculating",
-                   responses={200: ModuleSerializer})
+    @extend_schema(
+        tags=["co2"],
+        summary="A module's stats, and whether it is recalculating",
+        responses={200: ModuleSerializer},
+    )
     def get(self, request: Request, report: int, module: str) -> Response:
         return Response(ModuleSerializer(visible_module(request, report, module)).data)
 
@@ -240,9 +262,12 @@ def _change_body(change: services.EntryChange) -> dict[str, Any]:
     entry = None
     if change.entry is not None:
         entry = EntrySerializer(change.entry, context={"priced": change.emission}).data
-    return {"entry": entry, "warnings": change.warnings,
-            "module": ModuleSerializer(change.module).data,
-            "report": {"id": change.report.pk, "stats": change.report.stats}}
+    return {
+        "entry": entry,
+        "warnings": change.warnings,
+        "module": ModuleSerializer(change.module).data,
+        "report": {"id": change.report.pk, "stats": change.report.stats},
+    }
 
 
 class EntryList(APIView):
@@ -253,18 +278,27 @@ class EntryList(APIView):
     filterset_class = EntryFilter
     filter_backends = [StrictFilterBackend]
 
-    @extend_schema(tags=["co2"], summary="A module's data entries, in id order",
-                   responses={200: EntrySerializer(many=True)})
+    @extend_schema(
+        tags=["co2"],
+        summary="A module's data entries, in id order",
+        responses={200: EntrySerializer(many=True)},
+    )
     def get(self, request: Request, report: int, module: str) -> Response:
         found = visible_module(request, report, module)
-        entries = (DataEntry.objects.current().filter(module=found)
-                   .select_related("emission", "created_by", "updated_by"))
+        entries = (
+            DataEntry.objects.current()
+            .filter(module=found)
+            .select_related("emission", "created_by", "updated_by")
+        )
         rows = _page(self, request, entries)
         return self.paginator.get_paginated_response(EntrySerializer(rows, many=True).data)
 
-    @extend_schema(tags=["co2"], summary="Add an entry; answers with the new stats",
-                   request=EntryInputSerializer,
-                   responses={201: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT})
+    @extend_schema(
+        tags=["co2"],
+        summary="Add an entry; answers with the new stats",
+        request=EntryInputSerializer,
+        responses={201: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT},
+    )
     def post(self, request: Request, report: int, module: str) -> Response:
         found = visible_module(request, report, module)
         try:
@@ -281,14 +315,19 @@ class EntryDetail(APIView):
     @extend_schema(tags=["co2"], summary="One data entry", responses={200: EntrySerializer})
     def get(self, request: Request, report: int, module: str, entry: int) -> Response:
         found = visible_module(request, report, module)
-        row = get_object_or_404(DataEntry.objects.current().select_related(
-                                    "emission", "created_by", "updated_by"),
-                                module=found, pk=entry)
+        row = get_object_or_404(
+            DataEntry.objects.current().select_related("emission", "created_by", "updated_by"),
+            module=found,
+            pk=entry,
+        )
         return Response(EntrySerializer(row).data)
 
-    @extend_schema(tags=["co2"], summary="Change an entry; answers with the new stats",
-                   request=EntryInputSerializer(partial=True),
-                   responses={200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT})
+    @extend_schema(
+        tags=["co2"],
+        summary="Change an entry; answers with the new stats",
+        request=EntryInputSerializer(partial=True),
+        responses={200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT},
+    )
     def patch(self, request: Request, report: int, module: str, entry: int) -> Response:
         found = visible_module(request, report, module)
         try:
@@ -297,8 +336,11 @@ class EntryDetail(APIView):
             raise self._not_found_orinvalid(exc) from exc
         return Response(_change_body(change))
 
-    @extend_schema(tags=["co2"], summary="Delete an entry; answers with the new stats",
-                   responses={200: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT})
+    @extend_schema(
+        tags=["co2"],
+        summary="Delete an entry; answers with the new stats",
+        responses={200: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT},
+    )
     def delete(self, request: Request, report: int, module: str, entry: int) -> Response:
         found = visible_module(request, report, module)
         try:
@@ -323,14 +365,29 @@ def _body(request: Request) -> dict[str, Any]:
 
 
 class FactorSerializer(serializers.ModelSerializer):
-    stale = serializers.BooleanField(source="is_stale", read_only=True, help_text=(
-        "Left out of the latest upload of its type that covered its year; kept, so the "
-        "entries priced with it stay linked."))
+    stale = serializers.BooleanField(
+        source="is_stale",
+        read_only=True,
+        help_text=(
+            "Left out of the latest upload of its type that covered its year; kept, so the "
+            "entries priced with it stay linked."
+        ),
+    )
 
     class Meta:
         model = EmissionFactor
-        fields = ["id", "data_entry_type", "year", "classification", "value", "unit", "source",
-                  "stale", "created_at", "updated_at"]
+        fields = [
+            "id",
+            "data_entry_type",
+            "year",
+            "classification",
+            "value",
+            "unit",
+            "source",
+            "stale",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = fields
 
 
@@ -349,8 +406,9 @@ class StrictBooleanField(forms.NullBooleanField):
             return True
         if text in self.FALSE:
             return False
-        raise forms.ValidationError(f"{shown(str(value))} is not a boolean: use true or false",
-                                    code="invalid")
+        raise forms.ValidationError(
+            f"{shown(str(value))} is not a boolean: use true or false", code="invalid"
+        )
 
 
 class StrictBooleanFilter(filters.BooleanFilter):
@@ -364,11 +422,15 @@ class StrictBooleanFilter(filters.BooleanFilter):
 
 
 class FactorFilter(filters.FilterSet):
-    type = filters.ChoiceFilter(field_name="data_entry_type", choices=DataEntryType.choices,
-                                help_text="A data-entry type, e.g. plane.")
+    type = filters.ChoiceFilter(
+        field_name="data_entry_type",
+        choices=DataEntryType.choices,
+        help_text="A data-entry type, e.g. plane.",
+    )
     year = YearFilter()
-    stale = StrictBooleanFilter(field_name="is_stale",
-                                help_text="true: only stale factors; false: only current ones.")
+    stale = StrictBooleanFilter(
+        field_name="is_stale", help_text="true: only stale factors; false: only current ones."
+    )
 
     class Meta:
         model = EmissionFactor
@@ -391,8 +453,9 @@ class FactorList(APIView):
     filterset_class = FactorFilter
     filter_backends = [StrictFilterBackend]
 
-    @extend_schema(tags=["co2"], summary="Emission factors, in id order",
-                   responses={200: FactorSerializer(many=True)})
+    @extend_schema(
+        tags=["co2"], summary="Emission factors, in id order", responses={200: FactorSerializer(many=True)}
+    )
     def get(self, request: Request) -> Response:
         rows = _page(self, request, visible_factors(request))
         return self.paginator.get_paginated_response(FactorSerializer(rows, many=True).data)

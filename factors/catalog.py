@@ -45,22 +45,62 @@ class EntryTypeSpec:
 SPECS: dict[str, EntryTypeSpec] = {
     spec.type: spec
     for spec in (
-        EntryTypeSpec(DataEntryType.PLANE, ModuleType.TRAVEL, "km", ("haul", "cabin"),
-                      "haul: short, medium or long; cabin: economy, business or first",
-                      ("short", "economy")),
-        EntryTypeSpec(DataEntryType.TRAIN, ModuleType.TRAVEL, "km", ("network",),
-                      "network: urban, national or international", ("national",)),
-        EntryTypeSpec(DataEntryType.CAR, ModuleType.TRAVEL, "km", ("fuel",),
-                      "fuel: petrol, diesel, hybrid or electric", ("petrol",)),
-        EntryTypeSpec(DataEntryType.ELECTRICITY, ModuleType.ENERGY, "kwh", ("country",),
-                      "country: ISO 3166 code of the grid (fr, de, ch …)", ("fr",)),
-        EntryTypeSpec(DataEntryType.HEATING, ModuleType.ENERGY, "kwh", ("energy",),
-                      "energy: natural_gas, fuel_oil, district_heating or wood_pellets",
-                      ("natural_gas",)),
-        EntryTypeSpec(DataEntryType.GOODS, ModuleType.PURCHASES, "eur", ("category",),
-                      "category: it_equipment, furniture, lab_supplies, paper …", ("it_equipment",)),
-        EntryTypeSpec(DataEntryType.SERVICES, ModuleType.PURCHASES, "eur", ("category",),
-                      "category: consulting, cleaning, catering, software …", ("consulting",)),
+        EntryTypeSpec(
+            DataEntryType.PLANE,
+            ModuleType.TRAVEL,
+            "km",
+            ("haul", "cabin"),
+            "haul: short, medium or long; cabin: economy, business or first",
+            ("short", "economy"),
+        ),
+        EntryTypeSpec(
+            DataEntryType.TRAIN,
+            ModuleType.TRAVEL,
+            "km",
+            ("network",),
+            "network: urban, national or international",
+            ("national",),
+        ),
+        EntryTypeSpec(
+            DataEntryType.CAR,
+            ModuleType.TRAVEL,
+            "km",
+            ("fuel",),
+            "fuel: petrol, diesel, hybrid or electric",
+            ("petrol",),
+        ),
+        EntryTypeSpec(
+            DataEntryType.ELECTRICITY,
+            ModuleType.ENERGY,
+            "kwh",
+            ("country",),
+            "country: ISO 3166 code of the grid (fr, de, ch …)",
+            ("fr",),
+        ),
+        EntryTypeSpec(
+            DataEntryType.HEATING,
+            ModuleType.ENERGY,
+            "kwh",
+            ("energy",),
+            "energy: natural_gas, fuel_oil, district_heating or wood_pellets",
+            ("natural_gas",),
+        ),
+        EntryTypeSpec(
+            DataEntryType.GOODS,
+            ModuleType.PURCHASES,
+            "eur",
+            ("category",),
+            "category: it_equipment, furniture, lab_supplies, paper …",
+            ("it_equipment",),
+        ),
+        EntryTypeSpec(
+            DataEntryType.SERVICES,
+            ModuleType.PURCHASES,
+            "eur",
+            ("category",),
+            "category: consulting, cleaning, catering, software …",
+            ("consulting",),
+        ),
     )
 }
 
@@ -70,8 +110,9 @@ def spec(data_entry_type: str) -> EntryTypeSpec:
     try:
         return SPECS[data_entry_type]
     except KeyError:
-        raise KeyError(f"unknown data-entry type {data_entry_type!r}; "
-                       f"use one of {', '.join(SPECS)}") from None
+        raise KeyError(
+            f"unknown data-entry type {data_entry_type!r}; use one of {', '.join(SPECS)}"
+        ) from None
 
 
 def types_of(module_type: str) -> list[str]:

@@ -44,8 +44,11 @@ class Scope:
     upto: int | None = None
 
     def payload(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"data_entry_type": self.data_entry_type,
-                                "module": self.module_id, "years": list(self.years)}
+        data: dict[str, Any] = {
+            "data_entry_type": self.data_entry_type,
+            "module": self.module_id,
+            "years": list(self.years),
+        }
         if self.after or self.upto is not None:
             data["ids"] = [self.after, self.upto]
         return data
@@ -54,9 +57,13 @@ class Scope:
     def from_payload(cls, data: dict[str, Any]) -> Scope:
         module = data.get("module")
         after, upto = data.get("ids") or (0, None)
-        return cls(data["data_entry_type"], int(module) if module is not None else None,
-                   tuple(int(year) for year in data.get("years") or ()),
-                   int(after), None if upto is None else int(upto))
+        return cls(
+            data["data_entry_type"],
+            int(module) if module is not None else None,
+            tuple(int(year) for year in data.get("years") or ()),
+            int(after),
+            None if upto is None else int(upto),
+        )
 
     def where(self) -> tuple[str, dict[str, Any]]:
         """The SQL condition on ``factors_dataentry d`` and its parameters."""
@@ -103,11 +110,17 @@ class RecalcResult:
                 self.missing[key] = self.missing.get(key, 0) + row["entries"]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"entries": self.entries, "with_factor": self.with_factor,
-                "without_factor": self.without_factor, "changed": self.changed,
-                "removed": self.removed, "modules": len(self.modules),
-                "missing_factors": [{"key": key, "entries": count}
-                                    for key, count in sorted(self.missing.items())]}
+        return {
+            "entries": self.entries,
+            "with_factor": self.with_factor,
+            "without_factor": self.without_factor,
+            "changed": self.changed,
+            "removed": self.removed,
+            "modules": len(self.modules),
+            "missing_factors": [
+                {"key": key, "entries": count} for key, count in sorted(self.missing.items())
+            ],
+        }
 
 
 def recalculate(scope: Scope, ctx: jobs.JobContext) -> RecalcResult:
@@ -128,16 +141,21 @@ def recalculate(scope: Scope, ctx: jobs.JobContext) -> RecalcResult:
             _recalc_batch(scope, after, upto, ctx.job.pk, result)
         result.modules.update(modules)
         after = upto
-        ctx.progress(result.entries, total, f"{result.entries:,} entries recalculated "
-                                       f"({result.without_factor:,} without factor)")
+        ctx.progress(
+            result.entries,
+            total,
+            f"{result.entries:,} entries recalculated ({result.without_factor:,} without factor)",
+        )
     return result
 
 
 def _count(scope: Scope) -> int:
     condition, params = scope.where()
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(*) FROM factors_dataentry d WHERE {condition} "
-                       f"AND d.id > %(after)s", {**params, "after": scope.after})
+        cursor.execute(
+            f"SELECT count(*) FROM factors_dataentry d WHERE {condition} AND d.id > %(after)s",
+            {**params, "after": scope.after},
+        )
         return cursor.fetchone()[0]
 
 
@@ -149,7 +167,8 @@ def _next_batch(scope: Scope, after: int, size: int) -> tuple[int, list[int]] | 
             f"SELECT max(id), array_agg(DISTINCT module_id) FROM ("
             f"SELECT d.id, d.module_id FROM factors_dataentry d WHERE {condition} "
             f"AND d.id > %(after)s ORDER BY d.id LIMIT %(size)s) b",
-            {**params, "after": after, "size": size})
+            {**params, "after": after, "size": size},
+        )
         upto, modules = cursor.fetchone()
     return None if upto is None else (upto, modules)
 
@@ -186,13 +205,20 @@ SELECT (SELECT count(*) FROM batch), (SELECT count(factor_id) FROM batch),
 """
 
 
-def _recalc_batch(scope: Scope, after: int, upto: int, job_id: int | None,
-                  result: RecalcResult) -> None:
+def _recalc_batch(scope: Scope, after: int, upto: int, job_id: int | None, result: RecalcResult) -> None:
     condition, params = scope.where()
     with connection.cursor() as cursor:
-        cursor.execute(_RECALC.format(condition=condition), {
-            **params, "after": after, "upto": upto, "job": job_id, "now": jobs.now(),
-            "sample": MISSING_SAMPLE})
+        cursor.execute(
+            _RECALC.format(condition=condition),
+            {
+                **params,
+                "after": after,
+                "upto": upto,
+                "job": job_id,
+                "now": jobs.now(),
+                "sample": MISSING_SAMPLE,
+            },
+        )
         entries, priced, changed, removed, missing = cursor.fetchone()
     result.entries += entries
     result.with_factor += priced
@@ -211,14 +237,16 @@ class Priced:
     kg_co2e: Decimal
 
 
-def price(data_entry_type: str, year: int, classification: dict[str, str],
-          quantity: Decimal) -> Priced | None:
+def price(
+    data_entry_type: str, year: int, classification: dict[str, str], quantity: Decimal
+) -> Priced | None:
     """The factor and emission of one entry, with the recalculation's own arithmetic."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT id, round(%s::numeric * value, 6) FROM factors_emissionfactor "
             "WHERE data_entry_type = %s AND year = %s AND classification = %s::jsonb",
-            [quantity, data_entry_type, year, json.dumps(classification)])
+            [quantity, data_entry_type, year, json.dumps(classification)],
+        )
         row = cursor.fetchone()
     return None if row is None else Priced(row[0], row[1])
 
@@ -234,4 +262,5 @@ def store(entry_id: int, priced: Priced | None) -> None:
             "VALUES (%s, %s, %s, NULL, %s) ON CONFLICT (data_entry_id) DO UPDATE SET "
             "factor_id = EXCLUDED.factor_id, kg_co2e = EXCLUDED.kg_co2e, job_id = NULL, "
             "computed_at = EXCLUDED.computed_at",
-            [entry_id, priced.factor_id, priced.kg_co2e, jobs.now()])
+            [entry_id, priced.factor_id, priced.kg_co2e, jobs.now()],
+        )

@@ -50,12 +50,15 @@ class EntryChange:
         if self.entry is None or self.emission is not None:
             return []
         keys = ", ".join(f"{k}={v}" for k, v in sorted(self.entry.classification.items()))
-        return [f"no emission factor for {self.entry.data_entry_type} {self.entry.year} "
-                f"({keys}): the entry counts as without factor until one is uploaded"]
+        return [
+            f"no emission factor for {self.entry.data_entry_type} {self.entry.year} "
+            f"({keys}): the entry counts as without factor until one is uploaded"
+        ]
 
 
-def clean_entry(module: ReportModule, data: Mapping[str, Any],
-                current: DataEntry | None = None) -> CleanEntry:
+def clean_entry(
+    module: ReportModule, data: Mapping[str, Any], current: DataEntry | None = None
+) -> CleanEntry:
     """Validate an entry's fields with the rules of the CSV files; InvalidRequest names
     each bad field. ``current``: the entry being edited (fields not given are kept)."""
     errors: dict[str, list[str]] = {}
@@ -75,19 +78,23 @@ def clean_entry(module: ReportModule, data: Mapping[str, Any],
     return CleanEntry(spec.type, quantity, unit, classification)  # type: ignore[arg-type]
 
 
-def _entry_spec(module: ReportModule, entry_type: Any,
-                errors: dict[str, list[str]]) -> catalog.EntryTypeSpec | None:
+def _entry_spec(
+    module: ReportModule, entry_type: Any, errors: dict[str, list[str]]
+) -> catalog.EntryTypeSpec | None:
     if entry_type is None:
         errors["data_entry_type"] = ["required"]
         return None
     if not isinstance(entry_type, str) or entry_type not in catalog.SPECS:
-        errors["data_entry_type"] = [f"unknown type {shown(str(entry_type))}; use one of "
-                                     f"{', '.join(catalog.types_of(module.module_type))}"]
+        errors["data_entry_type"] = [
+            f"unknown type {shown(str(entry_type))}; use one of "
+            f"{', '.join(catalog.types_of(module.module_type))}"
+        ]
         return None
     spec = catalog.SPECS[entry_type]
     if spec.module_type != module.module_type:
-        errors["data_entry_type"] = [f"{entry_type} entries belong to the {spec.module_type} "
-                                     f"module, not {module.module_type}"]
+        errors["data_entry_type"] = [
+            f"{entry_type} entries belong to the {spec.module_type} module, not {module.module_type}"
+        ]
         return None
     return spec
 
@@ -110,8 +117,9 @@ def _clean_unit(spec: catalog.EntryTypeSpec, value: Any, errors: dict[str, list[
     return spec.unit
 
 
-def _clean_classification(spec: catalog.EntryTypeSpec, value: Any,
-                          errors: dict[str, list[str]]) -> dict[str, str]:
+def _clean_classification(
+    spec: catalog.EntryTypeSpec, value: Any, errors: dict[str, list[str]]
+) -> dict[str, str]:
     if not isinstance(value, dict):
         errors["classification"] = [f"required: an object with {', '.join(spec.keys)} ({spec.help})"]
         return {}
@@ -134,14 +142,21 @@ def create_entry(module_id: int, data: Mapping[str, Any], *, actor: Actor) -> En
     """Add one manual entry, price it and add it to the stats."""
     module, report = _lock(module_id)
     clean = clean_entry(module, data)
-    priced = emissions.price(clean.data_entry_type, report.year, clean.classification,
-                             clean.quantity)
+    priced = emissions.price(clean.data_entry_type, report.year, clean.classification, clean.quantity)
     now = jobs.now()
     entry = DataEntry.objects.create(
-        module=module, data_entry_type=clean.data_entry_type, year=report.year,
-        quantity=clean.quantity, unit=clean.unit, classification=clean.classification,
-        source=DataEntry.Source.MANUAL, created_by=actor_user(actor), updated_by=actor_user(actor),
-        created_at=now, updated_at=now)
+        module=module,
+        data_entry_type=clean.data_entry_type,
+        year=report.year,
+        quantity=clean.quantity,
+        unit=clean.unit,
+        classification=clean.classification,
+        source=DataEntry.Source.MANUAL,
+        created_by=actor_user(actor),
+        updated_by=actor_user(actor),
+        created_at=now,
+        updated_at=now,
+    )
     emissions.store(entry.pk, priced)
     _apply(module, report, [_contribution(clean, priced)])
     _log("created", entry.pk, module, actor)
@@ -149,20 +164,19 @@ def create_entry(module_id: int, data: Mapping[str, Any], *, actor: Actor) -> En
 
 
 @transaction.atomic
-def update_entry(module_id: int, entry_id: int, data: Mapping[str, Any], *,
-                 actor: Actor) -> EntryChange:
+def update_entry(module_id: int, entry_id: int, data: Mapping[str, Any], *, actor: Actor) -> EntryChange:
     """Change fields of one entry (any source), re-price it and move the stats by the
     difference."""
     module, report = _lock(module_id)
     entry, before = _locked_entry(module, entry_id)
     clean = clean_entry(module, data, current=entry)
-    priced = emissions.price(clean.data_entry_type, report.year, clean.classification,
-                             clean.quantity)
+    priced = emissions.price(clean.data_entry_type, report.year, clean.classification, clean.quantity)
     entry.data_entry_type, entry.quantity = clean.data_entry_type, clean.quantity
     entry.unit, entry.classification = clean.unit, clean.classification
     entry.updated_by, entry.updated_at = actor_user(actor), jobs.now()
-    entry.save(update_fields=["data_entry_type", "quantity", "unit", "classification",
-                              "updated_by", "updated_at"])
+    entry.save(
+        update_fields=["data_entry_type", "quantity", "unit", "classification", "updated_by", "updated_at"]
+    )
     emissions.store(entry.pk, priced)
     _apply(module, report, [-before, _contribution(clean, priced)])
     _log("updated", entry.pk, module, actor)
@@ -191,8 +205,13 @@ def _lock(module_id: int) -> tuple[ReportModule, CarbonReport]:
 
 def _locked_entry(module: ReportModule, entry_id: int) -> tuple[DataEntry, stats.TypeTotals]:
     """The entry, locked, and what it currently adds to the stats."""
-    entry = (DataEntry.objects.current().select_for_update(of=("self",))
-             .select_related("emission", "created_by").filter(module=module, pk=entry_id).first())
+    entry = (
+        DataEntry.objects.current()
+        .select_for_update(of=("self",))
+        .select_related("emission", "created_by")
+        .filter(module=module, pk=entry_id)
+        .first()
+    )
     if entry is None:
         raise InvalidRequest({"entry": [f"no entry {entry_id} in this module"]})
     emission = getattr(entry, "emission", None)
@@ -201,8 +220,7 @@ def _locked_entry(module: ReportModule, entry_id: int) -> tuple[DataEntry, stats
 
 
 def _contribution(clean: CleanEntry, priced: emissions.Priced | None) -> stats.TypeTotals:
-    return stats.contribution(clean.data_entry_type, clean.quantity,
-                              priced.kg_co2e if priced else None)
+    return stats.contribution(clean.data_entry_type, clean.quantity, priced.kg_co2e if priced else None)
 
 
 def _apply(module: ReportModule, report: CarbonReport, deltas: list[stats.TypeTotals]) -> None:
@@ -219,9 +237,18 @@ def _log(action: str, entry_id: int, module: ReportModule, actor: Actor) -> None
     """Who changed which entry: the entry keeps its creator and last editor, the log also
     keeps deletions."""
     user = actor_user(actor)
-    logger.info("data entry %s %s by %s", entry_id, action, user or "the system",
-                extra={"entry": entry_id, "report_module": module.pk, "action": action,
-                       "user": getattr(user, "pk", None)})
+    logger.info(
+        "data entry %s %s by %s",
+        entry_id,
+        action,
+        user or "the system",
+        extra={
+            "entry": entry_id,
+            "report_module": module.pk,
+            "action": action,
+            "user": getattr(user, "pk", None),
+        },
+    )
 
 
 def actor_user(actor: Actor) -> Any:

@@ -35,7 +35,6 @@ from factors.staging import StagedUpload
 logger = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class Target:
     """Where an ingest writes: one module, data-entry type and year, from one source."""
@@ -46,8 +45,12 @@ class Target:
     source: str
 
     def payload(self) -> dict[str, Any]:
-        return {"module": self.module_id, "data_entry_type": self.data_entry_type,
-                "year": self.year, "source": self.source}
+        return {
+            "module": self.module_id,
+            "data_entry_type": self.data_entry_type,
+            "year": self.year,
+            "source": self.source,
+        }
 
     @classmethod
     def from_payload(cls, data: dict[str, Any]) -> Target:
@@ -71,16 +74,18 @@ def committed_rows(job_id: int, target: Target) -> int:
         cursor.execute(
             "SELECT count(*), coalesce(max(row_number), 0), coalesce(min(row_number), 0) "
             "FROM factors_dataentry WHERE module_id = %s AND data_entry_type = %s "
-            "AND job_id = %s", [target.module_id, target.data_entry_type, job_id])
+            "AND job_id = %s",
+            [target.module_id, target.data_entry_type, job_id],
+        )
         count, last, first = cursor.fetchone()
     if count and last - first + 1 != count:
-        raise jobs.PermanentError(f"entries of job {job_id} are not a run of rows "
-                                  f"({count} rows between {first} and {last})")
+        raise jobs.PermanentError(
+            f"entries of job {job_id} are not a run of rows ({count} rows between {first} and {last})"
+        )
     return count
 
 
-def load(ctx: jobs.JobContext, target: Target, upload: StagedUpload, *, first_row: int
-         ) -> LoadResult:
+def load(ctx: jobs.JobContext, target: Target, upload: StagedUpload, *, first_row: int) -> LoadResult:
     """Insert the staged rows not yet in the table; ``first_row`` numbers the first one
     (2 for a CSV file, whose row 1 is the header). Queues the recalculation of each
     chunk of loaded rows as it goes (``factors.recalc_chunks``)."""
@@ -90,8 +95,10 @@ def load(ctx: jobs.JobContext, target: Target, upload: StagedUpload, *, first_ro
     if done >= upload.rows:
         return result
     if not upload.exists():
-        raise jobs.PermanentError(f"the staged upload {upload.path} is gone with {done} of "
-                                  f"{upload.rows} rows loaded: upload the file again")
+        raise jobs.PermanentError(
+            f"the staged upload {upload.path} is gone with {done} of "
+            f"{upload.rows} rows loaded: upload the file again"
+        )
     rows = CopyRows(ctx.job.pk, target, upload.columns)
     batch_rows = conf.ingest_batch_rows()
     chunks = ChunkQueue(ctx.job, target.module_id, target.data_entry_type)
@@ -117,8 +124,17 @@ def forget_partial(ctx: jobs.JobContext, target: Target) -> int:
         return entry_loads.delete_rows(target.module_id, target.data_entry_type, ctx.job.pk)
 
 
-COPY_COLUMNS = ("row_number", "module_id", "data_entry_type", "year", "quantity", "unit",
-                "classification", "source", "job_id")  # created_at, updated_at: now()
+COPY_COLUMNS = (
+    "row_number",
+    "module_id",
+    "data_entry_type",
+    "year",
+    "quantity",
+    "unit",
+    "classification",
+    "source",
+    "job_id",
+)  # created_at, updated_at: now()
 
 
 class CopyRows:
@@ -146,11 +162,15 @@ class CopyRows:
         (k0, i0), *more = self.keys
         rows = enumerate(data.decode().lower().splitlines(), first_row)  # codes: lower case
         if not more:
-            return "".join(f'{n}\t{head}{c[q]}{middle}{{"{k0}": "{c[i0]}"}}{tail}'
-                           for n, c in ((n, line.split(",")) for n, line in rows)).encode()
-        (k1, i1), = more
-        return "".join(f'{n}\t{head}{c[q]}{middle}{{"{k0}": "{c[i0]}", "{k1}": "{c[i1]}"}}{tail}'
-                       for n, c in ((n, line.split(",")) for n, line in rows)).encode()
+            return "".join(
+                f'{n}\t{head}{c[q]}{middle}{{"{k0}": "{c[i0]}"}}{tail}'
+                for n, c in ((n, line.split(",")) for n, line in rows)
+            ).encode()
+        ((k1, i1),) = more
+        return "".join(
+            f'{n}\t{head}{c[q]}{middle}{{"{k0}": "{c[i0]}", "{k1}": "{c[i1]}"}}{tail}'
+            for n, c in ((n, line.split(",")) for n, line in rows)
+        ).encode()
 
 
 def _copy(rows: bytes) -> None:

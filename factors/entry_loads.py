@@ -42,9 +42,11 @@ DELETE_BATCH_ROWS = 20_000
 
 #: ``DataEntry.objects.current()`` in SQL, for the entries ``d`` of the module given as
 #: ``%(module)s``: the module's current loads are read once (an InitPlan), not per row.
-CURRENT_IN_MODULE = ("(d.job_id IS NULL OR d.job_id = ANY(ARRAY(SELECT l.job_id "
-                     "FROM factors_entryload l WHERE l.module_id = %(module)s "
-                     "AND l.state = 'current')))")
+CURRENT_IN_MODULE = (
+    "(d.job_id IS NULL OR d.job_id = ANY(ARRAY(SELECT l.job_id "
+    "FROM factors_entryload l WHERE l.module_id = %(module)s "
+    "AND l.state = 'current')))"
+)
 
 
 def begin(ctx: jobs.JobContext, module_id: int, data_entry_type: str, source: str) -> None:
@@ -53,11 +55,14 @@ def begin(ctx: jobs.JobContext, module_id: int, data_entry_type: str, source: st
     job_id = ctx.job.pk
     with ctx.batch(relaxed=False):
         load, _ = EntryLoad.objects.select_for_update().get_or_create(
-            job_id=job_id, defaults={"module_id": module_id, "data_entry_type": data_entry_type,
-                                     "source": source})
+            job_id=job_id,
+            defaults={"module_id": module_id, "data_entry_type": data_entry_type, "source": source},
+        )
         if load.state != EntryLoad.State.LOADING:
-            raise jobs.PermanentError(f"the rows of job {job_id} are already {load.state}; "
-                                      "an ingest never writes into a load that is read")
+            raise jobs.PermanentError(
+                f"the rows of job {job_id} are already {load.state}; "
+                "an ingest never writes into a load that is read"
+            )
 
 
 @dataclass(frozen=True)
@@ -75,8 +80,9 @@ class Switch:
         return {"made_current": self.load.job_id, "replaced": self.replaced}
 
 
-def make_current(ctx: jobs.JobContext, ingest_id: int, *, module_id: int | None,
-                 on_switch: Callable[[int], None]) -> Switch:
+def make_current(
+    ctx: jobs.JobContext, ingest_id: int, *, module_id: int | None, on_switch: Callable[[int], None]
+) -> Switch:
     """Make the load of ``ingest_id`` the one readers see, then delete the rows it
     replaces. ``ctx`` is the closing recalculation's (each transaction fenced by its
     lease); the load must be of ``module_id``, the module that job was checked to cover.
@@ -93,11 +99,14 @@ def make_current(ctx: jobs.JobContext, ingest_id: int, *, module_id: int | None,
             locks.lock_module(found)
         load = EntryLoad.objects.select_for_update().filter(job_id=ingest_id).first()
         if load is None or load.module_id != module_id:
-            raise jobs.PermanentError(f"no rows of ingest {ingest_id} in module {module_id} (a "
-                                      "failed ingest's rows are removed after a while): upload "
-                                      "the file again")
-        same = EntryLoad.objects.filter(module_id=load.module_id,
-                                        data_entry_type=load.data_entry_type, source=load.source)
+            raise jobs.PermanentError(
+                f"no rows of ingest {ingest_id} in module {module_id} (a "
+                "failed ingest's rows are removed after a while): upload "
+                "the file again"
+            )
+        same = EntryLoad.objects.filter(
+            module_id=load.module_id, data_entry_type=load.data_entry_type, source=load.source
+        )
         current = same.select_for_update().filter(state=EntryLoad.State.CURRENT).first()
         if load.state == EntryLoad.State.LOADING:
             now = jobs.now()
@@ -123,8 +132,7 @@ def _delete_rows(load: EntryLoad, limit: int | None = None) -> int:
     return delete_rows(load.module_id, load.data_entry_type, load.job_id, limit)
 
 
-def delete_rows(module_id: int, data_entry_type: str, job_id: int,
-                limit: int | None = None) -> int:
+def delete_rows(module_id: int, data_entry_type: str, job_id: int, limit: int | None = None) -> int:
     """Delete the rows one ingest job wrote into a module's entries of a type (their
     emissions go with them: the cascade of migration 0002), at most ``limit`` of them;
     returns how many. The caller holds the module's lock."""
@@ -132,8 +140,10 @@ def delete_rows(module_id: int, data_entry_type: str, job_id: int,
     if limit is not None:
         rows += f" AND id IN (SELECT id FROM factors_dataentry WHERE {rows} LIMIT {int(limit)})"
     with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM factors_dataentry WHERE {rows}",
-                       {"module": module_id, "type": data_entry_type, "job": job_id})
+        cursor.execute(
+            f"DELETE FROM factors_dataentry WHERE {rows}",
+            {"module": module_id, "type": data_entry_type, "job": job_id},
+        )
         return cursor.rowcount
 
 
@@ -183,6 +193,7 @@ def _delete_abandoned(job_id: int, cutoff: datetime) -> int | None:
 
 # --- retention -------------------------------------------------------------------------------------
 
+
 def _abandoned(job_id: int, cutoff: datetime) -> bool:
     """Whether a loading load will never become current: every job of its ingest's
     pipeline finished before ``cutoff`` (or the ingest job is pruned)."""
@@ -203,12 +214,13 @@ def removable(*, older_than: timedelta) -> list[int]:
     has been over for ``older_than`` (a failed or cancelled ingest, or one whose closing
     recalculation failed)."""
     cutoff = jobs.now() - older_than
-    candidates = list(EntryLoad.objects.exclude(state=EntryLoad.State.CURRENT)
-                      .values_list("job_id", "state"))
-    over = jobs.pipelines_over([job_id for job_id, state in candidates
-                                if state == EntryLoad.State.LOADING], before=cutoff)
-    return sorted(job_id for job_id, state in candidates
-                  if state == EntryLoad.State.REPLACED or job_id in over)
+    candidates = list(EntryLoad.objects.exclude(state=EntryLoad.State.CURRENT).values_list("job_id", "state"))
+    over = jobs.pipelines_over(
+        [job_id for job_id, state in candidates if state == EntryLoad.State.LOADING], before=cutoff
+    )
+    return sorted(
+        job_id for job_id, state in candidates if state == EntryLoad.State.REPLACED or job_id in over
+    )
 
 
 def prune(*, older_than: timedelta, only: list[int] | None = None) -> Pruned:
@@ -229,6 +241,10 @@ def prune(*, older_than: timedelta, only: list[int] | None = None) -> Pruned:
         if deleted is None:
             continue
         loads, rows = loads + 1, rows + deleted
-        logger.info("entry load of job %s removed with %s rows", job_id, deleted,
-                    extra={"job": job_id, "rows": deleted})
+        logger.info(
+            "entry load of job %s removed with %s rows",
+            job_id,
+            deleted,
+            extra={"job": job_id, "rows": deleted},
+        )
     return Pruned(loads, rows)

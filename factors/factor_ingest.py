@@ -63,23 +63,31 @@ def upsert(job: jobs.Job, data_entry_type: str, upload: StagedUpload) -> dict[st
     spec = catalog.spec(data_entry_type)
     table = _stage(data_entry_type, upload)
     classification = sql.SQL(", ").join(
-        sql.SQL("{}, lower(s.{})").format(sql.Literal(key), sql.Identifier(f"k_{key}"))
-        for key in spec.keys)
-    statement = sql.SQL(_UPSERT).format(classification=classification,
-                                        table=sql.Identifier(table))
+        sql.SQL("{}, lower(s.{})").format(sql.Literal(key), sql.Identifier(f"k_{key}")) for key in spec.keys
+    )
+    statement = sql.SQL(_UPSERT).format(classification=classification, table=sql.Identifier(table))
     with connection.cursor() as cursor:
-        cursor.execute(statement.as_string(cursor.connection),
-                       {"type": data_entry_type, "unit": spec.unit, "job": job.pk,
-                        "now": jobs.now()})
+        cursor.execute(
+            statement.as_string(cursor.connection),
+            {"type": data_entry_type, "unit": spec.unit, "job": job.pk, "now": jobs.now()},
+        )
         rows, inserted, changed, years = cursor.fetchone()
         cursor.execute(_MARK_STALE, {"job": job.pk, "type": data_entry_type, "years": years})
-        cursor.execute("SELECT count(*), (array_agg(id ORDER BY id))[1:50] "
-                       "FROM factors_emissionfactor WHERE data_entry_type = %s AND is_stale",
-                       [data_entry_type])
+        cursor.execute(
+            "SELECT count(*), (array_agg(id ORDER BY id))[1:50] "
+            "FROM factors_emissionfactor WHERE data_entry_type = %s AND is_stale",
+            [data_entry_type],
+        )
         stale, stale_ids = cursor.fetchone()
-    return {"rows": rows, "inserted": inserted, "value_changed": changed,
-            "unchanged": rows - inserted - changed, "stale": stale,
-            "stale_ids": stale_ids or [], "years": sorted(years)}
+    return {
+        "rows": rows,
+        "inserted": inserted,
+        "value_changed": changed,
+        "unchanged": rows - inserted - changed,
+        "stale": stale,
+        "stale_ids": stale_ids or [],
+        "years": sorted(years),
+    }
 
 
 def _stage(data_entry_type: str, upload: StagedUpload) -> str:
@@ -87,16 +95,18 @@ def _stage(data_entry_type: str, upload: StagedUpload) -> str:
     spec = catalog.spec(data_entry_type)
     table = f"factors_stage_factor_{data_entry_type}"
     keys = ", ".join(f"k_{key} text" for key in spec.keys)
-    names = [name if name in ("year", "value", "unit", "source") else f"k_{name}"
-             for name in upload.columns]
+    names = [name if name in ("year", "value", "unit", "source") else f"k_{name}" for name in upload.columns]
     with connection.cursor() as cursor:
         # Dropped at commit; dropped first too, in case this connection's last upsert ran
         # inside a transaction that has not ended (a test's).
         cursor.execute(f"DROP TABLE IF EXISTS pg_temp.{table}")
-        cursor.execute(f"CREATE TEMPORARY TABLE {table} (year text, {keys}, value text, "
-                       "unit text, source text) ON COMMIT DROP")
+        cursor.execute(
+            f"CREATE TEMPORARY TABLE {table} (year text, {keys}, value text, "
+            "unit text, source text) ON COMMIT DROP"
+        )
         statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
-            sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, names)))
+            sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, names))
+        )
         with upload.open() as handle, cursor.copy(statement.as_string(cursor.connection)) as copy:
             while chunk := handle.read(1 << 20):
                 copy.write(chunk)

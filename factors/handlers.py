@@ -95,8 +95,9 @@ def _upload(ctx: jobs.JobContext, kind: str) -> staging.StagedUpload:
 def _platform_only(ctx: jobs.JobContext) -> None:
     """Factors and units are shared by every tenant: no tenant's job may change them."""
     if ctx.tenant_id is not None:
-        raise jobs.PermanentError(f"{ctx.job.type} changes data shared by every tenant; only a "
-                                  "platform job (no tenant) may run it")
+        raise jobs.PermanentError(
+            f"{ctx.job.type} changes data shared by every tenant; only a platform job (no tenant) may run it"
+        )
 
 
 # --- ingest: data entries only -------------------------------------------------------------------
@@ -151,16 +152,24 @@ def _chain_recalc(ctx: jobs.JobContext, target: entry_ingest.Target) -> None:
     during the load did not, makes the load current, then aggregates
     (``factors.recalc_chunks``, ``factors.entry_loads``)."""
     scope = emissions.Scope(target.data_entry_type, module_id=target.module_id)
-    ctx.chain("factors.emission_recalc", recalc_chunks.closing_payload(scope, ctx.job),
-              concurrency_key=services.recalc_key(target.data_entry_type, target.module_id),
-              after=recalc_chunks.chunk_jobs(ctx.job.pk))
+    ctx.chain(
+        "factors.emission_recalc",
+        recalc_chunks.closing_payload(scope, ctx.job),
+        concurrency_key=services.recalc_key(target.data_entry_type, target.module_id),
+        after=recalc_chunks.chunk_jobs(ctx.job.pk),
+    )
 
 
 # --- recalculation: emissions only ---------------------------------------------------------------
 
 
-@jobs.handler("factors.emission_recalc", atomic=False, max_attempts=5, backoff=RETRY,
-              api_payload=payloads.RecalculationPayload)
+@jobs.handler(
+    "factors.emission_recalc",
+    atomic=False,
+    max_attempts=5,
+    backoff=RETRY,
+    api_payload=payloads.RecalculationPayload,
+)
 def emission_recalc(ctx: jobs.JobContext) -> dict[str, Any]:
     """Recompute the emissions of a scope; chains one aggregation per module touched
     (deduplicated: N recalculations of one module waiting together make one), except
@@ -176,33 +185,42 @@ def emission_recalc(ctx: jobs.JobContext) -> dict[str, Any]:
     result = emissions.recalculate(scope, ctx)
     if "chunk_of" in ctx.payload:
         return {"scope": scope.describe(), "chunk_of": ctx.payload["chunk_of"], **result.as_dict()}
-    tenants = dict(ReportModule.objects.filter(pk__in=result.modules)
-                   .values_list("pk", "report__unit__tenant_id"))
+    tenants = dict(
+        ReportModule.objects.filter(pk__in=result.modules).values_list("pk", "report__unit__tenant_id")
+    )
     if closes is not None:
         # The switch queues the module's aggregation in its own transaction.
         switch = entry_loads.make_current(
-            ctx, closes, module_id=scope.module_id,
-            on_switch=lambda module_id: _aggregate_soon(ctx, module_id, tenants.get(module_id)))
+            ctx,
+            closes,
+            module_id=scope.module_id,
+            on_switch=lambda module_id: _aggregate_soon(ctx, module_id, tenants.get(module_id)),
+        )
         return {"scope": scope.describe(), **result.as_dict(), **switch.as_dict()}
     for module_id in sorted(tenants):
         key = services.aggregation_key(module_id)
-        ctx.chain("factors.aggregation", {"module": module_id}, unique_key=key,
-                  concurrency_key=key, tenant=tenants[module_id])
+        ctx.chain(
+            "factors.aggregation",
+            {"module": module_id},
+            unique_key=key,
+            concurrency_key=key,
+            tenant=tenants[module_id],
+        )
     return {"scope": scope.describe(), **result.as_dict()}
 
 
 def _aggregate_soon(ctx: jobs.JobContext, module_id: int, tenant: int | None) -> None:
     """Queue a module's aggregation now, in the caller's transaction, in this job's
     pipeline (not as its child: it must run even if this job fails later)."""
-    services.queue_aggregation(module_id, tenant=tenant, pipeline=ctx.job.pipeline_id,
-                               created_by=ctx.job.created_by_id)
+    services.queue_aggregation(
+        module_id, tenant=tenant, pipeline=ctx.job.pipeline_id, created_by=ctx.job.created_by_id
+    )
 
 
 # --- aggregation: stats only -----------------------------------------------------------------------
 
 
-@jobs.handler("factors.aggregation", max_attempts=5, backoff=RETRY,
-              api_payload=payloads.AggregationPayload)
+@jobs.handler("factors.aggregation", max_attempts=5, backoff=RETRY, api_payload=payloads.AggregationPayload)
 def aggregate(ctx: jobs.JobContext) -> dict[str, Any]:
     """Recompute one module's stats and its report's, in the job's own transaction."""
     module = queries.tenant_module(ctx.payload.get("module"), ctx.tenant_id)
@@ -243,8 +261,9 @@ def factor_ingest_job(ctx: jobs.JobContext) -> dict[str, Any]:
     result = factor_ingest.upsert(ctx.job, data_entry_type, upload)
     if result["inserted"] or result["value_changed"]:
         scope = emissions.Scope(data_entry_type, years=tuple(result["years"]))
-        ctx.chain("factors.emission_recalc", scope.payload(),
-                  concurrency_key=services.recalc_key(data_entry_type))
+        ctx.chain(
+            "factors.emission_recalc", scope.payload(), concurrency_key=services.recalc_key(data_entry_type)
+        )
     # Deleted only once the transaction commits: a rolled-back attempt must find it.
     transaction.on_commit(lambda: staging.discard(upload))
     return result

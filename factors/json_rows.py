@@ -41,8 +41,11 @@ def entries_csv(document: Any, data_entry_type: str) -> bytes:
         if not isinstance(classification, dict):
             errors.append(f"entries[{index}].classification: expected an object")
             continue
-        values = [item.get("quantity"), item.get("unit", spec.unit),
-                  *(classification.get(key) for key in spec.keys)]
+        values = [
+            item.get("quantity"),
+            item.get("unit", spec.unit),
+            *(classification.get(key) for key in spec.keys),
+        ]
         rows.append(_cells(values, f"entries[{index}]", errors))
     return _csv(["quantity", "unit", *spec.keys], rows, errors)
 

@@ -48,5 +48,4 @@ def share_modules(module_ids: Iterable[int]) -> None:
     if not ids:
         return
     with connection.cursor() as cursor:
-        cursor.execute("SELECT id FROM factors_reportmodule WHERE id = ANY(%s) ORDER BY id "
-                       "FOR SHARE", [ids])
+        cursor.execute("SELECT id FROM factors_reportmodule WHERE id = ANY(%s) ORDER BY id FOR SHARE", [ids])

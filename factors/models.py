@@ -42,31 +42,53 @@ YEAR_RANGE = Q(year__gte=2000, year__lte=2100)
 def _provenance(verbose_name: str, help_text: str) -> models.ForeignKey:
     """A link to the job that wrote a row, kept as a plain id once the job is pruned."""
     return models.ForeignKey(
-        "jobs.Job", verbose_name=verbose_name, help_text=help_text, on_delete=models.DO_NOTHING,
-        db_constraint=False, db_index=False, null=True, blank=True, related_name="+",
+        "jobs.Job",
+        verbose_name=verbose_name,
+        help_text=help_text,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        null=True,
+        blank=True,
+        related_name="+",
     )
 
 
 def _is_object(field: str) -> Exact:
-    return Exact(Func(F(field), function="jsonb_typeof", output_field=models.CharField()),
-                 Value("object"))
+    return Exact(Func(F(field), function="jsonb_typeof", output_field=models.CharField()), Value("object"))
 
 
 class Unit(models.Model):
     """An organisational unit (a lab, a department), as listed by the unit directory."""
 
-    code = models.CharField("code", max_length=64, unique=True,
-                            help_text="The unit's identifier in the organisation directory.")
+    code = models.CharField(
+        "code", max_length=64, unique=True, help_text="The unit's identifier in the organisation directory."
+    )
     name = models.CharField("name", max_length=200)
-    parent = models.ForeignKey("self", verbose_name="parent unit", on_delete=models.SET_NULL,
-                               null=True, blank=True, related_name="children")
+    parent = models.ForeignKey(
+        "self",
+        verbose_name="parent unit",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="children",
+    )
     tenant = models.ForeignKey(
-        "tenancy.Tenant", verbose_name="tenant", on_delete=models.PROTECT, null=True, blank=True,
-        related_name="+", help_text="The organisation whose members see this unit's reports.")
+        "tenancy.Tenant",
+        verbose_name="tenant",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The organisation whose members see this unit's reports.",
+    )
     last_synced_job = _provenance("last synced by", "The unit sync that last listed this unit.")
     last_synced_year = models.PositiveSmallIntegerField(
-        "last synced year", null=True, blank=True,
-        help_text="The reporting year of the directory that last listed this unit.")
+        "last synced year",
+        null=True,
+        blank=True,
+        help_text="The reporting year of the directory that last listed this unit.",
+    )
     created_at = models.DateTimeField("created", auto_now_add=True)
     updated_at = models.DateTimeField("updated", auto_now=True)
 
@@ -81,18 +103,24 @@ class Unit(models.Model):
 class CarbonReport(models.Model):
     """One unit's carbon report for one year, with its totals."""
 
-    unit = models.ForeignKey(Unit, verbose_name="unit", on_delete=models.PROTECT,
-                             related_name="reports")
+    unit = models.ForeignKey(Unit, verbose_name="unit", on_delete=models.PROTECT, related_name="reports")
     year = models.PositiveSmallIntegerField("year")
     stats = models.JSONField(
-        "stats", default=stats.empty_report_stats,
+        "stats",
+        default=stats.empty_report_stats,
         help_text="Totals by module and data-entry type; written by the aggregation job and "
-                  "by interactive edits.")
+        "by interactive edits.",
+    )
     stats_updated_at = models.DateTimeField("stats updated", null=True, blank=True)
     created_at = models.DateTimeField("created", auto_now_add=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name="opened by",
-                                   on_delete=models.SET_NULL, null=True, blank=True,
-                                   related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name="opened by",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
 
     class Meta:
         ordering = ["-year", "unit__code"]
@@ -108,13 +136,15 @@ class CarbonReport(models.Model):
 class ReportModule(models.Model):
     """One module (travel, energy, purchases) of a report, with its totals."""
 
-    report = models.ForeignKey(CarbonReport, verbose_name="report", on_delete=models.CASCADE,
-                               related_name="modules")
+    report = models.ForeignKey(
+        CarbonReport, verbose_name="report", on_delete=models.CASCADE, related_name="modules"
+    )
     module_type = models.CharField("module", max_length=20, choices=ModuleType.choices)
     stats = models.JSONField(
-        "stats", default=stats.empty_module_stats,
-        help_text="Totals by data-entry type; written by the aggregation job and by "
-                  "interactive edits.")
+        "stats",
+        default=stats.empty_module_stats,
+        help_text="Totals by data-entry type; written by the aggregation job and by interactive edits.",
+    )
     stats_updated_at = models.DateTimeField("stats updated", null=True, blank=True)
     stats_job = _provenance("aggregated by", "The aggregation job that last recomputed the stats.")
 
@@ -122,8 +152,7 @@ class ReportModule(models.Model):
         ordering = ["report", "module_type"]
         constraints = [
             models.UniqueConstraint(fields=["report", "module_type"], name="module_one_per_type"),
-            models.CheckConstraint(name="module_type_valid",
-                                   condition=Q(module_type__in=ModuleType.values)),
+            models.CheckConstraint(name="module_type_valid", condition=Q(module_type__in=ModuleType.values)),
         ]
 
     def __str__(self) -> str:
@@ -149,31 +178,55 @@ class DataEntry(models.Model):
     id = models.BigAutoField(primary_key=True)
     # Indexed by entry_module_type_idx (its first column). Checked per statement by
     # migration 0002's trigger rather than per row (see the module docstring).
-    module = models.ForeignKey(ReportModule, verbose_name="module", on_delete=models.CASCADE,
-                               related_name="entries", db_index=False, db_constraint=False)
+    module = models.ForeignKey(
+        ReportModule,
+        verbose_name="module",
+        on_delete=models.CASCADE,
+        related_name="entries",
+        db_index=False,
+        db_constraint=False,
+    )
     data_entry_type = models.CharField("type", max_length=20, choices=DataEntryType.choices)
     year = models.PositiveSmallIntegerField(
-        "year", help_text="The report's year, copied so that factors join without the report.")
+        "year", help_text="The report's year, copied so that factors join without the report."
+    )
     quantity = models.DecimalField("quantity", max_digits=18, decimal_places=6)
     unit = models.CharField("unit", max_length=10, help_text="Unit of measure: km, kwh, eur.")
     classification = models.JSONField(
-        "classification", help_text="The keys that pick the emission factor, e.g. "
-                                    '{"haul": "short", "cabin": "economy"}.')
+        "classification",
+        help_text='The keys that pick the emission factor, e.g. {"haul": "short", "cabin": "economy"}.',
+    )
     source = models.CharField("source", max_length=10, choices=Source.choices)
     job = _provenance("written by job", "The ingest job that wrote this entry (bulk entries).")
     row_number = models.PositiveIntegerField(
-        "row", null=True, blank=True,
-        help_text="The row of the uploaded file (the header is row 1), or the position in the "
-                  "API source.")
+        "row",
+        null=True,
+        blank=True,
+        help_text="The row of the uploaded file (the header is row 1), or the position in the API source.",
+    )
     # Who edited a manual entry, as provenance: no database constraint, because a foreign
     # key fires a check per inserted row even when the column is empty (bulk rows), and
     # that measured a sixth of a bulk load. Deleting a user through Django empties them.
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name="created by",
-                                   on_delete=models.SET_NULL, null=True, blank=True,
-                                   related_name="+", db_index=False, db_constraint=False)
-    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name="last edited by",
-                                   on_delete=models.SET_NULL, null=True, blank=True,
-                                   related_name="+", db_index=False, db_constraint=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name="created by",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,
+        db_constraint=False,
+    )
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name="last edited by",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,
+        db_constraint=False,
+    )
     # Bulk rows take the loading transaction's time from the database (a COPY sends two
     # fewer columns per row); edits set both from the application's clock.
     created_at = models.DateTimeField("created", db_default=Now())
@@ -186,11 +239,13 @@ class DataEntry(models.Model):
         ordering = ["id"]
         constraints = [
             models.CheckConstraint(name="entry_quantity_nonnegative", condition=Q(quantity__gte=0)),
-            models.CheckConstraint(name="entry_type_valid",
-                                   condition=Q(data_entry_type__in=DataEntryType.values)),
+            models.CheckConstraint(
+                name="entry_type_valid", condition=Q(data_entry_type__in=DataEntryType.values)
+            ),
             models.CheckConstraint(name="entry_year_in_range", condition=YEAR_RANGE),
-            models.CheckConstraint(name="entry_classification_is_object",
-                                   condition=_is_object("classification")),
+            models.CheckConstraint(
+                name="entry_classification_is_object", condition=_is_object("classification")
+            ),
             # Bulk entries always name their job and row (exactly-once rests on it);
             # manual ones never do.
             models.CheckConstraint(
@@ -206,8 +261,11 @@ class DataEntry(models.Model):
             # naming a module can use it: a lookup by id alone (the reference triggers'
             # "id = ANY(…)") must never scan this index once per id, which the planner
             # chose when statistics said the table was empty (migration 0005).
-            models.Index(fields=["module", "data_entry_type", "id"], name="entry_module_type_idx",
-                         condition=Q(module__isnull=False)),
+            models.Index(
+                fields=["module", "data_entry_type", "id"],
+                name="entry_module_type_idx",
+                condition=Q(module__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -233,17 +291,27 @@ class EntryLoad(models.Model):
         REPLACED = "replaced", "Replaced (not read)"
 
     job = models.OneToOneField(
-        "jobs.Job", verbose_name="ingest job", primary_key=True, on_delete=models.DO_NOTHING,
-        db_constraint=False, related_name="+",
-        help_text="The ingest that wrote the rows; kept as a plain id once the job is pruned.")
-    module = models.ForeignKey(ReportModule, verbose_name="module", on_delete=models.CASCADE,
-                               related_name="+")
+        "jobs.Job",
+        verbose_name="ingest job",
+        primary_key=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+        help_text="The ingest that wrote the rows; kept as a plain id once the job is pruned.",
+    )
+    module = models.ForeignKey(
+        ReportModule, verbose_name="module", on_delete=models.CASCADE, related_name="+"
+    )
     data_entry_type = models.CharField("type", max_length=20, choices=DataEntryType.choices)
-    source = models.CharField("source", max_length=10, choices=[
-        (DataEntry.Source.CSV, DataEntry.Source.CSV.label),
-        (DataEntry.Source.API, DataEntry.Source.API.label)])
-    state = models.CharField("state", max_length=10, choices=State.choices,
-                             default=State.LOADING)
+    source = models.CharField(
+        "source",
+        max_length=10,
+        choices=[
+            (DataEntry.Source.CSV, DataEntry.Source.CSV.label),
+            (DataEntry.Source.API, DataEntry.Source.API.label),
+        ],
+    )
+    state = models.CharField("state", max_length=10, choices=State.choices, default=State.LOADING)
     created_at = models.DateTimeField("started", default=timezone.now)
     current_since = models.DateTimeField("current since", null=True, blank=True)
     replaced_at = models.DateTimeField("replaced", null=True, blank=True)
@@ -253,25 +321,30 @@ class EntryLoad(models.Model):
         constraints = [
             # What makes a re-upload a replacement: one load read per module, type and
             # source. Also the index of the switch's "which load is current here".
-            models.UniqueConstraint(fields=["module", "data_entry_type", "source"],
-                                    condition=Q(state="current"), name="load_one_current"),
-            models.CheckConstraint(name="load_state_valid",
-                                   condition=Q(state__in=["loading", "current", "replaced"])),
+            models.UniqueConstraint(
+                fields=["module", "data_entry_type", "source"],
+                condition=Q(state="current"),
+                name="load_one_current",
+            ),
+            models.CheckConstraint(
+                name="load_state_valid", condition=Q(state__in=["loading", "current", "replaced"])
+            ),
             models.CheckConstraint(name="load_source_bulk", condition=Q(source__in=["csv", "api"])),
-            models.CheckConstraint(name="load_type_valid",
-                                   condition=Q(data_entry_type__in=DataEntryType.values)),
+            models.CheckConstraint(
+                name="load_type_valid", condition=Q(data_entry_type__in=DataEntryType.values)
+            ),
             models.CheckConstraint(
                 name="load_dates_follow_state",
                 condition=Q(state="loading", current_since__isnull=True)
                 | Q(state="current", current_since__isnull=False, replaced_at__isnull=True)
                 # A replaced load may never have been current: a later upload's load
                 # was made current first (the latest upload wins).
-                | Q(state="replaced", replaced_at__isnull=False)),
+                | Q(state="replaced", replaced_at__isnull=False),
+            ),
         ]
         indexes = [
             # Retention's scan: what is not current.
-            models.Index(fields=["created_at"], name="load_not_current_idx",
-                         condition=~Q(state="current")),
+            models.Index(fields=["created_at"], name="load_not_current_idx", condition=~Q(state="current")),
         ]
 
     def __str__(self) -> str:
@@ -288,12 +361,15 @@ class LoadChunk(models.Model):
     chunk's job (``factors.recalc_chunks``).
     """
 
-    load = models.ForeignKey(EntryLoad, verbose_name="load", on_delete=models.CASCADE,
-                             related_name="chunks")
+    load = models.ForeignKey(EntryLoad, verbose_name="load", on_delete=models.CASCADE, related_name="chunks")
     job = models.OneToOneField(
-        "jobs.Job", verbose_name="recalculation", on_delete=models.DO_NOTHING,
-        db_constraint=False, related_name="+",
-        help_text="The job pricing the chunk; kept as a plain id once the job is pruned.")
+        "jobs.Job",
+        verbose_name="recalculation",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+        help_text="The job pricing the chunk; kept as a plain id once the job is pruned.",
+    )
     after = models.BigIntegerField("after id")
     upto = models.BigIntegerField("up to id")
 
@@ -320,18 +396,22 @@ class EmissionFactor(models.Model):
     data_entry_type = models.CharField("type", max_length=20, choices=DataEntryType.choices)
     year = models.PositiveSmallIntegerField("year")
     classification = models.JSONField(
-        "classification", help_text="JSONB: key order never matters, so re-uploading a factor "
-                                    "with its keys in another order updates the same row.")
+        "classification",
+        help_text="JSONB: key order never matters, so re-uploading a factor "
+        "with its keys in another order updates the same row.",
+    )
     value = models.DecimalField("kg CO2e per unit", max_digits=18, decimal_places=9)
     unit = models.CharField("per unit", max_length=10)
-    source = models.CharField("source", max_length=200, blank=True,
-                              help_text="Publisher and edition, e.g. ADEME Base Carbone 23.")
-    last_seen_job = _provenance("last seen in upload",
-                                "The factor upload of its type that last listed it.")
+    source = models.CharField(
+        "source", max_length=200, blank=True, help_text="Publisher and edition, e.g. ADEME Base Carbone 23."
+    )
+    last_seen_job = _provenance("last seen in upload", "The factor upload of its type that last listed it.")
     is_stale = models.BooleanField(
-        "stale", default=False,
+        "stale",
+        default=False,
         help_text="Not in the latest upload of its type that covered its year: kept, with its "
-                  "id, so the entries computed with it stay linked.")
+        "id, so the entries computed with it stay linked.",
+    )
     created_at = models.DateTimeField("created")
     updated_at = models.DateTimeField("updated")
 
@@ -342,14 +422,17 @@ class EmissionFactor(models.Model):
         constraints = [
             # One factor per key. JSONB equality ignores key order, so {"a":1,"b":2} and
             # {"b":2,"a":1} collide here. The recalculation joins on it.
-            models.UniqueConstraint(fields=["data_entry_type", "year", "classification"],
-                                    name="factor_one_per_key"),
+            models.UniqueConstraint(
+                fields=["data_entry_type", "year", "classification"], name="factor_one_per_key"
+            ),
             models.CheckConstraint(name="factor_value_nonnegative", condition=Q(value__gte=0)),
             models.CheckConstraint(name="factor_year_in_range", condition=YEAR_RANGE),
-            models.CheckConstraint(name="factor_type_valid",
-                                   condition=Q(data_entry_type__in=DataEntryType.values)),
-            models.CheckConstraint(name="factor_classification_is_object",
-                                   condition=_is_object("classification")),
+            models.CheckConstraint(
+                name="factor_type_valid", condition=Q(data_entry_type__in=DataEntryType.values)
+            ),
+            models.CheckConstraint(
+                name="factor_classification_is_object", condition=_is_object("classification")
+            ),
         ]
 
     def __str__(self) -> str:
@@ -362,14 +445,26 @@ class Emission(models.Model):
 
     # Both references are checked per statement by migration 0002's triggers (see the
     # module docstring); deleting an entry deletes its emission there too.
-    data_entry = models.OneToOneField(DataEntry, verbose_name="data entry", primary_key=True,
-                                      on_delete=models.CASCADE, related_name="emission",
-                                      db_constraint=False)
-    factor = models.ForeignKey(EmissionFactor, verbose_name="factor", on_delete=models.PROTECT,
-                               related_name="emissions", db_index=False, db_constraint=False)
+    data_entry = models.OneToOneField(
+        DataEntry,
+        verbose_name="data entry",
+        primary_key=True,
+        on_delete=models.CASCADE,
+        related_name="emission",
+        db_constraint=False,
+    )
+    factor = models.ForeignKey(
+        EmissionFactor,
+        verbose_name="factor",
+        on_delete=models.PROTECT,
+        related_name="emissions",
+        db_index=False,
+        db_constraint=False,
+    )
     kg_co2e = models.DecimalField("kg CO2e", max_digits=20, decimal_places=6)
-    job = _provenance("computed by job", "The recalculation that computed it; empty when an "
-                                         "interactive edit did.")
+    job = _provenance(
+        "computed by job", "The recalculation that computed it; empty when an interactive edit did."
+    )
     computed_at = models.DateTimeField("computed")
 
     class Meta:
@@ -386,11 +481,16 @@ class PipelineModule(models.Model):
     running, the module shows "recalculating" (``factors.queries``)."""
 
     pipeline_id = models.UUIDField("pipeline", default=uuid.uuid4)
-    module = models.ForeignKey(ReportModule, verbose_name="module", on_delete=models.CASCADE,
-                               related_name="+")
-    job = models.ForeignKey("jobs.Job", verbose_name="first job", on_delete=models.CASCADE,
-                            related_name="+",
-                            help_text="The pipeline's first job: the link is pruned with it.")
+    module = models.ForeignKey(
+        ReportModule, verbose_name="module", on_delete=models.CASCADE, related_name="+"
+    )
+    job = models.ForeignKey(
+        "jobs.Job",
+        verbose_name="first job",
+        on_delete=models.CASCADE,
+        related_name="+",
+        help_text="The pipeline's first job: the link is pruned with it.",
+    )
 
     class Meta:
         constraints = [
@@ -418,28 +518,45 @@ class Upload(models.Model):
     id = models.UUIDField(primary_key=True, editable=False)
     kind = models.CharField("kind", max_length=10, choices=Kind.choices)
     tenant = models.ForeignKey(
-        "tenancy.Tenant", verbose_name="tenant", on_delete=models.CASCADE, null=True, blank=True,
-        related_name="+", help_text="Whose data it is; empty for platform files (factors, units).")
+        "tenancy.Tenant",
+        verbose_name="tenant",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Whose data it is; empty for platform files (factors, units).",
+    )
     rows = models.PositiveIntegerField("rows")
     columns = models.JSONField("columns", help_text="The staged rows' columns, in file order.")
     filename = models.CharField("file name", max_length=200, blank=True)
     created_at = models.DateTimeField("uploaded", default=timezone.now)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name="uploaded by",
-                                   on_delete=models.SET_NULL, null=True, blank=True,
-                                   related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name="uploaded by",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
 
     class Meta:
         ordering = ["-created_at"]
         constraints = [
-            models.CheckConstraint(name="upload_kind_valid",
-                                   condition=Q(kind__in=["entries", "factors", "units"])),
+            models.CheckConstraint(
+                name="upload_kind_valid", condition=Q(kind__in=["entries", "factors", "units"])
+            ),
             models.CheckConstraint(
                 name="upload_columns_are_a_list",
-                condition=Exact(Func(F("columns"), function="jsonb_typeof",
-                                     output_field=models.CharField()), Value("array"))),
+                condition=Exact(
+                    Func(F("columns"), function="jsonb_typeof", output_field=models.CharField()),
+                    Value("array"),
+                ),
+            ),
             # Entries belong to a module, so to its tenant; factors and units are global.
-            models.CheckConstraint(name="upload_platform_files_have_no_tenant",
-                                   condition=Q(kind="entries") | Q(tenant__isnull=True)),
+            models.CheckConstraint(
+                name="upload_platform_files_have_no_tenant",
+                condition=Q(kind="entries") | Q(tenant__isnull=True),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -21,28 +21,44 @@ MODULE_TENANT = "report__unit__tenant"
 
 
 class AggregationPayload(jobs.ApiPayload):
-    module = jobs.TenantObject(queryset=ReportModule.objects.all(), tenant_path=MODULE_TENANT,
-                               help_text="A module of the job's tenant.")
+    module = jobs.TenantObject(
+        queryset=ReportModule.objects.all(),
+        tenant_path=MODULE_TENANT,
+        help_text="A module of the job's tenant.",
+    )
 
 
 class RecalculationPayload(jobs.ApiPayload):
     data_entry_type = serializers.ChoiceField(choices=catalog.DataEntryType.choices)
-    module = jobs.TenantObject(queryset=ReportModule.objects.all(), tenant_path=MODULE_TENANT,
-                               required=False, allow_null=True,
-                               help_text="Required for a tenant's job; platform jobs may "
-                                         "recalculate every module of the type.")
-    years = serializers.ListField(child=serializers.IntegerField(min_value=2000, max_value=2100),
-                                  required=False, max_length=20, default=list)
+    module = jobs.TenantObject(
+        queryset=ReportModule.objects.all(),
+        tenant_path=MODULE_TENANT,
+        required=False,
+        allow_null=True,
+        help_text="Required for a tenant's job; platform jobs may recalculate every module of the type.",
+    )
+    years = serializers.ListField(
+        child=serializers.IntegerField(min_value=2000, max_value=2100),
+        required=False,
+        max_length=20,
+        default=list,
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs = super().validate(attrs)
         module = attrs.get("module")
         if module is None and self.tenant_id is not None:
-            raise serializers.ValidationError({"module": ["a tenant's recalculation covers one "
-                                                          "of its modules; name it"]})
+            raise serializers.ValidationError(
+                {"module": ["a tenant's recalculation covers one of its modules; name it"]}
+            )
         spec = catalog.spec(attrs["data_entry_type"])
         if module is not None and module.module_type != spec.module_type:
-            raise serializers.ValidationError({"data_entry_type": [
-                f"{spec.type} entries belong to the {spec.module_type} module, not "
-                f"{module.module_type}"]})
+            raise serializers.ValidationError(
+                {
+                    "data_entry_type": [
+                        f"{spec.type} entries belong to the {spec.module_type} module, not "
+                        f"{module.module_type}"
+                    ]
+                }
+            )
         return attrs

@@ -21,8 +21,9 @@ def recalculating(module_ids: Iterable[int]) -> set[int]:
     if not ids:
         return set()
     with connection.cursor() as cursor:
-        cursor.execute("SELECT module_id, pipeline_id FROM factors_pipelinemodule "
-                       "WHERE module_id = ANY(%s)", [ids])
+        cursor.execute(
+            "SELECT module_id, pipeline_id FROM factors_pipelinemodule WHERE module_id = ANY(%s)", [ids]
+        )
         links = cursor.fetchall()
     busy = jobs.busy_pipelines({pipeline for _, pipeline in links})
     return {module for module, pipeline in links if pipeline in busy}
@@ -32,14 +33,14 @@ def is_recalculating(module: ReportModule) -> bool:
     return module.pk in recalculating([module.pk])
 
 
-def pipeline_modules(pipeline_id: uuid.UUID, modules: QuerySet[ReportModule] | None = None
-                     ) -> list[ReportModule]:
+def pipeline_modules(
+    pipeline_id: uuid.UUID, modules: QuerySet[ReportModule] | None = None
+) -> list[ReportModule]:
     """The modules a pipeline works on, among ``modules`` (a scoped queryset: a factor
     upload's pipeline spans every tenant's modules, and each caller sees its own)."""
     module_ids = PipelineModule.objects.filter(pipeline_id=pipeline_id).values("module_id")
     queryset = modules if modules is not None else ReportModule.objects.all()
-    return list(queryset.filter(pk__in=module_ids)
-                .select_related("report__unit").order_by("id")[:500])
+    return list(queryset.filter(pk__in=module_ids).select_related("report__unit").order_by("id")[:500])
 
 
 def tenant_module(module_id: Any, tenant_id: int | None) -> ReportModule | None:

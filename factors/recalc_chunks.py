@@ -61,15 +61,21 @@ class ChunkQueue:
         chunk for them), or, for a fresh start, at a new id (taken, and wasted)."""
         if not self.size:
             return
-        last = (LoadChunk.objects.filter(load_id=self.job.pk).order_by("-upto")
-                .values_list("upto", flat=True).first())
+        last = (
+            LoadChunk.objects.filter(load_id=self.job.pk)
+            .order_by("-upto")
+            .values_list("upto", flat=True)
+            .first()
+        )
         if last is not None:
             self.after = last
             return
         with connection.cursor() as cursor:
-            cursor.execute("SELECT min(id) - 1 FROM factors_dataentry WHERE module_id = %s "
-                           "AND data_entry_type = %s AND job_id = %s",
-                           [self.module_id, self.data_entry_type, self.job.pk])
+            cursor.execute(
+                "SELECT min(id) - 1 FROM factors_dataentry WHERE module_id = %s "
+                "AND data_entry_type = %s AND job_id = %s",
+                [self.module_id, self.data_entry_type, self.job.pk],
+            )
             first = cursor.fetchone()[0]
         self.after = first if first is not None else _sequence_value("nextval")
 
@@ -82,19 +88,23 @@ class ChunkQueue:
             return
         upto = _sequence_value("currval")
         scope = Scope(self.data_entry_type, self.module_id, after=self.after, upto=upto)
-        chunk = jobs.enqueue(RECALC, {**scope.payload(), "chunk_of": self.job.pk},
-                             pipeline=self.job.pipeline_id, tenant=self.job.tenant_id,
-                             created_by=self.job.created_by_id)
-        LoadChunk.objects.create(load_id=self.job.pk, job_id=chunk.pk, after=self.after,
-                                 upto=upto)
+        chunk = jobs.enqueue(
+            RECALC,
+            {**scope.payload(), "chunk_of": self.job.pk},
+            pipeline=self.job.pipeline_id,
+            tenant=self.job.tenant_id,
+            created_by=self.job.created_by_id,
+        )
+        LoadChunk.objects.create(load_id=self.job.pk, job_id=chunk.pk, after=self.after, upto=upto)
         self.after, self.pending = upto, 0
         self.queued += 1
 
 
 def chunk_jobs(ingest_id: int) -> list[int]:
     """The recalculation jobs of every chunk an ingest queued, over all its attempts."""
-    return list(LoadChunk.objects.filter(load_id=ingest_id).order_by("after")
-                .values_list("job_id", flat=True))
+    return list(
+        LoadChunk.objects.filter(load_id=ingest_id).order_by("after").values_list("job_id", flat=True)
+    )
 
 
 def closing_payload(scope: Scope, ingest: jobs.Job) -> dict[str, object]:

@@ -38,11 +38,24 @@ from factors.errors import AlreadyRunning, InvalidRequest, UploadRejected
 from factors.models import CarbonReport, PipelineModule, ReportModule, Unit, Upload
 
 __all__ = [
-    "AlreadyRunning", "CleanEntry", "Dispatched", "EntryChange", "InvalidRequest",
-    "UploadRejected", "clean_entry", "create_entry", "delete_entry", "dispatch_csv",
-    "ingest_from_api", "open_report", "recalculate_emissions", "recompute_stats", "remove_loads",
+    "AlreadyRunning",
+    "CleanEntry",
+    "Dispatched",
+    "EntryChange",
+    "InvalidRequest",
+    "UploadRejected",
+    "clean_entry",
+    "create_entry",
+    "delete_entry",
+    "dispatch_csv",
+    "ingest_from_api",
+    "open_report",
+    "recalculate_emissions",
+    "recompute_stats",
+    "remove_loads",
     "sync_units",
-    "update_entry", "upload_factors",
+    "update_entry",
+    "upload_factors",
 ]
 
 
@@ -95,14 +108,14 @@ def open_report(unit: Unit, year: int, *, actor: Actor = None) -> CarbonReport:
 # --- the bulk path -------------------------------------------------------------------------------
 
 
-def dispatch_csv(module: ReportModule, data_entry_type: str, source: BinaryIO, *,
-                 filename: str = "", actor: Actor = None) -> Dispatched:
+def dispatch_csv(
+    module: ReportModule, data_entry_type: str, source: BinaryIO, *, filename: str = "", actor: Actor = None
+) -> Dispatched:
     """Validate an entries CSV for one module and type, stage it and start its pipeline:
     csv_ingest → emission_recalc → aggregation. UploadRejected if any row is bad,
     AlreadyRunning if an ingest for this module and type is unfinished."""
     _check_type(module, data_entry_type)
-    report, upload = staging.stage(source, csv_schemas.entries(data_entry_type),
-                                   filename=filename)
+    report, upload = staging.stage(source, csv_schemas.entries(data_entry_type), filename=filename)
     if upload is None:
         raise UploadRejected(report, filename)
     try:
@@ -112,8 +125,9 @@ def dispatch_csv(module: ReportModule, data_entry_type: str, source: BinaryIO, *
         raise
 
 
-def ingest_from_api(module: ReportModule, data_entry_type: str, url: str, *,
-                    actor: Actor = None) -> Dispatched:
+def ingest_from_api(
+    module: ReportModule, data_entry_type: str, url: str, *, actor: Actor = None
+) -> Dispatched:
     """Start an api_ingest pipeline: the job reads ``url`` (JSON), validates it like a CSV
     upload and carries on as csv_ingest does."""
     _check_type(module, data_entry_type)
@@ -124,8 +138,15 @@ def ingest_from_api(module: ReportModule, data_entry_type: str, url: str, *,
 
 
 @transaction.atomic
-def _start_ingest(job_type: str, module: ReportModule, data_entry_type: str, actor: Actor, *,
-                  upload: staging.StagedUpload | None = None, url: str = "") -> Dispatched:
+def _start_ingest(
+    job_type: str,
+    module: ReportModule,
+    data_entry_type: str,
+    actor: Actor,
+    *,
+    upload: staging.StagedUpload | None = None,
+    url: str = "",
+) -> Dispatched:
     """Enqueue an ingest unless one for this module and type is unfinished.
 
     The job's unique key decides, in the database: of two requests at the same moment,
@@ -139,23 +160,29 @@ def _start_ingest(job_type: str, module: ReportModule, data_entry_type: str, act
     tenant = _tenant_of(module)
     payload: dict[str, Any] = {"module": module.pk, "data_entry_type": data_entry_type}
     if upload is not None:
-        payload["upload"] = staging.register(upload, Upload.Kind.ENTRIES, tenant_id=tenant,
-                                             created_by=actor_user(actor))
+        payload["upload"] = staging.register(
+            upload, Upload.Kind.ENTRIES, tenant_id=tenant, created_by=actor_user(actor)
+        )
     else:
         payload["url"] = url
-    job, created = jobs.enqueue_once(job_type, payload, unique_key=key, concurrency_key=key,
-                                     tenant=tenant, created_by=actor_user(actor))
+    job, created = jobs.enqueue_once(
+        job_type, payload, unique_key=key, concurrency_key=key, tenant=tenant, created_by=actor_user(actor)
+    )
     if not created:
-        raise AlreadyRunning(job, f"an ingest of {data_entry_type} entries into {module} is "
-                                  f"already {job.state} (job {job.pk}, pipeline "
-                                  f"{job.pipeline_id}); wait for it to finish, or cancel it, "
-                                  f"then upload again")
+        raise AlreadyRunning(
+            job,
+            f"an ingest of {data_entry_type} entries into {module} is "
+            f"already {job.state} (job {job.pk}, pipeline "
+            f"{job.pipeline_id}); wait for it to finish, or cancel it, "
+            f"then upload again",
+        )
     _link(job, [module.pk])
     return Dispatched(job, upload.rows if upload else None)
 
 
-def upload_factors(data_entry_type: str, source: BinaryIO, *, filename: str = "",
-                   actor: Actor = None) -> Dispatched:
+def upload_factors(
+    data_entry_type: str, source: BinaryIO, *, filename: str = "", actor: Actor = None
+) -> Dispatched:
     """Validate a factor CSV of one type, stage it and start factor_ingest (which chains
     one emission_recalc of the type when factors changed)."""
     spec = _spec_or_invalid(data_entry_type)
@@ -170,23 +197,35 @@ def upload_factors(data_entry_type: str, source: BinaryIO, *, filename: str = ""
 
 
 @transaction.atomic
-def _start_factor_ingest(spec: catalog.EntryTypeSpec, upload: staging.StagedUpload,
-                         actor: Actor) -> Dispatched:
+def _start_factor_ingest(
+    spec: catalog.EntryTypeSpec, upload: staging.StagedUpload, actor: Actor
+) -> Dispatched:
     key = f"factors.factor_ingest:{spec.type}"
-    payload = {"data_entry_type": spec.type,
-               "upload": staging.register(upload, Upload.Kind.FACTORS, tenant_id=None,
-                                          created_by=actor_user(actor))}
-    job, created = jobs.enqueue_once("factors.factor_ingest", payload, unique_key=key,
-                                     concurrency_key=key, created_by=actor_user(actor))
+    payload = {
+        "data_entry_type": spec.type,
+        "upload": staging.register(upload, Upload.Kind.FACTORS, tenant_id=None, created_by=actor_user(actor)),
+    }
+    job, created = jobs.enqueue_once(
+        "factors.factor_ingest", payload, unique_key=key, concurrency_key=key, created_by=actor_user(actor)
+    )
     if not created:
-        raise AlreadyRunning(job, f"a factor upload for {spec.type} is already {job.state} "
-                                  f"(job {job.pk}); wait for it to finish, then upload again")
+        raise AlreadyRunning(
+            job,
+            f"a factor upload for {spec.type} is already {job.state} "
+            f"(job {job.pk}); wait for it to finish, then upload again",
+        )
     _link_modules_of(job, spec.module_type)
     return Dispatched(job, upload.rows)
 
 
-def sync_units(year: int, *, source: BinaryIO | None = None, filename: str = "",
-               url: str | None = None, actor: Actor = None) -> Dispatched:
+def sync_units(
+    year: int,
+    *,
+    source: BinaryIO | None = None,
+    filename: str = "",
+    url: str | None = None,
+    actor: Actor = None,
+) -> Dispatched:
     """Start a unit_sync for ``year`` from a directory file (CSV or JSON) or a JSON URL
     (default: ``FACTORS_UNITS_URL``). One sync per year at a time."""
     if not 2000 <= year <= 2100:
@@ -195,8 +234,9 @@ def sync_units(year: int, *, source: BinaryIO | None = None, filename: str = "",
         return _sync_units_from_file(year, source, filename, actor)
     url = url or None
     if url is None:
-        raise InvalidRequest({"source": ["give a directory file or a URL (no FACTORS_UNITS_URL "
-                                         "is configured)"]})
+        raise InvalidRequest(
+            {"source": ["give a directory file or a URL (no FACTORS_UNITS_URL is configured)"]}
+        )
     problem = sources.check_url(url)
     if problem:
         raise InvalidRequest({"url": [problem]})
@@ -224,25 +264,29 @@ def _sync_units_from_file(year: int, source: BinaryIO, filename: str, actor: Act
 
 
 @transaction.atomic
-def _start_unit_sync(year: int, actor: Actor, *, upload: staging.StagedUpload | None = None,
-                     url: str = "") -> Dispatched:
+def _start_unit_sync(
+    year: int, actor: Actor, *, upload: staging.StagedUpload | None = None, url: str = ""
+) -> Dispatched:
     key = f"factors.unit_sync:{year}"
     payload: dict[str, Any] = {"year": year}
     if upload is not None:
-        payload["upload"] = staging.register(upload, Upload.Kind.UNITS, tenant_id=None,
-                                             created_by=actor_user(actor))
+        payload["upload"] = staging.register(
+            upload, Upload.Kind.UNITS, tenant_id=None, created_by=actor_user(actor)
+        )
     else:
         payload["url"] = url
-    job, created = jobs.enqueue_once("factors.unit_sync", payload, unique_key=key,
-                                     concurrency_key=key, created_by=actor_user(actor))
+    job, created = jobs.enqueue_once(
+        "factors.unit_sync", payload, unique_key=key, concurrency_key=key, created_by=actor_user(actor)
+    )
     if not created:
         raise AlreadyRunning(job, f"a unit sync for {year} is already {job.state} (job {job.pk})")
     return Dispatched(job, upload.rows if upload else None)
 
 
 @transaction.atomic
-def recalculate_emissions(data_entry_type: str, *, year: int | None = None,
-                          actor: Actor = None) -> Dispatched:
+def recalculate_emissions(
+    data_entry_type: str, *, year: int | None = None, actor: Actor = None
+) -> Dispatched:
     """Start an emission_recalc of every entry of a type (of one year, if given). A
     request for the same scope while one waits to start gets that one (created=False),
     also when requests race: the engine's pending key decides. One asked for while a
@@ -253,9 +297,13 @@ def recalculate_emissions(data_entry_type: str, *, year: int | None = None,
         raise InvalidRequest({"year": ["must be between 2000 and 2100"]})
     scope = emissions.Scope(spec.type, years=(year,) if year else ())
     key = recalc_key(spec.type)
-    queued = jobs.enqueue_once("factors.emission_recalc", scope.payload(), concurrency_key=key,
-                               pending_key=f"{key}:years={year or 'all'}",
-                               created_by=actor_user(actor))
+    queued = jobs.enqueue_once(
+        "factors.emission_recalc",
+        scope.payload(),
+        concurrency_key=key,
+        pending_key=f"{key}:years={year or 'all'}",
+        created_by=actor_user(actor),
+    )
     if queued.created:
         _link_modules_of(queued.job, spec.module_type, year)
     return Dispatched(queued.job, created=queued.created)
@@ -265,8 +313,9 @@ def remove_loads(ingest_ids: list[int], *, actor: Actor = None) -> jobs.Job:
     """Queue the removal of these ingests' rows now, without waiting out the abandoned
     loads' age: those replaced, or whose pipeline is over without making them current.
     Current loads and loads an ingest is still writing are kept."""
-    return jobs.enqueue("factors.prune_loads", {"loads": sorted(set(ingest_ids))},
-                        created_by=actor_user(actor))
+    return jobs.enqueue(
+        "factors.prune_loads", {"loads": sorted(set(ingest_ids))}, created_by=actor_user(actor)
+    )
 
 
 @transaction.atomic
@@ -284,16 +333,27 @@ def queue_aggregation(module_id: int, *, tenant: int | None, **options: Any) -> 
     """Enqueue a module's aggregation, or get the one already waiting (its key is both
     unique and a concurrency key: one waits, one runs). ``options`` go to ``enqueue``."""
     key = aggregation_key(module_id)
-    return jobs.enqueue("factors.aggregation", {"module": module_id}, unique_key=key,
-                        concurrency_key=key, tenant=tenant, **options)
+    return jobs.enqueue(
+        "factors.aggregation",
+        {"module": module_id},
+        unique_key=key,
+        concurrency_key=key,
+        tenant=tenant,
+        **options,
+    )
 
 
 def _check_type(module: ReportModule, data_entry_type: str) -> None:
     spec = _spec_or_invalid(data_entry_type)
     if spec.module_type != module.module_type:
-        raise InvalidRequest({"data_entry_type": [
-            f"{data_entry_type} entries belong to the {spec.module_type} module, not "
-            f"{module.module_type}"]})
+        raise InvalidRequest(
+            {
+                "data_entry_type": [
+                    f"{data_entry_type} entries belong to the {spec.module_type} module, not "
+                    f"{module.module_type}"
+                ]
+            }
+        )
 
 
 def _spec_or_invalid(data_entry_type: str) -> catalog.EntryTypeSpec:
@@ -307,7 +367,8 @@ def _link(job: jobs.Job, module_ids: list[int]) -> None:
     """Record the modules a pipeline works on (they show "recalculating" meanwhile)."""
     PipelineModule.objects.bulk_create(
         [PipelineModule(pipeline_id=job.pipeline_id, module_id=m, job=job) for m in module_ids],
-        ignore_conflicts=True)
+        ignore_conflicts=True,
+    )
 
 
 def _link_modules_of(job: jobs.Job, module_type: str, year: int | None = None) -> None:
@@ -320,4 +381,5 @@ def _link_modules_of(job: jobs.Job, module_type: str, year: int | None = None) -
             "JOIN factors_carbonreport r ON r.id = m.report_id "
             "WHERE m.module_type = %(type)s AND (%(year)s::int IS NULL OR r.year = %(year)s) "
             "ON CONFLICT DO NOTHING",
-            {"pipeline": job.pipeline_id, "job": job.pk, "type": module_type, "year": year})
+            {"pipeline": job.pipeline_id, "job": job.pk, "type": module_type, "year": year},
+        )

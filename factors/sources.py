@@ -31,9 +31,11 @@ def check_url(url: str) -> str | None:
 
 def fetch_json(url: str) -> Any:
     """GET ``url`` and decode its JSON body (numbers kept as their exact text)."""
-    limits = http_sources.Limits(connect_seconds=conf.http_connect_seconds(),
-                                 deadline_seconds=conf.http_deadline_seconds(),
-                                 max_bytes=conf.http_max_bytes())
+    limits = http_sources.Limits(
+        connect_seconds=conf.http_connect_seconds(),
+        deadline_seconds=conf.http_deadline_seconds(),
+        max_bytes=conf.http_max_bytes(),
+    )
     return http_sources.fetch_json(url, limits, headers=HEADERS)
 
 

@@ -65,8 +65,9 @@ class StagedUpload:
             raise UploadMissing(str(exc)) from exc
 
 
-def stage(source: BinaryIO, schema: CsvSchema, *, filename: str = ""
-          ) -> tuple[ValidationReport, StagedUpload | None]:
+def stage(
+    source: BinaryIO, schema: CsvSchema, *, filename: str = ""
+) -> tuple[ValidationReport, StagedUpload | None]:
     """Validate ``source`` and keep its canonical rows; None when the file is refused."""
     report, staged = staging.stage_csv(store(), source, schema)
     if staged is None:
@@ -74,13 +75,18 @@ def stage(source: BinaryIO, schema: CsvSchema, *, filename: str = ""
     return report, StagedUpload(staged.id, staged.rows, staged.columns, filename[:200])
 
 
-def register(upload: StagedUpload, kind: str, *, tenant_id: int | None,
-             created_by: Any = None) -> str:
+def register(upload: StagedUpload, kind: str, *, tenant_id: int | None, created_by: Any = None) -> str:
     """Record a staged file for the job about to be enqueued (in the same transaction);
     returns the id its payload carries."""
-    Upload.objects.create(id=uuid.UUID(upload.id), kind=kind, tenant_id=tenant_id,
-                          rows=upload.rows, columns=list(upload.columns),
-                          filename=upload.filename, created_by=created_by)
+    Upload.objects.create(
+        id=uuid.UUID(upload.id),
+        kind=kind,
+        tenant_id=tenant_id,
+        rows=upload.rows,
+        columns=list(upload.columns),
+        filename=upload.filename,
+        created_by=created_by,
+    )
     return upload.id
 
 
@@ -92,8 +98,7 @@ def resolve(upload_id: Any, kind: str, *, tenant_id: int | None) -> StagedUpload
         raise UploadMissing(f"{text[:40]!r} is not an upload id")
     row = Upload.objects.filter(pk=uuid.UUID(text), kind=kind, tenant_id=tenant_id).first()
     if row is None:
-        raise UploadMissing(f"upload {text} is gone or is not this job's to read: upload "
-                            "the file again")
+        raise UploadMissing(f"upload {text} is gone or is not this job's to read: upload the file again")
     staged = StagedUpload(text, row.rows, tuple(row.columns), row.filename)
     if not staged.exists():
         raise UploadMissing(f"the staged file of upload {text} is gone: upload it again")

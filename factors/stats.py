@@ -54,8 +54,7 @@ class TypeTotals:
     without_factor: int = 0
 
     def __neg__(self) -> TypeTotals:
-        return TypeTotals(self.type, -self.entries, -self.quantity, -self.kg_co2e,
-                          -self.without_factor)
+        return TypeTotals(self.type, -self.entries, -self.quantity, -self.kg_co2e, -self.without_factor)
 
 
 def contribution(data_entry_type: str, quantity: Decimal, kg_co2e: Decimal | None) -> TypeTotals:
@@ -114,9 +113,16 @@ def report_stats(modules: Iterable[tuple[str, Stats]]) -> Stats:
     stats = empty_report_stats()
     for module_type, module in sorted(modules, key=lambda pair: pair[0]):
         for type_name, totals in sorted(module.get("by_type", {}).items()):
-            stats = add_to_report(stats, module_type, TypeTotals(
-                type_name, totals["entries"], Decimal(totals["quantity"]),
-                Decimal(totals["kg_co2e"]), totals["without_factor"]))
-        stats["by_module"].setdefault(module_type, {"entries": 0, "kg_co2e": amount(0),
-                                                    "without_factor": 0})
+            stats = add_to_report(
+                stats,
+                module_type,
+                TypeTotals(
+                    type_name,
+                    totals["entries"],
+                    Decimal(totals["quantity"]),
+                    Decimal(totals["kg_co2e"]),
+                    totals["without_factor"],
+                ),
+            )
+        stats["by_module"].setdefault(module_type, {"entries": 0, "kg_co2e": amount(0), "without_factor": 0})
     return stats

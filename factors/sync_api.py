@@ -66,11 +66,19 @@ class DispatchedSerializer(serializers.Serializer):
 
 def _dispatched(result: services.Dispatched) -> Response:
     job = result.job
-    body = {"job": job.pk, "pipeline": job.pipeline_id, "type": job.type, "state": job.state,
-            "rows": result.rows, "created": result.created,
-            "pipeline_url": f"/sync/pipelines/{job.pipeline_id}"}
-    return Response(DispatchedSerializer(body).data,
-                    status=status.HTTP_202_ACCEPTED if result.created else status.HTTP_200_OK)
+    body = {
+        "job": job.pk,
+        "pipeline": job.pipeline_id,
+        "type": job.type,
+        "state": job.state,
+        "rows": result.rows,
+        "created": result.created,
+        "pipeline_url": f"/sync/pipelines/{job.pipeline_id}",
+    }
+    return Response(
+        DispatchedSerializer(body).data,
+        status=status.HTTP_202_ACCEPTED if result.created else status.HTTP_200_OK,
+    )
 
 
 def _rejected(exc: services.UploadRejected) -> Response:
@@ -78,8 +86,10 @@ def _rejected(exc: services.UploadRejected) -> Response:
 
 
 def _conflict(exc: services.AlreadyRunning) -> Response:
-    return Response({"detail": str(exc), "job": exc.job.pk, "pipeline": str(exc.job.pipeline_id)},
-                    status=status.HTTP_409_CONFLICT)
+    return Response(
+        {"detail": str(exc), "job": exc.job.pk, "pipeline": str(exc.job.pipeline_id)},
+        status=status.HTTP_409_CONFLICT,
+    )
 
 
 def _answer(start: Callable[[], services.Dispatched]) -> Response:
@@ -137,18 +147,17 @@ def _module() -> serializers.ChoiceField:
 
 
 def _entry_type() -> serializers.ChoiceField:
-    return serializers.ChoiceField(DataEntryType.choices,
-                                   help_text="One of the module's data-entry types.")
+    return serializers.ChoiceField(DataEntryType.choices, help_text="One of the module's data-entry types.")
 
 
 def _url(**kwargs: Any) -> serializers.CharField:
     return serializers.CharField(max_length=2000, **kwargs)
 
 
-URL_RULE = ("An http(s) URL answering JSON, whose host the outbound rules allow (checked when "
-            "the request arrives).")
-FILE_RULE = ("A refused file is a 400 with the rows checked and the first errors (row, column, "
-             "reason).")
+URL_RULE = (
+    "An http(s) URL answering JSON, whose host the outbound rules allow (checked when the request arrives)."
+)
+FILE_RULE = "A refused file is a 400 with the rows checked and the first errors (row, column, reason)."
 
 
 class DispatchBody(serializers.Serializer):
@@ -173,8 +182,11 @@ class UnitSyncUrlBody(serializers.Serializer):
     """A unit sync without a file: a JSON body or a urlencoded form."""
 
     year = _year()
-    url = _url(required=False, allow_blank=True,
-               help_text=f"Default: FACTORS_UNITS_URL. {URL_RULE} A year needs a file or a URL.")
+    url = _url(
+        required=False,
+        allow_blank=True,
+        help_text=f"Default: FACTORS_UNITS_URL. {URL_RULE} A year needs a file or a URL.",
+    )
 
 
 class UnitSyncBody(UnitSyncUrlBody):
@@ -191,8 +203,9 @@ class RecalculateBody(RecalculateForm):
     year = _year(required=False, allow_null=True, help_text="Only this year (also as ?year=).")
 
 
-ENTRY_TYPE = OpenApiParameter("data_entry_type", str, OpenApiParameter.PATH,
-                              enum=DataEntryType.values, description="A data-entry type.")
+ENTRY_TYPE = OpenApiParameter(
+    "data_entry_type", str, OpenApiParameter.PATH, enum=DataEntryType.values, description="A data-entry type."
+)
 
 
 def _checked(name: str, field: serializers.Field, value: Any) -> Any:
@@ -224,22 +237,29 @@ class Dispatch(APIView):
     permission_classes = [IsAuthenticated]
     parser_classes = [MultiPartParser, FormParser]
 
-    @extend_schema(tags=["sync"], summary="Upload an entries CSV: csv_ingest → "
-                   "emission_recalc → aggregation",
-                   request={"multipart/form-data": DispatchBody},
-                   responses={202: DispatchedSerializer, 400: OpenApiTypes.OBJECT,
-                              404: NO_MODULE,
-                              409: OpenApiResponse(description="An ingest of this module "
-                                                   "and type is unfinished."),
-                              413: OpenApiTypes.OBJECT})
+    @extend_schema(
+        tags=["sync"],
+        summary="Upload an entries CSV: csv_ingest → emission_recalc → aggregation",
+        request={"multipart/form-data": DispatchBody},
+        responses={
+            202: DispatchedSerializer,
+            400: OpenApiTypes.OBJECT,
+            404: NO_MODULE,
+            409: OpenApiResponse(description="An ingest of this module and type is unfinished."),
+            413: OpenApiTypes.OBJECT,
+        },
+    )
     def post(self, request: Request) -> Response:
         _require_staff(request)
         _refuse_large_body(request, "entries")
         fields = _fields(request, DispatchBody)
         module = visible_module(request, fields["report"], fields["module"])
         upload = fields["file"]
-        return _answer(lambda: services.dispatch_csv(
-            module, fields["data_entry_type"], upload, filename=upload.name, actor=request.user))
+        return _answer(
+            lambda: services.dispatch_csv(
+                module, fields["data_entry_type"], upload, filename=upload.name, actor=request.user
+            )
+        )
 
 
 class ApiIngest(APIView):
@@ -248,16 +268,26 @@ class ApiIngest(APIView):
     permission_classes = [IsAuthenticated]
     parser_classes = [BoundedJSONParser, FormParser]
 
-    @extend_schema(tags=["sync"], summary="Ingest entries from an HTTP JSON source",
-                   request=ApiIngestBody,
-                   responses={202: DispatchedSerializer, 400: OpenApiTypes.OBJECT,
-                              404: NO_MODULE, 409: OpenApiTypes.OBJECT})
+    @extend_schema(
+        tags=["sync"],
+        summary="Ingest entries from an HTTP JSON source",
+        request=ApiIngestBody,
+        responses={
+            202: DispatchedSerializer,
+            400: OpenApiTypes.OBJECT,
+            404: NO_MODULE,
+            409: OpenApiTypes.OBJECT,
+        },
+    )
     def post(self, request: Request) -> Response:
         _require_staff(request)
         fields = _fields(request, ApiIngestBody)
         module = visible_module(request, fields["report"], fields["module"])
-        return _answer(lambda: services.ingest_from_api(
-            module, fields["data_entry_type"], fields["url"], actor=request.user))
+        return _answer(
+            lambda: services.ingest_from_api(
+                module, fields["data_entry_type"], fields["url"], actor=request.user
+            )
+        )
 
 
 class FactorUpload(APIView):
@@ -266,17 +296,25 @@ class FactorUpload(APIView):
     permission_classes = [IsAuthenticated]
     parser_classes = [MultiPartParser, FormParser]
 
-    @extend_schema(tags=["sync"], summary="Upload emission factors of one type "
-                   "(upserted in place; recalculation follows)",
-                   request={"multipart/form-data": FactorUploadBody}, parameters=[ENTRY_TYPE],
-                   responses={202: DispatchedSerializer, 400: OpenApiTypes.OBJECT,
-                              409: OpenApiTypes.OBJECT, 413: OpenApiTypes.OBJECT})
+    @extend_schema(
+        tags=["sync"],
+        summary="Upload emission factors of one type (upserted in place; recalculation follows)",
+        request={"multipart/form-data": FactorUploadBody},
+        parameters=[ENTRY_TYPE],
+        responses={
+            202: DispatchedSerializer,
+            400: OpenApiTypes.OBJECT,
+            409: OpenApiTypes.OBJECT,
+            413: OpenApiTypes.OBJECT,
+        },
+    )
     def post(self, request: Request, data_entry_type: str) -> Response:
         _require_operator(request)
         _refuse_large_body(request, "factors")
         upload = _fields(request, FactorUploadBody)["file"]
-        return _answer(lambda: services.upload_factors(
-            data_entry_type, upload, filename=upload.name, actor=request.user))
+        return _answer(
+            lambda: services.upload_factors(data_entry_type, upload, filename=upload.name, actor=request.user)
+        )
 
 
 class UnitSync(APIView):
@@ -286,20 +324,35 @@ class UnitSync(APIView):
     permission_classes = [IsAuthenticated]
     parser_classes = [MultiPartParser, FormParser, BoundedJSONParser]
 
-    @extend_schema(tags=["sync"], summary="Sync units for a year (a real, tracked job)",
-                   request={"multipart/form-data": UnitSyncBody,
-                            "application/x-www-form-urlencoded": UnitSyncUrlBody,
-                            "application/json": UnitSyncUrlBody},
-                   responses={202: DispatchedSerializer, 400: OpenApiTypes.OBJECT,
-                              409: OpenApiTypes.OBJECT, 413: OpenApiTypes.OBJECT})
+    @extend_schema(
+        tags=["sync"],
+        summary="Sync units for a year (a real, tracked job)",
+        request={
+            "multipart/form-data": UnitSyncBody,
+            "application/x-www-form-urlencoded": UnitSyncUrlBody,
+            "application/json": UnitSyncUrlBody,
+        },
+        responses={
+            202: DispatchedSerializer,
+            400: OpenApiTypes.OBJECT,
+            409: OpenApiTypes.OBJECT,
+            413: OpenApiTypes.OBJECT,
+        },
+    )
     def post(self, request: Request) -> Response:
         _require_operator(request)
         _refuse_large_body(request, "units")
         fields = _fields(request, UnitSyncBody)
         upload = fields.get("file")
-        return _answer(lambda: services.sync_units(
-            fields["year"], source=upload, filename=getattr(upload, "name", ""),
-            url=fields.get("url") or conf.units_url() or None, actor=request.user))
+        return _answer(
+            lambda: services.sync_units(
+                fields["year"],
+                source=upload,
+                filename=getattr(upload, "name", ""),
+                url=fields.get("url") or conf.units_url() or None,
+                actor=request.user,
+            )
+        )
 
 
 class Recalculate(APIView):
@@ -308,14 +361,21 @@ class Recalculate(APIView):
     permission_classes = [IsAuthenticated]
     parser_classes = [BoundedJSONParser, FormParser]
 
-    @extend_schema(tags=["sync"], summary="Recalculate the emissions of a type",
-                   request={"application/json": RecalculateBody,
-                            "application/x-www-form-urlencoded": RecalculateForm},
-                   parameters=[ENTRY_TYPE, OpenApiParameter(
-                       "year", {"type": "integer", "minimum": 2000, "maximum": 2100},
-                       required=False, description="Only this year, 2000 to 2100.")],
-                   responses={202: DispatchedSerializer, 200: DispatchedSerializer,
-                              400: OpenApiTypes.OBJECT})
+    @extend_schema(
+        tags=["sync"],
+        summary="Recalculate the emissions of a type",
+        request={"application/json": RecalculateBody, "application/x-www-form-urlencoded": RecalculateForm},
+        parameters=[
+            ENTRY_TYPE,
+            OpenApiParameter(
+                "year",
+                {"type": "integer", "minimum": 2000, "maximum": 2100},
+                required=False,
+                description="Only this year, 2000 to 2100.",
+            ),
+        ],
+        responses={202: DispatchedSerializer, 200: DispatchedSerializer, 400: OpenApiTypes.OBJECT},
+    )
     def post(self, request: Request, data_entry_type: str) -> Response:
         _require_operator(request)
         year = _fields(request, RecalculateBody).get("year")
@@ -324,8 +384,7 @@ class Recalculate(APIView):
             # when it gives one, is the year.
             asked = _checked("year", _year(), request.query_params["year"])
             year = asked if year is None else year
-        return _answer(lambda: services.recalculate_emissions(
-            data_entry_type, year=year, actor=request.user))
+        return _answer(lambda: services.recalculate_emissions(data_entry_type, year=year, actor=request.user))
 
 
 class PipelineDetail(APIView):
@@ -334,20 +393,35 @@ class PipelineDetail(APIView):
 
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(tags=["sync"], summary="A pipeline's jobs: state, progress, timings",
-                   responses={200: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT})
+    @extend_schema(
+        tags=["sync"],
+        summary="A pipeline's jobs: state, progress, timings",
+        responses={200: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT},
+    )
     def get(self, request: Request, pipeline_id: Any) -> Response:
         pipeline = jobs.pipeline_jobs(pipeline_id, visible_jobs(request.user))
         if not pipeline:
             raise NotFound("no such pipeline visible to you")
-        modules = queries.pipeline_modules(pipeline_id, scope_queryset(
-            ReportModule.objects.all(), request.user, field="report__unit__tenant"))
+        modules = queries.pipeline_modules(
+            pipeline_id,
+            scope_queryset(ReportModule.objects.all(), request.user, field="report__unit__tenant"),
+        )
         busy = queries.recalculating(m.pk for m in modules)
-        return Response({
-            "pipeline": str(pipeline_id),
-            "state": jobs.pipeline_state(pipeline),
-            "jobs": PipelineJobSerializer(pipeline, many=True, context={"request": request}).data,
-            "modules": [{"id": m.pk, "report": m.report_id, "unit": m.report.unit.code,
-                         "year": m.report.year, "module_type": m.module_type,
-                         "recalculating": m.pk in busy} for m in modules],
-        })
+        return Response(
+            {
+                "pipeline": str(pipeline_id),
+                "state": jobs.pipeline_state(pipeline),
+                "jobs": PipelineJobSerializer(pipeline, many=True, context={"request": request}).data,
+                "modules": [
+                    {
+                        "id": m.pk,
+                        "report": m.report_id,
+                        "unit": m.report.unit.code,
+                        "year": m.report.year,
+                        "module_type": m.module_type,
+                        "recalculating": m.pk in busy,
+                    }
+                    for m in modules
+                ],
+            }
+        )

@@ -34,8 +34,9 @@ def read_rows(canonical: BinaryIO, columns: tuple[str, ...]) -> list[UnitRow]:
     rows = []
     for cells in csv.reader(io.TextIOWrapper(canonical, encoding="utf-8", newline="")):
         record = dict(zip(columns, cells, strict=True))
-        rows.append(UnitRow(record["code"], record["name"], record.get("parent", ""),
-                            record.get("tenant", "")))
+        rows.append(
+            UnitRow(record["code"], record["name"], record.get("parent", ""), record.get("tenant", ""))
+        )
     return rows
 
 
@@ -48,10 +49,20 @@ def apply(rows: list[UnitRow], year: int, ctx: jobs.JobContext) -> dict[str, Any
         existing = dict(Unit.objects.values_list("code", "pk"))
         _check_parents(rows, existing)
         Unit.objects.bulk_create(
-            [Unit(code=row.code, name=row.name, tenant_id=tenants.get(row.tenant),
-                  last_synced_job_id=job_id, last_synced_year=year) for row in rows],
-            update_conflicts=True, unique_fields=["code"],
-            update_fields=["name", "tenant", "last_synced_job", "last_synced_year", "updated_at"])
+            [
+                Unit(
+                    code=row.code,
+                    name=row.name,
+                    tenant_id=tenants.get(row.tenant),
+                    last_synced_job_id=job_id,
+                    last_synced_year=year,
+                )
+                for row in rows
+            ],
+            update_conflicts=True,
+            unique_fields=["code"],
+            update_fields=["name", "tenant", "last_synced_job", "last_synced_year", "updated_at"],
+        )
         units = list(Unit.objects.filter(code__in=[row.code for row in rows]))
         ids = {unit.code: unit.pk for unit in units}
         parents = {row.code: row.parent for row in rows}
@@ -61,24 +72,40 @@ def apply(rows: list[UnitRow], year: int, ctx: jobs.JobContext) -> dict[str, Any
         opened = open_reports(list(ids.values()), year)
     listed = {row.code for row in rows}
     absent = sorted(code for code in existing if code not in listed)
-    return {"year": year, "units": len(rows), "created": len(listed - set(existing)),
-            "updated": len(listed & set(existing)), "reports_opened": opened,
-            "absent": absent[:50], "absent_count": len(absent)}
+    return {
+        "year": year,
+        "units": len(rows),
+        "created": len(listed - set(existing)),
+        "updated": len(listed & set(existing)),
+        "reports_opened": opened,
+        "absent": absent[:50],
+        "absent_count": len(absent),
+    }
 
 
 def open_reports(unit_ids: list[int], year: int, created_by: Any = None) -> int:
     """Create the missing reports of ``year`` for these units, with their modules."""
-    have = set(CarbonReport.objects.filter(unit_id__in=unit_ids, year=year)
-               .values_list("unit_id", flat=True))
-    new = [CarbonReport(unit_id=uid, year=year, created_by=created_by,
-                        stats=stats.report_stats((m, stats.empty_module_stats())
-                                                 for m in ModuleType.values))
-           for uid in unit_ids if uid not in have]
+    have = set(CarbonReport.objects.filter(unit_id__in=unit_ids, year=year).values_list("unit_id", flat=True))
+    new = [
+        CarbonReport(
+            unit_id=uid,
+            year=year,
+            created_by=created_by,
+            stats=stats.report_stats((m, stats.empty_module_stats()) for m in ModuleType.values),
+        )
+        for uid in unit_ids
+        if uid not in have
+    ]
     CarbonReport.objects.bulk_create(new, ignore_conflicts=True)
     reports = CarbonReport.objects.filter(unit_id__in=unit_ids, year=year)
     ReportModule.objects.bulk_create(
-        [ReportModule(report=report, module_type=module_type) for report in reports
-         for module_type in ModuleType.values], ignore_conflicts=True)
+        [
+            ReportModule(report=report, module_type=module_type)
+            for report in reports
+            for module_type in ModuleType.values
+        ],
+        ignore_conflicts=True,
+    )
     return len(new)
 
 
@@ -93,11 +120,12 @@ def _tenants(rows: list[UnitRow]) -> dict[str, int]:
 
 def _check_parents(rows: list[UnitRow], existing: dict[str, int]) -> None:
     listed = {row.code: row.parent for row in rows}
-    problems = [f"{row.code}: parent {row.parent} is neither listed nor known"
-                for row in rows if row.parent and row.parent not in listed
-                and row.parent not in existing]
-    problems += [f"{code}: its parents form a cycle" for code in listed
-                 if _in_cycle(code, listed)]
+    problems = [
+        f"{row.code}: parent {row.parent} is neither listed nor known"
+        for row in rows
+        if row.parent and row.parent not in listed and row.parent not in existing
+    ]
+    problems += [f"{code}: its parents form a cycle" for code in listed if _in_cycle(code, listed)]
     if problems:
         raise jobs.PermanentError("; ".join(problems[:20]))
 

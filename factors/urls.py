@@ -22,8 +22,10 @@ urlpatterns = [
     path("sync/api-ingest", sync_api.ApiIngest.as_view(), name="factors-api-ingest"),
     path("sync/factors/<str:data_entry_type>", sync_api.FactorUpload.as_view(), name="factors-upload"),
     path("sync/units", sync_api.UnitSync.as_view(), name="factors-units"),
-    path("sync/recalculate-emissions/<str:data_entry_type>", sync_api.Recalculate.as_view(),
-         name="factors-recalculate"),
-    path("sync/pipelines/<uuid:pipeline_id>", sync_api.PipelineDetail.as_view(),
-         name="factors-pipeline"),
+    path(
+        "sync/recalculate-emissions/<str:data_entry_type>",
+        sync_api.Recalculate.as_view(),
+        name="factors-recalculate",
+    ),
+    path("sync/pipelines/<uuid:pipeline_id>", sync_api.PipelineDetail.as_view(), name="factors-pipeline"),
 ]

@@ -46,8 +46,7 @@ DEFAULTS: dict[str, Any] = {
     # ``python -m ingest.hookkit...`` finds Conveyor's Python), the user they run as when
     # the worker is root (empty: the worker's own user), the largest file they may write
     # (their output included) and how many files they may hold open.
-    "HOOK_PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin",
-                                  "/bin"]),
+    "HOOK_PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
     "HOOK_USER": "nobody",
     "HOOK_MAX_FILE_BYTES": 64 * MB,
     "HOOK_MAX_OPEN_FILES": 256,

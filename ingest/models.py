@@ -29,7 +29,26 @@ from ingest.scraping.models import (
     ScrapeRun,
 )
 
-__all__ = ["Hook", "HookExecution", "HookTemplate", "IngestBatch", "IngestRecord", "IngestRun",
-           "IngestSource", "RunAction", "RunnerBreaker", "HandoffTransition", "IngestionHandoff",
-           "ScrapeReference", "ScrapeRun", "DailyBar", "DailyBatch", "DayLoad", "Instrument", "MarketAction",
-           "MarketFeed", "SourceFreshness", "TradingDay"]
+__all__ = [
+    "Hook",
+    "HookExecution",
+    "HookTemplate",
+    "IngestBatch",
+    "IngestRecord",
+    "IngestRun",
+    "IngestSource",
+    "RunAction",
+    "RunnerBreaker",
+    "HandoffTransition",
+    "IngestionHandoff",
+    "ScrapeReference",
+    "ScrapeRun",
+    "DailyBar",
+    "DailyBatch",
+    "DayLoad",
+    "Instrument",
+    "MarketAction",
+    "MarketFeed",
+    "SourceFreshness",
+    "TradingDay",
+]

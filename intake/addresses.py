@@ -21,37 +21,40 @@ IPNetwork = IPv4Network | IPv6Network
 # (and a few that are but lead somewhere no tenant should go: 6to4 relays, the whole of
 # 192.0.0.0/24). The stdlib's flags are checked as well; this table keeps the answer
 # the same across Python patch releases, whose flags have changed.
-NOT_PUBLIC: tuple[IPNetwork, ...] = tuple(ip_network(block) for block in (
-    "0.0.0.0/8",        # "this network"
-    "10.0.0.0/8",       # private
-    "100.64.0.0/10",    # shared address space (carrier-grade NAT)
-    "127.0.0.0/8",      # loopback
-    "169.254.0.0/16",   # link-local, cloud metadata services
-    "172.16.0.0/12",    # private
-    "192.0.0.0/24",     # IETF protocol assignments
-    "192.0.2.0/24",     # documentation
-    "192.88.99.0/24",   # 6to4 relay anycast (deprecated)
-    "192.168.0.0/16",   # private
-    "198.18.0.0/15",    # benchmarking
-    "198.51.100.0/24",  # documentation
-    "203.0.113.0/24",   # documentation
-    "224.0.0.0/4",      # multicast
-    "240.0.0.0/4",      # reserved, and the limited broadcast address
-    "::/128",           # unspecified
-    "::1/128",          # loopback
-    "::/96",            # IPv4-compatible (deprecated)
-    "::ffff:0:0/96",    # IPv4-mapped (judged by the IPv4 address, see embedded_ipv4)
-    "64:ff9b:1::/48",   # local-use IPv4/IPv6 translation
-    "100::/64",         # discard-only
-    "2001::/23",        # IETF protocol assignments (Teredo, ORCHID, ...)
-    "2001:db8::/32",    # documentation
-    "3fff::/20",        # documentation
-    "5f00::/16",        # segment routing SIDs
-    "fc00::/7",         # unique local
-    "fe80::/10",        # link-local
-    "fec0::/10",        # site-local (deprecated)
-    "ff00::/8",         # multicast
-))
+NOT_PUBLIC: tuple[IPNetwork, ...] = tuple(
+    ip_network(block)
+    for block in (
+        "0.0.0.0/8",  # "this network"
+        "10.0.0.0/8",  # private
+        "100.64.0.0/10",  # shared address space (carrier-grade NAT)
+        "127.0.0.0/8",  # loopback
+        "169.254.0.0/16",  # link-local, cloud metadata services
+        "172.16.0.0/12",  # private
+        "192.0.0.0/24",  # IETF protocol assignments
+        "192.0.2.0/24",  # documentation
+        "192.88.99.0/24",  # 6to4 relay anycast (deprecated)
+        "192.168.0.0/16",  # private
+        "198.18.0.0/15",  # benchmarking
+        "198.51.100.0/24",  # documentation
+        "203.0.113.0/24",  # documentation
+        "224.0.0.0/4",  # multicast
+        "240.0.0.0/4",  # reserved, and the limited broadcast address
+        "::/128",  # unspecified
+        "::1/128",  # loopback
+        "::/96",  # IPv4-compatible (deprecated)
+        "::ffff:0:0/96",  # IPv4-mapped (judged by the IPv4 address, see embedded_ipv4)
+        "64:ff9b:1::/48",  # local-use IPv4/IPv6 translation
+        "100::/64",  # discard-only
+        "2001::/23",  # IETF protocol assignments (Teredo, ORCHID, ...)
+        "2001:db8::/32",  # documentation
+        "3fff::/20",  # documentation
+        "5f00::/16",  # segment routing SIDs
+        "fc00::/7",  # unique local
+        "fe80::/10",  # link-local
+        "fec0::/10",  # site-local (deprecated)
+        "ff00::/8",  # multicast
+    )
+)
 
 NAT64 = ip_network("64:ff9b::/96")
 HOST_NAME = re.compile(r"^[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*$")
@@ -77,8 +80,13 @@ def is_public(address: IPAddress) -> bool:
     if any(address in block for block in NOT_PUBLIC):
         return False
     return address.is_global and not (
-        address.is_private or address.is_loopback or address.is_link_local
-        or address.is_multicast or address.is_reserved or address.is_unspecified)
+        address.is_private
+        or address.is_loopback
+        or address.is_link_local
+        or address.is_multicast
+        or address.is_reserved
+        or address.is_unspecified
+    )
 
 
 def host_key(host: str) -> str:
@@ -106,8 +114,10 @@ class AllowList:
             except ValueError:
                 pass
             if not HOST_NAME.match(host_key(entry)):
-                raise ValueError(f"{entry!r} is neither a CIDR nor a host name "
-                                 f"(write international names in their xn-- form)")
+                raise ValueError(
+                    f"{entry!r} is neither a CIDR nor a host name "
+                    f"(write international names in their xn-- form)"
+                )
             hosts.add(host_key(entry))
         return cls(tuple(networks), frozenset(hosts))
 
@@ -125,4 +135,3 @@ class AllowList:
         a name that also resolves to an internal address could be steered to it."""
         addresses = list(addresses)
         return bool(addresses) and all(self.permits(host, a) for a in addresses)
-

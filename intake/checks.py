@@ -15,8 +15,11 @@ def check_allow_list(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     try:
         conf.http_allow_list()
     except ImproperlyConfigured as exc:
-        return [Error(str(exc), hint="List CIDRs (10.20.0.0/16) and host names, comma-separated.",
-                      id="intake.E001")]
+        return [
+            Error(
+                str(exc), hint="List CIDRs (10.20.0.0/16) and host names, comma-separated.", id="intake.E001"
+            )
+        ]
     return []
 
 
@@ -31,8 +34,12 @@ def check_staging(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     try:
         url_to_fs(conf.staging_url(), **conf.staging_options())
     except (ImproperlyConfigured, ImportError, ValueError, TypeError) as exc:
-        return [Error(f"INTAKE_STAGING_URL {conf.staging_url()!r}: {exc}",
-                      hint="A local directory or an fsspec URL whose filesystem is installed "
-                           "(s3:// needs s3fs); INTAKE_STAGING_OPTIONS holds its arguments.",
-                      id="intake.E002")]
+        return [
+            Error(
+                f"INTAKE_STAGING_URL {conf.staging_url()!r}: {exc}",
+                hint="A local directory or an fsspec URL whose filesystem is installed "
+                "(s3:// needs s3fs); INTAKE_STAGING_OPTIONS holds its arguments.",
+                id="intake.E002",
+            )
+        ]
     return []

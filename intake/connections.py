@@ -107,10 +107,12 @@ class DeadlineStream(httpcore.NetworkStream):
     def close(self) -> None:
         self._stream.close()
 
-    def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
-                  timeout: float | None = None) -> httpcore.NetworkStream:
-        secured = self._stream.start_tls(ssl_context, server_hostname,
-                                         self._deadline.clamp(timeout, httpcore.ConnectTimeout))
+    def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        secured = self._stream.start_tls(
+            ssl_context, server_hostname, self._deadline.clamp(timeout, httpcore.ConnectTimeout)
+        )
         return DeadlineStream(secured, self._deadline)
 
     def get_extra_info(self, info: str) -> Any:
@@ -125,9 +127,14 @@ class GuardedBackend(httpcore.NetworkBackend):
         self.deadline = deadline
         self._sockets = httpcore.SyncBackend()
 
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None,
-                    local_address: str | None = None,
-                    socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
         addresses = resolve(host, port, self.deadline.clamp(timeout, httpcore.ConnectTimeout))
         if not self.allow.permits_all(host, addresses):
             raise Refused(host, addresses)
@@ -135,8 +142,12 @@ class GuardedBackend(httpcore.NetworkBackend):
         for address in addresses:  # the next one when one does not accept: IPv6 may be down
             try:
                 stream = self._sockets.connect_tcp(
-                    str(address), port, self.deadline.clamp(timeout, httpcore.ConnectTimeout),
-                    local_address, socket_options)
+                    str(address),
+                    port,
+                    self.deadline.clamp(timeout, httpcore.ConnectTimeout),
+                    local_address,
+                    socket_options,
+                )
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 failure = exc
                 continue
@@ -202,14 +213,20 @@ class GuardedTransport(httpx.BaseTransport):
         url = request.url
         core_request = httpcore.Request(
             method=request.method,
-            url=httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port,
-                             target=url.raw_path),
-            headers=request.headers.raw, content=request.stream, extensions=request.extensions)
+            url=httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
         with httpx_errors():
             response = self._pool.handle_request(core_request)
         assert isinstance(response.stream, Iterable)
-        return httpx.Response(status_code=response.status, headers=response.headers,
-                              stream=ResponseBody(response.stream), extensions=response.extensions)
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=ResponseBody(response.stream),
+            extensions=response.extensions,
+        )
 
     def close(self) -> None:
         self._pool.close()

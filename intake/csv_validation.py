@@ -129,8 +129,7 @@ class Column:
         elif self.kind == "year":
             body = r"20\d\d|2100"
         else:
-            body = "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c)
-                           for c in self.value)
+            body = "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in self.value)
         return f"(?:{body})" if self.required else f"(?:{body})?"
 
     def check(self, cell: str) -> tuple[str, str | None]:
@@ -139,8 +138,9 @@ class Column:
         if not value:
             return value, "empty: a value is required" if self.required else None
         if value.startswith(FORMULA_PREFIXES):
-            return value, (f"starts with {value[0]!r}: cells that look like a spreadsheet "
-                           "formula are refused")
+            return value, (
+                f"starts with {value[0]!r}: cells that look like a spreadsheet formula are refused"
+            )
         if CONTROL_RE.search(value):
             return value, "contains a control character (tab, line break …)"
         return value, _KIND_CHECKS[self.kind](self, value)
@@ -148,8 +148,9 @@ class Column:
 
 def _check_number(column: Column, value: str) -> str | None:
     integer, dot, fraction = value.partition(".")
-    if not (integer.isascii() and integer.isdigit()) or (dot and not (fraction.isascii()
-                                                                       and fraction.isdigit())):
+    if not (integer.isascii() and integer.isdigit()) or (
+        dot and not (fraction.isascii() and fraction.isdigit())
+    ):
         if "," in value:
             return f"not a number ({shown(value)}): use a dot as the decimal separator"
         return f"not a number ({shown(value)})"
@@ -163,8 +164,10 @@ def _check_number(column: Column, value: str) -> str | None:
 def _check_code(column: Column, value: str) -> str | None:
     if CODE_RE.fullmatch(value):
         return None
-    return (f"{shown(value)} is not a code: letters, digits, '_', '-', '.' and inner spaces only, "
-            "at most 64 characters")
+    return (
+        f"{shown(value)} is not a code: letters, digits, '_', '-', '.' and inner spaces only, "
+        "at most 64 characters"
+    )
 
 
 def _check_text(column: Column, value: str) -> str | None:
@@ -186,7 +189,10 @@ def _check_fixed(column: Column, value: str) -> str | None:
 
 
 _KIND_CHECKS: dict[str, Callable[[Column, str], str | None]] = {
-    "number": _check_number, "code": _check_code, "text": _check_text, "year": _check_year,
+    "number": _check_number,
+    "code": _check_code,
+    "text": _check_text,
+    "year": _check_year,
     "fixed": _check_fixed,
 }
 
@@ -242,16 +248,20 @@ class ValidationReport:
         return f"{self.error_count} error(s): {shown}" + (f"; and {more} more" if more > 0 else "")
 
     def as_dict(self) -> dict[str, object]:
-        return {"rows": self.rows, "error_count": self.error_count,
-                "errors": [error.as_dict() for error in self.errors],
-                "errors_truncated": self.error_count > len(self.errors)}
+        return {
+            "rows": self.rows,
+            "error_count": self.error_count,
+            "errors": [error.as_dict() for error in self.errors],
+            "errors_truncated": self.error_count > len(self.errors),
+        }
 
 
 # --- the pass ----------------------------------------------------------------------------------
 
 
-def validate(source: BinaryIO, schema: CsvSchema, *, out: Writable | None = None,
-             max_errors: int = MAX_ERRORS) -> ValidationReport:
+def validate(
+    source: BinaryIO, schema: CsvSchema, *, out: Writable | None = None, max_errors: int = MAX_ERRORS
+) -> ValidationReport:
     """Validate the CSV file ``source`` against ``schema`` in one streaming pass.
 
     Writes the canonical data rows to ``out`` while no error has been found; the caller
@@ -315,18 +325,28 @@ class _Pass:
     def encoding_error(self, exc: UnicodeDecodeError) -> None:
         row = self.line + exc.object[: exc.start].count(b"\n") + 1
         byte = exc.object[exc.start]
-        self.error(row, None, f"not UTF-8: byte 0x{byte:02x} cannot be decoded; save the file "
-                              "as UTF-8 (\"CSV UTF-8\" in spreadsheets). Rows after it were "
-                              "not checked.")
+        self.error(
+            row,
+            None,
+            f"not UTF-8: byte 0x{byte:02x} cannot be decoded; save the file "
+            'as UTF-8 ("CSV UTF-8" in spreadsheets). Rows after it were '
+            "not checked.",
+        )
 
     def line_too_long(self) -> None:
         limit = f"{MAX_LINE_CHARS // MB} MB" if MAX_LINE_CHARS >= MB else f"{MAX_LINE_CHARS:,} characters"
         if self.columns is None:
-            self.error(None, None, f"no header line in the first {limit}: the file has no line "
-                                   "break there (is it a CSV file?)")
+            self.error(
+                None,
+                None,
+                f"no header line in the first {limit}: the file has no line break there (is it a CSV file?)",
+            )
         elif self.columns:  # (an empty list: the header was refused, nothing is checked)
-            self.error(self.line + 1, None, f"the row is longer than {limit} and was not "
-                                            "checked, nor the rows after it")
+            self.error(
+                self.line + 1,
+                None,
+                f"the row is longer than {limit} and was not checked, nor the rows after it",
+            )
 
     def finish(self) -> ValidationReport:
         if self.columns is None and self.report.ok:
@@ -391,9 +411,13 @@ class _Pass:
             self.error(self.line, None, cells)
             return None
         if len(cells) != len(self.columns):
-            self.error(self.line, None, f"expected {len(self.columns)} cells "
-                                        f"({', '.join(c.name for c in self.columns)}), "
-                                        f"found {len(cells)}")
+            self.error(
+                self.line,
+                None,
+                f"expected {len(self.columns)} cells "
+                f"({', '.join(c.name for c in self.columns)}), "
+                f"found {len(cells)}",
+            )
             return None
         values, errors = [], self.report.error_count
         for column, cell in zip(self.columns, cells, strict=True):
@@ -411,8 +435,7 @@ class _Pass:
         key = tuple(values[i].lower() for i in self.key_positions)
         first = self.seen.setdefault(key, self.line)
         if first != self.line:
-            self.error(self.line, None, f"duplicates row {first}: same "
-                                        f"{', '.join(self.schema.unique)}")
+            self.error(self.line, None, f"duplicates row {first}: same {', '.join(self.schema.unique)}")
 
     # -- header ------------------------------------------------------------------------------
 
@@ -425,8 +448,12 @@ class _Pass:
         self.report.header = names
         expected = self.schema.names
         if not any(name in expected for name in names):
-            self.error(1, None, "missing header row: the first row must name the columns "
-                                f"({', '.join(expected)}); found {shown(', '.join(cells))}")
+            self.error(
+                1,
+                None,
+                "missing header row: the first row must name the columns "
+                f"({', '.join(expected)}); found {shown(', '.join(cells))}",
+            )
             return False
         ok = self._header_names(names, expected)
         if ok:
@@ -440,8 +467,11 @@ class _Pass:
         seen: set[str] = set()
         for position, name in enumerate(names):
             if name not in expected:
-                self.error(1, shown_name(name) or f"#{position + 1}",
-                           f"unknown column; expected {', '.join(expected)}")
+                self.error(
+                    1,
+                    shown_name(name) or f"#{position + 1}",
+                    f"unknown column; expected {', '.join(expected)}",
+                )
             elif name in seen:
                 self.error(1, name, "the column appears twice")
             seen.add(name)

@@ -93,8 +93,13 @@ def check(url: str, *, timeout: float = 5.0) -> str | None:
     return None
 
 
-def fetch(url: str, limits: Limits = Limits(), *, headers: Mapping[str, str] | None = None,
-          tls: ssl.SSLContext | None = None) -> Fetched:
+def fetch(
+    url: str,
+    limits: Limits = Limits(),
+    *,
+    headers: Mapping[str, str] | None = None,
+    tls: ssl.SSLContext | None = None,
+) -> Fetched:
     """GET ``url`` under the outbound rules; FetchError says why not. ``tls`` is the
     trust store (default: certifi's CA bundle, or ``SSL_CERT_FILE``)."""
     if _parse(url) is None:
@@ -114,18 +119,25 @@ def fetch(url: str, limits: Limits = Limits(), *, headers: Mapping[str, str] | N
     return Fetched(str(response.url), response.headers.get("content-type", ""), body)
 
 
-def guarded_client(deadline: connections.Deadline, connect_seconds: float, *,
-                   headers: Mapping[str, str] | None = None,
-                   tls: ssl.SSLContext | None = None) -> httpx.Client:
+def guarded_client(
+    deadline: connections.Deadline,
+    connect_seconds: float,
+    *,
+    headers: Mapping[str, str] | None = None,
+    tls: ssl.SSLContext | None = None,
+) -> httpx.Client:
     """An httpx client under the outbound rules, for ``fetch`` and for other requests to
     a URL a tenant names (a POST to their API): each connection goes to an address the
     allow-list permits (``connections.Refused`` otherwise: nothing is sent), all within
     ``deadline``; no redirect followed, no proxy taken from the environment."""
     backend = connections.GuardedBackend(conf.http_allow_list(), deadline)
-    return httpx.Client(transport=connections.GuardedTransport(backend, tls or default_tls()),
-                        timeout=httpx.Timeout(None, connect=connect_seconds),
-                        headers={"Accept-Encoding": "identity", **(headers or {})},
-                        follow_redirects=False, trust_env=False)
+    return httpx.Client(
+        transport=connections.GuardedTransport(backend, tls or default_tls()),
+        timeout=httpx.Timeout(None, connect=connect_seconds),
+        headers={"Accept-Encoding": "identity", **(headers or {})},
+        follow_redirects=False,
+        trust_env=False,
+    )
 
 
 @functools.cache
@@ -154,8 +166,10 @@ def _open(client: httpx.Client, url: str, limits: Limits) -> httpx.Response:
             response = client.send(request, stream=True)
         except connections.Refused as exc:
             _log_refused(url, exc)
-            raise FetchError(f"{url} {NOT_ALLOWED}" if hop == 0 else
-                             f"{url} redirected to a URL that {NOT_ALLOWED}", transient=False) from None
+            raise FetchError(
+                f"{url} {NOT_ALLOWED}" if hop == 0 else f"{url} redirected to a URL that {NOT_ALLOWED}",
+                transient=False,
+            ) from None
         if response.next_request is None:
             return response
         response.close()
@@ -169,13 +183,18 @@ def _check_status(response: httpx.Response, url: str) -> None:
     if response.is_success:
         return
     status = response.status_code
-    raise FetchError(f"{url} answered {status} {httpx.codes.get_reason_phrase(status)}".rstrip(),
-                     transient=status >= 500 or status == 429)
+    raise FetchError(
+        f"{url} answered {status} {httpx.codes.get_reason_phrase(status)}".rstrip(),
+        transient=status >= 500 or status == 429,
+    )
 
 
 def _read(response: httpx.Response, url: str, limits: Limits) -> bytes:
-    return read_limited(response, limits.max_bytes, FetchError(
-        f"{url} sent more than {_human(limits.max_bytes)}", transient=False))
+    return read_limited(
+        response,
+        limits.max_bytes,
+        FetchError(f"{url} sent more than {_human(limits.max_bytes)}", transient=False),
+    )
 
 
 def read_limited(response: httpx.Response, max_bytes: int, too_big: Exception) -> bytes:
@@ -194,8 +213,9 @@ def read_limited(response: httpx.Response, max_bytes: int, too_big: Exception) -
     return b"".join(chunks)
 
 
-def _explain(exc: Exception, url: str, limits: Limits, deadline: connections.Deadline, *,
-             answered: bool) -> FetchError:
+def _explain(
+    exc: Exception, url: str, limits: Limits, deadline: connections.Deadline, *, answered: bool
+) -> FetchError:
     """A transport failure as a message for the tenant (the details go to the log)."""
     logger.info("fetching %s failed: %r", url, exc, extra={"url": url})
     if isinstance(exc, connections.Unresolved):
@@ -205,13 +225,14 @@ def _explain(exc: Exception, url: str, limits: Limits, deadline: connections.Dea
         verb = "send its whole answer" if answered else "answer"
         return FetchError(f"{url} did not {verb} within {limits.deadline_seconds:g} s", transient=True)
     if timed_out:
-        return FetchError(f"could not connect to {url} within {limits.connect_seconds:g} s",
-                          transient=True)
+        return FetchError(f"could not connect to {url} within {limits.connect_seconds:g} s", transient=True)
     if isinstance(exc, httpx.ConnectError):
         unverified = _certificate_error(exc)
         if unverified is not None:
-            return FetchError(f"the TLS certificate of {url} could not be verified "
-                              f"({unverified.verify_message})", transient=True)
+            return FetchError(
+                f"the TLS certificate of {url} could not be verified ({unverified.verify_message})",
+                transient=True,
+            )
         return FetchError(f"could not connect to {url}", transient=True)
     if isinstance(exc, httpx.UnsupportedProtocol):
         return FetchError(f"{url!r} {NOT_HTTP}", transient=False)
@@ -226,9 +247,12 @@ def _certificate_error(exc: BaseException) -> ssl.SSLCertVerificationError | Non
 
 
 def _log_refused(url: str, refused: connections.Refused) -> None:
-    logger.warning("refused to fetch %s: %s", url, refused,
-                   extra={"url": url, "host": refused.host,
-                          "addresses": [str(a) for a in refused.addresses]})
+    logger.warning(
+        "refused to fetch %s: %s",
+        url,
+        refused,
+        extra={"url": url, "host": refused.host, "addresses": [str(a) for a in refused.addresses]},
+    )
 
 
 def _human(size: int) -> str:
@@ -253,8 +277,9 @@ def read_json(source: BinaryIO, max_bytes: int) -> Any:
     one is refused (DocumentTooLarge) without being held in memory whole."""
     body = source.read(max_bytes + 1)
     if len(body) > max_bytes:
-        raise DocumentTooLarge(f"the file is larger than the {_human(max_bytes)} limit: split "
-                               "it into smaller files")
+        raise DocumentTooLarge(
+            f"the file is larger than the {_human(max_bytes)} limit: split it into smaller files"
+        )
     return json_document(body)
 
 

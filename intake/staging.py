@@ -96,8 +96,7 @@ class Pending:
 class Store:
     """Staged files under one root URL, through its fsspec filesystem."""
 
-    def __init__(self, url: str, *, max_bytes: int,
-                 storage_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, url: str, *, max_bytes: int, storage_options: Mapping[str, Any] | None = None) -> None:
         self.url = url
         self.max_bytes = max_bytes
         self._options = dict(storage_options or {})
@@ -191,8 +190,14 @@ class Store:
             if entry.get("type") != "file":
                 continue
             name = str(entry["name"]).rstrip("/").rsplit("/", 1)[-1]
-            found.append(StoredFile(name, name if is_staged_id(name) else None,
-                                    _modified(fs, entry), int(entry.get("size") or 0)))
+            found.append(
+                StoredFile(
+                    name,
+                    name if is_staged_id(name) else None,
+                    _modified(fs, entry),
+                    int(entry.get("size") or 0),
+                )
+            )
         return found
 
     def remove(self, found: StoredFile) -> None:
@@ -251,8 +256,9 @@ class StagedCsv:
     columns: tuple[str, ...]
 
 
-def stage_csv(target: Store, source: BinaryIO, schema: CsvSchema
-              ) -> tuple[ValidationReport, StagedCsv | None]:
+def stage_csv(
+    target: Store, source: BinaryIO, schema: CsvSchema
+) -> tuple[ValidationReport, StagedCsv | None]:
     """Validate ``source`` against ``schema`` and stage its canonical rows; None when
     the file is refused, and then nothing of it is kept. A file whose size is known to be
     over the schema's limit is refused before a byte of it is read."""

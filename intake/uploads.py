@@ -32,12 +32,16 @@ def refuse_large_body(request: Request, limit: int, kind: str) -> None:
     files: a file over the limit is not streamed to disk first."""
     length = request.META.get("CONTENT_LENGTH") or "0"
     if length.isdigit() and int(length) > limit + MULTIPART_SLACK:
-        raise TooLarge(f"the upload is {human(int(length))}; the limit for {kind} files "
-                       f"is {human(limit)}: split the file")
+        raise TooLarge(
+            f"the upload is {human(int(length))}; the limit for {kind} files "
+            f"is {human(limit)}: split the file"
+        )
 
 
 def rejected(report: ValidationReport, detail: str) -> Response:
     """400 for a refused file: ``detail``, the data rows checked (valid or not), and the
     report's first errors (row, column, reason), their count and whether the list was cut."""
-    return Response({"detail": detail, "rows_checked": report.checked, **report.as_dict()},
-                    status=status.HTTP_400_BAD_REQUEST)
+    return Response(
+        {"detail": detail, "rows_checked": report.checked, **report.as_dict()},
+        status=status.HTTP_400_BAD_REQUEST,
+    )

@@ -68,13 +68,11 @@ def payload(value: Any, argument: str = "payload", *, max_depth: int = MAX_PAYLO
     ``InvalidPayload``: a dict of JSON values, at most ``max_depth`` levels deep, with no
     NaN or Infinity, and no NUL character or lone surrogate in any string or key."""
     if not isinstance(value, dict):
-        raise InvalidPayload(f"{argument} must be a JSON object (a dict), got {describe(value)}",
-                             argument)
+        raise InvalidPayload(f"{argument} must be a JSON object (a dict), got {describe(value)}", argument)
     try:
         text = _ENCODER.encode(value)
     except RecursionError:
-        raise InvalidPayload(f"{argument} is nested deeper than {max_depth} levels",
-                             argument) from None
+        raise InvalidPayload(f"{argument} is nested deeper than {max_depth} levels", argument) from None
     except ValueError as exc:
         raise InvalidPayload(_unencodable(value, argument, exc), argument) from None
     except TypeError as exc:
@@ -104,18 +102,20 @@ def run_after(value: Any) -> datetime:
     """An aware datetime, as the same instant in UTC (PostgreSQL refuses UTC offsets
     beyond ±15:59, which Python allows)."""
     if not isinstance(value, datetime):
-        hint = " (for a delay, pass jobs.clock.now() + the delay)" if isinstance(
-            value, timedelta) else ""
-        raise InvalidArgument("run_after", f"run_after must be an aware datetime, got "
-                                           f"{describe(value)}{hint}")
+        hint = " (for a delay, pass jobs.clock.now() + the delay)" if isinstance(value, timedelta) else ""
+        raise InvalidArgument(
+            "run_after", f"run_after must be an aware datetime, got {describe(value)}{hint}"
+        )
     if value.utcoffset() is None:
-        raise InvalidArgument("run_after", f"run_after {value.isoformat()} is a naive datetime; "
-                                           "give it a time zone (it is not assumed to be UTC)")
+        raise InvalidArgument(
+            "run_after",
+            f"run_after {value.isoformat()} is a naive datetime; "
+            "give it a time zone (it is not assumed to be UTC)",
+        )
     try:
         return value.astimezone(UTC)
     except OverflowError:
-        raise InvalidArgument("run_after", f"run_after {value.isoformat()} is out of range "
-                                           "in UTC") from None
+        raise InvalidArgument("run_after", f"run_after {value.isoformat()} is out of range in UTC") from None
 
 
 def integer(argument: str, value: Any, low: int, high: int, *, meaning: str = "") -> int:
@@ -133,8 +133,9 @@ def priority(value: Any) -> int:
 
 def max_attempts(value: Any) -> int:
     if _is_int(value) and value < 1:
-        raise InvalidArgument("max_attempts", f"max_attempts must be at least 1, got {value} "
-                                              "(None means the handler's default)")
+        raise InvalidArgument(
+            "max_attempts", f"max_attempts must be at least 1, got {value} (None means the handler's default)"
+        )
     return integer("max_attempts", value, 1, POSITIVE_INTEGER_MAX)
 
 
@@ -145,8 +146,9 @@ def text(argument: str, value: Any, max_length: int, *, none_means: str) -> str:
     if not value:
         raise InvalidArgument(argument, f"{argument} must not be empty (None means {none_means})")
     if len(value) > max_length:
-        raise InvalidArgument(argument, f"{argument} is {len(value)} characters long; at most "
-                                        f"{max_length} fit")
+        raise InvalidArgument(
+            argument, f"{argument} is {len(value)} characters long; at most {max_length} fit"
+        )
     problem = _string_problem(value)
     if problem:
         raise InvalidArgument(argument, f"{argument} {problem}")
@@ -170,8 +172,9 @@ def pipeline(value: Any) -> str | None:
     raise InvalidArgument("pipeline", f"pipeline must be a UUID, got {describe(value)}")
 
 
-def reference(argument: str, value: Any, model: type[models.Model], *,
-              anonymous_is_none: bool = False) -> int | None:
+def reference(
+    argument: str, value: Any, model: type[models.Model], *, anonymous_is_none: bool = False
+) -> int | None:
     """The id of the ``model`` row that ``value`` names: an instance or an id (an integer
     primary key). Whether it exists is for the database to say (``jobs.sql.insert_jobs``
     checks it); one that no row can have is refused here."""
@@ -192,16 +195,17 @@ def reference(argument: str, value: Any, model: type[models.Model], *,
     return int(value)
 
 
-def references(argument: str, value: Any, model: type[models.Model], *, limit: int
-               ) -> list[int] | None:
+def references(argument: str, value: Any, model: type[models.Model], *, limit: int) -> list[int] | None:
     """The distinct ids of the ``model`` rows a list (or tuple or set) of instances or
     ids names, in the order given; at most ``limit`` of them. Each is checked as by
     ``reference``; an empty list means none."""
     if value is None:
         return None
     if not isinstance(value, list | tuple | set | frozenset):
-        raise InvalidArgument(argument, f"{argument} must be a list of {model._meta.verbose_name}s "
-                                        f"or their ids, got {describe(value)}")
+        raise InvalidArgument(
+            argument,
+            f"{argument} must be a list of {model._meta.verbose_name}s or their ids, got {describe(value)}",
+        )
     if len(value) > limit:
         raise InvalidArgument(argument, f"{argument} names {len(value)} rows; at most {limit}")
     ids = []
@@ -218,8 +222,9 @@ def _largest_id(model: type[models.Model]) -> int:
 
 
 def _not_a(argument: str, value: Any, model: type[models.Model]) -> InvalidArgument:
-    return InvalidArgument(argument, f"{argument} must be a {model._meta.verbose_name} or its "
-                                     f"id, got {describe(value)}")
+    return InvalidArgument(
+        argument, f"{argument} must be a {model._meta.verbose_name} or its id, got {describe(value)}"
+    )
 
 
 def describe(value: Any) -> str:
@@ -257,8 +262,7 @@ def _string_problem(value: str) -> str:
         return "holds a NUL character (\\u0000), which PostgreSQL cannot store"
     if not _is_utf8(value):
         at = next(i for i, char in enumerate(value) if 0xD800 <= ord(char) <= 0xDFFF)
-        return (f"holds a lone surrogate (U+{ord(value[at]):04X} at position {at}), which is "
-                "not Unicode text")
+        return f"holds a lone surrogate (U+{ord(value[at]):04X} at position {at}), which is not Unicode text"
     return ""
 
 
@@ -302,8 +306,9 @@ def _first_problem(value: Any, argument: str) -> str:
         elif isinstance(item, dict):
             for name, child in item.items():
                 if not isinstance(name, str):
-                    return (f"{where} has the key {name!r} ({type(name).__name__}); JSON object "
-                            "keys are strings")
+                    return (
+                        f"{where} has the key {name!r} ({type(name).__name__}); JSON object keys are strings"
+                    )
                 problem = _string_problem(name)
                 if problem:
                     return f"{where} has a key that {problem}"

@@ -35,8 +35,9 @@ def _seconds(name: str, value: object, *, positive: bool = False) -> None:
         least = "more than 0" if positive else "at least 0"
         raise ValueError(f"{name}={value!r}: a delay must be {least} seconds")
     if value > MAX_DELAY_SECONDS:
-        raise ValueError(f"{name}={value!r}: a delay must be at most {MAX_DELAY_SECONDS:.0f} "
-                         "seconds (366 days)")
+        raise ValueError(
+            f"{name}={value!r}: a delay must be at most {MAX_DELAY_SECONDS:.0f} seconds (366 days)"
+        )
 
 
 def _delays(name: str, values: tuple[float, ...]) -> None:
@@ -52,8 +53,11 @@ class Backoff(ABC):
     jitter: float = field(default=0.0, kw_only=True)
 
     def __post_init__(self) -> None:
-        if isinstance(self.jitter, bool) or not isinstance(self.jitter, int | float) or not (
-                0.0 <= self.jitter <= 1.0):
+        if (
+            isinstance(self.jitter, bool)
+            or not isinstance(self.jitter, int | float)
+            or not (0.0 <= self.jitter <= 1.0)
+        ):
             raise ValueError(f"jitter={self.jitter!r}: must be a fraction from 0 to 1")
 
     @abstractmethod
@@ -88,10 +92,12 @@ class Exponential(Backoff):
         super().__post_init__()
         _seconds("base", self.base, positive=True)
         _seconds("cap", self.cap, positive=True)
-        if isinstance(self.factor, bool) or not isinstance(self.factor, int | float) or not (
-                1 <= self.factor <= 1000):
-            raise ValueError(f"factor={self.factor!r}: must be a number from 1 to 1000 (delays "
-                             "never shrink)")
+        if (
+            isinstance(self.factor, bool)
+            or not isinstance(self.factor, int | float)
+            or not (1 <= self.factor <= 1000)
+        ):
+            raise ValueError(f"factor={self.factor!r}: must be a number from 1 to 1000 (delays never shrink)")
         if self.cap < self.base:
             raise ValueError(f"cap={self.cap!r}: must be at least base ({self.base!r})")
 

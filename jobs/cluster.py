@@ -78,8 +78,11 @@ def _run(worker: EngineWorker) -> None:
         logger.exception("engine worker %s failed", worker.name)
     if worker.stop_requested:
         return
-    logger.critical("engine worker %s ended without a stop request; exiting so that the "
-                    "cluster replaces this process", worker.name, extra={"worker": worker.name})
+    logger.critical(
+        "engine worker %s ended without a stop request; exiting so that the cluster replaces this process",
+        worker.name,
+        extra={"worker": worker.name},
+    )
     logging.shutdown()
     os._exit(EXIT_ENGINE_ENDED)
 

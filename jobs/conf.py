@@ -62,8 +62,11 @@ DEFAULTS: dict[str, object] = {
     # anything else. Empty: no such file.
     "DRAIN_FILE": "",
     # How long finished jobs are kept, per final state.
-    "RETENTION": {"succeeded": timedelta(days=7), "cancelled": timedelta(days=7),
-                  "failed": timedelta(days=30)},
+    "RETENTION": {
+        "succeeded": timedelta(days=7),
+        "cancelled": timedelta(days=7),
+        "failed": timedelta(days=30),
+    },
 }
 
 

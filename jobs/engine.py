@@ -107,16 +107,31 @@ def enqueue(
     that a key returns instead of a new one keeps its own prerequisites.
     """
     return _enqueue(
-        name, payload, unique_key=unique_key, pending_key=pending_key, run_after=run_after,
-        priority=priority, queue=queue, concurrency_key=concurrency_key, pipeline=pipeline,
-        parent=parent, after=after, tenant=tenant, created_by=created_by,
+        name,
+        payload,
+        unique_key=unique_key,
+        pending_key=pending_key,
+        run_after=run_after,
+        priority=priority,
+        queue=queue,
+        concurrency_key=concurrency_key,
+        pipeline=pipeline,
+        parent=parent,
+        after=after,
+        tenant=tenant,
+        created_by=created_by,
         max_attempts=max_attempts,
     ).job
 
 
-def enqueue_once(name: str, payload: dict[str, Any] | None = None, *,
-                 unique_key: str | None = None, pending_key: str | None = None,
-                 **options: Any) -> Enqueued:
+def enqueue_once(
+    name: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    unique_key: str | None = None,
+    pending_key: str | None = None,
+    **options: Any,
+) -> Enqueued:
     """``enqueue`` with a key, saying whether this call created the job.
 
     ``Enqueued(job, created=True)``: this call inserted ``job``. ``created=False``: the
@@ -125,17 +140,17 @@ def enqueue_once(name: str, payload: dict[str, Any] | None = None, *,
     concurrency too. ``options`` are the other arguments of ``enqueue``.
     """
     if unique_key is None and pending_key is None:
-        raise InvalidArgument("pending_key", "pending_key or unique_key is needed: without "
-                                             "a key every call creates a job")
+        raise InvalidArgument(
+            "pending_key", "pending_key or unique_key is needed: without a key every call creates a job"
+        )
     return _enqueue(name, payload, unique_key=unique_key, pending_key=pending_key, **options)
 
 
-def _enqueue(name: str, payload: Any, *, unique_key: Any, pending_key: Any,
-             **options: Any) -> Enqueued:
-    params = _prepare(name, [{} if payload is None else payload], [unique_key], [pending_key],
-                      options)
-    statement = sql.enqueue_one(keyed=unique_key is not None or pending_key is not None,
-                                checked=_given_references(params))
+def _enqueue(name: str, payload: Any, *, unique_key: Any, pending_key: Any, **options: Any) -> Enqueued:
+    params = _prepare(name, [{} if payload is None else payload], [unique_key], [pending_key], options)
+    statement = sql.enqueue_one(
+        keyed=unique_key is not None or pending_key is not None, checked=_given_references(params)
+    )
     with _waiting(params) as wait:
         for _ in range(5):
             # One round trip: the INSERT, its NOTIFY and the new row (no second SELECT).
@@ -148,8 +163,9 @@ def _enqueue(name: str, payload: Any, *, unique_key: Any, pending_key: Any,
             if holder is not None:
                 return Enqueued(holder, created=False)
             # The holder finished (or started) between our insert and our read: insert again.
-    raise IntegrityError(f"could not enqueue {name!r} with unique key {unique_key!r} and "
-                         f"pending key {pending_key!r}")
+    raise IntegrityError(
+        f"could not enqueue {name!r} with unique key {unique_key!r} and pending key {pending_key!r}"
+    )
 
 
 def enqueue_many(
@@ -180,16 +196,30 @@ def enqueue_many(
     With ``after``, every new job waits on the jobs listed.
     """
     options = dict(
-        run_after=run_after, priority=priority, queue=queue, concurrency_key=concurrency_key,
-        pipeline=pipeline, parent=parent, after=after, tenant=tenant, created_by=created_by,
+        run_after=run_after,
+        priority=priority,
+        queue=queue,
+        concurrency_key=concurrency_key,
+        pipeline=pipeline,
+        parent=parent,
+        after=after,
+        tenant=tenant,
+        created_by=created_by,
         max_attempts=max_attempts,
     )
     if isinstance(payloads, Mapping | str | bytes):
-        raise InvalidArgument("payloads", f"payloads must be a sequence of payloads, got "
-                                          f"{arguments.describe(payloads)}")
+        raise InvalidArgument(
+            "payloads", f"payloads must be a sequence of payloads, got {arguments.describe(payloads)}"
+        )
     payloads = list(payloads)
-    params = _prepare(name, payloads, _parallel("unique_keys", unique_keys, len(payloads)),
-                      _parallel("pending_keys", pending_keys, len(payloads)), options, many=True)
+    params = _prepare(
+        name,
+        payloads,
+        _parallel("unique_keys", unique_keys, len(payloads)),
+        _parallel("pending_keys", pending_keys, len(payloads)),
+        options,
+        many=True,
+    )
     if not payloads:
         return []
     keyed = unique_keys is not None or pending_keys is not None
@@ -215,8 +245,9 @@ def check_enqueue(name: str, payload: dict[str, Any] | None = None, **options: A
     _prepare(name, [{} if payload is None else payload], [unique_key], [pending_key], options)
 
 
-def check_references(*, parent: int | None = None, tenant: int | None = None,
-                     created_by: int | None = None) -> None:
+def check_references(
+    *, parent: int | None = None, tenant: int | None = None, created_by: int | None = None
+) -> None:
     """Raise ``InvalidArgument`` naming the first of these rows that does not exist."""
     _check_references({"parent": parent, "tenant": tenant, "created_by": created_by})
 
@@ -226,13 +257,19 @@ def _parallel(argument: str, keys: Iterable[Any] | None, count: int) -> list[Any
         return [None] * count
     keys = [] if isinstance(keys, str | bytes | Mapping) else list(keys)
     if len(keys) != count:
-        raise InvalidArgument(argument, f"{argument} must be a list matching payloads one to "
-                                        "one")
+        raise InvalidArgument(argument, f"{argument} must be a list matching payloads one to one")
     return keys
 
 
-def _prepare(name: str, payloads: list[Any], unique_keys: list[Any], pending_keys: list[Any],
-             options: dict[str, Any], *, many: bool = False) -> dict[str, Any]:
+def _prepare(
+    name: str,
+    payloads: list[Any],
+    unique_keys: list[Any],
+    pending_keys: list[Any],
+    options: dict[str, Any],
+    *,
+    many: bool = False,
+) -> dict[str, Any]:
     """The INSERT's parameters from checked arguments (``jobs.arguments``)."""
     handler = _handler_or_raise(name)
     if many:
@@ -240,24 +277,42 @@ def _prepare(name: str, payloads: list[Any], unique_keys: list[Any], pending_key
     else:
         encoded = [arguments.payload(payloads[0])]
     return _insert_params(
-        handler, encoded, [arguments.key("unique_key", k, KEY_LENGTH) for k in unique_keys],
-        [arguments.key("pending_key", k, KEY_LENGTH) for k in pending_keys], **options)
+        handler,
+        encoded,
+        [arguments.key("unique_key", k, KEY_LENGTH) for k in unique_keys],
+        [arguments.key("pending_key", k, KEY_LENGTH) for k in pending_keys],
+        **options,
+    )
 
 
-def _insert_params(handler: registry.Handler, encoded: list[str], unique_keys: list[str | None],
-                   pending_keys: list[str | None], *, run_after: Any = None, priority: Any = 0,
-                   queue: Any = None, concurrency_key: Any = None, pipeline: Any = None,
-                   parent: Any = None, after: Any = None, tenant: Any = None,
-                   created_by: Any = None, max_attempts: Any = None) -> dict[str, Any]:
+def _insert_params(
+    handler: registry.Handler,
+    encoded: list[str],
+    unique_keys: list[str | None],
+    pending_keys: list[str | None],
+    *,
+    run_after: Any = None,
+    priority: Any = 0,
+    queue: Any = None,
+    concurrency_key: Any = None,
+    pipeline: Any = None,
+    parent: Any = None,
+    after: Any = None,
+    tenant: Any = None,
+    created_by: Any = None,
+    max_attempts: Any = None,
+) -> dict[str, Any]:
     now = clock.now()
     tenant_id = arguments.reference("tenant", tenant, _related("tenant"))
     return {
         "type": handler.name,
-        "queue": handler.queue if queue is None else arguments.text(
-            "queue", queue, QUEUE_LENGTH, none_means="the handler's queue"),
+        "queue": handler.queue
+        if queue is None
+        else arguments.text("queue", queue, QUEUE_LENGTH, none_means="the handler's queue"),
         "priority": arguments.priority(priority),
-        "max_attempts": handler.max_attempts if max_attempts is None else arguments.max_attempts(
-            max_attempts),
+        "max_attempts": handler.max_attempts
+        if max_attempts is None
+        else arguments.max_attempts(max_attempts),
         "run_after": now if run_after is None else arguments.run_after(run_after),
         "pipeline": arguments.pipeline(pipeline),
         "parent": arguments.reference("parent", parent, Job),
@@ -266,8 +321,9 @@ def _insert_params(handler: registry.Handler, encoded: list[str], unique_keys: l
         "key_scope": 0 if handler.global_keys or tenant_id is None else tenant_id,
         "tenant": tenant_id,
         "now": now,
-        "created_by": arguments.reference("created_by", created_by, _related("created_by"),
-                                          anonymous_is_none=True),
+        "created_by": arguments.reference(
+            "created_by", created_by, _related("created_by"), anonymous_is_none=True
+        ),
         "payloads": encoded,
         "unique_keys": unique_keys,
         "pending_keys": pending_keys,
@@ -291,8 +347,7 @@ def _waiting(params: dict[str, Any]) -> Iterator[Callable[[list[int]], None]]:
         if missing:
             whose = "" if params["tenant"] is None else " of this tenant"
             raise InvalidArgument("after", f"after names job {missing[0]}, which is no job{whose}")
-        yield lambda waiters: sql.execute(sql.add_prerequisites(),
-                                          {"waiters": waiters, "after": after})
+        yield lambda waiters: sql.execute(sql.add_prerequisites(), {"waiters": waiters, "after": after})
 
 
 def _related(field: str) -> Any:
@@ -339,8 +394,9 @@ class Claim:
     jobs: list[Job]
 
 
-def claim(worker: str, *, limit: int, queues: Sequence[str] = (),
-          types: Sequence[str] | None = None) -> Claim:
+def claim(
+    worker: str, *, limit: int, queues: Sequence[str] = (), types: Sequence[str] | None = None
+) -> Claim:
     """Take up to ``limit`` due jobs, mark them running and stamp their lease. Their
     attempts are counted only when their handlers start (``start``).
 
@@ -356,9 +412,17 @@ def claim(worker: str, *, limit: int, queues: Sequence[str] = (),
     token = uuid.uuid4()
     type_names = list(types) if types is not None else registry.names()
     share = conf.tenant_share()
-    params = {"now": now, "types": type_names, "leases": [float(_lease_for(t)) for t in type_names],
-              "queues": list(queues), "limit": limit, "worker": worker, "token": token,
-              "share": share, "live_since": now - timedelta(seconds=WORKER_STALE_SECONDS)}
+    params = {
+        "now": now,
+        "types": type_names,
+        "leases": [float(_lease_for(t)) for t in type_names],
+        "queues": list(queues),
+        "limit": limit,
+        "worker": worker,
+        "token": token,
+        "share": share,
+        "live_since": now - timedelta(seconds=WORKER_STALE_SECONDS),
+    }
     statement = sql.claim(named_queues=bool(queues), fair=share < 1)
     rows = _jobs_from(sql.execute(statement, params, binary=True))
     jobs = [job for job, row in rows if row["claimed"]]
@@ -384,13 +448,15 @@ def _jobs_from(cursor: Any) -> list[tuple[Job, dict[str, Any]]]:
     return jobs
 
 
-def _claim_keyed_jobs(ids: list[int], token: uuid.UUID, worker: str, now: datetime,
-                      type_names: list[str], queues: Sequence[str]) -> list[Job]:
+def _claim_keyed_jobs(
+    ids: list[int], token: uuid.UUID, worker: str, now: datetime, type_names: list[str], queues: Sequence[str]
+) -> list[Job]:
     """Claim the keyed jobs a claim picked: lock them again (the claim statement has
     committed), re-check that their key is free, and hand each key over."""
     with transaction.atomic():
         picked = list(
-            Job.objects.claimable(now, type_names, list(queues)).filter(pk__in=ids)
+            Job.objects.claimable(now, type_names, list(queues))
+            .filter(pk__in=ids)
             .order_by("-priority", "id")
             .select_for_update(skip_locked=True, of=("self",))
             .values_list("id", "type", "concurrency_key", "key_scope")
@@ -398,12 +464,22 @@ def _claim_keyed_jobs(ids: list[int], token: uuid.UUID, worker: str, now: dateti
         keyed: dict[tuple[int, str], int] = {}
         for pk, _, key, scope in picked:
             keyed.setdefault((scope, key), pk)  # at most one job per key in one batch
-        won = [pk for (scope, key), pk in keyed.items()
-               if _claim_keyed(pk, key, scope, picked, token, worker, now)]
+        won = [
+            pk
+            for (scope, key), pk in keyed.items()
+            if _claim_keyed(pk, key, scope, picked, token, worker, now)
+        ]
         jobs = list(Job.objects.filter(pk__in=won))
         JobEvent.objects.bulk_create(
-            JobEvent(job_id=job.pk, at=now, kind=Kind.CLAIMED, from_state=State.PENDING,
-                     to_state=State.RUNNING, attempt=job.attempts + 1, worker=worker)
+            JobEvent(
+                job_id=job.pk,
+                at=now,
+                kind=Kind.CLAIMED,
+                from_state=State.PENDING,
+                to_state=State.RUNNING,
+                attempt=job.attempts + 1,
+                worker=worker,
+            )
             for job in jobs
         )
     return jobs
@@ -414,8 +490,13 @@ def _lease_for(type_name: str) -> float:
     return handler.lease if handler and handler.lease else conf.lease_seconds()
 
 
-def _start(ids: list[int], picked: list[tuple[int, str, str | None, int]], token: uuid.UUID,
-           worker: str, now: datetime) -> int:
+def _start(
+    ids: list[int],
+    picked: list[tuple[int, str, str | None, int]],
+    token: uuid.UUID,
+    worker: str,
+    now: datetime,
+) -> int:
     """Mark locked pending rows running, one UPDATE per distinct lease length."""
     by_lease: dict[float, list[int]] = {}
     types = {pk: type_name for pk, type_name, _, _ in picked}
@@ -424,21 +505,34 @@ def _start(ids: list[int], picked: list[tuple[int, str, str | None, int]], token
     count = 0
     for lease, pks in by_lease.items():
         count += Job.objects.filter(pk__in=pks).update(
-            state=State.RUNNING, locked_by=worker, locked_at=now,
-            heartbeat_at=now, lease_expires_at=now + timedelta(seconds=lease),
-            lease_token=token, started_at=Coalesce(F("started_at"), now), wake_key=None,
+            state=State.RUNNING,
+            locked_by=worker,
+            locked_at=now,
+            heartbeat_at=now,
+            lease_expires_at=now + timedelta(seconds=lease),
+            lease_token=token,
+            started_at=Coalesce(F("started_at"), now),
+            wake_key=None,
         )
     return count
 
 
-def _claim_keyed(pk: int, key: str, scope: int, picked: list[tuple[int, str, str | None, int]],
-                 token: uuid.UUID, worker: str, now: datetime) -> bool:
+def _claim_keyed(
+    pk: int,
+    key: str,
+    scope: int,
+    picked: list[tuple[int, str, str | None, int]],
+    token: uuid.UUID,
+    worker: str,
+    now: datetime,
+) -> bool:
     try:
         with transaction.atomic():
             # Hand the key over: the previous current job (finished, never running) steps
             # down, this one steps up. Both writes or neither.
             Job.objects.filter(concurrency_key=key, key_scope=scope, is_current=True).exclude(
-                state=State.RUNNING).exclude(pk=pk).update(is_current=False)
+                state=State.RUNNING
+            ).exclude(pk=pk).update(is_current=False)
             Job.objects.filter(pk=pk).update(is_current=True)
             _start([pk], picked, token, worker, now)
         return True
@@ -475,7 +569,8 @@ def unstart(job_ids: Iterable[int], token: uuid.UUID) -> int:
     if not ids:
         return 0
     return Job.objects.filter(pk__in=ids, state=State.RUNNING, lease_token=token).update(
-        attempts=F("attempts") - 1)
+        attempts=F("attempts") - 1
+    )
 
 
 # --- while a handler runs --------------------------------------------------------------
@@ -487,17 +582,20 @@ def hold_lease(job: Job, *, relaxed: bool = False) -> None:
     ``relaxed``: that transaction's commit need not wait for the disk (``ctx.batch``)."""
     row = None
     if job.lease_token is not None:
-        row = sql.execute(sql.hold_lease(relaxed=relaxed),
-                          {"id": job.pk, "token": job.lease_token}).fetchone()
+        row = sql.execute(
+            sql.hold_lease(relaxed=relaxed), {"id": job.pk, "token": job.lease_token}
+        ).fetchone()
     if row is None:
-        raise LeaseLost(f"job {job.pk}: lease {job.lease_token} is no longer current; "
-                        "its write is refused")
+        raise LeaseLost(f"job {job.pk}: lease {job.lease_token} is no longer current; its write is refused")
 
 
 def prerequisites(job: Job) -> list[Prerequisite]:
     """The jobs ``job`` waits on (``enqueue(..., after=...)``), by id, with their outcomes."""
-    rows = (Job.objects.filter(waiter_edges__waiter=job.pk).order_by("id")
-            .values_list("id", "type", "state", "payload", "result"))
+    rows = (
+        Job.objects.filter(waiter_edges__waiter=job.pk)
+        .order_by("id")
+        .values_list("id", "type", "state", "payload", "result")
+    )
     return [Prerequisite(*row) for row in rows]
 
 
@@ -508,26 +606,55 @@ def _fenced(job: Job, token: uuid.UUID) -> Any:
     return Job.objects.filter(pk=job.pk, state=State.RUNNING, lease_token=token)
 
 
-def _event(job: Job | int, kind: str, from_state: str, to_state: str, *, message: str = "",
-           attempt: int = 0, worker: str = "", actor: Any = None, at: datetime | None = None,
-           done: int | None = None, total: int | None = None) -> JobEvent:
+def _event(
+    job: Job | int,
+    kind: str,
+    from_state: str,
+    to_state: str,
+    *,
+    message: str = "",
+    attempt: int = 0,
+    worker: str = "",
+    actor: Any = None,
+    at: datetime | None = None,
+    done: int | None = None,
+    total: int | None = None,
+) -> JobEvent:
     return JobEvent.objects.create(
-        job_id=getattr(job, "pk", job), at=at or clock.now(), kind=kind, from_state=from_state,
-        to_state=to_state, message=message[:10_000], attempt=attempt, worker=worker,
+        job_id=getattr(job, "pk", job),
+        at=at or clock.now(),
+        kind=kind,
+        from_state=from_state,
+        to_state=to_state,
+        message=message[:10_000],
+        attempt=attempt,
+        worker=worker,
         actor=actor if getattr(actor, "is_authenticated", False) else None,
-        progress_done=done, progress_total=total,
+        progress_done=done,
+        progress_total=total,
     )
 
 
 def _lease_lost(job: Job, token: uuid.UUID, worker: str, what: str) -> LeaseLost:
-    logger.warning("refused late %s of job %s: lease %s is no longer current", what, job.pk,
-                   token, extra={"job": job.pk, "worker": worker})
+    logger.warning(
+        "refused late %s of job %s: lease %s is no longer current",
+        what,
+        job.pk,
+        token,
+        extra={"job": job.pk, "worker": worker},
+    )
     return LeaseLost(f"job {job.pk}: lease {token} is no longer current; {what} refused")
 
 
-def complete(job: Job, token: uuid.UUID, *, result: Any = None, worker: str = "",
-             children: Iterable[ChildSpec] = (), progress: tuple[int, int | None, str] | None = None
-             ) -> None:
+def complete(
+    job: Job,
+    token: uuid.UUID,
+    *,
+    result: Any = None,
+    worker: str = "",
+    children: Iterable[ChildSpec] = (),
+    progress: tuple[int, int | None, str] | None = None,
+) -> None:
     """Record success and enqueue chained children, atomically; raise LeaseLost if fenced."""
     children = list(children)
     with transaction.atomic() if children else contextlib.nullcontext():
@@ -551,8 +678,7 @@ def enqueue_children(job: Job, children: Iterable[ChildSpec]) -> None:
     """Enqueue ``ctx.chain`` children in the parent's pipeline (the caller's transaction
     must be the one that records the parent's success)."""
     for child in children:
-        options = {"tenant": job.tenant_id, "pipeline": job.pipeline_id, "parent": job.pk,
-                   **child.options}
+        options = {"tenant": job.tenant_id, "pipeline": job.pipeline_id, "parent": job.pk, **child.options}
         enqueue(child.name, child.payload, **options)
 
 
@@ -566,8 +692,10 @@ def lock_running(jobs: Sequence[Job], token: uuid.UUID) -> set[int]:
     rows it holds locked), and a worker frozen inside it must not hold them longer."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("lock_running needs a transaction to hold the locks")
-    cursor = sql.execute(sql.lock_running(), {"ids": [job.pk for job in jobs], "token": token,
-                                              "idle_ms": int(group_idle_bound(jobs) * 1000)})
+    cursor = sql.execute(
+        sql.lock_running(),
+        {"ids": [job.pk for job in jobs], "token": token, "idle_ms": int(group_idle_bound(jobs) * 1000)},
+    )
     return set(cursor.fetchone()[1])
 
 
@@ -606,12 +734,26 @@ def record_refusal(job: Job, what: str, *, worker: str = "") -> None:
     """History row for a late result that was refused (written after its rollback)."""
     with transaction.atomic():
         state = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first() or ""
-        _event(job, Kind.LEASE_LOST, State.RUNNING, state, attempt=job.attempts, worker=worker,
-               message=f"late {what} of attempt {job.attempts} refused: lease no longer current")
+        _event(
+            job,
+            Kind.LEASE_LOST,
+            State.RUNNING,
+            state,
+            attempt=job.attempts,
+            worker=worker,
+            message=f"late {what} of attempt {job.attempts} refused: lease no longer current",
+        )
 
 
-def fail(job: Job, token: uuid.UUID, error: str, *, permanent: bool = False,
-         worker: str = "", error_kind: str | None = None) -> str:
+def fail(
+    job: Job,
+    token: uuid.UUID,
+    error: str,
+    *,
+    permanent: bool = False,
+    worker: str = "",
+    error_kind: str | None = None,
+) -> str:
     """Record a failed attempt: retry after the handler's backoff, or fail for good.
 
     ``error_kind`` overrides the kind recorded (transient or permanent by default).
@@ -625,44 +767,63 @@ def fail(job: Job, token: uuid.UUID, error: str, *, permanent: bool = False,
             backoff = handler.backoff if handler else DEFAULT_BACKOFF
             run_after = now + backoff.delay(max(job.attempts, 1))
             updated = _fenced(job, token).update(
-                state=State.PENDING, run_after=run_after,
-                error_kind=error_kind or Job.ErrorKind.TRANSIENT, last_error=error, **NO_LEASE)
+                state=State.PENDING,
+                run_after=run_after,
+                error_kind=error_kind or Job.ErrorKind.TRANSIENT,
+                last_error=error,
+                **NO_LEASE,
+            )
             kind, to_state = Kind.RETRY_SCHEDULED, State.PENDING
             message = f"attempt {job.attempts} failed, retry at {run_after:%Y-%m-%d %H:%M:%S}: {error}"
         else:
-            kind_of = error_kind or (Job.ErrorKind.PERMANENT if permanent
-                                     else Job.ErrorKind.TRANSIENT)
+            kind_of = error_kind or (Job.ErrorKind.PERMANENT if permanent else Job.ErrorKind.TRANSIENT)
             updated = _fenced(job, token).update(
-                state=State.FAILED, finished_at=now, error_kind=kind_of, last_error=error,
-                **NO_LEASE)
+                state=State.FAILED, finished_at=now, error_kind=kind_of, last_error=error, **NO_LEASE
+            )
             kind, to_state = Kind.FAILED, State.FAILED
             message = error if permanent else f"attempts exhausted ({job.attempts}): {error}"
         if not updated:
             raise _lease_lost(job, token, worker, "failure")
-        _event(job, kind, State.RUNNING, to_state, message=message, attempt=job.attempts,
-               worker=worker, at=now)
+        _event(
+            job, kind, State.RUNNING, to_state, message=message, attempt=job.attempts, worker=worker, at=now
+        )
         if to_state == State.FAILED:
             _cancel_dependants(job.pk, now)
     return to_state
 
 
-def snooze(job: Job, token: uuid.UUID, seconds: float, *, message: str = "",
-           worker: str = "", wake_on: str | None = None) -> None:
+def snooze(
+    job: Job,
+    token: uuid.UUID,
+    seconds: float,
+    *,
+    message: str = "",
+    worker: str = "",
+    wake_on: str | None = None,
+) -> None:
     """Put the job back to sleep for ``seconds``, giving its attempt back. With
     ``wake_on``, ``wake`` of that key ends the sleep early; without, no earlier key
     does."""
     now = clock.now()
     with transaction.atomic():
         run_after = now + timedelta(seconds=seconds)
-        if not _fenced(job, token).update(state=State.PENDING, run_after=run_after,
-                                          attempts=F("attempts") - 1, wake_key=wake_on,
-                                          **NO_LEASE):
+        if not _fenced(job, token).update(
+            state=State.PENDING, run_after=run_after, attempts=F("attempts") - 1, wake_key=wake_on, **NO_LEASE
+        ):
             raise _lease_lost(job, token, worker, "snooze")
         message = message or f"until {run_after:%H:%M:%S}"
         if wake_on is not None:
             message += f" (or until {wake_on!r} is woken)"
-        _event(job, Kind.SNOOZED, State.RUNNING, State.PENDING, attempt=job.attempts,
-               worker=worker, at=now, message=message)
+        _event(
+            job,
+            Kind.SNOOZED,
+            State.RUNNING,
+            State.PENDING,
+            attempt=job.attempts,
+            worker=worker,
+            at=now,
+            message=message,
+        )
 
 
 def wake(key: str) -> int:
@@ -677,13 +838,23 @@ def wake(key: str) -> int:
     delivered on commit). A key nobody waits on costs one probe of an almost empty
     index (``job_wake_key_idx``).
     """
-    params = {"key": errors.wake_key(key, "key"), "now": clock.now(), "channel": CHANNEL,
-              "message": f"woken by {key!r}"}
+    params = {
+        "key": errors.wake_key(key, "key"),
+        "now": clock.now(),
+        "channel": CHANNEL,
+        "message": f"woken by {key!r}",
+    }
     return sql.execute(sql.wake(), params).fetchone()[0]
 
 
-def release(jobs: Sequence[Job], token: uuid.UUID, *, worker: str = "",
-            started: Iterable[int] = (), message: str = "handed back unstarted") -> int:
+def release(
+    jobs: Sequence[Job],
+    token: uuid.UUID,
+    *,
+    worker: str = "",
+    started: Iterable[int] = (),
+    message: str = "handed back unstarted",
+) -> int:
     """Hand back jobs whose handlers did not run (batch ran long, shutdown, or a job of
     the batch is about to wait on something outside). Their attempts were never
     counted, except for those in ``started`` (counted, then not run after all): theirs
@@ -699,12 +870,21 @@ def release(jobs: Sequence[Job], token: uuid.UUID, *, worker: str = "",
         held = Job.objects.filter(pk__in=ids, state=State.RUNNING, lease_token=token)
         released = list(held.select_for_update().order_by("pk").values_list("pk", flat=True))
         held.filter(pk__in=[pk for pk in released if pk not in counted]).update(
-            state=State.PENDING, **NO_LEASE)
+            state=State.PENDING, **NO_LEASE
+        )
         held.filter(pk__in=[pk for pk in released if pk in counted]).update(
-            state=State.PENDING, attempts=F("attempts") - 1, **NO_LEASE)
+            state=State.PENDING, attempts=F("attempts") - 1, **NO_LEASE
+        )
         JobEvent.objects.bulk_create(
-            JobEvent(job_id=pk, at=now, kind=Kind.RELEASED, from_state=State.RUNNING,
-                     to_state=State.PENDING, worker=worker, message=message)
+            JobEvent(
+                job_id=pk,
+                at=now,
+                kind=Kind.RELEASED,
+                from_state=State.RUNNING,
+                to_state=State.PENDING,
+                worker=worker,
+                message=message,
+            )
             for pk in released
         )
         if released:
@@ -723,26 +903,43 @@ def heartbeat(token: uuid.UUID, job_ids: Sequence[int]) -> int:
     if not job_ids:
         return 0
     type_names = registry.names()
-    params = {"now": clock.now(), "ids": list(job_ids), "token": token, "types": type_names,
-              "leases": [float(_lease_for(t)) for t in type_names],
-              "default": float(conf.lease_seconds())}
+    params = {
+        "now": clock.now(),
+        "ids": list(job_ids),
+        "token": token,
+        "types": type_names,
+        "leases": [float(_lease_for(t)) for t in type_names],
+        "default": float(conf.lease_seconds()),
+    }
     return sql.execute(sql.heartbeat(), params).rowcount
 
 
-def record_progress(job_id: int, token: uuid.UUID, done: int, total: int | None,
-                    message: str, *, worker: str = "") -> bool:
+def record_progress(
+    job_id: int, token: uuid.UUID, done: int, total: int | None, message: str, *, worker: str = ""
+) -> bool:
     """Store a progress step and its history row; False if the attempt was fenced out."""
     now = clock.now()
     with transaction.atomic():
         running = Job.objects.filter(pk=job_id, state=State.RUNNING, lease_token=token)
-        updated = running.update(progress_done=max(done, 0), progress_total=total,
-                                 progress_message=message[:300])
+        updated = running.update(
+            progress_done=max(done, 0), progress_total=total, progress_message=message[:300]
+        )
         if updated:
             # Numbered with the attempt it belongs to, as every other history row is (a
             # live view shows the event's attempt).
             attempt = running.values_list("attempts", flat=True).first() or 0
-            _event(job_id, Kind.PROGRESS, State.RUNNING, State.RUNNING, message=message,
-                   worker=worker, at=now, done=done, total=total, attempt=attempt)
+            _event(
+                job_id,
+                Kind.PROGRESS,
+                State.RUNNING,
+                State.RUNNING,
+                message=message,
+                worker=worker,
+                at=now,
+                done=done,
+                total=total,
+                attempt=attempt,
+            )
     return bool(updated)
 
 
@@ -762,10 +959,12 @@ def rescue(job: Job, *, now: datetime | None = None) -> str | None:
     with transaction.atomic():
         # Locked and read again: the worker may have started the handler (counting the
         # attempt) since the reaper read the row.
-        current = (Job.objects.select_for_update(skip_locked=True)
-                   .filter(pk=job.pk, state=State.RUNNING, lease_token=job.lease_token,
-                           lease_expires_at__lt=now)
-                   .values_list("attempts", "max_attempts").first())
+        current = (
+            Job.objects.select_for_update(skip_locked=True)
+            .filter(pk=job.pk, state=State.RUNNING, lease_token=job.lease_token, lease_expires_at__lt=now)
+            .values_list("attempts", "max_attempts")
+            .first()
+        )
         if current is None:
             return None
         attempts, max_attempts = current
@@ -773,17 +972,32 @@ def rescue(job: Job, *, now: datetime | None = None) -> str | None:
         if attempts < max_attempts:
             to_state = State.PENDING
             Job.objects.filter(pk=job.pk).update(
-                state=State.PENDING, run_after=now, rescues=F("rescues") + 1,
-                error_kind=Job.ErrorKind.LEASE_EXPIRED, last_error=error, **NO_LEASE)
+                state=State.PENDING,
+                run_after=now,
+                rescues=F("rescues") + 1,
+                error_kind=Job.ErrorKind.LEASE_EXPIRED,
+                last_error=error,
+                **NO_LEASE,
+            )
         else:
             to_state = State.FAILED
             Job.objects.filter(pk=job.pk).update(
-                state=State.FAILED, finished_at=now, rescues=F("rescues") + 1,
+                state=State.FAILED,
+                finished_at=now,
+                rescues=F("rescues") + 1,
                 error_kind=Job.ErrorKind.LEASE_EXPIRED,
-                last_error=f"{error}; attempts exhausted ({attempts})", **NO_LEASE)
-        _event(job, Kind.RESCUED, State.RUNNING, to_state, attempt=attempts, at=now,
-               message=f"rescued from {job.locked_by} (lease expired "
-                       f"{job.lease_expires_at:%H:%M:%S})")
+                last_error=f"{error}; attempts exhausted ({attempts})",
+                **NO_LEASE,
+            )
+        _event(
+            job,
+            Kind.RESCUED,
+            State.RUNNING,
+            to_state,
+            attempt=attempts,
+            at=now,
+            message=f"rescued from {job.locked_by} (lease expired {job.lease_expires_at:%H:%M:%S})",
+        )
         if to_state == State.FAILED:
             _cancel_dependants(job.pk, now)
         else:
@@ -804,8 +1018,7 @@ ACTION_STATES: dict[str, tuple[str, ...]] = {
 RUNS_AGAIN = frozenset({"recover", "retry", "run_now", "replay"})
 
 
-def _operator_change(job: Job, action: str, kind: str, actor: Any, message: str,
-                     **fields: Any) -> Job:
+def _operator_change(job: Job, action: str, kind: str, actor: Any, message: str, **fields: Any) -> Job:
     """Apply an operator's action if the job is still in a state that allows it."""
     now = clock.now()
     expected = ACTION_STATES[action]
@@ -814,7 +1027,8 @@ def _operator_change(job: Job, action: str, kind: str, actor: Any, message: str,
         if current.state not in expected:
             raise IllegalTransition(
                 f"job {job.pk} is {current.state}; {action.replace('_', ' ')} needs a job that is "
-                f"{' or '.join(expected)}")
+                f"{' or '.join(expected)}"
+            )
         if action in RUNS_AGAIN:
             _refuse_if_quarantined(current, action)
         from_state = current.state
@@ -825,8 +1039,16 @@ def _operator_change(job: Job, action: str, kind: str, actor: Any, message: str,
         except IntegrityError:
             raise IllegalTransition(_key_taken(current, action)) from None
         current.refresh_from_db()
-        _event(current, kind, from_state, current.state, message=message,
-               attempt=current.attempts, actor=actor, at=now)
+        _event(
+            current,
+            kind,
+            from_state,
+            current.state,
+            message=message,
+            attempt=current.attempts,
+            actor=actor,
+            at=now,
+        )
         if current.state in (State.FAILED, State.CANCELLED):
             _cancel_dependants(current.pk, now)
         if current.state == State.PENDING:
@@ -837,21 +1059,24 @@ def _operator_change(job: Job, action: str, kind: str, actor: Any, message: str,
 def _refuse_if_quarantined(job: Job, action: str) -> None:
     """A quarantined delivery's job runs again only through its release. Read under the
     job's row lock, which quarantining takes too, so the two cannot cross."""
-    delivery = (Delivery.objects.filter(job_id=job.pk, quarantined_at__isnull=False)
-                .only("id", "subscriber").first())
+    delivery = (
+        Delivery.objects.filter(job_id=job.pk, quarantined_at__isnull=False).only("id", "subscriber").first()
+    )
     if delivery is not None:
         raise IllegalTransition(
             f"job {job.pk} is delivery {delivery.pk} to {delivery.subscriber}, which is "
             f"quarantined; release the delivery first (its release retries it), "
-            f"{action.replace('_', ' ')} refused")
+            f"{action.replace('_', ' ')} refused"
+        )
 
 
 def _key_taken(job: Job, action: str) -> str:
     """Why a job cannot be pending again: since it finished, another job took its key."""
     others = Job.objects.filter(tenant_id=job.tenant_id).exclude(pk=job.pk)
-    held = [("unique", job.unique_key, others.unfinished().filter(unique_key=job.unique_key)),
-            ("pending", job.pending_key,
-             others.waiting_to_start().filter(pending_key=job.pending_key))]
+    held = [
+        ("unique", job.unique_key, others.unfinished().filter(unique_key=job.unique_key)),
+        ("pending", job.pending_key, others.waiting_to_start().filter(pending_key=job.pending_key)),
+    ]
     for kind, key, holders in held:
         holder = holders.first() if key else None
         if holder is not None:
@@ -865,16 +1090,24 @@ def recover(job: Job, *, actor: Any = None, reason: str = "") -> Job:
     due and the workers are woken). Grants one more attempt if all were spent."""
     now = clock.now()
     return _operator_change(
-        job, "recover", Kind.RECOVERED, actor, reason or "recovered by an operator",
-        state=State.PENDING, run_after=now,
-        max_attempts=_at_least(F("max_attempts"), F("attempts") + 1), **NO_LEASE)
+        job,
+        "recover",
+        Kind.RECOVERED,
+        actor,
+        reason or "recovered by an operator",
+        state=State.PENDING,
+        run_after=now,
+        max_attempts=_at_least(F("max_attempts"), F("attempts") + 1),
+        **NO_LEASE,
+    )
 
 
 def retry(job: Job, *, actor: Any = None, reason: str = "") -> Job:
     """Operator: a failed or cancelled job runs again from scratch (attempts reset)."""
     now = clock.now()
-    return _operator_change(job, "retry", Kind.RETRIED, actor, reason or "retried by an operator",
-                            **_from_scratch(now))
+    return _operator_change(
+        job, "retry", Kind.RETRIED, actor, reason or "retried by an operator", **_from_scratch(now)
+    )
 
 
 def replay(job: Job, *, actor: Any = None, reason: str = "") -> Job:
@@ -882,29 +1115,47 @@ def replay(job: Job, *, actor: Any = None, reason: str = "") -> Job:
     as a retry does; its history keeps the earlier outcome. For a delivery, one event
     delivered again to one subscriber."""
     now = clock.now()
-    return _operator_change(job, "replay", Kind.REPLAYED, actor,
-                            reason or "replayed by an operator", **_from_scratch(now))
+    return _operator_change(
+        job, "replay", Kind.REPLAYED, actor, reason or "replayed by an operator", **_from_scratch(now)
+    )
 
 
 def _from_scratch(now: datetime) -> dict[str, Any]:
     """A finished job pending again as if new: attempts, outcome and progress reset."""
-    return {"state": State.PENDING, "run_after": now, "attempts": 0, "finished_at": None,
-            "error_kind": "", "last_error": "", "result": None, "progress_done": 0,
-            "progress_total": None, "progress_message": ""}
+    return {
+        "state": State.PENDING,
+        "run_after": now,
+        "attempts": 0,
+        "finished_at": None,
+        "error_kind": "",
+        "last_error": "",
+        "result": None,
+        "progress_done": 0,
+        "progress_total": None,
+        "progress_message": "",
+    }
 
 
 def cancel(job: Job, *, actor: Any = None, reason: str = "") -> Job:
     """Operator: stop a pending job, or fence out a running one (its result is refused)."""
     now = clock.now()
     return _operator_change(
-        job, "cancel", Kind.CANCELLED, actor,
-        reason or "cancelled by an operator", state=State.CANCELLED, finished_at=now, **NO_LEASE)
+        job,
+        "cancel",
+        Kind.CANCELLED,
+        actor,
+        reason or "cancelled by an operator",
+        state=State.CANCELLED,
+        finished_at=now,
+        **NO_LEASE,
+    )
 
 
 def run_now(job: Job, *, actor: Any = None, reason: str = "") -> Job:
     """Operator: a pending job waiting for its run_after becomes due immediately."""
-    return _operator_change(job, "run_now", Kind.RUN_NOW, actor,
-                            reason or "run now by an operator", run_after=clock.now())
+    return _operator_change(
+        job, "run_now", Kind.RUN_NOW, actor, reason or "run now by an operator", run_after=clock.now()
+    )
 
 
 def _at_least(a: Any, b: Any) -> Any:
@@ -917,17 +1168,30 @@ def _cancel_dependants(parent_id: int, now: datetime) -> None:
     """Pending jobs waiting on a parent that will never succeed are cancelled, transitively."""
     frontier = [parent_id]
     while frontier:
-        waiting = list(Job.objects.filter(parent_id__in=frontier, state=State.PENDING)
-                       .select_for_update().values_list("pk", "parent_id"))
+        waiting = list(
+            Job.objects.filter(parent_id__in=frontier, state=State.PENDING)
+            .select_for_update()
+            .values_list("pk", "parent_id")
+        )
         if not waiting:
             return
         ids = [pk for pk, _ in waiting]
         Job.objects.filter(pk__in=ids).update(
-            state=State.CANCELLED, finished_at=now, error_kind=Job.ErrorKind.PARENT_FAILED,
-            last_error="its parent job did not succeed", wake_key=None)
+            state=State.CANCELLED,
+            finished_at=now,
+            error_kind=Job.ErrorKind.PARENT_FAILED,
+            last_error="its parent job did not succeed",
+            wake_key=None,
+        )
         JobEvent.objects.bulk_create(
-            JobEvent(job_id=pk, at=now, kind=Kind.CANCELLED, from_state=State.PENDING,
-                     to_state=State.CANCELLED, message=f"parent job {parent} did not succeed")
+            JobEvent(
+                job_id=pk,
+                at=now,
+                kind=Kind.CANCELLED,
+                from_state=State.PENDING,
+                to_state=State.CANCELLED,
+                message=f"parent job {parent} did not succeed",
+            )
             for pk, parent in waiting
         )
         frontier = ids

@@ -76,5 +76,7 @@ def wake_key(value: Any, argument: str) -> str:
     if isinstance(value, str) and _WAKE_KEY.fullmatch(value):
         return value
     shown = repr(value) if len(repr(value)) <= 60 else f"a {type(value).__name__}"
-    raise InvalidArgument(argument, f"{argument} must be 1 to {WAKE_KEY_LENGTH} printable ASCII "
-                                    f"characters without spaces, got {shown}")
+    raise InvalidArgument(
+        argument,
+        f"{argument} must be 1 to {WAKE_KEY_LENGTH} printable ASCII characters without spaces, got {shown}",
+    )

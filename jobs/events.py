@@ -15,8 +15,14 @@ from jobs.notify import CHANNEL
 NAME_LENGTH = Event._meta.get_field("name").max_length
 
 
-def publish(name: str, payload: dict[str, Any] | None = None, *, tenant: Any = None,
-            pipeline: Any = None, created_by: Any = None) -> Event:
+def publish(
+    name: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    tenant: Any = None,
+    pipeline: Any = None,
+    created_by: Any = None,
+) -> Event:
     """Record event ``name`` and enqueue a delivery job for each subscribed handler.
 
     A delivery job's payload is ``{"event_id", "event", "payload"}``; its run_after is
@@ -30,20 +36,29 @@ def publish(name: str, payload: dict[str, Any] | None = None, *, tenant: Any = N
     encoded = arguments.payload(payload, max_depth=arguments.MAX_PAYLOAD_DEPTH - 1)
     references = {
         "tenant": arguments.reference("tenant", tenant, Event._meta.get_field("tenant").related_model),
-        "created_by": arguments.reference("created_by", created_by,
-                                          Event._meta.get_field("created_by").related_model,
-                                          anonymous_is_none=True),
+        "created_by": arguments.reference(
+            "created_by",
+            created_by,
+            Event._meta.get_field("created_by").related_model,
+            anonymous_is_none=True,
+        ),
     }
     pipeline_id = arguments.pipeline(pipeline)
     subscribers = registry.subscribers(name)
     now = clock.now()
     params = {
-        "event": name, "payload": encoded, "pipeline": pipeline_id, "now": now,
-        "channel": CHANNEL, **references,
-        "types": [s.name for s in subscribers], "queues": [s.queue for s in subscribers],
+        "event": name,
+        "payload": encoded,
+        "pipeline": pipeline_id,
+        "now": now,
+        "channel": CHANNEL,
+        **references,
+        "types": [s.name for s in subscribers],
+        "queues": [s.queue for s in subscribers],
         "max_attempts": [s.max_attempts for s in subscribers],
-        "key_scopes": [0 if s.global_keys or references["tenant"] is None else references["tenant"]
-                       for s in subscribers],
+        "key_scopes": [
+            0 if s.global_keys or references["tenant"] is None else references["tenant"] for s in subscribers
+        ],
     }
     checked = tuple(argument for argument, pk in references.items() if pk is not None)
     # One statement, so no savepoint: inside a caller's transaction the event and its
@@ -52,7 +67,14 @@ def publish(name: str, payload: dict[str, Any] | None = None, *, tenant: Any = N
     if row is None:
         engine.check_references(**references)
         raise IntegrityError(f"event {name!r} was not written, yet everything it names exists")
-    event = Event(id=row[0], name=name, payload=payload, pipeline_id=pipeline_id, created_at=now,
-                  tenant_id=references["tenant"], created_by_id=references["created_by"])
+    event = Event(
+        id=row[0],
+        name=name,
+        payload=payload,
+        pipeline_id=pipeline_id,
+        created_at=now,
+        tenant_id=references["tenant"],
+        created_by_id=references["created_by"],
+    )
     event._state.adding, event._state.db = False, connection.alias
     return event

@@ -66,8 +66,7 @@ class Heartbeat:
         self.holder = holder
         self.done = done
         self._started_at: datetime | None = None  # when the row was first written
-        self._thread = threading.Thread(target=self._loop, name=f"{holder.name}-heartbeat",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=f"{holder.name}-heartbeat", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -81,8 +80,9 @@ class Heartbeat:
     def _loop(self) -> None:
         interval = conf.heartbeat_seconds()
         tick = max(interval / 4, 0.05)
-        failures = FailureStreak(dataclasses.replace(
-            WORKER_STEP_BACKOFF, cap=min(WORKER_STEP_BACKOFF.cap, interval)))
+        failures = FailureStreak(
+            dataclasses.replace(WORKER_STEP_BACKOFF, cap=min(WORKER_STEP_BACKOFF.cap, interval))
+        )
         next_beat = time.monotonic()  # at once: the first beat registers the worker
         try:
             while not self.done.is_set():
@@ -124,12 +124,16 @@ class Heartbeat:
     def _touch_row(self) -> None:
         """Refresh the worker's row, or write it if it is missing."""
         updated = Worker.objects.filter(name=self.holder.name).update(
-            last_seen_at=clock.now(), jobs_done=self.holder.jobs_done)
+            last_seen_at=clock.now(), jobs_done=self.holder.jobs_done
+        )
         if updated or (self._started_at is not None and self.done.is_set()):
             return  # a stopping worker's row was just unregistered: it must stay gone
         if self._started_at is not None:
-            logger.warning("worker %s: its row was gone (reaped as dead); registering again",
-                           self.holder.name, extra={"worker": self.holder.name})
+            logger.warning(
+                "worker %s: its row was gone (reaped as dead); registering again",
+                self.holder.name,
+                extra={"worker": self.holder.name},
+            )
         self._write_row()
 
     def _write_row(self) -> None:
@@ -139,11 +143,21 @@ class Heartbeat:
         started_at = self._started_at or now
         holder = self.holder
         Worker.objects.bulk_create(
-            [Worker(name=holder.name, hostname=socket.gethostname(), pid=os.getpid(),
-                    queues=holder.queues, started_at=started_at, last_seen_at=now,
-                    jobs_done=holder.jobs_done)],
-            update_conflicts=True, unique_fields=["name"],
-            update_fields=["hostname", "pid", "queues", "started_at", "last_seen_at", "jobs_done"])
+            [
+                Worker(
+                    name=holder.name,
+                    hostname=socket.gethostname(),
+                    pid=os.getpid(),
+                    queues=holder.queues,
+                    started_at=started_at,
+                    last_seen_at=now,
+                    jobs_done=holder.jobs_done,
+                )
+            ],
+            update_conflicts=True,
+            unique_fields=["name"],
+            update_fields=["hostname", "pid", "queues", "started_at", "last_seen_at", "jobs_done"],
+        )
         self._started_at = started_at
 
 
@@ -155,15 +169,23 @@ def unregister(name: str) -> None:
         logger.exception("could not unregister worker %s", name)
 
 
-def step_failed(worker: str, step: str, error: Exception, failures: FailureStreak,
-                until: threading.Event) -> None:
+def step_failed(
+    worker: str, step: str, error: Exception, failures: FailureStreak, until: threading.Event
+) -> None:
     """After a failed step of a worker's life: log it (with its traceback the first time
     in a row), close this thread's connection, and wait the backoff's delay, or until
     ``until`` is set (a stop request)."""
     delay = failures.failed()
-    logger.warning("worker %s: %s failed (%d in a row: %s); trying again in %.2f s",
-                   worker, step, failures.failures, str(error).strip() or type(error).__name__,
-                   delay, exc_info=failures.failures == 1, extra={"worker": worker})
+    logger.warning(
+        "worker %s: %s failed (%d in a row: %s); trying again in %.2f s",
+        worker,
+        step,
+        failures.failures,
+        str(error).strip() or type(error).__name__,
+        delay,
+        exc_info=failures.failures == 1,
+        extra={"worker": worker},
+    )
     connection.close()
     until.wait(delay)
 

@@ -13,11 +13,12 @@ from prometheus_client.registry import Collector
 from jobs import scaling
 
 CLAIMS = Counter("conveyor_jobs_claimed", "Jobs claimed by workers.")
-OUTCOMES = Counter("conveyor_jobs_outcomes", "Finished attempts by type and outcome.",
-                   ["type", "outcome"])
+OUTCOMES = Counter("conveyor_jobs_outcomes", "Finished attempts by type and outcome.", ["type", "outcome"])
 RESCUES = Counter("conveyor_jobs_rescued", "Jobs taken back from dead workers.", ["type"])
 DURATION = Histogram(
-    "conveyor_job_duration_seconds", "Handler run time.", ["type"],
+    "conveyor_job_duration_seconds",
+    "Handler run time.",
+    ["type"],
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120, 600, 3600),
 )
 
@@ -44,15 +45,16 @@ class JobStateCollector(Collector):
 
         from jobs.models import Job
 
-        family = GaugeMetricFamily("conveyor_jobs", "Jobs by state and type.",
-                                   labels=["state", "type"])
+        family = GaugeMetricFamily("conveyor_jobs", "Jobs by state and type.", labels=["state", "type"])
         rows = Job.objects.order_by().values_list("state", "type").annotate(n=Count("id"))
         for state, type_name, count in rows:
             family.add_metric([state, type_name], count)
         yield family
-        due = GaugeMetricFamily("conveyor_jobs_due",
-                                "Pending jobs whose run_after has come, by queue: what the "
-                                "cluster's autoscaler scales on.", labels=["queue"])
+        due = GaugeMetricFamily(
+            "conveyor_jobs_due",
+            "Pending jobs whose run_after has come, by queue: what the cluster's autoscaler scales on.",
+            labels=["queue"],
+        )
         for queue, count in sorted(scaling.due_by_queue().items()):
             due.add_metric([queue], count)
         yield due
@@ -66,12 +68,16 @@ class OutboxCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         from jobs import clock, outbox
 
-        undelivered = GaugeMetricFamily("conveyor_outbox_undelivered",
-                                        "Deliveries whose job is pending or running, by "
-                                        "subscriber.", labels=["subscriber"])
-        oldest = GaugeMetricFamily("conveyor_outbox_oldest_undelivered_seconds",
-                                   "Age of the oldest undelivered event, by subscriber (0 "
-                                   "when none is waiting).", labels=["subscriber"])
+        undelivered = GaugeMetricFamily(
+            "conveyor_outbox_undelivered",
+            "Deliveries whose job is pending or running, by subscriber.",
+            labels=["subscriber"],
+        )
+        oldest = GaugeMetricFamily(
+            "conveyor_outbox_oldest_undelivered_seconds",
+            "Age of the oldest undelivered event, by subscriber (0 when none is waiting).",
+            labels=["subscriber"],
+        )
         now = clock.now()
         for lag in outbox.lag():
             undelivered.add_metric([lag.subscriber], lag.undelivered)

@@ -42,19 +42,21 @@ class JobQuerySet(models.QuerySet["Job"]):
         qs = self.due(now).filter(type__in=types)
         if queues:
             qs = qs.filter(queue__in=queues)
-        same_key = Job.objects.filter(concurrency_key=models.OuterRef("concurrency_key"),
-                                      key_scope=models.OuterRef("key_scope"))
+        same_key = Job.objects.filter(
+            concurrency_key=models.OuterRef("concurrency_key"), key_scope=models.OuterRef("key_scope")
+        )
         key_held = same_key.filter(state=Job.State.RUNNING)
         # An earlier due job of the key: this one is not the head of its key.
-        queued_before = same_key.due(now).filter(
-            pk__lt=models.OuterRef("pk"), type__in=types).filter(
-            Q(parent__isnull=True) | Q(parent__state=Job.State.SUCCEEDED)).filter(
-            Q(waits=False) | ~models.Exists(unfinished_prerequisites()))
+        queued_before = (
+            same_key.due(now)
+            .filter(pk__lt=models.OuterRef("pk"), type__in=types)
+            .filter(Q(parent__isnull=True) | Q(parent__state=Job.State.SUCCEEDED))
+            .filter(Q(waits=False) | ~models.Exists(unfinished_prerequisites()))
+        )
         return qs.filter(
             Q(parent__isnull=True) | Q(parent__state=Job.State.SUCCEEDED),
             Q(waits=False) | ~models.Exists(unfinished_prerequisites()),
-            Q(concurrency_key__isnull=True) | (~models.Exists(key_held)
-                                               & ~models.Exists(queued_before)),
+            Q(concurrency_key__isnull=True) | (~models.Exists(key_held) & ~models.Exists(queued_before)),
         )
 
     def lease_expired(self, now: datetime) -> JobQuerySet:
@@ -64,8 +66,7 @@ class JobQuerySet(models.QuerySet["Job"]):
 def unfinished_prerequisites() -> models.QuerySet[Dependency]:
     """The edges to unfinished prerequisites of the job of the enclosing query (for an
     ``Exists``): while there is one, the job waits."""
-    return Dependency.objects.filter(waiter=models.OuterRef("pk"),
-                                     prerequisite__state__in=Job.UNFINISHED)
+    return Dependency.objects.filter(waiter=models.OuterRef("pk"), prerequisite__state__in=Job.UNFINISHED)
 
 
 class Job(models.Model):
@@ -90,9 +91,7 @@ class Job(models.Model):
     type = models.CharField("type", max_length=100, help_text="The registered handler that runs it.")
     queue = models.CharField("queue", max_length=50, default="default")
     priority = models.SmallIntegerField("priority", default=0, help_text="Higher runs first.")
-    state = models.CharField(
-        "state", max_length=10, choices=State.choices, default=State.PENDING
-    )
+    state = models.CharField("state", max_length=10, choices=State.choices, default=State.PENDING)
     payload = models.JSONField("payload", default=dict, blank=True)
     result = models.JSONField("result", null=True, blank=True)
 
@@ -114,11 +113,16 @@ class Job(models.Model):
     locked_at = models.DateTimeField("locked at", null=True, blank=True)
     heartbeat_at = models.DateTimeField("last heartbeat", null=True, blank=True)
     lease_expires_at = models.DateTimeField(
-        "lease expires", null=True, blank=True,
+        "lease expires",
+        null=True,
+        blank=True,
         help_text="Without a heartbeat by then the worker is presumed dead and the job rescued.",
     )
     lease_token = models.UUIDField(
-        "lease token", null=True, blank=True, editable=False,
+        "lease token",
+        null=True,
+        blank=True,
+        editable=False,
         help_text="Fences each attempt: only the holder of the current token may finish it.",
     )
     rescues = models.PositiveIntegerField(
@@ -127,61 +131,87 @@ class Job(models.Model):
 
     pipeline_id = models.UUIDField("pipeline", default=uuid.uuid4, db_index=True)
     parent = models.ForeignKey(
-        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="children",
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="children",
         db_index=False,  # job_parent_idx holds the jobs that have one
     )
     # NULL, not "", means "no key": the partial unique indexes below ignore NULLs.
     concurrency_key = models.CharField(  # noqa: DJ001
-        "concurrency key", max_length=200, null=True, blank=True,
+        "concurrency key",
+        max_length=200,
+        null=True,
+        blank=True,
         help_text="Jobs sharing a key never run at the same time.",
     )
     # A default in the table too: the engine's own INSERT statements leave the column out.
     waits = models.BooleanField(
-        "waits on other jobs", default=False, db_default=False,
+        "waits on other jobs",
+        default=False,
+        db_default=False,
         help_text="Enqueued with after=: not claimed before those jobs have finished.",
     )
     is_current = models.BooleanField(
-        "current for its key", default=False,
+        "current for its key",
+        default=False,
         help_text="The job that last held its concurrency key (the one running, if any).",
     )
     # Keys are per tenant: one tenant's job never waits on, nor learns of, another
     # tenant's job that happens to use the same key. 0 is the platform's scope: jobs with
     # no tenant, and jobs whose handler declares its keys global (``global_keys``).
     key_scope = models.BigIntegerField(
-        "key scope", default=0,
+        "key scope",
+        default=0,
         help_text="Where the concurrency key applies: the tenant's id, or 0 for the platform.",
     )
     unique_key = models.CharField(  # noqa: DJ001
-        "unique key", max_length=200, null=True, blank=True,
+        "unique key",
+        max_length=200,
+        null=True,
+        blank=True,
         help_text="Enqueueing again while a job with this key is unfinished returns that job.",
     )
     pending_key = models.CharField(  # noqa: DJ001
-        "pending key", max_length=200, null=True, blank=True,
+        "pending key",
+        max_length=200,
+        null=True,
+        blank=True,
         help_text="Enqueueing again while a job with this key waits to start returns that "
-                  "job; once it has started, the next request queues a new one.",
+        "job; once it has started, the next request queues a new one.",
     )
     # Set only while the job sleeps in a snooze that ``jobs.wake`` may end early: the
     # snooze writes it, the claim and every operator action clear it.
     wake_key = models.CharField(  # noqa: DJ001
-        "wake key", max_length=WAKE_KEY_LENGTH, null=True, blank=True,
+        "wake key",
+        max_length=WAKE_KEY_LENGTH,
+        null=True,
+        blank=True,
         help_text="Snoozed until this key is woken (jobs.wake) or the snooze ends.",
     )
     tenant = models.ForeignKey(
-        "tenancy.Tenant", on_delete=models.PROTECT, null=True, blank=True, related_name="jobs",
+        "tenancy.Tenant",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="jobs",
         db_index=False,  # job_tenant_idx leads with it
     )
 
-    error_kind = models.CharField(
-        "error kind", max_length=20, choices=ErrorKind.choices, blank=True
-    )
+    error_kind = models.CharField("error kind", max_length=20, choices=ErrorKind.choices, blank=True)
     last_error = models.TextField("last error", blank=True)
 
     created_at = models.DateTimeField("created")
     started_at = models.DateTimeField("started", null=True, blank=True)
     finished_at = models.DateTimeField("finished", null=True, blank=True)
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
-        related_name="+", db_index=False,  # job_created_by_idx holds the jobs that have one
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,  # job_created_by_idx holds the jobs that have one
     )
 
     objects = JobQuerySet.as_manager()
@@ -215,7 +245,8 @@ class Job(models.Model):
             # The claim moves is_current to the new job in the same transaction; a second
             # claimer for the same key (in the same scope) trips this index and loses.
             models.UniqueConstraint(
-                fields=["key_scope", "concurrency_key"], condition=Q(is_current=True),
+                fields=["key_scope", "concurrency_key"],
+                condition=Q(is_current=True),
                 name="job_one_current_per_key",
             ),
             # Idempotent enqueue: while a keyed job is unfinished, a second insert conflicts.
@@ -224,7 +255,8 @@ class Job(models.Model):
             models.UniqueConstraint(
                 fields=["tenant", "unique_key"],
                 condition=Q(state__in=["pending", "running"], unique_key__isnull=False),
-                nulls_distinct=False, name="job_one_active_per_unique_key",
+                nulls_distinct=False,
+                name="job_one_active_per_unique_key",
             ),
             # Coalesced requests: while a keyed job waits to start, a second insert
             # conflicts; its claim frees the key, so a request arriving while it runs
@@ -234,56 +266,64 @@ class Job(models.Model):
             models.UniqueConstraint(
                 fields=["tenant", "pending_key"],
                 condition=Q(state="pending", started_at__isnull=True, pending_key__isnull=False),
-                nulls_distinct=False, name="job_one_pending_per_key",
+                nulls_distinct=False,
+                name="job_one_pending_per_key",
             ),
         ]
         indexes = [
             # The claim: due pending jobs of a queue in priority order.
             models.Index(
-                fields=["queue", "-priority", "id"], condition=Q(state="pending"),
+                fields=["queue", "-priority", "id"],
+                condition=Q(state="pending"),
                 name="job_claim_idx",
             ),
             # The reaper: running jobs whose lease ran out.
-            models.Index(
-                fields=["lease_expires_at"], condition=Q(state="running"), name="job_lease_idx"
-            ),
+            models.Index(fields=["lease_expires_at"], condition=Q(state="running"), name="job_lease_idx"),
             # Admin/API filters and the dashboard: by type and state, newest first.
             models.Index(fields=["type", "state", "-id"], name="job_type_state_idx"),
             models.Index(fields=["state", "-id"], name="job_state_idx"),
             # Dashboard windows and retention: finished jobs by finish time.
             models.Index(
-                fields=["finished_at"], condition=Q(finished_at__isnull=False),
+                fields=["finished_at"],
+                condition=Q(finished_at__isnull=False),
                 name="job_finished_idx",
             ),
             # Keyed lookups: "who holds this key" (the claim's check, the "why" line), and
             # tenant-scoped listings.
-            models.Index(fields=["concurrency_key", "key_scope", "state"], name="job_key_idx",
-                         condition=Q(concurrency_key__isnull=False)),
+            models.Index(
+                fields=["concurrency_key", "key_scope", "state"],
+                name="job_key_idx",
+                condition=Q(concurrency_key__isnull=False),
+            ),
             # The claim's "head of its key" check: the earliest pending jobs of a key.
-            models.Index(fields=["concurrency_key", "key_scope", "id"], name="job_key_queue_idx",
-                         condition=Q(state="pending", concurrency_key__isnull=False)),
+            models.Index(
+                fields=["concurrency_key", "key_scope", "id"],
+                name="job_key_queue_idx",
+                condition=Q(state="pending", concurrency_key__isnull=False),
+            ),
             models.Index(fields=["tenant", "-id"], name="job_tenant_idx"),
             # Fair claims: which tenants' running jobs hold how many workers. Partial, so
             # that it stays empty (and free to probe) while no tenant's job runs.
-            models.Index(fields=["tenant", "locked_by"], name="job_running_tenant_idx",
-                         condition=Q(state="running", tenant__isnull=False)),
+            models.Index(
+                fields=["tenant", "locked_by"],
+                name="job_running_tenant_idx",
+                condition=Q(state="running", tenant__isnull=False),
+            ),
             # A parent's children, a user's jobs (and deleting either): partial, because
             # most jobs have neither, and each index entry is paid by every enqueue.
-            models.Index(fields=["parent"], condition=Q(parent__isnull=False),
-                         name="job_parent_idx"),
-            models.Index(fields=["created_by"], condition=Q(created_by__isnull=False),
-                         name="job_created_by_idx"),
+            models.Index(fields=["parent"], condition=Q(parent__isnull=False), name="job_parent_idx"),
+            models.Index(
+                fields=["created_by"], condition=Q(created_by__isnull=False), name="job_created_by_idx"
+            ),
             # Failures in a window (the console's figures and failure triage): the
             # failed among the finished, which are mostly successes.
-            models.Index(fields=["finished_at"], condition=Q(state="failed"),
-                         name="job_failed_idx"),
+            models.Index(fields=["finished_at"], condition=Q(state="failed"), name="job_failed_idx"),
             # The admin's "rescued" filter, newest first: rescued jobs are rare, and
             # without it finding 50 of them would walk the whole table by id.
             models.Index(fields=["-id"], condition=Q(rescues__gt=0), name="job_rescued_idx"),
             # jobs.wake: the few jobs snoozed on a key. Empty while nothing waits, so a
             # wake that finds nothing costs one probe of an empty index.
-            models.Index(fields=["wake_key"], condition=Q(wake_key__isnull=False),
-                         name="job_wake_key_idx"),
+            models.Index(fields=["wake_key"], condition=Q(wake_key__isnull=False), name="job_wake_key_idx"),
         ]
 
     def __str__(self) -> str:
@@ -319,8 +359,9 @@ class Dependency(models.Model):
         constraints = [
             # Also the claim's index: "does this job still wait on an unfinished one?"
             models.UniqueConstraint(fields=["waiter", "prerequisite"], name="dependency_once"),
-            models.CheckConstraint(name="dependency_not_on_itself",
-                                   condition=~Q(waiter=models.F("prerequisite"))),
+            models.CheckConstraint(
+                name="dependency_not_on_itself", condition=~Q(waiter=models.F("prerequisite"))
+            ),
         ]
         indexes = [
             # The pipeline graph and "who waits on this job".
@@ -365,8 +406,12 @@ class JobEvent(models.Model):
     progress_total = models.BigIntegerField(null=True, blank=True)
     worker = models.CharField("worker", max_length=200, blank=True)
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
-        related_name="+", verbose_name="staff user",
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name="staff user",
     )
 
     class Meta:
@@ -375,8 +420,11 @@ class JobEvent(models.Model):
             # A job's timeline, and stream replay after Last-Event-ID.
             models.Index(fields=["job", "id"], name="jobevent_job_idx"),
             # The dashboard's retries and rescues in a window (jobs/contrib/dashboard.py).
-            models.Index(fields=["at"], condition=Q(kind__in=["retry_scheduled", "rescued"]),
-                         name="jobevent_incident_idx"),
+            models.Index(
+                fields=["at"],
+                condition=Q(kind__in=["retry_scheduled", "rescued"]),
+                name="jobevent_incident_idx",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -395,7 +443,10 @@ class Event(models.Model):
     pipeline_id = models.UUIDField("pipeline", null=True, blank=True)
     created_at = models.DateTimeField("published")
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
         related_name="+",
     )
 
@@ -420,28 +471,39 @@ class Delivery(models.Model):
     job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="delivery")
     quarantined_at = models.DateTimeField("quarantined", null=True, blank=True)
     quarantined_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
-        related_name="+", verbose_name="quarantined by",
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name="quarantined by",
         db_index=False,  # delivery_quarantined_by_idx holds the deliveries that have one
     )
     # A default in the table too: publishing inserts deliveries with its own SQL.
-    quarantine_reason = models.TextField("quarantine reason", blank=True, default="",
-                                         db_default="")
+    quarantine_reason = models.TextField("quarantine reason", blank=True, default="", db_default="")
 
     class Meta:
         verbose_name_plural = "deliveries"
         constraints = [
             models.UniqueConstraint(fields=["event", "subscriber"], name="delivery_once_per_subscriber"),
-            models.CheckConstraint(name="delivery_quarantine_has_reason",
-                                   condition=Q(quarantined_at__isnull=True) | ~Q(quarantine_reason="")),
+            models.CheckConstraint(
+                name="delivery_quarantine_has_reason",
+                condition=Q(quarantined_at__isnull=True) | ~Q(quarantine_reason=""),
+            ),
         ]
         indexes = [
             # The outbox console's quarantined counts and filter, and retention's "keep
             # these": quarantined deliveries are few, so the index is nearly empty.
-            models.Index(fields=["subscriber"], condition=Q(quarantined_at__isnull=False),
-                         name="delivery_quarantined_idx"),
-            models.Index(fields=["quarantined_by"], condition=Q(quarantined_by__isnull=False),
-                         name="delivery_quarantined_by_idx"),
+            models.Index(
+                fields=["subscriber"],
+                condition=Q(quarantined_at__isnull=False),
+                name="delivery_quarantined_idx",
+            ),
+            models.Index(
+                fields=["quarantined_by"],
+                condition=Q(quarantined_by__isnull=False),
+                name="delivery_quarantined_by_idx",
+            ),
         ]
 
     def __str__(self) -> str:

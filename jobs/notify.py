@@ -55,8 +55,9 @@ class Listener:
     just sleeps its timeout, and the caller's poll finds the work.
     """
 
-    def __init__(self, channel: str, alias: str | None = None, *,
-                 application_name: str | None = None) -> None:
+    def __init__(
+        self, channel: str, alias: str | None = None, *, application_name: str | None = None
+    ) -> None:
         self.channel = channel
         self.alias = alias or session_alias()
         self._extra = {"application_name": application_name[:63]} if application_name else {}

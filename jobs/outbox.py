@@ -59,9 +59,13 @@ def status_of(delivery: Delivery) -> str:
     job = delivery.job
     if job.state == State.PENDING and job.attempts and job.last_error:
         return Status.FAILING
-    return {State.PENDING: Status.UNDELIVERED, State.RUNNING: Status.UNDELIVERED,
-            State.SUCCEEDED: Status.DELIVERED, State.FAILED: Status.FAILED,
-            State.CANCELLED: Status.CANCELLED}[job.state]
+    return {
+        State.PENDING: Status.UNDELIVERED,
+        State.RUNNING: Status.UNDELIVERED,
+        State.SUCCEEDED: Status.DELIVERED,
+        State.FAILED: Status.FAILED,
+        State.CANCELLED: Status.CANCELLED,
+    }[job.state]
 
 
 # --- lag per subscriber -------------------------------------------------------------------
@@ -90,15 +94,20 @@ def lag(deliveries: QuerySet[Delivery] | None = None) -> list[Lag]:
     """
     base = (Delivery.objects.all() if deliveries is None else deliveries).order_by()
     unfinished = Q(job__state__in=Job.UNFINISHED)
-    open_rows = (base.filter(~_HELD, job__state__in=(*Job.UNFINISHED, State.FAILED))
-                 .values_list("subscriber")
-                 .annotate(undelivered=Count("pk", filter=unfinished),
-                           oldest=Min("event__created_at", filter=unfinished),
-                           failing=Count("pk", filter=_FAILING),
-                           failed=Count("pk", filter=Q(job__state=State.FAILED))))
+    open_rows = (
+        base.filter(~_HELD, job__state__in=(*Job.UNFINISHED, State.FAILED))
+        .values_list("subscriber")
+        .annotate(
+            undelivered=Count("pk", filter=unfinished),
+            oldest=Min("event__created_at", filter=unfinished),
+            failing=Count("pk", filter=_FAILING),
+            failed=Count("pk", filter=Q(job__state=State.FAILED)),
+        )
+    )
     figures: dict[str, dict[str, Any]] = {
         subscriber: {"undelivered": n, "oldest": oldest, "failing": failing, "failed": failed}
-        for subscriber, n, oldest, failing, failed in open_rows}
+        for subscriber, n, oldest, failing, failed in open_rows
+    }
     held = base.filter(_HELD).values_list("subscriber").annotate(n=Count("pk"))
     for subscriber, n in held:
         figures.setdefault(subscriber, {})["quarantined"] = n
@@ -144,8 +153,9 @@ def quarantine(delivery: Delivery, actor: Any, reason: str) -> Delivery:
         current = _locked(delivery)
         status = status_of(current)
         if status not in ACTION_STATUSES["quarantine"]:
-            raise IllegalTransition(_refusal(current, status, "quarantined",
-                                             "a delivery that is not delivered"))
+            raise IllegalTransition(
+                _refusal(current, status, "quarantined", "a delivery that is not delivered")
+            )
         note = f"quarantined: {reason}"
         if current.job.state in Job.UNFINISHED:
             engine.cancel(current.job, actor=actor, reason=note)
@@ -166,12 +176,10 @@ def release(delivery: Delivery, actor: Any, reason: str) -> Delivery:
         current = _locked(delivery)
         status = status_of(current)
         if status != Status.QUARANTINED:
-            raise IllegalTransition(_refusal(current, status, "released",
-                                             "a quarantined delivery"))
+            raise IllegalTransition(_refusal(current, status, "released", "a quarantined delivery"))
         current.quarantined_at, current.quarantined_by, current.quarantine_reason = None, None, ""
         current.save(update_fields=["quarantined_at", "quarantined_by", "quarantine_reason"])
-        current.job = engine.retry(current.job, actor=actor,
-                                   reason=f"released from quarantine: {reason}")
+        current.job = engine.retry(current.job, actor=actor, reason=f"released from quarantine: {reason}")
     return current
 
 
@@ -183,12 +191,13 @@ def replay(delivery: Delivery, actor: Any, reason: str) -> Delivery:
         current = _locked(delivery)
         status = status_of(current)
         if status == Status.QUARANTINED:
-            raise IllegalTransition(f"delivery {current.pk} is quarantined: release it "
-                                    "instead (a release delivers it again)")
+            raise IllegalTransition(
+                f"delivery {current.pk} is quarantined: release it instead (a release delivers it again)"
+            )
         if status not in ACTION_STATUSES["replay"]:
-            raise IllegalTransition(_refusal(current, status, "replayed",
-                                             "a finished delivery (delivered, failed or "
-                                             "cancelled)"))
+            raise IllegalTransition(
+                _refusal(current, status, "replayed", "a finished delivery (delivered, failed or cancelled)")
+            )
         current.job = engine.replay(current.job, actor=actor, reason=f"replayed: {reason}")
     return current
 
@@ -196,8 +205,9 @@ def replay(delivery: Delivery, actor: Any, reason: str) -> Delivery:
 def _reason(reason: str) -> str:
     reason = (reason or "").strip()[:REASON_LENGTH]
     if not reason:
-        raise InvalidArgument("reason", "reason: an outbox action needs a reason, kept in "
-                                        "the delivery's job history")
+        raise InvalidArgument(
+            "reason", "reason: an outbox action needs a reason, kept in the delivery's job history"
+        )
     return reason
 
 
@@ -205,13 +215,14 @@ def _locked(delivery: Delivery) -> Delivery:
     """The delivery read again with its job, the job's row locked first (the lock the
     engine's transitions take), then the delivery's."""
     Job.objects.select_for_update().filter(pk=delivery.job_id).values_list("pk").get()
-    return Delivery.objects.select_for_update(of=("self",)).select_related(
-        "job", "event").get(pk=delivery.pk)
+    return Delivery.objects.select_for_update(of=("self",)).select_related("job", "event").get(pk=delivery.pk)
 
 
 def _refusal(delivery: Delivery, status: str, past: str, needs: str) -> str:
-    return (f"delivery {delivery.pk} ({delivery.event} → {delivery.subscriber}) is {status}; "
-            f"only {needs} can be {past}")
+    return (
+        f"delivery {delivery.pk} ({delivery.event} → {delivery.subscriber}) is {status}; "
+        f"only {needs} can be {past}"
+    )
 
 
 def _user(actor: Any) -> Any:
@@ -220,6 +231,13 @@ def _user(actor: Any) -> Any:
 
 def _record(job: Job, kind: str, actor: Any, message: str) -> None:
     """An action that leaves the job's state as it is, in its history all the same."""
-    JobEvent.objects.create(job=job, at=clock.now(), kind=kind, from_state=job.state,
-                            to_state=job.state, message=message, attempt=job.attempts,
-                            actor=_user(actor))
+    JobEvent.objects.create(
+        job=job,
+        at=clock.now(),
+        kind=kind,
+        from_state=job.state,
+        to_state=job.state,
+        message=message,
+        attempt=job.attempts,
+        actor=_user(actor),
+    )

@@ -18,15 +18,17 @@ from jobs import sql
 from jobs.models import Job
 
 # A pipeline's summary state, from its jobs' states: the first that any job is in.
-_SUMMARY = (("running", Job.UNFINISHED), ("failed", (Job.State.FAILED,)),
-            ("cancelled", (Job.State.CANCELLED,)))
+_SUMMARY = (
+    ("running", Job.UNFINISHED),
+    ("failed", (Job.State.FAILED,)),
+    ("cancelled", (Job.State.CANCELLED,)),
+)
 
 
 def busy(pipeline_ids: Iterable[uuid.UUID | str]) -> set[uuid.UUID]:
     """The pipelines among ``pipeline_ids`` that have a pending or running job. One
     prepared statement: pages ask this on every request that shows a module."""
-    ids = [value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
-           for value in pipeline_ids]
+    ids = [value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)) for value in pipeline_ids]
     if not ids:
         return set()
     return {row[0] for row in sql.execute(sql.busy_pipelines(), {"ids": ids}).fetchall()}
@@ -40,17 +42,18 @@ def over(job_ids: Iterable[int], *, before: datetime) -> set[int]:
     if not ids:
         return set()
     active = Job.objects.filter(pipeline_id=OuterRef("pipeline_id")).filter(
-        Q(state__in=Job.UNFINISHED) | Q(finished_at__isnull=True) | Q(finished_at__gt=before))
-    return ids - set(Job.objects.filter(pk__in=ids).filter(Exists(active))
-                     .values_list("pk", flat=True))
+        Q(state__in=Job.UNFINISHED) | Q(finished_at__isnull=True) | Q(finished_at__gt=before)
+    )
+    return ids - set(Job.objects.filter(pk__in=ids).filter(Exists(active)).values_list("pk", flat=True))
 
 
 def jobs_of(pipeline_id: uuid.UUID | str, within: QuerySet[Job] | None = None) -> list[Job]:
     """Every job of a pipeline in the order they were enqueued, without their payloads;
     ``within``: the jobs the caller may see (a tenant-scoped queryset)."""
     queryset = within if within is not None else Job.objects.all()
-    return list(queryset.filter(pipeline_id=pipeline_id).select_related("created_by")
-                .defer("payload").order_by("id"))
+    return list(
+        queryset.filter(pipeline_id=pipeline_id).select_related("created_by").defer("payload").order_by("id")
+    )
 
 
 def summary(states: Iterable[str]) -> str:

@@ -49,22 +49,36 @@ def enqueue(
     from jobs import engine
 
     return engine.enqueue(
-        name, payload, run_after=run_after, priority=priority, queue=queue,
-        unique_key=unique_key, pending_key=pending_key, concurrency_key=concurrency_key,
-        pipeline=pipeline, parent=parent, after=after, tenant=tenant, created_by=created_by,
+        name,
+        payload,
+        run_after=run_after,
+        priority=priority,
+        queue=queue,
+        unique_key=unique_key,
+        pending_key=pending_key,
+        concurrency_key=concurrency_key,
+        pipeline=pipeline,
+        parent=parent,
+        after=after,
+        tenant=tenant,
+        created_by=created_by,
         max_attempts=max_attempts,
     )
 
 
-def enqueue_once(name: str, payload: dict[str, Any] | None = None, *,
-                 unique_key: str | None = None, pending_key: str | None = None,
-                 **options: Any) -> Enqueued:
+def enqueue_once(
+    name: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    unique_key: str | None = None,
+    pending_key: str | None = None,
+    **options: Any,
+) -> Enqueued:
     """``enqueue`` with a key, saying whether this call created the job
     (``Enqueued.created``). See ``jobs.engine.enqueue_once``."""
     from jobs import engine
 
-    return engine.enqueue_once(name, payload, unique_key=unique_key, pending_key=pending_key,
-                               **options)
+    return engine.enqueue_once(name, payload, unique_key=unique_key, pending_key=pending_key, **options)
 
 
 def enqueue_many(
@@ -90,25 +104,39 @@ def enqueue_many(
     from jobs import engine
 
     return engine.enqueue_many(
-        name, payloads, unique_keys=unique_keys, pending_keys=pending_keys,
-        run_after=run_after, priority=priority, queue=queue, concurrency_key=concurrency_key,
-        pipeline=pipeline, parent=parent, after=after, tenant=tenant, created_by=created_by,
+        name,
+        payloads,
+        unique_keys=unique_keys,
+        pending_keys=pending_keys,
+        run_after=run_after,
+        priority=priority,
+        queue=queue,
+        concurrency_key=concurrency_key,
+        pipeline=pipeline,
+        parent=parent,
+        after=after,
+        tenant=tenant,
+        created_by=created_by,
         max_attempts=max_attempts,
     )
 
 
-def publish(name: str, payload: dict[str, Any] | None = None, *, tenant: Any = None,
-            pipeline: Any = None, created_by: Any = None) -> Event:
+def publish(
+    name: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    tenant: Any = None,
+    pipeline: Any = None,
+    created_by: Any = None,
+) -> Event:
     """Record event ``name`` and enqueue a delivery job for each subscribed handler, in
     the caller's transaction. See ``jobs.events.publish``."""
     from jobs import events
 
-    return events.publish(name, payload, tenant=tenant, pipeline=pipeline,
-                          created_by=created_by)
+    return events.publish(name, payload, tenant=tenant, pipeline=pipeline, created_by=created_by)
 
 
-def execute_prepared(statement: str, params: dict[str, Any], *, binary: bool = False
-                     ) -> psycopg.Cursor:
+def execute_prepared(statement: str, params: dict[str, Any], *, binary: bool = False) -> psycopg.Cursor:
     """Run ``statement``, whose parameters are named (``params`` holds their values), on
     Django's connection, in its current transaction, as a statement prepared once per
     connection: for a pipeline's own per-batch statements, which PostgreSQL then plans
@@ -198,8 +226,7 @@ def pipelines_over(job_ids: Iterable[int], *, before: datetime) -> set[int]:
     return pipelines.over(job_ids, before=before)
 
 
-def pipeline_jobs(pipeline_id: uuid.UUID | str, within: QuerySet[Job] | None = None
-                  ) -> list[Job]:
+def pipeline_jobs(pipeline_id: uuid.UUID | str, within: QuerySet[Job] | None = None) -> list[Job]:
     """Every job of a pipeline, in the order they were enqueued (``within``: the jobs the
     caller may see). See ``jobs.pipelines.jobs_of``."""
     from jobs import pipelines

@@ -42,8 +42,7 @@ def reap(limit: int = 500) -> ReapResult:
                 return ReapResult(ran=False)
         result = rescue_expired(limit=limit)
         result.woken_queues = wake_due()
-        Worker.objects.filter(
-            last_seen_at__lt=clock.now() - timedelta(seconds=WORKER_STALE_SECONDS)).delete()
+        Worker.objects.filter(last_seen_at__lt=clock.now() - timedelta(seconds=WORKER_STALE_SECONDS)).delete()
     return result
 
 
@@ -51,8 +50,11 @@ def rescue_expired(limit: int = 500) -> ReapResult:
     """Running jobs whose lease ran out go back to pending (or fail, attempts spent)."""
     now = clock.now()
     result = ReapResult()
-    expired = (Job.objects.lease_expired(now).order_by("lease_expires_at")
-               .select_for_update(skip_locked=True)[:limit])
+    expired = (
+        Job.objects.lease_expired(now)
+        .order_by("lease_expires_at")
+        .select_for_update(skip_locked=True)[:limit]
+    )
     for job in expired:
         state = engine.rescue(job, now=now)
         if state == Job.State.PENDING:
@@ -62,8 +64,14 @@ def rescue_expired(limit: int = 500) -> ReapResult:
         if state:
             result.jobs.append((job.pk, job.type, state))
             metrics.rescued(job.type)
-            logger.warning("rescued job %s (%s) from %s: %s", job.pk, job.type, job.locked_by,
-                           state, extra={"job": job.pk, "worker": job.locked_by})
+            logger.warning(
+                "rescued job %s (%s) from %s: %s",
+                job.pk,
+                job.type,
+                job.locked_by,
+                state,
+                extra={"job": job.pk, "worker": job.locked_by},
+            )
     return result
 
 

@@ -66,8 +66,9 @@ def redact_secrets(text: str, environment: Mapping[str, Any] | None = None) -> s
     URL passwords go too."""
     found = _secrets()
     if environment:
-        found.update(_named_secrets(((name, str(value)) for name, value in environment.items()),
-                                    contains=True))
+        found.update(
+            _named_secrets(((name, str(value)) for name, value in environment.items()), contains=True)
+        )
     for secret in sorted(found, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     return _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", text)
@@ -112,8 +113,7 @@ def _setting_secrets(name: str, value: Any, *, depth: int) -> Iterator[str]:
         yield from _named_secrets([(name, value)], contains=False)
     elif isinstance(value, Mapping):
         for key, item in value.items():
-            if str(key).upper() == "PASSWORD" and isinstance(item, str) and \
-                    len(item) >= MIN_PASSWORD_CHARS:
+            if str(key).upper() == "PASSWORD" and isinstance(item, str) and len(item) >= MIN_PASSWORD_CHARS:
                 yield item
             yield from _setting_secrets(str(key), item, depth=depth + 1)
     elif isinstance(value, list | tuple):

@@ -33,15 +33,17 @@ class Pruned:
     # Finished jobs per state.
     jobs: dict[str, int]
     # Rows per model label ("jobs.JobEvent"), the jobs' cascades included.
-    rows: Counter[str] = field(default_factory=lambda: Counter(
-        dict.fromkeys((model._meta.label for model in REPORTED), 0)))
+    rows: Counter[str] = field(
+        default_factory=lambda: Counter(dict.fromkeys((model._meta.label for model in REPORTED), 0))
+    )
 
     def as_dict(self) -> dict[str, Any]:
         return {"jobs": self.jobs, "rows": dict(self.rows)}
 
 
-def prune(*, older_than: dict[str, timedelta] | None = None, batch: int = 5_000,
-          dry_run: bool = False) -> Pruned:
+def prune(
+    *, older_than: dict[str, timedelta] | None = None, batch: int = 5_000, dry_run: bool = False
+) -> Pruned:
     """Delete finished jobs past their state's retention, with everything that goes with
     them; ``dry_run`` does the same and rolls it back.
 
@@ -68,15 +70,17 @@ def _prune(ages: dict[str, timedelta], now: datetime, batch: int) -> Pruned:
     for state, age in ages.items():
         while True:
             with transaction.atomic():
-                ids = list(Job.objects.filter(state=state, finished_at__lt=now - age)
-                           .exclude(pk__in=held).values_list("pk", flat=True)[:batch])
+                ids = list(
+                    Job.objects.filter(state=state, finished_at__lt=now - age)
+                    .exclude(pk__in=held)
+                    .values_list("pk", flat=True)[:batch]
+                )
                 if not ids:
                     break
                 _, rows = Job.objects.filter(pk__in=ids).delete()
             pruned.jobs[state] += len(ids)
             pruned.rows.update(rows)
-    _, rows = Event.objects.filter(deliveries__isnull=True,
-                                   created_at__lt=now - min(ages.values())).delete()
+    _, rows = Event.objects.filter(deliveries__isnull=True, created_at__lt=now - min(ages.values())).delete()
     pruned.rows.update(rows)
     pruned.rows.update(prune_channel_layer())
     return pruned
@@ -94,4 +98,3 @@ def prune_channel_layer() -> Counter[str]:
     for model in (Message, GroupChannel):
         deleted.update(model.objects.filter(expire__lt=now).delete()[1])
     return deleted
-

@@ -39,11 +39,16 @@ def sync_schedules(sender: Any, app_config: Any = None, using: str = "default", 
 
     wanted = configured()
     Schedule.objects.using(using).filter(name__startswith=PREFIX).exclude(
-        name__in=[PREFIX + name for name in wanted]).delete()
+        name__in=[PREFIX + name for name in wanted]
+    ).delete()
     for name, spec in wanted.items():
         Schedule.objects.using(using).update_or_create(
             name=PREFIX + name,
-            defaults={"func": "jobs.schedules.enqueue_scheduled",
-                      "args": repr((spec["job"], name)),
-                      "schedule_type": Schedule.CRON, "cron": spec["cron"], "repeats": -1},
+            defaults={
+                "func": "jobs.schedules.enqueue_scheduled",
+                "args": repr((spec["job"], name)),
+                "schedule_type": Schedule.CRON,
+                "cron": spec["cron"],
+                "repeats": -1,
+            },
         )

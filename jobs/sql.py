@@ -73,26 +73,30 @@ def _references() -> list[tuple[str, str, str]]:
     names = []
     for argument in ("parent", "tenant", "created_by"):
         target = Job._meta.get_field(argument).related_model._meta
-        names.append((argument, target.pk.rel_db_type(connection),
-                      f"{quote(target.db_table)} WHERE {quote(target.pk.column)}"))
+        names.append(
+            (
+                argument,
+                target.pk.rel_db_type(connection),
+                f"{quote(target.db_table)} WHERE {quote(target.pk.column)}",
+            )
+        )
     return names
 
 
 def _exists(argument: str, kind: str, where: str) -> str:
     # Typed as its column, so that the parameter's other use deduces the same type.
-    return (f"%({argument})s::{kind} IS NULL "
-            f"OR EXISTS (SELECT FROM {where} = %({argument})s::{kind})")
+    return f"%({argument})s::{kind} IS NULL OR EXISTS (SELECT FROM {where} = %({argument})s::{kind})"
 
 
 def _all_exist(checked: tuple[str, ...]) -> str:
-    conditions = [f"({_exists(*reference)})" for reference in _references()
-                  if reference[0] in checked]
+    conditions = [f"({_exists(*reference)})" for reference in _references() if reference[0] in checked]
     return "WHERE " + "\n  AND ".join(conditions) if conditions else ""
 
 
 @cache
-def insert_jobs(*, keyed: bool, returning: str = "id", checked: tuple[str, ...] = (),
-                document: bool = False) -> str:
+def insert_jobs(
+    *, keyed: bool, returning: str = "id", checked: tuple[str, ...] = (), document: bool = False
+) -> str:
     """One job per element of ``%(payloads)s`` (a jsonb[]), in a single INSERT, in the
     payloads' order (ids ascending with it).
 
@@ -273,6 +277,7 @@ _CLAIMABLE = """
                     WHERE ed.waiter_id = e.id AND ew.state IN ('pending', 'running'))))))
 """
 
+
 @cache
 def claimable_ids(*, named_queues: bool) -> str:
     """The ids of every job ``_CLAIMABLE`` admits, given ``%(now)s``, ``%(types)s`` and (with
@@ -348,14 +353,24 @@ def claim(*, named_queues: bool, fair: bool = False) -> str:
     its own (``engine._claim_keyed``).
     """
     if fair:
-        candidates = " UNION ALL ".join([
-            _PER_QUEUE.format(tier=0, claimable=_CLAIMABLE, condition=(
-                "(j.tenant_id IS NULL OR j.tenant_id NOT IN (SELECT tenant_id FROM crowded))")),
-            # The one-time EXISTS keeps this scan from running at all while no tenant is
-            # crowded, which is nearly always.
-            _PER_QUEUE.format(tier=1, claimable=_CLAIMABLE, condition=(
-                "EXISTS (SELECT FROM crowded) AND j.tenant_id IN (SELECT tenant_id FROM crowded)")),
-        ])
+        candidates = " UNION ALL ".join(
+            [
+                _PER_QUEUE.format(
+                    tier=0,
+                    claimable=_CLAIMABLE,
+                    condition=("(j.tenant_id IS NULL OR j.tenant_id NOT IN (SELECT tenant_id FROM crowded))"),
+                ),
+                # The one-time EXISTS keeps this scan from running at all while no tenant is
+                # crowded, which is nearly always.
+                _PER_QUEUE.format(
+                    tier=1,
+                    claimable=_CLAIMABLE,
+                    condition=(
+                        "EXISTS (SELECT FROM crowded) AND j.tenant_id IN (SELECT tenant_id FROM crowded)"
+                    ),
+                ),
+            ]
+        )
         crowded = _CROWDED
     else:
         candidates = _PER_QUEUE.format(tier=0, claimable=_CLAIMABLE, condition="true")
@@ -515,8 +530,10 @@ def hold_lease(*, relaxed: bool = False) -> str:
     ``relaxed`` also sets ``synchronous_commit`` off for the rest of the transaction (it
     is read at commit), saving the round trip a ``SET LOCAL`` of its own would cost."""
     relax = ", (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed" if relaxed else ""
-    return (f"SELECT 1 FROM jobs_job{relax} WHERE id = %(id)s AND state = 'running' "
-            "AND lease_token = %(token)s FOR SHARE OF jobs_job")
+    return (
+        f"SELECT 1 FROM jobs_job{relax} WHERE id = %(id)s AND state = 'running' "
+        "AND lease_token = %(token)s FOR SHARE OF jobs_job"
+    )
 
 
 def lock_prerequisites() -> str:
@@ -546,5 +563,7 @@ UPDATE jobs_job SET waits = true WHERE id = ANY(%(waiters)s::bigint[])
 def busy_pipelines() -> str:
     """The pipelines among ``%(ids)s`` that have a pending or running job (an index probe
     of ``pipeline_id`` per id)."""
-    return ("SELECT DISTINCT pipeline_id FROM jobs_job WHERE pipeline_id = ANY(%(ids)s::uuid[]) "
-            "AND state IN ('pending', 'running')")
+    return (
+        "SELECT DISTINCT pipeline_id FROM jobs_job WHERE pipeline_id = ANY(%(ids)s::uuid[]) "
+        "AND state IN ('pending', 'running')"
+    )

@@ -24,8 +24,7 @@ import pytest
 from jobs.clock import ManualClock, use_clock
 from jobs.worker import run_until_idle
 
-__all__ = ["T0", "ManualClock", "clock", "frozen_clock", "run_until_idle", "use_clock",
-           "wait_until"]
+__all__ = ["T0", "ManualClock", "clock", "frozen_clock", "run_until_idle", "use_clock", "wait_until"]
 
 T = TypeVar("T")
 
@@ -46,8 +45,9 @@ def clock() -> Iterator[ManualClock]:
         yield manual  # type: ignore[misc]
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "the condition",
-               interval: float = 0.05) -> T:
+def wait_until(
+    predicate: Callable[[], T], timeout: float = 10.0, what: str = "the condition", interval: float = 0.05
+) -> T:
     """Poll ``predicate`` until it returns something truthy, and return that; fail the
     test (``AssertionError``) after ``timeout`` seconds. For what another process or
     thread does: a real worker, a server restarting. Never for time the engine's clock

@@ -62,7 +62,8 @@ def _raise_in_thread(thread_id: int, exception: type[BaseException] | None) -> N
     """Make ``exception`` surface in the thread at its next bytecode; None withdraws a
     pending one that has not surfaced yet."""
     ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread_id), ctypes.py_object(exception) if exception else None)
+        ctypes.c_ulong(thread_id), ctypes.py_object(exception) if exception else None
+    )
 
 
 class Watcher:
@@ -114,8 +115,7 @@ class Watcher:
             if self._wakes_at is None or self._wakes_at > limit.deadline:
                 self._wake.notify()
         if self._thread is None:
-            self._thread = threading.Thread(target=self._watch, name="handler-time-limits",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._watch, name="handler-time-limits", daemon=True)
             self._thread.start()
 
     def _disarm(self, limit: Limit) -> None:
@@ -159,14 +159,22 @@ class Watcher:
             if interrupted:
                 limit.interrupted_at = now
                 _raise_in_thread(limit.thread_id, HandlerTimeout)
-            stuck = (not interrupted and limit.fired and not limit.reported_stuck
-                     and now >= limit.interrupted_at + self.grace)  # type: ignore[operator]
+            stuck = (
+                not interrupted
+                and limit.fired
+                and not limit.reported_stuck
+                and now >= limit.interrupted_at + self.grace
+            )  # type: ignore[operator]
             if stuck:
                 limit.reported_stuck = True
         # Outside the lock: a slow log handler must not hold up the handler's own thread
         # on its way out (_disarm takes the same lock).
         if interrupted:
-            logger.warning("job %s ran past its time limit of %g s; interrupted",
-                           limit.job_id, limit.seconds, extra={"job": limit.job_id})
+            logger.warning(
+                "job %s ran past its time limit of %g s; interrupted",
+                limit.job_id,
+                limit.seconds,
+                extra={"job": limit.job_id},
+            )
         elif stuck:
             self.on_stuck(limit)

@@ -18,8 +18,7 @@ router.register("events", EventViewSet, basename="event")
 urlpatterns = [
     path("api/", include(router.urls)),
     # The manual recovery endpoint, kept at the address operators' scripts already call.
-    path("sync/jobs/<int:pk>/recover", SyncJobViewSet.as_view({"post": "recover"}),
-         name="sync-job-recover"),
+    path("sync/jobs/<int:pk>/recover", SyncJobViewSet.as_view({"post": "recover"}), name="sync-job-recover"),
     path("metrics", metrics_view, name="metrics"),
     # Live events (server-sent events; docs/streams.md).
     path("jobs/<int:pk>/events", sse.job_events, name="job-events"),

@@ -1,4 +1,4 @@
-""""Why isn't this running?" — an answer computed from the job's state and its neighbours.
+""" "Why isn't this running?" — an answer computed from the job's state and its neighbours.
 
 The answer is shown to the job's tenant, so it names only that tenant's jobs: a key
 held by another tenant's job (a type whose keys are global) is said without its id,
@@ -25,11 +25,15 @@ def explain(job: Job) -> str:
         return _why_running(job, now)
     if job.state == Job.State.FAILED:
         error = error_line(job.last_error)
-        return (f"failed ({job.get_error_kind_display() or 'error'})"
-                f"{': ' + error if error else ''}; retry it to run again")
+        return (
+            f"failed ({job.get_error_kind_display() or 'error'})"
+            f"{': ' + error if error else ''}; retry it to run again"
+        )
     if job.state != Job.State.PENDING:
-        return {Job.State.SUCCEEDED: "finished successfully",
-                Job.State.CANCELLED: "cancelled; retry it to run again"}[job.state]
+        return {
+            Job.State.SUCCEEDED: "finished successfully",
+            Job.State.CANCELLED: "cancelled; retry it to run again",
+        }[job.state]
     return _why_pending(job, now)
 
 
@@ -61,18 +65,21 @@ def lease_health(job: Job, now: datetime | None = None) -> LeaseHealth | None:
     alive = fresh and not _lease_expired(job, now)
     if alive:
         ago = max(0, int((now - seen).total_seconds()))
-        return LeaseHealth(True, f"worker {job.locked_by} is alive (seen {ago} s ago); the "
-                                 f"lease is renewed until {job.lease_expires_at:%H:%M:%S}")
+        return LeaseHealth(
+            True,
+            f"worker {job.locked_by} is alive (seen {ago} s ago); the "
+            f"lease is renewed until {job.lease_expires_at:%H:%M:%S}",
+        )
     if seen is None:
         return LeaseHealth(False, f"worker {job.locked_by} is gone: the lease is not renewed")
-    return LeaseHealth(False, f"worker {job.locked_by} was last seen at {seen:%H:%M:%S}: the "
-                              f"lease is not renewed")
+    return LeaseHealth(
+        False, f"worker {job.locked_by} was last seen at {seen:%H:%M:%S}: the lease is not renewed"
+    )
 
 
 def _worker_seen(job: Job, now: datetime) -> tuple[datetime | None, bool]:
     """When the job's worker was last seen, and whether that is recent enough to be alive."""
-    seen = (Worker.objects.filter(name=job.locked_by).values_list("last_seen_at", flat=True)
-            .first())
+    seen = Worker.objects.filter(name=job.locked_by).values_list("last_seen_at", flat=True).first()
     return seen, seen is not None and seen >= now - timedelta(seconds=WORKER_STALE_SECONDS)
 
 
@@ -98,20 +105,29 @@ def _why_running(job: Job, now: datetime) -> str:
     if expired:
         lease = f"its lease expired at {job.lease_expires_at:%H:%M:%S}"
         if rescuer:
-            return (f"{where}, but {lease}; the reaper of a live worker rescues it between "
-                    f"that worker's batches, or recover it now with {by_hand}")
-        return (f"{where}, but {lease} and no worker is alive to rescue it: starting the "
-                f"cluster (manage.py qcluster) will, as will manage.py jobs_recover_stale; "
-                f"or recover it with {by_hand}")
-    worker = (f"that worker was last seen at {seen:%H:%M:%S}" if seen
-              else "that worker is no longer registered")
+            return (
+                f"{where}, but {lease}; the reaper of a live worker rescues it between "
+                f"that worker's batches, or recover it now with {by_hand}"
+            )
+        return (
+            f"{where}, but {lease} and no worker is alive to rescue it: starting the "
+            f"cluster (manage.py qcluster) will, as will manage.py jobs_recover_stale; "
+            f"or recover it with {by_hand}"
+        )
+    worker = (
+        f"that worker was last seen at {seen:%H:%M:%S}" if seen else "that worker is no longer registered"
+    )
     ends = f"once its lease ends at {job.lease_expires_at:%H:%M:%S}"
     if rescuer:
-        return (f"{where}, but {worker}; {ends}, a live worker's reaper will rescue it, or "
-                f"recover it now with {by_hand}")
-    return (f"{where}, but {worker} and no worker is alive: {ends}, starting the cluster "
-            f"(manage.py qcluster) or manage.py jobs_recover_stale will rescue it; or recover "
-            f"it now with {by_hand}")
+        return (
+            f"{where}, but {worker}; {ends}, a live worker's reaper will rescue it, or "
+            f"recover it now with {by_hand}"
+        )
+    return (
+        f"{where}, but {worker} and no worker is alive: {ends}, starting the cluster "
+        f"(manage.py qcluster) or manage.py jobs_recover_stale will rescue it; or recover "
+        f"it now with {by_hand}"
+    )
 
 
 def _why_pending(job: Job, now: datetime) -> str:
@@ -130,38 +146,53 @@ def _why_pending(job: Job, now: datetime) -> str:
         if parent is not None and parent != Job.State.SUCCEEDED:
             return f"waiting on its parent job {job.parent_id} ({parent})"
     # Counting stops at 100, like the queue's below: the first few ids are what helps.
-    waiting = list(Dependency.objects.filter(waiter=job.pk, prerequisite__state__in=Job.UNFINISHED)
-                   .order_by("prerequisite_id").values_list("prerequisite_id", flat=True)[:100])
+    waiting = list(
+        Dependency.objects.filter(waiter=job.pk, prerequisite__state__in=Job.UNFINISHED)
+        .order_by("prerequisite_id")
+        .values_list("prerequisite_id", flat=True)[:100]
+    )
     if waiting:
         count = f"{len(waiting)}{'+' if len(waiting) == 100 else ''}"
         shown = ", ".join(map(str, waiting[:5])) + (", …" if len(waiting) > 5 else "")
         return f"waiting for {count} job(s) it fans in from to finish: {shown}"
     if job.concurrency_key:
-        holder = (Job.objects.filter(concurrency_key=job.concurrency_key, key_scope=job.key_scope,
-                                     state=Job.State.RUNNING)
-                  .exclude(pk=job.pk).values_list("pk", "tenant_id").first())
+        holder = (
+            Job.objects.filter(
+                concurrency_key=job.concurrency_key, key_scope=job.key_scope, state=Job.State.RUNNING
+            )
+            .exclude(pk=job.pk)
+            .values_list("pk", "tenant_id")
+            .first()
+        )
         if holder is not None:
             return f"its concurrency key {job.concurrency_key!r} is held by {_whose(job, holder)}"
         # As the claim sees the key's queue: an earlier job waiting on its parent, or on
         # jobs it fans in from, does not go first.
-        ahead_of_it = (Job.objects.due(now).filter(concurrency_key=job.concurrency_key,
-                                                   key_scope=job.key_scope, pk__lt=job.pk)
-                       .filter(Q(parent__isnull=True) | Q(parent__state=Job.State.SUCCEEDED))
-                       .filter(~Exists(unfinished_prerequisites()))
-                       .order_by("id").values_list("pk", "tenant_id").first())
+        ahead_of_it = (
+            Job.objects.due(now)
+            .filter(concurrency_key=job.concurrency_key, key_scope=job.key_scope, pk__lt=job.pk)
+            .filter(Q(parent__isnull=True) | Q(parent__state=Job.State.SUCCEEDED))
+            .filter(~Exists(unfinished_prerequisites()))
+            .order_by("id")
+            .values_list("pk", "tenant_id")
+            .first()
+        )
         if ahead_of_it is not None:
-            return (f"jobs of its concurrency key {job.concurrency_key!r} run in the order "
-                    f"they came: {_whose(job, ahead_of_it)} goes first")
+            return (
+                f"jobs of its concurrency key {job.concurrency_key!r} run in the order "
+                f"they came: {_whose(job, ahead_of_it)} goes first"
+            )
     if not any(worker.serves(job.queue) for worker in live_workers(now)):
         return f"no live worker serves queue {job.queue!r}; start the cluster (manage.py qcluster)"
     # Counting stops at 1,000: on a deep backlog the exact figure is not worth a long scan.
-    ahead = len(Job.objects.due(now).filter(queue=job.queue, priority__gte=job.priority,
-                                            tenant_id=job.tenant_id, pk__lt=job.pk)
-                .values_list("pk", flat=True)[:1000])
+    ahead = len(
+        Job.objects.due(now)
+        .filter(queue=job.queue, priority__gte=job.priority, tenant_id=job.tenant_id, pk__lt=job.pk)
+        .values_list("pk", flat=True)[:1000]
+    )
     more = "+" if ahead == 1000 else ""
     whose = "of its tenant's " if job.tenant_id is not None else ""
-    return (f"due; {ahead}{more} {whose}job(s) ahead of it in queue {job.queue!r}, waiting for "
-            f"a free worker")
+    return f"due; {ahead}{more} {whose}job(s) ahead of it in queue {job.queue!r}, waiting for a free worker"
 
 
 def _whose(job: Job, other: tuple[int, int | None]) -> str:

@@ -68,8 +68,14 @@ STUCK_RECORD_SECONDS = 5.0
 
 
 class EngineWorker:
-    def __init__(self, *, name: str | None = None, queues: list[str] | None = None,
-                 batch_size: int | None = None, exit_when_stuck: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        queues: list[str] | None = None,
+        batch_size: int | None = None,
+        exit_when_stuck: bool = False,
+    ) -> None:
         """``exit_when_stuck``: a worker process (the cluster's, ``jobs_worker``) ends
         itself when a handler runs on past its time limit and the interruption, so that
         its supervisor replaces it; in tests and inline runs it only reports it."""
@@ -88,8 +94,7 @@ class EngineWorker:
         # Set only once the run loop has ended: the heartbeat must keep renewing the lease
         # of the job that is finishing after stop(), or a reaper elsewhere rescues it.
         self._finished = threading.Event()
-        self._listener = Listener(CHANNEL,
-                                  application_name=f"conveyor listen {self.name}")
+        self._listener = Listener(CHANNEL, application_name=f"conveyor listen {self.name}")
         self._lock = threading.Lock()
         self._token: uuid.UUID | None = None
         self._batch: list[Job] = []
@@ -179,8 +184,12 @@ class EngineWorker:
             return False
         if not self._drain_logged:
             self._drain_logged = True
-            logger.info("worker %s draining (%s exists): it claims nothing more",
-                        self.name, path, extra={"worker": self.name})
+            logger.info(
+                "worker %s draining (%s exists): it claims nothing more",
+                self.name,
+                path,
+                extra={"worker": self.name},
+            )
         return True
 
     @property
@@ -251,8 +260,11 @@ class EngineWorker:
         if ran == 0:
             return False
         if self.leases.batch_in_doubt():
-            logger.warning("worker %s: leases not renewed for half their length; handing "
-                           "back the rest of the batch", self.name, extra={"worker": self.name})
+            logger.warning(
+                "worker %s: leases not renewed for half their length; handing back the rest of the batch",
+                self.name,
+                extra={"worker": self.name},
+            )
             return True
         return time.monotonic() - claimed_at > conf.claim_hold_seconds()
 
@@ -308,8 +320,9 @@ class EngineWorker:
         handler would otherwise keep the group's rows locked while it runs.
         """
         fast = conf.group_fast_job_seconds() if conf.group_commit_seconds() > 0 else 0.0
-        group = list(itertools.takewhile(lambda job: self._groupable(job, fast),
-                                         jobs[: conf.group_commit_jobs()]))
+        group = list(
+            itertools.takewhile(lambda job: self._groupable(job, fast), jobs[: conf.group_commit_jobs()])
+        )
         if len(group) < 2:  # nothing to share a commit with: skip the lock's round trip
             self._run_and_forget(jobs[0], token)
             return 1
@@ -331,8 +344,11 @@ class EngineWorker:
                 # successes are recorded together at the end, in one statement.
                 owned = engine.lock_running(group, token)
                 for job in group:
-                    if count and (self.stopping.is_set() or time.monotonic() > deadline
-                                  or not self._groupable(job, fast)):
+                    if count and (
+                        self.stopping.is_set()
+                        or time.monotonic() > deadline
+                        or not self._groupable(job, fast)
+                    ):
                         break
                     count += 1
                     if job.pk not in self._started:
@@ -369,8 +385,9 @@ class EngineWorker:
         last = self._durations.get(job.type)
         return handler is not None and handler.atomic and last is not None and last < fast
 
-    def _run_and_forget(self, job: Job, token: uuid.UUID,
-                        successes: list[engine.Success] | None = None) -> None:
+    def _run_and_forget(
+        self, job: Job, token: uuid.UUID, successes: list[engine.Success] | None = None
+    ) -> None:
         self.run_job(job, token, successes=successes)
         self._forget(job)
 
@@ -402,8 +419,7 @@ class EngineWorker:
 
     # --- one attempt ------------------------------------------------------------------------
 
-    def run_job(self, job: Job, token: uuid.UUID, *,
-                successes: list[engine.Success] | None = None) -> str:
+    def run_job(self, job: Job, token: uuid.UUID, *, successes: list[engine.Success] | None = None) -> str:
         """Run one claimed job to an outcome; returns the outcome's name.
 
         With ``successes`` (a group whose rows are locked, see ``_run_group``) a success
@@ -414,15 +430,24 @@ class EngineWorker:
         if job.pk not in self._started:
             self._count_starts([job], token)
             if job.pk not in self._started:
-                logger.info("job %s was taken from %s before it started", job.pk, self.name,
-                            extra={"job": job.pk, "worker": self.name})
+                logger.info(
+                    "job %s was taken from %s before it started",
+                    job.pk,
+                    self.name,
+                    extra={"job": job.pk, "worker": self.name},
+                )
                 return "lost"
         handler = registry.get(job.type)
         # Transactions open now are the caller's (a commit group's, a test's); one opened
         # later, by the handler or around it, refuses a hand-back (``_hand_back_others``).
         depth = len(connection.atomic_blocks)
-        ctx = JobContext(job=job, clock=clock.get_clock(), worker=self.name, stopping=self.stopping,
-                         hand_back=lambda: self._hand_back_others(job, token, handler, depth))
+        ctx = JobContext(
+            job=job,
+            clock=clock.get_clock(),
+            worker=self.name,
+            stopping=self.stopping,
+            hand_back=lambda: self._hand_back_others(job, token, handler, depth),
+        )
         with self._lock:
             self._current = (job.pk, ctx.progress_slot)
         started = time.perf_counter()
@@ -438,8 +463,13 @@ class EngineWorker:
         self.jobs_done += 1
         return outcome
 
-    def _attempt(self, handler: registry.Handler | None, ctx: JobContext, token: uuid.UUID,
-                 successes: list[engine.Success] | None) -> str:
+    def _attempt(
+        self,
+        handler: registry.Handler | None,
+        ctx: JobContext,
+        token: uuid.UUID,
+        successes: list[engine.Success] | None,
+    ) -> str:
         job = ctx.job
         try:
             if handler is None:
@@ -455,20 +485,28 @@ class EngineWorker:
         except HandlerTimeout as timeout:
             return self._timed_out(job, token, timeout)
         except Snooze as snooze:
-            engine.snooze(job, token, snooze.seconds, message=str(snooze), worker=self.name,
-                          wake_on=snooze.wake_on)
+            engine.snooze(
+                job, token, snooze.seconds, message=str(snooze), worker=self.name, wake_on=snooze.wake_on
+            )
             return "snoozed"
         except PermanentError as error:
             engine.fail(job, token, _describe(error), permanent=True, worker=self.name)
             return "failed"
         except Exception as error:  # any other exception is transient by contract
-            logger.warning("job %s (%s) attempt %s failed", job.pk, job.type, job.attempts,
-                           exc_info=True, extra={"job": job.pk, "type": job.type})
+            logger.warning(
+                "job %s (%s) attempt %s failed",
+                job.pk,
+                job.type,
+                job.attempts,
+                exc_info=True,
+                extra={"job": job.pk, "type": job.type},
+            )
             state = engine.fail(job, token, _describe(error, with_traceback=True), worker=self.name)
             return "retried" if state == Job.State.PENDING else "failed"
 
-    def _hand_back_others(self, job: Job, token: uuid.UUID, handler: registry.Handler | None,
-                          depth: int) -> int:
+    def _hand_back_others(
+        self, job: Job, token: uuid.UUID, handler: registry.Handler | None, depth: int
+    ) -> int:
         """``ctx.hand_back_others`` of ``job``: release the jobs of its batch that have not
         started, committed at once, and end the batch after ``job``; returns how many.
 
@@ -478,31 +516,42 @@ class EngineWorker:
         may renew them, which the release's row locks and token make harmless.
         """
         if (handler is not None and handler.atomic) or len(connection.atomic_blocks) > depth:
-            why = (f"its handler {job.type!r} is atomic, so it runs inside the transaction "
-                   f"that records its outcome" if handler is not None and handler.atomic
-                   else "it is called inside a transaction")
+            why = (
+                f"its handler {job.type!r} is atomic, so it runs inside the transaction "
+                f"that records its outcome"
+                if handler is not None and handler.atomic
+                else "it is called inside a transaction"
+            )
             raise RuntimeError(
                 f"job {job.pk} cannot hand back the jobs claimed with it: {why}, and the "
                 f"hand-back would commit or roll back with that transaction instead of now. "
-                f"Call it outside any transaction, from a handler declared atomic=False.")
+                f"Call it outside any transaction, from a handler declared atomic=False."
+            )
         with self._lock:
             if self._token != token:
                 return 0
-            others = [other for other in self._batch
-                      if other.pk in self._held and other.pk != job.pk]
+            others = [other for other in self._batch if other.pk in self._held and other.pk != job.pk]
             counted = self._started & {other.pk for other in others}
         if not others:
             return 0
         released = engine.release(
-            others, token, worker=self.name, started=counted,
-            message=f"handed back unstarted: job {job.pk} of its batch waits on something "
-                    f"outside")
+            others,
+            token,
+            worker=self.name,
+            started=counted,
+            message=f"handed back unstarted: job {job.pk} of its batch waits on something outside",
+        )
         with self._lock:
             self._held -= {other.pk for other in others}
             self._started -= counted
             self._handed_back = True
-        logger.info("worker %s: job %s handed back %d jobs claimed with it", self.name, job.pk,
-                    released, extra={"job": job.pk, "worker": self.name})
+        logger.info(
+            "worker %s: job %s handed back %d jobs claimed with it",
+            self.name,
+            job.pk,
+            released,
+            extra={"job": job.pk, "worker": self.name},
+        )
         return released
 
     def _timed_out(self, job: Job, token: uuid.UUID, timeout: HandlerTimeout) -> str:
@@ -510,19 +559,24 @@ class EngineWorker:
         if not connection.in_atomic_block:
             # The interruption may have cut a database round trip in half.
             connection.close()
-        state = engine.fail(job, token, f"HandlerTimeout: {timeout}", worker=self.name,
-                            error_kind=Job.ErrorKind.TIMEOUT)
+        state = engine.fail(
+            job, token, f"HandlerTimeout: {timeout}", worker=self.name, error_kind=Job.ErrorKind.TIMEOUT
+        )
         return "retried" if state == Job.State.PENDING else "failed"
 
-    def _succeed(self, handler: registry.Handler, ctx: JobContext, token: uuid.UUID,
-                 successes: list[engine.Success] | None) -> None:
+    def _succeed(
+        self,
+        handler: registry.Handler,
+        ctx: JobContext,
+        token: uuid.UUID,
+        successes: list[engine.Success] | None,
+    ) -> None:
         started = time.perf_counter()
         seconds = handler.timeout or conf.handler_timeout_seconds()
         if successes is not None and self._group_seconds is not None:
             seconds = min(seconds, self._group_seconds)
         try:
-            result = self._time_limits.call(lambda: handler(ctx), seconds=seconds,
-                                            job_id=ctx.job.pk)
+            result = self._time_limits.call(lambda: handler(ctx), seconds=seconds, job_id=ctx.job.pk)
         finally:
             self._durations[handler.name] = time.perf_counter() - started
         try:
@@ -530,8 +584,14 @@ class EngineWorker:
         except (TypeError, ValueError) as exc:
             raise PermanentError(f"handler returned a result that is not JSON: {exc}") from exc
         if successes is None:
-            engine.complete(ctx.job, token, result=result, worker=self.name,
-                            children=ctx.children, progress=ctx.progress_slot.take())
+            engine.complete(
+                ctx.job,
+                token,
+                result=result,
+                worker=self.name,
+                children=ctx.children,
+                progress=ctx.progress_slot.take(),
+            )
         else:
             engine.enqueue_children(ctx.job, ctx.children)
             successes.append(engine.Success(ctx.job, result, ctx.progress_slot.take()))
@@ -539,9 +599,12 @@ class EngineWorker:
     def _on_stuck(self, limit: Limit) -> None:
         """A handler ignored its interruption for the grace period (blocked in C code, or
         it swallowed the exception). Runs on the time-limit watcher's thread."""
-        logger.critical("job %s is still running %g s after its time limit interrupted it",
-                        limit.job_id, self._time_limits.grace,
-                        extra={"job": limit.job_id, "worker": self.name})
+        logger.critical(
+            "job %s is still running %g s after its time limit interrupted it",
+            limit.job_id,
+            self._time_limits.grace,
+            extra={"job": limit.job_id, "worker": self.name},
+        )
         if not self.exit_when_stuck:
             return
         # The process ends whatever happens below: the stuck thread's open transaction
@@ -569,9 +632,15 @@ class EngineWorker:
             # Locks held by the stuck transaction are not waited for (see _on_stuck).
             connection.cursor().execute("SET LOCAL lock_timeout = '2s'")
             stuck = Job.objects.get(pk=limit.job_id)
-            engine.fail(stuck, token, f"HandlerTimeout: ran past its time limit of "
-                        f"{limit.seconds:g} s and did not stop; its worker process exited "
-                        f"to be replaced", worker=self.name, error_kind=Job.ErrorKind.TIMEOUT)
+            engine.fail(
+                stuck,
+                token,
+                f"HandlerTimeout: ran past its time limit of "
+                f"{limit.seconds:g} s and did not stop; its worker process exited "
+                f"to be replaced",
+                worker=self.name,
+                error_kind=Job.ErrorKind.TIMEOUT,
+            )
             unstarted = list(Job.objects.filter(pk__in=held - {limit.job_id}))
             engine.release(unstarted, token, worker=self.name, started=self._started)
 
@@ -611,9 +680,14 @@ def _job_savepoint() -> Iterator[None]:
 
 def _shortest_lease(jobs: list[Job]) -> float:
     """The shortest lease, in seconds, that a claim stamped on ``jobs``."""
-    return min(((job.lease_expires_at - job.locked_at).total_seconds() for job in jobs
-                if job.lease_expires_at is not None and job.locked_at is not None),
-               default=conf.lease_seconds())
+    return min(
+        (
+            (job.lease_expires_at - job.locked_at).total_seconds()
+            for job in jobs
+            if job.lease_expires_at is not None and job.locked_at is not None
+        ),
+        default=conf.lease_seconds(),
+    )
 
 
 def _describe(error: BaseException, *, with_traceback: bool = False) -> str:
@@ -633,5 +707,3 @@ def run_until_idle(worker: EngineWorker | None = None, *, max_rounds: int = 10_0
             break
         total += ran
     return total
-
-

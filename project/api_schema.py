@@ -33,7 +33,7 @@ _COMPONENTS: dict[str, dict[str, Any]] = {
         "type": "object",
         "additionalProperties": {},
         "description": "What is wrong with the request: each offending parameter or field "
-                       "with its problems, or a ``detail``.",
+        "with its problems, or a ``detail``.",
     },
 }
 
@@ -43,8 +43,9 @@ def _answer(component: str, description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-def document_error_answers(result: dict[str, Any], generator: Any, request: Any,
-                           public: bool) -> dict[str, Any]:
+def document_error_answers(
+    result: dict[str, Any], generator: Any, request: Any, public: bool
+) -> dict[str, Any]:
     """drf-spectacular postprocessing hook (``SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]``)."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     for name, component in _COMPONENTS.items():
@@ -62,13 +63,16 @@ def _add_error_answers(method: str, operation: dict[str, Any]) -> None:
     if security and {} not in security:
         responses.setdefault("401", _answer(DETAIL, "No or invalid credentials."))
     if method not in SAFE_METHODS:
-        responses.setdefault("403", _answer(DETAIL, "Not allowed: writes need staff (and a "
-                                                    "session's CSRF token)."))
+        responses.setdefault(
+            "403", _answer(DETAIL, "Not allowed: writes need staff (and a session's CSRF token).")
+        )
     if any(parameter["in"] == "path" for parameter in parameters):
         responses.setdefault("404", _answer(DETAIL, "No such object visible to you."))
     if operation.get("requestBody") or any(p["in"] == "query" for p in parameters):
-        responses.setdefault("400", _answer(PROBLEMS, "A parameter or the body is invalid; "
-                                                      "the answer names it."))
+        responses.setdefault(
+            "400", _answer(PROBLEMS, "A parameter or the body is invalid; the answer names it.")
+        )
     if operation.get("requestBody"):
-        responses.setdefault("415", _answer(DETAIL, "The body's Content-Type is not one this "
-                                                    "operation reads."))
+        responses.setdefault(
+            "415", _answer(DETAIL, "The body's Content-Type is not one this operation reads.")
+        )

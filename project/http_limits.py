@@ -54,8 +54,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.max_url = int(getattr(settings, "WEB_MAX_URL_BYTES", DEFAULT_MAX_URL_BYTES))
         self.max_head = int(getattr(settings, "WEB_MAX_HEAD_BYTES", DEFAULT_MAX_HEAD_BYTES))
         self.max_headers = int(getattr(settings, "WEB_MAX_HEADERS", DEFAULT_MAX_HEADERS))
-        self.head_timeout = float(getattr(settings, "WEB_HEADER_TIMEOUT_SECONDS",
-                                          DEFAULT_HEADER_TIMEOUT_SECONDS))
+        self.head_timeout = float(
+            getattr(settings, "WEB_HEADER_TIMEOUT_SECONDS", DEFAULT_HEADER_TIMEOUT_SECONDS)
+        )
         self.head_deadline: asyncio.TimerHandle | None = None
         self.refusal: HeadRefused | None = None
         self.in_head = False
@@ -97,16 +98,16 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_url(url)
         self.head_bytes += len(url)
         if len(self.url) > self.max_url:
-            self.refuse(HeadRefused(414, f"The URL is over the limit of {self.max_url:,} bytes.",
-                                     self.max_url))
+            self.refuse(
+                HeadRefused(414, f"The URL is over the limit of {self.max_url:,} bytes.", self.max_url)
+            )
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.head_bytes += len(name) + len(value) + 4  # ": " and CRLF
         if self.head_bytes > self.max_head:
             self.refuse(too_many_header_bytes(self.max_head))
         if len(self.headers) >= self.max_headers:
-            self.refuse(HeadRefused(431, f"More than {self.max_headers} header fields.",
-                                     self.max_headers))
+            self.refuse(HeadRefused(431, f"More than {self.max_headers} header fields.", self.max_headers))
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
@@ -139,8 +140,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if not self.in_head:
             self.transport.close()
             return
-        self.refusal = HeadRefused(408, f"The request line and headers did not arrive within "
-                                        f"{self.head_timeout:g} s.", self.head_timeout)
+        self.refusal = HeadRefused(
+            408,
+            f"The request line and headers did not arrive within {self.head_timeout:g} s.",
+            self.head_timeout,
+        )
         self.send_refusal()
 
     def refuse(self, refusal: HeadRefused) -> None:
@@ -161,16 +165,17 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
 
 def too_many_header_bytes(limit: int) -> HeadRefused:
-    return HeadRefused(431, f"The request line and headers are over the limit of {limit:,} bytes.",
-                        limit)
+    return HeadRefused(431, f"The request line and headers are over the limit of {limit:,} bytes.", limit)
 
 
 def response_bytes(refusal: HeadRefused, default_headers: list[tuple[bytes, bytes]]) -> bytes:
     body = json.dumps({"detail": refusal.detail, "limit": refusal.limit}).encode()
     phrase = http.HTTPStatus(refusal.status).phrase
-    lines = [f"HTTP/1.1 {refusal.status} {phrase}".encode(),
-             *(name + b": " + value for name, value in default_headers),
-             b"content-type: application/json",
-             b"content-length: " + str(len(body)).encode(),
-             b"connection: close"]
+    lines = [
+        f"HTTP/1.1 {refusal.status} {phrase}".encode(),
+        *(name + b": " + value for name, value in default_headers),
+        b"content-type: application/json",
+        b"content-length: " + str(len(body)).encode(),
+        b"connection: close",
+    ]
     return b"\r\n".join(lines) + b"\r\n\r\n" + body

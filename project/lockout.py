@@ -13,8 +13,9 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 
 
-def lockout_response(request: HttpRequest, original_response: Any = None,
-                     credentials: dict[str, Any] | None = None) -> HttpResponse:
+def lockout_response(
+    request: HttpRequest, original_response: Any = None, credentials: dict[str, Any] | None = None
+) -> HttpResponse:
     """429 with Retry-After and a page that says why: too many failed logins for this
     username from this address, so even the right password is refused for the cool-off,
     which every further attempt starts again."""

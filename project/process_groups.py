@@ -70,9 +70,14 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def stop_all(children: Sequence[Child], grace: float, *, hurry: threading.Event | None = None,
-             say: Callable[[str], object] = print,
-             terminate_grace: float = TERMINATE_SECONDS) -> list[int]:
+def stop_all(
+    children: Sequence[Child],
+    grace: float,
+    *,
+    hurry: threading.Event | None = None,
+    say: Callable[[str], object] = print,
+    terminate_grace: float = TERMINATE_SECONDS,
+) -> list[int]:
     """Stop every child's whole process group; return the pids that survived SIGKILL.
 
     First SIGINT, what Ctrl-C in a terminal sends to a foreground group: the programs are
@@ -84,8 +89,7 @@ def stop_all(children: Sequence[Child], grace: float, *, hurry: threading.Event 
     moves on to the next signal at once.
     """
     hurry = hurry or threading.Event()
-    steps = [(signal.SIGINT, grace), (signal.SIGTERM, terminate_grace),
-             (signal.SIGKILL, KILL_SECONDS)]
+    steps = [(signal.SIGINT, grace), (signal.SIGTERM, terminate_grace), (signal.SIGKILL, KILL_SECONDS)]
     for signum, bound in steps:
         alive = [child for child in children if child.members()]
         if not alive:

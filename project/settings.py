@@ -158,8 +158,10 @@ def _database() -> dict:
         if config["ENGINE"] != "django.db.backends.postgresql":
             raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL; nothing else is supported.")
         return config
-    return {**embedded_db.database_settings(EMBEDDED_POSTGRES_DIR),
-            "CONN_MAX_AGE": env_int("CONN_MAX_AGE", 0)}
+    return {
+        **embedded_db.database_settings(EMBEDDED_POSTGRES_DIR),
+        "CONN_MAX_AGE": env_int("CONN_MAX_AGE", 0),
+    }
 
 
 DATABASES = {"default": _database()}
@@ -183,20 +185,25 @@ DATABASE_TRANSACTION_POOLING = env_bool("DATABASE_TRANSACTION_POOLING", False)
 if os.environ.get("DATABASE_SESSION_URL"):
     DATABASES["session"] = {
         **dj_database_url.parse(os.environ["DATABASE_SESSION_URL"]),
-        "OPTIONS": {"connect_timeout": 10}, "TEST": {"MIRROR": "default"},
+        "OPTIONS": {"connect_timeout": 10},
+        "TEST": {"MIRROR": "default"},
     }
 if DATABASE_TRANSACTION_POOLING:
     if "session" not in DATABASES:
-        raise ImproperlyConfigured("DATABASE_TRANSACTION_POOLING=true needs DATABASE_SESSION_URL: "
-                                   "LISTEN and session locks cannot go through a transaction pool.")
+        raise ImproperlyConfigured(
+            "DATABASE_TRANSACTION_POOLING=true needs DATABASE_SESSION_URL: "
+            "LISTEN and session locks cannot go through a transaction pool."
+        )
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
     JOBS_PREPARED_STATEMENTS = env_bool("JOBS_PREPARED_STATEMENTS", False)
 elif "JOBS_PREPARED_STATEMENTS" in os.environ:
     JOBS_PREPARED_STATEMENTS = env_bool("JOBS_PREPARED_STATEMENTS", True)
 # channels-postgres reaches its tables through this alias, and LISTENs on it: the same
 # database (tests mirror it onto the test database rather than creating a second one).
-DATABASES["channels_postgres"] = {**DATABASES.get("session", DATABASES["default"]),
-                                  "TEST": {"MIRROR": "default"}}
+DATABASES["channels_postgres"] = {
+    **DATABASES.get("session", DATABASES["default"]),
+    "TEST": {"MIRROR": "default"},
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -243,9 +250,15 @@ Q_CLUSTER = {
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
-                   "capacity": 1_000, "expiry": 30, "prefix": "conveyor"},
-    } if REDIS_URL else {
+        "CONFIG": {
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+            "capacity": 1_000,
+            "expiry": 30,
+            "prefix": "conveyor",
+        },
+    }
+    if REDIS_URL
+    else {
         "BACKEND": "jobs.channel_layer.PostgresChannelLayer",
         "CONFIG": {"prefix": "conveyor", "expiry": 30, "group_expiry": 86_400},
     },
@@ -280,11 +293,21 @@ THROTTLE_RATES = {
 # Django's database cache: that would add queries (and a table outside migrations) to
 # every API request.
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                          "LOCATION": REDIS_URL, "KEY_PREFIX": "conveyor"}}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "conveyor",
+        }
+    }
 else:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
-                          "LOCATION": str(VAR_DIR / "cache"), "OPTIONS": {"MAX_ENTRIES": 5_000}}}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(VAR_DIR / "cache"),
+            "OPTIONS": {"MAX_ENTRIES": 5_000},
+        }
+    }
 
 # The admin login (django-axes): after ADMIN_LOGIN_FAILURE_LIMIT failures for one username
 # from one address, that pair is refused, the right password too, for the cool-off (every
@@ -377,8 +400,8 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Conveyor API",
     # Said once here because OpenAPI cannot say it of every string at once.
     "DESCRIPTION": "Jobs, pipelines and operator actions of the Conveyor back office. "
-                   "No string (parameter, field or key) may hold a NUL character, which "
-                   "PostgreSQL cannot store: such a request is a 400.",
+    "No string (parameter, field or key) may hold a NUL character, which "
+    "PostgreSQL cannot store: such a request is a 400.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
@@ -387,8 +410,10 @@ SPECTACULAR_SETTINGS = {
     # The schema and its docs page are for logged-in users and token holders only.
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     # The 400/401/403/404 answers every endpoint can give, documented (project/api_schema.py).
-    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
-                             "project.api_schema.document_error_answers"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "project.api_schema.document_error_answers",
+    ],
     # Several models have a "status": each its own enum, named for what it is.
     "ENUM_NAME_OVERRIDES": {
         "IngestRunStatusEnum": "ingest.runs.models.RunStatus",
@@ -412,10 +437,15 @@ PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
 
 # The job engine's knobs (jobs/conf.py holds their defaults and meaning): set here only
 # when the environment names them, so that each default lives in one place.
-for _name, _read in (("LEASE_SECONDS", env_int), ("HEARTBEAT_SECONDS", env_float),
-                     ("REAPER_SECONDS", env_float), ("QUEUES", env_list),
-                     ("TENANT_SHARE", env_float), ("HANDLER_TIMEOUT_SECONDS", env_float),
-                     ("STUCK_GRACE_SECONDS", env_float)):
+for _name, _read in (
+    ("LEASE_SECONDS", env_int),
+    ("HEARTBEAT_SECONDS", env_float),
+    ("REAPER_SECONDS", env_float),
+    ("QUEUES", env_list),
+    ("TENANT_SHARE", env_float),
+    ("HANDLER_TIMEOUT_SECONDS", env_float),
+    ("STUCK_GRACE_SECONDS", env_float),
+):
     if f"JOBS_{_name}" in os.environ:
         globals()[f"JOBS_{_name}"] = _read(f"JOBS_{_name}", None)
 if "JOBS_DRAIN_FILE" in os.environ:
@@ -485,8 +515,12 @@ for _name in ("HOOK_MAX_FILE_BYTES", "HOOK_MAX_OPEN_FILES", "HOOK_MAX_PROCESSES"
     if f"INGEST_{_name}" in os.environ:
         globals()[f"INGEST_{_name}"] = env_int(f"INGEST_{_name}", 0)
 INGEST_FILE_ROOTS = env_list("INGEST_FILE_ROOTS", [str(VAR_DIR / "ingest-files")])
-for _name in ("HOOK_POLL_SECONDS", "HOOK_POLL_MAX_SECONDS", "KUBE_SCHEDULE_TIMEOUT_SECONDS",
-              "QUEUE_WAIT_SECONDS"):
+for _name in (
+    "HOOK_POLL_SECONDS",
+    "HOOK_POLL_MAX_SECONDS",
+    "KUBE_SCHEDULE_TIMEOUT_SECONDS",
+    "QUEUE_WAIT_SECONDS",
+):
     if f"INGEST_{_name}" in os.environ:
         globals()[f"INGEST_{_name}"] = env_float(f"INGEST_{_name}", 0.0)
 # The hook catalogue's bounds (ingest/conf.py): the most CPU and memory an entry may
@@ -512,8 +546,15 @@ if "INGEST_HANDOFF_BACKOFF_BASE_SECONDS" in os.environ:
 # with EXPORTS_STORAGE_OPTIONS (JSON: credentials, endpoint_url). DIRECT_EXPORT=false
 # makes Trino write the files itself (system.unload), polled on a Fibonacci schedule.
 # Export workers reach the control plane with EXPORTS_WORKER_TOKEN.
-for _name in ("STORAGE_URL", "TRINO_URL", "TRINO_USER", "TRINO_PASSWORD", "SOURCE",
-              "POSTGRES_URL", "WORKER_TOKEN"):
+for _name in (
+    "STORAGE_URL",
+    "TRINO_URL",
+    "TRINO_USER",
+    "TRINO_PASSWORD",
+    "SOURCE",
+    "POSTGRES_URL",
+    "WORKER_TOKEN",
+):
     if f"EXPORTS_{_name}" in os.environ:
         globals()[f"EXPORTS_{_name}"] = os.environ[f"EXPORTS_{_name}"]
 if "EXPORTS_STORAGE_OPTIONS" in os.environ:

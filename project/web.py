@@ -18,14 +18,18 @@ import uvicorn
 OPTIONS = [
     "project.asgi:application",
     # httptools with bounds on the URL and headers (414, 431).
-    "--http", "project.http_limits:LimitedHttpToolsProtocol",
+    "--http",
+    "project.http_limits:LimitedHttpToolsProtocol",
     # A WebSocket client only sends subscriptions; the library's default allows 16 MB.
-    "--ws-max-size", str(1024 * 1024),
+    "--ws-max-size",
+    str(1024 * 1024),
     # Neither Django nor Channels speaks the lifespan protocol.
-    "--lifespan", "off",
+    "--lifespan",
+    "off",
     # On SIGTERM, requests in flight get this long; event streams never end by themselves
     # (their clients reconnect with Last-Event-ID).
-    "--timeout-graceful-shutdown", "10",
+    "--timeout-graceful-shutdown",
+    "10",
     # The client's address and scheme are Django's to decide from the forwarding headers
     # (TRUSTED_PROXIES, PROXY_SETS_X_FORWARDED_PROTO): uvicorn would otherwise believe
     # them from any connection on localhost, including a proxy that passes a client's own.

@@ -23,9 +23,7 @@ class Tenant(models.Model):
 
 
 class Membership(models.Model):
-    user = models.OneToOneField(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership"
-    )
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership")
     tenant = models.ForeignKey(
         Tenant,
         on_delete=models.CASCADE,

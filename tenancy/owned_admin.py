@@ -31,12 +31,10 @@ class PlatformWritesAdmin:
         return is_platform_operator(request) and super().has_add_permission(request)  # type: ignore[misc]
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return (is_platform_operator(request)
-                and super().has_change_permission(request, obj))  # type: ignore[misc]
+        return is_platform_operator(request) and super().has_change_permission(request, obj)  # type: ignore[misc]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return (is_platform_operator(request)
-                and super().has_delete_permission(request, obj))  # type: ignore[misc]
+        return is_platform_operator(request) and super().has_delete_permission(request, obj)  # type: ignore[misc]
 
 
 class TenantOwnedAdmin:
@@ -47,8 +45,7 @@ class TenantOwnedAdmin:
         return [*own, "tenant"] if is_platform_operator(request) else own
 
     def has_add_permission(self, request: HttpRequest) -> bool:
-        return (tenant_scope(request.user) not in (False, None)
-                and super().has_add_permission(request))  # type: ignore[misc]
+        return tenant_scope(request.user) not in (False, None) and super().has_add_permission(request)  # type: ignore[misc]
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         fields = list(self.form.Meta.fields)  # type: ignore[attr-defined]
@@ -57,15 +54,13 @@ class TenantOwnedAdmin:
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return ["tenant"] if obj is not None and is_platform_operator(request) else []
 
-    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False,
-                 **kwargs: Any) -> Any:
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
         form = super().get_form(request, obj, change, **kwargs)  # type: ignore[misc]
         scope = tenant_scope(request.user)
         fixed = scope if isinstance(scope, int) and not isinstance(scope, bool) else None
         return type(form.__name__, (form,), {"fixed_tenant": fixed})
 
-    def save_model(self, request: HttpRequest, obj: models.Model, form: Any,
-                   change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: models.Model, form: Any, change: bool) -> None:
         if form.fixed_tenant is not None:
             obj.tenant_id = form.fixed_tenant  # type: ignore[attr-defined]
         super().save_model(request, obj, form, change)  # type: ignore[misc]

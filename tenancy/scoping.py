@@ -26,8 +26,9 @@ def tenant_scope(user: AbstractBaseUser | AnonymousUser) -> int | None | bool:
     return membership.tenant_id
 
 
-def scope_queryset(queryset: QuerySet[M], user: AbstractBaseUser | AnonymousUser,
-                   field: str = "tenant") -> QuerySet[M]:
+def scope_queryset(
+    queryset: QuerySet[M], user: AbstractBaseUser | AnonymousUser, field: str = "tenant"
+) -> QuerySet[M]:
     """Narrow ``queryset`` to the rows ``user`` may see through ``field``."""
     scope = tenant_scope(user)
     if scope is True:

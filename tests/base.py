@@ -22,8 +22,7 @@ def make_job(name: str = "tests.noop", payload: dict[str, Any] | None = None, **
     return engine.enqueue(name, payload or {}, **options)
 
 
-def claim_one(worker: str = "w1", *, start: bool = True, **options: Any
-              ) -> tuple[Job, engine.Claim]:
+def claim_one(worker: str = "w1", *, start: bool = True, **options: Any) -> tuple[Job, engine.Claim]:
     """Claim one due job and (unless ``start=False``) count its attempt, as a worker
     does when it starts the handler."""
     batch = engine.claim(worker, limit=1, **options)
@@ -45,8 +44,9 @@ def tenant(name: str = "Acme") -> Tenant:
     return Tenant.objects.get_or_create(name=name, slug=name.lower())[0]
 
 
-def staff(username: str = "alice", *, of: Tenant | None = None, operator: bool = False,
-          is_staff: bool = True) -> User:
+def staff(
+    username: str = "alice", *, of: Tenant | None = None, operator: bool = False, is_staff: bool = True
+) -> User:
     user = User.objects.create_user(username, password="pw-" + username, is_staff=is_staff)
     if of is not None or operator:
         Membership.objects.create(user=user, tenant=of, is_platform_operator=operator)

@@ -30,8 +30,9 @@ def noop(ctx: jobs.JobContext) -> dict[str, Any]:
 def record(ctx: jobs.JobContext) -> None:
     """Insert a row per job into tests_hits (unique on job_id): exactly-once evidence."""
     with connection.cursor() as cursor:
-        cursor.execute("INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, %s)",
-                       [ctx.job.pk, os.getpid()])
+        cursor.execute(
+            "INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, %s)", [ctx.job.pk, os.getpid()]
+        )
 
 
 @jobs.handler("tests.flaky", max_attempts=4, backoff=Exponential(base=60, cap=300))
@@ -109,13 +110,18 @@ def wait_for_file(ctx: jobs.JobContext) -> dict[str, Any]:
     while not release.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     with connection.cursor() as cursor:
-        cursor.execute("INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, %s)",
-                       [ctx.job.pk, os.getpid()])
+        cursor.execute(
+            "INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, %s)", [ctx.job.pk, os.getpid()]
+        )
     return {"pid": os.getpid(), "attempt": ctx.attempt}
 
 
-@jobs.handler("tests.on_order_placed", subscribes=["OrderPlaced"], max_attempts=6,
-              backoff=Exponential(base=60, factor=2, cap=300))
+@jobs.handler(
+    "tests.on_order_placed",
+    subscribes=["OrderPlaced"],
+    max_attempts=6,
+    backoff=Exponential(base=60, factor=2, cap=300),
+)
 def on_order_placed(ctx: jobs.JobContext) -> None:
     if ctx.payload["payload"].get("fail"):
         raise jobs.TransientError("cluster busy")
@@ -200,8 +206,10 @@ def fast_or_pausing(ctx: jobs.JobContext) -> str:
         while time.monotonic() < until:
             time.sleep(0.02)
     with connection.cursor() as cursor:
-        cursor.execute("INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, %s) "
-                       "ON CONFLICT DO NOTHING", [ctx.job.pk, os.getpid()])
+        cursor.execute(
+            "INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+            [ctx.job.pk, os.getpid()],
+        )
     return "done"
 
 
@@ -211,12 +219,12 @@ def timed(ctx: jobs.JobContext) -> dict[str, Any]:
     ``starts`` directory, holding the pid and the time), sleeps ``seconds``, then inserts
     its hit: a system test sees which attempts started when, even those whose result was
     refused."""
-    Path(ctx.payload["starts"], f"{ctx.job.pk}.{ctx.attempt}").write_text(
-        f"{os.getpid()} {time.time()}\n")
+    Path(ctx.payload["starts"], f"{ctx.job.pk}.{ctx.attempt}").write_text(f"{os.getpid()} {time.time()}\n")
     time.sleep(ctx.payload.get("seconds", 0))
     with connection.cursor() as cursor:
-        cursor.execute("INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, %s)",
-                       [ctx.job.pk, os.getpid()])
+        cursor.execute(
+            "INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, %s)", [ctx.job.pk, os.getpid()]
+        )
     return {"pid": os.getpid()}
 
 
@@ -248,8 +256,10 @@ def fenced_batches(ctx: jobs.JobContext) -> int:
             if n == ctx.payload.get("rescue_before"):
                 _take_lease(ctx.job.pk)
             with connection.cursor() as cursor:
-                cursor.execute("INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, %s)",
-                               [ctx.job.pk * 100 + n, os.getpid()])
+                cursor.execute(
+                    "INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, %s)",
+                    [ctx.job.pk * 100 + n, os.getpid()],
+                )
         written += 1
     return written
 
@@ -259,8 +269,7 @@ def _take_lease(job_id: int) -> None:
     other = connections.create_connection("default")
     try:
         with other.cursor() as cursor:
-            cursor.execute("UPDATE jobs_job SET lease_token = gen_random_uuid() WHERE id = %s",
-                           [job_id])
+            cursor.execute("UPDATE jobs_job SET lease_token = gen_random_uuid() WHERE id = %s", [job_id])
     finally:
         other.close()
 
@@ -278,11 +287,17 @@ def hand_back_and_wait(ctx: jobs.JobContext) -> dict[str, Any]:
             handed_back = ctx.hand_back_others()
     else:
         handed_back = ctx.hand_back_others()
-    others = [[pk, state, attempts,
-               JobEvent.objects.filter(job_id=pk).order_by("-id").values_list("kind", flat=True)
-               .first()]
-              for pk, state, attempts in Job.objects.exclude(pk=ctx.job.pk).order_by("pk")
-              .values_list("pk", "state", "attempts")]
+    others = [
+        [
+            pk,
+            state,
+            attempts,
+            JobEvent.objects.filter(job_id=pk).order_by("-id").values_list("kind", flat=True).first(),
+        ]
+        for pk, state, attempts in Job.objects.exclude(pk=ctx.job.pk)
+        .order_by("pk")
+        .values_list("pk", "state", "attempts")
+    ]
     if "started" in ctx.payload:
         Path(ctx.payload["started"]).write_text(f"{os.getpid()} {ctx.attempt}\n")
     if "release" in ctx.payload:

@@ -59,7 +59,7 @@ class SourceServer:
                     self.wfile.write(route.body)
                     return
                 for index in range(len(route.body)):
-                    self.wfile.write(route.body[index:index + 1])
+                    self.wfile.write(route.body[index : index + 1])
                     self.wfile.flush()
                     time.sleep(route.trickle)
 
@@ -76,8 +76,9 @@ class SourceServer:
         if tls is not None:
             self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
         # A short poll interval: shutdown() waits for one.
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True,
-                                       kwargs={"poll_interval": 0.05})
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, daemon=True, kwargs={"poll_interval": 0.05}
+        )
 
     @property
     def port(self) -> int:
@@ -90,8 +91,15 @@ class SourceServer:
         self.routes[path] = Route(status, json.dumps(document).encode())
         return self.url(path)
 
-    def raw(self, path: str, body: bytes, status: int = 200, delay: float = 0.0,
-            trickle: float = 0.0, sized: bool = True) -> str:
+    def raw(
+        self,
+        path: str,
+        body: bytes,
+        status: int = 200,
+        delay: float = 0.0,
+        trickle: float = 0.0,
+        sized: bool = True,
+    ) -> str:
         self.routes[path] = Route(status, body, delay, trickle=trickle, sized=sized)
         return self.url(path)
 

@@ -80,27 +80,39 @@ LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 
 REASONS = {
-    400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
-    405: "MethodNotAllowed", 409: "AlreadyExists", 410: "Expired", 411: "BadRequest",
-    413: "RequestEntityTooLarge", 422: "Invalid", 429: "TooManyRequests",
-    500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout",
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "AlreadyExists",
+    410: "Expired",
+    411: "BadRequest",
+    413: "RequestEntityTooLarge",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
 }
 FAULT_MESSAGES = {
     400: "the server rejected our request for an unknown reason",
     401: "Unauthorized",
     403: 'jobs.batch is forbidden: User "system:serviceaccount:conveyor:worker" cannot '
-         'create resource "jobs" in API group "batch" in the namespace "{namespace}"',
+    'create resource "jobs" in API group "batch" in the namespace "{namespace}"',
     404: "the server could not find the requested resource",
     409: "Operation cannot be fulfilled: the object has been modified",
-    422: 'Job.batch is invalid: spec.template.spec.containers[0].image: Required value',
+    422: "Job.batch is invalid: spec.template.spec.containers[0].image: Required value",
     429: "Too many requests, please try again later.",
     500: "Internal error occurred: etcdserver: request timed out",
     503: "the server is currently unable to handle the request",
     504: "Timeout: request did not complete within the allotted timeout",
 }
-EVICTION_MESSAGE = ("The node was low on resource: memory. Threshold quantity: 100Mi, "
-                    "available: 51200Ki. Container hook was using 1843200Ki, request is "
-                    "256Mi, has larger consumption of memory. ")
+EVICTION_MESSAGE = (
+    "The node was low on resource: memory. Threshold quantity: 100Mi, "
+    "available: 51200Ki. Container hook was using 1843200Ki, request is "
+    "256Mi, has larger consumption of memory. "
+)
 
 
 @dataclass(frozen=True)
@@ -143,8 +155,7 @@ class _Fault:
     delay: float = 0.0
 
     def matches(self, method: str, path: str) -> bool:
-        return (self.remaining > 0 and self.method in ("*", method)
-                and path.startswith(self.path_prefix))
+        return self.remaining > 0 and self.method in ("*", method) and path.startswith(self.path_prefix)
 
 
 @dataclass
@@ -235,19 +246,31 @@ def _json(status: int, document: Any, headers: dict[str, str] | None = None) -> 
     return _Reply(status, json.dumps(document).encode(), headers=headers or {})
 
 
-def status_body(code: int, message: str, reason: str | None = None,
-                details: dict[str, Any] | None = None) -> dict[str, Any]:
+def status_body(
+    code: int, message: str, reason: str | None = None, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """A ``Status`` as the apiserver answers a failed request."""
-    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                            "status": "Failure", "message": message,
-                            "reason": reason or REASONS.get(code, ""),
-                            "details": details if details is not None else {}, "code": code}
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason or REASONS.get(code, ""),
+        "details": details if details is not None else {},
+        "code": code,
+    }
     return body
 
 
-def _failure(code: int, message: str, reason: str | None = None,
-             details: dict[str, Any] | None = None, close: bool = False,
-             retry_after: int | None = None) -> _Reply:
+def _failure(
+    code: int,
+    message: str,
+    reason: str | None = None,
+    details: dict[str, Any] | None = None,
+    close: bool = False,
+    retry_after: int | None = None,
+) -> _Reply:
     headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
     if retry_after is not None:
         details = {**(details or {}), "retryAfterSeconds": retry_after}
@@ -290,14 +313,12 @@ def parse_label_selector(text: str) -> list[tuple[str, str, tuple[str, ...]]]:
         else:
             raise ValueError(f"unable to parse requirement: {term!r}")
     for key, _, values in requirements:
-        if not _valid_label_key(key) or not all(LABEL_VALUE.match(v) and len(v) <= 63
-                                                for v in values):
+        if not _valid_label_key(key) or not all(LABEL_VALUE.match(v) and len(v) <= 63 for v in values):
             raise ValueError(f"invalid label selector: {text!r}")
     return requirements
 
 
-def _selects(requirements: list[tuple[str, str, tuple[str, ...]]],
-             labels: Mapping[str, str]) -> bool:
+def _selects(requirements: list[tuple[str, str, tuple[str, ...]]], labels: Mapping[str, str]) -> bool:
     for key, operator, values in requirements:
         present = key in labels
         value = labels.get(key)
@@ -331,15 +352,25 @@ def _label_causes(path: str, labels: Any) -> list[dict[str, str]]:
     causes = []
     for key, value in labels.items():
         if not _valid_label_key(key):
-            causes.append(_cause(path, "FieldValueInvalid",
-                                 f'Invalid value: "{key}": name part must consist of '
-                                 "alphanumeric characters, '-', '_' or '.'"))
+            causes.append(
+                _cause(
+                    path,
+                    "FieldValueInvalid",
+                    f'Invalid value: "{key}": name part must consist of '
+                    "alphanumeric characters, '-', '_' or '.'",
+                )
+            )
         if not isinstance(value, str) or len(value) > 63 or not LABEL_VALUE.match(value):
-            causes.append(_cause(path, "FieldValueInvalid",
-                                 f'Invalid value: "{value}": a valid label must be an empty '
-                                 "string or consist of alphanumeric characters, '-', '_' "
-                                 "or '.', and must start and end with an alphanumeric "
-                                 "character"))
+            causes.append(
+                _cause(
+                    path,
+                    "FieldValueInvalid",
+                    f'Invalid value: "{value}": a valid label must be an empty '
+                    "string or consist of alphanumeric characters, '-', '_' "
+                    "or '.', and must start and end with an alphanumeric "
+                    "character",
+                )
+            )
     return causes
 
 
@@ -347,10 +378,15 @@ def _cause(path: str, reason: str, message: str) -> dict[str, str]:
     return {"reason": reason, "message": message, "field": path}
 
 
-def _condition(kind: str, status: str, at: datetime | None, reason: str = "",
-               message: str = "") -> dict[str, Any]:
-    condition: dict[str, Any] = {"type": kind, "status": status, "lastProbeTime": None,
-                                 "lastTransitionTime": _ts(at)}
+def _condition(
+    kind: str, status: str, at: datetime | None, reason: str = "", message: str = ""
+) -> dict[str, Any]:
+    condition: dict[str, Any] = {
+        "type": kind,
+        "status": status,
+        "lastProbeTime": None,
+        "lastTransitionTime": _ts(at),
+    }
     if reason:
         condition["reason"] = reason
     if message:
@@ -361,10 +397,17 @@ def _condition(kind: str, status: str, at: datetime | None, reason: str = "",
 class FakeCluster:
     """One namespace of a cluster behind a real HTTP server; see the module docstring."""
 
-    def __init__(self, clock: Callable[[], datetime] | None = None, capacity: int | None = None,
-                 namespace: str = "conveyor-hooks", token: str = "fake-cluster-token",
-                 behaviours: Mapping[str, Behaviour] | None = None,
-                 default: Behaviour | None = None, nodes: int = 3, seed: int = 0) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], datetime] | None = None,
+        capacity: int | None = None,
+        namespace: str = "conveyor-hooks",
+        token: str = "fake-cluster-token",
+        behaviours: Mapping[str, Behaviour] | None = None,
+        default: Behaviour | None = None,
+        nodes: int = 3,
+        seed: int = 0,
+    ) -> None:
         self.clock = clock or (lambda: datetime.now(UTC))
         self.capacity = capacity
         self.namespace = namespace
@@ -376,7 +419,8 @@ class FakeCluster:
         self.unschedulable_message = (
             f"0/{nodes} nodes are available: {nodes} Insufficient cpu. preemption: "
             f"0/{nodes} nodes are available: {nodes} No preemption victims found for "
-            "incoming pod.")
+            "incoming pod."
+        )
         self._random = random.Random(seed)
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -398,8 +442,9 @@ class FakeCluster:
         self._stopping = False
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
         self._httpd.cluster = self
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True,
-                                        kwargs={"poll_interval": 0.05})
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, daemon=True, kwargs={"poll_interval": 0.05}
+        )
 
     # -- running ------------------------------------------------------------------
 
@@ -444,8 +489,7 @@ class FakeCluster:
         if not self._stopping:
             self.stop()
 
-    def kubeconfig(self, path: str | Path, *, token: str | None = None,
-                   context: str = "fake") -> Path:
+    def kubeconfig(self, path: str | Path, *, token: str | None = None, context: str = "fake") -> Path:
         """Write a kubeconfig naming this server, a bearer-token user and a context."""
         path = Path(path)
         document = {
@@ -453,9 +497,12 @@ class FakeCluster:
             "kind": "Config",
             "clusters": [{"name": "fake-cluster", "cluster": {"server": self.url}}],
             "users": [{"name": "conveyor", "user": {"token": token or self.token}}],
-            "contexts": [{"name": context, "context": {"cluster": "fake-cluster",
-                                                       "user": "conveyor",
-                                                       "namespace": self.namespace}}],
+            "contexts": [
+                {
+                    "name": context,
+                    "context": {"cluster": "fake-cluster", "user": "conveyor", "namespace": self.namespace},
+                }
+            ],
             "current-context": context,
             "preferences": {},
         }
@@ -464,8 +511,16 @@ class FakeCluster:
 
     # -- programming it -----------------------------------------------------------
 
-    def fail_next(self, method: str, path_prefix: str, status: int, *, times: int = 1,
-                  message: str | None = None, retry_after: int | None = None) -> None:
+    def fail_next(
+        self,
+        method: str,
+        path_prefix: str,
+        status: int,
+        *,
+        times: int = 1,
+        message: str | None = None,
+        retry_after: int | None = None,
+    ) -> None:
         """Answer the next ``times`` requests of ``method`` ("*": any) whose path starts
         with ``path_prefix`` with a ``Status`` of ``status`` (429 carries Retry-After)."""
         if status == 429 and retry_after is None:
@@ -522,8 +577,7 @@ class FakeCluster:
             return list(self._calls)
 
     def count(self, method: str = "*", path_prefix: str = "") -> int:
-        return sum(1 for c in self.calls
-                   if method in ("*", c.method) and c.path.startswith(path_prefix))
+        return sum(1 for c in self.calls if method in ("*", c.method) and c.path.startswith(path_prefix))
 
     @property
     def create_calls(self) -> int:
@@ -554,8 +608,11 @@ class FakeCluster:
         with self._lock:
             self._advance()
             pods = sorted(self._pods.values(), key=lambda p: p.seq)
-            return [copy.deepcopy(self._snapshots[p.uid][1]) for p in pods
-                    if job_name is None or p.labels.get("job-name") == job_name]
+            return [
+                copy.deepcopy(self._snapshots[p.uid][1])
+                for p in pods
+                if job_name is None or p.labels.get("job-name") == job_name
+            ]
 
     # -- the HTTP side ------------------------------------------------------------
 
@@ -575,8 +632,7 @@ class FakeCluster:
                     # time. Held on the condition so that stop() ends the stall.
                     with self._lock:
                         self._changed.wait_for(lambda: self._stopping, timeout=delay)
-                reply = self._dispatch(method, path, query,
-                                       handler.headers.get("Authorization", ""), body)
+                reply = self._dispatch(method, path, query, handler.headers.get("Authorization", ""), body)
         except Exception as error:  # a bug of the fake: answered as the apiserver would
             with self._lock:
                 self.errors.append(repr(error))
@@ -596,8 +652,7 @@ class FakeCluster:
         except ValueError:
             return _failure(400, "invalid Content-Length", close=True)
         if length > MAX_BODY_BYTES:
-            return _failure(413, f"Request entity too large: limit is {MAX_BODY_BYTES}",
-                            close=True)
+            return _failure(413, f"Request entity too large: limit is {MAX_BODY_BYTES}", close=True)
         return handler.rfile.read(length) if length > 0 else b""
 
     def _send(self, handler: _Handler, reply: _Reply) -> None:
@@ -658,11 +713,13 @@ class FakeCluster:
                     return fault.delay
         return 0.0
 
-    def _dispatch(self, method: str, path: str, query: dict[str, str], authorization: str,
-                  body: bytes) -> _Reply | _WatchReply:
+    def _dispatch(
+        self, method: str, path: str, query: dict[str, str], authorization: str, body: bytes
+    ) -> _Reply | _WatchReply:
         with self._lock:
-            creating = method == "POST" and re.fullmatch(r"/apis/batch/v1/namespaces/[^/]+/jobs",
-                                                         path) is not None
+            creating = (
+                method == "POST" and re.fullmatch(r"/apis/batch/v1/namespaces/[^/]+/jobs", path) is not None
+            )
             if creating:
                 self._create_calls += 1
                 try:
@@ -679,15 +736,16 @@ class FakeCluster:
                 status, message = self._refusal
                 return _failure(status, message)
             self._advance()
-            route = next(((resource, match) for pattern, resource in ROUTES
-                          if (match := pattern.fullmatch(path))), None)
+            route = next(
+                ((resource, match) for pattern, resource in ROUTES if (match := pattern.fullmatch(path))),
+                None,
+            )
             if route is None:
                 return _failure(404, "the server could not find the requested resource")
             resource, match = route
             action = getattr(self, f"_{resource}_{method.lower()}", None)
             if action is None:
-                return _failure(405, "the server does not allow this method on the requested "
-                                     "resource")
+                return _failure(405, "the server does not allow this method on the requested resource")
             return action(query, body, *match.groups())
 
     # -- the API ------------------------------------------------------------------
@@ -706,29 +764,39 @@ class FakeCluster:
         except ValueError:
             manifest = None
         if not isinstance(manifest, dict):
-            return _failure(400, "the body of the request was in an unknown format - accepted "
-                                 "media types include: application/json, application/yaml")
-        if (manifest.get("apiVersion", "batch/v1"), manifest.get("kind", "Job")) != (
-                "batch/v1", "Job"):
-            return _failure(400, f"the API version in the data ({manifest.get('apiVersion')}) "
-                                 "does not match the expected API version (batch/v1)")
+            return _failure(
+                400,
+                "the body of the request was in an unknown format - accepted "
+                "media types include: application/json, application/yaml",
+            )
+        if (manifest.get("apiVersion", "batch/v1"), manifest.get("kind", "Job")) != ("batch/v1", "Job"):
+            return _failure(
+                400,
+                f"the API version in the data ({manifest.get('apiVersion')}) "
+                "does not match the expected API version (batch/v1)",
+            )
         metadata = manifest.get("metadata") or {}
         if metadata.get("namespace") not in (None, "", namespace):
-            return _failure(400, "the namespace of the provided object does not match the "
-                                 "namespace sent on the request")
+            return _failure(
+                400, "the namespace of the provided object does not match the namespace sent on the request"
+            )
         name = metadata.get("name") or ""
         if not name and metadata.get("generateName"):
             name = self._generate(str(metadata["generateName"]))
         causes = self._validate_job(name, manifest)
         if causes:
             listed = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
-            return _failure(422, f'Job.batch "{name}" is invalid: '
-                                 + (f"[{listed}]" if len(causes) > 1 else listed),
-                            details={"name": name, "group": "batch", "kind": "Job",
-                                     "causes": causes})
+            return _failure(
+                422,
+                f'Job.batch "{name}" is invalid: ' + (f"[{listed}]" if len(causes) > 1 else listed),
+                details={"name": name, "group": "batch", "kind": "Job", "causes": causes},
+            )
         if (namespace, name) in self._jobs:
-            return _failure(409, f'jobs.batch "{name}" already exists',
-                            details={"name": name, "group": "batch", "kind": "jobs"})
+            return _failure(
+                409,
+                f'jobs.batch "{name}" already exists',
+                details={"name": name, "group": "batch", "kind": "jobs"},
+            )
         if query.get("dryRun") == "All":
             return _json(201, manifest)
         now = self.clock()
@@ -745,15 +813,23 @@ class FakeCluster:
             selector = parse_label_selector(query.get("labelSelector", ""))
         except ValueError as error:
             return _failure(400, str(error))
-        doomed = [job for (ns, _), job in self._jobs.items()
-                  if ns == namespace and _selects(selector, job.labels)]
+        doomed = [
+            job for (ns, _), job in self._jobs.items() if ns == namespace and _selects(selector, job.labels)
+        ]
         items = []
         for job in doomed:
             items.append(self._item(self._snapshots[job.uid][1]))
             self._delete_job(job, policy)
         self._publish(self.clock())
-        return _json(200, {"kind": "JobList", "apiVersion": "batch/v1",
-                           "metadata": {"resourceVersion": str(self._rv)}, "items": items})
+        return _json(
+            200,
+            {
+                "kind": "JobList",
+                "apiVersion": "batch/v1",
+                "metadata": {"resourceVersion": str(self._rv)},
+                "items": items,
+            },
+        )
 
     def _job_get(self, query: dict[str, str], body: bytes, namespace: str, name: str) -> _Reply:
         job = self._jobs.get((namespace, name))
@@ -761,8 +837,7 @@ class FakeCluster:
             return _not_found("jobs", name, "batch")
         return _json(200, self._snapshots[job.uid][1])
 
-    def _job_delete(self, query: dict[str, str], body: bytes, namespace: str,
-                    name: str) -> _Reply:
+    def _job_delete(self, query: dict[str, str], body: bytes, namespace: str, name: str) -> _Reply:
         job = self._jobs.get((namespace, name))
         if job is None:
             return _not_found("jobs", name, "batch")
@@ -774,10 +849,16 @@ class FakeCluster:
         self._delete_job(job, policy)
         self._publish(now)
         if policy == "Background":
-            return _json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                               "status": "Success",
-                               "details": {"name": name, "group": "batch", "kind": "jobs",
-                                           "uid": job.uid}})
+            return _json(
+                200,
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "details": {"name": name, "group": "batch", "kind": "jobs", "uid": job.uid},
+                },
+            )
         # Orphan and Foreground go through a finalizer: the answer is the object, deleting.
         last["metadata"]["deletionTimestamp"] = _ts(now)
         last["metadata"]["deletionGracePeriodSeconds"] = 0
@@ -790,8 +871,7 @@ class FakeCluster:
             return _not_found("pods", name)
         return _json(200, self._snapshots[pod.uid][1])
 
-    def _pod_delete(self, query: dict[str, str], body: bytes, namespace: str,
-                    name: str) -> _Reply:
+    def _pod_delete(self, query: dict[str, str], body: bytes, namespace: str, name: str) -> _Reply:
         pod = self._pods.get((namespace, name))
         if pod is None:
             return _not_found("pods", name)
@@ -822,11 +902,11 @@ class FakeCluster:
             return _Reply(200, b"", "text/plain")  # no node yet: an empty log
         state = self._container_state(pod, self.clock())
         if "waiting" in state:
-            why = {"ErrImagePull": "trying and failing to pull image",
-                   "ImagePullBackOff": "image can't be pulled"}.get(
-                state["waiting"]["reason"], state["waiting"]["reason"])
-            return _failure(400, f'container "{container}" in pod "{name}" is waiting to '
-                                 f"start: {why}")
+            why = {
+                "ErrImagePull": "trying and failing to pull image",
+                "ImagePullBackOff": "image can't be pulled",
+            }.get(state["waiting"]["reason"], state["waiting"]["reason"])
+            return _failure(400, f'container "{container}" in pod "{name}" is waiting to start: {why}')
         data = pod.behaviour.log.encode() if pod.running_at is not None else b""
         if tail is not None:
             data = b"".join(data.splitlines(keepends=True)[-tail:] if tail else [])
@@ -843,14 +923,24 @@ class FakeCluster:
         # As Go's strconv.ParseBool reads it: client releases send "true" or "True".
         if query.get("watch") in ("1", "t", "T", "true", "TRUE", "True"):
             return self._watch(kind, namespace, selector, fields, query)
-        matching = sorted((obj for k, obj in self._snapshots.values()
-                           if k == kind and self._matches(obj, namespace, selector, fields)),
-                          key=lambda o: int(o["metadata"]["resourceVersion"]))
+        matching = sorted(
+            (
+                obj
+                for k, obj in self._snapshots.values()
+                if k == kind and self._matches(obj, namespace, selector, fields)
+            ),
+            key=lambda o: int(o["metadata"]["resourceVersion"]),
+        )
         group = "batch/v1" if kind == "jobs" else "v1"
-        return _json(200, {"kind": "JobList" if kind == "jobs" else "PodList",
-                           "apiVersion": group,
-                           "metadata": {"resourceVersion": str(self._rv)},
-                           "items": [self._item(obj) for obj in matching]})
+        return _json(
+            200,
+            {
+                "kind": "JobList" if kind == "jobs" else "PodList",
+                "apiVersion": group,
+                "metadata": {"resourceVersion": str(self._rv)},
+                "items": [self._item(obj) for obj in matching],
+            },
+        )
 
     def _watch(self, kind: str, namespace: str, selector, fields, query) -> _Reply | _WatchReply:
         try:
@@ -861,9 +951,14 @@ class FakeCluster:
         watch = _WatchReply(kind, namespace, selector, fields, seconds, [], self._rv)
         since = query.get("resourceVersion", "")
         if since in ("", "0"):
-            current = sorted((obj for k, obj in self._snapshots.values()
-                              if k == kind and self._matches(obj, namespace, selector, fields)),
-                             key=lambda o: int(o["metadata"]["resourceVersion"]))
+            current = sorted(
+                (
+                    obj
+                    for k, obj in self._snapshots.values()
+                    if k == kind and self._matches(obj, namespace, selector, fields)
+                ),
+                key=lambda o: int(o["metadata"]["resourceVersion"]),
+            )
             watch.backlog = [{"type": "ADDED", "object": obj} for obj in current]
             return watch
         if not since.isdigit():
@@ -876,9 +971,13 @@ class FakeCluster:
             oldest = self._events[0].rv - 1
             gone = status_body(410, f"too old resource version: {cursor} ({oldest})", "Expired")
             return [{"type": "ERROR", "object": gone}], self._rv, True
-        events = [{"type": e.type, "object": e.obj} for e in self._events
-                  if e.rv > cursor and e.kind == watch.kind
-                  and self._matches(e.obj, watch.namespace, watch.selector, watch.fields)]
+        events = [
+            {"type": e.type, "object": e.obj}
+            for e in self._events
+            if e.rv > cursor
+            and e.kind == watch.kind
+            and self._matches(e.obj, watch.namespace, watch.selector, watch.fields)
+        ]
         return events, self._rv, False
 
     @staticmethod
@@ -896,10 +995,12 @@ class FakeCluster:
     @staticmethod
     def _matches(obj: dict[str, Any], namespace: str, selector, fields: dict[str, str]) -> bool:
         metadata = obj["metadata"]
-        return (metadata["namespace"] == namespace
-                and _selects(selector, metadata.get("labels") or {})
-                and fields.get("metadata.name", metadata["name"]) == metadata["name"]
-                and fields.get("metadata.namespace", namespace) == namespace)
+        return (
+            metadata["namespace"] == namespace
+            and _selects(selector, metadata.get("labels") or {})
+            and fields.get("metadata.name", metadata["name"]) == metadata["name"]
+            and fields.get("metadata.namespace", namespace) == namespace
+        )
 
     @staticmethod
     def _item(obj: dict[str, Any]) -> dict[str, Any]:
@@ -915,41 +1016,57 @@ class FakeCluster:
             except ValueError:
                 return _failure(400, "the body of the request was in an unknown format")
         policy = query.get("propagationPolicy") or options.get("propagationPolicy")
-        if policy is None and (query.get("orphanDependents") == "false"
-                               or options.get("orphanDependents") is False):
+        if policy is None and (
+            query.get("orphanDependents") == "false" or options.get("orphanDependents") is False
+        ):
             policy = "Background"
         policy = policy or "Orphan"  # batch/v1 Jobs orphan their Pods unless told otherwise
         if policy not in ("Orphan", "Background", "Foreground"):
-            return _failure(422, f'propagationPolicy: Unsupported value: "{policy}": supported '
-                                 'values: "Foreground", "Background", "Orphan"')
+            return _failure(
+                422,
+                f'propagationPolicy: Unsupported value: "{policy}": supported '
+                'values: "Foreground", "Background", "Orphan"',
+            )
         return policy
 
     def _validate_job(self, name: str, manifest: dict[str, Any]) -> list[dict[str, str]]:
         causes: list[dict[str, str]] = []
         metadata = manifest.get("metadata") or {}
         if not name:
-            causes.append(_cause("metadata.name", "FieldValueRequired",
-                                 "Required value: name or generateName is required"))
+            causes.append(
+                _cause(
+                    "metadata.name", "FieldValueRequired", "Required value: name or generateName is required"
+                )
+            )
         elif len(name) > 63:
-            causes.append(_cause("metadata.name", "FieldValueInvalid",
-                                 f'Invalid value: "{name}": must be no more than 63 characters'))
+            causes.append(
+                _cause(
+                    "metadata.name",
+                    "FieldValueInvalid",
+                    f'Invalid value: "{name}": must be no more than 63 characters',
+                )
+            )
         elif not DNS_LABEL.match(name):
-            causes.append(_cause(
-                "metadata.name", "FieldValueInvalid",
-                f'Invalid value: "{name}": a lowercase RFC 1123 label must consist of lower '
-                "case alphanumeric characters or '-', and must start and end with an "
-                "alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
-                "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"))
+            causes.append(
+                _cause(
+                    "metadata.name",
+                    "FieldValueInvalid",
+                    f'Invalid value: "{name}": a lowercase RFC 1123 label must consist of lower '
+                    "case alphanumeric characters or '-', and must start and end with an "
+                    "alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
+                    "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+                )
+            )
         causes += _label_causes("metadata.labels", metadata.get("labels"))
         spec = manifest.get("spec") or {}
         template = spec.get("template") or {}
-        causes += _label_causes("spec.template.metadata.labels",
-                                (template.get("metadata") or {}).get("labels"))
+        causes += _label_causes(
+            "spec.template.metadata.labels", (template.get("metadata") or {}).get("labels")
+        )
         pod = template.get("spec") or {}
         containers = pod.get("containers") or []
         if not isinstance(containers, list) or not containers:
-            causes.append(_cause("spec.template.spec.containers", "FieldValueRequired",
-                                 "Required value"))
+            causes.append(_cause("spec.template.spec.containers", "FieldValueRequired", "Required value"))
             containers = []
         for index, container in enumerate(containers):
             where = f"spec.template.spec.containers[{index}]"
@@ -957,36 +1074,64 @@ class FakeCluster:
             if not container_name:
                 causes.append(_cause(f"{where}.name", "FieldValueRequired", "Required value"))
             elif not DNS_LABEL.match(container_name) or len(container_name) > 63:
-                causes.append(_cause(f"{where}.name", "FieldValueInvalid",
-                                     f'Invalid value: "{container_name}": a lowercase RFC '
-                                     "1123 label must consist of lower case alphanumeric "
-                                     "characters or '-'"))
+                causes.append(
+                    _cause(
+                        f"{where}.name",
+                        "FieldValueInvalid",
+                        f'Invalid value: "{container_name}": a lowercase RFC '
+                        "1123 label must consist of lower case alphanumeric "
+                        "characters or '-'",
+                    )
+                )
             if not isinstance(container, dict) or not str(container.get("image") or "").strip():
                 causes.append(_cause(f"{where}.image", "FieldValueRequired", "Required value"))
         if len(containers) > 1:
-            causes.append(_cause("spec.template.spec.containers", "FieldValueNotSupported",
-                                 "this fake runs one container per Pod"))
+            causes.append(
+                _cause(
+                    "spec.template.spec.containers",
+                    "FieldValueNotSupported",
+                    "this fake runs one container per Pod",
+                )
+            )
         restart = pod.get("restartPolicy")
         if not restart:
-            causes.append(_cause("spec.template.spec.restartPolicy", "FieldValueRequired",
-                                 'Required value: valid values: "OnFailure", "Never"'))
+            causes.append(
+                _cause(
+                    "spec.template.spec.restartPolicy",
+                    "FieldValueRequired",
+                    'Required value: valid values: "OnFailure", "Never"',
+                )
+            )
         elif restart not in ("Never", "OnFailure"):
-            causes.append(_cause("spec.template.spec.restartPolicy", "FieldValueNotSupported",
-                                 f'Unsupported value: "{restart}": supported values: '
-                                 '"OnFailure", "Never"'))
-        for key, least in (("backoffLimit", 0), ("activeDeadlineSeconds", 1),
-                           ("ttlSecondsAfterFinished", 0), ("parallelism", 0),
-                           ("completions", 1)):
+            causes.append(
+                _cause(
+                    "spec.template.spec.restartPolicy",
+                    "FieldValueNotSupported",
+                    f'Unsupported value: "{restart}": supported values: "OnFailure", "Never"',
+                )
+            )
+        for key, least in (
+            ("backoffLimit", 0),
+            ("activeDeadlineSeconds", 1),
+            ("ttlSecondsAfterFinished", 0),
+            ("parallelism", 0),
+            ("completions", 1),
+        ):
             value = spec.get(key)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                      or value < least):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
                 relation = "greater than 0" if least else "greater than or equal to 0"
-                causes.append(_cause(f"spec.{key}", "FieldValueInvalid",
-                                     f"Invalid value: {json.dumps(value)}: must be {relation}"))
+                causes.append(
+                    _cause(
+                        f"spec.{key}",
+                        "FieldValueInvalid",
+                        f"Invalid value: {json.dumps(value)}: must be {relation}",
+                    )
+                )
         for key in ("parallelism", "completions"):
             if spec.get(key, 1) != 1:
-                causes.append(_cause(f"spec.{key}", "FieldValueNotSupported",
-                                     "this fake runs Jobs of one Pod"))
+                causes.append(
+                    _cause(f"spec.{key}", "FieldValueNotSupported", "this fake runs Jobs of one Pod")
+                )
         return causes
 
     # -- the cluster --------------------------------------------------------------
@@ -1017,10 +1162,11 @@ class FakeCluster:
                 if running_at is not None and pod.ended_at is None:
                     behaviour = pod.behaviour
                     finish = running_at + timedelta(seconds=behaviour.run_seconds)
-                    if (behaviour.evict_after is not None
-                            and behaviour.evict_after < behaviour.run_seconds):
-                        consider(running_at + timedelta(seconds=behaviour.evict_after),
-                                 partial(self._end_pod, pod, "evicted"))
+                    if behaviour.evict_after is not None and behaviour.evict_after < behaviour.run_seconds:
+                        consider(
+                            running_at + timedelta(seconds=behaviour.evict_after),
+                            partial(self._end_pod, pod, "evicted"),
+                        )
                     else:
                         outcome = "succeeded" if behaviour.exit_code == 0 else "failed"
                         consider(finish, partial(self._end_pod, pod, outcome))
@@ -1028,11 +1174,11 @@ class FakeCluster:
                     consider(pod.remove_at, partial(self._remove_pod, pod))
             for job in list(self._jobs.values()):
                 if job.finished_at is None and job.deadline is not None:
-                    consider(job.created_at + timedelta(seconds=job.deadline),
-                             partial(self._exceed_deadline, job))
+                    consider(
+                        job.created_at + timedelta(seconds=job.deadline), partial(self._exceed_deadline, job)
+                    )
                 if job.finished_at is not None and job.ttl is not None:
-                    consider(job.finished_at + timedelta(seconds=job.ttl),
-                             partial(self._expire, job))
+                    consider(job.finished_at + timedelta(seconds=job.ttl), partial(self._expire, job))
             if due is None:
                 break
             at, action = due
@@ -1047,23 +1193,23 @@ class FakeCluster:
                 continue
             pods = [p for p in self._pods.values() if p.owner is job]
             succeeded = job.gone_succeeded + sum(p.end == "succeeded" for p in pods)
-            failed = job.gone_failed + sum(p.ended_at is not None and p.end != "succeeded"
-                                           for p in pods)
+            failed = job.gone_failed + sum(p.ended_at is not None and p.end != "succeeded" for p in pods)
             active = [p for p in pods if p.ended_at is None]
             if succeeded:
-                self._finish(job, at, "Complete", "CompletionsReached",
-                             "Reached expected number of succeeded pods")
+                self._finish(
+                    job, at, "Complete", "CompletionsReached", "Reached expected number of succeeded pods"
+                )
             elif failed > job.backoff_limit:
                 for pod in active:
                     self._kill(pod, at)
-                self._finish(job, at, "Failed", "BackoffLimitExceeded",
-                             "Job has reached the specified backoff limit")
+                self._finish(
+                    job, at, "Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+                )
             elif not active and self._pod_refusal is not None:
                 self._failed_create(job, at, self._pod_refusal)
             elif not active:
                 self._create_pod(job, at)
-        holding = sum(1 for p in self._pods.values()
-                      if p.scheduled_at is not None and p.ended_at is None)
+        holding = sum(1 for p in self._pods.values() if p.scheduled_at is not None and p.ended_at is None)
         for pod in sorted(self._pods.values(), key=lambda p: p.seq):
             if pod.scheduled_at is not None or pod.ended_at is not None:
                 continue
@@ -1073,17 +1219,14 @@ class FakeCluster:
             pod.node = f"node-{pod.seq % self.nodes + 1}"
             holding += 1
 
-    def _create_job(self, namespace: str, name: str, manifest: dict[str, Any],
-                    now: datetime) -> _Job:
+    def _create_job(self, namespace: str, name: str, manifest: dict[str, Any], now: datetime) -> _Job:
         uid = str(uuid.UUID(int=self._random.getrandbits(128), version=4))
         metadata = manifest.get("metadata") or {}
         spec = copy.deepcopy(manifest["spec"])
         template = spec["template"]
-        controller = {CONTROLLER_UID: uid, JOB_NAME: name, "controller-uid": uid,
-                      "job-name": name}
+        controller = {CONTROLLER_UID: uid, JOB_NAME: name, "controller-uid": uid, "job-name": name}
         template.setdefault("metadata", {})
-        template["metadata"]["labels"] = {**(template["metadata"].get("labels") or {}),
-                                          **controller}
+        template["metadata"]["labels"] = {**(template["metadata"].get("labels") or {}), **controller}
         pod_spec = template["spec"]
         pod_spec.setdefault("dnsPolicy", "ClusterFirst")
         pod_spec.setdefault("schedulerName", "default-scheduler")
@@ -1096,17 +1239,29 @@ class FakeCluster:
             container.setdefault("terminationMessagePath", "/dev/termination-log")
             container.setdefault("terminationMessagePolicy", "File")
             container.setdefault("resources", {})
-        for key, value in (("parallelism", 1), ("completions", 1), ("backoffLimit", 6),
-                           ("completionMode", "NonIndexed"), ("suspend", False),
-                           ("podReplacementPolicy", "TerminatingOrFailed")):
+        for key, value in (
+            ("parallelism", 1),
+            ("completions", 1),
+            ("backoffLimit", 6),
+            ("completionMode", "NonIndexed"),
+            ("suspend", False),
+            ("podReplacementPolicy", "TerminatingOrFailed"),
+        ):
             spec.setdefault(key, value)
         spec["selector"] = {"matchLabels": {CONTROLLER_UID: uid}}
         labels = dict(metadata.get("labels") or template["metadata"]["labels"])
-        job = _Job(name=name, namespace=namespace, uid=uid, created_at=now, labels=labels,
-                   annotations=dict(metadata.get("annotations") or {}), spec=spec,
-                   backoff_limit=spec["backoffLimit"],
-                   deadline=spec.get("activeDeadlineSeconds"),
-                   ttl=spec.get("ttlSecondsAfterFinished"))
+        job = _Job(
+            name=name,
+            namespace=namespace,
+            uid=uid,
+            created_at=now,
+            labels=labels,
+            annotations=dict(metadata.get("annotations") or {}),
+            spec=spec,
+            backoff_limit=spec["backoffLimit"],
+            deadline=spec.get("activeDeadlineSeconds"),
+            ttl=spec.get("ttlSecondsAfterFinished"),
+        )
         self._jobs[(namespace, name)] = job
         return job
 
@@ -1120,29 +1275,55 @@ class FakeCluster:
                 event["lastTimestamp"] = _ts(at)
                 return
         self._rv += 1
-        self._core_events.append({
-            "metadata": {"name": f"{job.name}.{self._random.getrandbits(64):016x}",
-                         "namespace": job.namespace, "resourceVersion": str(self._rv),
-                         "creationTimestamp": _ts(at)},
-            "involvedObject": {"kind": "Job", "namespace": job.namespace, "name": job.name,
-                               "uid": job.uid, "apiVersion": "batch/v1"},
-            "reason": "FailedCreate", "message": text, "type": "Warning", "count": 1,
-            "source": {"component": "job-controller"},
-            "firstTimestamp": _ts(at), "lastTimestamp": _ts(at)})
+        self._core_events.append(
+            {
+                "metadata": {
+                    "name": f"{job.name}.{self._random.getrandbits(64):016x}",
+                    "namespace": job.namespace,
+                    "resourceVersion": str(self._rv),
+                    "creationTimestamp": _ts(at),
+                },
+                "involvedObject": {
+                    "kind": "Job",
+                    "namespace": job.namespace,
+                    "name": job.name,
+                    "uid": job.uid,
+                    "apiVersion": "batch/v1",
+                },
+                "reason": "FailedCreate",
+                "message": text,
+                "type": "Warning",
+                "count": 1,
+                "source": {"component": "job-controller"},
+                "firstTimestamp": _ts(at),
+                "lastTimestamp": _ts(at),
+            }
+        )
 
     def _events_get(self, query: dict[str, str], body: bytes, namespace: str) -> _Reply:
         wanted = {}
         for term in filter(None, (t.strip() for t in query.get("fieldSelector", "").split(","))):
             key, equals, value = term.partition("=")
             if not equals or key not in EVENT_FIELDS:
-                return _failure(400, f'"{key}" is not a known field selector: only '
-                                     f'"{", ".join(sorted(EVENT_FIELDS))}"')
+                return _failure(
+                    400, f'"{key}" is not a known field selector: only "{", ".join(sorted(EVENT_FIELDS))}"'
+                )
             wanted[key] = value
-        items = [event for event in self._core_events if event["metadata"]["namespace"] == namespace
-                 and all(_field(event, key) == value for key, value in wanted.items())]
-        return _json(200, {"kind": "EventList", "apiVersion": "v1",
-                           "metadata": {"resourceVersion": str(self._rv)},
-                           "items": copy.deepcopy(items)})
+        items = [
+            event
+            for event in self._core_events
+            if event["metadata"]["namespace"] == namespace
+            and all(_field(event, key) == value for key, value in wanted.items())
+        ]
+        return _json(
+            200,
+            {
+                "kind": "EventList",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(self._rv)},
+                "items": copy.deepcopy(items),
+            },
+        )
 
     def _create_pod(self, job: _Job, at: datetime) -> None:
         template = job.spec["template"]
@@ -1154,11 +1335,18 @@ class FakeCluster:
         spec.setdefault("enableServiceLinks", True)
         spec.setdefault("priority", 0)
         self._seq += 1
-        pod = _Pod(name=name, generate_name=base, namespace=job.namespace,
-                   uid=str(uuid.UUID(int=self._random.getrandbits(128), version=4)),
-                   seq=self._seq, created_at=at,
-                   labels=dict(template["metadata"]["labels"]), spec=spec,
-                   behaviour=self.behaviours.get(image, self.default), owner=job)
+        pod = _Pod(
+            name=name,
+            generate_name=base,
+            namespace=job.namespace,
+            uid=str(uuid.UUID(int=self._random.getrandbits(128), version=4)),
+            seq=self._seq,
+            created_at=at,
+            labels=dict(template["metadata"]["labels"]),
+            spec=spec,
+            behaviour=self.behaviours.get(image, self.default),
+            owner=job,
+        )
         self._pods[(job.namespace, name)] = pod
 
     def _generate(self, base: str) -> str:
@@ -1197,8 +1385,7 @@ class FakeCluster:
     def _exceed_deadline(self, job: _Job, at: datetime) -> None:
         for pod in [p for p in self._pods.values() if p.owner is job and p.ended_at is None]:
             self._kill(pod, at)
-        self._finish(job, at, "Failed", "DeadlineExceeded",
-                     "Job was active longer than specified deadline")
+        self._finish(job, at, "Failed", "DeadlineExceeded", "Job was active longer than specified deadline")
 
     def _expire(self, job: _Job, at: datetime) -> None:
         self._delete_job(job, "Foreground")
@@ -1244,8 +1431,7 @@ class FakeCluster:
         pods = [p for p in self._pods.values() if p.owner is job]
         active = [p for p in pods if p.ended_at is None]
         succeeded = job.gone_succeeded + sum(p.end == "succeeded" for p in pods)
-        failed = job.gone_failed + sum(p.ended_at is not None and p.end != "succeeded"
-                                       for p in pods)
+        failed = job.gone_failed + sum(p.ended_at is not None and p.end != "succeeded" for p in pods)
         status: dict[str, Any] = {
             "startTime": _ts(job.created_at),
             "ready": sum(1 for p in active if self._running(p, now)),
@@ -1262,21 +1448,31 @@ class FakeCluster:
             target = "SuccessCriteriaMet" if job.outcome == "Complete" else "FailureTarget"
             status["conditions"] = [
                 _condition(kind, "True", job.finished_at, job.reason, job.message)
-                for kind in (target, job.outcome)]
+                for kind in (target, job.outcome)
+            ]
             if job.outcome == "Complete":
                 status["completionTime"] = _ts(job.finished_at)
         metadata: dict[str, Any] = {
-            "name": job.name, "namespace": job.namespace, "uid": job.uid,
-            "resourceVersion": "", "generation": 1,
-            "creationTimestamp": _ts(job.created_at), "labels": dict(job.labels)}
+            "name": job.name,
+            "namespace": job.namespace,
+            "uid": job.uid,
+            "resourceVersion": "",
+            "generation": 1,
+            "creationTimestamp": _ts(job.created_at),
+            "labels": dict(job.labels),
+        }
         if job.annotations:
             metadata["annotations"] = dict(job.annotations)
-        return {"kind": "Job", "apiVersion": "batch/v1", "metadata": metadata,
-                "spec": job.spec, "status": status}
+        return {
+            "kind": "Job",
+            "apiVersion": "batch/v1",
+            "metadata": metadata,
+            "spec": job.spec,
+            "status": status,
+        }
 
     def _running(self, pod: _Pod, now: datetime) -> bool:
-        return (pod.ended_at is None and pod.running_at is not None
-                and pod.running_at <= now)
+        return pod.ended_at is None and pod.running_at is not None and pod.running_at <= now
 
     def _container_state(self, pod: _Pod, now: datetime) -> dict[str, Any]:
         behaviour, image = pod.behaviour, pod.container["image"]
@@ -1286,93 +1482,154 @@ class FakeCluster:
             finished = _ts(pod.ended_at)
             if pod.end in ("succeeded", "failed"):
                 reason = behaviour.reason or ("Completed" if pod.end == "succeeded" else "Error")
-                return {"terminated": {"exitCode": behaviour.exit_code, "reason": reason,
-                                       "startedAt": _ts(running_at), "finishedAt": finished,
-                                       "containerID": container_id}}
+                return {
+                    "terminated": {
+                        "exitCode": behaviour.exit_code,
+                        "reason": reason,
+                        "startedAt": _ts(running_at),
+                        "finishedAt": finished,
+                        "containerID": container_id,
+                    }
+                }
             if running_at is not None and running_at <= pod.ended_at:
-                return {"terminated": {"exitCode": 137 if pod.end == "evicted" else 143,
-                                       "reason": "Error", "startedAt": _ts(running_at),
-                                       "finishedAt": finished, "containerID": container_id}}
-            return {"terminated": {
-                "exitCode": 137, "reason": "ContainerStatusUnknown",
-                "message": "The container could not be located when the pod was terminated",
-                "finishedAt": finished}}
+                return {
+                    "terminated": {
+                        "exitCode": 137 if pod.end == "evicted" else 143,
+                        "reason": "Error",
+                        "startedAt": _ts(running_at),
+                        "finishedAt": finished,
+                        "containerID": container_id,
+                    }
+                }
+            return {
+                "terminated": {
+                    "exitCode": 137,
+                    "reason": "ContainerStatusUnknown",
+                    "message": "The container could not be located when the pod was terminated",
+                    "finishedAt": finished,
+                }
+            }
         assert pod.scheduled_at is not None
         created = pod.scheduled_at + timedelta(seconds=behaviour.create_seconds)
         if behaviour.invalid_image:
-            return {"waiting": {"reason": "InvalidImageName",
-                                "message": f'Failed to apply default image tag "{image}": '
-                                           f'couldn\'t parse image name "{image}": invalid '
-                                           "reference format"}}
+            return {
+                "waiting": {
+                    "reason": "InvalidImageName",
+                    "message": f'Failed to apply default image tag "{image}": '
+                    f'couldn\'t parse image name "{image}": invalid '
+                    "reference format",
+                }
+            }
         if now < created:
             return {"waiting": {"reason": "ContainerCreating"}}
         if behaviour.config_error:
-            return {"waiting": {"reason": "CreateContainerConfigError",
-                                "message": behaviour.config_error}}
+            return {"waiting": {"reason": "CreateContainerConfigError", "message": behaviour.config_error}}
         if behaviour.pull_error:
             if now < created + timedelta(seconds=PULL_BACKOFF_SECONDS):
-                return {"waiting": {"reason": "ErrImagePull",
-                                    "message": f'failed to pull and unpack image "{image}": '
-                                               "failed to resolve reference: pull access "
-                                               "denied, repository does not exist or may "
-                                               "require authorization"}}
-            return {"waiting": {"reason": "ImagePullBackOff",
-                                "message": f'Back-off pulling image "{image}"'}}
+                return {
+                    "waiting": {
+                        "reason": "ErrImagePull",
+                        "message": f'failed to pull and unpack image "{image}": '
+                        "failed to resolve reference: pull access "
+                        "denied, repository does not exist or may "
+                        "require authorization",
+                    }
+                }
+            return {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}}
         return {"running": {"startedAt": _ts(running_at)}}
 
     def _render_pod(self, pod: _Pod, now: datetime) -> dict[str, Any]:
         metadata: dict[str, Any] = {
-            "name": pod.name, "generateName": pod.generate_name, "namespace": pod.namespace,
-            "uid": pod.uid, "resourceVersion": "", "creationTimestamp": _ts(pod.created_at),
-            "labels": dict(pod.labels)}
+            "name": pod.name,
+            "generateName": pod.generate_name,
+            "namespace": pod.namespace,
+            "uid": pod.uid,
+            "resourceVersion": "",
+            "creationTimestamp": _ts(pod.created_at),
+            "labels": dict(pod.labels),
+        }
         if pod.owner is not None:
-            metadata["ownerReferences"] = [{
-                "apiVersion": "batch/v1", "kind": "Job", "name": pod.owner.name,
-                "uid": pod.owner.uid, "controller": True, "blockOwnerDeletion": True}]
+            metadata["ownerReferences"] = [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": pod.owner.name,
+                    "uid": pod.owner.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ]
         if pod.deleting_at is not None:
             metadata["deletionTimestamp"] = _ts(pod.deleting_at)
             metadata["deletionGracePeriodSeconds"] = GRACE_SECONDS
         spec = dict(pod.spec)
         if pod.node:
             spec["nodeName"] = pod.node
-        return {"kind": "Pod", "apiVersion": "v1", "metadata": metadata, "spec": spec,
-                "status": self._pod_status(pod, now)}
+        return {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "metadata": metadata,
+            "spec": spec,
+            "status": self._pod_status(pod, now),
+        }
 
     def _pod_status(self, pod: _Pod, now: datetime) -> dict[str, Any]:
         qos = self._qos(pod.container.get("resources") or {})
         if pod.scheduled_at is None:
-            return {"phase": "Pending", "qosClass": qos, "conditions": [
-                _condition("PodScheduled", "False", pod.created_at, "Unschedulable",
-                           self.unschedulable_message)]}
+            return {
+                "phase": "Pending",
+                "qosClass": qos,
+                "conditions": [
+                    _condition(
+                        "PodScheduled", "False", pod.created_at, "Unschedulable", self.unschedulable_message
+                    )
+                ],
+            }
         state = self._container_state(pod, now)
         running = "running" in state
         started = pod.running_at is not None and pod.running_at <= (pod.ended_at or now)
         container_status: dict[str, Any] = {
-            "name": pod.container["name"], "image": pod.container["image"],
-            "imageID": "", "ready": running, "restartCount": 0, "started": running,
-            "state": state, "lastState": {}}
+            "name": pod.container["name"],
+            "image": pod.container["image"],
+            "imageID": "",
+            "ready": running,
+            "restartCount": 0,
+            "started": running,
+            "state": state,
+            "lastState": {},
+        }
         if started:
-            container_status["imageID"] = (f"{pod.container['image']}@sha256:"
-                                           f"{uuid.UUID(pod.uid).hex * 2}")
-            container_status["containerID"] = state.get("running", state.get(
-                "terminated", {})).get("containerID", f"containerd://{uuid.UUID(pod.uid).hex * 2}")
+            container_status["imageID"] = f"{pod.container['image']}@sha256:{uuid.UUID(pod.uid).hex * 2}"
+            container_status["containerID"] = state.get("running", state.get("terminated", {})).get(
+                "containerID", f"containerd://{uuid.UUID(pod.uid).hex * 2}"
+            )
         if pod.ended_at is None:
             phase = "Running" if running else "Pending"
         else:
             phase = "Succeeded" if pod.end == "succeeded" else "Failed"
         changed_at = pod.ended_at or (pod.running_at if running else pod.scheduled_at)
         not_ready = "PodCompleted" if pod.ended_at is not None else "ContainersNotReady"
-        ready = [_condition(kind, "True", changed_at) if running else
-                 _condition(kind, "False", changed_at, not_ready,
-                            "" if pod.ended_at else "containers with unready status: [hook]")
-                 for kind in ("Ready", "ContainersReady")]
+        ready = [
+            _condition(kind, "True", changed_at)
+            if running
+            else _condition(
+                kind,
+                "False",
+                changed_at,
+                not_ready,
+                "" if pod.ended_at else "containers with unready status: [hook]",
+            )
+            for kind in ("Ready", "ContainersReady")
+        ]
         sandbox = pod.scheduled_at + timedelta(seconds=min(pod.behaviour.create_seconds, 1.0))
         if pod.ended_at is not None:
             sandbox_ready = _condition("PodReadyToStartContainers", "False", pod.ended_at)
         else:
-            sandbox_ready = _condition("PodReadyToStartContainers",
-                                       "True" if now >= sandbox else "False",
-                                       sandbox if now >= sandbox else pod.scheduled_at)
+            sandbox_ready = _condition(
+                "PodReadyToStartContainers",
+                "True" if now >= sandbox else "False",
+                sandbox if now >= sandbox else pod.scheduled_at,
+            )
         conditions = [
             sandbox_ready,
             _condition("Initialized", "True", pod.scheduled_at),
@@ -1380,15 +1637,23 @@ class FakeCluster:
             _condition("PodScheduled", "True", pod.scheduled_at),
         ]
         status: dict[str, Any] = {
-            "phase": phase, "conditions": conditions, "hostIP": f"10.0.0.{pod.seq % 250 + 2}",
+            "phase": phase,
+            "conditions": conditions,
+            "hostIP": f"10.0.0.{pod.seq % 250 + 2}",
             "podIP": f"10.244.{pod.seq // 250}.{pod.seq % 250 + 2}",
-            "startTime": _ts(pod.scheduled_at), "containerStatuses": [container_status],
-            "qosClass": qos}
+            "startTime": _ts(pod.scheduled_at),
+            "containerStatuses": [container_status],
+            "qosClass": qos,
+        }
         if pod.end == "evicted":
             status["reason"] = "Evicted"
             status["message"] = EVICTION_MESSAGE
-            conditions.insert(0, _condition("DisruptionTarget", "True", pod.ended_at,
-                                            "TerminationByKubelet", EVICTION_MESSAGE))
+            conditions.insert(
+                0,
+                _condition(
+                    "DisruptionTarget", "True", pod.ended_at, "TerminationByKubelet", EVICTION_MESSAGE
+                ),
+            )
         return status
 
     @staticmethod
@@ -1397,15 +1662,24 @@ class FakeCluster:
         if not requests and not limits:
             return "BestEffort"
         if all(k in limits for k in ("cpu", "memory")) and all(
-                requests.get(k, limits[k]) == limits[k] for k in ("cpu", "memory")):
+            requests.get(k, limits[k]) == limits[k] for k in ("cpu", "memory")
+        ):
             return "Guaranteed"
         return "Burstable"
 
 
 # The field selectors the apiserver supports on v1 Events (a subset: no source).
-EVENT_FIELDS = frozenset({
-    "involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
-    "involvedObject.uid", "involvedObject.apiVersion", "reason", "type"})
+EVENT_FIELDS = frozenset(
+    {
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "reason",
+        "type",
+    }
+)
 
 
 def _field(obj: dict[str, Any], path: str) -> Any:

@@ -34,8 +34,14 @@ print(json.dumps({"missing": [n for n in jobs.__all__ if not hasattr(jobs, n)],
 
 def test_import_jobs_works_before_the_apps_are_loaded_and_reads_no_model():
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "project.test_settings"}
-    result = subprocess.run([sys.executable, "-c", BEFORE_APPS_LOAD], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", BEFORE_APPS_LOAD],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.splitlines()[-1])
     assert report["missing"] == []
@@ -43,28 +49,73 @@ def test_import_jobs_works_before_the_apps_are_loaded_and_reads_no_model():
 
 
 def test_the_public_api_names_every_documented_name():
-    assert sorted(jobs.__all__) == sorted([
-        "handler", "Handler", "enqueue", "enqueue_many", "enqueue_once", "Enqueued",
-        "publish", "JobContext", "TransientError", "PermanentError", "Snooze",
-        "UnknownJobType", "InvalidArgument", "InvalidPayload", "LeaseLost",
-        "IllegalTransition", "Backoff", "Exponential", "Fibonacci", "Fixed", "Schedule",
-        "recover", "retry", "cancel", "run_now", "explain", "ApiPayload", "TenantObject",
-        "Prerequisite", "now", "run_until_idle", "busy_pipelines", "pipeline_jobs",
-        "pipeline_state", "pipelines_over", "execute_prepared", "redact_secrets",
-        "storable_json", "wake", "without_traceback", "live_workers",
-    ])
+    assert sorted(jobs.__all__) == sorted(
+        [
+            "handler",
+            "Handler",
+            "enqueue",
+            "enqueue_many",
+            "enqueue_once",
+            "Enqueued",
+            "publish",
+            "JobContext",
+            "TransientError",
+            "PermanentError",
+            "Snooze",
+            "UnknownJobType",
+            "InvalidArgument",
+            "InvalidPayload",
+            "LeaseLost",
+            "IllegalTransition",
+            "Backoff",
+            "Exponential",
+            "Fibonacci",
+            "Fixed",
+            "Schedule",
+            "recover",
+            "retry",
+            "cancel",
+            "run_now",
+            "explain",
+            "ApiPayload",
+            "TenantObject",
+            "Prerequisite",
+            "now",
+            "run_until_idle",
+            "busy_pipelines",
+            "pipeline_jobs",
+            "pipeline_state",
+            "pipelines_over",
+            "execute_prepared",
+            "redact_secrets",
+            "storable_json",
+            "wake",
+            "without_traceback",
+            "live_workers",
+        ]
+    )
     assert jobs.Enqueued is engine.Enqueued
 
 
-@pytest.mark.parametrize("name, target", [
-    ("enqueue", engine.enqueue), ("enqueue_once", engine.enqueue_once),
-    ("enqueue_many", engine.enqueue_many), ("recover", engine.recover),
-    ("execute_prepared", sql.execute),
-    ("retry", engine.retry), ("cancel", engine.cancel), ("run_now", engine.run_now),
-    ("publish", events.publish), ("explain", why.explain),
-    ("busy_pipelines", pipelines.busy), ("pipeline_jobs", pipelines.jobs_of),
-    ("pipelines_over", pipelines.over), ("wake", engine.wake),
-])
+@pytest.mark.parametrize(
+    "name, target",
+    [
+        ("enqueue", engine.enqueue),
+        ("enqueue_once", engine.enqueue_once),
+        ("enqueue_many", engine.enqueue_many),
+        ("recover", engine.recover),
+        ("execute_prepared", sql.execute),
+        ("retry", engine.retry),
+        ("cancel", engine.cancel),
+        ("run_now", engine.run_now),
+        ("publish", events.publish),
+        ("explain", why.explain),
+        ("busy_pipelines", pipelines.busy),
+        ("pipeline_jobs", pipelines.jobs_of),
+        ("pipelines_over", pipelines.over),
+        ("wake", engine.wake),
+    ],
+)
 def test_each_public_function_has_the_signature_of_the_one_it_calls(name, target):
     assert getattr(jobs, name) is getattr(public, name)
     assert str(inspect.signature(getattr(public, name))) == str(inspect.signature(target))
@@ -82,8 +133,11 @@ def test_every_module_of_jobs_is_core_or_a_surface():
     modules) or among the surfaces: a core module missing from the contract would be
     free to import a surface without the contract noticing."""
     contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    core = next(c for c in contracts["contracts"]
-                if c["name"] == "The engine's core imports none of its operator surfaces")
+    core = next(
+        c
+        for c in contracts["contracts"]
+        if c["name"] == "The engine's core imports none of its operator surfaces"
+    )
     modules = {f"jobs.{m.name}" for m in pkgutil.iter_modules([str(ROOT / "jobs")])}
     assert set(core["forbidden_modules"]) == SURFACES
     assert modules - SURFACES - HOOKS == set(core["source_modules"])

@@ -84,38 +84,59 @@ def acme(clock) -> Acme:
     run_until_idle()
     failed = make_job("tests.permanent", {"secret": ACME_MARK}, tenant=owner)
     run_until_idle()
-    waiting = make_job("tests.noop", {"secret": ACME_MARK}, tenant=owner,
-                       run_after=clock.now().replace(year=2030))
+    waiting = make_job(
+        "tests.noop", {"secret": ACME_MARK}, tenant=owner, run_after=clock.now().replace(year=2030)
+    )
     event = jobs.publish("OrderPlaced", {"secret": ACME_MARK}, tenant=owner)
-    _, upload = staging.stage(io.BytesIO(csv_bytes(HEADER, plane_rows(3))),
-                              csv_schemas.entries("plane"))
+    _, upload = staging.stage(io.BytesIO(csv_bytes(HEADER, plane_rows(3))), csv_schemas.entries("plane"))
     staging.register(upload, Upload.Kind.ENTRIES, tenant_id=owner.pk)
     run = ingest_services.start_ingest(ingest_builders.source(owner, ACME_MARK))
     scraped = ingest_builders.source(owner, SCRAPED, kind="scraped_reference", config={})
     scraping.sync(scraped, ACME_MARK, [{"external_id": ACME_MARK, "payload": {"m": ACME_MARK}}])
-    feed = MarketFeed.objects.create(tenant=owner, name=f"feed-{ACME_MARK}".lower(),
-                                     api_url="http://127.0.0.1:9/", token=ACME_MARK)
-    SourceFreshness.objects.create(feed=feed, dataset="daily", last_failure=clock.now(),
-                                   last_error=f"daily: {ACME_MARK} refused")
+    feed = MarketFeed.objects.create(
+        tenant=owner, name=f"feed-{ACME_MARK}".lower(), api_url="http://127.0.0.1:9/", token=ACME_MARK
+    )
+    SourceFreshness.objects.create(
+        feed=feed, dataset="daily", last_failure=clock.now(), last_error=f"daily: {ACME_MARK} refused"
+    )
     binding(owner, role=ACME_MARK, catalogs=(ACME_MARK.lower(),))
     mapping = Mapping.objects.create(tenant=owner, name="acme-graph", description=ACME_MARK)
-    MappingEntity.objects.create(mapping=mapping, kind="node", name=ACME_MARK, dataset="units",
-                                 columns=["id", "code"])
+    MappingEntity.objects.create(
+        mapping=mapping, kind="node", name=ACME_MARK, dataset="units", columns=["id", "code"]
+    )
     export = export_services.create_snapshot(mapping)
     held = claim_jobs("acme-worker", 1)[0]
-    export_services.report(held.pk, export_services.Report(
-        "failed", held.generation, worker="acme-worker", error_message=ACME_MARK,
-        claim_token=held.token))
+    export_services.report(
+        held.pk,
+        export_services.Report(
+            "failed", held.generation, worker="acme-worker", error_message=ACME_MARK, claim_token=held.token
+        ),
+    )
     export_services.create_snapshot(mapping)  # and one pending
-    return Acme(owner, the_report, travel, DataEntry.objects.filter(module=travel).first(),
-                started.job, Job.objects.get(pk=failed.pk), waiting, event, upload, run,
-                IngestionHandoff.objects.get(source=scraped), mapping, export)
+    return Acme(
+        owner,
+        the_report,
+        travel,
+        DataEntry.objects.filter(module=travel).first(),
+        started.job,
+        Job.objects.get(pk=failed.pk),
+        waiting,
+        event,
+        upload,
+        run,
+        IngestionHandoff.objects.get(source=scraped),
+        mapping,
+        export,
+    )
 
 
 def snapshot(acme: Acme) -> tuple[Any, ...]:
     return (
-        sorted(Job.objects.filter(tenant=acme.tenant).values_list("id", "state", "attempts",
-                                                                   "run_after", "max_attempts")),
+        sorted(
+            Job.objects.filter(tenant=acme.tenant).values_list(
+                "id", "state", "attempts", "run_after", "max_attempts"
+            )
+        ),
         sorted(DataEntry.objects.filter(module=acme.travel).values_list("id", "quantity", "unit")),
         sorted(Emission.objects.values_list("data_entry_id", "kg_co2e")),
         ReportModule.objects.get(pk=acme.travel.pk).stats,
@@ -123,14 +144,18 @@ def snapshot(acme: Acme) -> tuple[Any, ...]:
         Upload.objects.filter(tenant=acme.tenant).count(),
         sorted(IngestRun.objects.filter(tenant=acme.tenant).values_list("id", "status")),
         RunAction.objects.filter(run__tenant=acme.tenant).count(),
-        sorted(IngestionHandoff.objects.filter(tenant=acme.tenant).values_list(
-            "id", "status", "reason_code")),
+        sorted(
+            IngestionHandoff.objects.filter(tenant=acme.tenant).values_list("id", "status", "reason_code")
+        ),
         sorted(ScrapeReference.objects.filter(tenant=acme.tenant).values_list("id", "payload_hash")),
         sorted(Snapshot.objects.filter(tenant=acme.tenant).values_list("id", "status")),
         sorted(ExportJob.objects.filter(tenant=acme.tenant).values_list("id", "status", "generation")),
         sorted(Delivery.objects.filter(event__tenant=acme.tenant).values_list("id", "quarantined_at")),
-        sorted(HookTemplate.objects.filter(hooks__source__tenant=acme.tenant).values_list(
-            "id", "image", "command", "enabled")),
+        sorted(
+            HookTemplate.objects.filter(hooks__source__tenant=acme.tenant).values_list(
+                "id", "image", "command", "enabled"
+            )
+        ),
         sorted(RunnerBreaker.objects.filter(tenant=acme.tenant).values_list("id", "state")),
     )
 
@@ -144,8 +169,10 @@ def token_client(user: Any) -> APIClient:
 @pytest.fixture
 def globex() -> dict[str, APIClient]:
     other = tenant("Globex")
-    return {"staff": token_client(staff("gina", of=other)),
-            "member": token_client(staff("gus", of=other, is_staff=False))}
+    return {
+        "staff": token_client(staff("gina", of=other)),
+        "member": token_client(staff("gus", of=other, is_staff=False)),
+    }
 
 
 def probes(acme: Acme) -> list[tuple[str, str, str, dict[str, Any] | None]]:
@@ -165,31 +192,60 @@ def probes(acme: Acme) -> list[tuple[str, str, str, dict[str, Any] | None]]:
         ("factors-report", "get", f"/v1/carbon_reports/{report_id}", None),
         ("factors-module", "get", module_path, None),
         ("factors-entries", "get", entries, None),
-        ("factors-entries", "post", entries, {"data_entry_type": "plane", "quantity": "1",
-                                              "classification": {"haul": "short",
-                                                                 "cabin": "economy"}}),
+        (
+            "factors-entries",
+            "post",
+            entries,
+            {
+                "data_entry_type": "plane",
+                "quantity": "1",
+                "classification": {"haul": "short", "cabin": "economy"},
+            },
+        ),
         ("factors-entry", "get", f"{entries}/{acme.entry.pk}", None),
         ("factors-entry", "patch", f"{entries}/{acme.entry.pk}", {"quantity": "999"}),
         ("factors-entry", "delete", f"{entries}/{acme.entry.pk}", None),
-        ("factors-dispatch", "multipart", "/sync/dispatch", {
-            "report": report_id, "module": "travel", "data_entry_type": "plane",
-            "file": SimpleUploadedFile("e.csv", csv_file)}),
-        ("factors-api-ingest", "post", "/sync/api-ingest", {
-            "report": report_id, "module": "travel", "data_entry_type": "plane",
-            "url": "https://example.org/entries.json"}),
-        ("factors-upload", "multipart", "/sync/factors/plane", {
-            "file": SimpleUploadedFile("f.csv", csv_file)}),
-        ("factors-units", "post", "/sync/units", {"year": 2024,
-                                                  "url": "https://example.org/units.json"}),
+        (
+            "factors-dispatch",
+            "multipart",
+            "/sync/dispatch",
+            {
+                "report": report_id,
+                "module": "travel",
+                "data_entry_type": "plane",
+                "file": SimpleUploadedFile("e.csv", csv_file),
+            },
+        ),
+        (
+            "factors-api-ingest",
+            "post",
+            "/sync/api-ingest",
+            {
+                "report": report_id,
+                "module": "travel",
+                "data_entry_type": "plane",
+                "url": "https://example.org/entries.json",
+            },
+        ),
+        (
+            "factors-upload",
+            "multipart",
+            "/sync/factors/plane",
+            {"file": SimpleUploadedFile("f.csv", csv_file)},
+        ),
+        ("factors-units", "post", "/sync/units", {"year": 2024, "url": "https://example.org/units.json"}),
         ("factors-recalculate", "post", "/sync/recalculate-emissions/plane", {"year": 2024}),
         ("factors-pipeline", "get", f"/sync/pipelines/{acme.ingest.pipeline_id}", None),
         ("ingest-run-detail", "get", f"/api/ingest/runs/{acme.run.pk}/", None),
         ("ingest-run-cancel", "post", f"/api/ingest/runs/{acme.run.pk}/cancel/", {}),
         ("ingest-run-retry-hooks", "post", f"/api/ingest/runs/{acme.run.pk}/retry-hooks/", {}),
-        ("ingest-run-retry-from-batch", "post", f"/api/ingest/runs/{acme.run.pk}/retry-from-batch/",
-         {}),
-        ("scraping-sync", "post", f"/scraping/{SCRAPED}/sync",
-         {"scrape_run_id": "globex", "references": [{"external_id": ACME_MARK, "payload": {}}]}),
+        ("ingest-run-retry-from-batch", "post", f"/api/ingest/runs/{acme.run.pk}/retry-from-batch/", {}),
+        (
+            "scraping-sync",
+            "post",
+            f"/scraping/{SCRAPED}/sync",
+            {"scrape_run_id": "globex", "references": [{"external_id": ACME_MARK, "payload": {}}]},
+        ),
         ("scraping-handoffs", "get", f"/scraping/{SCRAPED}/handoffs", None),
         ("exports-mapping-detail", "get", f"/api/exports/mappings/{acme.mapping.pk}/", None),
         ("exports-snapshot-detail", "get", f"/api/exports/snapshots/{acme.export.pk}/", None),
@@ -197,8 +253,12 @@ def probes(acme: Acme) -> list[tuple[str, str, str, dict[str, Any] | None]]:
         # The workers' control plane: a tenant's token is not the workers' token.
         ("exports-claim", "post", "/internal/exports/claim", {"worker": "gina", "limit": 10}),
         ("exports-pollable", "post", "/internal/exports/pollable", {"worker": "gina", "limit": 50}),
-        ("exports-report", "post", f"/internal/exports/jobs/{export_job(acme)}/report",
-         {"status": "failed", "generation": 2, "worker": "gina", "error_message": "x"}),
+        (
+            "exports-report",
+            "post",
+            f"/internal/exports/jobs/{export_job(acme)}/report",
+            {"status": "failed", "generation": 2, "worker": "gina", "error_message": "x"},
+        ),
         ("exports-finalize", "post", f"/internal/exports/snapshots/{acme.export.pk}/finalize", {}),
     ]
 
@@ -213,13 +273,20 @@ def export_job(acme: Acme) -> int:
 
 # Listings and pages that name no object: they answer, but with none of Acme's rows.
 LISTINGS = {
-    "job-list": "/api/jobs/", "event-list": "/api/events/",
-    "job-dashboard": "/api/jobs/dashboard/?window=7d", "factors-reports": "/v1/carbon_reports",
-    "metrics": "/metrics", "api-schema": "/api/schema/", "api-docs": "/api/docs/",
-    "ingest-run-list": "/api/ingest/runs/", "quality-status": "/quality/status",
-    "exports-mapping-list": "/api/exports/mappings/", "exports-snapshot-list": "/api/exports/snapshots/",
+    "job-list": "/api/jobs/",
+    "event-list": "/api/events/",
+    "job-dashboard": "/api/jobs/dashboard/?window=7d",
+    "factors-reports": "/v1/carbon_reports",
+    "metrics": "/metrics",
+    "api-schema": "/api/schema/",
+    "api-docs": "/api/docs/",
+    "ingest-run-list": "/api/ingest/runs/",
+    "quality-status": "/quality/status",
+    "exports-mapping-list": "/api/exports/mappings/",
+    "exports-snapshot-list": "/api/exports/snapshots/",
     "exports-datasets": "/api/exports/datasets/",
-    "factors-factors": "/v1/emission_factors", "factors-factor": "/v1/emission_factors/1",  # shared
+    "factors-factors": "/v1/emission_factors",
+    "factors-factor": "/v1/emission_factors/1",  # shared
     "home": "/",  # the addresses of the admin and the API docs, the same for everyone
 }
 
@@ -250,8 +317,10 @@ def url_names() -> set[str]:
 def streams(acme: Acme) -> dict[str, str]:
     """The SSE endpoints (probed in a transactional test: they read on their own
     connections, which see only committed rows)."""
-    return {"job-events": f"/jobs/{acme.failed.pk}/events",
-            "pipeline-events": f"/sync/pipelines/{acme.ingest.pipeline_id}/events"}
+    return {
+        "job-events": f"/jobs/{acme.failed.pk}/events",
+        "pipeline-events": f"/sync/pipelines/{acme.ingest.pipeline_id}/events",
+    }
 
 
 def test_every_endpoint_is_probed(acme):
@@ -264,8 +333,7 @@ def test_acmes_ids_at_every_endpoint_find_nothing_and_change_nothing(acme, globe
     before = snapshot(acme)
     client = globex[who]
 
-    answers = {(name, method): call(client, method, path, body)
-               for name, method, path, body in probes(acme)}
+    answers = {(name, method): call(client, method, path, body) for name, method, path, body in probes(acme)}
 
     statuses = {key: response.status_code for key, response in answers.items()}
     assert all(status in (403, 404) for status in statuses.values()), statuses
@@ -302,39 +370,42 @@ def test_listings_show_none_of_acmes_rows(acme, globex, who):
 
 def test_the_admin_shows_globex_staff_none_of_acmes_objects(acme):
     gina = staff("gina", of=tenant("Globex"))
-    gina.user_permissions.set(Permission.objects.filter(
-        content_type__app_label__in=["jobs", "factors", "ingest", "exports"]))
+    gina.user_permissions.set(
+        Permission.objects.filter(content_type__app_label__in=["jobs", "factors", "ingest", "exports"])
+    )
     browser = Client()
     browser.force_login(gina)
     delivery = acme.event.deliveries.order_by("id").first().pk
     entry = acme.run.source.hooks.get().template  # offered to Acme alone
     for job in range(5):
-        breaker.record_failure("kube:conveyor-hooks", acme.tenant.pk, job,
-                               f"{ACME_MARK}: pods evicted", jobs.now())
+        breaker.record_failure(
+            "kube:conveyor-hooks", acme.tenant.pk, job, f"{ACME_MARK}: pods evicted", jobs.now()
+        )
     acme_breaker = RunnerBreaker.objects.get(tenant=acme.tenant)
-    pages = [f"/admin/jobs/job/{acme.failed.pk}/change/",
-             f"/admin/jobs/delivery/{delivery}/change/",
-             *(f"/admin/jobs/delivery/{delivery}/{action}/"
-               for action in ("quarantine", "release", "replay")),
-             f"/admin/jobs/job/pipeline/{acme.ingest.pipeline_id}/",
-             f"/admin/factors/carbonreport/{acme.report.pk}/change/",
-             f"/admin/factors/upload/{acme.upload.id}/change/",
-             f"/admin/ingest/ingestrun/{acme.run.pk}/change/",
-             f"/admin/ingest/ingestrun/{acme.run.pk}/timeline/",
-             f"/admin/ingest/ingestsource/{acme.run.source_id}/change/",
-             f"/admin/ingest/hooktemplate/{entry.pk}/change/",
-             f"/admin/ingest/hooktemplate/{entry.pk}/delete/",
-             f"/admin/ingest/runnerbreaker/{acme_breaker.pk}/change/",
-             f"/admin/ingest/ingestionhandoff/{acme.handoff.pk}/change/",
-             f"/admin/ingest/scrapereference/{acme.handoff.reference_id}/change/",
-             f"/admin/ingest/scraperun/{acme.handoff.scrape_run_id}/change/",
-             f"/admin/exports/mapping/{acme.mapping.pk}/change/",
-             f"/admin/exports/mapping/{acme.mapping.pk}/take-snapshot/",
-             f"/admin/exports/snapshot/{acme.export.pk}/change/",
-             f"/admin/exports/snapshot/{acme.export.pk}/cancel/",
-             f"/admin/exports/snapshot/{acme.export.pk}/jobs/{export_job(acme)}/files/0/",
-             f"/admin/exports/trinobinding/{acme_binding(acme)}/change/",
-             f"/admin/exports/trinobinding/{acme_binding(acme)}/delete/"]
+    pages = [
+        f"/admin/jobs/job/{acme.failed.pk}/change/",
+        f"/admin/jobs/delivery/{delivery}/change/",
+        *(f"/admin/jobs/delivery/{delivery}/{action}/" for action in ("quarantine", "release", "replay")),
+        f"/admin/jobs/job/pipeline/{acme.ingest.pipeline_id}/",
+        f"/admin/factors/carbonreport/{acme.report.pk}/change/",
+        f"/admin/factors/upload/{acme.upload.id}/change/",
+        f"/admin/ingest/ingestrun/{acme.run.pk}/change/",
+        f"/admin/ingest/ingestrun/{acme.run.pk}/timeline/",
+        f"/admin/ingest/ingestsource/{acme.run.source_id}/change/",
+        f"/admin/ingest/hooktemplate/{entry.pk}/change/",
+        f"/admin/ingest/hooktemplate/{entry.pk}/delete/",
+        f"/admin/ingest/runnerbreaker/{acme_breaker.pk}/change/",
+        f"/admin/ingest/ingestionhandoff/{acme.handoff.pk}/change/",
+        f"/admin/ingest/scrapereference/{acme.handoff.reference_id}/change/",
+        f"/admin/ingest/scraperun/{acme.handoff.scrape_run_id}/change/",
+        f"/admin/exports/mapping/{acme.mapping.pk}/change/",
+        f"/admin/exports/mapping/{acme.mapping.pk}/take-snapshot/",
+        f"/admin/exports/snapshot/{acme.export.pk}/change/",
+        f"/admin/exports/snapshot/{acme.export.pk}/cancel/",
+        f"/admin/exports/snapshot/{acme.export.pk}/jobs/{export_job(acme)}/files/0/",
+        f"/admin/exports/trinobinding/{acme_binding(acme)}/change/",
+        f"/admin/exports/trinobinding/{acme_binding(acme)}/delete/",
+    ]
     for page in pages:
         response = browser.get(page)
         assert response.status_code in (302, 403, 404), page
@@ -348,25 +419,43 @@ def test_the_admin_shows_globex_staff_none_of_acmes_objects(acme):
     assert cancel.status_code in (302, 403, 404)
     assert cancel.status_code != 302 or "/cancel/" not in cancel["Location"]
     for action in ("quarantine", "release", "replay"):
-        assert browser.post(f"/admin/jobs/delivery/{delivery}/{action}/",
-                            {"post": "yes", "reason": "x"}).status_code == 404
-    browser.post("/admin/jobs/delivery/", {"action": "quarantine_deliveries", "post": "yes",
-                                           "reason": "x", "_selected_action": [delivery]})
+        assert (
+            browser.post(
+                f"/admin/jobs/delivery/{delivery}/{action}/", {"post": "yes", "reason": "x"}
+            ).status_code
+            == 404
+        )
+    browser.post(
+        "/admin/jobs/delivery/",
+        {"action": "quarantine_deliveries", "post": "yes", "reason": "x", "_selected_action": [delivery]},
+    )
     assert browser.post(f"/admin/ingest/ingestrun/{acme.run.pk}/cancel/").status_code == 404
-    browser.post("/admin/ingest/runnerbreaker/", {"action": "close_breakers",
-                                                  "_selected_action": [acme_breaker.pk]})
-    browser.post(f"/admin/ingest/hooktemplate/{entry.pk}/change/",
-                 {"name": entry.name, "image": "globex/evil:1", "command": '["true"]'})
+    browser.post(
+        "/admin/ingest/runnerbreaker/", {"action": "close_breakers", "_selected_action": [acme_breaker.pk]}
+    )
+    browser.post(
+        f"/admin/ingest/hooktemplate/{entry.pk}/change/",
+        {"name": entry.name, "image": "globex/evil:1", "command": '["true"]'},
+    )
     browser.post(f"/admin/ingest/hooktemplate/{entry.pk}/delete/", {"post": "yes"})
     assert browser.post(f"/admin/exports/snapshot/{acme.export.pk}/cancel/").status_code == 404
-    assert browser.post(
-        f"/admin/exports/snapshot/{acme.export.pk}/jobs/{export_job(acme)}/retry/").status_code == 404
+    assert (
+        browser.post(f"/admin/exports/snapshot/{acme.export.pk}/jobs/{export_job(acme)}/retry/").status_code
+        == 404
+    )
     assert browser.post(f"/admin/exports/mapping/{acme.mapping.pk}/take-snapshot/").status_code == 404
-    for listing in ("/admin/jobs/delivery/", "/admin/ingest/ingestrun/", "/admin/ingest/ingestsource/",
-                    "/admin/ingest/ingestionhandoff/", "/admin/ingest/scrapereference/",
-                    "/admin/ingest/scraperun/", "/admin/ingest/hooktemplate/",
-                    "/admin/ingest/runnerbreaker/", "/admin/exports/mapping/",
-                    "/admin/exports/snapshot/"):
+    for listing in (
+        "/admin/jobs/delivery/",
+        "/admin/ingest/ingestrun/",
+        "/admin/ingest/ingestsource/",
+        "/admin/ingest/ingestionhandoff/",
+        "/admin/ingest/scrapereference/",
+        "/admin/ingest/scraperun/",
+        "/admin/ingest/hooktemplate/",
+        "/admin/ingest/runnerbreaker/",
+        "/admin/exports/mapping/",
+        "/admin/exports/snapshot/",
+    ):
         assert ACME_MARK not in browser.get(listing).content.decode(), listing
     assert snapshot(acme) == before
 
@@ -386,9 +475,11 @@ def test_the_streams_and_the_websocket_refuse_acmes_job_and_pipeline(acme):
         ws.scope["user"] = gina
         assert (await ws.connect())[0]
         replies = []
-        for message in ({"subscribe": {"job": acme.failed.pk}},
-                        {"subscribe": {"pipeline": str(acme.ingest.pipeline_id)}},
-                        {"subscribe": {"jobs": [acme.failed.pk, acme.waiting.pk]}}):
+        for message in (
+            {"subscribe": {"job": acme.failed.pk}},
+            {"subscribe": {"pipeline": str(acme.ingest.pipeline_id)}},
+            {"subscribe": {"jobs": [acme.failed.pk, acme.waiting.pk]}},
+        ):
             await ws.send_json_to(message)
             replies.append(await ws.receive_json_from(5))
         await ws.disconnect()
@@ -403,5 +494,4 @@ def test_the_streams_and_the_websocket_refuse_acmes_job_and_pipeline(acme):
     replies = asyncio.run(bounded())
     assert replies[0] == {"error": f"job {acme.failed.pk} not found"}
     assert replies[1] == {"error": f"pipeline {acme.ingest.pipeline_id} not found"}
-    assert replies[2] == {"subscribed": {"jobs": []},
-                          "refused": [acme.failed.pk, acme.waiting.pk]}
+    assert replies[2] == {"subscribed": {"jobs": []}, "refused": [acme.failed.pk, acme.waiting.pk]}

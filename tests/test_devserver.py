@@ -24,8 +24,7 @@ def test_an_interpreter_behind_a_private_directory_is_not_reachable_by_others(tm
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only a root server changes the hooks' user")
-def test_a_root_server_runs_hooks_as_itself_only_when_the_interpreter_is_out_of_reach(
-        monkeypatch, capsys):
+def test_a_root_server_runs_hooks_as_itself_only_when_the_interpreter_is_out_of_reach(monkeypatch, capsys):
     monkeypatch.setattr(devserver, "_reachable_by_others", lambda path: False)
     env: dict[str, str] = {}
     devserver._local_hooks_user(env)

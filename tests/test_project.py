@@ -52,7 +52,8 @@ def test_a_schedule_naming_an_unknown_job_type_is_a_system_check_error(settings)
 
 @pytest.mark.parametrize(("heartbeat", "warned"), [(1.5, False), (2, True)])
 def test_a_heartbeat_slower_than_a_quarter_of_the_lease_is_a_system_check_warning(
-        settings, heartbeat, warned):
+    settings, heartbeat, warned
+):
     from jobs import checks
 
     settings.JOBS_LEASE_SECONDS, settings.JOBS_HEARTBEAT_SECONDS = 6, heartbeat

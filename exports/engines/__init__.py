@@ -22,12 +22,19 @@ def trino_engine() -> TrinoEngine:
     url = conf.get("TRINO_URL")
     if not url:
         raise NotConfigured("no Trino is configured (EXPORTS_TRINO_URL)")
-    return TrinoEngine(TrinoSettings(
-        url=url, user=conf.get("TRINO_USER"), password=conf.get("TRINO_PASSWORD"),
-        client_tags=tuple(conf.get("CLIENT_TAGS")), source=conf.get("SOURCE"),
-        request_timeout=float(conf.get("TRINO_REQUEST_TIMEOUT_SECONDS")),
-        verify=bool(conf.get("TRINO_VERIFY")), storage_options=dict(conf.get("STORAGE_OPTIONS")),
-        export_root=conf.storage_url()))
+    return TrinoEngine(
+        TrinoSettings(
+            url=url,
+            user=conf.get("TRINO_USER"),
+            password=conf.get("TRINO_PASSWORD"),
+            client_tags=tuple(conf.get("CLIENT_TAGS")),
+            source=conf.get("SOURCE"),
+            request_timeout=float(conf.get("TRINO_REQUEST_TIMEOUT_SECONDS")),
+            verify=bool(conf.get("TRINO_VERIFY")),
+            storage_options=dict(conf.get("STORAGE_OPTIONS")),
+            export_root=conf.storage_url(),
+        )
+    )
 
 
 def postgres_dsn() -> str:

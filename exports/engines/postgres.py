@@ -46,8 +46,9 @@ _SESSION = """SELECT set_config('default_transaction_read_only', 'on', false),
 
 
 class PostgresEngine:
-    def __init__(self, dsn: str, *, storage_options: dict[str, Any] | None = None,
-                 statement_timeout_ms: int = 0) -> None:
+    def __init__(
+        self, dsn: str, *, storage_options: dict[str, Any] | None = None, statement_timeout_ms: int = 0
+    ) -> None:
         self.dsn = dsn
         self.storage_options = dict(storage_options or {})
         self.statement_timeout_ms = statement_timeout_ms
@@ -62,8 +63,9 @@ class PostgresEngine:
             conn.execute("SET TRANSACTION READ ONLY")
             query = _checked_query(conn, job.sql, list(job.column_names))
             with CopyOut(conn, f"COPY (\n{query}\n) TO STDOUT (FORMAT csv)") as stream:
-                return parquet.write_batches(_csv_batches(stream, schema), schema,
-                                             job.destination, file_name, self.storage_options)
+                return parquet.write_batches(
+                    _csv_batches(stream, schema), schema, job.destination, file_name, self.storage_options
+                )
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = psycopg.connect(self.dsn, autocommit=True)
@@ -101,19 +103,28 @@ def _raise_for(result: libpq.abc.PGresult, encoding: str) -> None:
 def _csv_batches(stream: CopyOut, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     binary = [field.name for field in schema if pa.types.is_binary(field.type)]
     # bytea arrives as text (\x and hex digits): read as strings, decoded below.
-    read_schema = pa.schema([field.with_type(pa.string()) if field.name in binary else field
-                             for field in schema])
+    read_schema = pa.schema(
+        [field.with_type(pa.string()) if field.name in binary else field for field in schema]
+    )
     if stream.at_end():
         return  # Arrow refuses an empty CSV; no rows is no batches
     reader = csv.open_csv(
         stream,
-        read_options=csv.ReadOptions(column_names=read_schema.names, autogenerate_column_names=False,
-                                     block_size=CSV_BLOCK_BYTES, use_threads=True),
+        read_options=csv.ReadOptions(
+            column_names=read_schema.names,
+            autogenerate_column_names=False,
+            block_size=CSV_BLOCK_BYTES,
+            use_threads=True,
+        ),
         parse_options=csv.ParseOptions(newlines_in_values=True),
         convert_options=csv.ConvertOptions(
             column_types=dict(zip(read_schema.names, read_schema.types, strict=True)),
-            null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=False,
-            true_values=["t"], false_values=["f"]),
+            null_values=[""],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+            true_values=["t"],
+            false_values=["f"],
+        ),
     )
     for batch in reader:
         yield _decode_bytea(batch, binary) if binary else batch
@@ -125,8 +136,9 @@ def _decode_bytea(batch: pa.RecordBatch, names: list[str]) -> pa.RecordBatch:
     for name in names:
         index = batch.schema.get_field_index(name)
         text = pc.utf8_slice_codeunits(columns[index], 2)
-        columns[index] = pa.array([None if value is None else bytes.fromhex(value)
-                                   for value in text.to_pylist()], pa.binary())
+        columns[index] = pa.array(
+            [None if value is None else bytes.fromhex(value) for value in text.to_pylist()], pa.binary()
+        )
     return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
 
 
@@ -231,7 +243,7 @@ class CopyOut(io.RawIOBase):
 
     def readinto(self, target: Any) -> int:
         data = self.read(len(target))
-        target[:len(data)] = data
+        target[: len(data)] = data
         return len(data)
 
 

@@ -90,7 +90,8 @@ def is_unload_missing(error_name: str, message: str) -> bool:
     """The engine's way of saying ``system.unload`` does not exist there."""
     text = message.lower()
     return error_name == "FUNCTION_NOT_FOUND" or (
-        "unload" in text and ("not registered" in text or "not found" in text))
+        "unload" in text and ("not registered" in text or "not found" in text)
+    )
 
 
 class InvalidQuery(EngineError):
@@ -102,8 +103,7 @@ class InvalidQuery(EngineError):
 # EXECUTE IMMEDIATE … USING: Trino binds a parameter as a value of the argument, so no
 # location's text can become part of the statement. The input is the job's query as
 # written back from its parse tree, whose parentheses are balanced by construction.
-UNLOAD_STATEMENT = ("SELECT * FROM TABLE(system.unload(input => TABLE({query}), "
-                    "location => ?, format => ?))")
+UNLOAD_STATEMENT = "SELECT * FROM TABLE(system.unload(input => TABLE({query}), location => ?, format => ?))"
 UNLOAD_FORMAT = "PARQUET"
 
 
@@ -130,8 +130,9 @@ def unload_location(job: JobSpec, export_root: str) -> str:
     if export_root:
         home = snapshot_folder(export_root, job.tenant_id, job.snapshot_id)
         if relative_inside(job.destination, home) is None:
-            raise InvalidQuery(f"the job's folder {job.destination!r} is not in its snapshot's "
-                               f"folder {home!r}")
+            raise InvalidQuery(
+                f"the job's folder {job.destination!r} is not in its snapshot's folder {home!r}"
+            )
     return job.destination
 
 
@@ -149,8 +150,13 @@ def checked_query(job: JobSpec) -> str:
         raise InvalidQuery(f"the job's query is refused: {error}") from None
 
 
-def retry_cold_start(call: Callable[[], T], *, retries: int = 2, pause_seconds: float = 5.0,
-                     sleep: Callable[[float], None] = time.sleep) -> T:
+def retry_cold_start(
+    call: Callable[[], T],
+    *,
+    retries: int = 2,
+    pause_seconds: float = 5.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
     """``call()``, tried again up to ``retries`` times, ``pause_seconds`` apart, while it
     fails with an error whose type or message says timeout (a resource group waking up);
     any other error is raised at once."""
@@ -159,11 +165,13 @@ def retry_cold_start(call: Callable[[], T], *, retries: int = 2, pause_seconds: 
             return call()
         except Exception as error:
             if isinstance(error, InvalidQuery) or (
-                    "timeout" not in f"{type(error).__name__} {error}".lower()):
+                "timeout" not in f"{type(error).__name__} {error}".lower()
+            ):
                 raise
             if attempt == retries:
                 raise ColdStartExhausted(
-                    f"Direct export failed after {retries} retries: {type(error).__name__}") from error
+                    f"Direct export failed after {retries} retries: {type(error).__name__}"
+                ) from error
             sleep(pause_seconds)
     raise AssertionError("unreachable")
 
@@ -184,25 +192,46 @@ class TrinoEngine:
         return trino.auth.BasicAuthentication(self.settings.user, self.settings.password)
 
     def _session(self, role: str, catalog: str = "") -> ClientSession:
-        return ClientSession(user=self.settings.user, catalog=catalog or None, source=self.settings.source,
-                             client_tags=list(self.settings.client_tags), roles={"system": role},
-                             headers={USE_CASE_HEADER: role})
+        return ClientSession(
+            user=self.settings.user,
+            catalog=catalog or None,
+            source=self.settings.source,
+            client_tags=list(self.settings.client_tags),
+            roles={"system": role},
+            headers={USE_CASE_HEADER: role},
+        )
 
     def _request(self, role: str, catalog: str = "") -> TrinoRequest:
-        return TrinoRequest(self._host, self._port, self._session(role, catalog),
-                            http_scheme=self._scheme, auth=self._auth(), max_attempts=1,
-                            request_timeout=self.settings.request_timeout, verify=self.settings.verify)
+        return TrinoRequest(
+            self._host,
+            self._port,
+            self._session(role, catalog),
+            http_scheme=self._scheme,
+            auth=self._auth(),
+            max_attempts=1,
+            request_timeout=self.settings.request_timeout,
+            verify=self.settings.verify,
+        )
 
     # -- direct export ------------------------------------------------------------------
 
     def export_direct(self, job: JobSpec, file_name: str) -> parquet.Written:
         query = checked_query(job)
         connection = trino.dbapi.connect(
-            host=self._host, port=self._port, http_scheme=self._scheme, user=self.settings.user,
-            auth=self._auth(), catalog=job.catalog or None, source=self.settings.source,
-            client_tags=list(self.settings.client_tags), roles={"system": job.starburst_role},
-            http_headers={USE_CASE_HEADER: job.starburst_role}, max_attempts=1,
-            request_timeout=self.settings.request_timeout, verify=self.settings.verify)
+            host=self._host,
+            port=self._port,
+            http_scheme=self._scheme,
+            user=self.settings.user,
+            auth=self._auth(),
+            catalog=job.catalog or None,
+            source=self.settings.source,
+            client_tags=list(self.settings.client_tags),
+            roles={"system": job.starburst_role},
+            http_headers={USE_CASE_HEADER: job.starburst_role},
+            max_attempts=1,
+            request_timeout=self.settings.request_timeout,
+            verify=self.settings.verify,
+        )
         try:
             cursor = connection.cursor()
             cursor.execute(query)
@@ -212,8 +241,13 @@ class TrinoEngine:
                 raise EngineError(f"the query's columns are {names}, the job's {list(job.column_names)}")
             schema = parquet.arrow_schema([Column(name, type_) for name, type_ in found])
             try:
-                return parquet.write_batches(_batches(cursor, schema), schema, job.destination,
-                                             file_name, self.settings.storage_options)
+                return parquet.write_batches(
+                    _batches(cursor, schema),
+                    schema,
+                    job.destination,
+                    file_name,
+                    self.settings.storage_options,
+                )
             except BaseException:
                 # The engine need not finish a query nobody will read.
                 with contextlib.suppress(Exception):
@@ -255,8 +289,11 @@ class TrinoEngine:
         if state == "FAILED":
             code = info.get("errorCode") or {}
             message = (info.get("failureInfo") or {}).get("message") or code.get("name") or "failed"
-            return QueryState("FAILED", error=f"{code.get('name', 'FAILED')}: {message}",
-                              error_name=str(code.get("name", "")))
+            return QueryState(
+                "FAILED",
+                error=f"{code.get('name', 'FAILED')}: {message}",
+                error_name=str(code.get("name", "")),
+            )
         if state == "FINISHED":
             return QueryState("FINISHED")
         return QueryState("RUNNING" if state not in ("QUEUED",) else "QUEUED")
@@ -281,8 +318,9 @@ def _engine_error(error: TrinoQueryError) -> EngineError:
 def _batches(cursor: Any, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     while rows := cursor.fetchmany(FETCH_ROWS):
         columns = list(zip(*rows, strict=True))
-        yield pa.record_batch([_array(values, field.type) for values, field
-                               in zip(columns, schema, strict=True)], schema=schema)
+        yield pa.record_batch(
+            [_array(values, field.type) for values, field in zip(columns, schema, strict=True)], schema=schema
+        )
 
 
 def _array(values: tuple[Any, ...], type_: pa.DataType) -> pa.Array:

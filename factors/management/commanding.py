@@ -17,8 +17,9 @@ from factors.models import ReportModule
 
 
 def add_user_argument(parser: CommandParser) -> None:
-    parser.add_argument("--user", metavar="USERNAME",
-                        help="Record this (existing) user as the one who asked.")
+    parser.add_argument(
+        "--user", metavar="USERNAME", help="Record this (existing) user as the one who asked."
+    )
 
 
 def actor(username: str | None) -> Any:
@@ -66,8 +67,8 @@ def run(command: BaseCommand, start: Callable[[], services.Dispatched]) -> servi
     job = result.job
     verb = "Started" if result.created else "Already queued:"
     rows = f", {result.rows:,} rows" if result.rows is not None else ""
-    command.stdout.write(command.style.SUCCESS(
-        f"{verb} job {job.pk} ({job.type}{rows}), pipeline {job.pipeline_id}"))
-    command.stdout.write("Follow it: manage.py jobs_status, or GET /sync/pipelines/"
-                         f"{job.pipeline_id}")
+    command.stdout.write(
+        command.style.SUCCESS(f"{verb} job {job.pk} ({job.type}{rows}), pipeline {job.pipeline_id}")
+    )
+    command.stdout.write(f"Follow it: manage.py jobs_status, or GET /sync/pipelines/{job.pipeline_id}")
     return result

@@ -45,8 +45,9 @@ def source_named(name: str, tenant: Tenant | None) -> IngestSource:
         raise CommandError(f"unknown source {name!r}{of}")
     if len(found) > 1:
         tenants = ", ".join(sorted(source.tenant.slug for source in found))
-        raise CommandError(f"several tenants have a source named {name!r} ({tenants}): "
-                           "name one with --tenant")
+        raise CommandError(
+            f"several tenants have a source named {name!r} ({tenants}): name one with --tenant"
+        )
     return found[0]
 
 
@@ -62,15 +63,19 @@ def when(moment: datetime | None) -> str:
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "") -> str:
     cells = [[str(value) for value in row] for row in [headers, *rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)).rstrip()
-             for row in cells]
+    lines = [
+        "  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(indent + line for line in lines)
 
 
 def outcome(run: IngestRun) -> str:
     """One line saying where a run stands."""
-    line = (f"run {run.pk} of {run.source.name} ({run.tenant.slug}): {run.status}, "
-            f"{run.batches_published} of {run.batches_ingested} batch(es) published, "
-            f"{run.records_published} record(s), {run.hook_failures} hook failure(s)")
+    line = (
+        f"run {run.pk} of {run.source.name} ({run.tenant.slug}): {run.status}, "
+        f"{run.batches_published} of {run.batches_ingested} batch(es) published, "
+        f"{run.records_published} record(s), {run.hook_failures} hook failure(s)"
+    )
     return f"{line}; {run.failure_reason}" if run.failure_reason else line

@@ -72,8 +72,7 @@ def _job_link(job_id: int | None) -> SafeString:
     # No foreign key: the engine's retention may have pruned the job since.
     if job_id is None:
         return format_html("{}", "—")
-    return format_html('<a href="{}">#{}</a>', reverse("admin:jobs_job_change", args=[job_id]),
-                       job_id)
+    return format_html('<a href="{}">#{}</a>', reverse("admin:jobs_job_change", args=[job_id]), job_id)
 
 
 def _pre(text: str) -> SafeString:
@@ -105,11 +104,15 @@ class FeedForm(forms.ModelForm):
     # The tenant the feed belongs to when the user may not choose it (tenant staff).
     fixed_tenant: int | None = None
 
-    api_url = forms.URLField(label="API URL", assume_scheme="https",
-                             max_length=MarketFeed._meta.get_field("api_url").max_length)
+    api_url = forms.URLField(
+        label="API URL", assume_scheme="https", max_length=MarketFeed._meta.get_field("api_url").max_length
+    )
     token = forms.CharField(
-        label="Token", required=False, max_length=MarketFeed._meta.get_field("token").max_length,
-        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}))
+        label="Token",
+        required=False,
+        max_length=MarketFeed._meta.get_field("token").max_length,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+    )
 
     class Meta:
         model = MarketFeed
@@ -119,8 +122,10 @@ class FeedForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         self.initial.pop("token", None)  # never in the page, not even as a form's initial
         if self.instance.pk:
-            self.fields["token"].help_text = (f"Stored: {masked(self.instance.token)}. Leave "
-                                              "empty to keep it; type a new one to replace it.")
+            self.fields["token"].help_text = (
+                f"Stored: {masked(self.instance.token)}. Leave "
+                "empty to keep it; type a new one to replace it."
+            )
         else:
             self.fields["token"].help_text = "Sent in every call's body; never shown again."
         if self.fixed_tenant is not None and not self.instance.pk:
@@ -147,20 +152,22 @@ class FeedForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        tenant = (self.fixed_tenant or getattr(data.get("tenant"), "pk", None)
-                  or self.instance.tenant_id)
+        tenant = self.fixed_tenant or getattr(data.get("tenant"), "pk", None) or self.instance.tenant_id
         name = data.get("name")
-        if tenant and name and MarketFeed.objects.filter(tenant_id=tenant, name=name).exclude(
-                pk=self.instance.pk).exists():
+        if (
+            tenant
+            and name
+            and MarketFeed.objects.filter(tenant_id=tenant, name=name).exclude(pk=self.instance.pk).exists()
+        ):
             self.add_error("name", f"this tenant already has a feed named {name!r}")
         return data
 
 
 class GapFillForm(forms.Form):
-    start = forms.DateField(label="From", widget=forms.DateInput(attrs={"type": "date"},
-                                                                 format="%Y-%m-%d"))
-    end = forms.DateField(label="To (included)", widget=forms.DateInput(attrs={"type": "date"},
-                                                                        format="%Y-%m-%d"))
+    start = forms.DateField(label="From", widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"))
+    end = forms.DateField(
+        label="To (included)", widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
+    )
 
 
 def gap_fill_form(feed: MarketFeed, today: date, data: Any = None) -> GapFillForm:
@@ -179,8 +186,7 @@ class StripDay:
     rows: int
     loading: bool
 
-    LABELS = {"filled": "filled", "missing": "missing", "non_trading": "non-trading",
-              "unknown": "unknown"}
+    LABELS = {"filled": "filled", "missing": "missing", "non_trading": "non-trading", "unknown": "unknown"}
     MARKS = {"filled": "✓", "missing": "✗", "non_trading": "·", "unknown": "?"}
 
     @property
@@ -221,35 +227,52 @@ def strips(feeds: list[MarketFeed], first: date, last: date) -> dict[int, list[S
     calendar, the bars counted per day, the active loads)."""
     ids = [feed.pk for feed in feeds]
     exchange = {feed.pk: feed.exchange for feed in feeds}
-    calendar = {(feed_id, day): is_open for feed_id, ex, day, is_open in
-                TradingDay.objects.filter(feed_id__in=ids, cal_date__range=(first, last))
-                .values_list("feed_id", "exchange", "cal_date", "is_open")
-                if ex == exchange[feed_id]}
-    bars = {(row["feed_id"], row["trade_date"]): row["rows"] for row in
-            DailyBar.objects.filter(feed_id__in=ids, trade_date__range=(first, last)).order_by()
-            .values("feed_id", "trade_date").annotate(rows=Count("*"))}
-    loading = set(DayLoad.objects.filter(ACTIVE_LOAD, feed_id__in=ids,
-                                         trade_date__range=(first, last))
-                  .values_list("feed_id", "trade_date"))
+    calendar = {
+        (feed_id, day): is_open
+        for feed_id, ex, day, is_open in TradingDay.objects.filter(
+            feed_id__in=ids, cal_date__range=(first, last)
+        ).values_list("feed_id", "exchange", "cal_date", "is_open")
+        if ex == exchange[feed_id]
+    }
+    bars = {
+        (row["feed_id"], row["trade_date"]): row["rows"]
+        for row in DailyBar.objects.filter(feed_id__in=ids, trade_date__range=(first, last))
+        .order_by()
+        .values("feed_id", "trade_date")
+        .annotate(rows=Count("*"))
+    }
+    loading = set(
+        DayLoad.objects.filter(ACTIVE_LOAD, feed_id__in=ids, trade_date__range=(first, last)).values_list(
+            "feed_id", "trade_date"
+        )
+    )
     days = [first + timedelta(days=n) for n in range((last - first).days + 1)]
     result = {}
     for feed_id in ids:
         strip = []
         for day in days:
             is_open, rows = calendar.get((feed_id, day)), bars.get((feed_id, day), 0)
-            state = ("unknown" if is_open is None else "non_trading" if not is_open
-                     else "filled" if rows else "missing")
+            state = (
+                "unknown"
+                if is_open is None
+                else "non_trading"
+                if not is_open
+                else "filled"
+                if rows
+                else "missing"
+            )
             strip.append(StripDay(day, state, rows, (feed_id, day) in loading))
         result[feed_id] = strip
     return result
 
 
-def recent(queryset: QuerySet, *order: OrderBy, per_feed: int = RECENT_PER_FEED
-           ) -> dict[int, list[Any]]:
+def recent(queryset: QuerySet, *order: OrderBy, per_feed: int = RECENT_PER_FEED) -> dict[int, list[Any]]:
     """The newest ``per_feed`` rows of each feed, in one query (ranked per feed)."""
-    ranked = (queryset.annotate(rank=Window(RowNumber(), partition_by=[F("feed_id")],
-                                            order_by=list(order)))
-              .filter(rank__lte=per_feed).order_by("feed_id", *order))
+    ranked = (
+        queryset.annotate(rank=Window(RowNumber(), partition_by=[F("feed_id")], order_by=list(order)))
+        .filter(rank__lte=per_feed)
+        .order_by("feed_id", *order)
+    )
     grouped: dict[int, list[Any]] = defaultdict(list)
     for row in ranked:
         grouped[row.feed_id].append(row)
@@ -258,8 +281,7 @@ def recent(queryset: QuerySet, *order: OrderBy, per_feed: int = RECENT_PER_FEED
 
 @admin.register(MarketFeed)
 class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
-    list_display = ["name", "exchange", "api_url", "token_display", "enabled", "sources",
-                    "created_at"]
+    list_display = ["name", "exchange", "api_url", "token_display", "enabled", "sources", "created_at"]
     list_filter = ["enabled", "exchange"]
     list_select_related = ["tenant"]
     search_fields = ["name"]
@@ -298,13 +320,19 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
         badges = []
         for dataset in Dataset:
             row = rows.get(dataset.value)
-            status = (freshness.status(row.last_success, row.last_failure, now) if row
-                      else freshness.NEVER_INGESTED)
-            badges.append((dataset.value, status_badge(status, f"{dataset.value}: "
-                                                               f"{status.replace('_', ' ')}")))
+            status = (
+                freshness.status(row.last_success, row.last_failure, now) if row else freshness.NEVER_INGESTED
+            )
+            badges.append(
+                (dataset.value, status_badge(status, f"{dataset.value}: {status.replace('_', ' ')}"))
+            )
         board = reverse("admin:ingest_marketfeed_board")
-        return format_html('<a href="{}#feed-{}" class="market-sources">{}</a>', board, feed.pk,
-                           format_html_join(" ", "{1}", badges))
+        return format_html(
+            '<a href="{}#feed-{}" class="market-sources">{}</a>',
+            board,
+            feed.pk,
+            format_html_join(" ", "{1}", badges),
+        )
 
     # -- the board and the gap-fill --
 
@@ -312,14 +340,17 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
         view = self.admin_site.admin_view
         return [
             path("board/", view(self.board_view), name="ingest_marketfeed_board"),
-            path("<path:object_id>/gap-fill/", view(self.gap_fill_view),
-                 name="ingest_marketfeed_gap_fill"),
+            path("<path:object_id>/gap-fill/", view(self.gap_fill_view), name="ingest_marketfeed_gap_fill"),
             *super().get_urls(),
         ]
 
     def page_context(self, request: HttpRequest, title: str) -> dict[str, Any]:
-        return {**self.admin_site.each_context(request), "opts": self.model._meta,
-                "title": title, "media": self.media}
+        return {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": title,
+            "media": self.media,
+        }
 
     def board_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):
@@ -327,22 +358,42 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
         now = jobs.now()
         today = freshness.market_date(now)
         first = today - timedelta(days=STRIP_DAYS - 1)
-        feeds = list(scope_queryset(MarketFeed.objects.select_related("tenant"), request.user)
-                     .order_by("tenant__name", "name", "pk"))
+        feeds = list(
+            scope_queryset(MarketFeed.objects.select_related("tenant"), request.user).order_by(
+                "tenant__name", "name", "pk"
+            )
+        )
         statuses = services.source_statuses(feeds, now)  # each feed's datasets, in order
         per_feed = len(Dataset.values)
         days = strips(feeds, first, today)
         batches = recent(DailyBatch.objects.filter(feed__in=feeds), F("market_date").desc())
-        loads = recent(DayLoad.objects.filter(feed__in=feeds).select_related("requested_by"),
-                       F("created_at").desc(), F("id").desc())
+        loads = recent(
+            DayLoad.objects.filter(feed__in=feeds).select_related("requested_by"),
+            F("created_at").desc(),
+            F("id").desc(),
+        )
         may_fill = self.has_change_permission(request)
-        boards = [FeedBoard(feed, statuses[n * per_feed:(n + 1) * per_feed], days[feed.pk],
-                            batches.get(feed.pk, []), loads.get(feed.pk, []),
-                            gap_fill_form(feed, today) if may_fill else None)
-                  for n, feed in enumerate(feeds)]
-        context = {**self.page_context(request, "Market data freshness"), "boards": boards,
-                   "today": today, "first": first, "now": now, "legend": LEGEND,
-                   "strip_days": STRIP_DAYS, "is_operator": is_platform_operator(request)}
+        boards = [
+            FeedBoard(
+                feed,
+                statuses[n * per_feed : (n + 1) * per_feed],
+                days[feed.pk],
+                batches.get(feed.pk, []),
+                loads.get(feed.pk, []),
+                gap_fill_form(feed, today) if may_fill else None,
+            )
+            for n, feed in enumerate(feeds)
+        ]
+        context = {
+            **self.page_context(request, "Market data freshness"),
+            "boards": boards,
+            "today": today,
+            "first": first,
+            "now": now,
+            "legend": LEGEND,
+            "strip_days": STRIP_DAYS,
+            "is_operator": is_platform_operator(request),
+        }
         return TemplateResponse(request, "admin/ingest/marketfeed/board.html", context)
 
     def gap_fill_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -363,11 +414,16 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
             if form.is_valid():
                 try:
                     preview, loads = services.gap_fill(
-                        feed, form.cleaned_data["start"], form.cleaned_data["end"],
-                        actor=request.user, via="admin")
+                        feed,
+                        form.cleaned_data["start"],
+                        form.cleaned_data["end"],
+                        actor=request.user,
+                        via="admin",
+                    )
                 except services.GapFillRefused as exc:
-                    self.message_user(request, f"Gap-fill of {feed} refused: {_sentence(str(exc))}",
-                                      messages.ERROR)
+                    self.message_user(
+                        request, f"Gap-fill of {feed} refused: {_sentence(str(exc))}", messages.ERROR
+                    )
                 else:
                     self.report(request, feed, preview, loads)
                     return redirect(f"{reverse('admin:ingest_marketfeed_board')}#feed-{feed.pk}")
@@ -375,31 +431,50 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
             form = gap_fill_form(feed, today, request.GET)
             if form.is_valid():
                 try:
-                    preview = services.preview_gap_fill(feed, form.cleaned_data["start"],
-                                                        form.cleaned_data["end"])
+                    preview = services.preview_gap_fill(
+                        feed, form.cleaned_data["start"], form.cleaned_data["end"]
+                    )
                 except services.GapFillRefused as exc:
-                    self.message_user(request, f"Gap-fill of {feed} refused: {_sentence(str(exc))}",
-                                      messages.ERROR)
+                    self.message_user(
+                        request, f"Gap-fill of {feed} refused: {_sentence(str(exc))}", messages.ERROR
+                    )
         else:
             form = gap_fill_form(feed, today)
-        context = {**self.page_context(request, f"Gap-fill of {feed}"), "feed": feed,
-                   "original": feed, "form": form, "preview": preview, "today": today,
-                   "covered": sorted((preview.covered.items() if preview else []), reverse=True),
-                   "board_url": reverse("admin:ingest_marketfeed_board")}
+        context = {
+            **self.page_context(request, f"Gap-fill of {feed}"),
+            "feed": feed,
+            "original": feed,
+            "form": form,
+            "preview": preview,
+            "today": today,
+            "covered": sorted((preview.covered.items() if preview else []), reverse=True),
+            "board_url": reverse("admin:ingest_marketfeed_board"),
+        }
         return TemplateResponse(request, "admin/ingest/marketfeed/gap_fill.html", context)
 
-    def report(self, request: HttpRequest, feed: MarketFeed, preview: services.Preview,
-               loads: list[DayLoad]) -> None:
-        covered = (f" Already being loaded: {_days(sorted(preview.covered, reverse=True))}."
-                   if preview.covered else "")
+    def report(
+        self, request: HttpRequest, feed: MarketFeed, preview: services.Preview, loads: list[DayLoad]
+    ) -> None:
+        covered = (
+            f" Already being loaded: {_days(sorted(preview.covered, reverse=True))}."
+            if preview.covered
+            else ""
+        )
         if loads:
-            self.message_user(request, f"Gap-fill of {feed}: queued {len(loads)} day(s): "
-                                       f"{_days(load.trade_date for load in loads)}.{covered}",
-                              messages.SUCCESS)
+            self.message_user(
+                request,
+                f"Gap-fill of {feed}: queued {len(loads)} day(s): "
+                f"{_days(load.trade_date for load in loads)}.{covered}",
+                messages.SUCCESS,
+            )
         else:
-            self.message_user(request, f"Gap-fill of {feed}: nothing to queue, no open day of "
-                                       f"{preview.start} … {preview.end} lacks bars without a "
-                                       f"load.{covered}", messages.WARNING)
+            self.message_user(
+                request,
+                f"Gap-fill of {feed}: nothing to queue, no open day of "
+                f"{preview.start} … {preview.end} lacks bars without a "
+                f"load.{covered}",
+                messages.WARNING,
+            )
 
 
 # --- what the jobs and the services write -------------------------------------------------------
@@ -445,12 +520,28 @@ class BatchLoadInline(ReadOnlyMixin, admin.TabularInline):
 
 @admin.register(DailyBatch)
 class DailyBatchAdmin(StatusColumn, FeedRowsAdmin):
-    list_display = ["market_date", "feed", "status_display", "gaps_display", "note", "due_at",
-                    "started_at", "finished_at"]
+    list_display = [
+        "market_date",
+        "feed",
+        "status_display",
+        "gaps_display",
+        "note",
+        "due_at",
+        "started_at",
+        "finished_at",
+    ]
     list_filter = ["status", ("feed", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["feed"]
-    fields = ["feed", "market_date", "status_display", "due_at", "started_at", "finished_at",
-              "gaps_display", "note"]
+    fields = [
+        "feed",
+        "market_date",
+        "status_display",
+        "due_at",
+        "started_at",
+        "finished_at",
+        "gaps_display",
+        "note",
+    ]
     readonly_fields = fields
     inlines = [BatchLoadInline]
 
@@ -461,14 +552,35 @@ class DailyBatchAdmin(StatusColumn, FeedRowsAdmin):
 
 @admin.register(DayLoad)
 class DayLoadAdmin(StatusColumn, FeedRowsAdmin):
-    list_display = ["trade_date", "feed", "status_display", "trigger", "requested_by", "job",
-                    "rows", "created_at", "finished_at", "error_line"]
+    list_display = [
+        "trade_date",
+        "feed",
+        "status_display",
+        "trigger",
+        "requested_by",
+        "job",
+        "rows",
+        "created_at",
+        "finished_at",
+        "error_line",
+    ]
     list_display_links = ["trade_date"]
     list_filter = ["status", "trigger", ("feed", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["feed", "requested_by"]
     sortable_by = ["trade_date", "created_at"]
-    fields = ["feed", "trade_date", "status_display", "trigger", "batch", "requested_by", "job",
-              "rows", "error_display", "created_at", "finished_at"]
+    fields = [
+        "feed",
+        "trade_date",
+        "status_display",
+        "trigger",
+        "batch",
+        "requested_by",
+        "job",
+        "rows",
+        "error_display",
+        "created_at",
+        "finished_at",
+    ]
     readonly_fields = fields
 
     @admin.display(description="job")
@@ -486,12 +598,27 @@ class DayLoadAdmin(StatusColumn, FeedRowsAdmin):
 
 @admin.register(SourceFreshness)
 class SourceFreshnessAdmin(FeedRowsAdmin):
-    list_display = ["feed", "dataset", "status_display", "last_success", "last_failure",
-                    "error_line", "rows_today_display"]
+    list_display = [
+        "feed",
+        "dataset",
+        "status_display",
+        "last_success",
+        "last_failure",
+        "error_line",
+        "rows_today_display",
+    ]
     list_filter = ["dataset", ("feed", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["feed"]
-    fields = ["feed", "dataset", "status_display", "last_success", "last_failure",
-              "error_display", "rows_today_display", "rows_date"]
+    fields = [
+        "feed",
+        "dataset",
+        "status_display",
+        "last_success",
+        "last_failure",
+        "error_display",
+        "rows_today_display",
+        "rows_date",
+    ]
     readonly_fields = fields
 
     @admin.display(description="status")

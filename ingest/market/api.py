@@ -44,19 +44,26 @@ class QualityStatus(APIView):
 
     permission_classes = [AllowAny]
 
-    @extend_schema(tags=["market"], summary="Market data freshness",
-                   responses={200: QualityStatusSerializer})
+    @extend_schema(tags=["market"], summary="Market data freshness", responses={200: QualityStatusSerializer})
     def get(self, request: Request) -> Response:
         now = jobs.now()
         feeds = MarketFeed.objects.filter(enabled=True).order_by("name", "pk")
         if not request.user.is_authenticated:
             everyone = services.source_statuses(list(feeds), now)
-            return Response(QualityStatusSerializer(
-                {"status": freshness.overall([row.status for row in everyone]),
-                 "checked_at": now}).data)
+            return Response(
+                QualityStatusSerializer(
+                    {"status": freshness.overall([row.status for row in everyone]), "checked_at": now}
+                ).data
+            )
         # A signed-in caller's status is the worst of the sources they are shown: another
         # tenant's failing feed neither contradicts their list nor shows through it.
         sources = services.source_statuses(list(scope_queryset(feeds, request.user)), now)
-        return Response(QualityStatusSerializer(
-            {"status": freshness.overall([row.status for row in sources]), "checked_at": now,
-             "sources": sources}).data)
+        return Response(
+            QualityStatusSerializer(
+                {
+                    "status": freshness.overall([row.status for row in sources]),
+                    "checked_at": now,
+                    "sources": sources,
+                }
+            ).data
+        )

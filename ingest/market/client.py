@@ -67,8 +67,7 @@ class Table:
     items: list[list[Any]]
 
 
-def call(url: str, token: str, api_name: str, params: dict[str, Any], fields: list[str]
-         ) -> Table:
+def call(url: str, token: str, api_name: str, params: dict[str, Any], fields: list[str]) -> Table:
     """One call of ``api_name``: its table, with ``fields`` in that order, or a
     ``MarketError``. Under the outbound rules for URLs a tenant names (the intake's
     allow-list: public internet addresses only, unless allowed), with one deadline over
@@ -79,13 +78,13 @@ def call(url: str, token: str, api_name: str, params: dict[str, Any], fields: li
         return _table(api_name, _post(client, url, body, api_name), fields)
 
 
-def _post(client: httpx.Client, url: str, body: dict[str, Any], api_name: str
-          ) -> tuple[int, bytes]:
+def _post(client: httpx.Client, url: str, body: dict[str, Any], api_name: str) -> tuple[int, bytes]:
     limit = int(conf.get("MARKET_MAX_BYTES"))
     try:
         with client.stream("POST", url, json=body) as response:
-            content = http_sources.read_limited(response, limit, BadAnswer(
-                api_name, f"{api_name}: the answer is over {limit:,} bytes"))
+            content = http_sources.read_limited(
+                response, limit, BadAnswer(api_name, f"{api_name}: the answer is over {limit:,} bytes")
+            )
             status = response.status_code
     except connections.Refused:
         raise NotAllowed(api_name, f"{api_name}: {url} {http_sources.NOT_ALLOWED}") from None
@@ -98,8 +97,9 @@ def _post(client: httpx.Client, url: str, body: dict[str, Any], api_name: str
     except httpx.TransportError as exc:
         raise Transient(api_name, f"{api_name}: {type(exc).__name__}: {exc}") from exc
     except httpx.InvalidURL as exc:
-        raise NotAllowed(api_name, f"{api_name}: {url} is not a URL the API can be called at "
-                                   f"({exc})") from exc
+        raise NotAllowed(
+            api_name, f"{api_name}: {url} is not a URL the API can be called at ({exc})"
+        ) from exc
     return status, content
 
 
@@ -109,11 +109,14 @@ def _table(api_name: str, raw: tuple[int, bytes], fields: list[str]) -> Table:
     code = answer.get("code") if isinstance(answer, dict) else None
     message = str(answer.get("msg") or "") if isinstance(answer, dict) else ""
     if status in (401, 403) or code in AUTH_CODES:
-        raise AuthFailed(api_name, f"{api_name}: authentication refused (HTTP {status}, code "
-                                   f"{code}): {message}".rstrip(": "))
+        raise AuthFailed(
+            api_name,
+            f"{api_name}: authentication refused (HTTP {status}, code {code}): {message}".rstrip(": "),
+        )
     if status == 429 or code in RATE_LIMIT_CODES:
-        raise RateLimited(api_name, f"{api_name}: rate limited (HTTP {status}, code {code}): "
-                                    f"{message}".rstrip(": "))
+        raise RateLimited(
+            api_name, f"{api_name}: rate limited (HTTP {status}, code {code}): {message}".rstrip(": ")
+        )
     if status >= 500:
         raise Transient(api_name, f"{api_name}: HTTP {status} from the API")
     if status != 200 or not isinstance(answer, dict):
@@ -124,17 +127,17 @@ def _table(api_name: str, raw: tuple[int, bytes], fields: list[str]) -> Table:
     if not isinstance(data, dict) or not isinstance(data.get("items"), list):
         raise BadAnswer(api_name, f"{api_name}: the answer has no table")
     if data.get("fields") != fields:
-        raise BadAnswer(api_name, f"{api_name}: fields {data.get('fields')!r}, asked for "
-                                  f"{fields!r}")
+        raise BadAnswer(api_name, f"{api_name}: fields {data.get('fields')!r}, asked for {fields!r}")
     items = data["items"]
     most = int(conf.get("MARKET_MAX_ROWS"))
     if len(items) > most:
-        raise BadAnswer(api_name, f"{api_name}: {len(items):,} rows in one answer; at most "
-                                  f"{most:,} (INGEST_MARKET_MAX_ROWS)")
+        raise BadAnswer(
+            api_name,
+            f"{api_name}: {len(items):,} rows in one answer; at most {most:,} (INGEST_MARKET_MAX_ROWS)",
+        )
     for index, item in enumerate(items):
         if not isinstance(item, list) or len(item) != len(fields):
-            raise BadAnswer(api_name, f"{api_name}: item {index} is not a row of "
-                                      f"{len(fields)} values")
+            raise BadAnswer(api_name, f"{api_name}: item {index} is not a row of {len(fields)} values")
     return Table(fields, items)
 
 

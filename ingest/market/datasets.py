@@ -46,27 +46,48 @@ class Spec:
     key: tuple[str, ...] = ()  # fields no two rows of one answer share
 
 
-CALENDAR = Spec(Dataset.CALENDAR, ["exchange", "cal_date", "is_open", "pretrade_date"],
-                dates=("cal_date", "pretrade_date"), numbers=("is_open",), texts=("exchange",),
-                bounds=(10,), required=("exchange", "cal_date", "is_open"),
-                key=("exchange", "cal_date"))
-INSTRUMENTS = Spec(Dataset.INSTRUMENTS,
-                   ["ts_code", "symbol", "name", "area", "industry", "market", "list_status",
-                    "list_date", "delist_date"],
-                   dates=("list_date", "delist_date"), numbers=(),
-                   texts=("ts_code", "symbol", "name", "area", "industry", "market",
-                          "list_status"),
-                   bounds=(20, 20, 100, 50, 50, 20, 1), required=("ts_code", "list_status"),
-                   key=("ts_code",))
-DAILY = Spec(Dataset.DAILY,
-             ["ts_code", "trade_date", "open", "high", "low", "close", "pre_close", "change",
-              "pct_chg", "vol", "amount"],
-             dates=("trade_date",),
-             numbers=("open", "high", "low", "close", "pre_close", "change", "pct_chg", "vol",
-                      "amount"),
-             texts=("ts_code",), bounds=(20,),
-             required=("ts_code", "trade_date", "open", "high", "low", "close"),
-             key=("ts_code",))
+CALENDAR = Spec(
+    Dataset.CALENDAR,
+    ["exchange", "cal_date", "is_open", "pretrade_date"],
+    dates=("cal_date", "pretrade_date"),
+    numbers=("is_open",),
+    texts=("exchange",),
+    bounds=(10,),
+    required=("exchange", "cal_date", "is_open"),
+    key=("exchange", "cal_date"),
+)
+INSTRUMENTS = Spec(
+    Dataset.INSTRUMENTS,
+    ["ts_code", "symbol", "name", "area", "industry", "market", "list_status", "list_date", "delist_date"],
+    dates=("list_date", "delist_date"),
+    numbers=(),
+    texts=("ts_code", "symbol", "name", "area", "industry", "market", "list_status"),
+    bounds=(20, 20, 100, 50, 50, 20, 1),
+    required=("ts_code", "list_status"),
+    key=("ts_code",),
+)
+DAILY = Spec(
+    Dataset.DAILY,
+    [
+        "ts_code",
+        "trade_date",
+        "open",
+        "high",
+        "low",
+        "close",
+        "pre_close",
+        "change",
+        "pct_chg",
+        "vol",
+        "amount",
+    ],
+    dates=("trade_date",),
+    numbers=("open", "high", "low", "close", "pre_close", "change", "pct_chg", "vol", "amount"),
+    texts=("ts_code",),
+    bounds=(20,),
+    required=("ts_code", "trade_date", "open", "high", "low", "close"),
+    key=("ts_code",),
+)
 
 
 def check(spec: Spec, table: Table) -> str:
@@ -89,8 +110,7 @@ def check(spec: Spec, table: Table) -> str:
                 _refuse(spec, index, spec.fields[i], "is not a finite number")
         for i, bound in texts:
             value = item[i]
-            if value is not None and (not isinstance(value, str) or len(value) > bound
-                                      or "\x00" in value):
+            if value is not None and (not isinstance(value, str) or len(value) > bound or "\x00" in value):
                 _refuse(spec, index, spec.fields[i], f"is not text of at most {bound} characters")
     if spec is CALENDAR:
         is_open = position["is_open"]
@@ -210,8 +230,7 @@ def upsert_calendar(feed: MarketFeed, table: Table) -> int:
 
 
 def upsert_instruments(feed: MarketFeed, table: Table) -> int:
-    jobs.execute_prepared(_UPSERT_INSTRUMENTS,
-                          {"feed": feed.pk, "items": check(INSTRUMENTS, table)})
+    jobs.execute_prepared(_UPSERT_INSTRUMENTS, {"feed": feed.pk, "items": check(INSTRUMENTS, table)})
     return len(table.items)
 
 
@@ -224,11 +243,11 @@ def upsert_daily(feed: MarketFeed, day: date, table: Table) -> dict[str, int]:
         if item[1] != wanted:
             _refuse(DAILY, index, "trade_date", f"is {item[1]}, not the day asked for ({wanted})")
     written, removed = jobs.execute_prepared(
-        _UPSERT_DAILY, {"feed": feed.pk, "day": day, "items": items}).fetchone()
+        _UPSERT_DAILY, {"feed": feed.pk, "day": day, "items": items}
+    ).fetchone()
     return {"rows": len(table.items), "written": written, "removed": removed}
 
 
 def params(**values: Any) -> dict[str, Any]:
     """A call's params, dates as the API writes them."""
-    return {key: api_date(value) if isinstance(value, date) else value
-            for key, value in values.items()}
+    return {key: api_date(value) if isinstance(value, date) else value for key, value in values.items()}

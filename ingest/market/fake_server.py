@@ -67,8 +67,9 @@ from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo
 
 AUTH_MESSAGE = "您的token不对，请确认。"
-RATE_LIMIT_MESSAGE = ("抱歉，您每分钟最多访问该接口500次，权限的具体详情访问："
-                      "https://tushare.pro/document/1?doc_id=108。")
+RATE_LIMIT_MESSAGE = (
+    "抱歉，您每分钟最多访问该接口500次，权限的具体详情访问：https://tushare.pro/document/1?doc_id=108。"
+)
 FAULT_KINDS = ("timeout", "500", "503", "401", "429", "rate_limit", "reset")
 FIRST_DAY = date(1990, 12, 19)
 MARKET_TIMEZONE = ZoneInfo("Asia/Shanghai")
@@ -78,11 +79,14 @@ MAX_BODY = 1 << 20
 _ONE_DAY = timedelta(days=1)
 _HOLIDAYS = frozenset({(1, 1), (5, 1), (5, 2), (5, 3)} | {(10, day) for day in range(1, 8)})
 _API_DATE = re.compile(r"^\d{8}$")
-_GATEWAY_PAGE = ("<html>\r\n<head><title>{status}</title></head>\r\n<body>\r\n<center><h1>"
-                 "{status}</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n")
+_GATEWAY_PAGE = (
+    "<html>\r\n<head><title>{status}</title></head>\r\n<body>\r\n<center><h1>"
+    "{status}</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"
+)
 
 
 # The calendar.
+
 
 def is_open(day: date) -> bool:
     return day >= FIRST_DAY and day.weekday() < 5 and (day.month, day.day) not in _HOLIDAYS
@@ -109,14 +113,57 @@ def api_date(day: date | None) -> str | None:
 
 # The instruments and their bars.
 
-_SYLLABLES = ("Hua", "Xin", "Zhong", "Guo", "Tian", "Hai", "Jin", "Long", "Feng", "Kang",
-              "Ming", "Sheng", "Tai", "Xing", "Yuan", "Da", "Heng", "Rui", "Chang", "An")
+_SYLLABLES = (
+    "Hua",
+    "Xin",
+    "Zhong",
+    "Guo",
+    "Tian",
+    "Hai",
+    "Jin",
+    "Long",
+    "Feng",
+    "Kang",
+    "Ming",
+    "Sheng",
+    "Tai",
+    "Xing",
+    "Yuan",
+    "Da",
+    "Heng",
+    "Rui",
+    "Chang",
+    "An",
+)
 _KINDS = ("Gufen", "Keji", "Yinhang", "Yaoye", "Dianqi", "Huagong", "Dichan", "Nengyuan")
-_AREAS = ("Shanghai", "Beijing", "Guangdong", "Zhejiang", "Jiangsu", "Shandong", "Sichuan",
-          "Fujian", "Hubei", "Hunan", "Anhui", "Henan")
-_INDUSTRIES = ("Bank", "Steel", "Chemicals", "Software", "Pharmaceuticals", "Real Estate",
-               "Autos", "Electrical Equipment", "Food & Beverage", "Utilities", "Insurance",
-               "Semiconductors")
+_AREAS = (
+    "Shanghai",
+    "Beijing",
+    "Guangdong",
+    "Zhejiang",
+    "Jiangsu",
+    "Shandong",
+    "Sichuan",
+    "Fujian",
+    "Hubei",
+    "Hunan",
+    "Anhui",
+    "Henan",
+)
+_INDUSTRIES = (
+    "Bank",
+    "Steel",
+    "Chemicals",
+    "Software",
+    "Pharmaceuticals",
+    "Real Estate",
+    "Autos",
+    "Electrical Equipment",
+    "Food & Beverage",
+    "Utilities",
+    "Insurance",
+    "Semiconductors",
+)
 _LAST_STOP = date(2025, 6, 30)
 
 
@@ -159,11 +206,18 @@ def instrument(index: int) -> Instrument:
     if status != "L":
         span = max(1, (_LAST_STOP - listed).days - 365)
         stop = next_open(listed + timedelta(days=365 + h[3] % span))
-    name = (f"{_SYLLABLES[h[0] % 20]}{_SYLLABLES[h[0] // 20 % 20].lower()} "
-            f"{_KINDS[h[0] // 400 % len(_KINDS)]}")
-    return Instrument(code, name, _AREAS[h[1] % len(_AREAS)],
-                      _INDUSTRIES[h[2] % len(_INDUSTRIES)], listed, status, stop,
-                      300 + h[3] % 9700, f"{code} ".encode())
+    name = f"{_SYLLABLES[h[0] % 20]}{_SYLLABLES[h[0] // 20 % 20].lower()} {_KINDS[h[0] // 400 % len(_KINDS)]}"
+    return Instrument(
+        code,
+        name,
+        _AREAS[h[1] % len(_AREAS)],
+        _INDUSTRIES[h[2] % len(_INDUSTRIES)],
+        listed,
+        status,
+        stop,
+        300 + h[3] % 9700,
+        f"{code} ".encode(),
+    )
 
 
 def _close(item: Instrument, day_key: bytes) -> int:
@@ -184,17 +238,28 @@ def bars(items: Iterable[Instrument], day: date) -> list[tuple[Any, ...]]:
             continue
         h0, h1, h2, h3 = _hash(item.key + key)
         close = item.base * (955_000 + (h0 * 90_000 >> 32)) // 1_000_000
-        pre_close = (_close(item, previous_key) if previous and previous >= item.list_date
-                     else item.base)
+        pre_close = _close(item, previous_key) if previous and previous >= item.list_date else item.base
         open_ = pre_close * (980_000 + (h1 * 40_000 >> 32)) // 1_000_000
         top, bottom = max(open_, close), min(open_, close)
         high = top + top * (h2 * 20_000 >> 32) // 1_000_000
         low = bottom - bottom * (h3 * 20_000 >> 32) // 1_000_000
         change = close - pre_close
         vol = 100_000 + ((h1 ^ h2) * 50_000_000 >> 32)
-        rows.append((item.ts_code, trade_date, open_ / 100, high / 100, low / 100, close / 100,
-                     pre_close / 100, change / 100, round(change * 1_000_000 / pre_close) / 10_000,
-                     vol / 100, vol * (open_ + close) // 200 / 1000))
+        rows.append(
+            (
+                item.ts_code,
+                trade_date,
+                open_ / 100,
+                high / 100,
+                low / 100,
+                close / 100,
+                pre_close / 100,
+                change / 100,
+                round(change * 1_000_000 / pre_close) / 10_000,
+                vol / 100,
+                vol * (open_ + close) // 200 / 1000,
+            )
+        )
     return rows
 
 
@@ -203,13 +268,13 @@ class World:
     for again and again (gap-fills, reloads)."""
 
     def __init__(self, count: int) -> None:
-        self.instruments = sorted((instrument(i) for i in range(count)),
-                                  key=lambda item: item.ts_code)
+        self.instruments = sorted((instrument(i) for i in range(count)), key=lambda item: item.ts_code)
         self.by_code = {item.ts_code: item for item in self.instruments}
         self.day = lru_cache(maxsize=32)(lambda day: bars(self.instruments, day))
 
 
 # The APIs.
+
 
 class ApiError(Exception):
     def __init__(self, code: int, msg: str) -> None:
@@ -240,8 +305,7 @@ def _date(params: dict[str, Any], name: str) -> date | None:
         raise ApiError(40301, f"参数 {name} 不对：{value}，应为 YYYYMMDD 格式的日期。") from None
 
 
-def _choice(params: dict[str, Any], name: str, allowed: tuple[str, ...],
-            default: str | None) -> str | None:
+def _choice(params: dict[str, Any], name: str, allowed: tuple[str, ...], default: str | None) -> str | None:
     value = _text(params, name)
     if value is None:
         return default
@@ -282,8 +346,19 @@ def stock_basic(market: FakeMarket, params: dict[str, Any]) -> list[tuple[Any, .
             continue
         status, delisted = item.as_of(today)
         if status == wanted:
-            rows.append((item.ts_code, item.ts_code[:6], item.name, item.area, item.industry,
-                         "主板", status, api_date(item.list_date), api_date(delisted)))
+            rows.append(
+                (
+                    item.ts_code,
+                    item.ts_code[:6],
+                    item.name,
+                    item.area,
+                    item.industry,
+                    "主板",
+                    status,
+                    api_date(item.list_date),
+                    api_date(delisted),
+                )
+            )
     return rows
 
 
@@ -320,10 +395,36 @@ class Api:
 
 APIS = {
     "trade_cal": Api(("exchange", "cal_date", "is_open", "pretrade_date"), trade_cal),
-    "stock_basic": Api(("ts_code", "symbol", "name", "area", "industry", "market",
-                        "list_status", "list_date", "delist_date"), stock_basic),
-    "daily": Api(("ts_code", "trade_date", "open", "high", "low", "close", "pre_close",
-                  "change", "pct_chg", "vol", "amount"), daily),
+    "stock_basic": Api(
+        (
+            "ts_code",
+            "symbol",
+            "name",
+            "area",
+            "industry",
+            "market",
+            "list_status",
+            "list_date",
+            "delist_date",
+        ),
+        stock_basic,
+    ),
+    "daily": Api(
+        (
+            "ts_code",
+            "trade_date",
+            "open",
+            "high",
+            "low",
+            "close",
+            "pre_close",
+            "change",
+            "pct_chg",
+            "vol",
+            "amount",
+        ),
+        daily,
+    ),
 }
 
 
@@ -332,6 +433,7 @@ def _answer(code: int, msg: str, data: dict[str, Any] | None) -> dict[str, Any]:
 
 
 # The server.
+
 
 @dataclass(frozen=True)
 class Fault:
@@ -344,9 +446,16 @@ class FakeMarket:
     ``with`` block). ``calls`` counts every call received per ``api_name``, failed ones
     too; ``hold_seconds`` is how long a ``timeout`` fault holds its request."""
 
-    def __init__(self, token: str = "demo-token", instruments: int = 5000,
-                 today: date | None = None, *, host: str = "127.0.0.1", port: int = 0,
-                 hold_seconds: float = 30.0) -> None:
+    def __init__(
+        self,
+        token: str = "demo-token",
+        instruments: int = 5000,
+        today: date | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        hold_seconds: float = 30.0,
+    ) -> None:
         if not 0 <= instruments <= 100_000:
             raise ValueError(f"instruments must be 0 to 100,000, not {instruments}")
         self.token = token
@@ -378,8 +487,9 @@ class FakeMarket:
     def start(self) -> FakeMarket:
         self._stopping.clear()
         self._server = _Server(self._address, self)
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
-                                        name="fake-market-api", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name="fake-market-api", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -432,11 +542,15 @@ class FakeMarket:
 
     def state(self) -> dict[str, Any]:
         with self._lock:
-            return {"today": self.today.isoformat(), "clock": "real" if self._today is None
-                    else "set", "hold_seconds": self.hold_seconds,
-                    "faults": [{"api_name": f.api_name, "kind": f.kind} for f in self._faults],
-                    "missing_days": sorted(day.isoformat() for day in self._missing),
-                    "calls": dict(self.calls), "instruments": len(self.world.instruments)}
+            return {
+                "today": self.today.isoformat(),
+                "clock": "real" if self._today is None else "set",
+                "hold_seconds": self.hold_seconds,
+                "faults": [{"api_name": f.api_name, "kind": f.kind} for f in self._faults],
+                "missing_days": sorted(day.isoformat() for day in self._missing),
+                "calls": dict(self.calls),
+                "instruments": len(self.world.instruments),
+            }
 
     def receive(self, api_name: str) -> Fault | None:
         """Count a call; the first fault queued for it, taken off the queue."""
@@ -448,8 +562,7 @@ class FakeMarket:
                     return fault
         return None
 
-    def answer(self, api_name: str, token: str | None, params: dict[str, Any],
-               fields: str) -> dict[str, Any]:
+    def answer(self, api_name: str, token: str | None, params: dict[str, Any], fields: str) -> dict[str, Any]:
         """A call's answer, as the body of HTTP 200."""
         api = APIS.get(api_name)
         try:
@@ -460,8 +573,9 @@ class FakeMarket:
             rows = api.rows(self, params)
         except ApiError as error:
             return _answer(error.code, error.msg, None)
-        names = [name for name in (part.strip() for part in fields.split(","))
-                 if name in api.fields] or list(api.fields)
+        names = [name for name in (part.strip() for part in fields.split(",")) if name in api.fields] or list(
+            api.fields
+        )
         if names == list(api.fields):
             items = [list(row) for row in rows]
         else:
@@ -574,8 +688,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _not_allowed(self) -> None:
         self.close_connection = True  # any body it came with is left unread
-        self._send(405, _GATEWAY_PAGE.format(status="405 Not Allowed").encode(), "text/html",
-                   {"Allow": "POST"})
+        self._send(
+            405, _GATEWAY_PAGE.format(status="405 Not Allowed").encode(), "text/html", {"Allow": "POST"}
+        )
 
     def _body(self) -> Any:
         try:
@@ -596,10 +711,14 @@ class _Handler(BaseHTTPRequestHandler):
             return
         api_name, token = body.get("api_name"), body.get("token")
         params, fields = body.get("params") or {}, body.get("fields") or ""
-        if not isinstance(api_name, str | None) or not isinstance(params, dict) \
-                or not isinstance(fields, str):
-            self._json(400, _answer(40000, "请求不对：api_name and fields must be strings, "
-                                           "params an object", None))
+        if (
+            not isinstance(api_name, str | None)
+            or not isinstance(params, dict)
+            or not isinstance(fields, str)
+        ):
+            self._json(
+                400, _answer(40000, "请求不对：api_name and fields must be strings, params an object", None)
+            )
             return
         api_name = api_name or ""
         market = self.server.market
@@ -614,15 +733,17 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.market.wait_held()
             self.close_connection = True
         elif kind == "reset":
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                       struct.pack("ii", 1, 0))
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.close_connection = True
             self.connection.close()
         elif kind in ("500", "503"):
-            status = "500 Internal Server Error" if kind == "500" else \
-                "503 Service Temporarily Unavailable"
-            self._send(int(kind), _GATEWAY_PAGE.format(status=status).encode(), "text/html",
-                       {"Retry-After": "5"} if kind == "503" else {})
+            status = "500 Internal Server Error" if kind == "500" else "503 Service Temporarily Unavailable"
+            self._send(
+                int(kind),
+                _GATEWAY_PAGE.format(status=status).encode(),
+                "text/html",
+                {"Retry-After": "5"} if kind == "503" else {},
+            )
         elif kind == "401":
             self._json(401, _answer(-2001, AUTH_MESSAGE, None))
         elif kind == "429":
@@ -638,13 +759,13 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._json(200, state)
 
-    def _json(self, status: int, answer: dict[str, Any],
-              headers: dict[str, str] | None = None) -> None:
+    def _json(self, status: int, answer: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         body = json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode()
         self._send(status, body, "application/json", headers or {})
 
-    def _send(self, status: int, body: bytes, content_type: str,
-              headers: dict[str, str] | None = None) -> None:
+    def _send(
+        self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -658,20 +779,24 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ingest.market.fake_server",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m ingest.market.fake_server", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 (the default): a free port")
     parser.add_argument("--instruments", type=int, default=5000)
     parser.add_argument("--token", default="demo-token")
-    parser.add_argument("--today", type=date.fromisoformat, default=None,
-                        help="YYYY-MM-DD (default: the real date in Shanghai)")
+    parser.add_argument(
+        "--today",
+        type=date.fromisoformat,
+        default=None,
+        help="YYYY-MM-DD (default: the real date in Shanghai)",
+    )
     args = parser.parse_args(argv)
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.set())
-    with FakeMarket(args.token, args.instruments, args.today, host=args.host,
-                    port=args.port) as market:
+    with FakeMarket(args.token, args.instruments, args.today, host=args.host, port=args.port) as market:
         print(f"listening on {market.url}", flush=True)
         stopping.wait()
     return 0

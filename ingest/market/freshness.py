@@ -46,8 +46,7 @@ def market_date(at: datetime) -> date:
     return at.astimezone(market_timezone()).date()
 
 
-def status(last_success: datetime | None, last_failure: datetime | None,
-           now: datetime) -> str:
+def status(last_success: datetime | None, last_failure: datetime | None, now: datetime) -> str:
     if last_success is None and last_failure is None:
         return NEVER_INGESTED
     if last_failure is not None and (last_success is None or last_failure > last_success):
@@ -92,11 +91,14 @@ def record_success(feed: MarketFeed, dataset: str, rows: int, now: datetime) -> 
     """A load of ``rows`` rows succeeded: rows of the same market date add up. One
     statement, so that loads of one source finishing together each count."""
     with connection.cursor() as cursor:
-        cursor.execute(_RECORD_SUCCESS, {"feed": feed.pk, "dataset": dataset, "now": now,
-                                         "rows": rows, "today": market_date(now)})
+        cursor.execute(
+            _RECORD_SUCCESS,
+            {"feed": feed.pk, "dataset": dataset, "now": now, "rows": rows, "today": market_date(now)},
+        )
 
 
 def record_failure(feed: MarketFeed, dataset: str, error: str, now: datetime) -> None:
     with connection.cursor() as cursor:
-        cursor.execute(_RECORD_FAILURE, {"feed": feed.pk, "dataset": dataset, "now": now,
-                                         "error": error[:4000]})
+        cursor.execute(
+            _RECORD_FAILURE, {"feed": feed.pk, "dataset": dataset, "now": now, "error": error[:4000]}
+        )

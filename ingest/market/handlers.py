@@ -24,8 +24,7 @@ LOAD_OPTIONS = {"max_attempts": loading.ATTEMPTS, "backoff": loading.RETRY, "ato
 def _feed(ctx: jobs.JobContext) -> MarketFeed:
     feed = MarketFeed.objects.filter(pk=ctx.payload.get("feed"), tenant_id=ctx.tenant_id).first()
     if feed is None:
-        raise jobs.PermanentError(f"feed {ctx.payload.get('feed')!r} is not one of this job's "
-                                  "tenant's")
+        raise jobs.PermanentError(f"feed {ctx.payload.get('feed')!r} is not one of this job's tenant's")
     return feed
 
 
@@ -49,20 +48,24 @@ def load_instruments(ctx: jobs.JobContext) -> dict[str, Any]:
 
 @jobs.handler(batch.LOAD_DAY, **LOAD_OPTIONS)
 def load_day(ctx: jobs.JobContext) -> dict[str, Any]:
-    load = (DayLoad.objects.select_related("feed")
-            .filter(pk=ctx.payload.get("load"), feed__tenant_id=ctx.tenant_id).first())
+    load = (
+        DayLoad.objects.select_related("feed")
+        .filter(pk=ctx.payload.get("load"), feed__tenant_id=ctx.tenant_id)
+        .first()
+    )
     if load is None:
-        raise jobs.PermanentError(f"load {ctx.payload.get('load')!r} is not one of this job's "
-                                  "tenant's")
+        raise jobs.PermanentError(f"load {ctx.payload.get('load')!r} is not one of this job's tenant's")
     return loading.load_day(ctx, load)
 
 
 def _batch(ctx: jobs.JobContext) -> DailyBatch:
-    found = (DailyBatch.objects.select_related("feed")
-             .filter(pk=ctx.payload.get("batch"), feed__tenant_id=ctx.tenant_id).first())
+    found = (
+        DailyBatch.objects.select_related("feed")
+        .filter(pk=ctx.payload.get("batch"), feed__tenant_id=ctx.tenant_id)
+        .first()
+    )
     if found is None:
-        raise jobs.PermanentError(f"batch {ctx.payload.get('batch')!r} is not one of this "
-                                  "job's tenant's")
+        raise jobs.PermanentError(f"batch {ctx.payload.get('batch')!r} is not one of this job's tenant's")
     return found
 
 

@@ -25,24 +25,28 @@ ATTEMPTS = 3
 
 
 def fetch(feed: MarketFeed, spec: datasets.Spec, **params: Any) -> client.Table:
-    return client.call(feed.api_url, feed.token, spec.api_name, datasets.params(**params),
-                       spec.fields)
+    return client.call(feed.api_url, feed.token, spec.api_name, datasets.params(**params), spec.fields)
 
 
-def failed(ctx: jobs.JobContext, feed: MarketFeed, error: client.MarketError, *,
-           load: DayLoad | None = None) -> NoReturn:
+def failed(
+    ctx: jobs.JobContext, feed: MarketFeed, error: client.MarketError, *, load: DayLoad | None = None
+) -> NoReturn:
     """Record a failed attempt and end it: a transient error with attempts left is
     retried after the backoff; any other, or the last attempt's, fails the job with a
     message that names the API and the last error."""
     now = jobs.now()
     final = not error.retry or ctx.attempt >= ctx.job.max_attempts
-    message = (f"{error.api_name} failed after {ctx.attempt} attempts: {error}"
-               if error.retry and final else str(error))
+    message = (
+        f"{error.api_name} failed after {ctx.attempt} attempts: {error}"
+        if error.retry and final
+        else str(error)
+    )
     with ctx.batch():
         freshness.record_failure(feed, error.api_name, message if final else str(error), now)
         if load is not None and final:
-            DayLoad.objects.filter(pk=load.pk).update(status=LoadStatus.FAILED,
-                                                      error=message[:4000], finished_at=now)
+            DayLoad.objects.filter(pk=load.pk).update(
+                status=LoadStatus.FAILED, error=message[:4000], finished_at=now
+            )
     if final:
         raise jobs.PermanentError(message) from error
     raise jobs.TransientError(str(error)) from error
@@ -58,8 +62,7 @@ def calendar_span(today: date) -> tuple[date, date]:
 def load_calendar(ctx: jobs.JobContext, feed: MarketFeed) -> dict[str, Any]:
     start, end = calendar_span(freshness.market_date(jobs.now()))
     try:
-        table = fetch(feed, datasets.CALENDAR, exchange=feed.exchange, start_date=start,
-                      end_date=end)
+        table = fetch(feed, datasets.CALENDAR, exchange=feed.exchange, start_date=start, end_date=end)
     except client.MarketError as error:
         failed(ctx, feed, error)
     with ctx.batch():
@@ -88,11 +91,15 @@ def load_day(ctx: jobs.JobContext, load: DayLoad) -> dict[str, Any]:
     or running would cover its day for good (no later batch would load it)."""
     feed = load.feed
     with transaction.atomic():
-        started = DayLoad.objects.filter(pk=load.pk, status__in=[
-            LoadStatus.QUEUED, LoadStatus.RUNNING]).update(status=LoadStatus.RUNNING, error="")
+        started = DayLoad.objects.filter(
+            pk=load.pk, status__in=[LoadStatus.QUEUED, LoadStatus.RUNNING]
+        ).update(status=LoadStatus.RUNNING, error="")
     if not started:
-        return {"feed": feed.name, "trade_date": load.trade_date.isoformat(),
-                "skipped": "the load has ended already"}
+        return {
+            "feed": feed.name,
+            "trade_date": load.trade_date.isoformat(),
+            "skipped": "the load has ended already",
+        }
     try:
         return _load_day(ctx, feed, load)
     except (jobs.PermanentError, jobs.TransientError):
@@ -107,22 +114,25 @@ def _load_day(ctx: jobs.JobContext, feed: MarketFeed, load: DayLoad) -> dict[str
     try:
         table = fetch(feed, datasets.DAILY, trade_date=load.trade_date)
         if not table.items and batch.is_trading_day(feed, load.trade_date):
-            raise client.Transient(Dataset.DAILY, f"daily: no bars for {load.trade_date} yet "
-                                                  "(not published)")
+            raise client.Transient(Dataset.DAILY, f"daily: no bars for {load.trade_date} yet (not published)")
     except client.MarketError as error:
         failed(ctx, feed, error, load=load)
     with ctx.batch():
         now = jobs.now()
-        counts = ({"rows": 0, "written": 0, "removed": 0} if not table.items
-                  else datasets.upsert_daily(feed, load.trade_date, table))
+        counts = (
+            {"rows": 0, "written": 0, "removed": 0}
+            if not table.items
+            else datasets.upsert_daily(feed, load.trade_date, table)
+        )
         freshness.record_success(feed, Dataset.DAILY, counts["rows"], now)
-        DayLoad.objects.filter(pk=load.pk).update(status=LoadStatus.SUCCEEDED,
-                                                  rows=counts["rows"], finished_at=now)
+        DayLoad.objects.filter(pk=load.pk).update(
+            status=LoadStatus.SUCCEEDED, rows=counts["rows"], finished_at=now
+        )
     return {"feed": feed.name, "trade_date": load.trade_date.isoformat(), **counts}
 
 
 def _end_failed(load: DayLoad, error: str) -> None:
     with transaction.atomic():
-        DayLoad.objects.filter(pk=load.pk, status__in=[LoadStatus.QUEUED, LoadStatus.RUNNING]
-                               ).update(status=LoadStatus.FAILED, error=error[:4000],
-                                        finished_at=jobs.now())
+        DayLoad.objects.filter(pk=load.pk, status__in=[LoadStatus.QUEUED, LoadStatus.RUNNING]).update(
+            status=LoadStatus.FAILED, error=error[:4000], finished_at=jobs.now()
+        )

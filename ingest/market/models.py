@@ -38,16 +38,23 @@ class MarketFeed(models.Model):
     """A tenant's market-data API: where to call it, with which token, for which exchange's
     calendar."""
 
-    tenant = models.ForeignKey("tenancy.Tenant", verbose_name="tenant", on_delete=models.PROTECT,
-                               related_name="+")
-    name = models.SlugField("name", max_length=100,
-                            help_text="Unique within the tenant; commands and the API use it.")
+    tenant = models.ForeignKey(
+        "tenancy.Tenant", verbose_name="tenant", on_delete=models.PROTECT, related_name="+"
+    )
+    name = models.SlugField(
+        "name", max_length=100, help_text="Unique within the tenant; commands and the API use it."
+    )
     api_url = models.URLField("API URL", max_length=500)
     token = models.CharField("token", max_length=200, help_text="Sent in every call's body.")
-    exchange = models.CharField("calendar exchange", max_length=10, default="SSE",
-                                help_text="Whose trading calendar decides the trading days.")
-    enabled = models.BooleanField("enabled", default=True,
-                                  help_text="A disabled feed is skipped by the daily batch.")
+    exchange = models.CharField(
+        "calendar exchange",
+        max_length=10,
+        default="SSE",
+        help_text="Whose trading calendar decides the trading days.",
+    )
+    enabled = models.BooleanField(
+        "enabled", default=True, help_text="A disabled feed is skipped by the daily batch."
+    )
     created_at = models.DateTimeField("created", auto_now_add=True)
 
     class Meta:
@@ -71,8 +78,7 @@ class TradingDay(models.Model):
     class Meta:
         ordering = ["-cal_date"]
         constraints = [
-            models.UniqueConstraint(fields=["feed", "exchange", "cal_date"],
-                                    name="market_trading_day_key"),
+            models.UniqueConstraint(fields=["feed", "exchange", "cal_date"], name="market_trading_day_key"),
         ]
 
     def __str__(self) -> str:
@@ -95,8 +101,9 @@ class Instrument(models.Model):
         ordering = ["ts_code"]
         constraints = [
             models.UniqueConstraint(fields=["feed", "ts_code"], name="market_instrument_key"),
-            models.CheckConstraint(name="market_instrument_status_valid",
-                                   condition=Q(list_status__in=ListStatus.values)),
+            models.CheckConstraint(
+                name="market_instrument_status_valid", condition=Q(list_status__in=ListStatus.values)
+            ),
         ]
 
     def __str__(self) -> str:
@@ -107,8 +114,9 @@ class DailyBar(models.Model):
     """One instrument's trading day, as the API gives it (prices in the instrument's
     currency, ``vol`` in lots, ``amount`` in thousands)."""
 
-    feed = models.ForeignKey(MarketFeed, on_delete=models.CASCADE, related_name="+",
-                             db_index=False)  # the key below leads with it
+    feed = models.ForeignKey(
+        MarketFeed, on_delete=models.CASCADE, related_name="+", db_index=False
+    )  # the key below leads with it
     ts_code = models.CharField("code", max_length=20)
     trade_date = models.DateField("trade date")
     open = models.FloatField("open")
@@ -124,10 +132,8 @@ class DailyBar(models.Model):
     class Meta:
         ordering = ["-trade_date", "ts_code"]
         constraints = [
-            models.UniqueConstraint(fields=["feed", "trade_date", "ts_code"],
-                                    name="market_daily_bar_key"),
-            models.CheckConstraint(name="market_daily_bar_range",
-                                   condition=Q(low__lte=models.F("high"))),
+            models.UniqueConstraint(fields=["feed", "trade_date", "ts_code"], name="market_daily_bar_key"),
+            models.CheckConstraint(name="market_daily_bar_range", condition=Q(low__lte=models.F("high"))),
         ]
 
     def __str__(self) -> str:
@@ -138,8 +144,9 @@ class SourceFreshness(models.Model):
     """When a feed's dataset last loaded, last failed and why, and how many rows it wrote
     on ``rows_date`` (the market date of its last success)."""
 
-    feed = models.ForeignKey(MarketFeed, on_delete=models.CASCADE, related_name="freshness",
-                             db_index=False)  # the key below leads with it
+    feed = models.ForeignKey(
+        MarketFeed, on_delete=models.CASCADE, related_name="freshness", db_index=False
+    )  # the key below leads with it
     dataset = models.CharField("dataset", max_length=20, choices=Dataset.choices)
     last_success = models.DateTimeField("last success", null=True, blank=True)
     last_failure = models.DateTimeField("last failure", null=True, blank=True)
@@ -152,8 +159,9 @@ class SourceFreshness(models.Model):
         verbose_name_plural = "source freshness"
         constraints = [
             models.UniqueConstraint(fields=["feed", "dataset"], name="market_freshness_key"),
-            models.CheckConstraint(name="market_freshness_dataset_valid",
-                                   condition=Q(dataset__in=Dataset.values)),
+            models.CheckConstraint(
+                name="market_freshness_dataset_valid", condition=Q(dataset__in=Dataset.values)
+            ),
         ]
 
     def __str__(self) -> str:
@@ -171,15 +179,20 @@ class DailyBatch(models.Model):
     """The daily batch of one market date: run once, or recorded as missed when the
     cluster came back after the misfire grace."""
 
-    feed = models.ForeignKey(MarketFeed, on_delete=models.CASCADE, related_name="batches",
-                             db_index=False)  # the key below leads with it
+    feed = models.ForeignKey(
+        MarketFeed, on_delete=models.CASCADE, related_name="batches", db_index=False
+    )  # the key below leads with it
     market_date = models.DateField("market date")
     status = models.CharField("status", max_length=10, choices=BatchStatus.choices)
     due_at = models.DateTimeField("due")
     started_at = models.DateTimeField("started", null=True, blank=True)
     finished_at = models.DateTimeField("finished", null=True, blank=True)
-    gaps = models.JSONField("gaps found", default=list, blank=True,
-                            help_text="Open days of the look-back with no bars, newest first.")
+    gaps = models.JSONField(
+        "gaps found",
+        default=list,
+        blank=True,
+        help_text="Open days of the look-back with no bars, newest first.",
+    )
     note = models.TextField("note", blank=True)
 
     class Meta:
@@ -187,12 +200,14 @@ class DailyBatch(models.Model):
         verbose_name_plural = "daily batches"
         constraints = [
             models.UniqueConstraint(fields=["feed", "market_date"], name="market_batch_once_a_day"),
-            models.CheckConstraint(name="market_batch_status_valid",
-                                   condition=Q(status__in=BatchStatus.values)),
+            models.CheckConstraint(
+                name="market_batch_status_valid", condition=Q(status__in=BatchStatus.values)
+            ),
             models.CheckConstraint(
                 name="market_batch_finished_when_done",
                 condition=Q(status="running", finished_at__isnull=True)
-                | (~Q(status="running") & Q(finished_at__isnull=False))),
+                | (~Q(status="running") & Q(finished_at__isnull=False)),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -219,22 +234,31 @@ class DayLoad(models.Model):
     """Loading one trading day's bars: queued by the daily batch (today, or a gap it found)
     or by an operator, run by an engine job that retries transient failures."""
 
-    feed = models.ForeignKey(MarketFeed, on_delete=models.CASCADE, related_name="loads",
-                             db_index=False)  # the indexes below lead with it
+    feed = models.ForeignKey(
+        MarketFeed, on_delete=models.CASCADE, related_name="loads", db_index=False
+    )  # the indexes below lead with it
     trade_date = models.DateField("trade date")
     trigger = models.CharField("by", max_length=10, choices=LoadTrigger.choices)
-    batch = models.ForeignKey(DailyBatch, on_delete=models.SET_NULL, null=True, blank=True,
-                              related_name="loads")
-    status = models.CharField("status", max_length=10, choices=LoadStatus.choices,
-                              default=LoadStatus.QUEUED)
-    job_id = models.BigIntegerField("job", null=True, blank=True,
-                                    help_text="The engine job that loads it (no foreign key: "
-                                              "retention prunes jobs).")
+    batch = models.ForeignKey(
+        DailyBatch, on_delete=models.SET_NULL, null=True, blank=True, related_name="loads"
+    )
+    status = models.CharField("status", max_length=10, choices=LoadStatus.choices, default=LoadStatus.QUEUED)
+    job_id = models.BigIntegerField(
+        "job",
+        null=True,
+        blank=True,
+        help_text="The engine job that loads it (no foreign key: retention prunes jobs).",
+    )
     rows = models.PositiveIntegerField("rows", null=True, blank=True)
     error = models.TextField("error", blank=True)
-    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name="requested by",
-                                     on_delete=models.SET_NULL, null=True, blank=True,
-                                     related_name="+")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name="requested by",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
     created_at = models.DateTimeField("queued")
     finished_at = models.DateTimeField("finished", null=True, blank=True)
 
@@ -243,12 +267,15 @@ class DayLoad(models.Model):
         indexes = [models.Index(fields=["feed", "trade_date"], name="market_load_by_day")]
         constraints = [
             # A day is loaded by one load at a time: a second request finds the first.
-            models.UniqueConstraint(fields=["feed", "trade_date"], condition=ACTIVE_LOAD,
-                                    name="market_load_one_active_per_day"),
-            models.CheckConstraint(name="market_load_status_valid",
-                                   condition=Q(status__in=LoadStatus.values)),
-            models.CheckConstraint(name="market_load_trigger_valid",
-                                   condition=Q(trigger__in=LoadTrigger.values)),
+            models.UniqueConstraint(
+                fields=["feed", "trade_date"], condition=ACTIVE_LOAD, name="market_load_one_active_per_day"
+            ),
+            models.CheckConstraint(
+                name="market_load_status_valid", condition=Q(status__in=LoadStatus.values)
+            ),
+            models.CheckConstraint(
+                name="market_load_trigger_valid", condition=Q(trigger__in=LoadTrigger.values)
+            ),
         ]
 
     def __str__(self) -> str:
@@ -260,8 +287,9 @@ class MarketAction(models.Model):
 
     feed = models.ForeignKey(MarketFeed, on_delete=models.CASCADE, related_name="actions")
     action = models.CharField("action", max_length=30)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name="by",
-                              on_delete=models.SET_NULL, null=True, related_name="+")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, verbose_name="by", on_delete=models.SET_NULL, null=True, related_name="+"
+    )
     via = models.CharField("via", max_length=10)
     at = models.DateTimeField("at")
     detail = models.JSONField("detail", default=dict, blank=True)

@@ -43,20 +43,25 @@ class SourceStatus:
 def source_statuses(feeds: Any, now: datetime) -> list[SourceStatus]:
     """Each dataset of each of ``feeds``, with its computed status; a dataset never
     attempted is ``never_ingested``."""
-    rows = {(row.feed_id, row.dataset): row
-            for row in SourceFreshness.objects.filter(feed__in=feeds)}
+    rows = {(row.feed_id, row.dataset): row for row in SourceFreshness.objects.filter(feed__in=feeds)}
     statuses = []
     for feed in feeds:
         for dataset in Dataset.values:
             row = rows.get((feed.pk, dataset))
             if row is None:
-                statuses.append(SourceStatus(feed.name, dataset, freshness.NEVER_INGESTED,
-                                             None, None, "", 0))
+                statuses.append(SourceStatus(feed.name, dataset, freshness.NEVER_INGESTED, None, None, "", 0))
                 continue
-            statuses.append(SourceStatus(
-                feed.name, dataset, freshness.status(row.last_success, row.last_failure, now),
-                row.last_success, row.last_failure, row.last_error,
-                freshness.rows_today(row, now)))
+            statuses.append(
+                SourceStatus(
+                    feed.name,
+                    dataset,
+                    freshness.status(row.last_success, row.last_failure, now),
+                    row.last_success,
+                    row.last_failure,
+                    row.last_error,
+                    freshness.rows_today(row, now),
+                )
+            )
     return statuses
 
 
@@ -82,8 +87,7 @@ class Preview:
         return len(self.to_fetch) + (0 if self.calendar_known else 1)
 
 
-def preview_gap_fill(feed: MarketFeed, start: date, end: date, *, today: date | None = None
-                     ) -> Preview:
+def preview_gap_fill(feed: MarketFeed, start: date, end: date, *, today: date | None = None) -> Preview:
     """The open days of ``start`` … ``end`` with no bars, and the loads that already cover
     some of them. Refused: an empty or future range, or one longer than
     ``MARKET_BACKFILL_MAX_DAYS``."""
@@ -91,38 +95,57 @@ def preview_gap_fill(feed: MarketFeed, start: date, end: date, *, today: date | 
     if start > end:
         raise GapFillRefused(f"the range starts ({start}) after it ends ({end})")
     if end > today:
-        raise GapFillRefused(f"the range ends in the future ({end}; the market's today is "
-                             f"{today})")
+        raise GapFillRefused(f"the range ends in the future ({end}; the market's today is {today})")
     longest = int(conf.get("MARKET_BACKFILL_MAX_DAYS"))
     if (end - start).days + 1 > longest:
-        raise GapFillRefused(f"the range is {(end - start).days + 1} days; at most {longest} "
-                             "days per gap-fill")
-    known = TradingDay.objects.filter(feed=feed, exchange=feed.exchange, cal_date__gte=start,
-                                      cal_date__lte=end).count()
+        raise GapFillRefused(
+            f"the range is {(end - start).days + 1} days; at most {longest} days per gap-fill"
+        )
+    known = TradingDay.objects.filter(
+        feed=feed, exchange=feed.exchange, cal_date__gte=start, cal_date__lte=end
+    ).count()
     missing = batch.gaps(feed, since=start, before=end + timedelta(days=1))
-    return Preview(feed, start, end, missing, batch.covering(feed, missing),
-                   calendar_known=known == (end - start).days + 1)
+    return Preview(
+        feed,
+        start,
+        end,
+        missing,
+        batch.covering(feed, missing),
+        calendar_known=known == (end - start).days + 1,
+    )
 
 
-def gap_fill(feed: MarketFeed, start: date, end: date, *, actor: Any, via: str = "admin"
-             ) -> tuple[Preview, list[DayLoad]]:
+def gap_fill(
+    feed: MarketFeed, start: date, end: date, *, actor: Any, via: str = "admin"
+) -> tuple[Preview, list[DayLoad]]:
     """Queue a load of each missing day of the range that no load covers, at a priority
     below the daily batch's (a long backfill yields to it); recorded with who asked."""
     preview = preview_gap_fill(feed, start, end)
     if not preview.calendar_known:
-        raise GapFillRefused(f"the calendar does not cover {start} … {end} yet: the daily "
-                             "batch loads it (or run one)")
+        raise GapFillRefused(
+            f"the calendar does not cover {start} … {end} yet: the daily batch loads it (or run one)"
+        )
     with transaction.atomic():
-        loads = batch.queue_loads(feed, preview.to_fetch, LoadTrigger.OPERATOR,
-                                  priority=int(conf.get("MARKET_BACKFILL_PRIORITY")),
-                                  actor=actor)
+        loads = batch.queue_loads(
+            feed,
+            preview.to_fetch,
+            LoadTrigger.OPERATOR,
+            priority=int(conf.get("MARKET_BACKFILL_PRIORITY")),
+            actor=actor,
+        )
         MarketAction.objects.create(
-            feed=feed, action="gap_fill", actor=actor if getattr(actor, "is_authenticated", False)
-            else None, via=via, at=jobs.now(),
-            detail={"start": start.isoformat(), "end": end.isoformat(),
-                    "queued": [load.trade_date.isoformat() for load in loads],
-                    "covered": {day.isoformat(): load.pk
-                                for day, load in preview.covered.items()}})
+            feed=feed,
+            action="gap_fill",
+            actor=actor if getattr(actor, "is_authenticated", False) else None,
+            via=via,
+            at=jobs.now(),
+            detail={
+                "start": start.isoformat(),
+                "end": end.isoformat(),
+                "queued": [load.trade_date.isoformat() for load in loads],
+                "covered": {day.isoformat(): load.pk for day, load in preview.covered.items()},
+            },
+        )
     return preview, loads
 
 
@@ -132,9 +155,12 @@ def _latest_due_trading_day(feed: MarketFeed, now: datetime) -> date | None:
     count says whether the data is whole. None without a calendar."""
     today = freshness.market_date(now)
     last = today if now >= batch.due_at(today) else today - timedelta(days=1)
-    return (TradingDay.objects.filter(feed=feed, exchange=feed.exchange, is_open=True,
-                                      cal_date__lte=last)
-            .order_by("-cal_date").values_list("cal_date", flat=True).first())
+    return (
+        TradingDay.objects.filter(feed=feed, exchange=feed.exchange, is_open=True, cal_date__lte=last)
+        .order_by("-cal_date")
+        .values_list("cal_date", flat=True)
+        .first()
+    )
 
 
 @dataclass(frozen=True)
@@ -161,26 +187,36 @@ def check(feeds: Any, now: datetime) -> list[Finding]:
             findings.append(Finding(False, f"{name} latest-daily", "no daily bars at all"))
         else:
             age = (today - latest).days
-            findings.append(Finding(age <= max_age, f"{name} latest-daily",
-                                    f"latest trade date {latest}, {age} day(s) ago "
-                                    f"(at most {max_age})"))
+            findings.append(
+                Finding(
+                    age <= max_age,
+                    f"{name} latest-daily",
+                    f"latest trade date {latest}, {age} day(s) ago (at most {max_age})",
+                )
+            )
         failing = SourceFreshness.objects.filter(feed=feed, last_failure__isnull=False)
-        failed = [row for row in failing
-                  if row.last_success is None or row.last_failure > row.last_success]
+        failed = [row for row in failing if row.last_success is None or row.last_failure > row.last_success]
         for row in failed:
             # On one line: a multi-line error must not break one line per finding (nor
             # leave unstamped lines in the log).
             error = " ".join(row.last_error.split())[:200]
-            findings.append(Finding(False, f"{name} {row.dataset}",
-                                    f"last attempt failed at {row.last_failure:%Y-%m-%d %H:%M} "
-                                    f"UTC: {error}"))
+            findings.append(
+                Finding(
+                    False,
+                    f"{name} {row.dataset}",
+                    f"last attempt failed at {row.last_failure:%Y-%m-%d %H:%M} UTC: {error}",
+                )
+            )
         if not failed:
-            findings.append(Finding(True, f"{name} last-attempts", "no source's last attempt "
-                                                                   "failed"))
+            findings.append(Finding(True, f"{name} last-attempts", "no source's last attempt failed"))
         counted = _latest_due_trading_day(feed, now) or latest
         if counted is not None:
-            rows = DailyBar.objects.filter(feed=feed, trade_date=counted).aggregate(
-                n=Count("pk"))["n"]
-            findings.append(Finding(rows >= min_rows, f"{name} row-count",
-                                    f"{rows:,} rows on {counted} (at least {min_rows:,})"))
+            rows = DailyBar.objects.filter(feed=feed, trade_date=counted).aggregate(n=Count("pk"))["n"]
+            findings.append(
+                Finding(
+                    rows >= min_rows,
+                    f"{name} row-count",
+                    f"{rows:,} rows on {counted} (at least {min_rows:,})",
+                )
+            )
     return findings

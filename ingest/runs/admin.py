@@ -87,8 +87,7 @@ class HookInline(admin.StackedInline):
 
 @admin.register(IngestSource)
 class IngestSourceAdmin(TenantOwnedAdmin, admin.ModelAdmin):
-    list_display = ["name", "tenant", "kind", "hooks", "batch_size", "max_failures", "enabled",
-                    "running"]
+    list_display = ["name", "tenant", "kind", "hooks", "batch_size", "max_failures", "enabled", "running"]
     list_filter = ["enabled", "kind"]
     list_select_related = ["tenant"]
     search_fields = ["name"]
@@ -98,8 +97,11 @@ class IngestSourceAdmin(TenantOwnedAdmin, admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[IngestSource]:
         running = IngestRun.objects.filter(source=OuterRef("pk"), status=RunStatus.RUNNING)
-        sources = super().get_queryset(request).annotate(
-            hook_count=Count("hooks"), running_run=Subquery(running.values("pk")[:1]))
+        sources = (
+            super()
+            .get_queryset(request)
+            .annotate(hook_count=Count("hooks"), running_run=Subquery(running.values("pk")[:1]))
+        )
         return scope_queryset(sources, request.user)
 
     @admin.display(description="hooks", ordering="hook_count")
@@ -125,8 +127,11 @@ class IngestSourceAdmin(TenantOwnedAdmin, admin.ModelAdmin):
                 self.message_user(request, f"Not started: {exc}.", messages.ERROR)
                 continue
             url = reverse("admin:ingest_ingestrun_change", args=[run.pk])
-            self.message_user(request, format_html('Started <a href="{}">run {}</a> of {}.', url,
-                                                   run.pk, source.name), messages.SUCCESS)
+            self.message_user(
+                request,
+                format_html('Started <a href="{}">run {}</a> of {}.', url, run.pk, source.name),
+                messages.SUCCESS,
+            )
 
 
 # --- the hook catalogue ---------------------------------------------------------------------------
@@ -144,8 +149,7 @@ class HookTemplateAdmin(PlatformWritesAdmin, admin.ModelAdmin):
     environment or which other tenants are offered them."""
 
     form = HookTemplateForm
-    list_display = ["name", "enabled", "image", "command_display", "offered", "hook_count",
-                    "updated_at"]
+    list_display = ["name", "enabled", "image", "command_display", "offered", "hook_count", "updated_at"]
     list_filter = ["enabled"]
     search_fields = ["name", "description"]
     filter_horizontal = ["tenants"]
@@ -154,8 +158,10 @@ class HookTemplateAdmin(PlatformWritesAdmin, admin.ModelAdmin):
         (None, {"fields": ["name", "description", "enabled", "tenants"]}),
         ("What runs", {"fields": ["image", "command", "env", "timeout_seconds"]}),
         ("What a tenant fills", {"fields": ["parameters", "parameters_summary"]}),
-        ("Resources (Kubernetes)", {"fields": [("cpu_request", "cpu_limit"),
-                                               ("memory_request", "memory_limit")]}),
+        (
+            "Resources (Kubernetes)",
+            {"fields": [("cpu_request", "cpu_limit"), ("memory_request", "memory_limit")]},
+        ),
     ]
     OPERATORS_ONLY = {"tenants", "env"}
 
@@ -174,9 +180,10 @@ class HookTemplateAdmin(PlatformWritesAdmin, admin.ModelAdmin):
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         if is_platform_operator(request):
             return self.fieldsets
-        return [(title, {**options, "fields": [f for f in options["fields"]
-                                               if f not in self.OPERATORS_ONLY]})
-                for title, options in self.fieldsets]
+        return [
+            (title, {**options, "fields": [f for f in options["fields"] if f not in self.OPERATORS_ONLY]})
+            for title, options in self.fieldsets
+        ]
 
     @admin.display(description="command")
     def command_display(self, entry: HookTemplate) -> str:
@@ -223,19 +230,34 @@ class Operation:
         return reverse(f"admin:{self.url_name}", args=[run.pk])
 
 
-OPERATIONS = {op.name: op for op in [
-    Operation("cancel", "Cancel the run", services.cancel_run,
-              applies=lambda run, batches: not run.finished,
-              done=lambda run, _: f"Run {run.pk} cancelled."),
-    Operation("retry-hooks", "Retry the failed hooks", services.retry_failed_hooks,
-              applies=lambda run, batches: run.status != RunStatus.CANCELLED
-              and batches[BatchStatus.HOOKS_FAILED] > 0,
-              done=lambda run, count: f"Run {run.pk}: the hooks of {count} batch(es) run again."),
-    Operation("retry-from-batch", "Fetch again from the failed batch",
-              services.retry_from_failed_batch,
-              applies=lambda run, batches: run.status == RunStatus.FAILED and not run.ingest_done,
-              done=lambda run, sequence: f"Run {run.pk}: fetching again from batch {sequence}."),
-]}
+OPERATIONS = {
+    op.name: op
+    for op in [
+        Operation(
+            "cancel",
+            "Cancel the run",
+            services.cancel_run,
+            applies=lambda run, batches: not run.finished,
+            done=lambda run, _: f"Run {run.pk} cancelled.",
+        ),
+        Operation(
+            "retry-hooks",
+            "Retry the failed hooks",
+            services.retry_failed_hooks,
+            applies=lambda run, batches: (
+                run.status != RunStatus.CANCELLED and batches[BatchStatus.HOOKS_FAILED] > 0
+            ),
+            done=lambda run, count: f"Run {run.pk}: the hooks of {count} batch(es) run again.",
+        ),
+        Operation(
+            "retry-from-batch",
+            "Fetch again from the failed batch",
+            services.retry_from_failed_batch,
+            applies=lambda run, batches: run.status == RunStatus.FAILED and not run.ingest_done,
+            done=lambda run, sequence: f"Run {run.pk}: fetching again from batch {sequence}.",
+        ),
+    ]
+}
 
 
 @dataclass
@@ -252,8 +274,18 @@ class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
     pipeline; operators act on them through the services, and a run stays as the record
     of what was published."""
 
-    list_display = ["id", "source", "tenant", "status_display", "batches", "records_published",
-                    "failures", "started_at", "started_by", "finished_at"]
+    list_display = [
+        "id",
+        "source",
+        "tenant",
+        "status_display",
+        "batches",
+        "records_published",
+        "failures",
+        "started_at",
+        "started_by",
+        "finished_at",
+    ]
     list_display_links = ["id", "source"]
     list_filter = ["status", ("source", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["source", "tenant", "started_by"]
@@ -302,14 +334,18 @@ class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view
-        own = [path("<path:object_id>/timeline/", view(self.timeline_view),
-                    name="ingest_ingestrun_timeline")]
-        own += [path(f"<path:object_id>/{name}/", view(self.operation_view), {"operation": name},
-                     name=op.url_name) for name, op in OPERATIONS.items()]
+        own = [path("<path:object_id>/timeline/", view(self.timeline_view), name="ingest_ingestrun_timeline")]
+        own += [
+            path(
+                f"<path:object_id>/{name}/", view(self.operation_view), {"operation": name}, name=op.url_name
+            )
+            for name, op in OPERATIONS.items()
+        ]
         return own + super().get_urls()
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict | None = None) -> HttpResponse:
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None
+    ) -> HttpResponse:
         run = self.get_object(request, unquote(object_id))
         context = dict(extra_context or {})
         if run is not None and self.has_view_permission(request, run):
@@ -326,8 +362,9 @@ class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
         run = self.get_object(request, unquote(object_id))
         if run is None:
             raise Http404("No such run visible to you.")
-        return TemplateResponse(request, "admin/ingest/ingestrun/timeline.html",
-                                self.timeline_context(request, run))
+        return TemplateResponse(
+            request, "admin/ingest/ingestrun/timeline.html", self.timeline_context(request, run)
+        )
 
     def timeline_context(self, request: HttpRequest, run: IngestRun) -> dict[str, Any]:
         shown = timeline.load(run)
@@ -335,23 +372,34 @@ class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
         rows = []
         for batch in shown.batches:
             delivery = shown.hook_deliveries.get(batch.pk)
-            rows.append(BatchRow(batch, list(batch.hook_executions.all()), delivery,
-                                 _job_link(request, delivery) if delivery is not None else None))
-        operations = [(op.label, op.url(run)) for op in OPERATIONS.values()
-                      if op.applies(run, batch_counts)] if self.has_operate_permission(request) else []
+            rows.append(
+                BatchRow(
+                    batch,
+                    list(batch.hook_executions.all()),
+                    delivery,
+                    _job_link(request, delivery) if delivery is not None else None,
+                )
+            )
+        operations = (
+            [(op.label, op.url(run)) for op in OPERATIONS.values() if op.applies(run, batch_counts)]
+            if self.has_operate_permission(request)
+            else []
+        )
         return {
             "run": run,
             "timeline": shown,
             "rows": rows,
             "fetching": [(sequence, job, _job_link(request, job)) for sequence, job in shown.fetching],
             # The engine's error in full (its traceback) for those who may read jobs.
-            "failed_job": shown.failed if run.status == RunStatus.FAILED
-            and request.user.has_perm("jobs.view_job") else None,
+            "failed_job": shown.failed
+            if run.status == RunStatus.FAILED and request.user.has_perm("jobs.view_job")
+            else None,
             "failed_job_link": _job_link(request, shown.failed) if shown.failed is not None else None,
             "actions": run.actions.select_related("actor"),
             "operations": operations,
             "pipeline_url": reverse("admin:jobs_job_pipeline", args=[run.pipeline])
-            if request.user.has_perm("jobs.view_job") else "",
+            if request.user.has_perm("jobs.view_job")
+            else "",
         }
 
     def operation_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
@@ -388,8 +436,9 @@ class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def retry_failed_hooks(self, request: HttpRequest, queryset: QuerySet[IngestRun]) -> None:
         self._bulk(request, queryset, "retry-hooks")
 
-    @admin.action(description="Fetch the selected runs again from their failed batch",
-                  permissions=["operate"])
+    @admin.action(
+        description="Fetch the selected runs again from their failed batch", permissions=["operate"]
+    )
     def retry_from_failed_batch(self, request: HttpRequest, queryset: QuerySet[IngestRun]) -> None:
         self._bulk(request, queryset, "retry-from-batch")
 
@@ -402,13 +451,38 @@ class RunnerBreakerAdmin(ReadOnlyMixin, admin.ModelAdmin):
     """One breaker per runner target and tenant. A tenant's staff see their own; closing
     one by hand is for platform operators, who know whether the cluster is back."""
 
-    list_display = ["target", "tenant", "state_display", "failures", "window", "next_probe",
-                    "times_opened", "denied", "last_failure_display", "opened_at", "updated_at"]
+    list_display = [
+        "target",
+        "tenant",
+        "state_display",
+        "failures",
+        "window",
+        "next_probe",
+        "times_opened",
+        "denied",
+        "last_failure_display",
+        "opened_at",
+        "updated_at",
+    ]
     list_filter = ["state"]
     list_select_related = ["tenant"]
-    fields = ["target", "tenant", "state_display", "failures", "window", "window_started_at",
-              "opened_at", "next_probe", "cooldown_seconds", "probe_job", "probe_started_at",
-              "times_opened", "denied", "last_failure", "updated_at"]
+    fields = [
+        "target",
+        "tenant",
+        "state_display",
+        "failures",
+        "window",
+        "window_started_at",
+        "opened_at",
+        "next_probe",
+        "cooldown_seconds",
+        "probe_job",
+        "probe_started_at",
+        "times_opened",
+        "denied",
+        "last_failure",
+        "updated_at",
+    ]
     readonly_fields = fields
     actions = ["close_breakers"]
 
@@ -441,12 +515,12 @@ class RunnerBreakerAdmin(ReadOnlyMixin, admin.ModelAdmin):
         text = row.last_failure.splitlines()[0] if row.last_failure else "—"
         return text if len(text) <= 120 else text[:119] + "…"
 
-    @admin.action(description="Close the selected breakers (the cluster is back)",
-                  permissions=["operate"])
+    @admin.action(description="Close the selected breakers (the cluster is back)", permissions=["operate"])
     def close_breakers(self, request: HttpRequest, queryset: QuerySet[RunnerBreaker]) -> None:
         rows = list(queryset.select_related("tenant").order_by("target", "tenant__name"))
         for row in rows:
             breaker.reset(row.target, row.tenant_id, jobs.now())
         closed = ", ".join(f"{row.target} for {row.tenant}" for row in rows)
-        self.message_user(request, f"Closed: {closed}. Held-back hooks launch at their next "
-                                   "attempt.", messages.SUCCESS)
+        self.message_user(
+            request, f"Closed: {closed}. Held-back hooks launch at their next attempt.", messages.SUCCESS
+        )

@@ -61,11 +61,9 @@ class IngestRunSerializer(serializers.ModelSerializer):
     """A run in a listing: its source, where it stands, and its figures."""
 
     tenant = serializers.IntegerField(source="tenant_id", read_only=True)
-    source = serializers.CharField(source="source.name", read_only=True,
-                                   help_text="The source's name.")
+    source = serializers.CharField(source="source.name", read_only=True, help_text="The source's name.")
     source_id = serializers.IntegerField(read_only=True)
-    started_by = serializers.CharField(source="started_by.username", read_only=True,
-                                       allow_null=True)
+    started_by = serializers.CharField(source="started_by.username", read_only=True, allow_null=True)
     batches_fetched = serializers.IntegerField(source="batches_ingested", read_only=True)
     # A reason stored with a job's traceback (before reasons were stored without) shows
     # it to staff only, as the engine's own errors do.
@@ -73,26 +71,56 @@ class IngestRunSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = IngestRun
-        fields = ["id", "tenant", "source", "source_id", "status", "pipeline", "started_by",
-                  "started_at", "finished_at", "batches_fetched", "batches_published",
-                  "records_published", "hook_failures", "max_failures", "ingest_done",
-                  "failure_reason"]
+        fields = [
+            "id",
+            "tenant",
+            "source",
+            "source_id",
+            "status",
+            "pipeline",
+            "started_by",
+            "started_at",
+            "finished_at",
+            "batches_fetched",
+            "batches_published",
+            "records_published",
+            "hook_failures",
+            "max_failures",
+            "ingest_done",
+            "failure_reason",
+        ]
         read_only_fields = fields
 
 
 class HookExecutionSerializer(serializers.ModelSerializer):
     hook = serializers.CharField(source="hook_name", read_only=True)
-    entry = serializers.CharField(source="hook.template.name", read_only=True, allow_null=True,
-                                  help_text="The hook's catalogue entry (null once the hook is "
-                                            "removed from its source).")
-    job_name = serializers.CharField(source="runner_ref", read_only=True,
-                                     help_text="The Kubernetes Job (or process) of the "
-                                               "current try.")
+    entry = serializers.CharField(
+        source="hook.template.name",
+        read_only=True,
+        allow_null=True,
+        help_text="The hook's catalogue entry (null once the hook is removed from its source).",
+    )
+    job_name = serializers.CharField(
+        source="runner_ref", read_only=True, help_text="The Kubernetes Job (or process) of the current try."
+    )
 
     class Meta:
         model = HookExecution
-        fields = ["hook", "entry", "position", "status", "tries", "runner_target", "job_name",
-                  "pod_phase", "exit_code", "reason", "log_tail", "launched_at", "finished_at"]
+        fields = [
+            "hook",
+            "entry",
+            "position",
+            "status",
+            "tries",
+            "runner_target",
+            "job_name",
+            "pod_phase",
+            "exit_code",
+            "reason",
+            "log_tail",
+            "launched_at",
+            "finished_at",
+        ]
         read_only_fields = fields
 
 
@@ -113,8 +141,19 @@ class IngestBatchSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = IngestBatch
-        fields = ["id", "sequence", "status", "records", "has_more", "fetch_ms", "fetched_at",
-                  "checked_at", "published_at", "hook_executions", "hooks_delivery"]
+        fields = [
+            "id",
+            "sequence",
+            "status",
+            "records",
+            "has_more",
+            "fetch_ms",
+            "fetched_at",
+            "checked_at",
+            "published_at",
+            "hook_executions",
+            "hooks_delivery",
+        ]
         read_only_fields = fields
 
     @extend_schema_field(HooksDeliverySerializer(allow_null=True))
@@ -161,8 +200,8 @@ class IngestRunDetailSerializer(IngestRunSerializer):
     counts = serializers.SerializerMethodField()
     batches = serializers.SerializerMethodField()
     earlier_batches = serializers.SerializerMethodField(
-        help_text=f"Batches before the first one listed (at most {timeline.BATCH_LIMIT} "
-                  "are, the newest).")
+        help_text=f"Batches before the first one listed (at most {timeline.BATCH_LIMIT} are, the newest)."
+    )
     actions = RunActionSerializer(many=True, read_only=True)
 
     class Meta(IngestRunSerializer.Meta):
@@ -176,8 +215,9 @@ class IngestRunDetailSerializer(IngestRunSerializer):
     @extend_schema_field(IngestBatchSerializer(many=True))
     def get_batches(self, run: IngestRun) -> list[dict[str, Any]]:
         shown = self._timeline(run)
-        return IngestBatchSerializer(shown.batches, many=True,
-                               context={"hook_deliveries": shown.hook_deliveries}).data
+        return IngestBatchSerializer(
+            shown.batches, many=True, context={"hook_deliveries": shown.hook_deliveries}
+        ).data
 
     def get_earlier_batches(self, run: IngestRun) -> int:
         return self._timeline(run).earlier
@@ -191,15 +231,22 @@ class IngestRunDetailSerializer(IngestRunSerializer):
 
 class RunRefusedSerializer(serializers.Serializer):
     detail = serializers.CharField()
-    run = serializers.IntegerField(allow_null=True, help_text="The run the refusal is about: "
-                                   "the one already running, or this one.")
+    run = serializers.IntegerField(
+        allow_null=True, help_text="The run the refusal is about: the one already running, or this one."
+    )
 
 
 # --- what a caller sends ------------------------------------------------------------------------
 
 
-@extend_schema_field({"oneOf": [{"type": "integer", "minimum": 1, "maximum": MAX_ID},
-                                {"type": "string", "minLength": 1, "maxLength": 64}]})
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "integer", "minimum": 1, "maximum": MAX_ID},
+            {"type": "string", "minLength": 1, "maxLength": 64},
+        ]
+    }
+)
 class SourceReference(serializers.Field):
     """A source by id (a number) or by name (a string)."""
 
@@ -226,22 +273,27 @@ class SourceReference(serializers.Field):
 
 class StartRunSerializer(ClosedSerializer):
     source = SourceReference(help_text="The source, by id or by name.")
-    tenant = serializers.SlugField(required=False, max_length=60,
-                                   help_text="The source's tenant (slug), when a platform "
-                                             "operator names a source that several tenants have.")
+    tenant = serializers.SlugField(
+        required=False,
+        max_length=60,
+        help_text="The source's tenant (slug), when a platform "
+        "operator names a source that several tenants have.",
+    )
 
 
 class CancelRunSerializer(serializers.Serializer):
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=1000,
-                                   help_text="Recorded with the cancellation.")
+    reason = serializers.CharField(
+        required=False, allow_blank=True, max_length=1000, help_text="Recorded with the cancellation."
+    )
 
 
 # --- listing rules --------------------------------------------------------------------------------
 
 
 class RunFilter(filters.FilterSet):
-    status = filters.MultipleChoiceFilter(choices=RunStatus.choices,
-                                          help_text="Repeat to match any of several.")
+    status = filters.MultipleChoiceFilter(
+        choices=RunStatus.choices, help_text="Repeat to match any of several."
+    )
     source = filters.CharFilter(field_name="source__name", help_text="A source's name, exactly.")
     started_after = DateTimeFilter(field_name="started_at", lookup_expr="gte")
     started_before = DateTimeFilter(field_name="started_at", lookup_expr="lt")
@@ -281,8 +333,9 @@ def visible_source(user: Any, reference: int | str, tenant: str | None) -> Inges
     if not found:
         raise ValidationError({"source": [f"unknown source {reference!r}"]})
     if len(found) > 1:
-        raise ValidationError({"source": [f"several tenants have a source named {reference!r}; "
-                                          "give its id, or its tenant"]})
+        raise ValidationError(
+            {"source": [f"several tenants have a source named {reference!r}; give its id, or its tenant"]}
+        )
     return found[0]
 
 
@@ -294,20 +347,26 @@ def refused(exc: services.RunRefused) -> Response:
 # --- the views -----------------------------------------------------------------------------------
 
 NOT_FOUND = OpenApiResponse(ErrorSerializer, description="No such run visible to you.")
-REFUSED = OpenApiResponse(RunRefusedSerializer, description="The run's (or its source's) state "
-                                                         "does not allow it now; says why.")
+REFUSED = OpenApiResponse(
+    RunRefusedSerializer, description="The run's (or its source's) state does not allow it now; says why."
+)
 
 
 def _action_schema(summary: str, request: Any = None) -> Callable[[Any], Any]:
-    return extend_schema(summary=summary, request=request,
-                         responses={200: IngestRunDetailSerializer, 404: NOT_FOUND, 409: REFUSED})
+    return extend_schema(
+        summary=summary,
+        request=request,
+        responses={200: IngestRunDetailSerializer, 404: NOT_FOUND, 409: REFUSED},
+    )
 
 
 @extend_schema(tags=["ingest"])
 @extend_schema_view(
     list=extend_schema(summary="List ingest runs, newest first"),
-    retrieve=extend_schema(summary="One run with its batches, hook executions and actions",
-                           responses={200: IngestRunDetailSerializer, 404: NOT_FOUND}),
+    retrieve=extend_schema(
+        summary="One run with its batches, hook executions and actions",
+        responses={200: IngestRunDetailSerializer, 404: NOT_FOUND},
+    ),
 )
 class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Ingest runs of the caller's tenant (every tenant's for platform operators)."""
@@ -336,13 +395,17 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         run = visible_runs(self.request.user).prefetch_related("actions__actor").get(pk=run.pk)
         return IngestRunDetailSerializer(run, context=self.get_serializer_context()).data
 
-    @extend_schema(summary="Start a run of a source (staff)", request=StartRunSerializer,
-                   responses={201: IngestRunDetailSerializer, 400: OpenApiTypes.OBJECT, 409: REFUSED})
+    @extend_schema(
+        summary="Start a run of a source (staff)",
+        request=StartRunSerializer,
+        responses={201: IngestRunDetailSerializer, 400: OpenApiTypes.OBJECT, 409: REFUSED},
+    )
     def create(self, request: Request) -> Response:
         form = StartRunSerializer(data=object_body(request))
         form.is_valid(raise_exception=True)
-        source = visible_source(request.user, form.validated_data["source"],
-                                form.validated_data.get("tenant"))
+        source = visible_source(
+            request.user, form.validated_data["source"], form.validated_data.get("tenant")
+        )
         try:
             run = services.start_ingest(source, actor=request.user, via="api")
         except services.RunRefused as exc:
@@ -363,17 +426,14 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         form = CancelRunSerializer(data=object_body(request))
         form.is_valid(raise_exception=True)
         reason = form.validated_data.get("reason", "")
-        return self._act(lambda run: services.cancel_run(run, actor=request.user, via="api",
-                                                         reason=reason))
+        return self._act(lambda run: services.cancel_run(run, actor=request.user, via="api", reason=reason))
 
     @_action_schema("Run the hooks again on every batch whose hooks failed (staff)")
     @action(detail=True, methods=["post"], url_path="retry-hooks")
     def retry_hooks(self, request: Request, pk: str | None = None) -> Response:
-        return self._act(lambda run: services.retry_failed_hooks(run, actor=request.user,
-                                                                 via="api"))
+        return self._act(lambda run: services.retry_failed_hooks(run, actor=request.user, via="api"))
 
     @_action_schema("Fetch again from the batch the source failed on (staff)")
     @action(detail=True, methods=["post"], url_path="retry-from-batch")
     def retry_from_batch(self, request: Request, pk: str | None = None) -> Response:
-        return self._act(lambda run: services.retry_from_failed_batch(run, actor=request.user,
-                                                                      via="api"))
+        return self._act(lambda run: services.retry_from_failed_batch(run, actor=request.user, via="api"))

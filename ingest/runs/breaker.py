@@ -168,9 +168,17 @@ def _share(window: int, others: int) -> int:
 
 def _count(sql: str, target: str, tenant: int, **more: object) -> tuple:
     with connection.cursor() as cursor:
-        cursor.execute(sql, {"target": target, "tenant": tenant, "window": _default_window(),
-                             "launching": ExecutionStatus.LAUNCHING,
-                             "running": ExecutionStatus.RUNNING, **more})
+        cursor.execute(
+            sql,
+            {
+                "target": target,
+                "tenant": tenant,
+                "window": _default_window(),
+                "launching": ExecutionStatus.LAUNCHING,
+                "running": ExecutionStatus.RUNNING,
+                **more,
+            },
+        )
         return cursor.fetchone()
 
 
@@ -189,19 +197,29 @@ def admit(target: str, tenant: int, job_id: int, now: datetime) -> Admission:
         share = _share(window, others)
         counts = {"waiting": waiting, "window": window, "share": share, "tenants": others + 1}
         if waiting < share:
-            return Admission(allowed=True, settled=(
-                failures == 0 and window == int(conf.get("MAX_LAUNCH_WINDOW"))), **counts)
+            return Admission(
+                allowed=True,
+                settled=(failures == 0 and window == int(conf.get("MAX_LAUNCH_WINDOW"))),
+                **counts,
+            )
         RunnerBreaker.objects.filter(target=target, tenant_id=tenant).update(denied=F("denied") + 1)
-        return Admission(allowed=False, wait_seconds=float(conf.get("QUEUE_WAIT_SECONDS")),
-                         state="share" if others else "full", **counts)
+        return Admission(
+            allowed=False,
+            wait_seconds=float(conf.get("QUEUE_WAIT_SECONDS")),
+            state="share" if others else "full",
+            **counts,
+        )
     with transaction.atomic():
         breaker = _row(target, tenant)
         if breaker.state == BreakerState.CLOSED:
             return Admission(allowed=True)
         if breaker.state == BreakerState.HALF_OPEN and breaker.probe_job == job_id:
             return Admission(allowed=True, probe=True, state=breaker.state)
-        probe_abandoned = (breaker.state == BreakerState.HALF_OPEN and breaker.probe_started_at
-                           and now - breaker.probe_started_at > PROBE_GRACE)
+        probe_abandoned = (
+            breaker.state == BreakerState.HALF_OPEN
+            and breaker.probe_started_at
+            and now - breaker.probe_started_at > PROBE_GRACE
+        )
         if (breaker.state == BreakerState.OPEN and now >= breaker.next_probe_at) or probe_abandoned:
             breaker.state = BreakerState.HALF_OPEN
             breaker.probe_job = job_id
@@ -210,11 +228,13 @@ def admit(target: str, tenant: int, job_id: int, now: datetime) -> Admission:
             breaker.save(update_fields=["state", "probe_job", "probe_started_at", "updated_at"])
             return Admission(allowed=True, probe=True, state=breaker.state)
         # Held back: until the probe time, or while a probe is out, for one cool-down.
-        wake = breaker.next_probe_at if breaker.next_probe_at > now else (
-            now + timedelta(seconds=breaker.cooldown_seconds or _cooldown(breaker, longer=False)))
+        wake = (
+            breaker.next_probe_at
+            if breaker.next_probe_at > now
+            else (now + timedelta(seconds=breaker.cooldown_seconds or _cooldown(breaker, longer=False)))
+        )
         RunnerBreaker.objects.filter(pk=breaker.pk).update(denied=F("denied") + 1)
-        return Admission(allowed=False, wait_seconds=(wake - now).total_seconds(),
-                         state=breaker.state)
+        return Admission(allowed=False, wait_seconds=(wake - now).total_seconds(), state=breaker.state)
 
 
 def withdraw(target: str, tenant: int, execution: int, launched_at: datetime) -> bool:
@@ -225,13 +245,13 @@ def withdraw(target: str, tenant: int, execution: int, launched_at: datetime) ->
     tenant's as many as its share: its Pod would otherwise hold its place in the
     cluster's queue ahead of theirs. A tenant alone keeps every launch it made, even
     beyond a window that has shrunk since."""
-    _, window, _, earlier, others = _count(_WITHDRAW, target, tenant, execution=execution,
-                                           launched_at=launched_at)
+    _, window, _, earlier, others = _count(
+        _WITHDRAW, target, tenant, execution=execution, launched_at=launched_at
+    )
     return others > 0 and earlier > _share(window or _default_window(), others)
 
 
-def record_failure(target: str, tenant: int, job_id: int, message: str, now: datetime
-                   ) -> RunnerBreaker:
+def record_failure(target: str, tenant: int, job_id: int, message: str, now: datetime) -> RunnerBreaker:
     """A launch or a launched hook of ``tenant`` on ``target`` failed for the
     infrastructure's sake."""
     with transaction.atomic():
@@ -259,10 +279,17 @@ def record_success(target: str, tenant: int, job_id: int, now: datetime) -> None
     so the window settles where the target's room is), and closes an open or probing
     breaker, waking the deliveries it held back (at this transaction's commit)."""
     with connection.cursor() as cursor:
-        cursor.execute(_SUCCEEDED, {"target": target, "tenant": tenant,
-                                    "closed": BreakerState.CLOSED,
-                                    "window": _default_window(),
-                                    "most": int(conf.get("MAX_LAUNCH_WINDOW")), "now": now})
+        cursor.execute(
+            _SUCCEEDED,
+            {
+                "target": target,
+                "tenant": tenant,
+                "closed": BreakerState.CLOSED,
+                "window": _default_window(),
+                "most": int(conf.get("MAX_LAUNCH_WINDOW")),
+                "now": now,
+            },
+        )
         was = cursor.fetchone()
     if was is not None and was[0] != BreakerState.CLOSED:
         jobs.wake(wake_key(target, tenant))
@@ -273,9 +300,16 @@ def reset(target: str, tenant: int, now: datetime) -> None:
     is back), waking the deliveries it held back."""
     with transaction.atomic():
         RunnerBreaker.objects.filter(target=target, tenant_id=tenant).update(
-            state=BreakerState.CLOSED, failures=0, window=_default_window(),
-            window_started_at=None, next_probe_at=None,
-            probe_job=None, probe_started_at=None, cooldown_seconds=0, updated_at=now)
+            state=BreakerState.CLOSED,
+            failures=0,
+            window=_default_window(),
+            window_started_at=None,
+            next_probe_at=None,
+            probe_job=None,
+            probe_started_at=None,
+            cooldown_seconds=0,
+            updated_at=now,
+        )
         jobs.wake(wake_key(target, tenant))
 
 

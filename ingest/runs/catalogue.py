@@ -38,12 +38,56 @@ PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
 # own (sudo, timeout, nice …): a parameter given to one would be code, not data, so an
 # entry's command never starts with one. Matched on the program's name without a
 # version suffix ("bash5.2" is bash).
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "csh", "tcsh",
-                    "busybox", "toybox", "env", "xargs", "eval", "exec", "command", "builtin",
-                    "sudo", "su", "doas", "pkexec", "runuser", "setpriv", "chroot", "nohup",
-                    "nice", "ionice", "chrt", "taskset", "timeout", "setsid", "stdbuf",
-                    "strace", "ltrace", "flock", "time", "unshare", "nsenter", "firejail",
-                    "bwrap", "systemd-run", "watch", "parallel", "ssh", "script"})
+SHELLS = frozenset(
+    {
+        "sh",
+        "bash",
+        "dash",
+        "zsh",
+        "ksh",
+        "mksh",
+        "ash",
+        "fish",
+        "csh",
+        "tcsh",
+        "busybox",
+        "toybox",
+        "env",
+        "xargs",
+        "eval",
+        "exec",
+        "command",
+        "builtin",
+        "sudo",
+        "su",
+        "doas",
+        "pkexec",
+        "runuser",
+        "setpriv",
+        "chroot",
+        "nohup",
+        "nice",
+        "ionice",
+        "chrt",
+        "taskset",
+        "timeout",
+        "setsid",
+        "stdbuf",
+        "strace",
+        "ltrace",
+        "flock",
+        "time",
+        "unshare",
+        "nsenter",
+        "firejail",
+        "bwrap",
+        "systemd-run",
+        "watch",
+        "parallel",
+        "ssh",
+        "script",
+    }
+)
 # Interpreters: every argument up to and including the script (or the code after -c,
 # -e …, or the module after -m) is the interpreter's own, since an option there may
 # load code (node --require, perl -M, ruby -r, python -m) and the script is code. A
@@ -52,11 +96,11 @@ SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "
 INTERPRETER = re.compile(
     r"(python|pypy|perl|ruby|node|nodejs|php|lua|luajit|rscript|r|tclsh|wish|deno|bun|pwsh"
     r"|powershell|julia|java|jshell|groovy|guile|racket|erl|escript|elixir|awk|gawk|mawk"
-    r"|nawk|sed|gsed)[0-9.]*")
+    r"|nawk|sed|gsed)[0-9.]*"
+)
 # An option whose next argument is code or a program, in any program (python -c, perl
 # -e, node --eval, find -exec, git -c); glued to it too (-c…, --eval=…).
-CODE_OPTIONS = frozenset({"-c", "-e", "--eval", "--command", "--exec", "-exec", "-execdir",
-                          "-ok", "-okdir"})
+CODE_OPTIONS = frozenset({"-c", "-e", "--eval", "--command", "--exec", "-exec", "-execdir", "-ok", "-okdir"})
 # An interpreter's options whose next argument is its code or module (perl -E, node -p,
 # php -r, python -m), and short options run together whose last one takes code (perl
 # -ne, python -Bc, ruby -pe).
@@ -79,9 +123,22 @@ KEYS = {
 COMMON_KEYS = {"name", "type", "required", "default", "description"}
 # Kubernetes quantities: a decimal number and an optional suffix.
 QUANTITY = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
-SUFFIXES = {"": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-            "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
-            "Pi": 2**50, "Ei": 2**60}
+SUFFIXES = {
+    "": 1,
+    "m": Decimal("0.001"),
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
 
 
 class Refused(ValueError):
@@ -115,13 +172,16 @@ class Parameter:
         """One line for a tenant: what the parameter takes."""
         bounds = {
             "string": f"up to {self.max_length} characters"
-                      + (f", matching {self.pattern}" if self.pattern else ""),
+            + (f", matching {self.pattern}" if self.pattern else ""),
             "integer": _range(self.minimum, self.maximum),
             "boolean": "true or false",
             "choice": "one of " + ", ".join(self.choices),
         }[self.type]
-        need = "required" if self.required else (
-            "optional" if self.default is None else f"default {json.dumps(self.default)}")
+        need = (
+            "required"
+            if self.required
+            else ("optional" if self.default is None else f"default {json.dumps(self.default)}")
+        )
         text = f"{self.name} ({self.type}, {need}; {bounds})"
         return f"{text}: {self.description}" if self.description else text
 
@@ -156,8 +216,9 @@ def declarations(raw: Any) -> list[Parameter]:
         except Refused as exc:
             problems.extend(exc.problems)
     names = [parameter.name for parameter in found]
-    problems += [f"parameter {name!r} is declared twice" for name in sorted(set(names))
-                 if names.count(name) > 1]
+    problems += [
+        f"parameter {name!r} is declared twice" for name in sorted(set(names)) if names.count(name) > 1
+    ]
     if problems:
         raise Refused(problems)
     return found
@@ -168,8 +229,12 @@ def _declaration(item: Any, index: int) -> Parameter:
         raise Refused([f"declaration {index + 1}: a JSON object"])
     name = item.get("name")
     if not isinstance(name, str) or not PARAMETER_NAME.fullmatch(name):
-        raise Refused([f"declaration {index + 1}: its name must be lower case letters, digits "
-                       "and _, starting with a letter, at most 40"])
+        raise Refused(
+            [
+                f"declaration {index + 1}: its name must be lower case letters, digits "
+                "and _, starting with a letter, at most 40"
+            ]
+        )
     kind = item.get("type")
     if kind not in TYPES:
         raise Refused([f"parameter {name!r}: type {kind!r} is not one of {', '.join(TYPES)}"])
@@ -183,8 +248,9 @@ def _declaration(item: Any, index: int) -> Parameter:
         problems.append(f"{label}: description is text of at most {MAX_DESCRIPTION} characters")
     if problems:
         raise Refused(problems)
-    parameter = Parameter(name=name, type=kind, required=required, description=description,
-                          **_bounds(label, kind, item))
+    parameter = Parameter(
+        name=name, type=kind, required=required, description=description, **_bounds(label, kind, item)
+    )
     default = item.get("default")
     if default is not None:
         if required:
@@ -209,11 +275,19 @@ def _bounds(label: str, kind: str, item: dict[str, Any]) -> dict[str, Any]:
         return {"minimum": low, "maximum": high}
     if kind == "choice":
         choices = item.get("choices")
-        if (not isinstance(choices, list) or not 1 <= len(choices) <= MAX_CHOICES
-                or not all(isinstance(c, str) and c and "\x00" not in c
-                           and len(c) <= MAX_CHOICE_LENGTH for c in choices)):
-            raise Refused([f"{label}: choices is a list of 1 to {MAX_CHOICES} texts of 1 to "
-                           f"{MAX_CHOICE_LENGTH} characters"])
+        if (
+            not isinstance(choices, list)
+            or not 1 <= len(choices) <= MAX_CHOICES
+            or not all(
+                isinstance(c, str) and c and "\x00" not in c and len(c) <= MAX_CHOICE_LENGTH for c in choices
+            )
+        ):
+            raise Refused(
+                [
+                    f"{label}: choices is a list of 1 to {MAX_CHOICES} texts of 1 to "
+                    f"{MAX_CHOICE_LENGTH} characters"
+                ]
+            )
         if len(set(choices)) != len(choices):
             raise Refused([f"{label}: a choice is listed twice"])
         return {"choices": tuple(choices)}
@@ -273,15 +347,22 @@ def _pattern_misfit(pattern: str, value: str) -> str:
 
 def command_problems(command: Any, parameters: list[Parameter]) -> list[str]:
     """What is wrong with an entry's argument list, given its declared parameters."""
-    if (not isinstance(command, list) or not 1 <= len(command) <= MAX_ARGUMENTS
-            or not all(isinstance(arg, str) and arg and "\x00" not in arg for arg in command)):
-        return [f'an argument list of 1 to {MAX_ARGUMENTS} non-empty strings, e.g. ["python", '
-                '"-m", "ingest.hookkit.check_records"]']
+    if (
+        not isinstance(command, list)
+        or not 1 <= len(command) <= MAX_ARGUMENTS
+        or not all(isinstance(arg, str) and arg and "\x00" not in arg for arg in command)
+    ):
+        return [
+            f'an argument list of 1 to {MAX_ARGUMENTS} non-empty strings, e.g. ["python", '
+            '"-m", "ingest.hookkit.check_records"]'
+        ]
     program = PurePosixPath(command[0]).name
     if program.rstrip("0123456789.") in SHELLS:
-        return [f"{command[0]!r} would read its arguments as code or run them as a program: "
-                "the command runs a program directly, and parameters reach it as arguments or "
-                "HOOK_PARAM_ variables"]
+        return [
+            f"{command[0]!r} would read its arguments as code or run them as a program: "
+            "the command runs a program directly, and parameters reach it as arguments or "
+            "HOOK_PARAM_ variables"
+        ]
     if _placeholders(command[0]):
         return ["the program (the first argument) is the entry's own, never a parameter"]
     declared = {parameter.name: parameter for parameter in parameters}
@@ -291,21 +372,29 @@ def command_problems(command: Any, parameters: list[Parameter]) -> list[str]:
         for name in _placeholders(argument):
             parameter = declared.get(name)
             if parameter is None:
-                problems.append(f"argument {index + 1}: {{{name}}} names no declared parameter "
-                                "(write {{ and }} for braces)")
+                problems.append(
+                    f"argument {index + 1}: {{{name}}} names no declared parameter "
+                    "(write {{ and }} for braces)"
+                )
             elif not parameter.required and parameter.default is None:
-                problems.append(f"argument {index + 1}: {{{name}}} needs parameter {name!r} "
-                                "to be required or to have a default")
+                problems.append(
+                    f"argument {index + 1}: {{{name}}} needs parameter {name!r} "
+                    "to be required or to have a default"
+                )
             elif index <= own:
-                problems.append(f"argument {index + 1}: {{{name}}} is among {program}'s own "
-                                "options, script or code, which would make the parameter code; "
-                                "parameters may follow the script, or read "
-                                f"{parameter.env_name}")
+                problems.append(
+                    f"argument {index + 1}: {{{name}}} is among {program}'s own "
+                    "options, script or code, which would make the parameter code; "
+                    "parameters may follow the script, or read "
+                    f"{parameter.env_name}"
+                )
             elif command[index - 1] in CODE_OPTIONS or _glued_code_option(argument):
                 option = command[index - 1] if command[index - 1] in CODE_OPTIONS else argument
-                problems.append(f"argument {index + 1}: {{{name}}} goes with {option}, "
-                                "which would make the parameter code or a program; read "
-                                f"{parameter.env_name} there instead")
+                problems.append(
+                    f"argument {index + 1}: {{{name}}} goes with {option}, "
+                    "which would make the parameter code or a program; read "
+                    f"{parameter.env_name} there instead"
+                )
     return problems
 
 
@@ -336,8 +425,7 @@ def _interpreter_arguments(command: list[str]) -> int:
 
 
 def _placeholders(argument: str) -> list[str]:
-    return [match.group(1) for match in PLACEHOLDER.finditer(argument)
-            if match.group(0) not in ("{{", "}}")]
+    return [match.group(1) for match in PLACEHOLDER.finditer(argument) if match.group(0) not in ("{{", "}}")]
 
 
 def env_problems(env: Any) -> list[str]:
@@ -349,10 +437,10 @@ def env_problems(env: Any) -> list[str]:
         if not ENV_NAME.fullmatch(name):
             problems.append(f"{name!r} is not a variable name (letters, digits and _)")
         elif name.startswith(RESERVED_ENV_PREFIXES):
-            problems.append(f"{name!r}: names starting with {' or '.join(RESERVED_ENV_PREFIXES)} "
-                            "are set by the pipeline")
-        elif (not isinstance(value, (str, int, float)) or isinstance(value, bool)
-              or "\x00" in str(value)):
+            problems.append(
+                f"{name!r}: names starting with {' or '.join(RESERVED_ENV_PREFIXES)} are set by the pipeline"
+            )
+        elif not isinstance(value, (str, int, float)) or isinstance(value, bool) or "\x00" in str(value):
             problems.append(f"{name}: its value is text or a number")
     return problems
 
@@ -368,18 +456,20 @@ def quantity(text: str) -> Decimal | None:
         return None
 
 
-def resource_problems(cpu_request: str, cpu_limit: str, memory_request: str,
-                      memory_limit: str) -> dict[str, list[str]]:
+def resource_problems(
+    cpu_request: str, cpu_limit: str, memory_request: str, memory_limit: str
+) -> dict[str, list[str]]:
     """Each resource field's problems: a quantity, within the settings' maximum, a
     request no larger than its limit."""
     problems: dict[str, list[str]] = {}
-    for kind, request, limit in (("cpu", cpu_request, cpu_limit),
-                                 ("memory", memory_request, memory_limit)):
+    for kind, request, limit in (("cpu", cpu_request, cpu_limit), ("memory", memory_request, memory_limit)):
         most_text = str(conf.get(f"HOOK_MAX_{kind.upper()}"))
         most = quantity(most_text)
         if most is None:  # a misconfigured bound refuses rather than lets anything through
-            problems[f"{kind}_limit"] = [f"INGEST_HOOK_MAX_{kind.upper()}={most_text!r} is not "
-                                         "a Kubernetes quantity; no entry can be checked"]
+            problems[f"{kind}_limit"] = [
+                f"INGEST_HOOK_MAX_{kind.upper()}={most_text!r} is not "
+                "a Kubernetes quantity; no entry can be checked"
+            ]
             continue
         values = {}
         for field, text in ((f"{kind}_request", request), (f"{kind}_limit", limit)):
@@ -418,14 +508,17 @@ def entry_problems(entry: Any) -> dict[str, list[str]]:
     except Refused as exc:
         problems["parameters"] = exc.problems
         parameters = []
-    for field, found in (("image", image_problems(entry.image)),
-                         ("command", command_problems(entry.command, parameters)),
-                         ("env", env_problems(entry.env)),
-                         ("timeout_seconds", timeout_problems(entry.timeout_seconds))):
+    for field, found in (
+        ("image", image_problems(entry.image)),
+        ("command", command_problems(entry.command, parameters)),
+        ("env", env_problems(entry.env)),
+        ("timeout_seconds", timeout_problems(entry.timeout_seconds)),
+    ):
         if found:
             problems[field] = found
-    problems.update(resource_problems(entry.cpu_request, entry.cpu_limit, entry.memory_request,
-                                      entry.memory_limit))
+    problems.update(
+        resource_problems(entry.cpu_request, entry.cpu_limit, entry.memory_request, entry.memory_limit)
+    )
     return problems
 
 
@@ -471,8 +564,9 @@ class Rendered:
     env: dict[str, str]
 
 
-def render(command: list[str], env: dict[str, Any], parameters: list[Parameter],
-           chosen: dict[str, Any]) -> Rendered:
+def render(
+    command: list[str], env: dict[str, Any], parameters: list[Parameter], chosen: dict[str, Any]
+) -> Rendered:
     """The argument list and environment a hook runs with: each placeholder replaced by
     its value within its own argument (one pass: a value's own braces stay as they are),
     and ``HOOK_PARAM_<NAME>`` for each parameter with a value. ``Refused`` when the
@@ -492,16 +586,18 @@ def render(command: list[str], env: dict[str, Any], parameters: list[Parameter],
     variables = {str(name): _text(value) for name, value in env.items()}
     declared = {parameter.name: parameter for parameter in parameters}
     variables.update({declared[name].env_name: text for name, text in texts.items()})
-    size = (sum(len(argument.encode()) + 1 for argument in arguments)
-            + sum(len(name.encode()) + len(value.encode()) + 2 for name, value in variables.items()))
+    size = sum(len(argument.encode()) + 1 for argument in arguments) + sum(
+        len(name.encode()) + len(value.encode()) + 2 for name, value in variables.items()
+    )
     most = int(conf.get("HOOK_MAX_ARGUMENT_BYTES"))
     if size > most:
         raise Refused([f"its arguments and environment take {size} bytes; at most {most}"])
     return Rendered(arguments, variables)
 
 
-def _options_from_values(command: list[str], arguments: tuple[str, ...],
-                         parameters: list[Parameter]) -> list[str]:
+def _options_from_values(
+    command: list[str], arguments: tuple[str, ...], parameters: list[Parameter]
+) -> list[str]:
     """Values that make an argument begin with ``-`` where the entry's text does not: the
     program would read such an argument as an option of its own (``--output=/elsewhere``,
     ``-delete``), not as the value, unless the argument before it is ``--``, which ends
@@ -510,13 +606,18 @@ def _options_from_values(command: list[str], arguments: tuple[str, ...],
     problems = []
     for index, (template, argument) in enumerate(zip(command, arguments, strict=True)):
         names = _placeholders(template)
-        if (not argument.startswith("-") or template.startswith("-")
-                or all(kinds.get(name) == "choice" for name in names)
-                or (index > 0 and command[index - 1] == "--")):
+        if (
+            not argument.startswith("-")
+            or template.startswith("-")
+            or all(kinds.get(name) == "choice" for name in names)
+            or (index > 0 and command[index - 1] == "--")
+        ):
             continue
-        problems.append(f"parameter {', '.join(repr(name) for name in names)}: argument "
-                        f"{index + 1} would start with '-', and the program would read it as "
-                        "an option; a value there must not start with '-'")
+        problems.append(
+            f"parameter {', '.join(repr(name) for name in names)}: argument "
+            f"{index + 1} would start with '-', and the program would read it as "
+            "an option; a value there must not start with '-'"
+        )
     return problems
 
 

@@ -30,8 +30,13 @@ INGEST_RUN_FINISHED = "IngestRunFinished"
 
 
 def _publish(name: str, run: IngestRun, payload: dict) -> None:
-    jobs.publish(name, {"run": run.pk, **payload}, tenant=run.tenant_id, pipeline=run.pipeline,
-                 created_by=run.started_by_id)
+    jobs.publish(
+        name,
+        {"run": run.pk, **payload},
+        tenant=run.tenant_id,
+        pipeline=run.pipeline,
+        created_by=run.started_by_id,
+    )
 
 
 def publish_run_started(run: IngestRun, *, started_by: str) -> None:

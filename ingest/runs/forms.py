@@ -45,8 +45,11 @@ class SourceForm(forms.ModelForm):
         data = super().clean()
         tenant = self.fixed_tenant or getattr(data.get("tenant"), "pk", None) or self.instance.tenant_id
         name = data.get("name")
-        if tenant and name and IngestSource.objects.filter(tenant_id=tenant, name=name).exclude(
-                pk=self.instance.pk).exists():
+        if (
+            tenant
+            and name
+            and IngestSource.objects.filter(tenant_id=tenant, name=name).exclude(pk=self.instance.pk).exists()
+        ):
             self.add_error("name", f"this tenant already has a source named {name!r}")
         if "config" in data and data["config"] is None:  # left empty
             data["config"] = {}
@@ -67,7 +70,8 @@ class SourceForm(forms.ModelForm):
             return config
         try:
             return ingesters.validate_config(
-                kind, config, tenant=Tenant.objects.values_list("slug", flat=True).get(pk=tenant))
+                kind, config, tenant=Tenant.objects.values_list("slug", flat=True).get(pk=tenant)
+            )
         except serializers.ValidationError as exc:
             detail = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
             for line in ingesters.problems(detail.pop("kind", [])):
@@ -84,9 +88,21 @@ class HookTemplateForm(forms.ModelForm):
 
     class Meta:
         model = HookTemplate
-        fields = ["name", "description", "enabled", "image", "command", "parameters", "env",
-                  "cpu_request", "cpu_limit", "memory_request", "memory_limit", "timeout_seconds",
-                  "tenants"]
+        fields = [
+            "name",
+            "description",
+            "enabled",
+            "image",
+            "command",
+            "parameters",
+            "env",
+            "cpu_request",
+            "cpu_limit",
+            "memory_request",
+            "memory_limit",
+            "timeout_seconds",
+            "tenants",
+        ]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -132,8 +148,9 @@ class HookForm(forms.ModelForm):
         self.tenant = tenant
         entries = offered_entries(tenant)
         if self.instance.pk and self.instance.template_id:  # its entry, even if withdrawn
-            entries = HookTemplate.objects.filter(Q(pk__in=entries.values("pk"))
-                                                  | Q(pk=self.instance.template_id))
+            entries = HookTemplate.objects.filter(
+                Q(pk__in=entries.values("pk")) | Q(pk=self.instance.template_id)
+            )
         self.fields["template"].queryset = entries.order_by("name")
         self.fields["parameters"].help_text = entries_help(offered_entries(tenant).order_by("name"))
 

@@ -58,12 +58,18 @@ def _batch_id(event: dict[str, Any]) -> int:
 
 
 def _no_such_batch(event: dict[str, Any]) -> jobs.PermanentError:
-    return jobs.PermanentError(f"batch {event['batch']} is not one of run {event['run']}'s, or "
-                               "the run is not this job's tenant's")
+    return jobs.PermanentError(
+        f"batch {event['batch']} is not one of run {event['run']}'s, or the run is not this job's tenant's"
+    )
 
 
-@jobs.handler("ingest.RunIngester", subscribes=[events.NEXT_BATCH_REQUESTED], atomic=False,
-              max_attempts=5, backoff=INGESTER_BACKOFF)
+@jobs.handler(
+    "ingest.RunIngester",
+    subscribes=[events.NEXT_BATCH_REQUESTED],
+    atomic=False,
+    max_attempts=5,
+    backoff=INGESTER_BACKOFF,
+)
 def run_ingester(ctx: jobs.JobContext) -> dict[str, Any]:
     event = _event(ctx)
     sequence = event.get("sequence")
@@ -92,17 +98,23 @@ def run_ingester(ctx: jobs.JobContext) -> dict[str, Any]:
         return _ingester_failed(ctx, run, sequence, str(exc))
     fetch_ms = round((time.perf_counter() - started) * 1000)
     try:
-        staged_id = services.stage_records(fetched.records, int(conf.get("MAX_BATCH_BYTES")),
-                                           tenant=run.tenant.slug)
+        staged_id = services.stage_records(
+            fetched.records, int(conf.get("MAX_BATCH_BYTES")), tenant=run.tenant.slug
+        )
     except (staging.StagedTooLarge, jobs.InvalidPayload, OSError) as exc:
         if isinstance(exc, OSError) and ctx.attempt < ctx.job.max_attempts:
             raise jobs.TransientError(f"batch {sequence}: cannot stage its records: {exc}") from exc
         return _ingester_failed(ctx, run, sequence, f"cannot stage its records: {exc}")
     try:
         with ctx.batch():
-            batch = services.record_batch(run, sequence=sequence, fetched=fetched,
-                                          session_in=session, staged_id=staged_id,
-                                          fetch_ms=fetch_ms)
+            batch = services.record_batch(
+                run,
+                sequence=sequence,
+                fetched=fetched,
+                session_in=session,
+                staged_id=staged_id,
+                fetch_ms=fetch_ms,
+            )
     except IntegrityError as exc:
         if not services.is_duplicate_batch(exc):
             raise
@@ -116,17 +128,20 @@ def run_ingester(ctx: jobs.JobContext) -> dict[str, Any]:
 
 def _ingester_failed(ctx: jobs.JobContext, run: IngestRun, sequence: int, message: str) -> NoReturn:
     with ctx.batch():
-        services.fail_run(run, f"fetching batch {sequence} failed: {message}",
-                          current_job=ctx.job.pk)
+        services.fail_run(run, f"fetching batch {sequence} failed: {message}", current_job=ctx.job.pk)
     raise jobs.PermanentError(f"batch {sequence}: {message}")
 
 
-@jobs.handler("ingest.RunHooks", subscribes=[events.INGESTER_BATCH_READY], atomic=False,
-              max_attempts=HOOKS_ATTEMPTS, backoff=HOOKS_BACKOFF)
+@jobs.handler(
+    "ingest.RunHooks",
+    subscribes=[events.INGESTER_BATCH_READY],
+    atomic=False,
+    max_attempts=HOOKS_ATTEMPTS,
+    backoff=HOOKS_BACKOFF,
+)
 def run_hooks(ctx: jobs.JobContext) -> dict[str, Any]:
     event = _event(ctx)
-    batch, executions = sql.batch_with_hooks(batch=_batch_id(event), run=event["run"],
-                                             tenant=ctx.tenant_id)
+    batch, executions = sql.batch_with_hooks(batch=_batch_id(event), run=event["run"], tenant=ctx.tenant_id)
     if batch is None:
         raise _no_such_batch(event)
     run = batch.run
@@ -140,13 +155,15 @@ def run_hooks(ctx: jobs.JobContext) -> dict[str, Any]:
     return {"batch": batch.sequence, "hooks": "passed"}
 
 
-@jobs.handler("ingest.PublishBatch", subscribes=[events.HOOK_BATCH_COMPLETED], max_attempts=5,
-              backoff=INGESTER_BACKOFF)
+@jobs.handler(
+    "ingest.PublishBatch", subscribes=[events.HOOK_BATCH_COMPLETED], max_attempts=5, backoff=INGESTER_BACKOFF
+)
 def publish_batch(ctx: jobs.JobContext) -> dict[str, Any]:
     event = _event(ctx)
     try:
-        published = services.publish_batch(_batch_id(event), run=event["run"],
-                                           tenant=ctx.tenant_id, current_job=ctx.job.pk)
+        published = services.publish_batch(
+            _batch_id(event), run=event["run"], tenant=ctx.tenant_id, current_job=ctx.job.pk
+        )
     except IngestBatch.DoesNotExist:
         raise _no_such_batch(event) from None
     except staging.NotStaged as exc:

@@ -39,8 +39,9 @@ LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]")
 logger = logging.getLogger(__name__)
 
 
-def check_batch(ctx: jobs.JobContext, batch: IngestBatch, executions: list[HookExecution],
-                runner: HookRunner) -> bool:
+def check_batch(
+    ctx: jobs.JobContext, batch: IngestBatch, executions: list[HookExecution], runner: HookRunner
+) -> bool:
     """Advance ``batch``'s hooks (``executions``, in order); True once every one has
     passed (and ``HookBatchCompleted`` is emitted). Raises ``jobs.Snooze`` while a hook
     runs, and the engine's errors when one failed."""
@@ -59,19 +60,17 @@ def check_batch(ctx: jobs.JobContext, batch: IngestBatch, executions: list[HookE
         # Whichever delivery moves the batch to checked emits the event: the row lock of
         # this UPDATE makes a concurrent one wait, then find the batch checked already.
         if IngestBatch.objects.filter(
-                pk=batch.pk, status__in=[BatchStatus.FETCHED, BatchStatus.CHECKING]).update(
-                status=BatchStatus.CHECKED, checked_at=ctx.now()):
+            pk=batch.pk, status__in=[BatchStatus.FETCHED, BatchStatus.CHECKING]
+        ).update(status=BatchStatus.CHECKED, checked_at=ctx.now()):
             events.publish_hooks_completed(batch)
     return True
 
 
-def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
-             ) -> dict[str, Any]:
+def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner) -> dict[str, Any]:
     """Take one hook as far as it goes now: once it has passed, the fields that say so
     (for the caller to save)."""
     if execution.hook is None:
-        _hook_failed(ctx, execution, HookStatus(Phase.FAILED, reason="the hook was removed from "
-                                                                     "its source"))
+        _hook_failed(ctx, execution, HookStatus(Phase.FAILED, reason="the hook was removed from its source"))
     if execution.status != ExecutionStatus.RUNNING:
         try:  # before a try is launched: what the entry and the values say now
             spec_for(execution)
@@ -80,17 +79,20 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
     tenant = execution.batch.run.tenant_id
     admission = None
     if execution.status == ExecutionStatus.RUNNING:
-        status = _call(ctx, execution, runner, lambda spec: runner.poll(
-            spec, execution.launched_at, ctx.now()))
+        status = _call(
+            ctx, execution, runner, lambda spec: runner.poll(spec, execution.launched_at, ctx.now())
+        )
     else:
         admission = breaker.admit(runner.target, tenant, ctx.job.pk, ctx.now())
         if not admission.allowed:
             # Held by the breaker, it is woken when the probe closes it, not a whole
             # cool-down later.
             held_by_breaker = admission.state not in ("full", "share")
-            raise jobs.Snooze(admission.wait_seconds, _held_back(runner.target, admission),
-                              wake_on=breaker.wake_key(runner.target, tenant)
-                              if held_by_breaker else None)
+            raise jobs.Snooze(
+                admission.wait_seconds,
+                _held_back(runner.target, admission),
+                wake_on=breaker.wake_key(runner.target, tenant) if held_by_breaker else None,
+            )
         if runner.blocks:
             # The launch waits for the hook to end: the jobs claimed with this delivery
             # go to other workers meanwhile instead of waiting behind it.
@@ -101,42 +103,67 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
             _save(ctx, execution, launched_at=ctx.now())
         status = _call(ctx, execution, runner, runner.launch)
     scheduled = status.scheduled or status.phase != Phase.PENDING
-    if (not scheduled and admission is None
-            and breaker.withdraw(runner.target, tenant, execution.pk, execution.launched_at)):
+    if (
+        not scheduled
+        and admission is None
+        and breaker.withdraw(runner.target, tenant, execution.pk, execution.launched_at)
+    ):
         _withdraw(ctx, execution, runner)  # unless its Job cannot be deleted now
     # The target had room for it; nothing to record if the breaker was settled when it
     # admitted this launch (a success changes nothing then).
     if scheduled and not execution.scheduled and not (admission and admission.settled):
         breaker.record_success(runner.target, tenant, ctx.job.pk, ctx.now())
     if status.phase == Phase.SUCCEEDED:
-        return {"status": ExecutionStatus.SUCCEEDED, "pod_phase": status.pod_phase,
-                "scheduled": True,
-                "exit_code": status.exit_code, "reason": "", "log_tail": status.log_tail,
-                "finished_at": ctx.now()}
+        return {
+            "status": ExecutionStatus.SUCCEEDED,
+            "pod_phase": status.pod_phase,
+            "scheduled": True,
+            "exit_code": status.exit_code,
+            "reason": "",
+            "log_tail": status.log_tail,
+            "finished_at": ctx.now(),
+        }
     if status.phase == Phase.FAILED:
         _hook_failed(ctx, execution, status)
     if (execution.status, execution.pod_phase, execution.reason, execution.scheduled) != (
-            ExecutionStatus.RUNNING, status.pod_phase, status.reason, scheduled):
-        _save(ctx, execution, status=ExecutionStatus.RUNNING, pod_phase=status.pod_phase,
-              reason=status.reason, scheduled=scheduled)
-    raise jobs.Snooze(_poll_interval(ctx.now() - execution.launched_at),
-                      f"hook {execution.hook_name} is {status.phase}")
+        ExecutionStatus.RUNNING,
+        status.pod_phase,
+        status.reason,
+        scheduled,
+    ):
+        _save(
+            ctx,
+            execution,
+            status=ExecutionStatus.RUNNING,
+            pod_phase=status.pod_phase,
+            reason=status.reason,
+            scheduled=scheduled,
+        )
+    raise jobs.Snooze(
+        _poll_interval(ctx.now() - execution.launched_at), f"hook {execution.hook_name} is {status.phase}"
+    )
 
 
 def _held_back(target: str, admission: breaker.Admission) -> str:
     """Why a launch waits, in the words of what holds it: the tenant's launch window on
     the target, or its breaker there."""
     if admission.state == "full":
-        return (f"this tenant's launch window on {target} is full: {admission.waiting} of its "
-                f"hooks launched there wait for room (window {admission.window}); asking "
-                f"again in {admission.wait_seconds:.0f}s")
+        return (
+            f"this tenant's launch window on {target} is full: {admission.waiting} of its "
+            f"hooks launched there wait for room (window {admission.window}); asking "
+            f"again in {admission.wait_seconds:.0f}s"
+        )
     if admission.state == "share":
-        return (f"this tenant's hooks on {target} are waiting for its share of the launch "
-                f"window: {admission.waiting} of its launches wait for room there, its share "
-                f"is {admission.share} of {admission.window} while {admission.tenants} tenants' "
-                f"launches wait; asking again in {admission.wait_seconds:.0f}s")
-    return (f"this tenant's hooks on {target} are held back: its breaker is "
-            f"{admission.state}; next probe in {admission.wait_seconds:.0f}s")
+        return (
+            f"this tenant's hooks on {target} are waiting for its share of the launch "
+            f"window: {admission.waiting} of its launches wait for room there, its share "
+            f"is {admission.share} of {admission.window} while {admission.tenants} tenants' "
+            f"launches wait; asking again in {admission.wait_seconds:.0f}s"
+        )
+    return (
+        f"this tenant's hooks on {target} are held back: its breaker is "
+        f"{admission.state}; next probe in {admission.wait_seconds:.0f}s"
+    )
 
 
 def _poll_interval(age: timedelta) -> float:
@@ -156,25 +183,42 @@ def _withdraw(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner
     stays, and is polled as before."""
     if not _stop_try(execution, runner):
         return
-    _save(ctx, execution, status=ExecutionStatus.WAITING, scheduled=False, pod_phase="",
-          reason=f"try {execution.tries} withdrawn before it got room, for other tenants' "
-                 "share of the launch window")
-    raise jobs.Snooze(float(conf.get("QUEUE_WAIT_SECONDS")),
-                      f"hook {execution.hook_name} withdrawn for other tenants' share of the "
-                      f"launch window on {runner.target}")
+    _save(
+        ctx,
+        execution,
+        status=ExecutionStatus.WAITING,
+        scheduled=False,
+        pod_phase="",
+        reason=f"try {execution.tries} withdrawn before it got room, for other tenants' "
+        "share of the launch window",
+    )
+    raise jobs.Snooze(
+        float(conf.get("QUEUE_WAIT_SECONDS")),
+        f"hook {execution.hook_name} withdrawn for other tenants' share of the "
+        f"launch window on {runner.target}",
+    )
 
 
 def _new_try(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner) -> None:
     """Commit the try's name before the runner hears of it, and mark the batch as being
     checked."""
-    fields = {"status": ExecutionStatus.LAUNCHING, "tries": execution.tries + 1,
-              "runner_ref": f"conveyor-hook-{execution.pk}-{execution.tries + 1}",
-              "runner_target": runner.target, "launched_at": ctx.now(), "reason": "",
-              "pod_phase": "", "exit_code": None, "log_tail": "", "scheduled": False}
+    fields = {
+        "status": ExecutionStatus.LAUNCHING,
+        "tries": execution.tries + 1,
+        "runner_ref": f"conveyor-hook-{execution.pk}-{execution.tries + 1}",
+        "runner_target": runner.target,
+        "launched_at": ctx.now(),
+        "reason": "",
+        "pod_phase": "",
+        "exit_code": None,
+        "log_tail": "",
+        "scheduled": False,
+    }
     with ctx.batch():
         if execution.batch.status == BatchStatus.FETCHED:  # as loaded: its first hook
             IngestBatch.objects.filter(pk=execution.batch_id, status=BatchStatus.FETCHED).update(
-                status=BatchStatus.CHECKING)
+                status=BatchStatus.CHECKING
+            )
             execution.batch.status = BatchStatus.CHECKING
         HookExecution.objects.filter(pk=execution.pk).update(**fields)
     for name, value in fields.items():
@@ -192,14 +236,18 @@ def _call(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner, ca
     except TransientResourceError as exc:
         _transient(ctx, execution, runner, exc)
     except PermanentRunnerError as exc:
-        _hook_failed(ctx, execution, HookStatus(Phase.FAILED, pod_phase=execution.pod_phase,
-                                                reason=str(exc)), infrastructure=True)
+        _hook_failed(
+            ctx,
+            execution,
+            HookStatus(Phase.FAILED, pod_phase=execution.pod_phase, reason=str(exc)),
+            infrastructure=True,
+        )
 
 
-def _transient(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner,
-               exc: TransientResourceError) -> NoReturn:
-    breaker.record_failure(runner.target, execution.batch.run.tenant_id, ctx.job.pk, str(exc),
-                           ctx.now())
+def _transient(
+    ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner, exc: TransientResourceError
+) -> NoReturn:
+    breaker.record_failure(runner.target, execution.batch.run.tenant_id, ctx.job.pk, str(exc), ctx.now())
     reason = f"try {execution.tries}: {exc}"
     if exc.try_ended:
         ended = True
@@ -212,8 +260,11 @@ def _transient(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunne
             _stop_try(execution, runner)
         with ctx.batch():
             services.record_hook_failure(
-                execution, reason=f"gave up after {ctx.attempt} attempts; {reason}",
-                pod_phase=execution.pod_phase, current_job=ctx.job.pk)
+                execution,
+                reason=f"gave up after {ctx.attempt} attempts; {reason}",
+                pod_phase=execution.pod_phase,
+                current_job=ctx.job.pk,
+            )
     elif ended:
         _save(ctx, execution, status=ExecutionStatus.WAITING, reason=reason, scheduled=False)
     else:  # the try may still be out: the next attempt looks at it, never beside it
@@ -230,27 +281,36 @@ def _stop_try(execution: HookExecution, runner: HookRunner) -> bool:
     try:
         runner.stop(execution.runner_ref)
     except InfrastructureError as error:
-        logger.warning("hook %s: not stopped: %s", execution.runner_ref, error,
-                       extra={"execution": execution.pk})
+        logger.warning(
+            "hook %s: not stopped: %s", execution.runner_ref, error, extra={"execution": execution.pk}
+        )
         return False
     return True
 
 
-def _hook_failed(ctx: jobs.JobContext, execution: HookExecution, status: HookStatus, *,
-                 infrastructure: bool = False) -> NoReturn:
+def _hook_failed(
+    ctx: jobs.JobContext, execution: HookExecution, status: HookStatus, *, infrastructure: bool = False
+) -> NoReturn:
     with ctx.batch():
         services.record_hook_failure(
-            execution, reason=status.reason or "failed", exit_code=status.exit_code,
-            log_tail=status.log_tail, pod_phase=status.pod_phase, current_job=ctx.job.pk)
+            execution,
+            reason=status.reason or "failed",
+            exit_code=status.exit_code,
+            log_tail=status.log_tail,
+            pod_phase=status.pod_phase,
+            current_job=ctx.job.pk,
+        )
     if infrastructure:
         raise jobs.PermanentError(f"hook {execution.hook_name} cannot run: {status.reason}")
     code = "" if status.exit_code is None else f" with exit code {status.exit_code}"
-    raise jobs.PermanentError(f"hook {execution.hook_name} failed{code}"
-                              f"{': ' + status.reason if status.reason else ''}")
+    raise jobs.PermanentError(
+        f"hook {execution.hook_name} failed{code}{': ' + status.reason if status.reason else ''}"
+    )
 
 
-def _refused(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner,
-             exc: HookRefused) -> NoReturn:
+def _refused(
+    ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner, exc: HookRefused
+) -> NoReturn:
     """The hook may not run as it is: its batch fails and so does the run, whatever its
     failure allowance (every other batch would fail the same way), until the entry or
     the values are put right and an operator retries the run's failed hooks. A try
@@ -262,8 +322,9 @@ def _refused(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner,
     raise jobs.PermanentError(str(exc))
 
 
-def _save(ctx: jobs.JobContext, execution: HookExecution, fields: dict[str, Any] | None = None,
-          **more: Any) -> None:
+def _save(
+    ctx: jobs.JobContext, execution: HookExecution, fields: dict[str, Any] | None = None, **more: Any
+) -> None:
     fields = {**(fields or {}), **more}
     for name, value in fields.items():
         setattr(execution, name, value)
@@ -292,13 +353,11 @@ def spec_for(execution: HookExecution) -> HookSpec:
     if offered is None:
         offered = type(entry).objects.offered_to(run.tenant_id).filter(pk=entry.pk).exists()
     if not offered:
-        raise HookRefused(f"hook {hook.name}: catalogue entry {entry.name!r} is not offered "
-                          "to this tenant")
+        raise HookRefused(f"hook {hook.name}: catalogue entry {entry.name!r} is not offered to this tenant")
     try:
         rendered = catalogue.check_hook(entry, hook.parameters)
     except catalogue.Refused as exc:
-        raise HookRefused(f"hook {hook.name} does not fit catalogue entry {entry.name!r}: "
-                          f"{exc}") from exc
+        raise HookRefused(f"hook {hook.name} does not fit catalogue entry {entry.name!r}: {exc}") from exc
     tenant = run.tenant.slug
     labels = {
         "conveyor.io/run": str(run.pk),
@@ -306,11 +365,25 @@ def spec_for(execution: HookExecution) -> HookSpec:
         "conveyor.io/tenant": LABEL_VALUE.sub("-", tenant)[:63].strip("-_.") or "none",
         "conveyor.io/hook": hook.name,
     }
-    env = {**rendered.env, "INGEST_RUN": str(run.pk), "INGEST_BATCH": str(batch.sequence),
-           "INGEST_SOURCE": run.source.name, "INGEST_TENANT": tenant}
+    env = {
+        **rendered.env,
+        "INGEST_RUN": str(run.pk),
+        "INGEST_BATCH": str(batch.sequence),
+        "INGEST_SOURCE": run.source.name,
+        "INGEST_TENANT": tenant,
+    }
     return HookSpec(
-        name=execution.runner_ref, image=entry.image, command=rendered.command,
-        env=env, timeout_seconds=entry.timeout_seconds, labels=labels,
+        name=execution.runner_ref,
+        image=entry.image,
+        command=rendered.command,
+        env=env,
+        timeout_seconds=entry.timeout_seconds,
+        labels=labels,
         batch_location=services.batches_store(tenant).location(batch.location),
-        resources=Resources(cpu_request=entry.cpu_request, memory_request=entry.memory_request,
-                            cpu_limit=entry.cpu_limit, memory_limit=entry.memory_limit))
+        resources=Resources(
+            cpu_request=entry.cpu_request,
+            memory_request=entry.memory_request,
+            cpu_limit=entry.cpu_limit,
+            memory_limit=entry.memory_limit,
+        ),
+    )

@@ -18,19 +18,26 @@ class BreakerCollector(Collector):
         state = GaugeMetricFamily(
             "conveyor_hook_breaker_state",
             "1 for the state each hook runner's breaker is in (closed, open, half_open)",
-            labels=["target", "tenant", "state"])
+            labels=["target", "tenant", "state"],
+        )
         failures = GaugeMetricFamily(
-            "conveyor_hook_breaker_failures", "Transient failures counted in the current window",
-            labels=["target", "tenant"])
+            "conveyor_hook_breaker_failures",
+            "Transient failures counted in the current window",
+            labels=["target", "tenant"],
+        )
         probe = GaugeMetricFamily(
             "conveyor_hook_breaker_next_probe_seconds",
             "Seconds until an open breaker lets its probe through (0 when closed or due)",
-            labels=["target", "tenant"])
+            labels=["target", "tenant"],
+        )
         opened = CounterMetricFamily(
-            "conveyor_hook_breaker_opened", "Times the breaker opened", labels=["target", "tenant"])
+            "conveyor_hook_breaker_opened", "Times the breaker opened", labels=["target", "tenant"]
+        )
         held = CounterMetricFamily(
-            "conveyor_hook_breaker_held_back", "Hook launches held back while it was open",
-            labels=["target", "tenant"])
+            "conveyor_hook_breaker_held_back",
+            "Hook launches held back while it was open",
+            labels=["target", "tenant"],
+        )
         now = jobs.now()
         rows = RunnerBreaker.objects.select_related("tenant").order_by("target", "tenant__slug")
         for row in rows:

@@ -26,8 +26,7 @@ from ingest.runs import catalogue
 
 
 def _json_type(field: str, kind: str) -> Exact:
-    return Exact(Func(F(field), function="jsonb_typeof", output_field=models.CharField()),
-                 Value(kind))
+    return Exact(Func(F(field), function="jsonb_typeof", output_field=models.CharField()), Value(kind))
 
 
 def _choices_check(name: str, field: str, choices: type[models.TextChoices]) -> models.CheckConstraint:
@@ -38,21 +37,27 @@ class IngestSource(models.Model):
     """Where a tenant's records come from: an ingester kind and its configuration, the
     hooks every batch goes through, and how many hook failures a run tolerates."""
 
-    tenant = models.ForeignKey("tenancy.Tenant", verbose_name="tenant", on_delete=models.PROTECT,
-                               related_name="+")
-    name = models.SlugField("name", max_length=64,
-                            help_text="Unique within the tenant; commands and the API name "
-                                      "the source by it.")
-    kind = models.CharField("ingester", max_length=32,
-                            help_text="Which ingester fetches the records (http_json, files).")
-    config = models.JSONField("configuration", default=dict, blank=True,
-                              help_text="The ingester's settings, checked when saved.")
-    batch_size = models.PositiveIntegerField(
-        "records per batch", default=conf.DEFAULTS["BATCH_RECORDS"])
+    tenant = models.ForeignKey(
+        "tenancy.Tenant", verbose_name="tenant", on_delete=models.PROTECT, related_name="+"
+    )
+    name = models.SlugField(
+        "name",
+        max_length=64,
+        help_text="Unique within the tenant; commands and the API name the source by it.",
+    )
+    kind = models.CharField(
+        "ingester", max_length=32, help_text="Which ingester fetches the records (http_json, files)."
+    )
+    config = models.JSONField(
+        "configuration", default=dict, blank=True, help_text="The ingester's settings, checked when saved."
+    )
+    batch_size = models.PositiveIntegerField("records per batch", default=conf.DEFAULTS["BATCH_RECORDS"])
     max_failures = models.PositiveIntegerField(
-        "hook failures before a run fails", default=3,
+        "hook failures before a run fails",
+        default=3,
         help_text="A run fails, and its outstanding work is cancelled, once this many hook "
-                  "executions have failed.")
+        "executions have failed.",
+    )
     enabled = models.BooleanField("enabled", default=True)
     created_at = models.DateTimeField("created", auto_now_add=True)
     updated_at = models.DateTimeField("updated", auto_now=True)
@@ -65,13 +70,16 @@ class IngestSource(models.Model):
             # What a reference's (source, tenant) points at: its source, of its tenant.
             models.UniqueConstraint(fields=["id", "tenant"], name="ingest_source_id_tenant"),
             models.CheckConstraint(name="ingest_source_name_not_empty", condition=~Q(name="")),
-            models.CheckConstraint(name="ingest_source_config_is_object",
-                                   condition=_json_type("config", "object")),
+            models.CheckConstraint(
+                name="ingest_source_config_is_object", condition=_json_type("config", "object")
+            ),
             models.CheckConstraint(
                 name="ingest_source_batch_size_in_range",
-                condition=Q(batch_size__gte=1, batch_size__lte=conf.DEFAULTS["MAX_BATCH_RECORDS"])),
-            models.CheckConstraint(name="ingest_source_max_failures_positive",
-                                   condition=Q(max_failures__gte=1)),
+                condition=Q(batch_size__gte=1, batch_size__lte=conf.DEFAULTS["MAX_BATCH_RECORDS"]),
+            ),
+            models.CheckConstraint(
+                name="ingest_source_max_failures_positive", condition=Q(max_failures__gte=1)
+            ),
         ]
 
     def __str__(self) -> str:
@@ -85,7 +93,8 @@ class HookTemplateQuerySet(models.QuerySet):
         through = HookTemplate.tenants.through
         return self.filter(enabled=True).filter(
             ~Exists(through.objects.filter(hooktemplate_id=OuterRef("pk")))
-            | Exists(through.objects.filter(hooktemplate_id=OuterRef("pk"), tenant_id=tenant)))
+            | Exists(through.objects.filter(hooktemplate_id=OuterRef("pk"), tenant_id=tenant))
+        )
 
 
 class HookTemplate(models.Model):
@@ -94,38 +103,51 @@ class HookTemplate(models.Model):
     and give values; they never give a command, an image or an environment
     (``ingest.runs.catalogue`` holds the rules)."""
 
-    name = models.SlugField("name", max_length=64, unique=True,
-                            help_text="How tenants and the run pages name the entry.")
-    description = models.TextField("description", blank=True,
-                                   help_text="What the hook checks, for the tenants offered it.")
-    image = models.CharField("image", max_length=255,
-                             help_text="The container image, on Kubernetes.")
+    name = models.SlugField(
+        "name", max_length=64, unique=True, help_text="How tenants and the run pages name the entry."
+    )
+    description = models.TextField(
+        "description", blank=True, help_text="What the hook checks, for the tenants offered it."
+    )
+    image = models.CharField("image", max_length=255, help_text="The container image, on Kubernetes.")
     command = models.JSONField(
-        "command", default=list,
+        "command",
+        default=list,
         help_text='The argument list, run directly (no shell), e.g. ["python", "-m", '
-                  '"ingest.hookkit.check_records", "--require", "{fields}"]. {name} inside an '
-                  "argument is replaced by that parameter's value, within that argument; "
-                  "{{ and }} are literal braces.")
+        '"ingest.hookkit.check_records", "--require", "{fields}"]. {name} inside an '
+        "argument is replaced by that parameter's value, within that argument; "
+        "{{ and }} are literal braces.",
+    )
     parameters = models.JSONField(
-        "parameters", default=list, blank=True,
+        "parameters",
+        default=list,
+        blank=True,
         help_text='What a tenant fills, a JSON list, e.g. [{"name": "fields", "type": "string", '
-                  '"required": true, "max_length": 200, "pattern": "^[a-z_,]+$"}]. Types: string '
-                  "(max_length, pattern), integer (min, max), boolean, choice (choices); each "
-                  "may have a default and a description. Each value is also in the environment "
-                  "as HOOK_PARAM_<NAME>.")
-    env = models.JSONField("environment", default=dict, blank=True,
-                           help_text="Fixed variables the hook gets, whoever uses it.")
+        '"required": true, "max_length": 200, "pattern": "^[a-z_,]+$"}]. Types: string '
+        "(max_length, pattern), integer (min, max), boolean, choice (choices); each "
+        "may have a default and a description. Each value is also in the environment "
+        "as HOOK_PARAM_<NAME>.",
+    )
+    env = models.JSONField(
+        "environment", default=dict, blank=True, help_text="Fixed variables the hook gets, whoever uses it."
+    )
     cpu_request = models.CharField("CPU request", max_length=16, blank=True)
     memory_request = models.CharField("memory request", max_length=16, blank=True)
     cpu_limit = models.CharField("CPU limit", max_length=16, blank=True)
     memory_limit = models.CharField("memory limit", max_length=16, blank=True)
     timeout_seconds = models.PositiveIntegerField("time limit (seconds)", default=600)
     enabled = models.BooleanField(
-        "enabled", default=True,
-        help_text="Hooks of a disabled entry do not run: the batch's run fails, saying so.")
+        "enabled",
+        default=True,
+        help_text="Hooks of a disabled entry do not run: the batch's run fails, saying so.",
+    )
     tenants = models.ManyToManyField(
-        "tenancy.Tenant", verbose_name="offered to", blank=True, related_name="+",
-        help_text="Only these tenants may use the entry; none chosen: every tenant.")
+        "tenancy.Tenant",
+        verbose_name="offered to",
+        blank=True,
+        related_name="+",
+        help_text="Only these tenants may use the entry; none chosen: every tenant.",
+    )
     created_at = models.DateTimeField("created", auto_now_add=True)
     updated_at = models.DateTimeField("updated", auto_now=True)
 
@@ -136,16 +158,20 @@ class HookTemplate(models.Model):
         verbose_name = "hook catalogue entry"
         verbose_name_plural = "hook catalogue"
         constraints = [
-            models.CheckConstraint(name="ingest_hook_template_name_not_empty",
-                                   condition=~Q(name="")),
-            models.CheckConstraint(name="ingest_hook_template_command_is_list",
-                                   condition=_json_type("command", "array")),
-            models.CheckConstraint(name="ingest_hook_template_parameters_is_list",
-                                   condition=_json_type("parameters", "array")),
-            models.CheckConstraint(name="ingest_hook_template_env_is_object",
-                                   condition=_json_type("env", "object")),
-            models.CheckConstraint(name="ingest_hook_template_timeout_in_range",
-                                   condition=Q(timeout_seconds__gte=1, timeout_seconds__lte=86_400)),
+            models.CheckConstraint(name="ingest_hook_template_name_not_empty", condition=~Q(name="")),
+            models.CheckConstraint(
+                name="ingest_hook_template_command_is_list", condition=_json_type("command", "array")
+            ),
+            models.CheckConstraint(
+                name="ingest_hook_template_parameters_is_list", condition=_json_type("parameters", "array")
+            ),
+            models.CheckConstraint(
+                name="ingest_hook_template_env_is_object", condition=_json_type("env", "object")
+            ),
+            models.CheckConstraint(
+                name="ingest_hook_template_timeout_in_range",
+                condition=Q(timeout_seconds__gte=1, timeout_seconds__lte=86_400),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -181,25 +207,33 @@ class Hook(models.Model):
     entry and the values its parameters take for this source. Hooks run in ``position``
     order; each reads the batch from ``INGEST_BATCH_URL`` and passes by exiting 0."""
 
-    source = models.ForeignKey(IngestSource, verbose_name="source", on_delete=models.CASCADE,
-                               related_name="hooks")
+    source = models.ForeignKey(
+        IngestSource, verbose_name="source", on_delete=models.CASCADE, related_name="hooks"
+    )
     name = models.SlugField("name", max_length=40)
     position = models.PositiveSmallIntegerField("position", default=0)
-    template = models.ForeignKey(HookTemplate, verbose_name="catalogue entry",
-                                 on_delete=models.PROTECT, related_name="hooks",
-                                 help_text="What runs: an entry of the hook catalogue.")
+    template = models.ForeignKey(
+        HookTemplate,
+        verbose_name="catalogue entry",
+        on_delete=models.PROTECT,
+        related_name="hooks",
+        help_text="What runs: an entry of the hook catalogue.",
+    )
     parameters = models.JSONField(
-        "parameters", default=dict, blank=True,
-        help_text='Values of the entry\'s parameters, e.g. {"fields": "id,amount"}.')
+        "parameters",
+        default=dict,
+        blank=True,
+        help_text='Values of the entry\'s parameters, e.g. {"fields": "id,amount"}.',
+    )
 
     class Meta:
         ordering = ["source", "position", "name"]
         constraints = [
             models.UniqueConstraint(fields=["source", "name"], name="ingest_hook_name_per_source"),
-            models.UniqueConstraint(fields=["source", "position"],
-                                    name="ingest_hook_position_per_source"),
-            models.CheckConstraint(name="ingest_hook_parameters_is_object",
-                                   condition=_json_type("parameters", "object")),
+            models.UniqueConstraint(fields=["source", "position"], name="ingest_hook_position_per_source"),
+            models.CheckConstraint(
+                name="ingest_hook_parameters_is_object", condition=_json_type("parameters", "object")
+            ),
         ]
 
     def __str__(self) -> str:
@@ -219,32 +253,49 @@ class IngestRun(models.Model):
 
     Status = RunStatus
 
-    tenant = models.ForeignKey("tenancy.Tenant", verbose_name="tenant", on_delete=models.PROTECT,
-                               related_name="+")
-    source = models.ForeignKey(IngestSource, verbose_name="source", on_delete=models.PROTECT,
-                               related_name="runs")
-    status = models.CharField("status", max_length=12, choices=Status.choices,
-                              default=Status.RUNNING)
-    started_by = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name="started by",
-                                   on_delete=models.SET_NULL, null=True, blank=True,
-                                   related_name="+")
-    pipeline = models.UUIDField("pipeline", default=uuid.uuid4, unique=True, editable=False,
-                                help_text="The pipeline of every job the run queues.")
+    tenant = models.ForeignKey(
+        "tenancy.Tenant", verbose_name="tenant", on_delete=models.PROTECT, related_name="+"
+    )
+    source = models.ForeignKey(
+        IngestSource, verbose_name="source", on_delete=models.PROTECT, related_name="runs"
+    )
+    status = models.CharField("status", max_length=12, choices=Status.choices, default=Status.RUNNING)
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name="started by",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    pipeline = models.UUIDField(
+        "pipeline",
+        default=uuid.uuid4,
+        unique=True,
+        editable=False,
+        help_text="The pipeline of every job the run queues.",
+    )
     batches_ingested = models.PositiveIntegerField("batches fetched", default=0)
     batches_published = models.PositiveIntegerField("batches published", default=0)
     records_published = models.PositiveBigIntegerField("records published", default=0)
     hook_failures = models.PositiveIntegerField("hook failures", default=0)
     max_failures = models.PositiveIntegerField("hook failures allowed")
-    ingest_done = models.BooleanField("source exhausted", default=False,
-                                      help_text="The ingester fetched the last batch.")
+    ingest_done = models.BooleanField(
+        "source exhausted", default=False, help_text="The ingester fetched the last batch."
+    )
     failure_reason = models.TextField("failure reason", blank=True)
     started_at = models.DateTimeField("started")
     finished_at = models.DateTimeField("finished", null=True, blank=True)
     reference = models.ForeignKey(
-        "ingest.ScrapeReference", verbose_name="reference", on_delete=models.PROTECT, null=True,
-        blank=True, related_name="runs",
+        "ingest.ScrapeReference",
+        verbose_name="reference",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="runs",
         help_text="A run that ingests one scraped reference (its handoff's ingestion); empty "
-                  "for a run over the whole source.")
+        "for a run over the whole source.",
+    )
 
     class Meta:
         ordering = ["-started_at", "-id"]
@@ -255,18 +306,25 @@ class IngestRun(models.Model):
             models.CheckConstraint(
                 name="ingest_run_finished_when_not_running",
                 condition=Q(status="running", finished_at__isnull=True)
-                | (~Q(status="running") & Q(finished_at__isnull=False))),
+                | (~Q(status="running") & Q(finished_at__isnull=False)),
+            ),
             # A source runs once at a time, and so does each of its references; runs of
             # different references go side by side.
-            models.UniqueConstraint(fields=["source"],
-                                    condition=Q(status="running", reference__isnull=True),
-                                    name="ingest_run_one_running_per_source"),
-            models.UniqueConstraint(fields=["reference"], condition=Q(status="running"),
-                                    name="ingest_run_one_running_per_reference"),
-            models.CheckConstraint(name="ingest_run_publishes_what_it_fetched",
-                                   condition=Q(batches_published__lte=F("batches_ingested"))),
-            models.CheckConstraint(name="ingest_run_max_failures_positive",
-                                   condition=Q(max_failures__gte=1)),
+            models.UniqueConstraint(
+                fields=["source"],
+                condition=Q(status="running", reference__isnull=True),
+                name="ingest_run_one_running_per_source",
+            ),
+            models.UniqueConstraint(
+                fields=["reference"],
+                condition=Q(status="running"),
+                name="ingest_run_one_running_per_reference",
+            ),
+            models.CheckConstraint(
+                name="ingest_run_publishes_what_it_fetched",
+                condition=Q(batches_published__lte=F("batches_ingested")),
+            ),
+            models.CheckConstraint(name="ingest_run_max_failures_positive", condition=Q(max_failures__gte=1)),
         ]
 
     def __str__(self) -> str:
@@ -299,19 +357,20 @@ class IngestBatch(models.Model):
 
     Status = BatchStatus
 
-    run = models.ForeignKey(IngestRun, verbose_name="run", on_delete=models.CASCADE,
-                            related_name="batches")
+    run = models.ForeignKey(IngestRun, verbose_name="run", on_delete=models.CASCADE, related_name="batches")
     sequence = models.PositiveIntegerField("batch")
-    status = models.CharField("status", max_length=12, choices=Status.choices,
-                              default=Status.FETCHED)
+    status = models.CharField("status", max_length=12, choices=Status.choices, default=Status.FETCHED)
     records = models.PositiveIntegerField("records")
-    session_in = models.JSONField("session received", default=dict, blank=True,
-                                  help_text="What the previous batch left for this one.")
-    session_out = models.JSONField("session handed on", default=dict, blank=True,
-                                   help_text="What this batch leaves for the next one.")
+    session_in = models.JSONField(
+        "session received", default=dict, blank=True, help_text="What the previous batch left for this one."
+    )
+    session_out = models.JSONField(
+        "session handed on", default=dict, blank=True, help_text="What this batch leaves for the next one."
+    )
     has_more = models.BooleanField("more to fetch")
-    location = models.CharField("staged records", max_length=500,
-                                help_text="Where the batch's records wait for their hooks.")
+    location = models.CharField(
+        "staged records", max_length=500, help_text="Where the batch's records wait for their hooks."
+    )
     fetch_ms = models.PositiveIntegerField("fetch time (ms)", default=0)
     fetched_at = models.DateTimeField("fetched")
     checked_at = models.DateTimeField("hooks finished", null=True, blank=True)
@@ -328,7 +387,8 @@ class IngestBatch(models.Model):
             models.CheckConstraint(
                 name="ingest_batch_published_at_when_published",
                 condition=Q(status="published", published_at__isnull=False)
-                | (~Q(status="published") & Q(published_at__isnull=True))),
+                | (~Q(status="published") & Q(published_at__isnull=True)),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -356,41 +416,51 @@ class HookExecution(models.Model):
 
     Status = ExecutionStatus
 
-    batch = models.ForeignKey(IngestBatch, verbose_name="batch", on_delete=models.CASCADE,
-                              related_name="hook_executions")
-    hook = models.ForeignKey(Hook, verbose_name="hook", on_delete=models.SET_NULL, null=True,
-                             blank=True, related_name="+")
+    batch = models.ForeignKey(
+        IngestBatch, verbose_name="batch", on_delete=models.CASCADE, related_name="hook_executions"
+    )
+    hook = models.ForeignKey(
+        Hook, verbose_name="hook", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     hook_name = models.CharField("hook", max_length=40)
     # The run's tenant, copied here when the execution is written: a tenant's launch
     # window counts its own executions waiting for room on a target, and with the tenant
     # on the row one partial index (ingest_hook_awaiting_room) serves that count without
     # joining batches and runs. No index of its own: nothing else looks executions up by
     # tenant.
-    tenant = models.ForeignKey("tenancy.Tenant", verbose_name="tenant", on_delete=models.PROTECT,
-                               related_name="+", db_index=False)
+    tenant = models.ForeignKey(
+        "tenancy.Tenant", verbose_name="tenant", on_delete=models.PROTECT, related_name="+", db_index=False
+    )
     position = models.PositiveSmallIntegerField("position")
-    status = models.CharField("status", max_length=10, choices=Status.choices,
-                              default=Status.WAITING)
+    status = models.CharField("status", max_length=10, choices=Status.choices, default=Status.WAITING)
     tries = models.PositiveIntegerField("tries", default=0)
     runner_target = models.CharField("runner", max_length=200, blank=True)
-    runner_ref = models.CharField("job name", max_length=63, blank=True,
-                                  help_text="The Kubernetes Job (or process) of the current try.")
+    runner_ref = models.CharField(
+        "job name", max_length=63, blank=True, help_text="The Kubernetes Job (or process) of the current try."
+    )
     launched_at = models.DateTimeField("launched", null=True, blank=True)
     pod_phase = models.CharField("pod phase", max_length=40, blank=True)
     exit_code = models.IntegerField("exit code", null=True, blank=True)
     reason = models.TextField("reason", blank=True)
     log_tail = models.TextField("log tail", blank=True)
     scheduled = models.BooleanField(
-        "scheduled", default=False,
-        help_text="The current try holds its place on the runner (its Pod has a node).")
+        "scheduled",
+        default=False,
+        help_text="The current try holds its place on the runner (its Pod has a node).",
+    )
     finished_at = models.DateTimeField("finished", null=True, blank=True)
 
     class Meta:
         ordering = ["batch", "position"]
         # A tenant's launches waiting for room on a target: the launch window's count
         # (breaker._ADMIT).
-        indexes = [models.Index(fields=["runner_target", "tenant"], name="ingest_hook_awaiting_room",
-                                condition=Q(status__in=["launching", "running"], scheduled=False))]
+        indexes = [
+            models.Index(
+                fields=["runner_target", "tenant"],
+                name="ingest_hook_awaiting_room",
+                condition=Q(status__in=["launching", "running"], scheduled=False),
+            )
+        ]
         constraints = [
             models.UniqueConstraint(fields=["batch", "position"], name="ingest_hook_execution_once"),
             _choices_check("ingest_hook_execution_status_valid", "status", ExecutionStatus),
@@ -404,10 +474,10 @@ class IngestRecord(models.Model):
     """A published record. Rows exist only for published batches: ``PublishBatch``
     writes a batch's rows in the transaction that marks it published."""
 
-    source = models.ForeignKey(IngestSource, verbose_name="source", on_delete=models.CASCADE,
-                               related_name="+")
-    batch = models.ForeignKey(IngestBatch, verbose_name="batch", on_delete=models.CASCADE,
-                              related_name="+")
+    source = models.ForeignKey(
+        IngestSource, verbose_name="source", on_delete=models.CASCADE, related_name="+"
+    )
+    batch = models.ForeignKey(IngestBatch, verbose_name="batch", on_delete=models.CASCADE, related_name="+")
     position = models.PositiveIntegerField("position in batch")
     key = models.CharField("key", max_length=255, blank=True)
     data = models.JSONField("data")
@@ -437,13 +507,17 @@ class RunAction(models.Model):
 
     Kind = ActionKind
 
-    run = models.ForeignKey(IngestRun, verbose_name="run", on_delete=models.CASCADE,
-                            related_name="actions")
+    run = models.ForeignKey(IngestRun, verbose_name="run", on_delete=models.CASCADE, related_name="actions")
     kind = models.CharField("action", max_length=20, choices=Kind.choices)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, verbose_name="by",
-                              on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
-    via = models.CharField("via", max_length=20, blank=True,
-                           help_text="admin, api, command, or pipeline.")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name="by",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    via = models.CharField("via", max_length=20, blank=True, help_text="admin, api, command, or pipeline.")
     note = models.TextField("note", blank=True)
     at = models.DateTimeField("at")
 
@@ -474,8 +548,9 @@ class RunnerBreaker(models.Model):
     State = BreakerState
 
     target = models.CharField("runner", max_length=200)
-    tenant = models.ForeignKey("tenancy.Tenant", verbose_name="tenant", on_delete=models.CASCADE,
-                               related_name="+")
+    tenant = models.ForeignKey(
+        "tenancy.Tenant", verbose_name="tenant", on_delete=models.CASCADE, related_name="+"
+    )
     state = models.CharField("state", max_length=10, choices=State.choices, default=State.CLOSED)
     failures = models.PositiveIntegerField("failures in window", default=0)
     window_started_at = models.DateTimeField("window started", null=True, blank=True)
@@ -485,9 +560,11 @@ class RunnerBreaker(models.Model):
     probe_job = models.BigIntegerField("probing delivery", null=True, blank=True)
     probe_started_at = models.DateTimeField("probe started", null=True, blank=True)
     window = models.PositiveIntegerField(
-        "launch window", default=8,
+        "launch window",
+        default=8,
         help_text="Launches that may wait for room at once; one more for each launch that "
-                  "got room, half as many after each failure.")
+        "got room, half as many after each failure.",
+    )
     times_opened = models.PositiveIntegerField("times opened", default=0)
     denied = models.PositiveBigIntegerField("launches held back", default=0)
     last_failure = models.TextField("last failure", blank=True)
@@ -500,8 +577,10 @@ class RunnerBreaker(models.Model):
             # What the breaker's statements look up and upsert on (ON CONFLICT).
             models.UniqueConstraint(fields=["target", "tenant"], name="ingest_breaker_per_target_tenant"),
             _choices_check("ingest_breaker_state_valid", "state", BreakerState),
-            models.CheckConstraint(name="ingest_breaker_open_has_probe_time",
-                                   condition=Q(state="closed") | Q(next_probe_at__isnull=False)),
+            models.CheckConstraint(
+                name="ingest_breaker_open_has_probe_time",
+                condition=Q(state="closed") | Q(next_probe_at__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

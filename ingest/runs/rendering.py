@@ -23,8 +23,9 @@ def status_badge(status: str, label: str = "") -> SafeString:
     """A run's, batch's, hook execution's or breaker's status as a coloured badge."""
     if not status:
         return format_html("{}", "—")
-    return format_html('<span class="ingest-status ingest-status-{}">{}</span>', status,
-                       label or status.replace("_", " "))
+    return format_html(
+        '<span class="ingest-status ingest-status-{}">{}</span>', status, label or status.replace("_", " ")
+    )
 
 
 def wait_text(seconds: float) -> str:
@@ -47,5 +48,9 @@ def countdown(when: datetime | None) -> SafeString:
     if when is None:
         return format_html("{}", "—")
     seconds = (when - jobs.now()).total_seconds()
-    return format_html('<time class="ingest-countdown" datetime="{}" title="{}">{}</time>',
-                       when.isoformat(), when.strftime("%Y-%m-%d %H:%M:%S %Z"), wait_text(seconds))
+    return format_html(
+        '<time class="ingest-countdown" datetime="{}" title="{}">{}</time>',
+        when.isoformat(),
+        when.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        wait_text(seconds),
+    )

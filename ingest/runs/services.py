@@ -57,18 +57,21 @@ def _actor(user: Any) -> Any:
     return user if getattr(user, "is_authenticated", False) else None
 
 
-def record_action(run: IngestRun, kind: str, *, actor: Any = None, via: str = "pipeline",
-                  note: str = "") -> RunAction:
-    return RunAction.objects.create(run=run, kind=kind, actor=_actor(actor), via=via,
-                                    note=note[:4000], at=jobs.now())
+def record_action(
+    run: IngestRun, kind: str, *, actor: Any = None, via: str = "pipeline", note: str = ""
+) -> RunAction:
+    return RunAction.objects.create(
+        run=run, kind=kind, actor=_actor(actor), via=via, note=note[:4000], at=jobs.now()
+    )
 
 
 # --- starting -------------------------------------------------------------------------------
 
 
 @transaction.atomic
-def start_ingest(source: IngestSource, *, actor: Any = None, via: str = "api",
-                 reference: Any = None, pipeline: Any = None) -> IngestRun:
+def start_ingest(
+    source: IngestSource, *, actor: Any = None, via: str = "api", reference: Any = None, pipeline: Any = None
+) -> IngestRun:
     """Open a run of ``source`` and ask for its first batch.
 
     Emits ``IngestRunStarted`` once (the fact, for audit and observers) and
@@ -98,12 +101,18 @@ def start_ingest(source: IngestSource, *, actor: Any = None, via: str = "api",
     try:
         with transaction.atomic():
             run = IngestRun.objects.create(
-                tenant_id=source.tenant_id, source=source, started_by=_actor(actor),
-                max_failures=source.max_failures, started_at=jobs.now(), reference=reference,
-                **({} if pipeline is None else {"pipeline": pipeline}))
+                tenant_id=source.tenant_id,
+                source=source,
+                started_by=_actor(actor),
+                max_failures=source.max_failures,
+                started_at=jobs.now(),
+                reference=reference,
+                **({} if pipeline is None else {"pipeline": pipeline}),
+            )
     except IntegrityError:  # a concurrent start won the partial unique index
-        running = IngestRun.objects.filter(source=source, reference=reference,
-                                           status=RunStatus.RUNNING).first()
+        running = IngestRun.objects.filter(
+            source=source, reference=reference, status=RunStatus.RUNNING
+        ).first()
         raise RunRefused(f"{what} already has a run running", run=running) from None
     record_action(run, ActionKind.STARTED, actor=actor, via=via)
     user = _actor(actor)
@@ -119,8 +128,10 @@ def stage_records(records: list[dict[str, Any]], max_bytes: int, *, tenant: str)
     """Write a batch's records as JSON Lines to ``tenant``'s staging folder; its staged id.
     ``jobs.InvalidPayload`` names the first record PostgreSQL could not store (a lone
     surrogate, a NUL character, NaN), before anything is staged."""
-    lines = [jobs.storable_json(record, f"record {position}").encode() + b"\n"
-             for position, record in enumerate(records, 1)]
+    lines = [
+        jobs.storable_json(record, f"record {position}").encode() + b"\n"
+        for position, record in enumerate(records, 1)
+    ]
     store = batches_store(tenant)
     with store.stage(max_bytes=max_bytes) as pending:
         pending.write(b"".join(lines))
@@ -136,8 +147,9 @@ def staged_lines(staged_id: str, *, tenant: str) -> Iterator[str]:
                 yield line.decode()
 
 
-def record_batch(run: IngestRun, *, sequence: int, fetched: Any, session_in: dict[str, Any],
-                 staged_id: str, fetch_ms: int) -> IngestBatch | None:
+def record_batch(
+    run: IngestRun, *, sequence: int, fetched: Any, session_in: dict[str, Any], staged_id: str, fetch_ms: int
+) -> IngestBatch | None:
     """Write batch ``sequence`` with its hook executions (the source's hooks now: changing
     them later does not change what an earlier batch was checked by), and emit what
     follows it, in the caller's transaction: ``IngesterBatchReady``, and
@@ -145,9 +157,16 @@ def record_batch(run: IngestRun, *, sequence: int, fetched: Any, session_in: dic
     stopped or the batch exists already; an attempt that races another to the same batch
     fails on the batch's unique constraint instead (``is_duplicate_batch``)."""
     batch = sql.record_batch(
-        run=run.pk, sequence=sequence, records=len(fetched.records), session_in=session_in,
-        session_out=fetched.session, has_more=fetched.has_more, location=staged_id,
-        fetch_ms=fetch_ms, now=jobs.now())
+        run=run.pk,
+        sequence=sequence,
+        records=len(fetched.records),
+        session_in=session_in,
+        session_out=fetched.session,
+        has_more=fetched.has_more,
+        location=staged_id,
+        fetch_ms=fetch_ms,
+        now=jobs.now(),
+    )
     if batch is None:
         return None
     batch.run = run
@@ -168,8 +187,9 @@ class Published(NamedTuple):
     records: int | None  # None: nothing was done (published already, or the run ended)
 
 
-def publish_batch(batch_id: int, *, run: int, tenant: int | None,
-                  current_job: int | None = None) -> Published:
+def publish_batch(
+    batch_id: int, *, run: int, tenant: int | None, current_job: int | None = None
+) -> Published:
     """Make a checked batch's records visible: its rows and its ``published`` mark in
     the caller's transaction, so readers see all of it or none. The batch is looked up
     within ``run`` and ``tenant`` (``IngestBatch.DoesNotExist`` otherwise) and locked
@@ -190,8 +210,7 @@ def publish_batch(batch_id: int, *, run: int, tenant: int | None,
         keys.append(str(json.loads(line).get(key_field, ""))[:255] if key_field else "")
         data.append(line)
         if len(keys) >= PUBLISH_CHUNK:
-            sql.insert_records(source=run.source_id, batch=batch.pk, first=count, keys=keys,
-                               data=data)
+            sql.insert_records(source=run.source_id, batch=batch.pk, first=count, keys=keys, data=data)
             count += len(keys)
             keys, data = [], []
     if keys:
@@ -213,12 +232,16 @@ def settle(run: IngestRun, *, current_job: int | None = None) -> IngestRun:
         return run
     counts = run.batches.aggregate(
         open=_count(~Q(status__in=[BatchStatus.PUBLISHED, BatchStatus.HOOKS_FAILED])),
-        failed=_count(Q(status=BatchStatus.HOOKS_FAILED)))
+        failed=_count(Q(status=BatchStatus.HOOKS_FAILED)),
+    )
     if counts["open"]:
         return run
     if counts["failed"]:
-        return fail_run(run, f"{counts['failed']} of {run.batches_ingested} batches failed "
-                             "their hooks", current_job=current_job)
+        return fail_run(
+            run,
+            f"{counts['failed']} of {run.batches_ingested} batches failed their hooks",
+            current_job=current_job,
+        )
     run = _finish(run, RunStatus.SUCCEEDED, kind=ActionKind.SUCCEEDED)
     if run_executions(run).filter(tries__gt=0).exists():  # a run without hooks has none
         _stop_hooks(run)
@@ -226,22 +249,32 @@ def settle(run: IngestRun, *, current_job: int | None = None) -> IngestRun:
     return run
 
 
-def record_hook_failure(execution: HookExecution, *, reason: str, exit_code: int | None = None,
-                        log_tail: str = "", pod_phase: str = "", current_job: int | None = None
-                        ) -> IngestRun:
+def record_hook_failure(
+    execution: HookExecution,
+    *,
+    reason: str,
+    exit_code: int | None = None,
+    log_tail: str = "",
+    pod_phase: str = "",
+    current_job: int | None = None,
+) -> IngestRun:
     """A hook failed its batch: keep why on the execution, count it on the run, and end
     the run when its failures reach ``max_failures`` (or nothing else is left)."""
-    run = _fail_execution(execution, reason, exit_code=exit_code, log_tail=log_tail,
-                          pod_phase=pod_phase or execution.pod_phase)
+    run = _fail_execution(
+        execution, reason, exit_code=exit_code, log_tail=log_tail, pod_phase=pod_phase or execution.pod_phase
+    )
     if run.finished:
         return run
     run.refresh_from_db()
     if run.hook_failures >= run.max_failures:
         failures = f"{run.hook_failures} hook failure{'' if run.hook_failures == 1 else 's'}"
-        return fail_run(run, f"{failures} reached the run's limit of "
-                             f"{run.max_failures}; the last: {execution.hook_name} on batch "
-                             f"{execution.batch.sequence}: {_failure_text(reason, exit_code)}",
-                        current_job=current_job)
+        return fail_run(
+            run,
+            f"{failures} reached the run's limit of "
+            f"{run.max_failures}; the last: {execution.hook_name} on batch "
+            f"{execution.batch.sequence}: {_failure_text(reason, exit_code)}",
+            current_job=current_job,
+        )
     return settle(run, current_job=current_job)
 
 
@@ -259,19 +292,21 @@ def _fail_execution(execution: HookExecution, reason: str, **fields: Any) -> Ing
     hooks after it will not run: they are settled as cancelled, saying why."""
     now = jobs.now()
     HookExecution.objects.filter(pk=execution.pk).update(
-        status=ExecutionStatus.FAILED, reason=reason[:4000], finished_at=now, **fields)
-    _settle_executions(HookExecution.objects.filter(batch=execution.batch_id),
-                       f"not run: hook {execution.hook_name} failed on this batch", now)
-    IngestBatch.objects.filter(pk=execution.batch_id).update(
-        status=BatchStatus.HOOKS_FAILED, checked_at=now)
+        status=ExecutionStatus.FAILED, reason=reason[:4000], finished_at=now, **fields
+    )
+    _settle_executions(
+        HookExecution.objects.filter(batch=execution.batch_id),
+        f"not run: hook {execution.hook_name} failed on this batch",
+        now,
+    )
+    IngestBatch.objects.filter(pk=execution.batch_id).update(status=BatchStatus.HOOKS_FAILED, checked_at=now)
     run = IngestRun.objects.select_for_update(no_key=True).get(batches=execution.batch_id)
     if not run.finished:
         IngestRun.objects.filter(pk=run.pk).update(hook_failures=F("hook_failures") + 1)
     return run
 
 
-def refuse_hook(execution: HookExecution, *, reason: str, current_job: int | None = None
-                ) -> IngestRun:
+def refuse_hook(execution: HookExecution, *, reason: str, current_job: int | None = None) -> IngestRun:
     """A hook may not run (its catalogue entry is disabled, withdrawn from the tenant, or
     no longer fits the hook's values): the execution and its batch fail with ``reason``,
     and so does the run, at once: its other batches would meet the same refusal. In the
@@ -282,8 +317,9 @@ def refuse_hook(execution: HookExecution, *, reason: str, current_job: int | Non
     return fail_run(run, f"{reason} (batch {execution.batch.sequence})", current_job=current_job)
 
 
-def fail_run(run: IngestRun, reason: str, *, actor: Any = None, via: str = "pipeline",
-             current_job: int | None = None) -> IngestRun:
+def fail_run(
+    run: IngestRun, reason: str, *, actor: Any = None, via: str = "pipeline", current_job: int | None = None
+) -> IngestRun:
     """Mark ``run`` failed and cancel its outstanding deliveries (each cancellation is
     recorded on its job; nothing is deleted), and remove what it still has on the hook
     runner. In the caller's transaction."""
@@ -307,13 +343,13 @@ def outstanding_jobs(run: IngestRun) -> Iterable[jobs.Job]:
     return [job for job in jobs.pipeline_jobs(run.pipeline) if job.state in ("pending", "running")]
 
 
-def _finish(run: IngestRun, status: str, *, kind: str, reason: str = "", actor: Any = None,
-            via: str = "pipeline") -> IngestRun:
+def _finish(
+    run: IngestRun, status: str, *, kind: str, reason: str = "", actor: Any = None, via: str = "pipeline"
+) -> IngestRun:
     """End ``run`` with ``status``, and its hook executions with it: none may launch or
     wait for room once the run has ended (the launch window counts the ones that do)."""
     now = jobs.now()
-    IngestRun.objects.filter(pk=run.pk).update(status=status, failure_reason=reason[:4000],
-                                               finished_at=now)
+    IngestRun.objects.filter(pk=run.pk).update(status=status, failure_reason=reason[:4000], finished_at=now)
     run.refresh_from_db()
     _settle_executions(run_executions(run), f"ended with run {run.pk} ({status})", now)
     record_action(run, kind, actor=actor, via=via, note=reason)
@@ -328,7 +364,8 @@ def _settle_executions(executions: Any, reason: str, now: Any) -> int:
     """Executions of ``executions`` that could still launch or run are cancelled with
     ``reason``: a retry gives each a new try (a new Job name), never this one's."""
     return executions.filter(status__in=LIVE_EXECUTIONS).update(
-        status=ExecutionStatus.CANCELLED, reason=reason[:4000], finished_at=now, scheduled=False)
+        status=ExecutionStatus.CANCELLED, reason=reason[:4000], finished_at=now, scheduled=False
+    )
 
 
 # The handler that removes a run's hooks from the runner.
@@ -340,8 +377,9 @@ def _stop_hooks(run: IngestRun, *, actor: Any = None) -> None:
     however it ended, as a workflow engine collects its pods: a failed or cancelled run's
     Jobs would otherwise hold the cluster's room, and run on, until their deadline, and a
     finished Job keeps nothing the run has not stored (its exit code and log tail)."""
-    jobs.enqueue(STOP_HOOKS, {"run": run.pk}, tenant=run.tenant_id, pipeline=run.pipeline,
-                 created_by=_actor(actor))
+    jobs.enqueue(
+        STOP_HOOKS, {"run": run.pk}, tenant=run.tenant_id, pipeline=run.pipeline, created_by=_actor(actor)
+    )
 
 
 def _count(condition: Q) -> Count:
@@ -358,8 +396,14 @@ def cancel_run(run: IngestRun, *, actor: Any = None, via: str = "admin", reason:
     run = IngestRun.objects.select_for_update(no_key=True).get(pk=run.pk)
     if run.finished:
         raise RunRefused(f"run {run.pk} is already {run.status}", run=run)
-    run = _finish(run, RunStatus.CANCELLED, kind=ActionKind.CANCELLED, reason=reason or "cancelled",
-                  actor=actor, via=via)
+    run = _finish(
+        run,
+        RunStatus.CANCELLED,
+        kind=ActionKind.CANCELLED,
+        reason=reason or "cancelled",
+        actor=actor,
+        via=via,
+    )
     cancel_outstanding(run, actor=actor, reason=f"run {run.pk} cancelled")
     _stop_hooks(run, actor=actor)
     events.publish_run_finished(run)  # after the cancellations, which would take it too
@@ -376,11 +420,15 @@ def _reopen(run: IngestRun, *, except_batches: Iterable[int] = ()) -> None:
     """
     stopping = [job for job in outstanding_jobs(run) if job.type == STOP_HOOKS]
     if stopping:
-        raise RunRefused(f"run {run.pk}'s hooks are still being removed from the runner "
-                         f"(job {stopping[0].pk}, {stopping[0].state}); retry once it has "
-                         "finished", run=run)
-    IngestRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, finished_at=None,
-                                               failure_reason="", hook_failures=0)
+        raise RunRefused(
+            f"run {run.pk}'s hooks are still being removed from the runner "
+            f"(job {stopping[0].pk}, {stopping[0].state}); retry once it has "
+            "finished",
+            run=run,
+        )
+    IngestRun.objects.filter(pk=run.pk).update(
+        status=RunStatus.RUNNING, finished_at=None, failure_reason="", hook_failures=0
+    )
     run.refresh_from_db()
     for batch in run.batches.exclude(pk__in=list(except_batches)).order_by("sequence"):
         if batch.status in (BatchStatus.FETCHED, BatchStatus.CHECKING):
@@ -395,10 +443,15 @@ def _rewind(batch: IngestBatch) -> None:
     count of tries, so its next launch is a new try under a new name
     (``conveyor-hook-<execution>-<try>``): a Job left from an earlier try, with the spec
     of its day, is never adopted for it."""
-    batch.hook_executions.filter(
-        status__in=[ExecutionStatus.FAILED, ExecutionStatus.CANCELLED]).update(
-        status=ExecutionStatus.WAITING, reason="", exit_code=None, log_tail="", finished_at=None,
-        scheduled=False, pod_phase="")
+    batch.hook_executions.filter(status__in=[ExecutionStatus.FAILED, ExecutionStatus.CANCELLED]).update(
+        status=ExecutionStatus.WAITING,
+        reason="",
+        exit_code=None,
+        log_tail="",
+        finished_at=None,
+        scheduled=False,
+        pod_phase="",
+    )
 
 
 @transaction.atomic
@@ -418,8 +471,13 @@ def retry_failed_hooks(run: IngestRun, *, actor: Any = None, via: str = "admin")
         _rewind(batch)
         IngestBatch.objects.filter(pk=batch.pk).update(status=BatchStatus.FETCHED, checked_at=None)
         events.publish_batch_ready(batch)
-    record_action(run, ActionKind.RETRIED_HOOKS, actor=actor, via=via,
-                  note="batches " + ", ".join(str(b.sequence) for b in failed))
+    record_action(
+        run,
+        ActionKind.RETRIED_HOOKS,
+        actor=actor,
+        via=via,
+        note="batches " + ", ".join(str(b.sequence) for b in failed),
+    )
     return len(failed)
 
 
@@ -429,8 +487,7 @@ def retry_from_failed_batch(run: IngestRun, *, actor: Any = None, via: str = "ad
     fetched), with the session the last batch left, reopening the run. The batch number."""
     run = IngestRun.objects.select_for_update(no_key=True).get(pk=run.pk)
     if run.status != RunStatus.FAILED or run.ingest_done:
-        raise RunRefused(f"run {run.pk} did not fail while fetching; nothing to fetch again",
-                         run=run)
+        raise RunRefused(f"run {run.pk} did not fail while fetching; nothing to fetch again", run=run)
     _claim_source(run)
     _reopen(run)
     sequence = run.batches_ingested + 1
@@ -450,8 +507,9 @@ def _claim_source(run: IngestRun) -> None:
         other = running.filter(reference_id=run.reference_id).first()
         what = f"reference {run.reference_id} of source {run.source.name!r}"
     if other is not None:
-        raise RunRefused(f"{what} has run {other.pk} running; a run can be reopened only when "
-                         "no other is", run=other)
+        raise RunRefused(
+            f"{what} has run {other.pk} running; a run can be reopened only when no other is", run=other
+        )
 
 
 # --- the safety net ---------------------------------------------------------------------------
@@ -467,8 +525,11 @@ def fail_stalled_runs() -> list[int]:
     without the traceback the worker keeps for an unexpected exception: a run's reason is
     read by its tenant's members, and the job keeps the frames for the staff."""
     cutoff = jobs.now() - timedelta(seconds=STALL_GRACE_SECONDS)
-    candidates = list(IngestRun.objects.filter(status=RunStatus.RUNNING, started_at__lt=cutoff)
-                      .values_list("pk", "pipeline"))
+    candidates = list(
+        IngestRun.objects.filter(status=RunStatus.RUNNING, started_at__lt=cutoff).values_list(
+            "pk", "pipeline"
+        )
+    )
     busy = jobs.busy_pipelines(pipeline for _, pipeline in candidates)
     failed = []
     for pk, pipeline in candidates:
@@ -479,8 +540,12 @@ def fail_stalled_runs() -> list[int]:
             if run.finished or jobs.busy_pipelines([run.pipeline]):
                 continue
             last = [job for job in jobs.pipeline_jobs(run.pipeline) if job.state == "failed"]
-            why = (f"; the last failure: {last[-1].type} #{last[-1].pk}: "
-                   f"{jobs.without_traceback(last[-1].last_error)}" if last else "")
+            why = (
+                f"; the last failure: {last[-1].type} #{last[-1].pk}: "
+                f"{jobs.without_traceback(last[-1].last_error)}"
+                if last
+                else ""
+            )
             fail_run(run, f"stalled: nothing of the run is queued or running{why}")
             failed.append(pk)
     return failed

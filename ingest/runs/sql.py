@@ -46,7 +46,7 @@ def _instance(model: type[Model], row: tuple[Any, ...], start: int) -> tuple[Mod
     """The ``model`` instance whose columns begin at ``row[start]`` (None if they are all
     NULL, as an outer join leaves them), and where the next model's begin."""
     fields = model._meta.concrete_fields
-    values = row[start:start + len(fields)]
+    values = row[start : start + len(fields)]
     end = start + len(fields)
     if all(value is None for value in values):
         return None, end
@@ -55,9 +55,19 @@ def _instance(model: type[Model], row: tuple[Any, ...], start: int) -> tuple[Mod
 
 def _tables() -> dict[str, str]:
     quote = connection.ops.quote_name
-    tables = {model.__name__: quote(model._meta.db_table)
-              for model in (Hook, HookExecution, HookTemplate, IngestBatch, IngestRecord,
-                            IngestRun, IngestSource, Tenant)}
+    tables = {
+        model.__name__: quote(model._meta.db_table)
+        for model in (
+            Hook,
+            HookExecution,
+            HookTemplate,
+            IngestBatch,
+            IngestRecord,
+            IngestRun,
+            IngestSource,
+            Tenant,
+        )
+    }
     offers = quote(HookTemplate.tenants.through._meta.db_table)
     return {**tables, "HookTemplateTenants": offers}
 
@@ -81,8 +91,9 @@ def run_for_fetch(*, run: int, tenant: int | None, sequence: int) -> IngestRun |
     """Run ``run`` of ``tenant`` with its source and tenant, and ``batch_fetched`` (whether batch
     ``sequence`` exists) and ``previous_session`` (what batch ``sequence - 1`` left; None
     if there is no such batch) set on it."""
-    row = jobs.execute_prepared(_run_for_fetch(), {"run": run, "tenant": tenant, "sequence": sequence},
-                      binary=True).fetchone()
+    row = jobs.execute_prepared(
+        _run_for_fetch(), {"run": run, "tenant": tenant, "sequence": sequence}, binary=True
+    ).fetchone()
     if row is None:
         return None
     found, at = _instance(IngestRun, row, 0)
@@ -114,14 +125,16 @@ ORDER BY e.position
 """
 
 
-def batch_with_hooks(*, batch: int, run: int, tenant: int | None
-                     ) -> tuple[IngestBatch | None, list[HookExecution]]:
+def batch_with_hooks(
+    *, batch: int, run: int, tenant: int | None
+) -> tuple[IngestBatch | None, list[HookExecution]]:
     """Batch ``batch`` of ``run`` (within ``tenant``) with its run, source and tenant, and
     its hook executions in order, each with its hook (None if the hook was removed) and
     the hook's catalogue entry, and sharing that one batch object. Each entry's
     ``offered`` says whether it is offered to the run's tenant."""
-    rows = jobs.execute_prepared(_batch_with_hooks(), {"batch": batch, "run": run, "tenant": tenant},
-                       binary=True).fetchall()
+    rows = jobs.execute_prepared(
+        _batch_with_hooks(), {"batch": batch, "run": run, "tenant": tenant}, binary=True
+    ).fetchall()
     if not rows:
         return None, []
     found, at = _instance(IngestBatch, rows[0], 0)
@@ -160,8 +173,9 @@ FOR NO KEY UPDATE OF b, r
 def batch_to_publish(*, batch: int, run: int, tenant: int | None) -> IngestBatch | None:
     """Batch ``batch`` of ``run`` (within ``tenant``) with its run, source and tenant, the
     batch and the run locked until the caller's transaction ends."""
-    row = jobs.execute_prepared(_batch_to_publish(), {"batch": batch, "run": run, "tenant": tenant},
-                      binary=True).fetchone()
+    row = jobs.execute_prepared(
+        _batch_to_publish(), {"batch": batch, "run": run, "tenant": tenant}, binary=True
+    ).fetchone()
     if row is None:
         return None
     found, at = _instance(IngestBatch, row, 0)
@@ -203,20 +217,42 @@ SELECT {_columns(IngestBatch, "batch")} FROM batch
 """
 
 
-def record_batch(*, run: int, sequence: int, records: int, session_in: Any, session_out: Any,
-                 has_more: bool, location: str, fetch_ms: int, now: Any) -> IngestBatch | None:
+def record_batch(
+    *,
+    run: int,
+    sequence: int,
+    records: int,
+    session_in: Any,
+    session_out: Any,
+    has_more: bool,
+    location: str,
+    fetch_ms: int,
+    now: Any,
+) -> IngestBatch | None:
     """Batch ``sequence`` of running run ``run`` and its hook executions (one per hook of
     the run's source now, in the hooks' order), with the run's counters moved, in one
     statement; None, and nothing written, if the run has ended or the batch exists. Its
     first UPDATE takes the run's row lock, so a cancel waits for the batch or the batch
     sees the run ended; an attempt racing another to the same batch fails on the batch's
     unique constraint."""
-    row = jobs.execute_prepared(_record_batch(), {
-        "run": run, "sequence": sequence, "records": records, "has_more": has_more,
-        "session_in": json.dumps(session_in), "session_out": json.dumps(session_out),
-        "location": location, "fetch_ms": fetch_ms, "now": now,
-        "running": RunStatus.RUNNING, "fetched": BatchStatus.FETCHED,
-        "waiting": ExecutionStatus.WAITING}, binary=True).fetchone()
+    row = jobs.execute_prepared(
+        _record_batch(),
+        {
+            "run": run,
+            "sequence": sequence,
+            "records": records,
+            "has_more": has_more,
+            "session_in": json.dumps(session_in),
+            "session_out": json.dumps(session_out),
+            "location": location,
+            "fetch_ms": fetch_ms,
+            "now": now,
+            "running": RunStatus.RUNNING,
+            "fetched": BatchStatus.FETCHED,
+            "waiting": ExecutionStatus.WAITING,
+        },
+        binary=True,
+    ).fetchone()
     return None if row is None else _instance(IngestBatch, row, 0)[0]
 
 
@@ -230,12 +266,12 @@ FROM unnest(%(keys)s::text[], %(data)s::jsonb[]) WITH ORDINALITY AS r(key, data,
 """
 
 
-def insert_records(*, source: int, batch: int, first: int, keys: list[str], data: list[str]
-                   ) -> None:
+def insert_records(*, source: int, batch: int, first: int, keys: list[str], data: list[str]) -> None:
     """Records of ``batch`` at positions ``first``, ``first + 1`` …: their keys, and their
     data as JSON text."""
-    jobs.execute_prepared(_insert_records(), {"source": source, "batch": batch, "first": first,
-                                              "keys": keys, "data": data})
+    jobs.execute_prepared(
+        _insert_records(), {"source": source, "batch": batch, "first": first, "keys": keys, "data": data}
+    )
 
 
 @cache
@@ -255,5 +291,6 @@ WHERE id = (SELECT run_id FROM published)
 
 def mark_published(*, batch: int, count: int, now: Any) -> None:
     """Batch ``batch`` published with its ``count`` records, and its run's counts moved."""
-    jobs.execute_prepared(_mark_published(), {"batch": batch, "count": count, "now": now,
-                                              "published": BatchStatus.PUBLISHED})
+    jobs.execute_prepared(
+        _mark_published(), {"batch": batch, "count": count, "now": now, "published": BatchStatus.PUBLISHED}
+    )

@@ -45,8 +45,10 @@ class Timeline:
 
 
 def load(run: IngestRun, *, limit: int = BATCH_LIMIT, deliveries: bool = True) -> Timeline:
-    executions = Prefetch("hook_executions", queryset=HookExecution.objects.select_related(
-        "hook__template").order_by("position"))
+    executions = Prefetch(
+        "hook_executions",
+        queryset=HookExecution.objects.select_related("hook__template").order_by("position"),
+    )
     newest = list(run.batches.order_by("-sequence").prefetch_related(executions)[:limit])
     newest.reverse()
     earlier = newest[0].sequence - 1 if newest else 0
@@ -79,8 +81,10 @@ def _add_deliveries(timeline: Timeline) -> None:
 def counts(run: IngestRun) -> dict[str, dict[str, int]]:
     """Batches and hook executions of the run by status, every status present."""
     batches = dict(run.batches.order_by().values_list("status").annotate(n=Count("id")))
-    executions = dict(HookExecution.objects.filter(batch__run=run).order_by()
-                      .values_list("status").annotate(n=Count("id")))
-    return {"batches": {status: batches.get(status, 0) for status in BatchStatus.values},
-            "hook_executions": {status: executions.get(status, 0)
-                                for status in ExecutionStatus.values}}
+    executions = dict(
+        HookExecution.objects.filter(batch__run=run).order_by().values_list("status").annotate(n=Count("id"))
+    )
+    return {
+        "batches": {status: batches.get(status, 0) for status in BatchStatus.values},
+        "hook_executions": {status: executions.get(status, 0) for status in ExecutionStatus.values},
+    }

@@ -69,15 +69,9 @@ class ReadOnlyAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return [*self.list_filter, *_tenant_filter(request)]
 
 
-
-
-
 class ReadOnlyInline(ReadOnlyMixin, admin.TabularInline):
     extra = 0
     can_delete = False
-
-
-
 
 
 # --- scrape runs ----------------------------------------------------------------------------------
@@ -85,20 +79,37 @@ class ReadOnlyInline(ReadOnlyMixin, admin.TabularInline):
 
 @admin.register(ScrapeRun)
 class ScrapeRunAdmin(ReadOnlyAdmin):
-    list_display = ["run_id", "source", "syncs", "references_received", "references_changed",
-                    "last_sync_at", "last_synced_by", "handoffs"]
+    list_display = [
+        "run_id",
+        "source",
+        "syncs",
+        "references_received",
+        "references_changed",
+        "last_sync_at",
+        "last_synced_by",
+        "handoffs",
+    ]
     list_filter = [("source", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["source", "last_synced_by"]
     search_fields = ["=run_id"]
     search_help_text = "A scrape run's exact id."
-    fields = ["run_id", "tenant", "source", "syncs", "references_received", "references_changed",
-              "first_sync_at", "last_sync_at", "last_synced_by", "handoffs"]
+    fields = [
+        "run_id",
+        "tenant",
+        "source",
+        "syncs",
+        "references_received",
+        "references_changed",
+        "first_sync_at",
+        "last_sync_at",
+        "last_synced_by",
+        "handoffs",
+    ]
     readonly_fields = fields
 
     @admin.display(description="handoffs")
     def handoffs(self, run: ScrapeRun) -> SafeString:
-        query = urlencode({ScrapeRunFilter.parameter_name: run.run_id,
-                           "source__id__exact": run.source_id})
+        query = urlencode({ScrapeRunFilter.parameter_name: run.run_id, "source__id__exact": run.source_id})
         url = reverse("admin:ingest_ingestionhandoff_changelist")
         return format_html('<a href="{}?{}">its handoffs</a>', url, query)
 
@@ -125,8 +136,7 @@ class HandoffColumns:
 
 class ReferenceHandoffInline(HandoffColumns, ReadOnlyInline):
     model = IngestionHandoff
-    fields = ["status_display", "reason", "hash", "scrape_run", "attempts", "ingest_run_link",
-              "updated_at"]
+    fields = ["status_display", "reason", "hash", "scrape_run", "attempts", "ingest_run_link", "updated_at"]
     readonly_fields = fields
     ordering = ["-id"]
     show_change_link = True
@@ -141,15 +151,22 @@ class ReferenceHandoffInline(HandoffColumns, ReadOnlyInline):
 
 @admin.register(ScrapeReference)
 class ScrapeReferenceAdmin(ReadOnlyAdmin):
-    list_display = ["source", "external_id", "hash", "first_seen_at", "changed_at",
-                    "changed_in_run"]
+    list_display = ["source", "external_id", "hash", "first_seen_at", "changed_at", "changed_in_run"]
     list_display_links = ["external_id"]
     list_filter = [("source", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["source", "changed_in"]
     search_fields = ["=external_id"]
     search_help_text = "A reference's exact external id."
-    fields = ["external_id", "tenant", "source", "payload_display", "payload_hash",
-              "first_seen_at", "changed_at", "changed_in"]
+    fields = [
+        "external_id",
+        "tenant",
+        "source",
+        "payload_display",
+        "payload_hash",
+        "first_seen_at",
+        "changed_at",
+        "changed_in",
+    ]
     readonly_fields = fields
     inlines = [ReferenceHandoffInline]
 
@@ -219,26 +236,52 @@ class TransitionInline(ReadOnlyInline):
 
 @admin.register(IngestionHandoff)
 class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
-    list_display = ["id", "source", "external_id", "scrape_run_id_display", "status_display",
-                    "reason", "attempts", "ingest_run_link", "updated_at"]
-    list_filter = ["status", "reason_code", ("source", admin.RelatedOnlyFieldListFilter),
-                   ScrapeRunFilter]
+    list_display = [
+        "id",
+        "source",
+        "external_id",
+        "scrape_run_id_display",
+        "status_display",
+        "reason",
+        "attempts",
+        "ingest_run_link",
+        "updated_at",
+    ]
+    list_filter = ["status", "reason_code", ("source", admin.RelatedOnlyFieldListFilter), ScrapeRunFilter]
     list_select_related = ["source"]
     sortable_by = ["id", "updated_at"]  # what the list orders by cheaply
     search_fields = ["=reference__external_id", "=scrape_run__run_id"]
     search_help_text = "A reference's exact external id, or a scrape run's exact id."
-    fields = ["id", "tenant", "source", "reference", "payload_hash", "scrape_run",
-              "status_display", "reason", "attempts", "last_error_display", "job",
-              "ingest_run", "created_by", "created_at", "updated_at"]
+    fields = [
+        "id",
+        "tenant",
+        "source",
+        "reference",
+        "payload_hash",
+        "scrape_run",
+        "status_display",
+        "reason",
+        "attempts",
+        "last_error_display",
+        "job",
+        "ingest_run",
+        "created_by",
+        "created_at",
+        "updated_at",
+    ]
     readonly_fields = fields
     inlines = [TransitionInline]
     actions = ["retry_handoffs"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[IngestionHandoff]:
         # The two ids the list shows, without loading the reference's payload.
-        return super().get_queryset(request).annotate(
-            reference_external_id=F("reference__external_id"),
-            scraper_run_id=F("scrape_run__run_id"))
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                reference_external_id=F("reference__external_id"), scraper_run_id=F("scrape_run__run_id")
+            )
+        )
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         """Retry handoffs: staff granted the handoff model's change permission."""
@@ -251,7 +294,6 @@ class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
     @admin.display(description="scrape run")
     def scrape_run_id_display(self, handoff: IngestionHandoff) -> str:
         return handoff.scraper_run_id
-
 
     @admin.display(description="last error")
     def last_error_display(self, handoff: IngestionHandoff) -> SafeString:
@@ -271,8 +313,7 @@ class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
         handoff it refuses leaves every one as it was."""
         try:
             # In the references' order, as the syncs lock them.
-            retried = services.retry_handoffs(queryset.order_by("reference_id", "id"),
-                                              actor=request.user)
+            retried = services.retry_handoffs(queryset.order_by("reference_id", "id"), actor=request.user)
         except services.HandoffRefused as exc:
             self.message_user(request, f"Nothing retried: {exc}.", messages.ERROR)
             return

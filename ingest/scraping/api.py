@@ -39,8 +39,9 @@ from jobs.contrib.api import (
 
 class Unavailable(APIException):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_detail = ("Handoffs are unavailable: their tables are not migrated (ingest 0003). "
-                      "Syncs still store references.")
+    default_detail = (
+        "Handoffs are unavailable: their tables are not migrated (ingest 0003). Syncs still store references."
+    )
     default_code = "handoffs_unavailable"
 
 
@@ -80,8 +81,9 @@ def visible_source(request: Request, name: str) -> IngestSource:
     if not found:
         raise NotFound("No such source visible to you.")
     if len(found) > 1:
-        raise ValidationError({"tenant": [f"several tenants have a source named {name!r}; "
-                                          "name its tenant with ?tenant=<slug>"]})
+        raise ValidationError(
+            {"tenant": [f"several tenants have a source named {name!r}; name its tenant with ?tenant=<slug>"]}
+        )
     return found[0]
 
 
@@ -93,8 +95,9 @@ class ReferenceSerializer(ClosedSerializer):
     ``external_id`` comes once per sync (a 400 naming the second one)."""
 
     external_id = serializers.CharField(min_length=1, max_length=255)
-    payload = serializers.DictField(help_text="A JSON object; its hash (SHA-256 of canonical "
-                                              "JSON) is computed here.")
+    payload = serializers.DictField(
+        help_text="A JSON object; its hash (SHA-256 of canonical JSON) is computed here."
+    )
 
 
 class SyncRequestSerializer(ClosedSerializer):
@@ -132,24 +135,33 @@ class Sync(APIView):
     parser_classes = [SyncBodyParser]
 
     @extend_schema(
-        tags=["scraping"], summary="Sync a scrape run's references and hand them off",
+        tags=["scraping"],
+        summary="Sync a scrape run's references and hand them off",
         request=SyncRequestSerializer,
-        parameters=[OpenApiParameter("tenant", OpenApiTypes.STR, required=False,
-                                     description="The source's tenant (slug), for a platform "
-                                                 "operator when several tenants have the name.")],
-        responses={200: SyncResponseSerializer,
-                   400: OpenApiResponse(OpenApiTypes.OBJECT,
-                                        description="A bad body: each field named, with why."),
-                   404: OpenApiResponse(ErrorSerializer, description="No such source."),
-                   409: OpenApiResponse(ErrorSerializer,
-                                        description="The source takes no scraped references."),
-                   413: OpenApiResponse(ErrorSerializer,
-                                        description="More references than a sync may bring.")})
+        parameters=[
+            OpenApiParameter(
+                "tenant",
+                OpenApiTypes.STR,
+                required=False,
+                description="The source's tenant (slug), for a platform "
+                "operator when several tenants have the name.",
+            )
+        ],
+        responses={
+            200: SyncResponseSerializer,
+            400: OpenApiResponse(OpenApiTypes.OBJECT, description="A bad body: each field named, with why."),
+            404: OpenApiResponse(ErrorSerializer, description="No such source."),
+            409: OpenApiResponse(ErrorSerializer, description="The source takes no scraped references."),
+            413: OpenApiResponse(ErrorSerializer, description="More references than a sync may bring."),
+        },
+    )
     def post(self, request: Request, source: str) -> Response:
         found = visible_source(request, source)
         if found.kind != ScrapedReference.kind:
-            raise Conflict(f"source {found.name!r} takes no scraped references: its ingester is "
-                           f"{found.kind!r}, not {ScrapedReference.kind!r}")
+            raise Conflict(
+                f"source {found.name!r} takes no scraped references: its ingester is "
+                f"{found.kind!r}, not {ScrapedReference.kind!r}"
+            )
         body = object_body(request)
         unknown = sorted(set(body) - {"scrape_run_id", "references"})
         if unknown:
@@ -157,22 +169,27 @@ class Sync(APIView):
         if "references" not in body:
             raise ValidationError({"references": ["This field is required."]})
         try:
-            result = services.sync(found, body.get("scrape_run_id"), body["references"],
-                                   actor=request.user)
+            result = services.sync(found, body.get("scrape_run_id"), body["references"], actor=request.user)
         except services.SyncRefused as exc:
             if exc.too_many:
                 raise TooManyReferences(str(exc)) from None
             raise ValidationError({exc.field: [str(exc)]}) from None
         answer: dict[str, Any] = {
             "scrape_run_id": result.scrape_run.run_id,
-            "references_received": result.received, "references_created": result.created,
-            "references_changed": result.changed, "references_unchanged": result.unchanged,
+            "references_received": result.received,
+            "references_created": result.created,
+            "references_changed": result.changed,
+            "references_unchanged": result.unchanged,
         }
         if result.handoffs is None:
-            answer.update(handoff_queued_count=None, handoff_completed_count=None,
-                          handoff_failed_count=None, handoff_skipped_count=None,
-                          handoff_skipped_reasons=None,
-                          handoffs_unavailable=str(Unavailable.default_detail))
+            answer.update(
+                handoff_queued_count=None,
+                handoff_completed_count=None,
+                handoff_failed_count=None,
+                handoff_skipped_count=None,
+                handoff_skipped_reasons=None,
+                handoffs_unavailable=str(Unavailable.default_detail),
+            )
         else:
             answer.update(services.json_counts(result.handoffs))
         return Response(answer)
@@ -184,25 +201,41 @@ class Sync(APIView):
 class HandoffSerializer(serializers.ModelSerializer):
     external_id = serializers.CharField(source="reference.external_id", read_only=True)
     scrape_run_id = serializers.CharField(source="scrape_run.run_id", read_only=True)
-    reason = serializers.CharField(source="get_reason_code_display", read_only=True,
-                                   help_text="The reason code in words.")
+    reason = serializers.CharField(
+        source="get_reason_code_display", read_only=True, help_text="The reason code in words."
+    )
     # A failed handoff's error is its ingest run's failure reason, which held a job's
     # traceback before reasons were stored without: staff only, as the engine's errors.
     last_error = ErrorTextField()
 
     class Meta:
         model = IngestionHandoff
-        fields = ["id", "reference_id", "external_id", "payload_hash", "scrape_run_id", "status",
-                  "reason_code", "reason", "attempts", "last_error", "job_id", "ingest_run_id",
-                  "created_at", "updated_at"]
+        fields = [
+            "id",
+            "reference_id",
+            "external_id",
+            "payload_hash",
+            "scrape_run_id",
+            "status",
+            "reason_code",
+            "reason",
+            "attempts",
+            "last_error",
+            "job_id",
+            "ingest_run_id",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = fields
 
 
 class HandoffFilter(filters.FilterSet):
     status = filters.ChoiceFilter(choices=HandoffStatus.choices)
-    scrape_run_id = filters.CharFilter(field_name="scrape_run__run_id",
-                                       max_length=SCRAPE_RUN_ID_LENGTH,
-                                       help_text="The scraper's run id, exactly.")
+    scrape_run_id = filters.CharFilter(
+        field_name="scrape_run__run_id",
+        max_length=SCRAPE_RUN_ID_LENGTH,
+        help_text="The scraper's run id, exactly.",
+    )
 
     class Meta:
         model = IngestionHandoff
@@ -219,17 +252,25 @@ class Handoffs(generics.ListAPIView):
     pagination_class = StrictLimitOffset
     query_parameters = ["tenant"]  # read by visible_source, not a filter
 
-    @extend_schema(tags=["scraping"], summary="List a source's handoffs, newest first",
-                   parameters=[OpenApiParameter(
-                       "tenant", OpenApiTypes.STR, required=False,
-                       description="The source's tenant (slug), for a platform operator when "
-                                   "several tenants have the name.")],
-                   responses={200: HandoffSerializer(many=True),
-                              400: OpenApiResponse(OpenApiTypes.OBJECT,
-                                                   description="A bad filter or page, named."),
-                              404: OpenApiResponse(ErrorSerializer, description="No such source."),
-                              503: OpenApiResponse(ErrorSerializer,
-                                                   description="Handoff tables not migrated.")})
+    @extend_schema(
+        tags=["scraping"],
+        summary="List a source's handoffs, newest first",
+        parameters=[
+            OpenApiParameter(
+                "tenant",
+                OpenApiTypes.STR,
+                required=False,
+                description="The source's tenant (slug), for a platform operator when "
+                "several tenants have the name.",
+            )
+        ],
+        responses={
+            200: HandoffSerializer(many=True),
+            400: OpenApiResponse(OpenApiTypes.OBJECT, description="A bad filter or page, named."),
+            404: OpenApiResponse(ErrorSerializer, description="No such source."),
+            503: OpenApiResponse(ErrorSerializer, description="Handoff tables not migrated."),
+        },
+    )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
 
@@ -239,5 +280,8 @@ class Handoffs(generics.ListAPIView):
         source = visible_source(self.request, self.kwargs["source"])
         if not services.handoffs_available():
             raise Unavailable()
-        return (IngestionHandoff.objects.filter(source=source)
-                .select_related("reference", "scrape_run").order_by("-id"))
+        return (
+            IngestionHandoff.objects.filter(source=source)
+            .select_related("reference", "scrape_run")
+            .order_by("-id")
+        )

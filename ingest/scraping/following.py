@@ -27,8 +27,11 @@ def start_ingestion(handoff_id: int, *, tenant: int | None, job_id: int, pipelin
     on meanwhile (retried, superseded) is left alone."""
     from ingest.runs import services as runs
 
-    handoff = (IngestionHandoff.objects.select_related("source", "created_by")
-               .filter(pk=handoff_id, tenant_id=tenant).first())
+    handoff = (
+        IngestionHandoff.objects.select_related("source", "created_by")
+        .filter(pk=handoff_id, tenant_id=tenant)
+        .first()
+    )
     if handoff is None:
         raise HandoffRefused(f"handoff {handoff_id} is not one of this job's tenant's")
     reference = ScrapeReference.objects.select_for_update().get(pk=handoff.reference_id)
@@ -36,14 +39,25 @@ def start_ingestion(handoff_id: int, *, tenant: int | None, job_id: int, pipelin
     if handoff.status != HandoffStatus.QUEUED or handoff.job_id != job_id:
         return f"handoff {handoff.pk} is {handoff.status}, no longer this job's"
     try:
-        run = runs.start_ingest(handoff.source, actor=handoff.created_by, via="scrape",
-                                reference=reference, pipeline=pipeline)
+        run = runs.start_ingest(
+            handoff.source, actor=handoff.created_by, via="scrape", reference=reference, pipeline=pipeline
+        )
     except runs.RunRefused as exc:
-        history.move([handoff.pk], HandoffStatus.FAILED, HandoffReason.QUEUE_REFUSED, note=str(exc),
-                     last_error=str(exc)[:4000])
+        history.move(
+            [handoff.pk],
+            HandoffStatus.FAILED,
+            HandoffReason.QUEUE_REFUSED,
+            note=str(exc),
+            last_error=str(exc)[:4000],
+        )
         return f"handoff {handoff.pk} failed: {exc}"
-    history.move([handoff.pk], HandoffStatus.RUNNING, HandoffReason.INGESTION_STARTED,
-                 note=f"ingest run {run.pk}", ingest_run=run)
+    history.move(
+        [handoff.pk],
+        HandoffStatus.RUNNING,
+        HandoffReason.INGESTION_STARTED,
+        note=f"ingest run {run.pk}",
+        ingest_run=run,
+    )
     return f"handoff {handoff.pk}: ingest run {run.pk} started"
 
 
@@ -61,12 +75,20 @@ def settle_for_run(run: IngestRun) -> str:
         return "not a finished run of a reference"
     ScrapeReference.objects.select_for_update().get(pk=run.reference_id)
     status, reason = OUTCOMES[RunStatus(run.status)]
-    settled = list(IngestionHandoff.objects.filter(ingest_run=run).exclude(
-        status=status, reason_code=reason).values_list("pk", flat=True))
+    settled = list(
+        IngestionHandoff.objects.filter(ingest_run=run)
+        .exclude(status=status, reason_code=reason)
+        .values_list("pk", flat=True)
+    )
     if settled:
         error = run.failure_reason[:4000] if status == HandoffStatus.FAILED else ""
-        history.move(settled, status, reason, last_error=error,
-                     note=run.failure_reason or f"ingest run {run.pk} {run.status}")
+        history.move(
+            settled,
+            status,
+            reason,
+            last_error=error,
+            note=run.failure_reason or f"ingest run {run.pk} {run.status}",
+        )
     return f"{len(settled)} handoff(s) settled; " + queue_next(run.reference_id)
 
 
@@ -75,15 +97,23 @@ def queue_next(reference_id: int, *, actor: Any = None) -> str:
     active any more; older waiting ones are superseded. The caller holds the reference."""
     if queueing.active_references([reference_id]):
         return "the reference's ingestion is still active"
-    waiting = list(IngestionHandoff.objects.filter(
-        reference_id=reference_id, status=HandoffStatus.QUEUED, job_id__isnull=True)
-        .order_by("-id").values_list("pk", "source_id"))
+    waiting = list(
+        IngestionHandoff.objects.filter(
+            reference_id=reference_id, status=HandoffStatus.QUEUED, job_id__isnull=True
+        )
+        .order_by("-id")
+        .values_list("pk", "source_id")
+    )
     if not waiting:
         return "nothing waits"
     (newest, source_id), older = waiting[0], [pk for pk, _ in waiting[1:]]
     if older:
-        history.move(older, HandoffStatus.FAILED, HandoffReason.SUPERSEDED,
-                     note=f"handoff {newest} brought a newer payload")
+        history.move(
+            older,
+            HandoffStatus.FAILED,
+            HandoffReason.SUPERSEDED,
+            note=f"handoff {newest} brought a newer payload",
+        )
     queueing.queue(IngestSource.objects.get(pk=source_id), [(newest, reference_id)], actor=actor)
     return f"handoff {newest} queued"
 
@@ -100,11 +130,21 @@ def retry_handoffs(handoffs: Iterable[IngestionHandoff], *, actor: Any = None) -
         if current.status != HandoffStatus.FAILED:
             raise HandoffRefused(f"handoff {current.pk} is {current.status}, not failed")
         if current.payload_hash != reference.payload_hash:
-            raise HandoffRefused(f"handoff {current.pk} is of an older payload of reference "
-                                 f"{reference.external_id!r}; only its latest is ingested")
-        history.move([current.pk], HandoffStatus.QUEUED, HandoffReason.RETRIED_BY_OPERATOR,
-                     note="retried", actor=actor, attempts=0, last_error="", job_id=None,
-                     ingest_run=None)
+            raise HandoffRefused(
+                f"handoff {current.pk} is of an older payload of reference "
+                f"{reference.external_id!r}; only its latest is ingested"
+            )
+        history.move(
+            [current.pk],
+            HandoffStatus.QUEUED,
+            HandoffReason.RETRIED_BY_OPERATOR,
+            note="retried",
+            actor=actor,
+            attempts=0,
+            last_error="",
+            job_id=None,
+            ingest_run=None,
+        )
         queueing.queue(current.source, [(current.pk, reference.pk)], actor=actor)
         retried += 1
     return retried
@@ -118,23 +158,34 @@ def settle_stuck_handoffs() -> int:
     settled = 0
     # The longest-queued first, a bounded number a sweep: a backlog of queued jobs is
     # not stuck, and the next sweep goes on from here.
-    queued = dict(IngestionHandoff.objects.filter(status=HandoffStatus.QUEUED,
-                                                  job_id__isnull=False)
-                  .order_by("updated_at", "id").values_list("job_id", "pk")[:SWEEP_LIMIT])
+    queued = dict(
+        IngestionHandoff.objects.filter(status=HandoffStatus.QUEUED, job_id__isnull=False)
+        .order_by("updated_at", "id")
+        .values_list("job_id", "pk")[:SWEEP_LIMIT]
+    )
     for job_id in jobs.pipelines_over(list(queued), before=jobs.now()):
         with transaction.atomic():
             handoff = IngestionHandoff.objects.get(pk=queued[job_id])
             ScrapeReference.objects.select_for_update().get(pk=handoff.reference_id)
             still_stuck = IngestionHandoff.objects.filter(
-                pk=handoff.pk, status=HandoffStatus.QUEUED, job_id=job_id).exists()
+                pk=handoff.pk, status=HandoffStatus.QUEUED, job_id=job_id
+            ).exists()
             if still_stuck:
                 why = f"its ingestion job {job_id} ended without starting the run"
-                history.move([handoff.pk], HandoffStatus.FAILED, HandoffReason.INGESTION_FAILED,
-                             note=why, last_error=why)
+                history.move(
+                    [handoff.pk],
+                    HandoffStatus.FAILED,
+                    HandoffReason.INGESTION_FAILED,
+                    note=why,
+                    last_error=why,
+                )
                 queue_next(handoff.reference_id)
                 settled += 1
-    for run in IngestRun.objects.filter(handoffs__status=HandoffStatus.RUNNING).exclude(
-            status=RunStatus.RUNNING).distinct():
+    for run in (
+        IngestRun.objects.filter(handoffs__status=HandoffStatus.RUNNING)
+        .exclude(status=RunStatus.RUNNING)
+        .distinct()
+    ):
         with transaction.atomic():
             settle_for_run(run)
             settled += 1

@@ -13,8 +13,7 @@ from typing import Any
 
 # One encoder for every call: json.dumps with options builds a new one each time, which
 # costs as much as encoding a small payload.
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                            allow_nan=False)
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def canonical_json(payload: Any) -> bytes:

@@ -21,8 +21,9 @@ def actor_user(actor: Any) -> Any:
 def allocate_ids(table: str, count: int) -> list[int]:
     """``count`` ids of ``table``'s sequence, so that rows can be named before they exist."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id')) "
-                       "FROM generate_series(1, %s)", [table, count])
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)", [table, count]
+        )
         return [row[0] for row in cursor.fetchall()]
 
 
@@ -48,39 +49,74 @@ _INSERT = f"""
     ORDER BY i.id, s.step"""
 
 
-def insert(source: IngestSource, scrape_run: ScrapeRun, ids: list[int],
-           rows: list[tuple[int, str]], *, job_ids: list[int] | None, attempts: int,
-           status: str, reason: str, steps: list[tuple[str, str, str, str]], actor: Any,
-           now: Any, last_error: str = "") -> None:
+def insert(
+    source: IngestSource,
+    scrape_run: ScrapeRun,
+    ids: list[int],
+    rows: list[tuple[int, str]],
+    *,
+    job_ids: list[int] | None,
+    attempts: int,
+    status: str,
+    reason: str,
+    steps: list[tuple[str, str, str, str]],
+    actor: Any,
+    now: Any,
+    last_error: str = "",
+) -> None:
     """Handoffs ``ids`` of ``rows`` (reference id, payload hash), in ``status`` for
     ``reason``, with the transitions ``steps`` (from, to, reason, note) each: one
     statement, its parameters bound server-side (``jobs.execute_prepared``), which sends
     arrays of many thousand ids without quoting each in Python."""
-    jobs.execute_prepared(_INSERT, {
-        "ids": ids, "refs": [pk for pk, _ in rows], "hashes": [hash_ for _, hash_ in rows],
-        "jobs": job_ids if job_ids is not None else [None] * len(ids),
-        "tenant": source.tenant_id, "source": source.pk, "scrape_run": scrape_run.pk,
-        "status": status, "reason": reason, "attempts": attempts, "error": last_error[:4000],
-        "user": getattr(actor_user(actor), "pk", None), "now": now,
-        "from": [step[0] for step in steps], "to": [step[1] for step in steps],
-        "reasons": [step[2] for step in steps], "notes": [step[3][:4000] for step in steps]})
+    jobs.execute_prepared(
+        _INSERT,
+        {
+            "ids": ids,
+            "refs": [pk for pk, _ in rows],
+            "hashes": [hash_ for _, hash_ in rows],
+            "jobs": job_ids if job_ids is not None else [None] * len(ids),
+            "tenant": source.tenant_id,
+            "source": source.pk,
+            "scrape_run": scrape_run.pk,
+            "status": status,
+            "reason": reason,
+            "attempts": attempts,
+            "error": last_error[:4000],
+            "user": getattr(actor_user(actor), "pk", None),
+            "now": now,
+            "from": [step[0] for step in steps],
+            "to": [step[1] for step in steps],
+            "reasons": [step[2] for step in steps],
+            "notes": [step[3][:4000] for step in steps],
+        },
+    )
 
 
-def move(handoffs: Sequence[int], status: str, reason: str, *, note: str = "",
-          actor: Any = None, now: Any = None, job_ids: Sequence[int] | None = None,
-          **fields: Any) -> None:
+def move(
+    handoffs: Sequence[int],
+    status: str,
+    reason: str,
+    *,
+    note: str = "",
+    actor: Any = None,
+    now: Any = None,
+    job_ids: Sequence[int] | None = None,
+    **fields: Any,
+) -> None:
     """Move ``handoffs`` to ``status`` for ``reason``, setting ``fields`` too (and each its
     job id, from the parallel ``job_ids``), each with its transition: one statement."""
     if not handoffs:
         return
     meta = IngestionHandoff._meta
-    assignments = [f"{connection.ops.quote_name(meta.get_field(name).column)} = %(f_{name})s"
-                   for name in fields]
+    assignments = [
+        f"{connection.ops.quote_name(meta.get_field(name).column)} = %(f_{name})s" for name in fields
+    ]
     values = {f"f_{name}": getattr(value, "pk", value) for name, value in fields.items()}
     if job_ids is not None:
         assignments.append("job_id = m.job_id")
     with connection.cursor() as cursor:
-        cursor.execute(f"""
+        cursor.execute(
+            f"""
             WITH m AS (
                 SELECT * FROM unnest(%(ids)s::bigint[], %(jobs)s::bigint[]) AS m(id, job_id)
             ), before AS (
@@ -96,8 +132,14 @@ def move(handoffs: Sequence[int], status: str, reason: str, *, note: str = "",
                 handoff_id, at, from_status, to_status, reason_code, note, actor_id)
             SELECT id, %(now)s, before, %(status)s, %(reason)s, %(note)s, %(actor)s
             FROM moved""",
-                       {"ids": list(handoffs),
-                        "jobs": list(job_ids) if job_ids is not None else [None] * len(handoffs),
-                        "status": status, "reason": reason, "now": now or jobs.now(),
-                        "note": note[:4000], "actor": getattr(actor_user(actor), "pk", None),
-                        **values})
+            {
+                "ids": list(handoffs),
+                "jobs": list(job_ids) if job_ids is not None else [None] * len(handoffs),
+                "status": status,
+                "reason": reason,
+                "now": now or jobs.now(),
+                "note": note[:4000],
+                "actor": getattr(actor_user(actor), "pk", None),
+                **values,
+            },
+        )

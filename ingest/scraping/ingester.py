@@ -20,8 +20,11 @@ from ingest.scraping.models import ScrapeReference
 
 class ScrapedReferenceConfig(StrictConfig):
     records_field = serializers.CharField(
-        max_length=100, required=False, allow_blank=True,
-        help_text="Ingest the objects of the payload's list under this field, not the payload.")
+        max_length=100,
+        required=False,
+        allow_blank=True,
+        help_text="Ingest the objects of the payload's list under this field, not the payload.",
+    )
 
 
 @register
@@ -30,12 +33,15 @@ class ScrapedReference(Ingester):
     label = "Scraped references (POST /scraping/{source}/sync)"
     config_serializer = ScrapedReferenceConfig
 
-    def fetch(self, config: dict[str, Any], session: dict[str, Any], batch_size: int, *,
-              tenant: str) -> Fetched:
+    def fetch(
+        self, config: dict[str, Any], session: dict[str, Any], batch_size: int, *, tenant: str
+    ) -> Fetched:
         reference_id = session.get("reference")
         if not isinstance(reference_id, int):
-            raise SourceError("a scraped-reference source is ingested one reference at a time, "
-                              "through its handoffs; start it from a sync, not as a whole")
+            raise SourceError(
+                "a scraped-reference source is ingested one reference at a time, "
+                "through its handoffs; start it from a sync, not as a whole"
+            )
         reference = ScrapeReference.objects.filter(pk=reference_id).first()
         if reference is None:
             raise SourceError(f"reference {reference_id} is gone")
@@ -44,10 +50,13 @@ class ScrapedReference(Ingester):
             return Fetched([reference.payload], {}, False)
         items = reference.payload.get(field)
         if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
-            raise SourceError(f"reference {reference.external_id!r}: its payload's "
-                              f"{field!r} is not a list of objects")
+            raise SourceError(
+                f"reference {reference.external_id!r}: its payload's {field!r} is not a list of objects"
+            )
         if len(items) > batch_size:
-            raise SourceError(f"reference {reference.external_id!r}: {len(items):,} records "
-                              f"under {field!r}, more than the source's batch size "
-                              f"({batch_size:,})")
+            raise SourceError(
+                f"reference {reference.external_id!r}: {len(items):,} records "
+                f"under {field!r}, more than the source's batch size "
+                f"({batch_size:,})"
+            )
         return Fetched(items, {}, False)

@@ -27,26 +27,32 @@ class Attempted:
     refused: tuple[str, str] | None = None  # else the reason the handoffs fail for, and why
 
 
-def attempt(source: IngestSource, call: Callable[[int], Any], policy: retrying.RetryPolicy,
-            sleep: Callable[[float], None]) -> Attempted:
+def attempt(
+    source: IngestSource,
+    call: Callable[[int], Any],
+    policy: retrying.RetryPolicy,
+    sleep: Callable[[float], None],
+) -> Attempted:
     """Run ``call`` (given the attempt's number) under the retry policy. A disabled
     source refuses at once; an error refuses with ``retry_exhausted`` once transient
     errors used every attempt, else with ``queue_refused``."""
     if not source.enabled:
-        return Attempted(1, refused=(HandoffReason.QUEUE_REFUSED,
-                                     f"source {source.name!r} is disabled"))
+        return Attempted(1, refused=(HandoffReason.QUEUE_REFUSED, f"source {source.name!r} is disabled"))
     outcome = retrying.attempt(call, policy, sleep=sleep)
     if outcome.error is None:
         return Attempted(outcome.attempts, value=outcome.value)
-    reason = (HandoffReason.RETRY_EXHAUSTED if outcome.exhausted
-              else HandoffReason.QUEUE_REFUSED)
-    return Attempted(outcome.attempts,
-                     refused=(reason, f"{type(outcome.error).__name__}: {outcome.error}"))
+    reason = HandoffReason.RETRY_EXHAUSTED if outcome.exhausted else HandoffReason.QUEUE_REFUSED
+    return Attempted(outcome.attempts, refused=(reason, f"{type(outcome.error).__name__}: {outcome.error}"))
 
 
-def queue(source: IngestSource, opened: Sequence[tuple[int, int]], *, actor: Any = None,
-          reason: str = HandoffReason.INGESTION_JOB_QUEUED, locked: bool = False
-          ) -> tuple[int, int]:
+def queue(
+    source: IngestSource,
+    opened: Sequence[tuple[int, int]],
+    *,
+    actor: Any = None,
+    reason: str = HandoffReason.INGESTION_JOB_QUEUED,
+    locked: bool = False,
+) -> tuple[int, int]:
     """Queue the ingestion of each handoff ``(id, reference id)`` whose reference has
     none queued or running; the others wait for it. In the caller's transaction, holding
     the references' rows (taken here unless ``locked``). A lock it cannot have within
@@ -56,8 +62,11 @@ def queue(source: IngestSource, opened: Sequence[tuple[int, int]], *, actor: Any
     with lock_timeout(int(conf.get("HANDOFF_LOCK_TIMEOUT_MS"))):
         if not locked:
             with connection.cursor() as cursor:
-                cursor.execute(f"SELECT id FROM {ScrapeReference._meta.db_table} "
-                               "WHERE id = ANY(%s) ORDER BY id FOR UPDATE", [references])
+                cursor.execute(
+                    f"SELECT id FROM {ScrapeReference._meta.db_table} "
+                    "WHERE id = ANY(%s) ORDER BY id FOR UPDATE",
+                    [references],
+                )
         return _queue_locked(source, opened, references, actor=actor, reason=reason)
 
 
@@ -66,28 +75,48 @@ def lock_timeout(milliseconds: int) -> Iterator[None]:
     """Within the caller's transaction: a lock not had within ``milliseconds`` raises
     (SQLSTATE 55P03, a transient error) instead of waiting on."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, "
-                       "true)", [f"{milliseconds}ms"])
+        cursor.execute(
+            "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)",
+            [f"{milliseconds}ms"],
+        )
         previous = cursor.fetchone()[0]
     yield
     with connection.cursor() as cursor:
         cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
 
 
-def _queue_locked(source: IngestSource, opened: Sequence[tuple[int, int]],
-                  references: list[int], *, actor: Any, reason: str) -> tuple[int, int]:
+def _queue_locked(
+    source: IngestSource, opened: Sequence[tuple[int, int]], references: list[int], *, actor: Any, reason: str
+) -> tuple[int, int]:
     busy = active_references(references, excluding=[handoff for handoff, _ in opened])
     ready = [handoff for handoff, reference in opened if reference not in busy]
     waiting = [handoff for handoff, reference in opened if reference in busy]
     now = jobs.now()
     if waiting:
-        history.move(waiting, HandoffStatus.QUEUED, HandoffReason.INGESTION_JOB_ALREADY_ACTIVE,
-                     note="waits for the reference's ingestion in progress", actor=actor, now=now)
+        history.move(
+            waiting,
+            HandoffStatus.QUEUED,
+            HandoffReason.INGESTION_JOB_ALREADY_ACTIVE,
+            note="waits for the reference's ingestion in progress",
+            actor=actor,
+            now=now,
+        )
     if ready:
-        job_ids = jobs.enqueue_many(INGEST_REFERENCE, [{"handoff": h} for h in ready],
-                                    tenant=source.tenant_id, created_by=history.actor_user(actor))
-        history.move(ready, HandoffStatus.QUEUED, reason, note="ingestion job queued", actor=actor,
-                     now=now, job_ids=job_ids)
+        job_ids = jobs.enqueue_many(
+            INGEST_REFERENCE,
+            [{"handoff": h} for h in ready],
+            tenant=source.tenant_id,
+            created_by=history.actor_user(actor),
+        )
+        history.move(
+            ready,
+            HandoffStatus.QUEUED,
+            reason,
+            note="ingestion job queued",
+            actor=actor,
+            now=now,
+            job_ids=job_ids,
+        )
     return len(ready), len(waiting)
 
 
@@ -97,14 +126,20 @@ def active_references(references: Sequence[int], *, excluding: Sequence[int] = (
     if not references:
         return set()
     with connection.cursor() as cursor:
-        cursor.execute(f"""
+        cursor.execute(
+            f"""
             SELECT reference_id FROM {IngestionHandoff._meta.db_table}
             WHERE reference_id = ANY(%(refs)s::bigint[]) AND NOT id = ANY(%(excluding)s::bigint[])
               AND (status = %(running)s OR (status = %(queued)s AND job_id IS NOT NULL))
             UNION
             SELECT reference_id FROM {IngestRun._meta.db_table}
             WHERE reference_id = ANY(%(refs)s::bigint[]) AND status = %(run_running)s""",
-                       {"refs": list(references), "excluding": list(excluding),
-                        "running": HandoffStatus.RUNNING, "queued": HandoffStatus.QUEUED,
-                        "run_running": RunStatus.RUNNING})
+            {
+                "refs": list(references),
+                "excluding": list(excluding),
+                "running": HandoffStatus.RUNNING,
+                "queued": HandoffStatus.QUEUED,
+                "run_running": RunStatus.RUNNING,
+            },
+        )
         return {row[0] for row in cursor.fetchall()}

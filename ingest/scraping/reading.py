@@ -49,9 +49,12 @@ def max_references() -> int:
 
 
 def too_many(count: str, limit: int) -> SyncRefused:
-    return SyncRefused("references", f"{count} references in one sync; the limit is {limit:,} "
-                                     "(send the rest in further syncs of the same scrape run)",
-                       too_many=True)
+    return SyncRefused(
+        "references",
+        f"{count} references in one sync; the limit is {limit:,} "
+        "(send the rest in further syncs of the same scrape run)",
+        too_many=True,
+    )
 
 
 def read_reference(index: int, item: Any) -> Reference:
@@ -62,23 +65,31 @@ def read_reference(index: int, item: Any) -> Reference:
     if not isinstance(item, dict) or set(item) - {"external_id", "payload"}:
         raise SyncRefused(where, f"{where} must be an object with external_id and payload only")
     external_id, payload = item.get("external_id"), item.get("payload")
-    if (not isinstance(external_id, str) or not 0 < len(external_id) <= EXTERNAL_ID_LENGTH
-            or not _storable(external_id)):
-        raise SyncRefused(f"{where}.external_id", f"{where}.external_id must be a string of "
-                                                  f"1 to {EXTERNAL_ID_LENGTH} characters "
-                                                  "(no NUL, no lone surrogate)")
+    if (
+        not isinstance(external_id, str)
+        or not 0 < len(external_id) <= EXTERNAL_ID_LENGTH
+        or not _storable(external_id)
+    ):
+        raise SyncRefused(
+            f"{where}.external_id",
+            f"{where}.external_id must be a string of "
+            f"1 to {EXTERNAL_ID_LENGTH} characters "
+            "(no NUL, no lone surrogate)",
+        )
     if not isinstance(payload, dict):
         raise SyncRefused(f"{where}.payload", f"{where}.payload must be a JSON object")
     try:
         text = canonical_json(payload)
     except UnicodeEncodeError:
-        raise SyncRefused(f"{where}.payload", f"{where}.payload holds a lone surrogate "
-                                              "(\\ud800 …), which is no character") from None
+        raise SyncRefused(
+            f"{where}.payload", f"{where}.payload holds a lone surrogate (\\ud800 …), which is no character"
+        ) from None
     except ValueError as exc:  # NaN or Infinity
         raise SyncRefused(f"{where}.payload", f"{where}.payload: {exc}") from None
     if b"\\u0000" in text and holds_nul(payload):
-        raise SyncRefused(f"{where}.payload", f"{where}.payload holds a NUL character "
-                                              "(\\u0000), which cannot be stored")
+        raise SyncRefused(
+            f"{where}.payload", f"{where}.payload holds a NUL character (\\u0000), which cannot be stored"
+        )
     return Reference(index, external_id, text.decode(), digest(text))
 
 
@@ -88,26 +99,31 @@ def read_references(items: Any) -> Incoming:
     external id once. ``SyncRefused`` names the first problem (``references[12].payload``
     …); nothing is written for a refused sync."""
     if not isinstance(items, list):
-        raise SyncRefused("references", "references must be a list of "
-                                        '{"external_id": ..., "payload": {...}} objects')
+        raise SyncRefused(
+            "references", 'references must be a list of {"external_id": ..., "payload": {...}} objects'
+        )
     limit = max_references()
     if len(items) > limit:
         raise too_many(f"{len(items):,}", limit)
-    read = [item if isinstance(item, Reference) else read_reference(index, item)
-            for index, item in enumerate(items)]
+    read = [
+        item if isinstance(item, Reference) else read_reference(index, item)
+        for index, item in enumerate(items)
+    ]
     seen: dict[str, int] = {}
     for reference in read:
         if reference.external_id in seen:
             where = f"references[{reference.index}].external_id"
-            raise SyncRefused(where, f"{where} {reference.external_id!r} is also references"
-                                     f"[{seen[reference.external_id]}]'s; each reference comes "
-                                     "once per sync")
+            raise SyncRefused(
+                where,
+                f"{where} {reference.external_id!r} is also references"
+                f"[{seen[reference.external_id]}]'s; each reference comes "
+                "once per sync",
+            )
         seen[reference.external_id] = reference.index
     # In the order of their ids: concurrent syncs then lock shared references in the same
     # order, and never deadlock on them.
     read.sort(key=lambda reference: reference.external_id)
-    return Incoming([r.external_id for r in read], [r.payload for r in read],
-                    [r.hash for r in read])
+    return Incoming([r.external_id for r in read], [r.payload for r in read], [r.hash for r in read])
 
 
 def _storable(text: str) -> bool:
@@ -122,8 +138,13 @@ def _storable(text: str) -> bool:
 
 
 def check_scrape_run_id(value: Any) -> str:
-    if (not isinstance(value, str) or not 0 < len(value.strip()) <= SCRAPE_RUN_ID_LENGTH
-            or not _storable(value)):
-        raise SyncRefused("scrape_run_id", f"scrape_run_id must be a non-empty string of at "
-                                           f"most {SCRAPE_RUN_ID_LENGTH} characters")
+    if (
+        not isinstance(value, str)
+        or not 0 < len(value.strip()) <= SCRAPE_RUN_ID_LENGTH
+        or not _storable(value)
+    ):
+        raise SyncRefused(
+            "scrape_run_id",
+            f"scrape_run_id must be a non-empty string of at most {SCRAPE_RUN_ID_LENGTH} characters",
+        )
     return value.strip()

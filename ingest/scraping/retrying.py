@@ -65,8 +65,9 @@ class Outcome:
         return self.error is not None and is_transient(self.error)
 
 
-def attempt(call: Callable[[int], T], policy: RetryPolicy, *,
-            sleep: Callable[[float], None] = time.sleep) -> Outcome:
+def attempt(
+    call: Callable[[int], T], policy: RetryPolicy, *, sleep: Callable[[float], None] = time.sleep
+) -> Outcome:
     """Call ``call`` (with the attempt's number, from 1) until it succeeds, fails
     permanently, or ``policy`` runs out."""
     for number in range(1, policy.max_attempts + 1):

@@ -60,10 +60,25 @@ from ingest.scraping.models import (
 from ingest.scraping.queueing import INGEST_REFERENCE, active_references, queue
 from ingest.scraping.reading import Incoming, SyncRefused, check_scrape_run_id, read_references
 
-__all__ = ["INGEST_REFERENCE", "HandoffCounts", "HandoffRefused", "SyncRefused", "SyncResult",
-           "active_references", "check_scrape_run_id", "handoffs_available", "json_counts",
-           "queue", "queue_next", "read_references", "retry_handoffs", "settle_for_run",
-           "settle_stuck_handoffs", "start_ingestion", "sync"]
+__all__ = [
+    "INGEST_REFERENCE",
+    "HandoffCounts",
+    "HandoffRefused",
+    "SyncRefused",
+    "SyncResult",
+    "active_references",
+    "check_scrape_run_id",
+    "handoffs_available",
+    "json_counts",
+    "queue",
+    "queue_next",
+    "read_references",
+    "retry_handoffs",
+    "settle_for_run",
+    "settle_stuck_handoffs",
+    "start_ingestion",
+    "sync",
+]
 
 
 @dataclass
@@ -107,9 +122,15 @@ def handoffs_available() -> bool:
         return cursor.fetchone()[0]
 
 
-def sync(source: IngestSource, scrape_run_id: Any, items: Any, *, actor: Any = None,
-         policy: retrying.RetryPolicy | None = None,
-         sleep: Callable[[float], None] = time.sleep) -> SyncResult:
+def sync(
+    source: IngestSource,
+    scrape_run_id: Any,
+    items: Any,
+    *,
+    actor: Any = None,
+    policy: retrying.RetryPolicy | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> SyncResult:
     """Store a scrape run's references for ``source`` and hand each new payload off to
     ingestion, all in one transaction (see the module's docstring).
 
@@ -128,18 +149,27 @@ def sync(source: IngestSource, scrape_run_id: Any, items: Any, *, actor: Any = N
         created = sum(1 for row in changed if row[2])
         counts = None
         if handoffs_available():
-            counts = _hand_off(source, scrape_run, len(incoming), upserted, actor=actor,
-                               now=now, policy=policy, sleep=sleep)
-        scrape_run = _count_sync(scrape_run, received=len(incoming), changed=len(changed),
-                                 actor=actor, now=now)
-    return SyncResult(scrape_run, received=len(incoming), created=created,
-                      changed=len(changed) - created, unchanged=len(incoming) - len(changed),
-                      handoffs=counts)
+            counts = _hand_off(
+                source, scrape_run, len(incoming), upserted, actor=actor, now=now, policy=policy, sleep=sleep
+            )
+        scrape_run = _count_sync(
+            scrape_run, received=len(incoming), changed=len(changed), actor=actor, now=now
+        )
+    return SyncResult(
+        scrape_run,
+        received=len(incoming),
+        created=created,
+        changed=len(changed) - created,
+        unchanged=len(incoming) - len(changed),
+        handoffs=counts,
+    )
 
 
 def default_policy() -> retrying.RetryPolicy:
-    return retrying.RetryPolicy(max_attempts=int(conf.get("HANDOFF_MAX_ATTEMPTS")),
-                                base_seconds=float(conf.get("HANDOFF_BACKOFF_BASE_SECONDS")))
+    return retrying.RetryPolicy(
+        max_attempts=int(conf.get("HANDOFF_MAX_ATTEMPTS")),
+        base_seconds=float(conf.get("HANDOFF_BACKOFF_BASE_SECONDS")),
+    )
 
 
 def _register_scrape_run(source: IngestSource, run_id: str, now: Any) -> ScrapeRun:
@@ -149,13 +179,22 @@ def _register_scrape_run(source: IngestSource, run_id: str, now: Any) -> ScrapeR
     whose first sync then fails stays registered, with nothing synced."""
     with transaction.atomic():
         ScrapeRun.objects.bulk_create(
-            [ScrapeRun(tenant_id=source.tenant_id, source=source, run_id=run_id, syncs=0,
-                       first_sync_at=now, last_sync_at=now)], ignore_conflicts=True)
+            [
+                ScrapeRun(
+                    tenant_id=source.tenant_id,
+                    source=source,
+                    run_id=run_id,
+                    syncs=0,
+                    first_sync_at=now,
+                    last_sync_at=now,
+                )
+            ],
+            ignore_conflicts=True,
+        )
         return ScrapeRun.objects.get(source=source, run_id=run_id)
 
 
-def _count_sync(scrape_run: ScrapeRun, *, received: int, changed: int, actor: Any,
-                now: Any) -> ScrapeRun:
+def _count_sync(scrape_run: ScrapeRun, *, received: int, changed: int, actor: Any, now: Any) -> ScrapeRun:
     """Add this sync to its scrape run's counts: the last write of a sync, because it
     locks the row that concurrent syncs of the run share until the commit. The
     foreign-key checks deferred to the commit are run first, so that the commit that
@@ -164,9 +203,12 @@ def _count_sync(scrape_run: ScrapeRun, *, received: int, changed: int, actor: An
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         cursor.execute("SET CONSTRAINTS ALL DEFERRED")  # as Django declares them
     ScrapeRun.objects.filter(pk=scrape_run.pk).update(
-        syncs=F("syncs") + 1, references_received=F("references_received") + received,
-        references_changed=F("references_changed") + changed, last_sync_at=now,
-        last_synced_by=actor_user(actor))
+        syncs=F("syncs") + 1,
+        references_received=F("references_received") + received,
+        references_changed=F("references_changed") + changed,
+        last_sync_at=now,
+        last_synced_by=actor_user(actor),
+    )
     return ScrapeRun.objects.get(pk=scrape_run.pk)
 
 
@@ -195,8 +237,7 @@ _UPSERT_REFERENCES = f"""
     RETURNING r.id, r.payload_hash, xmax = 0"""
 
 
-def _upsert_references(source: IngestSource, scrape_run: ScrapeRun, incoming: Incoming,
-                       now: Any) -> Upserted:
+def _upsert_references(source: IngestSource, scrape_run: ScrapeRun, incoming: Incoming, now: Any) -> Upserted:
     """Insert new references and update those whose payload changed. The stored hashes
     are read first, so that an unchanged reference costs its id's lookup only: no payload
     sent, no write, no row lock. Both statements bind their parameters server-side
@@ -204,8 +245,12 @@ def _upsert_references(source: IngestSource, scrape_run: ScrapeRun, incoming: In
     they are, not quoted in Python."""
     if not incoming:
         return Upserted([], [])
-    stored = {external_id: (pk, hash_) for external_id, pk, hash_ in jobs.execute_prepared(
-        _STORED_HASHES, {"source": source.pk, "external_ids": incoming.external_ids})}
+    stored = {
+        external_id: (pk, hash_)
+        for external_id, pk, hash_ in jobs.execute_prepared(
+            _STORED_HASHES, {"source": source.pk, "external_ids": incoming.external_ids}
+        )
+    }
     unchanged, write = [], []
     for index, external_id in enumerate(incoming.external_ids):
         known = stored.get(external_id)
@@ -215,17 +260,34 @@ def _upsert_references(source: IngestSource, scrape_run: ScrapeRun, incoming: In
             write.append(index)
     if not write:
         return Upserted([], unchanged)
-    rows = ",".join(f'[{json.dumps(incoming.external_ids[i])},{incoming.payloads[i]},'
-                    f'"{incoming.hashes[i]}"]' for i in write)
-    written = jobs.execute_prepared(_UPSERT_REFERENCES, {
-        "rows": f"[{rows}]", "source": source.pk, "tenant": source.tenant_id, "now": now,
-        "scrape_run": scrape_run.pk}).fetchall()
+    rows = ",".join(
+        f'[{json.dumps(incoming.external_ids[i])},{incoming.payloads[i]},"{incoming.hashes[i]}"]'
+        for i in write
+    )
+    written = jobs.execute_prepared(
+        _UPSERT_REFERENCES,
+        {
+            "rows": f"[{rows}]",
+            "source": source.pk,
+            "tenant": source.tenant_id,
+            "now": now,
+            "scrape_run": scrape_run.pk,
+        },
+    ).fetchall()
     return Upserted([(pk, hash_, created) for pk, hash_, created in written], unchanged)
 
 
-def _hand_off(source: IngestSource, scrape_run: ScrapeRun, received: int, upserted: Upserted,
-              *, actor: Any, now: Any, policy: retrying.RetryPolicy,
-              sleep: Callable[[float], None]) -> HandoffCounts:
+def _hand_off(
+    source: IngestSource,
+    scrape_run: ScrapeRun,
+    received: int,
+    upserted: Upserted,
+    *,
+    actor: Any,
+    now: Any,
+    policy: retrying.RetryPolicy,
+    sleep: Callable[[float], None],
+) -> HandoffCounts:
     counts = HandoffCounts()
     new = [(pk, hash_) for pk, hash_, created in upserted.changed if created]
     changed = [(pk, hash_) for pk, hash_, created in upserted.changed if not created]
@@ -235,49 +297,87 @@ def _hand_off(source: IngestSource, scrape_run: ScrapeRun, received: int, upsert
     counts.skip(HandoffReason.PAYLOAD_UNCHANGED, len(changed) - len(opened))
     _count_unchanged(upserted.unchanged, received - len(upserted.changed), counts)
     if new:
-        _hand_off_new(source, scrape_run, new, counts, actor=actor, now=now, policy=policy,
-                      sleep=sleep)
+        _hand_off_new(source, scrape_run, new, counts, actor=actor, now=now, policy=policy, sleep=sleep)
     if opened:
         _queue_with_retries(source, opened, counts, actor=actor, policy=policy, sleep=sleep)
     return counts
 
 
-def _hand_off_new(source: IngestSource, scrape_run: ScrapeRun, new: list[tuple[int, str]],
-                  counts: HandoffCounts, *, actor: Any, now: Any, policy: retrying.RetryPolicy,
-                  sleep: Callable[[float], None]) -> None:
+def _hand_off_new(
+    source: IngestSource,
+    scrape_run: ScrapeRun,
+    new: list[tuple[int, str]],
+    counts: HandoffCounts,
+    *,
+    actor: Any,
+    now: Any,
+    policy: retrying.RetryPolicy,
+    sleep: Callable[[float], None],
+) -> None:
     """References this sync created have no handoff and no ingestion anywhere yet: each
     handoff is written already queued, with its ingestion job and both transitions (no
     second write of the row, the bulk of a first sync)."""
     table = IngestionHandoff._meta.db_table
-    created = [("", HandoffStatus.QUEUED, HandoffReason.QUEUED_FROM_SCRAPE,
-                f"scrape run {scrape_run.run_id}")]
+    created = [
+        ("", HandoffStatus.QUEUED, HandoffReason.QUEUED_FROM_SCRAPE, f"scrape run {scrape_run.run_id}")
+    ]
 
     def once(attempt: int) -> None:
         with transaction.atomic(), queueing.lock_timeout(int(conf.get("HANDOFF_LOCK_TIMEOUT_MS"))):
             ids = history.allocate_ids(table, len(new))
-            job_ids = jobs.enqueue_many(INGEST_REFERENCE, [{"handoff": pk} for pk in ids],
-                                        tenant=source.tenant_id, created_by=actor_user(actor))
-            history.insert(source, scrape_run, ids, new, job_ids=job_ids, attempts=attempt,
-                           status=HandoffStatus.QUEUED, reason=HandoffReason.INGESTION_JOB_QUEUED,
-                           steps=[*created, (HandoffStatus.QUEUED, HandoffStatus.QUEUED,
-                                             HandoffReason.INGESTION_JOB_QUEUED,
-                                             "ingestion job queued")], actor=actor, now=now)
+            job_ids = jobs.enqueue_many(
+                INGEST_REFERENCE,
+                [{"handoff": pk} for pk in ids],
+                tenant=source.tenant_id,
+                created_by=actor_user(actor),
+            )
+            history.insert(
+                source,
+                scrape_run,
+                ids,
+                new,
+                job_ids=job_ids,
+                attempts=attempt,
+                status=HandoffStatus.QUEUED,
+                reason=HandoffReason.INGESTION_JOB_QUEUED,
+                steps=[
+                    *created,
+                    (
+                        HandoffStatus.QUEUED,
+                        HandoffStatus.QUEUED,
+                        HandoffReason.INGESTION_JOB_QUEUED,
+                        "ingestion job queued",
+                    ),
+                ],
+                actor=actor,
+                now=now,
+            )
 
     result = queueing.attempt(source, once, policy, sleep)
     if result.refused is None:
         counts.queued += len(new)
         return
     reason, error = result.refused
-    history.insert(source, scrape_run, history.allocate_ids(table, len(new)), new, job_ids=None,
-                   attempts=result.attempts, status=HandoffStatus.FAILED, reason=reason,
-                   last_error=error, actor=actor, now=now,
-                   steps=[*created, (HandoffStatus.QUEUED, HandoffStatus.FAILED, reason, error)])
+    history.insert(
+        source,
+        scrape_run,
+        history.allocate_ids(table, len(new)),
+        new,
+        job_ids=None,
+        attempts=result.attempts,
+        status=HandoffStatus.FAILED,
+        reason=reason,
+        last_error=error,
+        actor=actor,
+        now=now,
+        steps=[*created, (HandoffStatus.QUEUED, HandoffStatus.FAILED, reason, error)],
+    )
     counts.failed += len(new)
 
 
-def _open_handoffs(source: IngestSource, scrape_run: ScrapeRun,
-                   changed: list[tuple[int, str]], *, actor: Any,
-                   now: Any) -> list[tuple[int, int]]:
+def _open_handoffs(
+    source: IngestSource, scrape_run: ScrapeRun, changed: list[tuple[int, str]], *, actor: Any, now: Any
+) -> list[tuple[int, int]]:
     """A queued handoff per payload of a reference that existed and changed: created, or a
     finished one of the same payload queued again. ``(handoff id, reference id)`` of each, with its
     transition written."""
@@ -286,7 +386,8 @@ def _open_handoffs(source: IngestSource, scrape_run: ScrapeRun,
     table = IngestionHandoff._meta.db_table
     user = getattr(actor_user(actor), "pk", None)
     with connection.cursor() as cursor:
-        cursor.execute(f"""
+        cursor.execute(
+            f"""
             WITH incoming AS (
                 SELECT * FROM unnest(%(refs)s::bigint[], %(hashes)s::text[])
                     AS i(reference_id, payload_hash)
@@ -314,12 +415,21 @@ def _open_handoffs(source: IngestSource, scrape_run: ScrapeRun,
                 FROM opened o LEFT JOIN previous p ON p.id = o.id
             )
             SELECT id, reference_id FROM opened""",
-                       {"refs": [row[0] for row in changed], "hashes": [row[1] for row in changed],
-                        "tenant": source.tenant_id, "source": source.pk,
-                        "scrape_run": scrape_run.pk, "queued": HandoffStatus.QUEUED,
-                        "completed": HandoffStatus.COMPLETED, "failed": HandoffStatus.FAILED,
-                        "reason": HandoffReason.QUEUED_FROM_SCRAPE, "user": user, "now": now,
-                        "note": f"scrape run {scrape_run.run_id}"})
+            {
+                "refs": [row[0] for row in changed],
+                "hashes": [row[1] for row in changed],
+                "tenant": source.tenant_id,
+                "source": source.pk,
+                "scrape_run": scrape_run.pk,
+                "queued": HandoffStatus.QUEUED,
+                "completed": HandoffStatus.COMPLETED,
+                "failed": HandoffStatus.FAILED,
+                "reason": HandoffReason.QUEUED_FROM_SCRAPE,
+                "user": user,
+                "now": now,
+                "note": f"scrape run {scrape_run.run_id}",
+            },
+        )
         return [(row[0], row[1]) for row in cursor.fetchall()]
 
 
@@ -329,12 +439,15 @@ def _count_unchanged(references: list[int], unchanged: int, counts: HandoffCount
     if not unchanged:
         return
     with connection.cursor() as cursor:
-        cursor.execute(f"""
+        cursor.execute(
+            f"""
             SELECT h.status, count(*) FROM {ScrapeReference._meta.db_table} r
             JOIN {IngestionHandoff._meta.db_table} h
               ON h.reference_id = r.id AND h.payload_hash = r.payload_hash
             WHERE r.id = ANY(%s::bigint[])
-            GROUP BY h.status""", [references])
+            GROUP BY h.status""",
+            [references],
+        )
         by_status = dict(cursor.fetchall())
     completed = by_status.get(HandoffStatus.COMPLETED, 0)
     failed = by_status.get(HandoffStatus.FAILED, 0)
@@ -344,9 +457,15 @@ def _count_unchanged(references: list[int], unchanged: int, counts: HandoffCount
     counts.skip(HandoffReason.PAYLOAD_UNCHANGED, unchanged - completed - failed)
 
 
-def _queue_with_retries(source: IngestSource, opened: list[tuple[int, int]],
-                        counts: HandoffCounts, *, actor: Any, policy: retrying.RetryPolicy,
-                        sleep: Callable[[float], None]) -> None:
+def _queue_with_retries(
+    source: IngestSource,
+    opened: list[tuple[int, int]],
+    counts: HandoffCounts,
+    *,
+    actor: Any,
+    policy: retrying.RetryPolicy,
+    sleep: Callable[[float], None],
+) -> None:
     def once(_attempt: int) -> tuple[int, int]:
         with transaction.atomic():  # a savepoint: a failed try leaves nothing behind
             # The sync's upsert holds every reference of ``opened`` already.
@@ -358,21 +477,30 @@ def _queue_with_retries(source: IngestSource, opened: list[tuple[int, int]],
         counts.queued += queued
         counts.skip(HandoffReason.INGESTION_JOB_ALREADY_ACTIVE, waiting)
         if result.attempts > 1:
-            IngestionHandoff.objects.filter(pk__in=[h for h, _ in opened]).update(
-                attempts=result.attempts)
+            IngestionHandoff.objects.filter(pk__in=[h for h, _ in opened]).update(attempts=result.attempts)
         return
     reason, error = result.refused
     _fail(opened, reason, error, attempts=result.attempts, actor=actor)
     counts.failed += len(opened)
 
 
-def _fail(opened: Sequence[tuple[int, int]], reason: str, error: str, *, attempts: int,
-          actor: Any) -> None:
-    history.move([h for h, _ in opened], HandoffStatus.FAILED, reason, note=error, actor=actor,
-                 attempts=attempts, last_error=error[:4000])
+def _fail(opened: Sequence[tuple[int, int]], reason: str, error: str, *, attempts: int, actor: Any) -> None:
+    history.move(
+        [h for h, _ in opened],
+        HandoffStatus.FAILED,
+        reason,
+        note=error,
+        actor=actor,
+        attempts=attempts,
+        last_error=error[:4000],
+    )
 
 
 def json_counts(counts: HandoffCounts) -> dict[str, Any]:
-    return {"handoff_queued_count": counts.queued, "handoff_completed_count": counts.completed,
-            "handoff_failed_count": counts.failed, "handoff_skipped_count": counts.skipped,
-            "handoff_skipped_reasons": {str(k): v for k, v in sorted(counts.reasons.items()) if v}}
+    return {
+        "handoff_queued_count": counts.queued,
+        "handoff_completed_count": counts.completed,
+        "handoff_failed_count": counts.failed,
+        "handoff_skipped_count": counts.skipped,
+        "handoff_skipped_reasons": {str(k): v for k, v in sorted(counts.reasons.items()) if v},
+    }

@@ -110,8 +110,7 @@ class PercentileCont(Aggregate):
 
 
 def _seconds_between(start: str, end: str) -> Func:
-    return Func(F(end) - F(start), template="EXTRACT(EPOCH FROM %(expressions)s)",
-                output_field=FloatField())
+    return Func(F(end) - F(start), template="EXTRACT(EPOCH FROM %(expressions)s)", output_field=FloatField())
 
 
 def parse_window(name: str) -> timedelta:
@@ -122,8 +121,7 @@ def parse_window(name: str) -> timedelta:
         raise ValueError(f"unknown window {name!r}; use one of {', '.join(WINDOWS)}") from None
 
 
-def finished_by_type(since: datetime, until: datetime, *,
-                     jobs: QuerySet[Job] | None = None) -> QuerySet[Job]:
+def finished_by_type(since: datetime, until: datetime, *, jobs: QuerySet[Job] | None = None) -> QuerySet[Job]:
     """One GROUP BY over jobs finished in ``[since, until]`` (a range scan of
     ``job_finished_idx``): per type the outcome counts and both duration percentiles.
 
@@ -151,49 +149,65 @@ def _finished_aggregates() -> dict[str, Aggregate]:
     }
 
 
-def incidents_by_type(since: datetime, until: datetime, *,
-                      events: QuerySet[JobEvent] | None = None) -> QuerySet[JobEvent]:
+def incidents_by_type(
+    since: datetime, until: datetime, *, events: QuerySet[JobEvent] | None = None
+) -> QuerySet[JobEvent]:
     """Retries scheduled and rescues per job type, from the history rows in the window
     (a range scan of the partial index ``jobevent_incident_idx``)."""
     return _incidents_in(since, until, events).values("job__type").annotate(**_incident_counts())
 
 
-def _incidents_in(since: datetime, until: datetime,
-                  events: QuerySet[JobEvent] | None) -> QuerySet[JobEvent]:
+def _incidents_in(since: datetime, until: datetime, events: QuerySet[JobEvent] | None) -> QuerySet[JobEvent]:
     events = JobEvent.objects.all() if events is None else events
     return events.filter(kind__in=INCIDENT_KINDS, at__gte=since, at__lte=until).order_by()
 
 
 def _incident_counts() -> dict[str, Count]:
-    return {"retries": Count("id", filter=Q(kind=JobEvent.Kind.RETRY_SCHEDULED)),
-            "rescues": Count("id", filter=Q(kind=JobEvent.Kind.RESCUED))}
+    return {
+        "retries": Count("id", filter=Q(kind=JobEvent.Kind.RETRY_SCHEDULED)),
+        "rescues": Count("id", filter=Q(kind=JobEvent.Kind.RESCUED)),
+    }
 
 
-def type_figures(since: datetime, until: datetime, *, jobs: QuerySet[Job] | None = None,
-                 events: QuerySet[JobEvent] | None = None) -> list[TypeFigures]:
+def type_figures(
+    since: datetime,
+    until: datetime,
+    *,
+    jobs: QuerySet[Job] | None = None,
+    events: QuerySet[JobEvent] | None = None,
+) -> list[TypeFigures]:
     """Per job type seen in the window, finished or merely retried: counts, throughput
     (finished per minute), failure rate = failed / (succeeded + failed) (None when nothing
     ran to an outcome), p50/p95 durations, retries and rescues."""
     by_type = {row["type"]: row for row in finished_by_type(since, until, jobs=jobs)}
-    incidents = {row["job__type"]: (row["retries"], row["rescues"])
-                 for row in incidents_by_type(since, until, events=events)}
+    incidents = {
+        row["job__type"]: (row["retries"], row["rescues"])
+        for row in incidents_by_type(since, until, events=events)
+    }
     minutes = (until - since).total_seconds() / 60
-    return [_figures(name, by_type.get(name), incidents.get(name, (0, 0)), minutes)
-            for name in sorted(by_type.keys() | incidents.keys())]
+    return [
+        _figures(name, by_type.get(name), incidents.get(name, (0, 0)), minutes)
+        for name in sorted(by_type.keys() | incidents.keys())
+    ]
 
 
-def _figures(name: str, row: dict[str, Any] | None, incidents: tuple[int, int],
-             minutes: float) -> TypeFigures:
-    row = row or {"finished": 0, "succeeded": 0, "failed": 0, "cancelled": 0,
-                  "p50": None, "p95": None}
+def _figures(
+    name: str, row: dict[str, Any] | None, incidents: tuple[int, int], minutes: float
+) -> TypeFigures:
+    row = row or {"finished": 0, "succeeded": 0, "failed": 0, "cancelled": 0, "p50": None, "p95": None}
     outcomes = row["succeeded"] + row["failed"]
     return TypeFigures(
-        type=name, finished=row["finished"], succeeded=row["succeeded"], failed=row["failed"],
+        type=name,
+        finished=row["finished"],
+        succeeded=row["succeeded"],
+        failed=row["failed"],
         cancelled=row["cancelled"],
         throughput_per_min=row["finished"] / minutes if minutes else 0.0,
         failure_rate=row["failed"] / outcomes if outcomes else None,
-        p50_seconds=row["p50"], p95_seconds=row["p95"],
-        retries=incidents[0], rescues=incidents[1],
+        p50_seconds=row["p50"],
+        p95_seconds=row["p95"],
+        retries=incidents[0],
+        rescues=incidents[1],
     )
 
 
@@ -204,12 +218,20 @@ def queue_lag(now: datetime, *, jobs: QuerySet[Job] | None = None) -> list[Queue
     jobs = Job.objects.all() if jobs is None else jobs
     rows = (
         jobs.claimable(now, registry.names(), [])
-        .order_by().values("queue")
+        .order_by()
+        .values("queue")
         .annotate(due=Count("id"), oldest=Min("run_after"))
         .order_by("queue")
     )
-    return [QueueLag(queue=row["queue"], due=row["due"], oldest_due_at=row["oldest"],
-                     lag_seconds=(now - row["oldest"]).total_seconds()) for row in rows]
+    return [
+        QueueLag(
+            queue=row["queue"],
+            due=row["due"],
+            oldest_due_at=row["oldest"],
+            lag_seconds=(now - row["oldest"]).total_seconds(),
+        )
+        for row in rows
+    ]
 
 
 def expired_leases(now: datetime, *, jobs: QuerySet[Job] | None = None) -> int:
@@ -219,13 +241,16 @@ def expired_leases(now: datetime, *, jobs: QuerySet[Job] | None = None) -> int:
     return jobs.lease_expired(now).count()
 
 
-def figures(window: str, *, jobs: QuerySet[Job] | None = None,
-            events: QuerySet[JobEvent] | None = None) -> Dashboard:
+def figures(
+    window: str, *, jobs: QuerySet[Job] | None = None, events: QuerySet[JobEvent] | None = None
+) -> Dashboard:
     """Everything the dashboard shows for ``window`` (one of WINDOWS), ending now."""
     until = clock.now()
     since = until - parse_window(window)
     return Dashboard(
-        window=window, since=since, until=until,
+        window=window,
+        since=since,
+        until=until,
         types=type_figures(since, until, jobs=jobs, events=events),
         queues=queue_lag(until, jobs=jobs),
         expired_leases=expired_leases(until, jobs=jobs),
@@ -265,8 +290,9 @@ class Buckets:
     def of_field(self, name: str) -> Least:
         """The bucket of a timestamp column; a row stamped exactly at the window's end
         joins the last bucket, so the buckets add up to the window's figures."""
-        return Least(DateBin(self.stride, F(name), self.since),
-                     Value(self.starts[-1], output_field=DateTimeField()))
+        return Least(
+            DateBin(self.stride, F(name), self.since), Value(self.starts[-1], output_field=DateTimeField())
+        )
 
     def index(self, start: datetime) -> int:
         return int((start - self.since) // self.stride)
@@ -286,29 +312,36 @@ class TypeSeries:
     rescues: list[int]
 
 
-def finished_series(buckets: Buckets, until: datetime, *,
-                    jobs: QuerySet[Job] | None = None) -> QuerySet[Job]:
+def finished_series(buckets: Buckets, until: datetime, *, jobs: QuerySet[Job] | None = None) -> QuerySet[Job]:
     """The finished jobs' figures per type and bucket: one GROUP BY over the same rows
     (and the same definitions) as ``finished_by_type``."""
     return (
         _finished_in(buckets.since, until, jobs)
         .annotate(bucket=buckets.of_field("finished_at"))
-        .values("type", "bucket").annotate(**_finished_aggregates())
+        .values("type", "bucket")
+        .annotate(**_finished_aggregates())
     )
 
 
-def incident_series(buckets: Buckets, until: datetime, *,
-                    events: QuerySet[JobEvent] | None = None) -> QuerySet[JobEvent]:
+def incident_series(
+    buckets: Buckets, until: datetime, *, events: QuerySet[JobEvent] | None = None
+) -> QuerySet[JobEvent]:
     """Retries and rescues per type and bucket, one GROUP BY like ``incidents_by_type``."""
     return (
         _incidents_in(buckets.since, until, events)
         .annotate(bucket=buckets.of_field("at"))
-        .values("job__type", "bucket").annotate(**_incident_counts())
+        .values("job__type", "bucket")
+        .annotate(**_incident_counts())
     )
 
 
-def type_series(buckets: Buckets, until: datetime, *, jobs: QuerySet[Job] | None = None,
-                events: QuerySet[JobEvent] | None = None) -> list[TypeSeries]:
+def type_series(
+    buckets: Buckets,
+    until: datetime,
+    *,
+    jobs: QuerySet[Job] | None = None,
+    events: QuerySet[JobEvent] | None = None,
+) -> list[TypeSeries]:
     """Per job type seen in the window, its series; empty buckets hold zeros (or None
     for the percentiles). Two queries in all, whatever the number of buckets or types."""
     n = buckets.count
@@ -316,8 +349,7 @@ def type_series(buckets: Buckets, until: datetime, *, jobs: QuerySet[Job] | None
 
     def of(name: str) -> TypeSeries:
         if name not in series:
-            series[name] = TypeSeries(name, [0] * n, [0] * n, [None] * n, [None] * n,
-                                      [0] * n, [0] * n)
+            series[name] = TypeSeries(name, [0] * n, [0] * n, [None] * n, [None] * n, [0] * n, [0] * n)
         return series[name]
 
     for row in finished_series(buckets, until, jobs=jobs):
@@ -350,8 +382,7 @@ class StuckJob:
     overdue_seconds: float
 
 
-def oldest_due(now: datetime, *, jobs: QuerySet[Job] | None = None,
-               limit: int = LIST_LIMIT) -> list[DueJob]:
+def oldest_due(now: datetime, *, jobs: QuerySet[Job] | None = None, limit: int = LIST_LIMIT) -> list[DueJob]:
     """The claimable jobs that have waited longest, oldest first: the head of the queue
     lag (the first one's age is the largest ``QueueLag.lag_seconds``)."""
     jobs = Job.objects.all() if jobs is None else jobs
@@ -359,8 +390,7 @@ def oldest_due(now: datetime, *, jobs: QuerySet[Job] | None = None,
     return [DueJob(job, (now - job.run_after).total_seconds()) for job in rows]
 
 
-def stuck(now: datetime, *, jobs: QuerySet[Job] | None = None,
-          limit: int = LIST_LIMIT) -> list[StuckJob]:
+def stuck(now: datetime, *, jobs: QuerySet[Job] | None = None, limit: int = LIST_LIMIT) -> list[StuckJob]:
     """The running jobs whose lease expired longest ago (``expired_leases`` counts them)."""
     jobs = Job.objects.all() if jobs is None else jobs
     rows = jobs.lease_expired(now).order_by("lease_expires_at", "id")[:limit]
@@ -379,8 +409,13 @@ class Board:
     stuck: list[StuckJob]
 
 
-def board(window: str, *, jobs: QuerySet[Job] | None = None,
-          events: QuerySet[JobEvent] | None = None, limit: int = LIST_LIMIT) -> Board:
+def board(
+    window: str,
+    *,
+    jobs: QuerySet[Job] | None = None,
+    events: QuerySet[JobEvent] | None = None,
+    limit: int = LIST_LIMIT,
+) -> Board:
     """Everything the admin dashboard shows for ``window``; its figures are those of
     ``figures`` (the API's) and the series cover exactly the same rows."""
     summary = figures(window, jobs=jobs, events=events)

@@ -92,8 +92,9 @@ def table_estimate(model: type[Model], using: str = "default") -> int | None:
     """Rows in the table by PostgreSQL's estimate (``pg_class.reltuples``, kept by
     autovacuum); None before the first ANALYZE."""
     with connections[using].cursor() as cursor:
-        cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-                       [model._meta.db_table])
+        cursor.execute(
+            "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [model._meta.db_table]
+        )
         row = cursor.fetchone()
     return int(row[0]) if row and row[0] >= 0 else None
 
@@ -110,33 +111,48 @@ def queue_heads(jobs: QuerySet[Job], queues: Iterable[str], now: datetime) -> li
     """
     heads = []
     for queue in sorted(set(queues)):
-        next_up = (jobs.due(now).filter(queue=queue).order_by("-priority", "id")
-                   .values_list("id", "run_after")[: CAP + 1])
+        next_up = (
+            jobs.due(now)
+            .filter(queue=queue)
+            .order_by("-priority", "id")
+            .values_list("id", "run_after")[: CAP + 1]
+        )
         inner, params = next_up.query.sql_with_params()
         with connections[jobs.db].cursor() as cursor:
             # One walk of job_claim_idx: how many (up to CAP + 1), and the longest-waiting.
-            cursor.execute(f"SELECT count(*), (array_agg(id ORDER BY run_after, id))[1], "
-                           f"min(run_after) FROM ({inner}) AS next_up", params)
+            cursor.execute(
+                f"SELECT count(*), (array_agg(id ORDER BY run_after, id))[1], "
+                f"min(run_after) FROM ({inner}) AS next_up",
+                params,
+            )
             count, oldest_id, oldest_at = cursor.fetchone()
         if not count:
             continue
         oldest = Job.objects.only("id", "type", "run_after", "queue").filter(pk=oldest_id).first()
-        heads.append(QueueHead(queue, min(count, CAP), count > CAP, oldest,
-                               (now - oldest_at).total_seconds()))
+        heads.append(
+            QueueHead(queue, min(count, CAP), count > CAP, oldest, (now - oldest_at).total_seconds())
+        )
     return sorted(heads, key=lambda head: -head.waited_seconds)
 
 
 def busiest_pipelines(jobs: QuerySet[Job], limit: int = TOP) -> list[BusyPipeline]:
     """The pipelines holding the most workers now: running jobs (job_lease_idx keeps them
     apart, and there are only as many as there are workers) grouped by pipeline."""
-    rows = list(jobs.filter(state=Job.State.RUNNING).order_by().values("pipeline_id")
-                .annotate(running=Count("id")).order_by("-running", "pipeline_id")[:limit])
+    rows = list(
+        jobs.filter(state=Job.State.RUNNING)
+        .order_by()
+        .values("pipeline_id")
+        .annotate(running=Count("id"))
+        .order_by("-running", "pipeline_id")[:limit]
+    )
     types: dict[uuid.UUID, set[str]] = {row["pipeline_id"]: set() for row in rows}
-    for pipeline_id, type_name in (jobs.filter(state=Job.State.RUNNING, pipeline_id__in=types)
-                                   .values_list("pipeline_id", "type")):
+    for pipeline_id, type_name in jobs.filter(state=Job.State.RUNNING, pipeline_id__in=types).values_list(
+        "pipeline_id", "type"
+    ):
         types[pipeline_id].add(type_name)
-    return [BusyPipeline(row["pipeline_id"], row["running"], sorted(types[row["pipeline_id"]]))
-            for row in rows]
+    return [
+        BusyPipeline(row["pipeline_id"], row["running"], sorted(types[row["pipeline_id"]])) for row in rows
+    ]
 
 
 def engine(jobs: QuerySet[Job], events: QuerySet[JobEvent], queues: Iterable[str]) -> Engine:
@@ -144,8 +160,12 @@ def engine(jobs: QuerySet[Job], events: QuerySet[JobEvent], queues: Iterable[str
     now = clock.now()
     since = now - RECENT
     failed, failed_capped = capped_count(jobs.filter(state=Job.State.FAILED, finished_at__gte=since))
-    rescued = (events.filter(kind=JobEvent.Kind.RESCUED, at__gte=since)  # jobevent_incident_idx
-               .values("job_id").distinct().count())
+    rescued = (
+        events.filter(kind=JobEvent.Kind.RESCUED, at__gte=since)  # jobevent_incident_idx
+        .values("job_id")
+        .distinct()
+        .count()
+    )
     return Engine(
         now=now,
         failed=failed,
@@ -155,7 +175,6 @@ def engine(jobs: QuerySet[Job], events: QuerySet[JobEvent], queues: Iterable[str
         running=jobs.filter(state=Job.State.RUNNING).count(),
         queues=queue_heads(jobs, queues, now),
         pipelines=busiest_pipelines(jobs),
-        failure_groups=triage.groups(jobs, triage.window_start(triage.DEFAULT_WINDOW, now),
-                                     limit=TOP),
+        failure_groups=triage.groups(jobs, triage.window_start(triage.DEFAULT_WINDOW, now), limit=TOP),
         jobs_estimate=table_estimate(Job, jobs.db),
     )

@@ -74,8 +74,11 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     """
     status = _metrics_access(request)
     if status is not None:
-        response = HttpResponse("metrics need a bearer token or a staff platform operator\n",
-                                status=status, content_type="text/plain")
+        response = HttpResponse(
+            "metrics need a bearer token or a staff platform operator\n",
+            status=status,
+            content_type="text/plain",
+        )
         if status == 401:
             response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response

@@ -74,8 +74,10 @@ class _RegexpReplace(Func):
 
 def pattern_expression() -> Any:
     """``pattern(last_error)``, computed by PostgreSQL."""
-    expression: Any = Left(Func(F("last_error"), Value("\n"), Value(1), function="split_part",
-                                output_field=CharField()), LINE_CHARS)
+    expression: Any = Left(
+        Func(F("last_error"), Value("\n"), Value(1), function="split_part", output_field=CharField()),
+        LINE_CHARS,
+    )
     for regex, token in MASKS:
         expression = _RegexpReplace(expression, Value(regex), Value(token), Value("g"))
     return expression
@@ -116,19 +118,24 @@ def failures(jobs: QuerySet[Job], since: datetime) -> QuerySet[Job]:
     return failed_since(jobs, since).annotate(pattern=pattern_expression())
 
 
-def groups(jobs: QuerySet[Job], since: datetime, *, limit: int = GROUP_LIMIT,
-           newest: int = NEWEST) -> list[FailureGroup]:
+def groups(
+    jobs: QuerySet[Job], since: datetime, *, limit: int = GROUP_LIMIT, newest: int = NEWEST
+) -> list[FailureGroup]:
     """The failure groups of the newest ``newest`` failures since ``since``, biggest first."""
     # From the newest-th failure's time on: a range of job_failed_idx, where "the ids of
     # the newest N" as a subquery would have PostgreSQL hash them against the whole table.
-    cutoff = (failed_since(jobs, since).order_by("-finished_at", "-id")
-              .values_list("finished_at", flat=True)[newest - 1:newest].first())
+    cutoff = (
+        failed_since(jobs, since)
+        .order_by("-finished_at", "-id")
+        .values_list("finished_at", flat=True)[newest - 1 : newest]
+        .first()
+    )
     return _summarise(failures(jobs, max(since, cutoff) if cutoff else since), limit)
 
 
 def more_than(jobs: QuerySet[Job], since: datetime, newest: int = NEWEST) -> bool:
     """Whether more failed since ``since`` than ``groups`` reads."""
-    return failed_since(jobs, since).order_by()[newest:newest + 1].exists()
+    return failed_since(jobs, since).order_by()[newest : newest + 1].exists()
 
 
 def members(jobs: QuerySet[Job], since: datetime, group: str) -> QuerySet[Job]:
@@ -144,16 +151,29 @@ def find(jobs: QuerySet[Job], since: datetime, group: str) -> FailureGroup | Non
 
 def _summarise(failed: QuerySet[Job], limit: int) -> list[FailureGroup]:
     rows = list(
-        failed.order_by().values("type", "pattern")
-        .annotate(count=Count("id"), tenants=Count("tenant", distinct=True),
-                  first_seen=Min("finished_at"), last_seen=Max("finished_at"),
-                  sample_id=Max("id"))
-        .order_by("-count", "type", "pattern")[:limit])
-    samples = Job.objects.only("id", "type", "last_error").in_bulk(
-        [row["sample_id"] for row in rows])
-    return [FailureGroup(type=row["type"], pattern=row["pattern"],
-                         fingerprint=fingerprint(row["type"], row["pattern"]),
-                         count=row["count"], tenants=row["tenants"],
-                         first_seen=row["first_seen"], last_seen=row["last_seen"],
-                         sample=samples[row["sample_id"]])
-            for row in rows if row["sample_id"] in samples]
+        failed.order_by()
+        .values("type", "pattern")
+        .annotate(
+            count=Count("id"),
+            tenants=Count("tenant", distinct=True),
+            first_seen=Min("finished_at"),
+            last_seen=Max("finished_at"),
+            sample_id=Max("id"),
+        )
+        .order_by("-count", "type", "pattern")[:limit]
+    )
+    samples = Job.objects.only("id", "type", "last_error").in_bulk([row["sample_id"] for row in rows])
+    return [
+        FailureGroup(
+            type=row["type"],
+            pattern=row["pattern"],
+            fingerprint=fingerprint(row["type"], row["pattern"]),
+            count=row["count"],
+            tenants=row["tenants"],
+            first_seen=row["first_seen"],
+            last_seen=row["last_seen"],
+            sample=samples[row["sample_id"]],
+        )
+        for row in rows
+        if row["sample_id"] in samples
+    ]

@@ -20,12 +20,13 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """Columns padded to their widest cell; numbers right-aligned, text left-aligned."""
     cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    numeric = [bool(rows) and all(isinstance(r[i], int) for r in rows)
-               for i in range(len(headers))]
+    numeric = [bool(rows) and all(isinstance(r[i], int) for r in rows) for i in range(len(headers))]
 
     def line(row: list[str]) -> str:
-        return "  ".join(cell.rjust(w) if numeric[i] else cell.ljust(w)
-                         for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip()
+        return "  ".join(
+            cell.rjust(w) if numeric[i] else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
 
     return "\n".join(line(row) for row in cells)
 
@@ -39,7 +40,8 @@ def since(value: str) -> datetime:
     parsed = parse_datetime(value.strip())
     if parsed is None:
         raise argparse.ArgumentTypeError(
-            f"{value!r} is neither a duration like 30m, 2h, 7d nor an ISO datetime")
+            f"{value!r} is neither a duration like 30m, 2h, 7d nor an ISO datetime"
+        )
     return parsed if timezone.is_aware(parsed) else timezone.make_aware(parsed)
 
 

@@ -105,13 +105,19 @@ def replay_overlap_seconds() -> float:
 
 
 @releasing_connection
-def replay_page(scope: int | bool, kind: str, key: Any, after: int, overlap: bool
-                ) -> list[serialize.StreamEvent]:
+def replay_page(
+    scope: int | bool, kind: str, key: Any, after: int, overlap: bool
+) -> list[serialize.StreamEvent]:
     """Up to REPLAY_PAGE history rows of the job or pipeline within ``scope``, with id >
     ``after`` (and, with ``overlap``, the rows up to ``after`` written shortly before it)."""
     statement = serialize.JOB_EVENTS_AFTER if kind == "job" else serialize.PIPELINE_EVENTS_AFTER
-    params = {kind: key if kind == "job" else uuid.UUID(str(key)), "after": after, "limit": REPLAY_PAGE,
-              "overlap": replay_overlap_seconds() if overlap else 0.0, **serialize.scope_params(scope)}
+    params = {
+        kind: key if kind == "job" else uuid.UUID(str(key)),
+        "after": after,
+        "limit": REPLAY_PAGE,
+        "overlap": replay_overlap_seconds() if overlap else 0.0,
+        **serialize.scope_params(scope),
+    }
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         return [serialize.event_from_row(row) for row in cursor.fetchall()]

@@ -44,14 +44,16 @@ async def load_batch(conn: psycopg.AsyncConnection[Any], payloads: list[str]) ->
     return Batch(events, await load_ends(conn, events))
 
 
-async def load_ends(conn: psycopg.AsyncConnection[Any], events: list[serialize.StreamEvent]
-                    ) -> list[serialize.End]:
+async def load_ends(
+    conn: psycopg.AsyncConnection[Any], events: list[serialize.StreamEvent]
+) -> list[serialize.End]:
     jobs, pipelines = serialize.finished_keys(events)
     if not jobs:
         return []
     job_rows = await (await conn.execute(serialize.FINISHED_JOBS, {"jobs": jobs})).fetchall()
-    pipeline_rows = await (await conn.execute(
-        serialize.FINISHED_PIPELINES, {"pipelines": pipelines})).fetchall()
+    pipeline_rows = await (
+        await conn.execute(serialize.FINISHED_PIPELINES, {"pipelines": pipelines})
+    ).fetchall()
     return serialize.ends_from_rows(job_rows, pipeline_rows)
 
 

@@ -41,13 +41,17 @@ def group_name() -> str:
 
 
 def to_message(batch: Batch) -> dict[str, Any]:
-    return {"type": "job.events", "events": [e.to_wire() for e in batch.events],
-            "ends": [end.to_wire() for end in batch.ends]}
+    return {
+        "type": "job.events",
+        "events": [e.to_wire() for e in batch.events],
+        "ends": [end.to_wire() for end in batch.ends],
+    }
 
 
 def from_message(message: dict[str, Any]) -> Batch:
-    return Batch([StreamEvent.from_wire(e) for e in message["events"]],
-                 [End.from_wire(end) for end in message["ends"]])
+    return Batch(
+        [StreamEvent.from_wire(e) for e in message["events"]], [End.from_wire(end) for end in message["ends"]]
+    )
 
 
 async def relay() -> None:
@@ -113,7 +117,8 @@ async def _relay_elected(timeout: float = 10.0) -> None:
                 "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
                 " AND classid = 0 AND objid = %s AND objsubid = 1 AND database = "
                 "(SELECT oid FROM pg_database WHERE datname = current_database()))",
-                [RELAY_LOCK])
+                [RELAY_LOCK],
+            )
             row = await cur.fetchone()
             if row and row[0]:
                 await asyncio.sleep(0.05)  # the holder's LISTEN follows its lock

@@ -23,11 +23,14 @@ SELECT e.id, e.job_id, j.pipeline_id, j.type, j.parent_id, e.kind, e.from_state,
 FROM jobs_jobevent e JOIN jobs_job j ON j.id = e.job_id
 """
 # Ranges rather than id lists: a notification usually names one contiguous range.
-EVENTS_IN_RANGES = _SELECT + """
+EVENTS_IN_RANGES = (
+    _SELECT
+    + """
 WHERE e.id IN (SELECT generate_series(r.lo, r.hi)
                FROM unnest(%(lo)s::bigint[], %(hi)s::bigint[]) AS r(lo, hi))
 ORDER BY e.id
 """
+)
 # Replay after Last-Event-ID: a job's timeline (jobevent_job_idx), or a pipeline's, within
 # the reader's tenant scope (%(all)s: every tenant). Rows can commit out of id order
 # (concurrent transactions, e.g. parallel recalculation chunks), so with %(overlap)s the
@@ -128,15 +131,41 @@ class End:
 
 
 def event_from_row(row: tuple[Any, ...]) -> StreamEvent:
-    (event_id, job_id, pipeline, job_type, parent, kind, from_state, to_state, job_state,
-     attempt, at, message, done, total, worker, tenant) = row
+    (
+        event_id,
+        job_id,
+        pipeline,
+        job_type,
+        parent,
+        kind,
+        from_state,
+        to_state,
+        job_state,
+        attempt,
+        at,
+        message,
+        done,
+        total,
+        worker,
+        tenant,
+    ) = row
     pipeline = str(pipeline)
     progress = {"done": done, "total": total} if done is not None else None
     data = {
-        "id": event_id, "job": job_id, "pipeline": pipeline, "type": job_type, "parent": parent,
-        "kind": kind, "from_state": from_state, "to_state": to_state,
-        "state": to_state or job_state, "attempt": attempt, "at": at.isoformat(),
-        "message": message, "progress": progress, "worker": worker,
+        "id": event_id,
+        "job": job_id,
+        "pipeline": pipeline,
+        "type": job_type,
+        "parent": parent,
+        "kind": kind,
+        "from_state": from_state,
+        "to_state": to_state,
+        "state": to_state or job_state,
+        "attempt": attempt,
+        "at": at.isoformat(),
+        "message": message,
+        "progress": progress,
+        "worker": worker,
     }
     return StreamEvent(event_id, job_id, pipeline, job_type, tenant, data)
 

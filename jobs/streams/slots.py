@@ -42,8 +42,10 @@ def lease_seconds() -> float:
 
 
 def refusal(cap: int) -> str:
-    return (f"You have {cap} event streams open, the most one user may "
-            f"(STREAMS_MAX_PER_USER): close one to open another.")
+    return (
+        f"You have {cap} event streams open, the most one user may "
+        f"(STREAMS_MAX_PER_USER): close one to open another."
+    )
 
 
 @dataclass

@@ -92,8 +92,9 @@ class EventStream(StreamingHttpResponse):
             super().close()
 
 
-async def _events(scope: int | bool, staff: bool, kind: str, key: Any,
-                  after: int | None, slot: slots.Slot) -> AsyncIterator[str]:
+async def _events(
+    scope: int | bool, staff: bool, kind: str, key: Any, after: int | None, slot: slots.Slot
+) -> AsyncIterator[str]:
     """Replay (when asked), then live events until the end; ``staff`` readers get the
     tracebacks in failure messages (``jobs.redaction``).
 
@@ -149,8 +150,9 @@ async def _replay(scope: int | bool, kind: str, key: Any, after: int) -> AsyncIt
         after, overlap = page[-1].id, False
 
 
-async def _live(sub: Subscription, staff: bool, replayed: set[int], last: int,
-                slot: slots.Slot) -> AsyncIterator[str]:
+async def _live(
+    sub: Subscription, staff: bool, replayed: set[int], last: int, slot: slots.Slot
+) -> AsyncIterator[str]:
     while True:
         await slot.renew()
         try:
@@ -168,7 +170,8 @@ async def _live(sub: Subscription, staff: bool, replayed: set[int], last: int,
         # streaming wrapper adds about 3 us a write over a raw ASGI send; the cost of a write
         # is the server's (uvicorn's) and the task wake-up, so this stays a Django view.
         text = "".join([frame(event, batch.json(event, staff)) for event in fresh]) + (
-            end_frame(ends[0]) if ends else "")
+            end_frame(ends[0]) if ends else ""
+        )
         if text:
             yield text
         if ends:

@@ -75,8 +75,9 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
         if self.slot is not None:
             await self.slot.arelease()
 
-    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None,
-                      **kwargs: Any) -> None:
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
         """A message is JSON read by the API's rules: an answer naming what is wrong with
         it, rather than a consumer that dies on it."""
         try:
@@ -92,7 +93,7 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
         if not isinstance(content, dict) or len(content) != 1:
             await self.send_json({"error": 'send {"subscribe": {...}} or {"unsubscribe": {...}}'})
             return
-        (verb, what), = content.items()
+        ((verb, what),) = content.items()
         if verb not in ("subscribe", "unsubscribe"):
             await self.send_json({"error": f"unknown message {verb!r}"})
             return
@@ -159,11 +160,12 @@ def parse_target(what: Any) -> tuple[str, list[Any]]:
     """("job"|"pipeline"|"type", keys) from ``{"job": 1}``, ``{"jobs": [1, 2]}``..."""
     if not isinstance(what, dict) or len(what) != 1:
         raise ValueError('name one of "job", "jobs", "pipeline" or "type"')
-    (name, value), = what.items()
+    ((name, value),) = what.items()
     if name == "job" or name == "jobs":
         values = value if name == "jobs" else [value]
-        if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool)
-                                                   for v in values):
+        if not isinstance(values, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in values
+        ):
             raise ValueError(f'"{name}" takes job ids (integers)')
         return "job", values
     if name == "pipeline":

@@ -21,11 +21,18 @@ from tests.system.conftest import ROOT, Proc, Processes, processes  # noqa: F401
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "var" / "test-artifacts" / "browser"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
-needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(),
-                                    reason="no /usr/bin/chromium (apt-get install chromium)")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-dev-shm-usage",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+needs_chromium = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="no /usr/bin/chromium (apt-get install chromium)"
+)
 
 
 @dataclass
@@ -43,8 +50,12 @@ def site(processes: Processes) -> Iterator[Site]:  # noqa: F811
     """The web server now; the worker when the test says (so it sees the start)."""
     # Small batches and a fast heartbeat (progress is flushed every quarter beat), so that
     # a 20,000-row upload shows its progress on the way.
-    env = processes.env(SERVE_STATIC="1", FACTORS_INGEST_BATCH_ROWS="500",
-                        FACTORS_RECALC_CHUNK_ROWS="5000", JOBS_HEARTBEAT_SECONDS="0.2")
+    env = processes.env(
+        SERVE_STATIC="1",
+        FACTORS_INGEST_BATCH_ROWS="500",
+        FACTORS_RECALC_CHUNK_ROWS="5000",
+        JOBS_HEARTBEAT_SECONDS="0.2",
+    )
     _, port = processes.web(env)
     yield Site(f"http://127.0.0.1:{port}", processes, env)
 
@@ -64,8 +75,10 @@ class CspViolations(list[str]):
     def watch(self, context: Any) -> None:
         context.expose_function("reportCspViolation", lambda text: self.append(text))
         context.add_init_script(REPORT_CSP_VIOLATIONS)
-        context.on("console", lambda message: self.append(message.text)
-                   if "Content Security Policy" in message.text else None)
+        context.on(
+            "console",
+            lambda message: self.append(message.text) if "Content Security Policy" in message.text else None,
+        )
 
 
 @pytest.fixture
@@ -83,8 +96,7 @@ def page(monkeypatch: pytest.MonkeyPatch, csp_violations: CspViolations) -> Iter
 
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                             args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
         try:
             context = browser.new_context(viewport={"width": 1280, "height": 900})
             context.set_default_timeout(20_000)

@@ -13,8 +13,12 @@ from jobs.models import Worker
 from tests.base import claim_one, make_job, tenant
 from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
 
-pytestmark = [pytest.mark.browser, pytest.mark.system, needs_chromium,
-              pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.system,
+    needs_chromium,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 def test_the_site_root_leads_a_person_to_the_admin(site: Site, page):
@@ -30,16 +34,24 @@ def test_the_job_list_fits_1440_pixels_with_the_last_error(site: Site, page):
     for n in range(3):
         make_job("tests.noop", {"n": n}, tenant=acme)
         job, _ = claim_one("w1")
-        engine.fail(job, job.lease_token, "ValueError: row 12,345 of plane_entries.csv has a "
-                    "unit nobody has heard of (furlongs per fortnight)", permanent=True, worker="w1")
+        engine.fail(
+            job,
+            job.lease_token,
+            "ValueError: row 12,345 of plane_entries.csv has a "
+            "unit nobody has heard of (furlongs per fortnight)",
+            permanent=True,
+            worker="w1",
+        )
     log_in(page, site)
     page.set_viewport_size({"width": 1440, "height": 900})
     page.goto(f"{site.url}/admin/jobs/job/")
     assert page.locator("th.column-error_display").count() == 1
     # Neither the page nor the list's own box scrolls sideways: no column is cut off.
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-    hidden = page.evaluate("(() => { const box = document.querySelector('#changelist .results');"
-                           " return box.scrollWidth - box.clientWidth; })()")
+    hidden = page.evaluate(
+        "(() => { const box = document.querySelector('#changelist .results');"
+        " return box.scrollWidth - box.clientWidth; })()"
+    )
     screenshot(page, "console-job-list-1440")
     assert overflow <= 0 and hidden <= 0, (overflow, hidden)
     assert page.locator("th.column-duration").is_visible()
@@ -69,8 +81,13 @@ def test_the_job_page_follows_the_job_to_its_end(site: Site, page):
 def test_recovering_a_job_from_a_live_worker_asks_first(site: Site, page):
     make_job("tests.noop")
     job, _ = claim_one("w1")
-    Worker.objects.create(name="w1", hostname="h", pid=1, started_at=timezone.now(),
-                          last_seen_at=timezone.now() + timedelta(minutes=5))  # alive throughout
+    Worker.objects.create(
+        name="w1",
+        hostname="h",
+        pid=1,
+        started_at=timezone.now(),
+        last_seen_at=timezone.now() + timedelta(minutes=5),
+    )  # alive throughout
     log_in(page, site)
     page.goto(f"{site.url}/admin/jobs/job/{job.pk}/change/")
     assert "worker w1 is alive" in page.inner_text(".job-lease")
@@ -89,8 +106,13 @@ def test_recovering_a_job_from_a_live_worker_asks_first(site: Site, page):
 def test_the_pipeline_page_asks_before_recovering_from_a_live_worker(site: Site, page):
     make_job("tests.noop")
     job, _ = claim_one("w1")
-    Worker.objects.create(name="w1", hostname="h", pid=1, started_at=timezone.now(),
-                          last_seen_at=timezone.now() + timedelta(minutes=5))
+    Worker.objects.create(
+        name="w1",
+        hostname="h",
+        pid=1,
+        started_at=timezone.now(),
+        last_seen_at=timezone.now() + timedelta(minutes=5),
+    )
     log_in(page, site)
     page.goto(f"{site.url}/admin/jobs/job/pipeline/{job.pipeline_id}/")
     asked: list[str] = []

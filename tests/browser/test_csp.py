@@ -14,8 +14,12 @@ from tests.base import make_job
 from tests.browser.conftest import CspViolations, Site, log_in, needs_chromium
 from tests.factors import builders
 
-pytestmark = [pytest.mark.browser, pytest.mark.system, needs_chromium,
-              pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.system,
+    needs_chromium,
+    pytest.mark.django_db(transaction=True),
+]
 
 SUCCEEDED_GREEN = "rgb(47, 133, 90)"
 
@@ -58,10 +62,16 @@ def test_staff_pages_and_live_pages_run_without_a_violation(site, page, csp_viol
     visit(page, site, "/admin/login/", csp_violations)
     log_in(page, site)
 
-    for path in ["/admin/", f"/admin/jobs/job/{job.pk}/change/", "/admin/jobs/event/",
-                 f"/admin/jobs/event/{event.pk}/change/", "/admin/factors/dataentry/upload/",
-                 f"/admin/factors/carbonreport/{report.pk}/change/", "/admin/axes/accessattempt/",
-                 "/admin/auth/user/"]:
+    for path in [
+        "/admin/",
+        f"/admin/jobs/job/{job.pk}/change/",
+        "/admin/jobs/event/",
+        f"/admin/jobs/event/{event.pk}/change/",
+        "/admin/factors/dataentry/upload/",
+        f"/admin/factors/carbonreport/{report.pk}/change/",
+        "/admin/axes/accessattempt/",
+        "/admin/auth/user/",
+    ]:
         visit(page, site, path, csp_violations)
 
     # The job list follows its jobs over the WebSocket: the badge turns green live.
@@ -75,8 +85,13 @@ def test_staff_pages_and_live_pages_run_without_a_violation(site, page, csp_viol
     assert csp_violations == []
 
     # The pipeline page: its event stream opens and its script sizes the bars.
-    visit(page, site, f"/admin/jobs/job/pipeline/{job.pipeline_id}/", csp_violations,
-          ready=f"#job-{job.pk}.pl-succeeded")
+    visit(
+        page,
+        site,
+        f"/admin/jobs/job/pipeline/{job.pipeline_id}/",
+        csp_violations,
+        ready=f"#job-{job.pk}.pl-succeeded",
+    )
     bar = page.locator(f"#job-{job.pk} .pl-bar")
     assert bar.evaluate("el => el.style.width") == "100%"
 

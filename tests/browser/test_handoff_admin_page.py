@@ -12,14 +12,16 @@ from tests.base import tenant
 from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
 from tests.ingest import builders
 
-pytestmark = [pytest.mark.browser, pytest.mark.system, needs_chromium,
-              pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.system,
+    needs_chromium,
+    pytest.mark.django_db(transaction=True),
+]
 
 
-def test_an_operator_filters_failed_handoffs_retries_one_and_sees_it_in_the_history(
-        site: Site, page):
-    source = builders.source(tenant("Acme"), name="listings", kind="scraped_reference",
-                             config={})
+def test_an_operator_filters_failed_handoffs_retries_one_and_sees_it_in_the_history(site: Site, page):
+    source = builders.source(tenant("Acme"), name="listings", kind="scraped_reference", config={})
     services.sync(source, "scrape-7", [{"external_id": "flat-1", "payload": {"price": 1}}])
     IngestSource.objects.filter(pk=source.pk).update(enabled=False)
     source.refresh_from_db()
@@ -44,8 +46,7 @@ def test_an_operator_filters_failed_handoffs_retries_one_and_sees_it_in_the_hist
     assert "source 'listings' is disabled" in history
     assert "an operator queued it again" in history
     failed.refresh_from_db()
-    assert (failed.status, failed.reason_code) == (HandoffStatus.QUEUED,
-                                                   HandoffReason.INGESTION_JOB_QUEUED)
+    assert (failed.status, failed.reason_code) == (HandoffStatus.QUEUED, HandoffReason.INGESTION_JOB_QUEUED)
     retried = failed.transitions.get(reason_code=HandoffReason.RETRIED_BY_OPERATOR)
     assert retried.actor == operator
     screenshot(page, "handoff-retried")

@@ -12,19 +12,40 @@ from tests.base import staff, tenant
 from tests.browser.conftest import WIDTHS, log_in, needs_chromium, screenshot
 from tests.ingest.builders import entry
 
-pytestmark = [pytest.mark.browser, pytest.mark.system, needs_chromium,
-              pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.system,
+    needs_chromium,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 def check_records() -> HookTemplate:
-    return entry(["/usr/local/bin/check-records", "--require", "{require}", "--unique", "{unique}"],
-                 "check-records", description="Every record a JSON object with the required "
-                 "fields; no value of the unique field twice.", timeout_seconds=120, parameters=[
-                     {"name": "require", "type": "string", "required": True, "max_length": 500,
-                      "pattern": r"^[A-Za-z0-9_]+(,[A-Za-z0-9_]+)*$",
-                      "description": "Fields every record must have."},
-                     {"name": "unique", "type": "string", "default": "id", "max_length": 100,
-                      "pattern": r"^[A-Za-z0-9_]+$", "description": "A field no two records share."}])
+    return entry(
+        ["/usr/local/bin/check-records", "--require", "{require}", "--unique", "{unique}"],
+        "check-records",
+        description="Every record a JSON object with the required "
+        "fields; no value of the unique field twice.",
+        timeout_seconds=120,
+        parameters=[
+            {
+                "name": "require",
+                "type": "string",
+                "required": True,
+                "max_length": 500,
+                "pattern": r"^[A-Za-z0-9_]+(,[A-Za-z0-9_]+)*$",
+                "description": "Fields every record must have.",
+            },
+            {
+                "name": "unique",
+                "type": "string",
+                "default": "id",
+                "max_length": 100,
+                "pattern": r"^[A-Za-z0-9_]+$",
+                "description": "A field no two records share.",
+            },
+        ],
+    )
 
 
 def log_in_as_staff(page, site, username: str) -> None:

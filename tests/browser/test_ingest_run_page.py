@@ -14,8 +14,12 @@ from tests.base import tenant
 from tests.browser.conftest import WIDTHS, Site, log_in, needs_chromium, screenshot
 from tests.ingest import builders
 
-pytestmark = [pytest.mark.browser, pytest.mark.system, needs_chromium,
-              pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.system,
+    needs_chromium,
+    pytest.mark.django_db(transaction=True),
+]
 
 BATCHES = 4
 # A hook that takes a moment, so that the page has batches in between to show.
@@ -42,11 +46,15 @@ def test_the_run_page_follows_the_batches_live_to_the_runs_end(site: Site, page)
     page.evaluate(WATCH_TIMELINE)
 
     # The worker knows the tests' source kind, as a deployment knows its own ingesters.
-    site.processes.manage("worker", "jobs_worker", env={
-        **site.env, "JOBS_HANDLER_MODULES": "tests.handlers,tests.ingest.plugins"})
+    site.processes.manage(
+        "worker",
+        "jobs_worker",
+        env={**site.env, "JOBS_HANDLER_MODULES": "tests.handlers,tests.ingest.plugins"},
+    )
 
-    page.wait_for_function("() => document.getElementById('ingest-timeline').dataset.status "
-                           "=== 'succeeded'", timeout=40_000)
+    page.wait_for_function(
+        "() => document.getElementById('ingest-timeline').dataset.status === 'succeeded'", timeout=40_000
+    )
     assert page.locator('.ingest-batch[data-status="published"]').count() == BATCHES
     assert page.locator('.ingest-execution[data-status="succeeded"]').count() == BATCHES
     published = sorted(page.evaluate("[...window.__published]"))
@@ -54,19 +62,23 @@ def test_the_run_page_follows_the_batches_live_to_the_runs_end(site: Site, page)
     assert any(0 < count < BATCHES for count in published), published  # seen on the way
     assert page.evaluate("window.__notReloaded") is True
     assert f"{BATCHES * 3} records" in page.text_content(".ingest-summary")
-    page.wait_for_selector("#ingest-live:text-is(\"the run's jobs are finished\")")
+    page.wait_for_selector('#ingest-live:text-is("the run\'s jobs are finished")')
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED
     screenshot(page, "ingest-run-succeeded")
 
 
 @pytest.mark.parametrize("width", ["desktop", "phone"])
-def test_a_failed_runs_page_shows_the_hooks_that_failed_and_those_its_end_settled(
-        site: Site, page, width):
+def test_a_failed_runs_page_shows_the_hooks_that_failed_and_those_its_end_settled(site: Site, page, width):
     """Batch 1's first hook fails and ends the run: its second hook, and batch 2's hooks,
     are settled as cancelled, each saying why."""
-    source = builders.source(tenant("Acme"), batches=2, size=2, max_failures=1,
-                             hooks=[builders.exit_with(3, "row 2: no unit"), builders.PASS])
+    source = builders.source(
+        tenant("Acme"),
+        batches=2,
+        size=2,
+        max_failures=1,
+        hooks=[builders.exit_with(3, "row 2: no unit"), builders.PASS],
+    )
     run = services.start_ingest(source)
     jobs.run_until_idle()
     run.refresh_from_db()

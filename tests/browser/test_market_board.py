@@ -26,8 +26,12 @@ from ingest.market.models import (
 from tests.base import tenant
 from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
 
-pytestmark = [pytest.mark.browser, pytest.mark.system, needs_chromium,
-              pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.system,
+    needs_chromium,
+    pytest.mark.django_db(transaction=True),
+]
 
 GREEN, RED = "rgb(47, 133, 90)", "rgb(197, 48, 48)"
 
@@ -35,25 +39,37 @@ GREEN, RED = "rgb(47, 133, 90)", "rgb(197, 48, 48)"
 def test_an_operator_previews_and_confirms_a_gap_fill_from_the_board(site: Site, page):
     now = jobs.now()
     today = freshness.market_date(now)
-    feed = MarketFeed.objects.create(tenant=tenant("Acme"), name="cn-equities",
-                                     api_url="http://market.test/api",
-                                     token="tok-secret-browser-0001")
+    feed = MarketFeed.objects.create(
+        tenant=tenant("Acme"),
+        name="cn-equities",
+        api_url="http://market.test/api",
+        token="tok-secret-browser-0001",
+    )
     fortnight = [today - timedelta(days=n) for n in range(14)]
-    TradingDay.objects.bulk_create(TradingDay(feed=feed, exchange=feed.exchange, cal_date=day,
-                                              is_open=day.weekday() < 5) for day in fortnight)
+    TradingDay.objects.bulk_create(
+        TradingDay(feed=feed, exchange=feed.exchange, cal_date=day, is_open=day.weekday() < 5)
+        for day in fortnight
+    )
     open_days = [day for day in fortnight if day.weekday() < 5 and day < today]
     gaps = open_days[:2]  # the two latest open days before today have no bars
-    DailyBar.objects.bulk_create(DailyBar(feed=feed, ts_code="600000.SH", trade_date=day,
-                                          open=10, high=11, low=9, close=10.5)
-                                 for day in open_days if day not in gaps)
-    SourceFreshness.objects.create(feed=feed, dataset=Dataset.CALENDAR,
-                                   last_success=now - timedelta(hours=1))
-    SourceFreshness.objects.create(feed=feed, dataset=Dataset.DAILY,
-                                   last_success=now - timedelta(days=1),
-                                   last_failure=now - timedelta(hours=1),
-                                   last_error="daily: HTTP 503 from the API")
-    expected = [day for day in fortnight if day.weekday() < 5 and day >= today - timedelta(days=6)
-                and (day in gaps or day == today)]
+    DailyBar.objects.bulk_create(
+        DailyBar(feed=feed, ts_code="600000.SH", trade_date=day, open=10, high=11, low=9, close=10.5)
+        for day in open_days
+        if day not in gaps
+    )
+    SourceFreshness.objects.create(feed=feed, dataset=Dataset.CALENDAR, last_success=now - timedelta(hours=1))
+    SourceFreshness.objects.create(
+        feed=feed,
+        dataset=Dataset.DAILY,
+        last_success=now - timedelta(days=1),
+        last_failure=now - timedelta(hours=1),
+        last_error="daily: HTTP 503 from the API",
+    )
+    expected = [
+        day
+        for day in fortnight
+        if day.weekday() < 5 and day >= today - timedelta(days=6) and (day in gaps or day == today)
+    ]
 
     operator = log_in(page, site)
     page.goto(f"{site.url}/admin/ingest/marketfeed/")
@@ -76,8 +92,7 @@ def test_an_operator_previews_and_confirms_a_gap_fill_from_the_board(site: Site,
 
     board.locator("button:text-is('Preview')").click()
     page.wait_for_selector("#gap-fill-preview")
-    assert page.locator("#gap-fill-days li").all_inner_texts() == [
-        f"{day:%a %Y-%m-%d}" for day in expected]
+    assert page.locator("#gap-fill-days li").all_inner_texts() == [f"{day:%a %Y-%m-%d}" for day in expected]
     assert page.inner_text("#gap-fill-api-calls") == str(len(expected))
     screenshot(page, "market-gap-fill-preview")
     page.click("#gap-fill-confirm button")
@@ -85,12 +100,16 @@ def test_an_operator_previews_and_confirms_a_gap_fill_from_the_board(site: Site,
     page.wait_for_selector(".messagelist .success")
     assert page.inner_text(".messagelist") == (
         f"Gap-fill of cn-equities: queued {len(expected)} day(s): "
-        f"{', '.join(day.isoformat() for day in expected)}.")
+        f"{', '.join(day.isoformat() for day in expected)}."
+    )
     for day in expected:
         cell = page.locator(f'#feed-{feed.pk} .market-day[data-date="{day}"]')
         assert cell.get_attribute("data-loading") == "1"
         assert "loading" in cell.get_attribute("title")
-    assert sorted(DayLoad.objects.filter(trigger=LoadTrigger.OPERATOR, requested_by=operator)
-                  .values_list("trade_date", flat=True)) == sorted(expected)
+    assert sorted(
+        DayLoad.objects.filter(trigger=LoadTrigger.OPERATOR, requested_by=operator).values_list(
+            "trade_date", flat=True
+        )
+    ) == sorted(expected)
     assert MarketAction.objects.get().actor == operator
     screenshot(page, "market-board-gap-filled")

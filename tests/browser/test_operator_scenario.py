@@ -16,8 +16,12 @@ from tests.base import claim_one, make_job
 from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
 from tests.jobs.builders import failed
 
-pytestmark = [pytest.mark.browser, pytest.mark.system, needs_chromium,
-              pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.system,
+    needs_chromium,
+    pytest.mark.django_db(transaction=True),
+]
 
 MAX_CLICKS = 4
 
@@ -35,8 +39,10 @@ class Clicks:
 
 def failing_group(size: int) -> list[Job]:
     """Failures with one cause: their errors differ only by a host's address."""
-    return [failed(error=f"ConnectionError: host 10.0.3.{n} refused\n"
-                         "  File \"handlers.py\", line 12, in run") for n in range(size)]
+    return [
+        failed(error=f'ConnectionError: host 10.0.3.{n} refused\n  File "handlers.py", line 12, in run')
+        for n in range(size)
+    ]
 
 
 def test_a_failure_with_one_cause_is_cleared_from_the_front_page_in_two_clicks(site: Site, page):
@@ -50,7 +56,8 @@ def test_a_failure_with_one_cause_is_cleared_from_the_front_page_in_two_clicks(s
 
     click("#overview-failures a.retry-group")
     assert "12 failed tests.noop jobs will run again" in " ".join(
-        page.inner_text("#triage-retry-summary").split())
+        page.inner_text("#triage-retry-summary").split()
+    )
     screenshot(page, "console-triage-retry-preview")
     page.fill("#id_reason", "the upstream host is back")
     click("input[type=submit][value^='Yes, retry']")
@@ -69,8 +76,9 @@ def test_a_job_stuck_on_a_dead_worker_is_recovered_from_the_front_page_in_three_
     make_job("tests.noop")
     job, _ = claim_one("gone-worker")
     # Its worker died an hour ago, and no reaper runs here to take the job back.
-    Job.objects.filter(pk=job.pk).update(lease_expires_at=timezone.now() - timedelta(hours=1),
-                                         heartbeat_at=timezone.now() - timedelta(hours=1))
+    Job.objects.filter(pk=job.pk).update(
+        lease_expires_at=timezone.now() - timedelta(hours=1), heartbeat_at=timezone.now() - timedelta(hours=1)
+    )
     log_in(page, site)
     page.goto(f"{site.url}/admin/")
     click = Clicks(page)

@@ -10,8 +10,12 @@ from jobs.models import JobEvent
 from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
 from tests.jobs.builders import ON_ORDER, failing
 
-pytestmark = [pytest.mark.browser, pytest.mark.system, needs_chromium,
-              pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.system,
+    needs_chromium,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 def test_quarantine_a_failing_delivery_from_the_console_and_release_it(site: Site, page):

@@ -17,8 +17,12 @@ from tests.base import make_job
 from tests.browser.conftest import WATCH_BOXES, Site, log_in, needs_chromium, screenshot
 from tests.factors import builders
 
-pytestmark = [pytest.mark.browser, pytest.mark.system, needs_chromium,
-              pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.system,
+    needs_chromium,
+    pytest.mark.django_db(transaction=True),
+]
 
 ROWS = 20_000
 HEADER = ["quantity", "unit", "haul", "cabin"]
@@ -26,8 +30,9 @@ PIPELINE_PAGE = re.compile(r"/admin/jobs/job/pipeline/[0-9a-f-]{36}/$")
 
 
 def finished(page: Any, timeout: float = 40_000) -> str:
-    page.wait_for_function("() => document.getElementById('pipeline').dataset.finished === '1'",
-                           timeout=timeout)
+    page.wait_for_function(
+        "() => document.getElementById('pipeline').dataset.finished === '1'", timeout=timeout
+    )
     return page.text_content("#pipeline-state")
 
 
@@ -36,8 +41,7 @@ def upload_entries(page: Any, site: Site, report: CarbonReport, body: bytes) -> 
     page.select_option("#id_report", str(report.pk))
     page.select_option("#id_module_type", "travel")
     page.select_option("#id_data_entry_type", "plane")
-    page.set_input_files("#id_file", files=[{"name": "plane.csv", "mimeType": "text/csv",
-                                             "buffer": body}])
+    page.set_input_files("#id_file", files=[{"name": "plane.csv", "mimeType": "text/csv", "buffer": body}])
     page.click(".submit-row input[type=submit]")
 
 
@@ -63,8 +67,10 @@ def test_an_uploaded_csv_is_followed_live_to_success_and_the_report_stats_change
     assert finished(page) == "succeeded"
     seen = page.evaluate("[...window.__seen]")
     # Progress was shown on the way: some job's bar stood between empty and full.
-    assert any(state == "running" and value and 0 < int(value) < 100
-               for state, _, value in (s.partition(":") for s in seen)), seen
+    assert any(
+        state == "running" and value and 0 < int(value) < 100
+        for state, _, value in (s.partition(":") for s in seen)
+    ), seen
     assert page.evaluate("window.__notReloaded") is True
     types = page.locator(".pl-job .pl-type").all_text_contents()
     assert types[0] == "factors.csv_ingest" and "factors.aggregation" in types
@@ -87,8 +93,7 @@ def test_an_uploaded_csv_is_followed_live_to_success_and_the_report_stats_change
     screenshot(page, "job-list")
 
 
-def test_a_failing_job_turns_red_live_and_succeeds_when_retried_from_the_page(site, page,
-                                                                                tmp_path: Path):
+def test_a_failing_job_turns_red_live_and_succeeds_when_retried_from_the_page(site, page, tmp_path: Path):
     flag = tmp_path / "flag"
     job = make_job("tests.fail_unless_file", {"flag": str(flag)})
     log_in(page, site)
@@ -123,8 +128,9 @@ def test_a_failing_job_turns_red_live_and_succeeds_when_retried_from_the_page(si
 
 def test_a_folded_groups_line_follows_its_jobs_live(site: Site, page):
     parent = make_job("tests.noop")
-    children = [make_job("tests.noop", {"n": n}, parent=parent, pipeline=parent.pipeline_id)
-                for n in range(14)]
+    children = [
+        make_job("tests.noop", {"n": n}, parent=parent, pipeline=parent.pipeline_id) for n in range(14)
+    ]
     log_in(page, site)
     page.goto(f"{site.url}/admin/jobs/job/pipeline/{parent.pipeline_id}/")
     page.wait_for_selector("#pipeline-live:text-is('live')")
@@ -133,8 +139,9 @@ def test_a_folded_groups_line_follows_its_jobs_live(site: Site, page):
 
     engine.cancel(Job.objects.get(pk=children[-1].pk), reason="not needed")
 
-    page.wait_for_function("() => document.querySelector('.pl-folded > details > summary')"
-                           ".textContent.includes('1 cancelled')")
+    page.wait_for_function(
+        "() => document.querySelector('.pl-folded > details > summary').textContent.includes('1 cancelled')"
+    )
     assert " ".join(summary.inner_text().split()) == "6 more: 5 pending, 1 cancelled"
     summary.click()
     screenshot(page, "pipeline-folded-siblings")

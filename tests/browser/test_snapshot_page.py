@@ -12,8 +12,12 @@ from tests.base import tenant
 from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
 from tests.exports.builders import claim_jobs, mapping, report
 
-pytestmark = [pytest.mark.browser, pytest.mark.system, needs_chromium,
-              pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.system,
+    needs_chromium,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 def test_an_operator_retries_a_failed_job_from_the_snapshot_page(site: Site, page):
@@ -29,8 +33,7 @@ def test_an_operator_retries_a_failed_job_from_the_snapshot_page(site: Site, pag
     row.locator('button[data-operation="retry"]').click()
 
     page.wait_for_selector(".messagelist .success")
-    assert page.text_content(".messagelist .success") == (
-        f"Job {job.pk} (node entries) will run again.")
+    assert page.text_content(".messagelist .success") == (f"Job {job.pk} (node entries) will run again.")
     assert page.locator(f"#job-{job.pk}").get_attribute("data-status") == "pending"
     assert page.locator(f'#job-{job.pk} button[data-operation="retry"]').count() == 0
     page.click(f"#job-{job.pk}-history summary")

@@ -9,8 +9,12 @@ import pytest
 from tests.browser.conftest import log_in, needs_chromium
 from tests.factors import builders
 
-pytestmark = [pytest.mark.browser, pytest.mark.system, needs_chromium,
-              pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.system,
+    needs_chromium,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 def offered(page) -> list[str]:

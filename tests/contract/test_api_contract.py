@@ -69,24 +69,31 @@ pytestmark = pytest.mark.django_db
 
 REPORT_DIR = Path(django_settings.BASE_DIR) / "var" / "test-artifacts" / "schemathesis"
 EXAMPLES_PER_OPERATION = 40
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
-          response_schema_conformance, positive_data_acceptance, negative_data_rejection]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    positive_data_acceptance,
+    negative_data_rejection,
+]
 # What counts as accepting a schema-valid request, and as rejecting a schema-invalid one.
 # 401 and 403 are the answers of identities that may not call the operation at all; 404 an
 # object the identity may not see (or that does not exist); 409 a valid request the object's
 # state refuses (cancelling a finished run). None of these is a schema question. 429 is in
 # neither: the test's rates stay below every throttle, so a 429 here is a defect.
-CONFIG = SchemathesisConfig.from_dict({
-    "checks": {
-        "positive_data_acceptance": {"expected-statuses": ["2xx", "3xx", 401, 403, 404, 409]},
-        "negative_data_rejection": {"expected-statuses": [400, 401, 403, 404, 405, 406, 413,
-                                                          415, 422]},
-    },
-    # PostgreSQL cannot store a NUL character, so every string the API takes (parameter,
-    # field or key) refuses one with a 400; the API's description says so once, since
-    # OpenAPI has no way to say it of every string at once.
-    "generation": {"allow-x00": False},
-})
+CONFIG = SchemathesisConfig.from_dict(
+    {
+        "checks": {
+            "positive_data_acceptance": {"expected-statuses": ["2xx", "3xx", 401, 403, 404, 409]},
+            "negative_data_rejection": {"expected-statuses": [400, 401, 403, 404, 405, 406, 413, 415, 422]},
+        },
+        # PostgreSQL cannot store a NUL character, so every string the API takes (parameter,
+        # field or key) refuses one with a 400; the API's description says so once, since
+        # OpenAPI has no way to say it of every string at once.
+        "generation": {"allow-x00": False},
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -102,8 +109,7 @@ class Unstateable:
     identities: frozenset[str] = frozenset()  # empty: every identity
 
     def waives(self, case: schemathesis.Case, identity: str, named: set[str]) -> bool:
-        if not named or not all(any(re.fullmatch(name, found) for name in self.names)
-                                for found in named):
+        if not named or not all(any(re.fullmatch(name, found) for name in self.names) for found in named):
             return False
         if self.identities and identity not in self.identities:
             return False
@@ -114,45 +120,78 @@ class Unstateable:
 
 
 def rule(names: str, reason: str, operations: str = "", identities: str = "") -> Unstateable:
-    return Unstateable(frozenset(names.split()), reason, frozenset(filter(None, operations.split(";"))),
-                       frozenset(identities.split()))
+    return Unstateable(
+        frozenset(names.split()),
+        reason,
+        frozenset(filter(None, operations.split(";"))),
+        frozenset(identities.split()),
+    )
 
 
 REFUSED_FILE = "detail rows_checked rows error_count errors errors_truncated"
 ENTRIES = "/v1/carbon_reports/{report}/modules/{module}/data-entries"
 UNSTATEABLE = [
-    rule("cursor", "An opaque value the listing wrote into its own next or previous link; "
-                   "what it encodes is the server's, so no schema can tell a good one."),
+    rule(
+        "cursor",
+        "An opaque value the listing wrote into its own next or previous link; "
+        "what it encodes is the server's, so no schema can tell a good one.",
+    ),
     # Rows that must exist and be the caller's: a schema describes values, not the database.
-    rule("mapping", "Names a mapping the caller may see (platform operators by id: names are "
-                    "unique within a tenant only).", "POST /api/exports/snapshots/"),
-    rule("source", "Names a source the caller may see, and its tenant too when several "
-                   "tenants have the name.", "POST /api/ingest/runs/"),
-    rule("tenant", "A platform operator names the tenant of a source whose name several "
-                   "tenants have.", "GET /scraping/{source}/handoffs;POST /scraping/{source}/sync",
-         identities="operator"),
-    rule("tenant", "A platform operator's tenant must exist.", "POST /api/jobs/",
-         identities="operator"),
+    rule(
+        "mapping",
+        "Names a mapping the caller may see (platform operators by id: names are "
+        "unique within a tenant only).",
+        "POST /api/exports/snapshots/",
+    ),
+    rule(
+        "source",
+        "Names a source the caller may see, and its tenant too when several tenants have the name.",
+        "POST /api/ingest/runs/",
+    ),
+    rule(
+        "tenant",
+        "A platform operator names the tenant of a source whose name several tenants have.",
+        "GET /scraping/{source}/handoffs;POST /scraping/{source}/sync",
+        identities="operator",
+    ),
+    rule("tenant", "A platform operator's tenant must exist.", "POST /api/jobs/", identities="operator"),
     # Rules about the caller, not the request: the schema is the same for everyone.
-    rule("queue tenant", "Only platform operators choose a job's queue or tenant.",
-         "POST /api/jobs/", identities="tenant_staff tenant_member"),
+    rule(
+        "queue tenant",
+        "Only platform operators choose a job's queue or tenant.",
+        "POST /api/jobs/",
+        identities="tenant_staff tenant_member",
+    ),
     # Rules across fields, each stated in the operation's description.
-    rule("payload", "Its shape is the job type's own (the type field says which).",
-         "POST /api/jobs/"),
-    rule("data_entry_type unit classification",
-         "The type must be one of the module's (a path parameter); the unit and the "
-         "classification's keys and codes are the type's.",
-         f"POST {ENTRIES};PATCH {ENTRIES}/{{entry}}"),
-    rule("data_entry_type", "The type must be one of the module's.",
-         "POST /sync/dispatch;POST /sync/api-ingest"),
-    rule("url source", "The URL's host must be one the outbound rules allow (resolved when the "
-                       "request arrives); a unit sync needs a file or a URL.",
-         "POST /sync/api-ingest;POST /sync/units"),
-    rule(r"references\[\d+\]\.external_id", "Each reference's external_id comes once per sync.",
-         "POST /scraping/{source}/sync"),
-    rule(REFUSED_FILE, "An uploaded file's rows are checked against its kind's CSV rules, "
-                       "row by row: the answer lists the first errors.",
-         "POST /sync/dispatch;POST /sync/factors/{data_entry_type};POST /sync/units"),
+    rule("payload", "Its shape is the job type's own (the type field says which).", "POST /api/jobs/"),
+    rule(
+        "data_entry_type unit classification",
+        "The type must be one of the module's (a path parameter); the unit and the "
+        "classification's keys and codes are the type's.",
+        f"POST {ENTRIES};PATCH {ENTRIES}/{{entry}}",
+    ),
+    rule(
+        "data_entry_type",
+        "The type must be one of the module's.",
+        "POST /sync/dispatch;POST /sync/api-ingest",
+    ),
+    rule(
+        "url source",
+        "The URL's host must be one the outbound rules allow (resolved when the "
+        "request arrives); a unit sync needs a file or a URL.",
+        "POST /sync/api-ingest;POST /sync/units",
+    ),
+    rule(
+        r"references\[\d+\]\.external_id",
+        "Each reference's external_id comes once per sync.",
+        "POST /scraping/{source}/sync",
+    ),
+    rule(
+        REFUSED_FILE,
+        "An uploaded file's rows are checked against its kind's CSV rules, "
+        "row by row: the answer lists the first errors.",
+        "POST /sync/dispatch;POST /sync/factors/{data_entry_type};POST /sync/units",
+    ),
 ]
 PATH_PARAMETER = re.compile(r"{(\w+)}")
 XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -182,42 +221,58 @@ class World:
 
 def build_world() -> World:
     acme, globex = tenant("Acme"), tenant("Globex")
-    users = {"operator": staff("olga", operator=True), "tenant_staff": staff("alice", of=acme),
-             "tenant_member": staff("bob", of=acme, is_staff=False)}
+    users = {
+        "operator": staff("olga", operator=True),
+        "tenant_staff": staff("alice", of=acme),
+        "tenant_member": staff("bob", of=acme, is_staff=False),
+    }
     plane_factors()
     reports = [report("ACME1", tenant=acme), report("GLOB1", tenant=globex)]
-    entry = {"data_entry_type": "plane", "quantity": "12.5",
-             "classification": {"haul": "short", "cabin": "economy"}}
-    entries = [services.create_entry(module(r).pk, entry, actor=users["tenant_staff"]).entry
-               for r in reports]
-    jobs = [make_job("tests.crash", tenant=acme), make_job("tests.noop", tenant=acme),
-            make_job("tests.permanent", tenant=globex)]
+    entry = {
+        "data_entry_type": "plane",
+        "quantity": "12.5",
+        "classification": {"haul": "short", "cabin": "economy"},
+    }
+    entries = [services.create_entry(module(r).pk, entry, actor=users["tenant_staff"]).entry for r in reports]
+    jobs = [
+        make_job("tests.crash", tenant=acme),
+        make_job("tests.noop", tenant=acme),
+        make_job("tests.permanent", tenant=globex),
+    ]
     events = [publish("OrderPlaced", {"order": 1}, tenant=acme), publish("Crashing", {}, tenant=globex)]
-    runs = [ingest_services.start_ingest(ingest_builders.source(acme, "orders", batches=2)),
-            ingest_services.start_ingest(ingest_builders.source(
-                acme, "checked", batches=1, hooks=[ingest_builders.exit_with(1)], max_failures=1)),
-            ingest_services.start_ingest(ingest_builders.source(globex, "orders", batches=1))]
+    runs = [
+        ingest_services.start_ingest(ingest_builders.source(acme, "orders", batches=2)),
+        ingest_services.start_ingest(
+            ingest_builders.source(
+                acme, "checked", batches=1, hooks=[ingest_builders.exit_with(1)], max_failures=1
+            )
+        ),
+        ingest_services.start_ingest(ingest_builders.source(globex, "orders", batches=1)),
+    ]
     while Job.objects.filter(state=Job.State.PENDING, attempts=0).exists():
         run_next()  # one failure with a traceback, one success, one permanent failure, deliveries
     jobs.append(make_job("tests.noop", tenant=acme))  # and one still pending
     runs.append(ingest_services.start_ingest(ingest_builders.source(acme, "invoices")))  # running
     listings = ingest_builders.source(acme, "listings", kind="scraped_reference", config={})
-    scraping.sync(listings, "scrape-1", [{"external_id": "a", "payload": {"price": 1}}],
-                  actor=users["tenant_staff"])
+    scraping.sync(
+        listings, "scrape-1", [{"external_id": "a", "payload": {"price": 1}}], actor=users["tenant_staff"]
+    )
     snapshots = _snapshots(acme, globex)
     return World(
         tokens={name: Token.objects.create(user=user).key for name, user in users.items()},
-        known={"jobs": list(Job.objects.values_list("pk", flat=True)),
-               "events": [event.pk for event in events],
-               "runs": [run.pk for run in runs],
-               "report": [r.pk for r in reports],
-               "module": ["travel", "energy"],
-               "entry": [e.pk for e in entries if e is not None],
-               "data_entry_type": ["plane", "train"],
-               "pipeline_id": [str(job.pipeline_id) for job in jobs],
-               "source": ["listings", "orders"],
-               "snapshots": [snap.pk for snap in snapshots],
-               "mappings": sorted({snap.mapping_id for snap in snapshots})},
+        known={
+            "jobs": list(Job.objects.values_list("pk", flat=True)),
+            "events": [event.pk for event in events],
+            "runs": [run.pk for run in runs],
+            "report": [r.pk for r in reports],
+            "module": ["travel", "energy"],
+            "entry": [e.pk for e in entries if e is not None],
+            "data_entry_type": ["plane", "train"],
+            "pipeline_id": [str(job.pipeline_id) for job in jobs],
+            "source": ["listings", "orders"],
+            "snapshots": [snap.pk for snap in snapshots],
+            "mappings": sorted({snap.mapping_id for snap in snapshots}),
+        },
     )
 
 
@@ -231,18 +286,31 @@ def _snapshots(acme: Any, globex: Any) -> list[Any]:
     for owner, name in ((acme, "graph"), (acme, "other"), (globex, "graph")):
         mapping = Mapping.objects.create(tenant=owner, name=name)
         for position, dataset in enumerate(("units", "emission_factors", "data_entries")):
-            MappingEntity.objects.create(mapping=mapping, kind="node", name=dataset,
-                                         position=position, dataset=dataset, columns=["id"])
+            MappingEntity.objects.create(
+                mapping=mapping, kind="node", name=dataset, position=position, dataset=dataset, columns=["id"]
+            )
         made.append(exports.create_snapshot(mapping))
     (done, done_token), (submitted, submitted_token), _ = exports.claim("contract", 3)
-    exports.report(done.pk, exports.Report("completed", 1, worker="contract", row_count=3,
-                                           size_bytes=10, claim_token=done_token,
-                                           files=(f"{done.destination}/part-g1.parquet",)))
-    exports.report(submitted.pk, exports.Report("submitted", 1, worker="contract", query_id="q1",
-                                                claim_token=submitted_token))
+    exports.report(
+        done.pk,
+        exports.Report(
+            "completed",
+            1,
+            worker="contract",
+            row_count=3,
+            size_bytes=10,
+            claim_token=done_token,
+            files=(f"{done.destination}/part-g1.parquet",),
+        ),
+    )
+    exports.report(
+        submitted.pk,
+        exports.Report("submitted", 1, worker="contract", query_id="q1", claim_token=submitted_token),
+    )
     for job, token in exports.claim("contract", 3):
-        exports.report(job.pk, exports.Report("failed", 1, worker="contract", error_message="boom",
-                                              claim_token=token))
+        exports.report(
+            job.pk, exports.Report("failed", 1, worker="contract", error_message="boom", claim_token=token)
+        )
     return made
 
 
@@ -260,14 +328,21 @@ class OperationResult:
 
 def cases(operation: Any, world: World) -> st.SearchStrategy[schemathesis.Case]:
     """Schemathesis' positive and negative cases, and positive ones addressing real rows."""
-    strategies = [operation.as_strategy(GenerationMode.POSITIVE),
-                  operation.as_strategy(GenerationMode.NEGATIVE)]
+    strategies = [
+        operation.as_strategy(GenerationMode.POSITIVE),
+        operation.as_strategy(GenerationMode.NEGATIVE),
+    ]
     names = PATH_PARAMETER.findall(operation.path)
     if names:
-        known = [dict(zip(names, values, strict=True))
-                 for values in product(*(world.values(operation.path, name) for name in names))]
-        strategies.append(st.sampled_from(known).flatmap(
-            lambda path: operation.as_strategy(GenerationMode.POSITIVE, path_parameters=path)))
+        known = [
+            dict(zip(names, values, strict=True))
+            for values in product(*(world.values(operation.path, name) for name in names))
+        ]
+        strategies.append(
+            st.sampled_from(known).flatmap(
+                lambda path: operation.as_strategy(GenerationMode.POSITIVE, path_parameters=path)
+            )
+        )
     return st.one_of(strategies)
 
 
@@ -276,9 +351,14 @@ def exercise(operation: Any, world: World, identity: str) -> OperationResult:
     token = world.tokens.get(identity)
     headers = {"Authorization": f"Token {token}"} if token else {}
 
-    @settings(max_examples=EXAMPLES_PER_OPERATION, derandomize=True, database=None,
-              deadline=None, suppress_health_check=list(HealthCheck),
-              phases=[Phase.explicit, Phase.generate, Phase.shrink])
+    @settings(
+        max_examples=EXAMPLES_PER_OPERATION,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+    )
     @given(case=cases(operation, world))
     def check(case: schemathesis.Case) -> None:
         response = case.call(headers=headers)
@@ -287,8 +367,7 @@ def exercise(operation: Any, world: World, identity: str) -> OperationResult:
         if waived(case, response, identity):
             result.waived += 1
             excluded.append(positive_data_acceptance)
-        case.validate_response(response, checks=CHECKS, excluded_checks=excluded,
-                               headers=headers)
+        case.validate_response(response, checks=CHECKS, excluded_checks=excluded, headers=headers)
 
     started = time.perf_counter()
     try:
@@ -301,8 +380,7 @@ def exercise(operation: Any, world: World, identity: str) -> OperationResult:
 
 def waived(case: schemathesis.Case, response: Any, identity: str) -> bool:
     """Whether a schema-valid request's 400 names only what an ``UNSTATEABLE`` rule covers."""
-    if response.status_code != 400 or case.meta is None or \
-            not case.meta.generation.mode.is_positive:
+    if response.status_code != 400 or case.meta is None or not case.meta.generation.mode.is_positive:
         return False
     try:
         body = response.json()
@@ -318,16 +396,25 @@ def operations(schema: Any) -> Iterator[Any]:
 
 
 def write_junit(identity: str, results: list[OperationResult]) -> Path:
-    suite = ET.Element("testsuite", name=f"schemathesis[{identity}]", tests=str(len(results)),
-                       failures=str(sum(r.failure is not None for r in results)),
-                       time=f"{sum(r.seconds for r in results):.3f}")
+    suite = ET.Element(
+        "testsuite",
+        name=f"schemathesis[{identity}]",
+        tests=str(len(results)),
+        failures=str(sum(r.failure is not None for r in results)),
+        time=f"{sum(r.seconds for r in results):.3f}",
+    )
     for result in results:
-        case = ET.SubElement(suite, "testcase", classname=f"api_contract.{identity}",
-                             name=result.label, time=f"{result.seconds:.3f}")
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"api_contract.{identity}",
+            name=result.label,
+            time=f"{result.seconds:.3f}",
+        )
         statuses = ", ".join(f"{code}: {n}" for code, n in sorted(result.statuses.items()))
-        ET.SubElement(case, "system-out").text = (f"answers by status: {statuses}; "
-                                                  f"refused by a rule the schema cannot state: "
-                                                  f"{result.waived}")
+        ET.SubElement(case, "system-out").text = (
+            f"answers by status: {statuses}; refused by a rule the schema cannot state: {result.waived}"
+        )
         if result.failure is not None:
             failure = xml_text(result.failure)
             ET.SubElement(case, "failure", message=failure.splitlines()[0][:200]).text = failure
@@ -361,7 +448,8 @@ def connection_kept_open() -> Iterator[None]:
 def test_every_operation_keeps_its_contract(identity: str) -> None:
     world = build_world()
     schema = schemathesis.openapi.from_dict(
-        SchemaGenerator().get_schema(request=None, public=True), config=CONFIG)
+        SchemaGenerator().get_schema(request=None, public=True), config=CONFIG
+    )
     schema.app = WSGIHandler()
 
     results = [exercise(operation, world, identity) for operation in operations(schema)]
@@ -370,6 +458,8 @@ def test_every_operation_keeps_its_contract(identity: str) -> None:
     failed = [r for r in results if r.failure is not None]
     assert not failed, (
         f"{len(failed)} operation(s) broke the contract (report: {report}):\n"
-        + "".join(f"  {r.label}\n" for r in failed) + "\n"
-        + "\n\n".join(f"{r.label}\n{r.failure}" for r in failed))
+        + "".join(f"  {r.label}\n" for r in failed)
+        + "\n"
+        + "\n\n".join(f"{r.label}\n{r.failure}" for r in failed)
+    )
     assert sum(sum(r.statuses.values()) for r in results) >= len(results) * 10

@@ -35,14 +35,20 @@ def test_a_snapshot_listings_mapping_filter_states_the_ids_range(schema):
     response = bob.get("/api/exports/snapshots/", {"mapping": "0"})
 
     assert parameter(schema, "/api/exports/snapshots/", "mapping") == {
-        "type": "integer", "minimum": 1, "maximum": 2**63 - 1}
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 2**63 - 1,
+    }
     assert response.status_code == 400 and list(response.json()) == ["mapping"]
 
 
-@pytest.mark.parametrize(("path", "body", "field"), [
-    ("/api/exports/snapshots/", "TakeSnapshot", "mapping"),
-    ("/api/ingest/runs/", "StartRun", "source"),
-])
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/exports/snapshots/", "TakeSnapshot", "mapping"),
+        ("/api/ingest/runs/", "StartRun", "source"),
+    ],
+)
 def test_a_start_body_refuses_a_field_it_does_not_declare(schema, path, body, field):
     alice = as_user(staff("alice", of=tenant("Acme")))
 
@@ -58,9 +64,11 @@ def test_a_sync_body_and_its_references_are_closed_and_ids_not_empty(schema):
     scraper = as_user(staff("scraper", of=acme))
     reference = component(schema, "Reference")
 
-    response = scraper.post("/scraping/listings/sync", {
-        "scrape_run_id": "r1", "references": [{"external_id": "", "payload": {}}]},
-        format="json")
+    response = scraper.post(
+        "/scraping/listings/sync",
+        {"scrape_run_id": "r1", "references": [{"external_id": "", "payload": {}}]},
+        format="json",
+    )
 
     assert component(schema, "SyncRequest")["additionalProperties"] is False
     assert reference["additionalProperties"] is False
@@ -85,8 +93,9 @@ def test_an_enqueue_body_states_its_payload_is_an_object_and_its_keys_not_empty(
     alice = as_user(staff("alice", of=tenant("Acme")))
     enqueue = component(schema, "Enqueue")["properties"]
 
-    response = alice.post("/api/jobs/", {"type": "factors.aggregation", "payload": "nil",
-                                         "unique_key": ""}, format="json")
+    response = alice.post(
+        "/api/jobs/", {"type": "factors.aggregation", "payload": "nil", "unique_key": ""}, format="json"
+    )
 
     assert enqueue["payload"]["type"] == "object"
     assert enqueue["unique_key"]["minLength"] == enqueue["concurrency_key"]["minLength"] == 1

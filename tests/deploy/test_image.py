@@ -35,8 +35,12 @@ def test_the_final_stage_runs_as_a_non_root_user_with_a_health_check():
 
 
 def test_every_package_the_app_needs_is_copied():
-    packages = set(re.findall(r"^include = \[(.*)\]", (ROOT / "pyproject.toml").read_text(),
-                              flags=re.MULTILINE)[0].replace('"', "").replace("*", "").split(", "))
+    packages = set(
+        re.findall(r"^include = \[(.*)\]", (ROOT / "pyproject.toml").read_text(), flags=re.MULTILINE)[0]
+        .replace('"', "")
+        .replace("*", "")
+        .split(", ")
+    )
     copied = set(re.findall(r"^COPY (?:--chown=\S+ )?(\w+) \1$", stages()[-1], flags=re.MULTILINE))
     assert packages <= copied, packages - copied
     assert "templates" in copied
@@ -45,8 +49,12 @@ def test_every_package_the_app_needs_is_copied():
 def test_the_commands_the_image_names_exist():
     names = set(re.findall(r"manage\.py (\w+)", DOCKERFILE))
     assert {"qcluster", "export_worker", "migrate", "collectstatic"} <= names
-    listed = subprocess.run([sys.executable, str(ROOT / "manage.py"), "help", "--commands"],
-                            capture_output=True, text=True, cwd=ROOT, check=True,
-                            env={**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings",
-                                 "CONVEYOR_ALLOW_DEV_SECRET": "1"}).stdout.split()
+    listed = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "help", "--commands"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings", "CONVEYOR_ALLOW_DEV_SECRET": "1"},
+    ).stdout.split()
     assert names <= set(listed), names - set(listed)

@@ -61,8 +61,12 @@ def kubectl() -> str:
 
 @cache
 def rendered(overlay: str) -> tuple[dict[str, Any], ...]:
-    out = subprocess.run([kubectl(), "kustomize", str(DEPLOY / "overlays" / overlay)],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [kubectl(), "kustomize", str(DEPLOY / "overlays" / overlay)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return tuple(doc for doc in yaml.safe_load_all(out) if doc)
 
 
@@ -86,13 +90,17 @@ def workloads(overlay: str) -> list[dict[str, Any]]:
 
 
 def containers(overlay: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    return [(workload, container) for workload in workloads(overlay)
-            for container in pod_spec(workload).get("initContainers", []) + pod_spec(workload)["containers"]]
+    return [
+        (workload, container)
+        for workload in workloads(overlay)
+        for container in pod_spec(workload).get("initContainers", []) + pod_spec(workload)["containers"]
+    ]
 
 
 def config_map(overlay: str, name: str) -> dict[str, str]:
-    (found,) = [doc for doc in objects(overlay, "ConfigMap")
-                if doc["metadata"]["name"].rsplit("-", 1)[0] == name]
+    (found,) = [
+        doc for doc in objects(overlay, "ConfigMap") if doc["metadata"]["name"].rsplit("-", 1)[0] == name
+    ]
     return found["data"]
 
 
@@ -157,8 +165,11 @@ def closed(schema: Any) -> Any:
     object with listed properties takes no others (unless it preserves unknown fields)."""
     if isinstance(schema, dict):
         schema = {key: closed(value) for key, value in schema.items()}
-        if ("properties" in schema and "additionalProperties" not in schema
-                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+        if (
+            "properties" in schema
+            and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
             schema["additionalProperties"] = False
         return schema
     if isinstance(schema, list):
@@ -203,18 +214,25 @@ def test_each_selector_picks_the_pods_of_one_workload(overlay):
     deployments = objects(overlay, "Deployment")
     templates = {d["metadata"]["name"]: d["spec"]["template"]["metadata"]["labels"] for d in deployments}
     for deployment in deployments:
-        picked = [name for name, labels in templates.items()
-                  if selects(deployment["spec"]["selector"]["matchLabels"], labels)]
+        picked = [
+            name
+            for name, labels in templates.items()
+            if selects(deployment["spec"]["selector"]["matchLabels"], labels)
+        ]
         assert picked == [deployment["metadata"]["name"]]
     budgets = objects(overlay, "PodDisruptionBudget")
     assert {b["metadata"]["name"] for b in budgets} == set(templates)
     for budget in budgets:
-        picked = [name for name, labels in templates.items()
-                  if selects(budget["spec"]["selector"]["matchLabels"], labels)]
+        picked = [
+            name
+            for name, labels in templates.items()
+            if selects(budget["spec"]["selector"]["matchLabels"], labels)
+        ]
         assert picked == [budget["metadata"]["name"]]
     (service,) = objects(overlay, "Service")
-    assert [name for name, labels in templates.items()
-            if selects(service["spec"]["selector"], labels)] == ["conveyor-web"]
+    assert [name for name, labels in templates.items() if selects(service["spec"]["selector"], labels)] == [
+        "conveyor-web"
+    ]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -278,16 +296,19 @@ def test_what_a_process_writes_is_on_a_writable_volume(overlay):
 
 
 def cluster_deployments(overlay: str) -> list[dict[str, Any]]:
-    return [d for d in objects(overlay, "Deployment")
-            if pod_spec(d)["containers"][0]["command"][-1] == "qcluster"]
+    return [
+        d for d in objects(overlay, "Deployment") if pod_spec(d)["containers"][0]["command"][-1] == "qcluster"
+    ]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_cluster_groups_serve_every_queue_a_handler_uses(overlay):
     from jobs import registry
 
-    served = [container_env(overlay, pod_spec(d)["containers"][0])["JOBS_QUEUES"].split(",")
-              for d in cluster_deployments(overlay)]
+    served = [
+        container_env(overlay, pod_spec(d)["containers"][0])["JOBS_QUEUES"].split(",")
+        for d in cluster_deployments(overlay)
+    ]
     flat = [queue for queues in served for queue in queues]
     assert len(flat) == len(set(flat)), "a queue served by two groups"
     handler_queues = {h.queue for h in registry.all_handlers() if not h.name.startswith("tests.")}
@@ -302,8 +323,11 @@ def test_a_stopping_cluster_pod_outlasts_its_longest_atomic_job(overlay):
         env = container_env(overlay, pod_spec(deployment)["containers"][0])
         default = float(env.get("JOBS_HANDLER_TIMEOUT_SECONDS", conf.DEFAULTS["HANDLER_TIMEOUT_SECONDS"]))
         grace = float(env.get("JOBS_STUCK_GRACE_SECONDS", conf.DEFAULTS["STUCK_GRACE_SECONDS"]))
-        longest = max(h.timeout or default for h in registry.all_handlers()
-                      if h.atomic and not h.name.startswith("tests."))
+        longest = max(
+            h.timeout or default
+            for h in registry.all_handlers()
+            if h.atomic and not h.name.startswith("tests.")
+        )
         assert pod_spec(deployment)["terminationGracePeriodSeconds"] > longest + grace
 
 
@@ -322,20 +346,32 @@ def test_the_hook_runner_may_manage_jobs_and_pods_in_the_hooks_namespace_only(ov
     (binding,) = objects(overlay, "RoleBinding")
     namespace = hooks_namespace(overlay)
     assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == namespace
-    rights = {(group, resource): set(rule["verbs"]) for rule in role["rules"]
-              for group in rule["apiGroups"] for resource in rule["resources"]}
-    assert rights == {("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
-                      ("", "pods"): {"get", "list", "watch"}, ("", "pods/log"): {"get"},
-                      ("", "events"): {"get", "list"}}
+    rights = {
+        (group, resource): set(rule["verbs"])
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert rights == {
+        ("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
+        ("", "pods"): {"get", "list", "watch"},
+        ("", "pods/log"): {"get"},
+        ("", "events"): {"get", "list"},
+    }
     # The cluster's pods, in Conveyor's namespace, hold the rights; nothing in Conveyor's
     # namespace is granted anything.
     accounts = {pod_spec(d)["serviceAccountName"] for d in cluster_deployments(overlay)}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account,
-                                    "namespace": app_namespace(overlay)} for account in accounts]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": app_namespace(overlay)}
+        for account in accounts
+    ]
     # Hook pods name an account of their own namespace, which has no token and no rights.
-    (hook_account,) = [account for account in objects(overlay, "ServiceAccount")
-                       if account["metadata"]["name"] == config_map(
-                           overlay, "conveyor-config")["INGEST_KUBE_SERVICE_ACCOUNT"]]
+    (hook_account,) = [
+        account
+        for account in objects(overlay, "ServiceAccount")
+        if account["metadata"]["name"]
+        == config_map(overlay, "conveyor-config")["INGEST_KUBE_SERVICE_ACCOUNT"]
+    ]
     assert hook_account["metadata"]["namespace"] == namespace
     assert hook_account["automountServiceAccountToken"] is False
 
@@ -344,10 +380,18 @@ def test_the_hook_runner_may_manage_jobs_and_pods_in_the_hooks_namespace_only(ov
 
 # Where the cluster's pods, Services, nodes and managed databases live, and the node's
 # metadata service (169.254.169.254): no hook may reach any of them.
-PRIVATE_RANGES = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
-                  "169.254.0.0/16", "127.0.0.0/8"]
-DNS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-       "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}
+PRIVATE_RANGES = [
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "100.64.0.0/10",
+    "169.254.0.0/16",
+    "127.0.0.0/8",
+]
+DNS = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+}
 
 
 def policies(overlay: str, namespace: str) -> list[dict[str, Any]]:
@@ -375,7 +419,8 @@ def allowed_addresses(peer: dict[str, Any], address: str) -> bool:
     ip = ipaddress.ip_address(address)
     block = peer["ipBlock"]
     return ip in ipaddress.ip_network(block["cidr"]) and not any(
-        ip in ipaddress.ip_network(excepted) for excepted in block.get("except", []))
+        ip in ipaddress.ip_network(excepted) for excepted in block.get("except", [])
+    )
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -390,17 +435,23 @@ def test_hooks_run_in_a_namespace_of_their_own_that_enforces_the_restricted_stan
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_hook_pods_are_denied_every_connection_in_and_out_by_default(overlay):
     mine = policies(overlay, hooks_namespace(overlay))
-    defaults = [p for p in mine if p["spec"]["podSelector"] == {}
-                and set(p["spec"]["policyTypes"]) == {"Ingress", "Egress"}
-                and not p["spec"].get("ingress") and not p["spec"].get("egress")]
+    defaults = [
+        p
+        for p in mine
+        if p["spec"]["podSelector"] == {}
+        and set(p["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+        and not p["spec"].get("ingress")
+        and not p["spec"].get("egress")
+    ]
     assert defaults, "no default deny in the hooks' namespace"
     assert not any(p["spec"].get("ingress") for p in mine), "something may connect to hooks"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_hook_pods_may_reach_dns_and_the_public_internet_only(overlay):
-    rules = [rule for p in policies(overlay, hooks_namespace(overlay))
-             for rule in p["spec"].get("egress", [])]
+    rules = [
+        rule for p in policies(overlay, hooks_namespace(overlay)) for rule in p["spec"].get("egress", [])
+    ]
     assert rules
     for rule in rules:
         assert rule.get("to"), "an egress rule without peers allows every destination"
@@ -410,11 +461,17 @@ def test_hook_pods_may_reach_dns_and_the_public_internet_only(overlay):
                 assert set(PRIVATE_RANGES) <= set(peer["ipBlock"]["except"])
             else:
                 assert peer == DNS
-                assert sorted((p["protocol"], p["port"]) for p in rule["ports"]) == [
-                    ("TCP", 53), ("UDP", 53)]
+                assert sorted((p["protocol"], p["port"]) for p in rule["ports"]) == [("TCP", 53), ("UDP", 53)]
     peers = [peer for rule in rules for peer in rule["to"]]
-    for address in ("169.254.169.254", "10.0.0.1", "10.96.0.10", "172.20.3.4", "192.168.1.10",
-                    "100.64.0.5", "127.0.0.1"):
+    for address in (
+        "169.254.169.254",
+        "10.0.0.1",
+        "10.96.0.10",
+        "172.20.3.4",
+        "192.168.1.10",
+        "100.64.0.5",
+        "127.0.0.1",
+    ):
         assert not any(allowed_addresses(peer, address) for peer in peers), address
     assert any(allowed_addresses(peer, "142.250.74.110") for peer in peers)  # object storage
 
@@ -430,8 +487,12 @@ def test_nothing_in_the_hooks_namespace_may_reach_conveyors_pods(overlay):
     # Into Conveyor's namespace: denied by default, and no rule admits a hook pod, nor an
     # address range (a pod's address is in one).
     mine = policies(overlay, app)
-    assert any(p["spec"]["podSelector"] == {} and p["spec"]["policyTypes"] == ["Ingress"]
-               and not p["spec"].get("ingress") for p in mine), "no default deny for Conveyor"
+    assert any(
+        p["spec"]["podSelector"] == {}
+        and p["spec"]["policyTypes"] == ["Ingress"]
+        and not p["spec"].get("ingress")
+        for p in mine
+    ), "no default deny for Conveyor"
     for policy in mine:
         assert "Ingress" in policy["spec"]["policyTypes"]
         for rule in policy["spec"].get("ingress", []):
@@ -440,16 +501,22 @@ def test_nothing_in_the_hooks_namespace_may_reach_conveyors_pods(overlay):
                 assert "ipBlock" not in peer
                 assert not selects_namespace(peer, hooks, app), policy["metadata"]["name"]
     # Conveyor's own pods still reach each other (the export workers call the web Service).
-    assert any(selects_namespace(peer, app, app) for p in mine
-               for rule in p["spec"].get("ingress", []) for peer in rule["from"])
+    assert any(
+        selects_namespace(peer, app, app)
+        for p in mine
+        for rule in p["spec"].get("ingress", [])
+        for peer in rule["from"]
+    )
 
 
 # --- the autoscalers ----------------------------------------------------------------------
 
 
 def scaler_queries(overlay: str) -> dict[str, str]:
-    return {s["spec"]["scaleTargetRef"]["name"]: s["spec"]["triggers"][0]["metadata"]["query"]
-            for s in objects(overlay, "ScaledObject")}
+    return {
+        s["spec"]["scaleTargetRef"]["name"]: s["spec"]["triggers"][0]["metadata"]["query"]
+        for s in objects(overlay, "ScaledObject")
+    }
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -503,11 +570,17 @@ def test_the_scaler_queries_run_as_a_role_that_may_read_two_tables():
         finally:
             cursor.execute(f"DROP OWNED BY {role}")
             cursor.execute(f"DROP ROLE {role}")
-    shown = {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-             for family in metrics_registry().collect() for sample in family.samples}
+    shown = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in metrics_registry().collect()
+        for sample in family.samples
+    }
     assert answers["conveyor-cluster"] == shown[("conveyor_jobs_due", (("queue", "default"),))] == 3
-    assert answers["conveyor-cluster-maintenance"] == shown[
-        ("conveyor_jobs_due", (("queue", "maintenance"),))] == 1
+    assert (
+        answers["conveyor-cluster-maintenance"]
+        == shown[("conveyor_jobs_due", (("queue", "maintenance"),))]
+        == 1
+    )
     assert answers["conveyor-export-worker"] == shown[("conveyor_export_jobs_unfinished", ())] == 0
 
 
@@ -518,9 +591,14 @@ def probe(env: dict[str, str], argv: list[str]) -> dict[str, Any]:
     env = dict(env)
     if env.get("PROMETHEUS_MULTIPROC_DIR"):  # the pod's emptyDir: here, somewhere that exists
         env["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="conveyor-metrics-")
-    out = subprocess.run([sys.executable, str(Path(__file__).with_name("settings_probe.py")), *argv],
-                         env={"PATH": os.environ["PATH"], **env}, cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("settings_probe.py")), *argv],
+        env={"PATH": os.environ["PATH"], **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.splitlines()[-1])
 

@@ -11,30 +11,50 @@ from tests.base import tenant as make_tenant
 CATALOG = "lake"
 
 
-def binding(owner: Any, role: str = "analytics", catalogs: tuple[str, ...] = (CATALOG,)
-            ) -> TrinoBinding:
+def binding(owner: Any, role: str = "analytics", catalogs: tuple[str, ...] = (CATALOG,)) -> TrinoBinding:
     """The tenant's Trino role and catalogs, as a platform operator binds them."""
     made, _ = TrinoBinding.objects.update_or_create(
-        tenant=owner, defaults={"role": role, "catalogs": list(catalogs)})
+        tenant=owner, defaults={"role": role, "catalogs": list(catalogs)}
+    )
     return made
 
 
-def mapping(name: str = "co2", *, of: Any = None, role: str | None = "analytics",
-            entities: list[dict[str, Any]] | None = None) -> Mapping:
+def mapping(
+    name: str = "co2",
+    *,
+    of: Any = None,
+    role: str | None = "analytics",
+    entities: list[dict[str, Any]] | None = None,
+) -> Mapping:
     """A mapping with (by default) two dataset nodes and one dataset edge, of a tenant
     bound to ``role`` and the catalog ``lake`` (no binding when ``role`` is None)."""
     owner = of or make_tenant()
     if role is not None:
         binding(owner, role)
     made = Mapping.objects.create(tenant=owner, name=name)
-    for position, spec in enumerate(entities or [
-        {"kind": "node", "name": "entries", "dataset": "data_entries",
-         "columns": ["id", "quantity", "classification", "created_at"]},
-        {"kind": "edge", "name": "computed_with", "dataset": "emissions",
-         "columns": ["data_entry_id", "factor_id", "kg_co2e"]},
-        {"kind": "node", "name": "factors", "dataset": "emission_factors",
-         "columns": ["id", "value", "is_stale"]},
-    ]):
+    for position, spec in enumerate(
+        entities
+        or [
+            {
+                "kind": "node",
+                "name": "entries",
+                "dataset": "data_entries",
+                "columns": ["id", "quantity", "classification", "created_at"],
+            },
+            {
+                "kind": "edge",
+                "name": "computed_with",
+                "dataset": "emissions",
+                "columns": ["data_entry_id", "factor_id", "kg_co2e"],
+            },
+            {
+                "kind": "node",
+                "name": "factors",
+                "dataset": "emission_factors",
+                "columns": ["id", "value", "is_stale"],
+            },
+        ]
+    ):
         MappingEntity.objects.create(mapping=made, position=position, **spec)
     return made
 
@@ -76,5 +96,10 @@ def report(job: ExportJob, status: str, **fields: Any) -> ExportJob:
 
 
 def complete(job: ExportJob, rows: int = 10, size: int = 100) -> ExportJob:
-    return report(job, "completed", row_count=rows, size_bytes=size,
-                  files=(f"{job.destination}/part-g{job.generation}.parquet",))
+    return report(
+        job,
+        "completed",
+        row_count=rows,
+        size_bytes=size,
+        files=(f"{job.destination}/part-g{job.generation}.parquet",),
+    )

@@ -21,7 +21,6 @@ def globex():
     return tenant("Globex")
 
 
-
 @pytest.fixture(scope="module")
 def s3_options() -> Iterator[dict]:
     import s3fs
@@ -35,8 +34,8 @@ def s3_options() -> Iterator[dict]:
     # region: the bucket is made without one. moto's buckets outlive its server in this
     # process, so another module's server may have made it already.
     with contextlib.suppress(FileExistsError):
-        s3fs.S3FileSystem(key="x", secret="y", endpoint_url=endpoint,
-                          skip_instance_cache=True).mkdir("exports")
-    yield {"key": "x", "secret": "y",
-           "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
+        s3fs.S3FileSystem(key="x", secret="y", endpoint_url=endpoint, skip_instance_cache=True).mkdir(
+            "exports"
+        )
+    yield {"key": "x", "secret": "y", "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
     server.stop()

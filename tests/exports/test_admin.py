@@ -80,12 +80,21 @@ def messages_of(response) -> list[str]:
 
 def entity_form(**fields: str) -> dict[str, str]:
     """The add form's POST data: a mapping and one entity in its inline."""
-    data = {"name": "co2", "description": "",
-            "entities-TOTAL_FORMS": "1", "entities-INITIAL_FORMS": "0",
-            "entities-MIN_NUM_FORMS": "0", "entities-MAX_NUM_FORMS": "1000",
-            "entities-0-kind": "node", "entities-0-name": "units", "entities-0-position": "0",
-            "entities-0-dataset": "units", "entities-0-sql": "", "entities-0-catalog": "",
-            "entities-0-columns": "id, code , name"}
+    data = {
+        "name": "co2",
+        "description": "",
+        "entities-TOTAL_FORMS": "1",
+        "entities-INITIAL_FORMS": "0",
+        "entities-MIN_NUM_FORMS": "0",
+        "entities-MAX_NUM_FORMS": "1000",
+        "entities-0-kind": "node",
+        "entities-0-name": "units",
+        "entities-0-position": "0",
+        "entities-0-dataset": "units",
+        "entities-0-sql": "",
+        "entities-0-catalog": "",
+        "entities-0-columns": "id, code , name",
+    }
     data.update({f"entities-0-{name}": value for name, value in fields.items()})
     return data
 
@@ -97,12 +106,24 @@ def test_every_exports_page_answers_with_rows_in_it(admin_client, acme, clock):
     owner = mapping(of=acme)
     snap = services.create_snapshot(owner)
     claimed = claim_jobs("w1", 10)
-    for url in [MAPPINGS, f"{MAPPINGS}add/", f"{MAPPINGS}{owner.pk}/change/",
-                f"{MAPPINGS}{owner.pk}/take-snapshot/", SNAPSHOTS, snapshot_url(snap),
-                f"{SNAPSHOTS}?status__exact=creating", f"{SNAPSHOTS}?mapping__id__exact={owner.pk}",
-                f"{SNAPSHOTS}?tenant__id__exact={acme.pk}", f"{SNAPSHOTS}{snap.pk}/cancel/",
-                job_url(claimed[0], "reset-claim"), CONFIG, f"{CONFIG}1/change/", BINDINGS,
-                f"{BINDINGS}add/", f"{BINDINGS}{TrinoBinding.objects.get(tenant=acme).pk}/change/"]:
+    for url in [
+        MAPPINGS,
+        f"{MAPPINGS}add/",
+        f"{MAPPINGS}{owner.pk}/change/",
+        f"{MAPPINGS}{owner.pk}/take-snapshot/",
+        SNAPSHOTS,
+        snapshot_url(snap),
+        f"{SNAPSHOTS}?status__exact=creating",
+        f"{SNAPSHOTS}?mapping__id__exact={owner.pk}",
+        f"{SNAPSHOTS}?tenant__id__exact={acme.pk}",
+        f"{SNAPSHOTS}{snap.pk}/cancel/",
+        job_url(claimed[0], "reset-claim"),
+        CONFIG,
+        f"{CONFIG}1/change/",
+        BINDINGS,
+        f"{BINDINGS}add/",
+        f"{BINDINGS}{TrinoBinding.objects.get(tenant=acme).pk}/change/",
+    ]:
         page(admin_client, url)
 
 
@@ -131,15 +152,18 @@ def test_the_entity_shows_its_columns_comma_separated_and_the_datasets_columns(a
     assert f'href="{MAPPINGS}{owner.pk}/take-snapshot/"' in html
 
 
-@pytest.mark.parametrize(("fields", "field", "error"), [
-    ({"columns": "id, salary"}, "columns", "dataset units has no column &#x27;salary&#x27;"),
-    ({"columns": "id, , code"}, "columns", "an empty column name"),
-    ({"columns": "id, code, id"}, "columns", "listed twice: id"),
-    ({"sql": "SELECT 1 AS id"}, "sql", "a dataset entity has no SQL"),
-    ({"dataset": ""}, "dataset", "choose a dataset, or write the SQL of a Trino query"),
-    ({"dataset": "payroll"}, "dataset", "Select a valid choice"),
-    ({"name": "../up"}, "name", "letters, digits, _ . and - only"),
-])
+@pytest.mark.parametrize(
+    ("fields", "field", "error"),
+    [
+        ({"columns": "id, salary"}, "columns", "dataset units has no column &#x27;salary&#x27;"),
+        ({"columns": "id, , code"}, "columns", "an empty column name"),
+        ({"columns": "id, code, id"}, "columns", "listed twice: id"),
+        ({"sql": "SELECT 1 AS id"}, "sql", "a dataset entity has no SQL"),
+        ({"dataset": ""}, "dataset", "choose a dataset, or write the SQL of a Trino query"),
+        ({"dataset": "payroll"}, "dataset", "Select a valid choice"),
+        ({"name": "../up"}, "name", "letters, digits, _ . and - only"),
+    ],
+)
 def test_a_mistake_in_an_entity_is_reported_on_its_field(alice, fields, field, error):
     response = alice.post(f"{MAPPINGS}add/", entity_form(**fields))
 
@@ -152,29 +176,45 @@ def test_a_mistake_in_an_entity_is_reported_on_its_field(alice, fields, field, e
 
 def test_a_query_entity_keeps_its_sql_and_catalog(alice, acme):
     binding(acme, catalogs=("hive", CATALOG))
-    response = alice.post(f"{MAPPINGS}add/", entity_form(
-        dataset="", sql="SELECT id FROM orders", catalog="hive", columns="id"))
+    response = alice.post(
+        f"{MAPPINGS}add/", entity_form(dataset="", sql="SELECT id FROM orders", catalog="hive", columns="id")
+    )
 
     assert response.status_code == 302
     entity = MappingEntity.objects.get()
     assert (entity.dataset, entity.sql, entity.catalog, entity.columns) == (
-        "", "SELECT id FROM orders", "hive", ["id"])
+        "",
+        "SELECT id FROM orders",
+        "hive",
+        ["id"],
+    )
 
 
-@pytest.mark.parametrize(("sql", "catalog", "field", "error"), [
-    ("SELECT 1 AS id) AS entity), location => &#x27;gs://b/tenant-2/x&#x27;, "
-     "format => &#x27;PARQUET&#x27;)) --", CATALOG, "sql", "Not a query Trino&#x27;s grammar reads"),
-    ("SELECT 1 AS id; DROP TABLE orders", CATALOG, "sql", "A semicolon"),
-    ("DELETE FROM orders", CATALOG, "sql", "A DELETE statement"),
-    ("SELECT id FROM orders", "hr", "catalog", "Catalog &#x27;hr&#x27; is not one the tenant"),
-    ("SELECT id FROM orders", "", "catalog", "A Trino query names its catalog"),
-    ("SELECT id FROM hr.pay.salaries", CATALOG, "sql", "The query reads catalog &#x27;hr&#x27;"),
-])
+@pytest.mark.parametrize(
+    ("sql", "catalog", "field", "error"),
+    [
+        (
+            "SELECT 1 AS id) AS entity), location => &#x27;gs://b/tenant-2/x&#x27;, "
+            "format => &#x27;PARQUET&#x27;)) --",
+            CATALOG,
+            "sql",
+            "Not a query Trino&#x27;s grammar reads",
+        ),
+        ("SELECT 1 AS id; DROP TABLE orders", CATALOG, "sql", "A semicolon"),
+        ("DELETE FROM orders", CATALOG, "sql", "A DELETE statement"),
+        ("SELECT id FROM orders", "hr", "catalog", "Catalog &#x27;hr&#x27; is not one the tenant"),
+        ("SELECT id FROM orders", "", "catalog", "A Trino query names its catalog"),
+        ("SELECT id FROM hr.pay.salaries", CATALOG, "sql", "The query reads catalog &#x27;hr&#x27;"),
+    ],
+)
 def test_a_query_entity_that_is_not_one_query_in_a_bound_catalog_is_not_saved(
-        alice, acme, sql, catalog, field, error):
+    alice, acme, sql, catalog, field, error
+):
     binding(acme)
-    response = alice.post(f"{MAPPINGS}add/", entity_form(
-        dataset="", sql=sql.replace("&#x27;", "'"), catalog=catalog, columns="id"))
+    response = alice.post(
+        f"{MAPPINGS}add/",
+        entity_form(dataset="", sql=sql.replace("&#x27;", "'"), catalog=catalog, columns="id"),
+    )
 
     assert response.status_code == 200
     inline = response.context["inline_admin_formsets"][0].formset.forms[0]
@@ -184,8 +224,9 @@ def test_a_query_entity_that_is_not_one_query_in_a_bound_catalog_is_not_saved(
 
 
 def test_a_tenant_without_a_binding_cannot_save_a_query_entity(alice):
-    response = alice.post(f"{MAPPINGS}add/", entity_form(
-        dataset="", sql="SELECT id FROM orders", catalog=CATALOG, columns="id"))
+    response = alice.post(
+        f"{MAPPINGS}add/", entity_form(dataset="", sql="SELECT id FROM orders", catalog=CATALOG, columns="id")
+    )
 
     assert response.status_code == 200
     assert "The tenant has no Trino binding" in response.content.decode()
@@ -221,18 +262,19 @@ def test_take_a_snapshot_from_the_mapping_page_as_the_staff_user(alice, alice_us
     assert set(ExportEvent.objects.values_list("kind", "actor")) == {(EventKind.CREATED, alice_user.pk)}
     followed = alice.get(response["Location"])
     assert f"Took snapshot {snap.pk} of co2: 3 job(s) queued." in re.sub(
-        "<[^>]+>", "", " ".join(messages_of(followed)))
+        "<[^>]+>", "", " ".join(messages_of(followed))
+    )
 
 
 def test_a_mapping_the_service_refuses_shows_why_and_takes_nothing(alice, acme):
     empty = mapping("empty", of=acme, entities=[])
-    MappingEntity.objects.create(mapping=empty, kind="node", name="u", dataset="units",
-                                 columns=["id", "password"])
+    MappingEntity.objects.create(
+        mapping=empty, kind="node", name="u", dataset="units", columns=["id", "password"]
+    )
 
     response = alice.post(f"{MAPPINGS}{empty.pk}/take-snapshot/", {}, follow=True)
 
-    assert messages_of(response) == [
-        "No snapshot of empty: Node u: dataset units has no column 'password'."]
+    assert messages_of(response) == ["No snapshot of empty: Node u: dataset units has no column 'password'."]
     assert not Snapshot.objects.exists()
 
 
@@ -242,7 +284,9 @@ def test_the_list_action_takes_a_snapshot_of_each_selected_mapping(alice, alice_
     alice.post(MAPPINGS, {"action": "take_snapshots", "_selected_action": [first.pk, second.pk]})
 
     assert sorted(Snapshot.objects.values_list("mapping__name", "created_by")) == [
-        ("first", alice_user.pk), ("second", alice_user.pk)]
+        ("first", alice_user.pk),
+        ("second", alice_user.pk),
+    ]
 
 
 def test_taking_a_snapshot_needs_the_permission_to_add_one(acme):
@@ -287,8 +331,9 @@ def test_the_snapshot_page_shows_each_job_its_poll_files_and_history(alice, acme
     assert "<td>worker-7</td>" in row and f'exports-next-poll">in {wait} s</td>' in row
     done = re.search(rf'<tr class="exports-job" id="job-{factors.pk}".*?</tr>', html, re.S).group()
     assert "<td>5</td>" in done and "1.5\xa0KB" in done
-    assert (f'href="{SNAPSHOTS}{snap.pk}/jobs/{factors.pk}/files/0/">nodes/factors/part-g1.parquet'
-            "</a>") in done
+    assert (
+        f'href="{SNAPSHOTS}{snap.pk}/jobs/{factors.pk}/files/0/">nodes/factors/part-g1.parquet</a>'
+    ) in done
     assert "&lt;b&gt;Trino&lt;/b&gt; said no" in html and "<b>Trino</b>" not in html
     assert f'action="{job_url(edges, "retry")}"' in html  # the failed job's button
     history = re.search(rf'id="job-{entries.pk}-history".*?</details>', html, re.S).group()
@@ -306,8 +351,7 @@ def test_object_store_files_are_shown_as_text_inside_the_snapshot(alice, acme, s
     assert "<code>nodes/entries/part-g1.parquet</code>" in html
     assert "exports-bucket" not in html and f"/jobs/{job.pk}/files/" not in html
     # A platform operator sees where the file is.
-    assert f"<code>{job.files[0]}</code>" in page(browser(staff("olga", operator=True)),
-                                                  snapshot_url(snap))
+    assert f"<code>{job.files[0]}</code>" in page(browser(staff("olga", operator=True)), snapshot_url(snap))
 
 
 # --- actions ----------------------------------------------------------------------------------
@@ -334,8 +378,9 @@ def test_a_refused_action_shows_the_reason(alice, acme):
 
     response = alice.post(job_url(job, "retry"), follow=True)
 
-    assert messages_of(response) == [f"Job {job.pk} (node entries): not done. Only a failed job "
-                                     "is retried; this one is claimed."]
+    assert messages_of(response) == [
+        f"Job {job.pk} (node entries): not done. Only a failed job is retried; this one is claimed."
+    ]
     job.refresh_from_db()
     assert job.status == JobStatus.CLAIMED
     assert not job.events.filter(kind=EventKind.RETRIED).exists()
@@ -351,8 +396,9 @@ def test_reset_a_claim_after_confirming(alice, alice_user, acme):
     assert "Hand Job" in question and job.status == JobStatus.CLAIMED  # asked, not done
     response = alice.post(job_url(job, "reset-claim"), follow=True)
 
-    assert messages_of(response) == [f"Job {job.pk} (node entries) is pending again; its "
-                                     "worker's reports will be refused."]
+    assert messages_of(response) == [
+        f"Job {job.pk} (node entries) is pending again; its worker's reports will be refused."
+    ]
     job.refresh_from_db()
     assert job.status == JobStatus.PENDING and job.claimed_by == ""
     reset = job.events.get(kind=EventKind.CLAIM_RESET)
@@ -418,8 +464,13 @@ def written(job: ExportJob, *names: str) -> ExportJob:
         path = Path(job.destination) / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"PAR1" + name.encode())
-    return report(job, JobStatus.COMPLETED, row_count=1, size_bytes=10,
-                  files=tuple(f"{job.destination}/{name}" for name in names))
+    return report(
+        job,
+        JobStatus.COMPLETED,
+        row_count=1,
+        size_bytes=10,
+        files=tuple(f"{job.destination}/{name}" for name in names),
+    )
 
 
 def test_a_local_file_downloads_as_an_attachment(alice, acme, local_storage):
@@ -446,7 +497,8 @@ def test_a_file_outside_the_destination_is_refused(alice, acme, local_storage):
     # refused when reported, so they are written behind the control plane's back here.
     report(job, JobStatus.COMPLETED, row_count=1, size_bytes=1, files=(str(link),))
     ExportJob.objects.filter(pk=job.pk).update(
-        files=[str(link), str(secret), f"{job.destination}/../../../../secret.txt"])
+        files=[str(link), str(secret), f"{job.destination}/../../../../secret.txt"]
+    )
 
     for index in range(3):
         assert alice.get(job_url(job, f"files/{index}")).status_code == 404, index
@@ -468,16 +520,14 @@ def test_another_tenants_mappings_snapshots_and_files_are_not_found(alice, globe
     assert alice.post(f"{MAPPINGS}{theirs.pk}/take-snapshot/").status_code == 404
     assert alice.post(job_url(job, "retry")).status_code == 404
     assert alice.post(f"{SNAPSHOTS}{snap.pk}/cancel/").status_code == 404
-    alice.post(SNAPSHOTS, {"action": "cancel_snapshots", "_selected_action": [snap.pk],
-                           "post": "yes"})
+    alice.post(SNAPSHOTS, {"action": "cancel_snapshots", "_selected_action": [snap.pk], "post": "yes"})
     snap.refresh_from_db()
     assert snap.status == SnapshotStatus.CREATING and Snapshot.objects.count() == 1
 
 
 def test_platform_operators_see_every_tenant_and_filter_by_it(acme, globex):
     olga = browser(staff("olga", operator=True))
-    mine, theirs = (services.create_snapshot(mapping(of=acme)),
-                    services.create_snapshot(mapping(of=globex)))
+    mine, theirs = (services.create_snapshot(mapping(of=acme)), services.create_snapshot(mapping(of=globex)))
 
     listing = page(olga, f"{SNAPSHOTS}?tenant__id__exact={globex.pk}")
 
@@ -527,14 +577,21 @@ def test_a_platform_operator_binds_a_tenants_role_and_catalogs(acme):
     assert response.status_code == 302, response.context["adminform"].errors
     bound = TrinoBinding.objects.get()
     assert (bound.tenant, bound.role, bound.catalogs, bound.updated_by) == (
-        acme, "analytics", ["hive", "lake"], operator)
+        acme,
+        "analytics",
+        ["hive", "lake"],
+        operator,
+    )
 
 
-@pytest.mark.parametrize(("fields", "field"), [
-    ({"role": "analytics\r\nX-Trino-User: admin"}, "role"),
-    ({"role": ""}, "role"),
-    ({"catalogs": "lake, hr pay"}, "catalogs"),
-])
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"role": "analytics\r\nX-Trino-User: admin"}, "role"),
+        ({"role": ""}, "role"),
+        ({"catalogs": "lake, hr pay"}, "catalogs"),
+    ],
+)
 def test_a_bad_binding_is_a_form_error(acme, fields, field):
     olga = browser(staff("olga", operator=True))
 

@@ -62,8 +62,10 @@ def test_mappings_are_listed_with_their_entities_for_the_callers_tenant(bob, acm
     body = bob.get(f"{MAPPINGS}{mine.pk}/").json()
     assert body["tenant"] == acme.pk and "starburst_role" not in body
     assert [(e["kind"], e["name"], e["dataset"]) for e in body["entities"]] == [
-        ("edge", "computed_with", "emissions"), ("node", "entries", "data_entries"),
-        ("node", "factors", "emission_factors")]
+        ("edge", "computed_with", "emissions"),
+        ("node", "entries", "data_entries"),
+        ("node", "factors", "emission_factors"),
+    ]
     assert body["entities"][1]["columns"] == ["id", "quantity", "classification", "created_at"]
 
 
@@ -79,8 +81,7 @@ def test_the_datasets_are_listed_with_their_columns_and_types(bob):
 
     assert [dataset["name"] for dataset in body] == sorted(DATASETS)
     units = next(dataset for dataset in body if dataset["name"] == "units")
-    assert units["columns"][:2] == [{"name": "id", "type": "bigint"},
-                                    {"name": "code", "type": "varchar"}]
+    assert units["columns"][:2] == [{"name": "id", "type": "bigint"}, {"name": "code", "type": "varchar"}]
 
 
 # --- taking a snapshot ------------------------------------------------------------------------
@@ -95,17 +96,27 @@ def test_staff_take_a_snapshot_by_name_and_it_is_recorded_with_them(alice, alice
     body = response.json()
     snap = Snapshot.objects.get()
     assert (body["id"], body["mapping_name"], body["status"], body["created_by"]) == (
-        snap.pk, "co2", "pending", "alice")
+        snap.pk,
+        "co2",
+        "pending",
+        "alice",
+    )
     assert [(job["type"], job["entity"], job["status"]) for job in body["jobs"]] == [
-        ("node", "entries", "pending"), ("node", "factors", "pending"),
-        ("edge", "computed_with", "pending")]
+        ("node", "entries", "pending"),
+        ("node", "factors", "pending"),
+        ("edge", "computed_with", "pending"),
+    ]
     assert set(ExportEvent.objects.values_list("kind", "actor")) == {(EventKind.CREATED, alice_user.pk)}
 
 
 def test_a_snapshot_by_the_mappings_id_runs_under_the_tenants_bound_role(alice, acme, settings):
     settings.EXPORTS_TRINO_URL = "http://trino.example:8080"
-    owner = mapping(of=acme, entities=[{"kind": "node", "name": "orders", "catalog": CATALOG,
-                                        "sql": "SELECT 1 AS id", "columns": ["id"]}])
+    owner = mapping(
+        of=acme,
+        entities=[
+            {"kind": "node", "name": "orders", "catalog": CATALOG, "sql": "SELECT 1 AS id", "columns": ["id"]}
+        ],
+    )
 
     response = alice.post(SNAPSHOTS, {"mapping": owner.pk}, format="json")
 
@@ -115,26 +126,38 @@ def test_a_snapshot_by_the_mappings_id_runs_under_the_tenants_bound_role(alice, 
 
 def test_the_caller_cannot_choose_the_role(alice, acme, settings):
     settings.EXPORTS_TRINO_URL = "http://trino.example:8080"
-    owner = mapping(of=acme, entities=[{"kind": "node", "name": "orders", "catalog": CATALOG,
-                                        "sql": "SELECT 1 AS id", "columns": ["id"]}])
-    response = alice.post(SNAPSHOTS, {"mapping": owner.pk, "starburst_role": "role-b"},
-                          format="json")
+    owner = mapping(
+        of=acme,
+        entities=[
+            {"kind": "node", "name": "orders", "catalog": CATALOG, "sql": "SELECT 1 AS id", "columns": ["id"]}
+        ],
+    )
+    response = alice.post(SNAPSHOTS, {"mapping": owner.pk, "starburst_role": "role-b"}, format="json")
 
     assert response.status_code == 400
     assert "bound to the tenant by platform operators" in response.json()["starburst_role"][0]
     assert not Snapshot.objects.exists()
 
 
-@pytest.mark.parametrize(("sql", "catalog", "message"), [
-    ("SELECT 1 AS id) AS entity), location => 's3://b/tenant-2/x', format => 'PARQUET')) --",
-     CATALOG, "node orders: not a query Trino's grammar reads"),
-    ("SELECT 1 AS id", "hr", "node orders: catalog 'hr' is not one the tenant's binding allows"),
-])
-def test_an_entity_the_service_refuses_is_a_400_naming_the_mapping(alice, acme, settings, sql,
-                                                                     catalog, message):
+@pytest.mark.parametrize(
+    ("sql", "catalog", "message"),
+    [
+        (
+            "SELECT 1 AS id) AS entity), location => 's3://b/tenant-2/x', format => 'PARQUET')) --",
+            CATALOG,
+            "node orders: not a query Trino's grammar reads",
+        ),
+        ("SELECT 1 AS id", "hr", "node orders: catalog 'hr' is not one the tenant's binding allows"),
+    ],
+)
+def test_an_entity_the_service_refuses_is_a_400_naming_the_mapping(
+    alice, acme, settings, sql, catalog, message
+):
     settings.EXPORTS_TRINO_URL = "http://trino.example:8080"
-    owner = mapping(of=acme, entities=[{"kind": "node", "name": "orders", "catalog": catalog,
-                                        "sql": sql, "columns": ["id"]}])
+    owner = mapping(
+        of=acme,
+        entities=[{"kind": "node", "name": "orders", "catalog": catalog, "sql": sql, "columns": ["id"]}],
+    )
 
     response = alice.post(SNAPSHOTS, {"mapping": owner.pk}, format="json")
 
@@ -145,9 +168,13 @@ def test_an_entity_the_service_refuses_is_a_400_naming_the_mapping(alice, acme, 
 
 def test_a_tenant_without_a_binding_gets_a_400_for_a_trino_entity(alice, acme, settings):
     settings.EXPORTS_TRINO_URL = "http://trino.example:8080"
-    owner = mapping(of=acme, role=None, entities=[{"kind": "node", "name": "orders",
-                                                   "catalog": CATALOG, "sql": "SELECT 1 AS id",
-                                                   "columns": ["id"]}])
+    owner = mapping(
+        of=acme,
+        role=None,
+        entities=[
+            {"kind": "node", "name": "orders", "catalog": CATALOG, "sql": "SELECT 1 AS id", "columns": ["id"]}
+        ],
+    )
 
     response = alice.post(SNAPSHOTS, {"mapping": owner.pk}, format="json")
 
@@ -155,16 +182,22 @@ def test_a_tenant_without_a_binding_gets_a_400_for_a_trino_entity(alice, acme, s
     assert "the tenant has no Trino binding" in response.json()["mapping"][0]
 
 
-@pytest.mark.parametrize(("body", "field", "message"), [
-    ({"mapping": "nope"}, "mapping", "unknown mapping 'nope'"),
-    ({"mapping": 2**70}, "mapping", "an id is between 1 and"),
-    ({"mapping": ["co2"]}, "mapping", "a mapping's id (a number) or name (a string)"),
-    ({"mapping": True}, "mapping", "a mapping's id (a number) or name (a string)"),
-    ({}, "mapping", "This field is required."),
-    ({"mapping": "co2", "role": "x"}, "role", "unknown field"),
-    ({"mapping": "co2", "starburst_role": "analytics"}, "starburst_role",
-     "unknown field: the Trino role is bound to the tenant by platform operators"),
-])
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        ({"mapping": "nope"}, "mapping", "unknown mapping 'nope'"),
+        ({"mapping": 2**70}, "mapping", "an id is between 1 and"),
+        ({"mapping": ["co2"]}, "mapping", "a mapping's id (a number) or name (a string)"),
+        ({"mapping": True}, "mapping", "a mapping's id (a number) or name (a string)"),
+        ({}, "mapping", "This field is required."),
+        ({"mapping": "co2", "role": "x"}, "role", "unknown field"),
+        (
+            {"mapping": "co2", "starburst_role": "analytics"},
+            "starburst_role",
+            "unknown field: the Trino role is bound to the tenant by platform operators",
+        ),
+    ],
+)
 def test_a_bad_request_is_a_400_naming_the_field(alice, acme, body, field, message):
     mapping(of=acme)
 
@@ -184,8 +217,9 @@ def test_a_body_that_is_not_an_object_is_a_400(alice):
 
 def test_a_mapping_the_service_refuses_is_a_400_saying_why(alice, acme):
     owner = mapping(of=acme, entities=[])
-    MappingEntity.objects.create(mapping=owner, kind="node", name="u", dataset="units",
-                                 columns=["id", "password"])
+    MappingEntity.objects.create(
+        mapping=owner, kind="node", name="u", dataset="units", columns=["id", "password"]
+    )
 
     response = alice.post(SNAPSHOTS, {"mapping": owner.pk}, format="json")
 
@@ -241,8 +275,7 @@ def test_a_snapshot_shows_each_jobs_status_rows_size_error_poll_and_files(bob, a
     assert (jobs["factors"]["row_count"], jobs["factors"]["size_bytes"]) == (7, 700)
     # Inside the snapshot's folder: no server path reaches a member.
     assert jobs["factors"]["files"] == ["nodes/factors/part-g1.parquet"]
-    assert (jobs["computed_with"]["status"], jobs["computed_with"]["error"]) == (
-        "failed", "Trino said no")
+    assert (jobs["computed_with"]["status"], jobs["computed_with"]["error"]) == ("failed", "Trino said no")
 
 
 def test_snapshots_are_filtered_by_status_mapping_and_creation_time(bob, acme, clock):
@@ -265,15 +298,18 @@ def test_snapshots_are_filtered_by_status_mapping_and_creation_time(bob, acme, c
     assert ids(created_before=since) == [first.pk]
 
 
-@pytest.mark.parametrize(("query", "name"), [
-    ({"status": "done"}, "status"),
-    ({"mapping": "co2"}, "mapping"),
-    ({"mapping": "1.5"}, "mapping"),
-    ({"created_after": "yesterday"}, "created_after"),
-    ({"created_before": "2026-01-01T00:00:00+23:00"}, "created_before"),
-    ({"stat": "failed"}, "stat"),
-    ({"cursor": "abc"}, "cursor"),
-])
+@pytest.mark.parametrize(
+    ("query", "name"),
+    [
+        ({"status": "done"}, "status"),
+        ({"mapping": "co2"}, "mapping"),
+        ({"mapping": "1.5"}, "mapping"),
+        ({"created_after": "yesterday"}, "created_after"),
+        ({"created_before": "2026-01-01T00:00:00+23:00"}, "created_before"),
+        ({"stat": "failed"}, "stat"),
+        ({"cursor": "abc"}, "cursor"),
+    ],
+)
 def test_a_bad_filter_is_a_400_naming_it(bob, query, name):
     response = bob.get(SNAPSHOTS, query)
 
@@ -317,8 +353,10 @@ def test_cancelling_a_finished_snapshot_is_a_409_saying_why(alice, acme):
     response = alice.post(f"{SNAPSHOTS}{snap.pk}/cancel/")
 
     assert response.status_code == 409
-    assert response.json() == {"detail": f"snapshot {snap.pk} has no unfinished job: it is failed",
-                               "snapshot": snap.pk}
+    assert response.json() == {
+        "detail": f"snapshot {snap.pk} has no unfinished job: it is failed",
+        "snapshot": snap.pk,
+    }
 
 
 def test_a_platform_operator_sees_where_the_files_are(olga, acme):

@@ -21,9 +21,14 @@ def test_a_tenants_single_role_becomes_its_binding_and_several_are_left_to_opera
     executor.migrate(BEFORE)
     old = executor.loader.project_state(BEFORE).apps.get_model("exports", "Mapping")
     acme, globex, initech = tenant("Acme"), tenant("Globex"), tenant("Initech")
-    for owner, name, role in ((acme, "a", "analytics"), (acme, "b", "analytics"),
-                              (acme, "c", ""), (globex, "a", "one"), (globex, "b", "two"),
-                              (initech, "a", "")):
+    for owner, name, role in (
+        (acme, "a", "analytics"),
+        (acme, "b", "analytics"),
+        (acme, "c", ""),
+        (globex, "a", "one"),
+        (globex, "b", "two"),
+        (initech, "a", ""),
+    ):
         old.objects.create(tenant_id=owner.pk, name=name, starburst_role=role)
 
     executor.loader.build_graph()

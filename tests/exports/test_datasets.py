@@ -12,9 +12,16 @@ from tests.base import tenant
 pytestmark = pytest.mark.django_db
 
 # PostgreSQL's type of each column as declared (json is exported as its text).
-DECLARED_AS = {"bigint": {"int8"}, "integer": {"int4", "int2"}, "varchar": {"varchar", "text"},
-               "json": {"text"}, "boolean": {"bool"}, "double": {"float8"}, "date": {"date"},
-               "timestamp(6) with time zone": {"timestamptz"}}
+DECLARED_AS = {
+    "bigint": {"int8"},
+    "integer": {"int4", "int2"},
+    "varchar": {"varchar", "text"},
+    "json": {"text"},
+    "boolean": {"bool"},
+    "double": {"float8"},
+    "date": {"date"},
+    "timestamp(6) with time zone": {"timestamptz"},
+}
 
 
 @pytest.mark.parametrize("name", sorted(DATASETS))
@@ -23,14 +30,15 @@ def test_a_dataset_selects_what_it_declares(name):
     names = [column.name for column in dataset.columns]
     with connection.cursor() as cursor:
         cursor.execute(dataset.sql(tenant().pk, list(reversed(names))) + " LIMIT 0")
-        found = [(column.name, column.type_code, column.precision, column.scale)
-                 for column in cursor.description]
-        cursor.execute("SELECT oid, typname FROM pg_type WHERE oid = ANY(%s)",
-                       [[code for _, code, _, _ in found]])
+        found = [
+            (column.name, column.type_code, column.precision, column.scale) for column in cursor.description
+        ]
+        cursor.execute(
+            "SELECT oid, typname FROM pg_type WHERE oid = ANY(%s)", [[code for _, code, _, _ in found]]
+        )
         type_names = dict(cursor.fetchall())
     assert [name for name, *_ in found] == list(reversed(names))
-    for (column_name, code, precision, scale), column in zip(
-            found, reversed(dataset.columns), strict=True):
+    for (column_name, code, precision, scale), column in zip(found, reversed(dataset.columns), strict=True):
         if column.type.startswith("decimal("):
             assert type_names[code] == "numeric", column_name
             assert column.type == f"decimal({precision},{scale})", column_name

@@ -18,8 +18,11 @@ pytestmark = pytest.mark.django_db
 def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """/metrics as {(sample name, sorted labels): value}."""
     body = Client().get("/metrics").content.decode()
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(body) for sample in family.samples}
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(body)
+        for sample in family.samples
+    }
 
 
 def poll(job, polls_seen: int):
@@ -61,11 +64,11 @@ def test_jobs_and_snapshots_are_counted_by_status(settings, history):
 
     found = scrape()
 
-    jobs = {status: found[("conveyor_export_jobs", (("status", status),))]
-            for status in JobStatus.values}
+    jobs = {status: found[("conveyor_export_jobs", (("status", status),))] for status in JobStatus.values}
     assert jobs == {"pending": 1, "claimed": 0, "submitted": 1, "completed": 3, "failed": 1}
-    snapshots = {status: found[("conveyor_snapshots", (("status", status),))]
-                 for status in SnapshotStatus.values}
+    snapshots = {
+        status: found[("conveyor_snapshots", (("status", status),))] for status in SnapshotStatus.values
+    }
     assert snapshots == {"pending": 0, "creating": 2, "ready": 0, "failed": 0}
     assert found[("conveyor_export_polls_total", ())] == 2
 
@@ -75,11 +78,21 @@ def test_the_completed_jobs_durations_are_a_histogram(settings, history):
 
     found = scrape()
 
-    buckets = {le: found[("conveyor_export_duration_seconds_bucket", (("le", le),))]
-               for le in ("1.0", "5.0", "15.0", "60.0", "300.0", "900.0", "3600.0", "10800.0",
-                          "+Inf")}
-    assert buckets == {"1.0": 0, "5.0": 1, "15.0": 1, "60.0": 1, "300.0": 2, "900.0": 3,
-                       "3600.0": 3, "10800.0": 3, "+Inf": 3}
+    buckets = {
+        le: found[("conveyor_export_duration_seconds_bucket", (("le", le),))]
+        for le in ("1.0", "5.0", "15.0", "60.0", "300.0", "900.0", "3600.0", "10800.0", "+Inf")
+    }
+    assert buckets == {
+        "1.0": 0,
+        "5.0": 1,
+        "15.0": 1,
+        "60.0": 1,
+        "300.0": 2,
+        "900.0": 3,
+        "3600.0": 3,
+        "10800.0": 3,
+        "+Inf": 3,
+    }
     assert found[("conveyor_export_duration_seconds_count", ())] == 3
     assert found[("conveyor_export_duration_seconds_sum", ())] == 1003
 

@@ -21,18 +21,33 @@ from exports.spec import Column
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.decimal128(12, 4))])
 
 # (how Trino names the type, the Arrow type) for types without parameters.
-SIMPLE = [("bigint", pa.int64()), ("integer", pa.int32()), ("smallint", pa.int16()),
-          ("tinyint", pa.int8()), ("double", pa.float64()), ("real", pa.float32()),
-          ("boolean", pa.bool_()), ("varchar", pa.string()), ("date", pa.date32()),
-          ("json", pa.string()), ("uuid", pa.string()), ("varbinary", pa.binary()),
-          ("timestamp", pa.timestamp("us")), ("timestamp with time zone", pa.timestamp("us", tz="UTC"))]
+SIMPLE = [
+    ("bigint", pa.int64()),
+    ("integer", pa.int32()),
+    ("smallint", pa.int16()),
+    ("tinyint", pa.int8()),
+    ("double", pa.float64()),
+    ("real", pa.float32()),
+    ("boolean", pa.bool_()),
+    ("varchar", pa.string()),
+    ("date", pa.date32()),
+    ("json", pa.string()),
+    ("uuid", pa.string()),
+    ("varbinary", pa.binary()),
+    ("timestamp", pa.timestamp("us")),
+    ("timestamp with time zone", pa.timestamp("us", tz="UTC")),
+]
 
 
 def batch(ids: range, schema: pa.Schema = SCHEMA) -> pa.RecordBatch:
-    return pa.record_batch([pa.array(list(ids), pa.int64()),
-                            pa.array([f"name, \"{i}\"\n" for i in ids]),
-                            pa.array([Decimal(i) / 10000 for i in ids], pa.decimal128(12, 4))],
-                           schema=schema)
+    return pa.record_batch(
+        [
+            pa.array(list(ids), pa.int64()),
+            pa.array([f'name, "{i}"\n' for i in ids]),
+            pa.array([Decimal(i) / 10000 for i in ids], pa.decimal128(12, 4)),
+        ],
+        schema=schema,
+    )
 
 
 def batches(count: int, size: int = 1000) -> Iterator[pa.RecordBatch]:
@@ -42,8 +57,10 @@ def batches(count: int, size: int = 1000) -> Iterator[pa.RecordBatch]:
 
 def spaced(name: str, draw_case: list[bool], padding: str) -> str:
     """``name`` in mixed case with extra blanks around its words, parentheses and commas."""
-    cased = "".join(char.upper() if upper else char
-                    for char, upper in zip(name, draw_case + [False] * len(name), strict=False))
+    cased = "".join(
+        char.upper() if upper else char
+        for char, upper in zip(name, draw_case + [False] * len(name), strict=False)
+    )
     for mark in ("(", ",", ")"):
         cased = cased.replace(mark, f"{padding}{mark}{padding}")
     return padding + cased.replace(" ", f" {padding}") + padding
@@ -55,13 +72,18 @@ def valid_types(draw: st.DrawFn) -> tuple[str, pa.DataType]:
     scale = draw(st.integers(0, precision))
     length = draw(st.integers(1, 2**31 - 1))
     time_precision = draw(st.integers(0, 12))
-    name, expected = draw(st.sampled_from(SIMPLE + [
-        (f"decimal({precision},{scale})", pa.decimal128(precision, scale)),
-        (f"varchar({length})", pa.string()),
-        (f"char({length})", pa.string()),
-        (f"timestamp({time_precision})", pa.timestamp("us")),
-        (f"timestamp({time_precision}) with time zone", pa.timestamp("us", tz="UTC")),
-    ]))
+    name, expected = draw(
+        st.sampled_from(
+            SIMPLE
+            + [
+                (f"decimal({precision},{scale})", pa.decimal128(precision, scale)),
+                (f"varchar({length})", pa.string()),
+                (f"char({length})", pa.string()),
+                (f"timestamp({time_precision})", pa.timestamp("us")),
+                (f"timestamp({time_precision}) with time zone", pa.timestamp("us", tz="UTC")),
+            ]
+        )
+    )
     case = draw(st.lists(st.booleans(), max_size=len(name)))
     padding = draw(st.sampled_from(["", " ", "  ", "\t"]))
     return spaced(name, case, padding), expected
@@ -73,11 +95,28 @@ def test_a_trino_type_maps_to_its_arrow_type_in_any_case_and_spacing(case):
     assert parquet.arrow_type(name) == expected
 
 
-@pytest.mark.parametrize("name", [
-    "time", "time(3)", "interval day to second", "array(bigint)", "map(varchar,bigint)",
-    "row(a bigint)", "ipaddress", "decimal(39,2)", "decimal(0,0)", "decimal(5,6)", "timestamp(13)",
-    "varchar(", "varchar(n)", "bigint unsigned", "timestamp with local time zone", "text", "",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "time",
+        "time(3)",
+        "interval day to second",
+        "array(bigint)",
+        "map(varchar,bigint)",
+        "row(a bigint)",
+        "ipaddress",
+        "decimal(39,2)",
+        "decimal(0,0)",
+        "decimal(5,6)",
+        "timestamp(13)",
+        "varchar(",
+        "varchar(n)",
+        "bigint unsigned",
+        "timestamp with local time zone",
+        "text",
+        "",
+    ],
+)
 def test_an_unknown_type_is_refused_by_name(name):
     with pytest.raises(parquet.UnsupportedType, match=re.escape(repr(name))):
         parquet.arrow_type(name)
@@ -93,8 +132,9 @@ def test_any_text_maps_to_a_type_or_is_refused_as_unsupported(name):
 
 
 def test_a_schema_keeps_the_columns_order_and_declared_types():
-    schema = parquet.arrow_schema([Column("z", "varchar(3)"), Column("a", "decimal(12,4)"),
-                                   Column("m", "timestamp(6) with time zone")])
+    schema = parquet.arrow_schema(
+        [Column("z", "varchar(3)"), Column("a", "decimal(12,4)"), Column("m", "timestamp(6) with time zone")]
+    )
     assert schema.names == ["z", "a", "m"]
     assert schema.types == [pa.string(), pa.decimal128(12, 4), pa.timestamp("us", tz="UTC")]
     assert schema.field("a").metadata == {b"trino_type": b"decimal(12,4)"}
@@ -109,7 +149,8 @@ def test_batches_round_trip_through_one_file(tmp_path):
     assert table.schema.names == ["id", "name", "amount"]
     assert table.column("id").to_pylist() == list(range(5000))
     assert table.slice(4999).to_pylist() == [
-        {"id": 4999, "name": 'name, "4999"\n', "amount": Decimal("0.4999")}]
+        {"id": 4999, "name": 'name, "4999"\n', "amount": Decimal("0.4999")}
+    ]
 
 
 def test_small_batches_are_gathered_into_whole_row_groups(tmp_path):
@@ -117,12 +158,17 @@ def test_small_batches_are_gathered_into_whole_row_groups(tmp_path):
 
     metadata = pq.read_metadata(tmp_path / "f.parquet")
     assert [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)] == [
-        30_000, 30_000, 30_000, 10_000]
+        30_000,
+        30_000,
+        30_000,
+        10_000,
+    ]
 
 
 def test_a_batch_is_cast_to_the_file_schema(tmp_path):
-    narrow = pa.record_batch([pa.array([1, 2], pa.int32()), pa.array(["a", None]),
-                              pa.array([1, 2], pa.int8())], names=SCHEMA.names)
+    narrow = pa.record_batch(
+        [pa.array([1, 2], pa.int32()), pa.array(["a", None]), pa.array([1, 2], pa.int8())], names=SCHEMA.names
+    )
 
     parquet.write_batches([narrow], SCHEMA, str(tmp_path), "f.parquet")
 
@@ -132,9 +178,10 @@ def test_a_batch_is_cast_to_the_file_schema(tmp_path):
 
 
 def test_a_batch_with_other_columns_is_refused_and_leaves_no_file(tmp_path):
-    swapped = pa.record_batch([pa.array(["a"]), pa.array([1], pa.int64()),
-                               pa.array([Decimal(1)], pa.decimal128(12, 4))],
-                              names=["name", "id", "amount"])
+    swapped = pa.record_batch(
+        [pa.array(["a"]), pa.array([1], pa.int64()), pa.array([Decimal(1)], pa.decimal128(12, 4))],
+        names=["name", "id", "amount"],
+    )
 
     with pytest.raises(ValueError, match=r"columns \['name', 'id', 'amount'\]"):
         parquet.write_batches([batch(range(3)), swapped], SCHEMA, str(tmp_path), "f.parquet")
@@ -205,8 +252,9 @@ def test_a_folder_counts_its_rows_from_the_footers(tmp_path):
     counted = parquet.count_rows(str(tmp_path))
 
     expected = [tmp_path / "g3" / "0001.parquet", tmp_path / "part-g1.parquet", tmp_path / "part-g2.parquet"]
-    assert counted == parquet.Written(5010, sum(path.stat().st_size for path in expected),
-                                      [str(path) for path in expected])
+    assert counted == parquet.Written(
+        5010, sum(path.stat().st_size for path in expected), [str(path) for path in expected]
+    )
 
 
 def test_a_missing_folder_counts_nothing(tmp_path):
@@ -239,8 +287,9 @@ def test_files_round_trip_through_s3(s3_options):
     folder = "s3://exports/snapshots/7/entries"
     schema = pa.schema([("id", pa.int64()), ("at", pa.timestamp("us", tz="UTC"))])
     moments = [dt.datetime(2026, 11, 2, 9, 0, i, tzinfo=dt.UTC) for i in range(3)]
-    rows = pa.record_batch([pa.array([1, 2, 3], pa.int64()), pa.array(moments, schema.field("at").type)],
-                           schema=schema)
+    rows = pa.record_batch(
+        [pa.array([1, 2, 3], pa.int64()), pa.array(moments, schema.field("at").type)], schema=schema
+    )
 
     first = parquet.write_batches([rows], schema, folder, "part-g1.parquet", s3_options)
     second = parquet.write_batches([rows, rows], schema, f"{folder}/g2", "0001.parquet", s3_options)
@@ -248,7 +297,8 @@ def test_files_round_trip_through_s3(s3_options):
     assert first.files == [f"{folder}/part-g1.parquet"]
     assert second.files == [f"{folder}/g2/0001.parquet"]
     assert parquet.count_rows(folder, s3_options) == parquet.Written(
-        9, first.size + second.size, second.files + first.files)
+        9, first.size + second.size, second.files + first.files
+    )
     with fs.open(second.files[0], "rb") as source:
         assert pq.read_table(source).column("at").to_pylist() == moments * 2
     assert [path for path in fs.find("exports") if "/." in path] == []

@@ -46,20 +46,74 @@ COLUMNS = [
 UTC = dt.UTC
 PARIS = dt.timezone(dt.timedelta(hours=1))
 ROWS = [
-    (1, 7, 3, 'commas, "quotes", and\na newline\r\n', "a,b", True, Decimal("12345678.1234"),
-     dt.datetime(2026, 11, 2, 9, 0, tzinfo=UTC), dt.datetime(2026, 11, 2, 9, 0, 0, 123456),
-     dt.date(2026, 11, 2), 1.5, 0.25, '{"a": [1, 2.5, null], "s": "x,\\"y\\"\\n"}',
-     uuid.UUID("12345678-1234-5678-1234-567812345678"), b"\x00\xff,\n\""),
-    (2, -2147483648, -32768, "", "", False, Decimal("-0.0001"),
-     dt.datetime(2026, 3, 29, 2, 30, 0, 1, tzinfo=PARIS), dt.datetime(1970, 1, 1),
-     dt.date(1, 1, 1), math.nan, -math.inf, "{}", uuid.UUID(int=0), b""),
-    (3, 2147483647, 32767, "ünïcødé ✓ 𝄞 日本", "NULL", None, Decimal("99999999.9999"),
-     dt.datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), dt.datetime(9999, 12, 31, 23, 59, 59),
-     dt.date(9999, 12, 31), math.inf, 3.4028234663852886e38, '"a string"',
-     uuid.UUID(int=2**128 - 1), b"\\x41"),
-    (9223372036854775807, 0, 0, "\\N", " ", True, Decimal("0"),
-     dt.datetime(1970, 1, 1, tzinfo=UTC), dt.datetime(2000, 2, 29, 12),
-     dt.date(2000, 2, 29), 5e-324, 1.1754943508222875e-38, '[]', uuid.UUID(int=1), bytes(range(256))),
+    (
+        1,
+        7,
+        3,
+        'commas, "quotes", and\na newline\r\n',
+        "a,b",
+        True,
+        Decimal("12345678.1234"),
+        dt.datetime(2026, 11, 2, 9, 0, tzinfo=UTC),
+        dt.datetime(2026, 11, 2, 9, 0, 0, 123456),
+        dt.date(2026, 11, 2),
+        1.5,
+        0.25,
+        '{"a": [1, 2.5, null], "s": "x,\\"y\\"\\n"}',
+        uuid.UUID("12345678-1234-5678-1234-567812345678"),
+        b'\x00\xff,\n"',
+    ),
+    (
+        2,
+        -2147483648,
+        -32768,
+        "",
+        "",
+        False,
+        Decimal("-0.0001"),
+        dt.datetime(2026, 3, 29, 2, 30, 0, 1, tzinfo=PARIS),
+        dt.datetime(1970, 1, 1),
+        dt.date(1, 1, 1),
+        math.nan,
+        -math.inf,
+        "{}",
+        uuid.UUID(int=0),
+        b"",
+    ),
+    (
+        3,
+        2147483647,
+        32767,
+        "ünïcødé ✓ 𝄞 日本",
+        "NULL",
+        None,
+        Decimal("99999999.9999"),
+        dt.datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        dt.datetime(9999, 12, 31, 23, 59, 59),
+        dt.date(9999, 12, 31),
+        math.inf,
+        3.4028234663852886e38,
+        '"a string"',
+        uuid.UUID(int=2**128 - 1),
+        b"\\x41",
+    ),
+    (
+        9223372036854775807,
+        0,
+        0,
+        "\\N",
+        " ",
+        True,
+        Decimal("0"),
+        dt.datetime(1970, 1, 1, tzinfo=UTC),
+        dt.datetime(2000, 2, 29, 12),
+        dt.date(2000, 2, 29),
+        5e-324,
+        1.1754943508222875e-38,
+        "[]",
+        uuid.UUID(int=1),
+        bytes(range(256)),
+    ),
     (-9223372036854775808, *([None] * (len(COLUMNS) - 1))),
 ]
 NAMES = [name for name, _, _ in COLUMNS]
@@ -78,8 +132,9 @@ def mixed_table() -> Iterator[str]:
     """A committed table of every type with the awkward values: the engine reads it on a
     connection of its own."""
     with connection.cursor() as cursor:
-        cursor.execute(f"CREATE TABLE {TABLE} ("
-                       + ", ".join(f"{name} {pg_type}" for name, pg_type, _ in COLUMNS) + ")")
+        cursor.execute(
+            f"CREATE TABLE {TABLE} (" + ", ".join(f"{name} {pg_type}" for name, pg_type, _ in COLUMNS) + ")"
+        )
         placeholders = ", ".join("%s::jsonb" if name == "doc" else "%s" for name in NAMES)
         cursor.executemany(f"INSERT INTO {TABLE} VALUES ({placeholders})", ROWS)
     yield TABLE
@@ -88,11 +143,19 @@ def mixed_table() -> Iterator[str]:
 
 
 def job(sql: str, names: list[str], destination: str) -> JobSpec:
-    return JobSpec(id=1, snapshot_id=1, tenant_id=1, generation=1, job_type="node",
-                   entity_name="mixed",
-                   engine="postgres", sql=sql, column_names=tuple(names),
-                   column_types=tuple(TYPES.get(name, "bigint") for name in names),
-                   destination=destination)
+    return JobSpec(
+        id=1,
+        snapshot_id=1,
+        tenant_id=1,
+        generation=1,
+        job_type="node",
+        entity_name="mixed",
+        engine="postgres",
+        sql=sql,
+        column_names=tuple(names),
+        column_types=tuple(TYPES.get(name, "bigint") for name in names),
+        destination=destination,
+    )
 
 
 def expected(row: tuple, names: list[str]) -> dict:
@@ -146,7 +209,7 @@ def test_an_empty_answer_writes_a_file_with_the_columns(mixed_table, tmp_path):
 
 
 def test_a_large_answer_streams_through_many_blocks_and_row_groups(tmp_path):
-    sql = ("SELECT i AS id, repeat(E'x,\"\\n', i % 50) AS label FROM generate_series(1, 300000) i")
+    sql = "SELECT i AS id, repeat(E'x,\"\\n', i % 50) AS label FROM generate_series(1, 300000) i"
 
     written = PostgresEngine(dsn()).export_direct(job(sql, ["id", "label"], str(tmp_path)), "f.parquet")
 
@@ -157,11 +220,14 @@ def test_a_large_answer_streams_through_many_blocks_and_row_groups(tmp_path):
     assert table.column("label")[299_999].as_py() == 'x,"\n' * (300_000 % 50)
 
 
-@pytest.mark.parametrize("sql", [
-    f"WITH gone AS (DELETE FROM {TABLE} RETURNING id) SELECT id FROM gone",
-    f"WITH made AS (INSERT INTO {TABLE} (id) VALUES (42) RETURNING id) SELECT id FROM made",
-    f"SELECT id FROM {TABLE} FOR UPDATE",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        f"WITH gone AS (DELETE FROM {TABLE} RETURNING id) SELECT id FROM gone",
+        f"WITH made AS (INSERT INTO {TABLE} (id) VALUES (42) RETURNING id) SELECT id FROM made",
+        f"SELECT id FROM {TABLE} FOR UPDATE",
+    ],
+)
 def test_a_query_that_writes_is_refused_by_the_read_only_transaction(mixed_table, tmp_path, sql):
     with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
         PostgresEngine(dsn()).export_direct(job(sql, ["id"], str(tmp_path)), "f.parquet")
@@ -202,15 +268,17 @@ def test_the_connection_is_closed_after_an_export(tmp_path):
 
 def connected(application_name: str) -> bool:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
-                       [application_name])
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [application_name]
+        )
         return cursor.fetchone()[0] > 0
 
 
 def test_columns_other_than_the_jobs_are_refused(tmp_path):
     with pytest.raises(ValueError, match=r"columns are \['id', 'other'\], the job's \['id', 'label'\]"):
         PostgresEngine(dsn()).export_direct(
-            job("SELECT 1 AS id, 'x' AS other", ["id", "label"], str(tmp_path)), "f.parquet")
+            job("SELECT 1 AS id, 'x' AS other", ["id", "label"], str(tmp_path)), "f.parquet"
+        )
     assert list(tmp_path.iterdir()) == []
 
 

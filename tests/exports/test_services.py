@@ -35,7 +35,10 @@ def test_a_snapshot_has_one_job_per_entity_nodes_first():
     snap = snapshot()
     made = jobs_of(snap)
     assert [(job.job_type, job.entity_name) for job in made] == [
-        ("node", "entries"), ("node", "factors"), ("edge", "computed_with")]
+        ("node", "entries"),
+        ("node", "factors"),
+        ("edge", "computed_with"),
+    ]
     entries = made[0]
     # A dataset's job runs on PostgreSQL: no Trino role is involved.
     assert entries.engine == "postgres" and entries.starburst_role == ""
@@ -51,8 +54,9 @@ def test_a_mapping_naming_an_unknown_dataset_or_column_is_refused_whole():
     bad = mapping(entities=[{"kind": "node", "name": "x", "dataset": "payroll", "columns": ["id"]}])
     with pytest.raises(services.InvalidMapping, match="node x: no dataset 'payroll'"):
         services.create_snapshot(bad)
-    bad = mapping("m2", entities=[{"kind": "node", "name": "u", "dataset": "units",
-                                   "columns": ["id", "password"]}])
+    bad = mapping(
+        "m2", entities=[{"kind": "node", "name": "u", "dataset": "units", "columns": ["id", "password"]}]
+    )
     with pytest.raises(services.InvalidMapping, match="node u: dataset units has no column 'password'"):
         services.create_snapshot(bad)
     assert not ExportJob.objects.exists()
@@ -60,8 +64,17 @@ def test_a_mapping_naming_an_unknown_dataset_or_column_is_refused_whole():
 
 def test_a_query_entity_needs_trino(settings):
     settings.EXPORTS_TRINO_URL = ""
-    query = mapping(entities=[{"kind": "node", "name": "orders", "sql": "SELECT 1 AS id -- one\n",
-                               "catalog": CATALOG, "columns": ["id"]}])
+    query = mapping(
+        entities=[
+            {
+                "kind": "node",
+                "name": "orders",
+                "sql": "SELECT 1 AS id -- one\n",
+                "catalog": CATALOG,
+                "columns": ["id"],
+            }
+        ]
+    )
     with pytest.raises(services.InvalidMapping, match="no Trino is configured"):
         services.create_snapshot(query)
     settings.EXPORTS_TRINO_URL = "http://trino.example:8080"
@@ -74,37 +87,53 @@ def test_a_query_entity_needs_trino(settings):
 def test_an_entity_is_a_dataset_or_a_query_in_the_database():
     owner = mapping(entities=[])
     with pytest.raises(IntegrityError), transaction.atomic():
-        MappingEntity.objects.create(mapping=owner, kind="node", name="both", dataset="units",
-                                     sql="SELECT 1", columns=["id"])
+        MappingEntity.objects.create(
+            mapping=owner, kind="node", name="both", dataset="units", sql="SELECT 1", columns=["id"]
+        )
     with pytest.raises(IntegrityError), transaction.atomic():
-        MappingEntity.objects.create(mapping=owner, kind="node", name="../up", dataset="units",
-                                     columns=["id"])
-
+        MappingEntity.objects.create(
+            mapping=owner, kind="node", name="../up", dataset="units", columns=["id"]
+        )
 
 
 def query_mapping(sql: str, *, catalog: str = CATALOG, role: str | None = "analytics"):
     name = f"query-{Mapping.objects.count()}"
-    return mapping(name, role=role, entities=[{"kind": "node", "name": "orders", "sql": sql,
-                                         "catalog": catalog, "columns": ["id"]}])
+    return mapping(
+        name,
+        role=role,
+        entities=[{"kind": "node", "name": "orders", "sql": sql, "catalog": catalog, "columns": ["id"]}],
+    )
 
 
-@pytest.mark.parametrize("sql, problem", [
-    ("SELECT 1 AS id) AS entity), location => 'gs://bucket/exports/tenant-2/snapshot-9/nodes/x', "
-     "format => 'PARQUET')) --", "not a query Trino's grammar reads"),
-    ("SELECT 1 AS id; DROP TABLE orders", "a semicolon"),
-    ("SELECT 1 AS id;", "a semicolon"),
-    ("SELECT 'a'') AS entity), location => ''/elsewhere'', format => ''PARQUET'')) --' AS id) "
-     "AS x), location => '/elsewhere', format => 'PARQUET')) --", "not a query Trino's grammar"),
-    ("SELECT ((1) AS id", "not a query Trino's grammar reads"),
-    ("SELECT (1)) AS id", "not a query Trino's grammar reads"),
-    ("DELETE FROM orders", "a DELETE statement"),
-    ("SHOW TABLES", "a SHOW statement"),
-    ("SELECT * FROM TABLE(system.unload(input => TABLE(SELECT 1 AS id), location => '/x', "
-     "format => 'PARQUET'))", "a table function"),
-    ("SELECT * FROM TABLE(lake.system.query(query => 'DELETE FROM t'))", "a table function"),
-    ("SELECT ? AS id", "a parameter"),
-    ("SELECT " + "(" * 200 + "1" + ")" * 200 + " AS id", "nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "sql, problem",
+    [
+        (
+            "SELECT 1 AS id) AS entity), location => 'gs://bucket/exports/tenant-2/snapshot-9/nodes/x', "
+            "format => 'PARQUET')) --",
+            "not a query Trino's grammar reads",
+        ),
+        ("SELECT 1 AS id; DROP TABLE orders", "a semicolon"),
+        ("SELECT 1 AS id;", "a semicolon"),
+        (
+            "SELECT 'a'') AS entity), location => ''/elsewhere'', format => ''PARQUET'')) --' AS id) "
+            "AS x), location => '/elsewhere', format => 'PARQUET')) --",
+            "not a query Trino's grammar",
+        ),
+        ("SELECT ((1) AS id", "not a query Trino's grammar reads"),
+        ("SELECT (1)) AS id", "not a query Trino's grammar reads"),
+        ("DELETE FROM orders", "a DELETE statement"),
+        ("SHOW TABLES", "a SHOW statement"),
+        (
+            "SELECT * FROM TABLE(system.unload(input => TABLE(SELECT 1 AS id), location => '/x', "
+            "format => 'PARQUET'))",
+            "a table function",
+        ),
+        ("SELECT * FROM TABLE(lake.system.query(query => 'DELETE FROM t'))", "a table function"),
+        ("SELECT ? AS id", "a parameter"),
+        ("SELECT " + "(" * 200 + "1" + ")" * 200 + " AS id", "nested too deeply"),
+    ],
+)
 def test_an_entity_that_is_not_exactly_one_query_is_refused(settings, sql, problem):
     settings.EXPORTS_TRINO_URL = "http://trino.example:8080"
     with pytest.raises(services.InvalidMapping, match=f"node orders: {re.escape(problem)}"):
@@ -112,15 +141,20 @@ def test_an_entity_that_is_not_exactly_one_query_is_refused(settings, sql, probl
     assert not ExportJob.objects.exists()
 
 
-@pytest.mark.parametrize("sql, inner", [
-    ("SELECT a AS id FROM t UNION ALL SELECT b FROM u",
-     "SELECT a AS id FROM t UNION ALL SELECT b FROM u"),
-    ("WITH x AS (SELECT 1 AS id) SELECT id FROM x", "WITH x AS (SELECT 1 AS id) SELECT id FROM x"),
-    ("SELECT 'it''s ) ; -- fine' AS note, 1 AS id", "SELECT 'it''s ) ; -- fine' AS note, 1 AS id"),
-    ("SELECT 1 AS id -- ) AS entity), location => '/x'", "SELECT 1 AS id"),
-    ("SELECT 1 AS id /* ) AS entity), location => '/x' */", "SELECT 1 AS id"),
-    ("SELECT id FROM lake.sales.orders", "SELECT id FROM lake.sales.orders"),
-])
+@pytest.mark.parametrize(
+    "sql, inner",
+    [
+        (
+            "SELECT a AS id FROM t UNION ALL SELECT b FROM u",
+            "SELECT a AS id FROM t UNION ALL SELECT b FROM u",
+        ),
+        ("WITH x AS (SELECT 1 AS id) SELECT id FROM x", "WITH x AS (SELECT 1 AS id) SELECT id FROM x"),
+        ("SELECT 'it''s ) ; -- fine' AS note, 1 AS id", "SELECT 'it''s ) ; -- fine' AS note, 1 AS id"),
+        ("SELECT 1 AS id -- ) AS entity), location => '/x'", "SELECT 1 AS id"),
+        ("SELECT 1 AS id /* ) AS entity), location => '/x' */", "SELECT 1 AS id"),
+        ("SELECT id FROM lake.sales.orders", "SELECT id FROM lake.sales.orders"),
+    ],
+)
 def test_a_single_query_is_embedded_as_written_back_from_its_tree(settings, sql, inner):
     settings.EXPORTS_TRINO_URL = "http://trino.example:8080"
     job = jobs_of(services.create_snapshot(query_mapping(sql)))[0]
@@ -192,15 +226,31 @@ def test_a_report_from_a_reset_claim_is_refused_and_recorded(clock):
     job.refresh_from_db()
     assert job.status == JobStatus.CLAIMED and job.claimed_by == "w2" and job.query_id == ""
     kinds = list(job.events.values_list("kind", flat=True))
-    assert kinds == [EventKind.CREATED, EventKind.CLAIMED, EventKind.CLAIM_RESET,
-                     EventKind.CLAIMED, EventKind.LATE_REFUSED]
+    assert kinds == [
+        EventKind.CREATED,
+        EventKind.CLAIMED,
+        EventKind.CLAIM_RESET,
+        EventKind.CLAIMED,
+        EventKind.LATE_REFUSED,
+    ]
     assert snap.jobs.count() == 3
 
 
 def row(job: ExportJob) -> tuple:
-    return tuple(ExportJob.objects.filter(pk=job.pk).values_list(
-        "status", "generation", "claimed_by", "query_id", "row_count", "files", "claim_token_hash",
-        "updated_at").get())
+    return tuple(
+        ExportJob.objects.filter(pk=job.pk)
+        .values_list(
+            "status",
+            "generation",
+            "claimed_by",
+            "query_id",
+            "row_count",
+            "files",
+            "claim_token_hash",
+            "updated_at",
+        )
+        .get()
+    )
 
 
 @pytest.mark.parametrize("token", ["", "guessed", None])
@@ -210,8 +260,15 @@ def test_a_report_without_the_claims_secret_is_refused_and_changes_nothing(token
     before = row(job)
     offered = other.token if token is None else token  # None: another job's secret
     with pytest.raises(services.ClaimLost):
-        report(job, "completed", worker="intruder", row_count=1, size_bytes=1,
-               claim_token=offered, files=(f"{job.destination}/part-g1.parquet",))
+        report(
+            job,
+            "completed",
+            worker="intruder",
+            row_count=1,
+            size_bytes=1,
+            claim_token=offered,
+            files=(f"{job.destination}/part-g1.parquet",),
+        )
     with pytest.raises(services.ClaimLost):
         report(job, "submitted", worker="intruder", query_id="q-evil", claim_token=offered)
     assert row(job) == before
@@ -269,26 +326,31 @@ def test_a_poll_takes_a_new_secret_and_the_submitters_is_refused(clock):
     assert report(polled, "submitted", worker="w2", poll_count=0).poll_count == 1
 
 
-@pytest.mark.parametrize("where", [
-    "{destination}/../../../tenant-2/snapshot-1/nodes/x/part-g1.parquet",
-    "{destination}/./part-g1.parquet",
-    "{root}/tenant-2/snapshot-1/nodes/entries/part-g1.parquet",
-    "{destination}-evil/part-g1.parquet",
-    "{destination}",
-    "/etc/passwd",
-    "s3://another-bucket/tenant-1/part-g1.parquet",
-    "file://{destination}/part-g1.parquet",
-])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "{destination}/../../../tenant-2/snapshot-1/nodes/x/part-g1.parquet",
+        "{destination}/./part-g1.parquet",
+        "{root}/tenant-2/snapshot-1/nodes/entries/part-g1.parquet",
+        "{destination}-evil/part-g1.parquet",
+        "{destination}",
+        "/etc/passwd",
+        "s3://another-bucket/tenant-1/part-g1.parquet",
+        "file://{destination}/part-g1.parquet",
+    ],
+)
 def test_a_completion_listing_a_file_outside_its_folder_is_refused_and_nothing_written(
-        settings, tmp_path, where):
+    settings, tmp_path, where
+):
     settings.EXPORTS_STORAGE_URL = str(tmp_path)
     snapshot()
     job = claim_jobs("w1", 1)[0]
     before = row(job)
     outside = where.format(destination=job.destination, root=tmp_path)
     with pytest.raises(services.InvalidReport, match="is not inside the job's folder") as raised:
-        report(job, "completed", row_count=1, size_bytes=1,
-               files=(f"{job.destination}/part-g1.parquet", outside))
+        report(
+            job, "completed", row_count=1, size_bytes=1, files=(f"{job.destination}/part-g1.parquet", outside)
+        )
     assert raised.value.field == "files"
     assert row(job) == before and not job.events.filter(kind=EventKind.COMPLETED).exists()
 
@@ -297,13 +359,16 @@ def test_files_inside_the_folder_are_kept_and_shown_inside_the_snapshot(settings
     settings.EXPORTS_STORAGE_URL = "s3://exports/conveyor"
     snap = snapshot()
     job = claim_jobs("w1", 1)[0]
-    assert job.destination == (f"s3://exports/conveyor/tenant-{snap.tenant_id}/"
-                               f"snapshot-{snap.pk}/nodes/entries")
+    assert job.destination == (
+        f"s3://exports/conveyor/tenant-{snap.tenant_id}/snapshot-{snap.pk}/nodes/entries"
+    )
     files = (f"{job.destination}/part-g1.parquet", f"{job.destination}/g1/20261127_x-0.parquet")
     done = report(job, "completed", row_count=1, size_bytes=1, files=files)
     assert done.files == list(files)
-    assert services.shown_files(done) == ["nodes/entries/part-g1.parquet",
-                                          "nodes/entries/g1/20261127_x-0.parquet"]
+    assert services.shown_files(done) == [
+        "nodes/entries/part-g1.parquet",
+        "nodes/entries/g1/20261127_x-0.parquet",
+    ]
 
 
 def test_a_location_inside_a_folder_is_read_as_a_path_or_url():
@@ -311,9 +376,16 @@ def test_a_location_inside_a_folder_is_read_as_a_path_or_url():
     assert relative_inside("/srv/x/tenant-1//a/b.parquet", "/srv/x/tenant-1/") == "a/b.parquet"
     assert relative_inside("file:///srv/x/t/b.parquet", "file:///srv/x/t") == "b.parquet"
     assert relative_inside("S3://bucket/t/b.parquet", "s3://bucket/t") == "b.parquet"
-    for outside in ("/srv/x/tenant-10/b.parquet", "s3://bucket/t/../u/b.parquet",
-                    "s3://other/t/b.parquet", "gs://bucket/t/b.parquet", "/srv/x/t/b.parquet?x=1",
-                    "s3://bucket/t/b.parquet#x", "/srv/x/tenant-1", "/srv/x/tenant-1/\x00.parquet"):
+    for outside in (
+        "/srv/x/tenant-10/b.parquet",
+        "s3://bucket/t/../u/b.parquet",
+        "s3://other/t/b.parquet",
+        "gs://bucket/t/b.parquet",
+        "/srv/x/t/b.parquet?x=1",
+        "s3://bucket/t/b.parquet#x",
+        "/srv/x/tenant-1",
+        "/srv/x/tenant-1/\x00.parquet",
+    ):
         folder = "s3://bucket/t" if outside.startswith(("s3", "gs")) else "/srv/x/tenant-1"
         assert relative_inside(outside, folder) is None, outside
 

@@ -32,23 +32,45 @@ ROWS = 2500
 @pytest.fixture
 def fake():
     with FakeTrino(page_rows=1000) as server:
-        server.load_table("orders", pa.table({
-            "id": pa.array(range(ROWS), pa.int64()),
-            "amount": pa.array([decimal.Decimal("1.25") * n for n in range(ROWS)], pa.decimal128(14, 2)),
-            "at": pa.array([dt.datetime(2026, 11, 2, 9, tzinfo=dt.UTC)] * ROWS, pa.timestamp("us", tz="UTC")),
-            "day": pa.array([dt.date(2026, 11, 2)] * ROWS, pa.date32()),
-            "note": [None if n % 10 == 0 else f"note, \"{n}\"" for n in range(ROWS)],
-            "score": pa.array([n / 3 for n in range(ROWS)], pa.float64()),
-        }))
+        server.load_table(
+            "orders",
+            pa.table(
+                {
+                    "id": pa.array(range(ROWS), pa.int64()),
+                    "amount": pa.array(
+                        [decimal.Decimal("1.25") * n for n in range(ROWS)], pa.decimal128(14, 2)
+                    ),
+                    "at": pa.array(
+                        [dt.datetime(2026, 11, 2, 9, tzinfo=dt.UTC)] * ROWS, pa.timestamp("us", tz="UTC")
+                    ),
+                    "day": pa.array([dt.date(2026, 11, 2)] * ROWS, pa.date32()),
+                    "note": [None if n % 10 == 0 else f'note, "{n}"' for n in range(ROWS)],
+                    "score": pa.array([n / 3 for n in range(ROWS)], pa.float64()),
+                }
+            ),
+        )
         yield server
 
 
-def job(destination: str, sql: str = "SELECT * FROM orders", role: str = "analytics",
-        columns: tuple[str, ...] = ("note", "id", "amount", "at", "day", "score")) -> JobSpec:
-    return JobSpec(id=1, snapshot_id=1, tenant_id=1, generation=1, job_type="node",
-                   entity_name="orders", engine="trino",
-                   sql=entity_sql.entity_select(sql, list(columns)), column_names=columns,
-                   starburst_role=role, destination=destination)
+def job(
+    destination: str,
+    sql: str = "SELECT * FROM orders",
+    role: str = "analytics",
+    columns: tuple[str, ...] = ("note", "id", "amount", "at", "day", "score"),
+) -> JobSpec:
+    return JobSpec(
+        id=1,
+        snapshot_id=1,
+        tenant_id=1,
+        generation=1,
+        job_type="node",
+        entity_name="orders",
+        engine="trino",
+        sql=entity_sql.entity_select(sql, list(columns)),
+        column_names=columns,
+        starburst_role=role,
+        destination=destination,
+    )
 
 
 def engine(fake: FakeTrino, **options) -> TrinoEngine:
@@ -114,19 +136,24 @@ def test_an_unloads_location_and_format_are_bound_parameters(fake, tmp_path):
 
 def test_an_unload_outside_the_jobs_snapshot_folder_is_never_sent(fake, tmp_path):
     trino = engine(fake, export_root=str(tmp_path))
-    for elsewhere in (tmp_path / "tenant-2" / "snapshot-1" / "nodes" / "orders",
-                      tmp_path / "tenant-1" / "snapshot-1" / ".." / "snapshot-9"):
+    for elsewhere in (
+        tmp_path / "tenant-2" / "snapshot-1" / "nodes" / "orders",
+        tmp_path / "tenant-1" / "snapshot-1" / ".." / "snapshot-9",
+    ):
         with pytest.raises(InvalidQuery, match="not in its snapshot's folder"):
             trino.submit_unload(job(str(elsewhere)))
     assert fake.queries == {}
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT 1 AS id; DROP TABLE orders",
-    "SELECT * FROM orders) AS entity), location => '/tmp/x', format => 'PARQUET')) --",
-    "SELECT * FROM TABLE(system.unload(input => TABLE(orders), location => '/x', format => 'PARQUET'))",
-    "DELETE FROM orders",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT 1 AS id; DROP TABLE orders",
+        "SELECT * FROM orders) AS entity), location => '/tmp/x', format => 'PARQUET')) --",
+        "SELECT * FROM TABLE(system.unload(input => TABLE(orders), location => '/x', format => 'PARQUET'))",
+        "DELETE FROM orders",
+    ],
+)
 def test_a_job_whose_query_is_not_one_query_is_refused_before_anything_is_sent(fake, tmp_path, sql):
     spec = dataclasses.replace(job(str(tmp_path)), sql=sql)
     trino = engine(fake)
@@ -145,10 +172,12 @@ def test_the_fake_refuses_several_statements_in_one_request_as_trino_does(fake, 
         answer = requests.get(first["nextUri"], timeout=5).json()
         assert answer["error"]["errorName"] == "SYNTAX_ERROR", body
         assert "mismatched input ';'" in answer["error"]["message"]
-    counted = requests.post(f"{fake.url}/v1/statement", timeout=5,
-                            data="EXECUTE IMMEDIATE 'SELECT ? AS a' USING 1, 2").json()
+    counted = requests.post(
+        f"{fake.url}/v1/statement", timeout=5, data="EXECUTE IMMEDIATE 'SELECT ? AS a' USING 1, 2"
+    ).json()
     assert requests.get(counted["nextUri"], timeout=5).json()["error"]["errorName"] == (
-        "INVALID_PARAMETER_USAGE")
+        "INVALID_PARAMETER_USAGE"
+    )
 
 
 def test_a_missing_system_unload_answers_function_not_found(fake, tmp_path):
@@ -199,8 +228,9 @@ def test_a_cold_cluster_is_retried_twice_five_seconds_apart(fake, tmp_path):
     fake.cold_start_queries, fake.cold_start_seconds = 1, 3.0
     trino = engine(fake, request_timeout=0.5)
     pauses: list[float] = []
-    written = retry_cold_start(lambda: trino.export_direct(job(str(tmp_path)), "f.parquet"),
-                               sleep=pauses.append)
+    written = retry_cold_start(
+        lambda: trino.export_direct(job(str(tmp_path)), "f.parquet"), sleep=pauses.append
+    )
     assert written.rows == ROWS and pauses == [5.0]
 
 
@@ -209,8 +239,7 @@ def test_a_cold_start_that_never_warms_up_gives_up_naming_the_error(fake, tmp_pa
     trino = engine(fake, request_timeout=0.5)
     pauses: list[float] = []
     with pytest.raises(ColdStartExhausted) as raised:
-        retry_cold_start(lambda: trino.export_direct(job(str(tmp_path)), "f.parquet"),
-                         sleep=pauses.append)
+        retry_cold_start(lambda: trino.export_direct(job(str(tmp_path)), "f.parquet"), sleep=pauses.append)
     assert str(raised.value) == "Direct export failed after 2 retries: TrinoConnectionError"
     assert pauses == [5.0, 5.0]
 

@@ -34,29 +34,48 @@ def storage(settings, tmp_path):
 
 
 def bars(owner, feed_name: str, count: int) -> None:
-    feed = MarketFeed.objects.create(tenant=owner, name=feed_name, api_url="http://x.example/",
-                                     token="t")
+    feed = MarketFeed.objects.create(tenant=owner, name=feed_name, api_url="http://x.example/", token="t")
     DailyBar.objects.bulk_create(
-        DailyBar(feed=feed, ts_code=f"{n:06d}.SH", trade_date=date(2026, 11, 2), open=1.0,
-                 high=2.0 + n, low=0.5, close=1.5, vol=float(n)) for n in range(count))
+        DailyBar(
+            feed=feed,
+            ts_code=f"{n:06d}.SH",
+            trade_date=date(2026, 11, 2),
+            open=1.0,
+            high=2.0 + n,
+            low=0.5,
+            close=1.5,
+            vol=float(n),
+        )
+        for n in range(count)
+    )
 
 
-BARS = [{"kind": "node", "name": "bars", "dataset": "daily_bars",
-         "columns": ["ts_code", "trade_date", "close", "vol"]}]
+BARS = [
+    {
+        "kind": "node",
+        "name": "bars",
+        "dataset": "daily_bars",
+        "columns": ["ts_code", "trade_date", "close", "vol"],
+    }
+]
 
 
 def worker(live_server, **options) -> ExportWorker:
-    return ExportWorker(ControlPlane(live_server.url, TOKEN),
-                        WorkerSettings(name="test-worker", **options),
-                        engine_for=lambda name: engines.postgres_engine())
+    return ExportWorker(
+        ControlPlane(live_server.url, TOKEN),
+        WorkerSettings(name="test-worker", **options),
+        engine_for=lambda name: engines.postgres_engine(),
+    )
 
 
 def run(export_worker: ExportWorker) -> None:
     """One pass of the worker's loop, and every export it started, to the end."""
+
     async def one_pass() -> None:
         await export_worker.run_pass()
         await export_worker.wait_idle()
         await export_worker.cp.close()
+
     asyncio.run(one_pass())
 
 
@@ -83,13 +102,29 @@ def test_a_dataset_with_decimals_json_and_timestamps_round_trips(live_server, st
     from factors.models import EmissionFactor
 
     now = timezone.now()
-    EmissionFactor.objects.create(data_entry_type="plane", year=2024, classification={"haul": "long"},
-                                  value=Decimal("0.123456789"), unit="km", created_at=now,
-                                  updated_at=now)
+    EmissionFactor.objects.create(
+        data_entry_type="plane",
+        year=2024,
+        classification={"haul": "long"},
+        value=Decimal("0.123456789"),
+        unit="km",
+        created_at=now,
+        updated_at=now,
+    )
     acme = tenant("Acme")
-    snap = services.create_snapshot(mapping(of=acme, entities=[
-        {"kind": "node", "name": "factors", "dataset": "emission_factors",
-         "columns": ["value", "classification", "updated_at", "year"]}]))
+    snap = services.create_snapshot(
+        mapping(
+            of=acme,
+            entities=[
+                {
+                    "kind": "node",
+                    "name": "factors",
+                    "dataset": "emission_factors",
+                    "columns": ["value", "classification", "updated_at", "year"],
+                }
+            ],
+        )
+    )
     run(worker(live_server))
     job = ExportJob.objects.get(snapshot=snap)
     assert job.status == JobStatus.COMPLETED, job.error_message
@@ -100,7 +135,8 @@ def test_a_dataset_with_decimals_json_and_timestamps_round_trips(live_server, st
 
 
 def test_a_completion_from_a_claim_taken_away_is_refused_and_its_file_removed(
-        live_server, storage, monkeypatch):
+    live_server, storage, monkeypatch
+):
     acme = tenant("Acme")
     bars(acme, "acme-feed", 10)
     snap = services.create_snapshot(mapping(of=acme, entities=BARS))
@@ -116,8 +152,9 @@ def test_a_completion_from_a_claim_taken_away_is_refused_and_its_file_removed(
             connection.close()  # this runs on the worker's pool thread
         return written
 
-    monkeypatch.setattr(engines.postgres_engine().__class__, "export_direct",
-                        lambda self, job, name: then_reset(job, name))
+    monkeypatch.setattr(
+        engines.postgres_engine().__class__, "export_direct", lambda self, job, name: then_reset(job, name)
+    )
     run(worker(live_server))
     job = snap.jobs.get()
     assert job.status == JobStatus.CLAIMED and job.claimed_by == "another-worker"
@@ -129,8 +166,15 @@ def test_a_completion_from_a_claim_taken_away_is_refused_and_its_file_removed(
 
 # -- on Trino -----------------------------------------------------------------------
 
-ORDERS = [{"kind": "node", "name": "orders", "sql": "SELECT id, amount FROM orders",
-           "catalog": CATALOG, "columns": ["amount", "id"]}]
+ORDERS = [
+    {
+        "kind": "node",
+        "name": "orders",
+        "sql": "SELECT id, amount FROM orders",
+        "catalog": CATALOG,
+        "columns": ["amount", "id"],
+    }
+]
 
 
 @pytest.fixture
@@ -140,8 +184,12 @@ def trino(settings):
     from exports.fake_trino import FakeTrino
 
     with FakeTrino(page_rows=100) as fake:
-        fake.load_table("orders", pa.table({"id": pa.array(range(300), pa.int64()),
-                                            "amount": pa.array([n * 0.5 for n in range(300)])}))
+        fake.load_table(
+            "orders",
+            pa.table(
+                {"id": pa.array(range(300), pa.int64()), "amount": pa.array([n * 0.5 for n in range(300)])}
+            ),
+        )
         settings.EXPORTS_TRINO_URL = fake.url
         yield fake
 
@@ -150,10 +198,12 @@ def trino_worker(live_server, fake, *, direct: bool, pauses: list | None = None,
     from exports.engines.trino import TrinoEngine, TrinoSettings
 
     engine = TrinoEngine(TrinoSettings(url=fake.url, **settings))
-    return ExportWorker(ControlPlane(live_server.url, TOKEN),
-                        WorkerSettings(name="trino-worker", direct_export=direct),
-                        engine_for=lambda name: engine,
-                        sleep=(pauses.append if pauses is not None else lambda seconds: None))
+    return ExportWorker(
+        ControlPlane(live_server.url, TOKEN),
+        WorkerSettings(name="trino-worker", direct_export=direct),
+        engine_for=lambda name: engine,
+        sleep=(pauses.append if pauses is not None else lambda seconds: None),
+    )
 
 
 def test_a_trino_direct_export_completes_in_one_step(live_server, storage, trino):
@@ -197,8 +247,7 @@ def snapshot_status(snap) -> str:
     return snap.status
 
 
-def test_an_engine_without_system_unload_gets_the_job_exported_directly(
-        live_server, storage, trino, clock):
+def test_an_engine_without_system_unload_gets_the_job_exported_directly(live_server, storage, trino, clock):
     trino.unload_available = False
     snap = services.create_snapshot(mapping(of=tenant("Acme"), entities=ORDERS))
     run(trino_worker(live_server, trino, direct=False))
@@ -277,11 +326,13 @@ def test_a_trino_job_without_a_role_fails_at_once_and_fails_its_snapshot(live_se
 
 @pytest.mark.parametrize("direct", [True, False])
 def test_a_job_whose_query_was_changed_behind_the_services_back_fails_and_nothing_is_sent(
-        live_server, storage, trino, direct):
+    live_server, storage, trino, direct
+):
     snap = services.create_snapshot(mapping(of=tenant("Acme"), entities=ORDERS))
     ExportJob.objects.filter(snapshot=snap).update(
         sql="SELECT amount, id FROM orders) AS entity), location => '/tmp/elsewhere', "
-            "format => 'PARQUET')) --")
+        "format => 'PARQUET')) --"
+    )
     run(trino_worker(live_server, trino, direct=direct))
     job = snap.jobs.get()
     assert job.status == JobStatus.FAILED
@@ -289,16 +340,20 @@ def test_a_job_whose_query_was_changed_behind_the_services_back_fails_and_nothin
     assert trino.queries == {} and job.completed_at is not None  # failed for good
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT id, amount FROM orders UNION ALL SELECT id, amount FROM orders WHERE id < 0",
-    "WITH o AS (SELECT id, amount FROM orders) SELECT id, amount FROM o",
-    "SELECT id, amount, ') AS entity), location => ''/tmp/elsewhere'', format => ''PARQUET'')) --'"
-    " AS note FROM orders",
-    "SELECT id, amount FROM orders -- ) AS entity), location => '/tmp/elsewhere'",
-    "SELECT id, amount FROM orders /* ) AS entity), location => '/tmp/elsewhere' */",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT id, amount FROM orders UNION ALL SELECT id, amount FROM orders WHERE id < 0",
+        "WITH o AS (SELECT id, amount FROM orders) SELECT id, amount FROM o",
+        "SELECT id, amount, ') AS entity), location => ''/tmp/elsewhere'', format => ''PARQUET'')) --'"
+        " AS note FROM orders",
+        "SELECT id, amount FROM orders -- ) AS entity), location => '/tmp/elsewhere'",
+        "SELECT id, amount FROM orders /* ) AS entity), location => '/tmp/elsewhere' */",
+    ],
+)
 def test_an_unload_writes_exactly_into_the_jobs_folder_whatever_the_entity_holds(
-        live_server, storage, trino, clock, sql):
+    live_server, storage, trino, clock, sql
+):
     acme = tenant("Acme")
     snap = services.create_snapshot(mapping(of=acme, entities=[{**ORDERS[0], "sql": sql}]))
     run(trino_worker(live_server, trino, direct=False, export_root=str(storage)))

@@ -37,7 +37,8 @@ def travel():
 
 
 def test_a_report_page_shows_stats_and_a_recalculating_badge_while_a_pipeline_runs(
-        admin_client, travel, clock):
+    admin_client, travel, clock
+):
     dispatch(travel, csv_bytes(HEADER, plane_rows(40)))
     url = f"/admin/factors/carbonreport/{travel.report_id}/change/"
 
@@ -54,13 +55,21 @@ def test_every_factors_page_answers_with_rows_in_it(admin_client, travel, clock)
     dispatch(travel, csv_bytes(HEADER, plane_rows(10)))
     run_until_idle()
     entry = DataEntry.objects.first()
-    for url in ["/admin/factors/unit/", f"/admin/factors/unit/{travel.report.unit_id}/change/",
-                "/admin/factors/carbonreport/", "/admin/factors/dataentry/",
-                f"/admin/factors/dataentry/{entry.pk}/change/", "/admin/factors/emissionfactor/",
-                f"/admin/factors/emissionfactor/{EmissionFactor.objects.first().pk}/change/",
-                "/admin/factors/emission/", f"/admin/factors/emission/{entry.pk}/change/",
-                "/admin/factors/dataentry/upload/", "/admin/factors/emissionfactor/upload/",
-                "/admin/factors/unit/upload/", "/admin/factors/carbonreport/add/"]:
+    for url in [
+        "/admin/factors/unit/",
+        f"/admin/factors/unit/{travel.report.unit_id}/change/",
+        "/admin/factors/carbonreport/",
+        "/admin/factors/dataentry/",
+        f"/admin/factors/dataentry/{entry.pk}/change/",
+        "/admin/factors/emissionfactor/",
+        f"/admin/factors/emissionfactor/{EmissionFactor.objects.first().pk}/change/",
+        "/admin/factors/emission/",
+        f"/admin/factors/emission/{entry.pk}/change/",
+        "/admin/factors/dataentry/upload/",
+        "/admin/factors/emissionfactor/upload/",
+        "/admin/factors/unit/upload/",
+        "/admin/factors/carbonreport/add/",
+    ]:
         assert admin_client.get(url).status_code == 200, url
 
 
@@ -72,11 +81,18 @@ def test_the_stale_filter_lists_factors_left_out_of_the_latest_upload(admin_clie
     assert page.count('class="field-data_entry_type"') == 2
 
 
-def test_the_entries_upload_form_starts_the_pipeline_as_the_staff_user(admin_client, admin_user,
-                                                                       travel, clock):
-    response = admin_client.post("/admin/factors/dataentry/upload/", {
-        "report": travel.report_id, "module_type": "travel", "data_entry_type": "plane",
-        "file": SimpleUploadedFile("e.csv", csv_bytes(HEADER, plane_rows(5)))})
+def test_the_entries_upload_form_starts_the_pipeline_as_the_staff_user(
+    admin_client, admin_user, travel, clock
+):
+    response = admin_client.post(
+        "/admin/factors/dataentry/upload/",
+        {
+            "report": travel.report_id,
+            "module_type": "travel",
+            "data_entry_type": "plane",
+            "file": SimpleUploadedFile("e.csv", csv_bytes(HEADER, plane_rows(5))),
+        },
+    )
 
     assert response.status_code == 302
     job = Job.objects.get()
@@ -84,9 +100,15 @@ def test_the_entries_upload_form_starts_the_pipeline_as_the_staff_user(admin_cli
 
 
 def test_a_refused_upload_lists_its_errors_and_starts_nothing(admin_client, travel):
-    response = admin_client.post("/admin/factors/dataentry/upload/", {
-        "report": travel.report_id, "module_type": "travel", "data_entry_type": "plane",
-        "file": SimpleUploadedFile("e.csv", b"quantity,unit,haul,cabin\nabc,km,short,economy\n")})
+    response = admin_client.post(
+        "/admin/factors/dataentry/upload/",
+        {
+            "report": travel.report_id,
+            "module_type": "travel",
+            "data_entry_type": "plane",
+            "file": SimpleUploadedFile("e.csv", b"quantity,unit,haul,cabin\nabc,km,short,economy\n"),
+        },
+    )
 
     page = response.content.decode()
     assert response.status_code == 200
@@ -100,15 +122,17 @@ def test_the_factor_upload_form_is_for_platform_operators(client, travel):
 
 
 def test_opening_a_report_in_the_admin_creates_its_modules(admin_client, travel):
-    response = admin_client.post("/admin/factors/carbonreport/add/",
-                                 {"unit": travel.report.unit_id, "year": 2025})
+    response = admin_client.post(
+        "/admin/factors/carbonreport/add/", {"unit": travel.report.unit_id, "year": 2025}
+    )
     assert response.status_code == 302
     assert CarbonReport.objects.get(year=2025).modules.count() == 3
 
 
 def test_recompute_stats_queues_one_aggregation_per_module(admin_client, admin_user, travel, clock):
-    admin_client.post("/admin/factors/carbonreport/", {
-        "action": "recompute_stats", "_selected_action": [travel.report_id]})
+    admin_client.post(
+        "/admin/factors/carbonreport/", {"action": "recompute_stats", "_selected_action": [travel.report_id]}
+    )
     assert Job.objects.filter(type="factors.aggregation", created_by=admin_user).count() == 3
 
 
@@ -118,9 +142,15 @@ def test_classifications_read_as_key_value_lines_escaped_not_as_json(admin_clien
     run_until_idle()
     entry = DataEntry.objects.get()
 
-    pages = {url: admin_client.get(url).content.decode() for url in [
-        "/admin/factors/emissionfactor/", f"/admin/factors/emissionfactor/{hostile.pk}/change/",
-        "/admin/factors/dataentry/", f"/admin/factors/dataentry/{entry.pk}/change/"]}
+    pages = {
+        url: admin_client.get(url).content.decode()
+        for url in [
+            "/admin/factors/emissionfactor/",
+            f"/admin/factors/emissionfactor/{hostile.pk}/change/",
+            "/admin/factors/dataentry/",
+            f"/admin/factors/dataentry/{entry.pk}/change/",
+        ]
+    }
 
     for url, page in pages.items():
         assert '{"haul"' not in page and "{&quot;" not in page, url
@@ -135,25 +165,37 @@ def test_classifications_read_as_key_value_lines_escaped_not_as_json(admin_clien
 
 
 def test_the_entries_upload_form_refuses_a_type_of_another_module_naming_it(admin_client, travel):
-    response = admin_client.post("/admin/factors/dataentry/upload/", {
-        "report": travel.report_id, "module_type": "energy", "data_entry_type": "plane",
-        "file": SimpleUploadedFile("e.csv", csv_bytes(HEADER, plane_rows(5)))})
+    response = admin_client.post(
+        "/admin/factors/dataentry/upload/",
+        {
+            "report": travel.report_id,
+            "module_type": "energy",
+            "data_entry_type": "plane",
+            "file": SimpleUploadedFile("e.csv", csv_bytes(HEADER, plane_rows(5))),
+        },
+    )
 
     assert response.status_code == 200
-    assert response.context["form"].errors == {"data_entry_type": [
-        "plane is not an entry type of the energy module: choose one of electricity, heating"]}
+    assert response.context["form"].errors == {
+        "data_entry_type": [
+            "plane is not an entry type of the energy module: choose one of electricity, heating"
+        ]
+    }
     assert not Job.objects.exists()
     # The example follows the module the operator chose.
     assert response.context["example"] == ("quantity,unit,country", "120.5,kwh,fr")
 
 
 def test_the_entries_upload_page_groups_types_by_module_with_their_example_and_its_script(
-        admin_client, travel):
+    admin_client, travel
+):
     page = admin_client.get("/admin/factors/dataentry/upload/").content.decode()
 
     assert '<optgroup label="Energy">' in page
-    assert ('<option value="heating" data-module="energy" data-header="quantity,unit,energy" '
-            'data-example="120.5,kwh,natural_gas">') in page
+    assert (
+        '<option value="heating" data-module="energy" data-header="quantity,unit,energy" '
+        'data-example="120.5,kwh,natural_gas">'
+    ) in page
     assert '<code id="csv-example-header">quantity,unit,haul,cabin</code>' in page
     assert '<code id="csv-example-row">120.5,km,short,economy</code>' in page
     assert '<script src="/static/factors/upload_form.js"></script>' in page

@@ -57,16 +57,14 @@ def test_a_crafted_cursor_on_a_co2_list_is_a_400_naming_cursor(member, travel, p
 def test_a_members_deeply_nested_entry_is_a_400(member, travel):
     body = '{"classification": ' * 5_000 + "1" + "}" * 5_000
 
-    response = member.post(ENTRIES.format(report=travel.report_id), body,
-                           content_type="application/json")
+    response = member.post(ENTRIES.format(report=travel.report_id), body, content_type="application/json")
 
     assert response.status_code == 400
     assert "nested deeper than 64 levels" in response.json()["detail"]
 
 
 @pytest.mark.parametrize("body", ["[1, 2]", '"plane"', "12"])
-@pytest.mark.parametrize("path", ["/sync/api-ingest", "/sync/units",
-                                  "/sync/recalculate-emissions/plane"])
+@pytest.mark.parametrize("path", ["/sync/api-ingest", "/sync/units", "/sync/recalculate-emissions/plane"])
 def test_a_sync_body_that_is_not_an_object_is_a_400(olga, path, body):
     response = olga.post(path, body, content_type="application/json")
 
@@ -79,10 +77,16 @@ def test_a_refused_upload_of_megabyte_cells_answers_a_small_report(alice, travel
     big = "x" * 1_000_000
     body = csv_bytes(["quantity", "unit", "haul", "cabin"], [[big, "km", "short", "economy"]] * 40)
 
-    response = alice.post("/sync/dispatch", {
-        "report": travel.report_id, "module": "travel", "data_entry_type": "plane",
-        "file": SimpleUploadedFile("entries.csv", body, content_type="text/csv")},
-        format="multipart")
+    response = alice.post(
+        "/sync/dispatch",
+        {
+            "report": travel.report_id,
+            "module": "travel",
+            "data_entry_type": "plane",
+            "file": SimpleUploadedFile("entries.csv", body, content_type="text/csv"),
+        },
+        format="multipart",
+    )
 
     assert response.status_code == 400
     assert len(response.content) < 20_000
@@ -95,8 +99,10 @@ def test_a_pipelines_errors_show_the_traceback_to_staff_only(member, alice, acme
     run_next()
     assert '  File "' in Job.objects.get(pk=job.pk).last_error
 
-    shown = {name: client.get(f"/sync/pipelines/{job.pipeline_id}").json()["jobs"][0]["last_error"]
-             for name, client in (("member", member), ("staff", alice))}
+    shown = {
+        name: client.get(f"/sync/pipelines/{job.pipeline_id}").json()["jobs"][0]["last_error"]
+        for name, client in (("member", member), ("staff", alice))
+    }
 
     assert shown["member"] == "RuntimeError: unexpected"
     assert shown["staff"].startswith("RuntimeError: unexpected\n") and '  File "' in shown["staff"]
@@ -107,26 +113,40 @@ def test_the_co2_lists_are_documented_as_the_cursor_pages_they_answer():
 
     paths = SchemaGenerator().get_schema(request=None, public=True)["paths"]
 
-    for path, page in (("/v1/carbon_reports", "PaginatedReportList"),
-                       (ENTRIES.replace("travel", "{module}"),
-                        "PaginatedEntryList")):
+    for path, page in (
+        ("/v1/carbon_reports", "PaginatedReportList"),
+        (ENTRIES.replace("travel", "{module}"), "PaginatedEntryList"),
+    ):
         get = paths[path]["get"]
         assert get["responses"]["200"]["content"]["application/json"]["schema"] == {
-            "$ref": f"#/components/schemas/{page}"}
+            "$ref": f"#/components/schemas/{page}"
+        }
         assert {"cursor", "page_size"} <= {p["name"] for p in get["parameters"]}
 
 
-@pytest.mark.parametrize(("path", "body", "field"), [
-    ("/sync/units", {"year": 2024, "url": {"host": "x"}}, "url"),
-    ("/sync/units", {"year": 1.5}, "year"),
-    ("/sync/api-ingest", {"report": 1, "module": ["travel"], "data_entry_type": "plane",
-                          "url": "http://127.0.0.1/"}, "module"),
-    ("/sync/api-ingest", {"report": 2**80, "module": "travel", "data_entry_type": "plane",
-                          "url": "http://127.0.0.1/"}, "report"),
-    ("/sync/api-ingest", {"report": "REPORT", "module": "travel", "data_entry_type": "plane",
-                          "url": "http://[::1"}, "url"),
-    ("/sync/recalculate-emissions/plane", {"year": True}, "year"),
-])
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/sync/units", {"year": 2024, "url": {"host": "x"}}, "url"),
+        ("/sync/units", {"year": 1.5}, "year"),
+        (
+            "/sync/api-ingest",
+            {"report": 1, "module": ["travel"], "data_entry_type": "plane", "url": "http://127.0.0.1/"},
+            "module",
+        ),
+        (
+            "/sync/api-ingest",
+            {"report": 2**80, "module": "travel", "data_entry_type": "plane", "url": "http://127.0.0.1/"},
+            "report",
+        ),
+        (
+            "/sync/api-ingest",
+            {"report": "REPORT", "module": "travel", "data_entry_type": "plane", "url": "http://[::1"},
+            "url",
+        ),
+        ("/sync/recalculate-emissions/plane", {"year": True}, "year"),
+    ],
+)
 def test_a_sync_field_of_the_wrong_kind_is_a_400_naming_it(olga, travel, path, body, field):
     if body.get("report") == "REPORT":
         body = {**body, "report": travel.report_id}
@@ -145,8 +165,11 @@ def test_a_module_path_with_a_nul_character_is_a_404_not_a_database_error(member
 
 
 def test_an_entry_with_a_nul_character_is_a_400(member, travel):
-    entry = {"data_entry_type": "plane", "quantity": "1",
-             "classification": {"haul": "short\u0000", "cabin": "economy"}}
+    entry = {
+        "data_entry_type": "plane",
+        "quantity": "1",
+        "classification": {"haul": "short\u0000", "cabin": "economy"},
+    }
 
     response = member.post(ENTRIES.format(report=travel.report_id), entry, format="json")
 
@@ -155,8 +178,11 @@ def test_an_entry_with_a_nul_character_is_a_400(member, travel):
 
 
 def test_an_entry_type_that_is_not_a_string_is_a_400_naming_it(member, travel):
-    entry = {"data_entry_type": ["plane"] * 100, "quantity": "1",
-             "classification": {"haul": "short", "cabin": "economy"}}
+    entry = {
+        "data_entry_type": ["plane"] * 100,
+        "quantity": "1",
+        "classification": {"haul": "short", "cabin": "economy"},
+    }
 
     response = member.post(ENTRIES.format(report=travel.report_id), entry, format="json")
 
@@ -198,8 +224,9 @@ def test_a_report_year_outside_the_range_is_a_400_naming_year(member, year):
     assert list(response.json()) == ["year"]
 
 
-@pytest.mark.parametrize("path", ["/sync/factors/{data_entry_type}",
-                                  "/sync/recalculate-emissions/{data_entry_type}"])
+@pytest.mark.parametrize(
+    "path", ["/sync/factors/{data_entry_type}", "/sync/recalculate-emissions/{data_entry_type}"]
+)
 def test_a_types_path_parameter_lists_the_types(path):
     from factors.catalog import DataEntryType
 
@@ -216,8 +243,11 @@ def test_uploads_are_documented_as_non_empty_files_and_forms_without_null():
 
     for body in ("DispatchBody", "FactorUploadBody", "UnitSyncBody"):
         assert components[body]["properties"]["file"] == {
-            **components[body]["properties"]["file"], "type": "string", "format": "binary",
-            "minLength": 1}
+            **components[body]["properties"]["file"],
+            "type": "string",
+            "format": "binary",
+            "minLength": 1,
+        }
     assert "nullable" not in components[form.rsplit("/", 1)[1]]["properties"]["year"]
 
 

@@ -48,8 +48,9 @@ def test_upload_commands_start_pipelines_as_the_named_user(tmp_path, clock):
     entries = tmp_path / "entries.csv"
     entries.write_bytes(csv_bytes(["quantity", "unit", "haul", "cabin"], plane_rows(12)))
 
-    output = command("factors_upload_entries", str(travel.report_id), "travel", "plane",
-                     str(entries), "--user", "olga")
+    output = command(
+        "factors_upload_entries", str(travel.report_id), "travel", "plane", str(entries), "--user", "olga"
+    )
 
     job = Job.objects.get(type="factors.csv_ingest")
     assert f"Started job {job.pk} (factors.csv_ingest, 12 rows)" in output
@@ -88,10 +89,10 @@ def test_old_staged_uploads_are_cleaned_with_their_records(upload_dir):
     (upload_dir / staged.hex).write_text("1,km,short,economy\n")
     Upload.objects.create(id=staged, kind="units", rows=1, columns=["code"])
     assert "Would delete 2 staged upload(s) and 1 record(s)" in command(
-        "factors_clean_uploads", "--days", "0", "--dry-run")
+        "factors_clean_uploads", "--days", "0", "--dry-run"
+    )
     assert Upload.objects.exists()
-    assert "Deleted 2 staged upload(s) and 1 record(s)" in command("factors_clean_uploads",
-                                                                    "--days", "0")
+    assert "Deleted 2 staged upload(s) and 1 record(s)" in command("factors_clean_uploads", "--days", "0")
     assert not list(upload_dir.iterdir()) and not Upload.objects.exists()
 
 
@@ -107,6 +108,8 @@ def test_old_staged_uploads_are_cleaned_from_any_fsspec_store(settings):
 
     output = command("factors_clean_uploads", "--days", "0")
 
-    assert output == (f"Deleted 1 staged upload(s) and 2 record(s) older than 0 days in "
-                      f"{settings.INTAKE_STAGING_URL}/factors.\n")
+    assert output == (
+        f"Deleted 1 staged upload(s) and 2 record(s) older than 0 days in "
+        f"{settings.INTAKE_STAGING_URL}/factors.\n"
+    )
     assert store.files() == [] and not Upload.objects.exists()

@@ -41,9 +41,16 @@ def client_of(username: str, acme) -> APIClient:
 
 
 def post_upload(client: APIClient, mod: ReportModule, body: bytes, data_entry_type: str = "plane"):
-    return client.post("/sync/dispatch", {
-        "report": mod.report_id, "module": mod.module_type, "data_entry_type": data_entry_type,
-        "file": SimpleUploadedFile("entries.csv", body)}, format="multipart")
+    return client.post(
+        "/sync/dispatch",
+        {
+            "report": mod.report_id,
+            "module": mod.module_type,
+            "data_entry_type": data_entry_type,
+            "file": SimpleUploadedFile("entries.csv", body),
+        },
+        format="multipart",
+    )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -77,8 +84,7 @@ def test_two_uploads_for_one_combination_at_the_same_moment_run_one_pipeline(clo
     assert DataEntry.objects.values("row_number").distinct().count() == 3000
     travel.refresh_from_db()
     expected = expected_totals(csv_rows(bodies[winner]))
-    assert (travel.stats["entries"], travel.stats["kg_co2e"]) == (expected[0],
-                                                                  stats.amount(expected[2]))
+    assert (travel.stats["entries"], travel.stats["kg_co2e"]) == (expected[0], stats.amount(expected[2]))
 
 
 def csv_rows(body: bytes) -> list[list[str]]:
@@ -94,8 +100,7 @@ def electricity_rows(n: int) -> list[list[str]]:
 
 @pytest.mark.system
 @pytest.mark.django_db(transaction=True)
-def test_pipelines_on_two_modules_of_one_report_and_edits_meanwhile_end_with_right_stats(
-        processes):  # noqa: F811 (the fixture)
+def test_pipelines_on_two_modules_of_one_report_and_edits_meanwhile_end_with_right_stats(processes):  # noqa: F811 (the fixture)
     acme = tenant("Acme")
     plane_factors()
     for country, value in ELECTRICITY.items():
@@ -106,11 +111,14 @@ def test_pipelines_on_two_modules_of_one_report_and_edits_meanwhile_end_with_rig
     plane = plane_rows(40_000)
     power = electricity_rows(30_000)
     assert post_upload(alice, travel, csv_bytes(HEADER, plane)).status_code == 202
-    assert post_upload(alice, energy, csv_bytes(["quantity", "unit", "country"], power),
-                       "electricity").status_code == 202
+    assert (
+        post_upload(
+            alice, energy, csv_bytes(["quantity", "unit", "country"], power), "electricity"
+        ).status_code
+        == 202
+    )
 
-    worker = processes.manage("worker", "jobs_worker", "--concurrency", "2",
-                              env=processes.env(**FAST))
+    worker = processes.manage("worker", "jobs_worker", "--concurrency", "2", env=processes.env(**FAST))
     manual = edit_until_done(alice, travel, energy, worker)
 
     travel.refresh_from_db()
@@ -119,19 +127,27 @@ def test_pipelines_on_two_modules_of_one_report_and_edits_meanwhile_end_with_rig
     for mod in (travel, energy):
         assert mod.stats == stats.module_stats(aggregation.module_totals(mod.pk))
     assert travel.report.stats == stats.report_stats(
-        ReportModule.objects.filter(report=the_report).values_list("module_type", "stats"))
+        ReportModule.objects.filter(report=the_report).values_list("module_type", "stats")
+    )
     count, quantity, kg, missing = expected_totals(plane + manual, PLANE_FACTORS)
     assert (travel.stats["entries"], travel.stats["kg_co2e"], travel.stats["without_factor"]) == (
-        count, stats.amount(kg), missing)
-    kwh = sum((Decimal(q) * Decimal(ELECTRICITY[c])).quantize(Decimal("0.000001"))
-              for q, _, c in power if c in ELECTRICITY)
+        count,
+        stats.amount(kg),
+        missing,
+    )
+    kwh = sum(
+        (Decimal(q) * Decimal(ELECTRICITY[c])).quantize(Decimal("0.000001"))
+        for q, _, c in power
+        if c in ELECTRICITY
+    )
     assert (energy.stats["entries"], energy.stats["kg_co2e"]) == (30_000, stats.amount(kwh))
-    assert Emission.objects.count() == DataEntry.objects.count() - travel.stats[
-        "without_factor"] - energy.stats["without_factor"]
+    assert (
+        Emission.objects.count()
+        == DataEntry.objects.count() - travel.stats["without_factor"] - energy.stats["without_factor"]
+    )
 
 
-def edit_until_done(alice: APIClient, travel: ReportModule, energy: ReportModule,
-                    worker) -> list[list[str]]:
+def edit_until_done(alice: APIClient, travel: ReportModule, energy: ReportModule, worker) -> list[list[str]]:
     """Add and delete manual entries on both modules while the pipelines run; returns the
     manual plane entries that remain (as CSV-like rows)."""
     url = "/v1/carbon_reports/{r}/modules/{m}/data-entries"
@@ -141,17 +157,22 @@ def edit_until_done(alice: APIClient, travel: ReportModule, energy: ReportModule
         assert not worker.exited(), worker.tail()
         edits += 1
         during_jobs += Job.objects.filter(state=Job.State.RUNNING).exists()
-        body = {"data_entry_type": "plane", "quantity": f"{edits}.25",
-                "classification": {"haul": "medium", "cabin": "economy"}}
+        body = {
+            "data_entry_type": "plane",
+            "quantity": f"{edits}.25",
+            "classification": {"haul": "medium", "cabin": "economy"},
+        }
         created = alice.post(url.format(r=travel.report_id, m="travel"), body, format="json")
         assert created.status_code == 201, created.json()
         if edits % 3 == 0:
             alice.delete(url.format(r=travel.report_id, m="travel") + f"/{created.json()['entry']['id']}")
         else:
             kept.append([f"{edits}.25", "km", "medium", "economy"])
-        power = alice.post(url.format(r=energy.report_id, m="energy"), {
-            "data_entry_type": "electricity", "quantity": "1", "classification": {"country": "fr"}},
-            format="json")
+        power = alice.post(
+            url.format(r=energy.report_id, m="energy"),
+            {"data_entry_type": "electricity", "quantity": "1", "classification": {"country": "fr"}},
+            format="json",
+        )
         alice.delete(url.format(r=energy.report_id, m="energy") + f"/{power.json()['entry']['id']}")
         assert edits < 5000, "the pipelines did not finish"
     assert during_jobs > 0, "no edit happened while a bulk job was running"

@@ -127,8 +127,10 @@ def test_the_api_and_edits_do_not_reach_a_failed_uploads_rows(travel, half_faile
     base = f"/v1/carbon_reports/{travel.report_id}/modules/travel/data-entries"
     listed = client.get(base, {"page_size": 500}).json()  # the largest page
     assert len(listed["results"]) == 500 and listed["next"] is None
-    assert not any(row["id"] in set(DataEntry.objects.filter(job=second).values_list("pk", flat=True))
-                   for row in listed["results"])
+    assert not any(
+        row["id"] in set(DataEntry.objects.filter(job=second).values_list("pk", flat=True))
+        for row in listed["results"]
+    )
     hidden = DataEntry.objects.filter(job=second).first()
     assert client.get(f"{base}/{hidden.pk}").status_code == 404
     with pytest.raises(services.InvalidRequest):
@@ -201,8 +203,7 @@ def test_a_retry_after_retention_loads_every_row_once_and_is_read(travel, half_f
     run_until_idle()
     second.refresh_from_db()
     assert second.state == Job.State.SUCCEEDED and second.result["resumed_from"] == 0
-    numbers = sorted(DataEntry.objects.current().filter(module=travel)
-                     .values_list("row_number", flat=True))
+    numbers = sorted(DataEntry.objects.current().filter(module=travel).values_list("row_number", flat=True))
     assert numbers == list(range(2, 6_002))
     assert read_totals(travel) == expected(plane_rows(6_000, start=500))
 
@@ -210,9 +211,12 @@ def test_a_retry_after_retention_loads_every_row_once_and_is_read(travel, half_f
 def test_a_load_is_made_current_only_in_its_own_module(travel, clock):
     ingest = upload(travel, plane_rows(10))
     with pytest.raises(jobs.PermanentError, match="no rows of ingest"):
-        entry_loads.make_current(jobs.JobContext(ingest, clock), ingest.pk,
-                                 module_id=travel.pk + 1,
-                                 on_switch=lambda module_id: None)
+        entry_loads.make_current(
+            jobs.JobContext(ingest, clock),
+            ingest.pk,
+            module_id=travel.pk + 1,
+            on_switch=lambda module_id: None,
+        )
 
 
 def test_the_prune_command_lists_then_removes(travel, half_failed, clock):
@@ -227,11 +231,11 @@ def test_the_prune_command_lists_then_removes(travel, half_failed, clock):
         call_command("factors_prune_loads", "--hours", "-1")
 
 
-def test_an_operator_removes_a_load_from_the_admin_as_themself(admin_client, admin_user, travel,
-                                                                half_failed):
+def test_an_operator_removes_a_load_from_the_admin_as_themself(admin_client, admin_user, travel, half_failed):
     _first, second = half_failed
-    response = admin_client.post("/admin/factors/entryload/", {
-        "action": "remove", "_selected_action": [second.pk]})
+    response = admin_client.post(
+        "/admin/factors/entryload/", {"action": "remove", "_selected_action": [second.pk]}
+    )
     assert response.status_code == 302
     job = Job.objects.get(type="factors.prune_loads")
     assert (job.created_by, job.payload) == (admin_user, {"loads": [second.pk]})
@@ -252,16 +256,14 @@ def test_tenant_staff_see_their_loads_but_may_not_remove_them(client, travel, ha
     page = client.get("/admin/factors/entryload/")
     assert page.status_code == 200 and page.context["cl"].result_count == 2
     assert page.context["action_form"] is None  # no action offered
-    refused = client.post("/admin/factors/entryload/", {"action": "remove",
-                                                         "_selected_action": [second.pk]})
+    refused = client.post("/admin/factors/entryload/", {"action": "remove", "_selected_action": [second.pk]})
     assert refused.status_code in (200, 302, 403)
     assert not Job.objects.filter(type="factors.prune_loads").exists()
     client.force_login(viewer("gina", "Globex"))
     assert client.get("/admin/factors/entryload/").context["cl"].result_count == 0
 
 
-def test_the_latest_upload_wins_whichever_closing_recalculation_ends_last(travel, clock,
-                                                                          monkeypatch):
+def test_the_latest_upload_wins_whichever_closing_recalculation_ends_last(travel, clock, monkeypatch):
     upload(travel, plane_rows(100))
     real = break_closing(monkeypatch)
     older = upload(travel, plane_rows(300, start=100))
@@ -300,8 +302,7 @@ def _broken_delete(job_id: int, *, fence: Job | None = None) -> int:
     raise jobs.PermanentError("the disk said no")
 
 
-def test_replaced_rows_go_in_batches_each_under_the_module_lock(travel, clock, settings,
-                                                                monkeypatch):
+def test_replaced_rows_go_in_batches_each_under_the_module_lock(travel, clock, settings, monkeypatch):
     monkeypatch.setattr(entry_loads, "DELETE_BATCH_ROWS", 400)
     first = upload(travel, plane_rows(1_000))
     batches: list[int] = []

@@ -45,8 +45,18 @@ def test_members_list_every_factor_in_id_order_a_page_at_a_time(member, factors)
     assert [row["id"] for row in first["results"] + second["results"]] == every
     assert second["next"] is None
     row = first["results"][0]
-    assert set(row) == {"id", "data_entry_type", "year", "classification", "value", "unit",
-                        "source", "stale", "created_at", "updated_at"}
+    assert set(row) == {
+        "id",
+        "data_entry_type",
+        "year",
+        "classification",
+        "value",
+        "unit",
+        "source",
+        "stale",
+        "created_at",
+        "updated_at",
+    }
 
 
 def test_filters_by_type_year_and_stale(member, factors):
@@ -57,15 +67,25 @@ def test_filters_by_type_year_and_stale(member, factors):
     assert ids(member.get(FACTORS, {"year": "2023"})) == matching(year=2023)
     assert ids(member.get(FACTORS, {"stale": "true"})) == matching(is_stale=True)
     assert ids(member.get(FACTORS, {"stale": "false", "type": "plane", "year": 2023})) == matching(
-        is_stale=False, data_entry_type="plane", year=2023)
+        is_stale=False, data_entry_type="plane", year=2023
+    )
     assert len(matching(is_stale=True)) == 2
 
 
-@pytest.mark.parametrize(("params", "named"), [
-    ({"type": "rocket"}, "type"), ({"year": "2024.5"}, "year"), ({"year": "1999"}, "year"),
-    ({"year": "9" * 30}, "year"), ({"year": "\x00"}, "year"), ({"stale": "maybe"}, "stale"),
-    ({"stale": "yes"}, "stale"), ({"stal": "true"}, "stal"), ({"cursor": "garbage"}, "cursor"),
-])
+@pytest.mark.parametrize(
+    ("params", "named"),
+    [
+        ({"type": "rocket"}, "type"),
+        ({"year": "2024.5"}, "year"),
+        ({"year": "1999"}, "year"),
+        ({"year": "9" * 30}, "year"),
+        ({"year": "\x00"}, "year"),
+        ({"stale": "maybe"}, "stale"),
+        ({"stale": "yes"}, "stale"),
+        ({"stal": "true"}, "stal"),
+        ({"cursor": "garbage"}, "cursor"),
+    ],
+)
 def test_a_bad_filter_is_a_400_naming_it(member, factors, params, named):
     response = member.get(FACTORS, params)
 
@@ -80,9 +100,17 @@ def test_the_detail_answers_one_factor_and_404_for_an_unknown_id(member, factors
 
     assert found.status_code == 200
     assert found.json() | {"created_at": None, "updated_at": None} == {
-        "id": one.pk, "data_entry_type": "train", "year": 2024,
-        "classification": {"network": "urban"}, "value": "0.004000000", "unit": "km",
-        "source": "test", "stale": False, "created_at": None, "updated_at": None}
+        "id": one.pk,
+        "data_entry_type": "train",
+        "year": 2024,
+        "classification": {"network": "urban"},
+        "value": "0.004000000",
+        "unit": "km",
+        "source": "test",
+        "stale": False,
+        "created_at": None,
+        "updated_at": None,
+    }
     assert member.get(f"{FACTORS}/{one.pk + 1000}").status_code == 404
 
 

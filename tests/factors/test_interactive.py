@@ -44,8 +44,11 @@ def entries_url(travel, entry: int | None = None) -> str:
 
 
 def plane(quantity: str = "1000", haul: str = "short", cabin: str = "economy") -> dict:
-    return {"data_entry_type": "plane", "quantity": quantity,
-            "classification": {"haul": haul, "cabin": cabin}}
+    return {
+        "data_entry_type": "plane",
+        "quantity": quantity,
+        "classification": {"haul": haul, "cabin": cabin},
+    }
 
 
 def recomputed(travel) -> dict:
@@ -81,10 +84,11 @@ def test_an_entry_without_factor_is_counted_and_reported_not_zeroed(member, trav
 def test_editing_an_entry_moves_the_stats_by_the_difference(member, travel):
     created = member.post(entries_url(travel), plane("100"), format="json").json()["entry"]
 
-    response = member.patch(entries_url(travel, created["id"]),
-                            {"quantity": "300", "classification": {"haul": "long",
-                                                                   "cabin": "business"}},
-                            format="json")
+    response = member.patch(
+        entries_url(travel, created["id"]),
+        {"quantity": "300", "classification": {"haul": "long", "cabin": "business"}},
+        format="json",
+    )
 
     assert response.status_code == 200, response.json()
     assert response.json()["entry"]["kg_co2e"] == "88.800000"  # 300 × 0.296
@@ -113,9 +117,11 @@ def test_incremental_stats_equal_a_full_recompute_after_many_edits(member, trave
     ids: list[int] = []
     for _ in range(60):
         action = rng.choice(["add", "add", "edit", "delete"]) if ids else "add"
-        body = plane(f"{rng.randint(0, 9999)}.{rng.randint(0, 999999):06d}",
-                     rng.choice(["short", "medium", "long"]),
-                     rng.choice(["economy", "business", "first"]))
+        body = plane(
+            f"{rng.randint(0, 9999)}.{rng.randint(0, 999999):06d}",
+            rng.choice(["short", "medium", "long"]),
+            rng.choice(["economy", "business", "first"]),
+        )
         if action == "add":
             ids.append(member.post(entries_url(travel), body, format="json").json()["entry"]["id"])
         elif action == "edit":
@@ -127,23 +133,28 @@ def test_incremental_stats_equal_a_full_recompute_after_many_edits(member, trave
     travel.report.refresh_from_db()
     assert travel.stats == recomputed(travel)
     assert travel.report.stats == stats.report_stats(
-        travel.report.modules.values_list("module_type", "stats"))
+        travel.report.modules.values_list("module_type", "stats")
+    )
 
 
-@pytest.mark.parametrize(("body", "field", "reason"), [
-    ({**plane(), "quantity": "1,5"}, "quantity", "use a dot as the decimal separator"),
-    ({**plane(), "quantity": "-3"}, "quantity", "starts with '-'"),
-    ({**plane(), "quantity": "1.1234567"}, "quantity", "at most 6 decimals"),
-    ({**plane(), "unit": "miles"}, "unit", "plane entries are in km"),
-    ({**plane(), "data_entry_type": "electricity"}, "data_entry_type",
-     "electricity entries belong to the energy module"),
-    ({**plane(), "classification": {"haul": "short"}}, "classification", "missing key 'cabin'"),
-    ({**plane(), "classification": {"haul": "=1+1", "cabin": "economy"}}, "classification",
-     "formula"),
-    ({**plane(), "colour": "red"}, "colour", "unknown field"),
-])
-def test_bad_input_is_refused_naming_the_field_and_nothing_is_written(member, travel, body,
-                                                                      field, reason):
+@pytest.mark.parametrize(
+    ("body", "field", "reason"),
+    [
+        ({**plane(), "quantity": "1,5"}, "quantity", "use a dot as the decimal separator"),
+        ({**plane(), "quantity": "-3"}, "quantity", "starts with '-'"),
+        ({**plane(), "quantity": "1.1234567"}, "quantity", "at most 6 decimals"),
+        ({**plane(), "unit": "miles"}, "unit", "plane entries are in km"),
+        (
+            {**plane(), "data_entry_type": "electricity"},
+            "data_entry_type",
+            "electricity entries belong to the energy module",
+        ),
+        ({**plane(), "classification": {"haul": "short"}}, "classification", "missing key 'cabin'"),
+        ({**plane(), "classification": {"haul": "=1+1", "cabin": "economy"}}, "classification", "formula"),
+        ({**plane(), "colour": "red"}, "colour", "unknown field"),
+    ],
+)
+def test_bad_input_is_refused_naming_the_field_and_nothing_is_written(member, travel, body, field, reason):
     response = member.post(entries_url(travel), body, format="json")
 
     assert response.status_code == 400
@@ -161,13 +172,24 @@ def test_another_tenants_report_is_not_found(travel):
     assert outsider.get(f"/v1/carbon_reports/{travel.report_id}").status_code == 404
 
 
-def test_an_edit_costs_the_same_few_queries_whatever_the_report_size(member, travel,
-                                                                     django_assert_max_num_queries):
+def test_an_edit_costs_the_same_few_queries_whatever_the_report_size(
+    member, travel, django_assert_max_num_queries
+):
     now = travel.report.created_at
     DataEntry.objects.bulk_create(
-        DataEntry(module=travel, data_entry_type="plane", year=2024, quantity=Decimal(i),
-                  unit="km", classification={"haul": "short", "cabin": "economy"},
-                  source="manual", created_at=now, updated_at=now) for i in range(2000))
+        DataEntry(
+            module=travel,
+            data_entry_type="plane",
+            year=2024,
+            quantity=Decimal(i),
+            unit="km",
+            classification={"haul": "short", "cabin": "economy"},
+            source="manual",
+            created_at=now,
+            updated_at=now,
+        )
+        for i in range(2000)
+    )
     aggregation.recompute_module(travel.pk)
 
     with django_assert_max_num_queries(16):  # session, user, module, report, entry, stats …

@@ -49,12 +49,14 @@ def test_a_200_mb_upload_is_refused_over_http_before_its_body_is_read(live_serve
     travel = module(report())
     token = Token.objects.create(user=staff("olga", operator=True))
     boundary = "conveyor-test-boundary"
-    fields = "".join(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'
-                     f"{value}\r\n" for name, value in [("report", travel.report_id),
-                                                        ("module", "travel"),
-                                                        ("data_entry_type", "plane")])
-    head = (fields + f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
-            f'filename="big.csv"\r\nContent-Type: text/csv\r\n\r\n').encode()
+    fields = "".join(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
+        for name, value in [("report", travel.report_id), ("module", "travel"), ("data_entry_type", "plane")]
+    )
+    head = (
+        fields + f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+        f'filename="big.csv"\r\nContent-Type: text/csv\r\n\r\n'
+    ).encode()
     tail = f"\r\n--{boundary}--\r\n".encode()
     host, port = live_server.url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
@@ -93,7 +95,8 @@ def test_a_200_mb_file_is_refused_by_the_service_without_reading_it(big_file, up
         assert handle.tell() == 0
 
     assert str(refused.value.report.errors[0]) == (
-        "file: the file is larger than the 100 MB limit: split it into smaller files")
+        "file: the file is larger than the 100 MB limit: split it into smaller files"
+    )
     assert not Job.objects.exists() and not list(upload_dir.glob("*"))
 
 
@@ -108,6 +111,7 @@ def test_a_200_mb_stream_of_unknown_size_is_read_up_to_the_limit_in_little_memor
     tracemalloc.stop()
 
     assert [str(e) for e in report.errors] == [
-        "file: the file is larger than the 4 MB limit: split it into smaller files"]
+        "file: the file is larger than the 4 MB limit: split it into smaller files"
+    ]
     assert 4 * MB < read <= 5 * MB  # stopped one chunk past the limit
     assert peak < 12 * MB  # chunks of 1 MB, decoded and split: never the file

@@ -24,9 +24,18 @@ def sql(statement: str, params: list | None = None) -> None:
 
 def entry(mod, **fields) -> DataEntry:
     now = clock.now()
-    values = {"module": mod, "data_entry_type": "plane", "year": 2024, "quantity": "10",
-              "unit": "km", "classification": {"haul": "short", "cabin": "economy"},
-              "source": "manual", "created_at": now, "updated_at": now, **fields}
+    values = {
+        "module": mod,
+        "data_entry_type": "plane",
+        "year": 2024,
+        "quantity": "10",
+        "unit": "km",
+        "classification": {"haul": "short", "cabin": "economy"},
+        "source": "manual",
+        "created_at": now,
+        "updated_at": now,
+        **fields,
+    }
     return DataEntry.objects.create(**values)
 
 
@@ -39,9 +48,12 @@ def test_a_factor_key_in_another_order_is_the_same_key():
 def test_an_entry_must_name_an_existing_module():
     travel = module(report())
     with pytest.raises(IntegrityError, match="factors_reportmodule missing"), transaction.atomic():
-        sql("INSERT INTO factors_dataentry (module_id, data_entry_type, year, quantity, unit, "
+        sql(
+            "INSERT INTO factors_dataentry (module_id, data_entry_type, year, quantity, unit, "
             "classification, source, created_at, updated_at) VALUES (%s, 'plane', 2024, 1, 'km', "
-            "'{}', 'manual', now(), now())", [travel.pk + 1000])
+            "'{}', 'manual', now(), now())",
+            [travel.pk + 1000],
+        )
     with pytest.raises(IntegrityError), transaction.atomic():
         DataEntry.objects.filter(pk=entry(travel).pk).update(module_id=travel.pk + 1000)
 
@@ -51,11 +63,9 @@ def test_an_emission_must_name_an_existing_entry_and_factor():
     used = factor("plane", 2024, {"haul": "short", "cabin": "economy"}, "0.1")
     row = entry(travel)
     with pytest.raises(IntegrityError, match="factors_dataentry missing"), transaction.atomic():
-        Emission.objects.create(data_entry_id=row.pk + 1, factor=used, kg_co2e=1,
-                                computed_at=clock.now())
+        Emission.objects.create(data_entry_id=row.pk + 1, factor=used, kg_co2e=1, computed_at=clock.now())
     with pytest.raises(IntegrityError, match="factors_emissionfactor missing"), transaction.atomic():
-        Emission.objects.create(data_entry=row, factor_id=used.pk + 1, kg_co2e=1,
-                                computed_at=clock.now())
+        Emission.objects.create(data_entry=row, factor_id=used.pk + 1, kg_co2e=1, computed_at=clock.now())
 
 
 def test_deleting_an_entry_deletes_its_emission_and_a_used_factor_or_module_stays():
@@ -87,7 +97,9 @@ def test_entries_inserted_while_their_module_is_deleted_fail_instead_of_dangling
             inserter.execute(
                 "INSERT INTO factors_dataentry (module_id, data_entry_type, year, quantity, unit, "
                 "classification, source, created_at, updated_at) VALUES (%s, 'plane', 2024, 1, "
-                "'km', '{}', 'manual', now(), now())", [travel.pk])
+                "'km', '{}', 'manual', now(), now())",
+                [travel.pk],
+            )
             outcome.append(None)
         except psycopg.Error as exc:
             outcome.append(exc)
@@ -108,8 +120,9 @@ def test_entries_inserted_while_their_module_is_deleted_fail_instead_of_dangling
 def _scans(table: str) -> tuple[int, int]:
     """Sequential and index scans of ``table`` so far in this transaction."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT seq_scan, coalesce(idx_scan, 0) FROM pg_stat_xact_user_tables "
-                       "WHERE relname = %s", [table])
+        cursor.execute(
+            "SELECT seq_scan, coalesce(idx_scan, 0) FROM pg_stat_xact_user_tables WHERE relname = %s", [table]
+        )
         return cursor.fetchone()
 
 
@@ -121,9 +134,19 @@ def test_a_cascade_planned_for_a_bulk_delete_still_finds_one_emission_by_index()
     used = factor("plane", 2024, {"haul": "short", "cabin": "economy"}, "0.1")
     now = clock.now()
     DataEntry.objects.bulk_create(
-        DataEntry(module=travel, data_entry_type="plane", year=2024, quantity=1, unit="km",
-                  classification={"haul": "short", "cabin": "economy"}, source="manual",
-                  created_at=now, updated_at=now) for _ in range(2000))
+        DataEntry(
+            module=travel,
+            data_entry_type="plane",
+            year=2024,
+            quantity=1,
+            unit="km",
+            classification={"haul": "short", "cabin": "economy"},
+            source="manual",
+            created_at=now,
+            updated_at=now,
+        )
+        for _ in range(2000)
+    )
     sql("DELETE FROM factors_dataentry WHERE module_id = %s", [travel.pk])
     row = entry(travel)
     Emission.objects.create(data_entry=row, factor=used, kg_co2e=1, computed_at=now)
@@ -150,12 +173,15 @@ def test_the_id_lookup_of_the_references_never_uses_the_module_index():
     travel = module(report())
     used = factor("plane", 2024, {"haul": "short", "cabin": "economy"}, "0.1")
     rows = [entry(travel) for _ in range(3)]
-    sql("UPDATE pg_class SET reltuples = 0, relpages = greatest(relpages, 10) WHERE relname IN "
-        "('factors_dataentry', 'factors_dataentry_pkey', 'entry_module_type_idx')")
+    sql(
+        "UPDATE pg_class SET reltuples = 0, relpages = greatest(relpages, 10) WHERE relname IN "
+        "('factors_dataentry', 'factors_dataentry_pkey', 'entry_module_type_idx')"
+    )
     before = _index_scans("entry_module_type_idx"), _index_scans("factors_dataentry_pkey")
 
-    Emission.objects.bulk_create(Emission(data_entry=row, factor=used, kg_co2e=1,
-                                          computed_at=clock.now()) for row in rows)
+    Emission.objects.bulk_create(
+        Emission(data_entry=row, factor=used, kg_co2e=1, computed_at=clock.now()) for row in rows
+    )
 
     after = _index_scans("entry_module_type_idx"), _index_scans("factors_dataentry_pkey")
     assert after[0] == before[0] and after[1] > before[1]
@@ -170,12 +196,15 @@ def test_a_module_with_entries_still_cannot_be_deleted_and_the_guard_uses_the_in
     assert _index_scans("entry_module_type_idx") > before
 
 
-@pytest.mark.parametrize(("fields", "constraint"), [
-    ({"quantity": "-1"}, "entry_quantity_nonnegative"),
-    ({"source": "csv"}, "entry_provenance"),
-    ({"classification": ["short"]}, "entry_classification_is_object"),
-    ({"year": 1999}, "entry_year_in_range"),
-])
+@pytest.mark.parametrize(
+    ("fields", "constraint"),
+    [
+        ({"quantity": "-1"}, "entry_quantity_nonnegative"),
+        ({"source": "csv"}, "entry_provenance"),
+        ({"classification": ["short"]}, "entry_classification_is_object"),
+        ({"year": 1999}, "entry_year_in_range"),
+    ],
+)
 def test_check_constraints_refuse_impossible_entries(fields, constraint):
     travel = module(report())
     with pytest.raises(IntegrityError, match=constraint):

@@ -39,14 +39,26 @@ def test_an_upload_ends_in_stats_equal_to_totals_computed_independently(clock):
 
     jobs = list(Job.objects.filter(pipeline_id=started.pipeline_id).order_by("id"))
     assert [(j.type, j.state) for j in jobs] == [
-        ("factors.csv_ingest", "succeeded"), ("factors.emission_recalc", "succeeded"),
-        ("factors.aggregation", "succeeded")]
+        ("factors.csv_ingest", "succeeded"),
+        ("factors.emission_recalc", "succeeded"),
+        ("factors.aggregation", "succeeded"),
+    ]
     count, quantity, kg, missing = expected_totals(rows, known)
     travel.refresh_from_db()
     assert travel.stats == {
-        "entries": count, "kg_co2e": amount(kg), "without_factor": missing,
-        "by_type": {"plane": {"entries": count, "quantity": amount(quantity), "unit": "km",
-                              "kg_co2e": amount(kg), "without_factor": missing}}}
+        "entries": count,
+        "kg_co2e": amount(kg),
+        "without_factor": missing,
+        "by_type": {
+            "plane": {
+                "entries": count,
+                "quantity": amount(quantity),
+                "unit": "km",
+                "kg_co2e": amount(kg),
+                "without_factor": missing,
+            }
+        },
+    }
     travel.report.refresh_from_db()
     assert travel.report.stats["kg_co2e"] == amount(kg)
     assert travel.report.stats["by_module"]["travel"]["entries"] == count
@@ -62,8 +74,11 @@ def test_recalculations_of_one_module_waiting_together_make_one_aggregation(cloc
     run_until_idle()
     for data_entry_type in ("plane", "train", "car"):
         scope = emissions.Scope(data_entry_type, module_id=travel.pk)
-        jobs.enqueue("factors.emission_recalc", scope.payload(),
-                     concurrency_key=services.recalc_key(data_entry_type, travel.pk))
+        jobs.enqueue(
+            "factors.emission_recalc",
+            scope.payload(),
+            concurrency_key=services.recalc_key(data_entry_type, travel.pk),
+        )
 
     run_until_idle()
 
@@ -75,12 +90,21 @@ def test_recalculations_of_one_module_waiting_together_make_one_aggregation(cloc
 def test_entries_without_a_factor_are_listed_in_the_recalculation_result(clock):
     plane_factors(skip=[("short", "economy")])
     travel = module(report())
-    started = dispatch(travel, csv_bytes(HEADER, [["10", "km", "short", "economy"],
-                                                  ["20", "km", "Short", "ECONOMY"],
-                                                  ["30", "km", "long", "business"]]))
+    started = dispatch(
+        travel,
+        csv_bytes(
+            HEADER,
+            [
+                ["10", "km", "short", "economy"],
+                ["20", "km", "Short", "ECONOMY"],
+                ["30", "km", "long", "business"],
+            ],
+        ),
+    )
     run_until_idle()
 
     recalc = Job.objects.get(pipeline_id=started.pipeline_id, type="factors.emission_recalc")
     assert recalc.result["without_factor"] == 2
     assert recalc.result["missing_factors"] == [
-        {"key": '2024 {"cabin": "economy", "haul": "short"}', "entries": 2}]
+        {"key": '2024 {"cabin": "economy", "haul": "short"}', "entries": 2}
+    ]

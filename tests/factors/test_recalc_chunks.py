@@ -38,8 +38,7 @@ def _pipeline(started) -> list[Job]:
     return list(Job.objects.filter(pipeline_id=started.pipeline_id).order_by("id"))
 
 
-def test_chunks_are_queued_as_the_load_goes_and_the_closing_recalc_takes_the_tail(
-        clock, small_chunks):
+def test_chunks_are_queued_as_the_load_goes_and_the_closing_recalc_takes_the_tail(clock, small_chunks):
     plane_factors(skip=[("long", "business")])
     travel = module(report())
     rows = plane_rows(12_345)
@@ -60,8 +59,9 @@ def test_chunks_are_queued_as_the_load_goes_and_the_closing_recalc_takes_the_tai
     assert [c.result["entries"] for c in chunks] == [3_000] * 4
     assert len(closing) == 1 and closing[0].parent_id == ingest.pk
     # The closing recalculation waited on every chunk: a fan-in, recorded as such.
-    assert set(Dependency.objects.filter(waiter=closing[0]).values_list(
-        "prerequisite_id", flat=True)) == {c.pk for c in chunks}
+    assert set(Dependency.objects.filter(waiter=closing[0]).values_list("prerequisite_id", flat=True)) == {
+        c.pk for c in chunks
+    }
     assert closing[0].result["entries"] == 345
     aggregations = [j for j in pipeline if j.type == "factors.aggregation"]
     # Queued by the switch, in the pipeline but not as the closing job's child: it runs
@@ -82,7 +82,10 @@ def test_a_file_smaller_than_a_chunk_queues_none(clock, small_chunks):
     started = dispatch(module(report()), csv_bytes(HEADER, plane_rows(2_500)))
     run_until_idle()
     assert [j.type for j in _pipeline(started)] == [
-        "factors.csv_ingest", "factors.emission_recalc", "factors.aggregation"]
+        "factors.csv_ingest",
+        "factors.emission_recalc",
+        "factors.aggregation",
+    ]
 
 
 def test_chunking_can_be_switched_off(clock, settings):
@@ -93,7 +96,10 @@ def test_chunking_can_be_switched_off(clock, settings):
     run_until_idle()
     pipeline = _pipeline(started)
     assert [j.type for j in pipeline] == [
-        "factors.csv_ingest", "factors.emission_recalc", "factors.aggregation"]
+        "factors.csv_ingest",
+        "factors.emission_recalc",
+        "factors.aggregation",
+    ]
     assert pipeline[1].result["entries"] == 5_000
 
 
@@ -102,18 +108,20 @@ def test_chunking_can_be_switched_off(clock, settings):
 
 def _ingest(clock) -> Job:
     travel = module(report())
-    ingest = jobs.enqueue("factors.csv_ingest", {"module": travel.pk, "data_entry_type": "plane",
-                                                 "year": 2024, "source": "csv", "upload": {}})
-    EntryLoad.objects.create(job_id=ingest.pk, module=travel, data_entry_type="plane",
-                             source="csv")
+    ingest = jobs.enqueue(
+        "factors.csv_ingest",
+        {"module": travel.pk, "data_entry_type": "plane", "year": 2024, "source": "csv", "upload": {}},
+    )
+    EntryLoad.objects.create(job_id=ingest.pk, module=travel, data_entry_type="plane", source="csv")
     return ingest
 
 
 def _chunk(clock, ingest: Job, after: int, upto: int, *, state: str = "pending") -> Job:
     """A chunk of ``ingest``'s load, queued as the ingest queues one, in ``state``."""
     scope = emissions.Scope("plane", ingest.payload["module"], after=after, upto=upto)
-    job = jobs.enqueue("factors.emission_recalc", {**scope.payload(), "chunk_of": ingest.pk},
-                       pipeline=ingest.pipeline_id)
+    job = jobs.enqueue(
+        "factors.emission_recalc", {**scope.payload(), "chunk_of": ingest.pk}, pipeline=ingest.pipeline_id
+    )
     LoadChunk.objects.create(load_id=ingest.pk, job_id=job.pk, after=after, upto=upto)
     finished = {"finished_at": clock.now()} if state not in Job.UNFINISHED else {}
     Job.objects.filter(pk=job.pk).update(state=state, **finished)
@@ -123,13 +131,18 @@ def _chunk(clock, ingest: Job, after: int, upto: int, *, state: str = "pending")
 def _closer(ingest: Job) -> Job:
     """The closing recalculation, enqueued as the ingest chains it: after its chunks."""
     scope = emissions.Scope("plane", module_id=ingest.payload["module"])
-    return jobs.enqueue("factors.emission_recalc", recalc_chunks.closing_payload(scope, ingest),
-                        pipeline=ingest.pipeline_id, after=recalc_chunks.chunk_jobs(ingest.pk))
+    return jobs.enqueue(
+        "factors.emission_recalc",
+        recalc_chunks.closing_payload(scope, ingest),
+        pipeline=ingest.pipeline_id,
+        after=recalc_chunks.chunk_jobs(ingest.pk),
+    )
 
 
 def _closing_scope(clock, closer: Job) -> emissions.Scope:
-    return recalc_chunks.closing_scope(jobs.JobContext(closer, clock),
-                                       emissions.Scope.from_payload(closer.payload))
+    return recalc_chunks.closing_scope(
+        jobs.JobContext(closer, clock), emissions.Scope.from_payload(closer.payload)
+    )
 
 
 def test_the_closer_is_not_claimed_while_a_chunk_is_unfinished(clock):
@@ -174,8 +187,11 @@ def test_a_failed_chunk_is_recomputed_by_the_closer_and_stats_end_right(clock, s
     rows = plane_rows(7_000)
     started = dispatch(travel, csv_bytes(HEADER, rows))
     assert run_until_idle(max_rounds=1) == 1  # the ingest only: its chunks are queued
-    first = Job.objects.filter(pipeline_id=started.pipeline_id, payload__has_key="chunk_of") \
-        .order_by("id").first()
+    first = (
+        Job.objects.filter(pipeline_id=started.pipeline_id, payload__has_key="chunk_of")
+        .order_by("id")
+        .first()
+    )
     jobs.cancel(first, reason="lost chunk")
 
     run_until_idle()
@@ -198,13 +214,22 @@ def _queue(ingest: Job) -> recalc_chunks.ChunkQueue:
 
 
 def _load_rows(ingest: Job, rows: int, *, manual: bool = False) -> list[int]:
-    provenance = ({"source": "manual"} if manual else {"source": "csv", "job": ingest})
+    provenance = {"source": "manual"} if manual else {"source": "csv", "job": ingest}
     entries = DataEntry.objects.bulk_create(
-        DataEntry(module_id=ingest.payload["module"], data_entry_type="plane", year=2024,
-                  quantity=1, unit="km", classification={"haul": "short", "cabin": "economy"},
-                  row_number=None if manual else n + 2, created_at=T0, updated_at=T0,
-                  **provenance)
-        for n in range(rows))
+        DataEntry(
+            module_id=ingest.payload["module"],
+            data_entry_type="plane",
+            year=2024,
+            quantity=1,
+            unit="km",
+            classification={"haul": "short", "cabin": "economy"},
+            row_number=None if manual else n + 2,
+            created_at=T0,
+            updated_at=T0,
+            **provenance,
+        )
+        for n in range(rows)
+    )
     return [entry.pk for entry in entries]
 
 

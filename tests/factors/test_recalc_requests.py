@@ -70,8 +70,7 @@ def test_requests_during_a_running_recalculation_queue_exactly_one_more(operator
 
 def test_a_recalculation_of_one_year_is_not_answered_by_one_of_all_years(operators, clock):
     everything = operators[0].post("/sync/recalculate-emissions/plane", {}, format="json")
-    one_year = operators[1].post("/sync/recalculate-emissions/plane", {"year": 2024},
-                                 format="json")
+    one_year = operators[1].post("/sync/recalculate-emissions/plane", {"year": 2024}, format="json")
     again = operators[2].post("/sync/recalculate-emissions/plane", {"year": 2024}, format="json")
 
     assert (everything.status_code, one_year.status_code, again.status_code) == (202, 202, 200)

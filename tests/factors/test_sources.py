@@ -15,11 +15,13 @@ from tests.factors.builders import module, plane_factors, report
 
 pytestmark = pytest.mark.django_db
 
-DIRECTORY = {"units": [
-    {"code": "CHEM", "name": "Chemistry department", "parent": None, "tenant": "acme"},
-    {"code": "CHEM-LAB1", "name": "Organic synthesis lab", "parent": "CHEM", "tenant": "acme"},
-    {"code": "PHYS", "name": "Physics department", "parent": None, "tenant": None},
-]}
+DIRECTORY = {
+    "units": [
+        {"code": "CHEM", "name": "Chemistry department", "parent": None, "tenant": "acme"},
+        {"code": "CHEM-LAB1", "name": "Organic synthesis lab", "parent": "CHEM", "tenant": "acme"},
+        {"code": "PHYS", "name": "Physics department", "parent": None, "tenant": None},
+    ]
+}
 
 
 @pytest.fixture
@@ -47,7 +49,8 @@ def job_of(response) -> Job:
 
 
 def test_a_unit_sync_from_a_json_endpoint_is_a_real_job_that_opens_the_years_reports(
-        olga, acme, source_server, clock):
+    olga, acme, source_server, clock
+):
     job = job_of(sync(olga, source_server.json("/units", DIRECTORY)))
     assert job.pk > 0 and job.type == "factors.unit_sync" and job.created_by.username == "olga"
 
@@ -55,8 +58,15 @@ def test_a_unit_sync_from_a_json_endpoint_is_a_real_job_that_opens_the_years_rep
 
     job.refresh_from_db()
     assert job.state == Job.State.SUCCEEDED
-    assert job.result | {"absent": []} == {"year": 2025, "units": 3, "created": 3, "updated": 0,
-                                           "reports_opened": 3, "absent": [], "absent_count": 0}
+    assert job.result | {"absent": []} == {
+        "year": 2025,
+        "units": 3,
+        "created": 3,
+        "updated": 0,
+        "reports_opened": 3,
+        "absent": [],
+        "absent_count": 0,
+    }
     lab = Unit.objects.get(code="CHEM-LAB1")
     assert (lab.parent.code, lab.tenant, lab.last_synced_job_id) == ("CHEM", acme, job.pk)
     assert CarbonReport.objects.filter(year=2025).count() == 3
@@ -79,8 +89,7 @@ def test_a_unit_directory_answering_500_is_retried_after_backoff(olga, acme, sou
     assert (job.state, job.attempts) == (Job.State.SUCCEEDED, 2)
 
 
-def test_a_unit_directory_that_does_not_answer_in_time_is_retried(olga, source_server, clock,
-                                                                  settings):
+def test_a_unit_directory_that_does_not_answer_in_time_is_retried(olga, source_server, clock, settings):
     settings.FACTORS_HTTP_DEADLINE_SECONDS = 0.3
     job = job_of(sync(olga, source_server.raw("/units", b"{}", delay=2)))
 
@@ -92,7 +101,8 @@ def test_a_unit_directory_that_does_not_answer_in_time_is_retried(olga, source_s
 
 
 def test_a_unit_directory_that_trickles_is_cut_off_at_the_deadline_and_retried(
-        olga, source_server, clock, settings):
+    olga, source_server, clock, settings
+):
     settings.FACTORS_HTTP_DEADLINE_SECONDS = 0.5
     job = job_of(sync(olga, source_server.raw("/units", b"[" + b" " * 100 + b"]", trickle=0.1)))
 
@@ -103,17 +113,24 @@ def test_a_unit_directory_that_trickles_is_cut_off_at_the_deadline_and_retried(
     assert "did not send its whole answer within 0.5 s" in job.last_error
 
 
-@pytest.mark.parametrize(("body", "reason"), [
-    (b'{"units": [{"code": "A", "name": "x"', "did not send valid JSON"),
-    (b'{"units": [{"code": "A", "name": ""}, {"code": "=B", "name": "y"}]}',
-     "units[0].name: empty: a value is required; units[1].code: starts with '='"),
-    (b'{"units": [{"code": "A", "name": "x", "tenant": "nobody"}]}', "unknown tenant(s): nobody"),
-    (b'{"units": [{"code": "A", "name": "x", "parent": "B"}, {"code": "B", "name": "y", '
-     b'"parent": "A"}]}', "A: its parents form a cycle"),
-    (b'{"members": []}', "expected a JSON list, or an object with a 'units' list"),
-])
-def test_a_bad_unit_directory_fails_for_good_and_writes_nothing(olga, source_server, clock, body,
-                                                                reason):
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b'{"units": [{"code": "A", "name": "x"', "did not send valid JSON"),
+        (
+            b'{"units": [{"code": "A", "name": ""}, {"code": "=B", "name": "y"}]}',
+            "units[0].name: empty: a value is required; units[1].code: starts with '='",
+        ),
+        (b'{"units": [{"code": "A", "name": "x", "tenant": "nobody"}]}', "unknown tenant(s): nobody"),
+        (
+            b'{"units": [{"code": "A", "name": "x", "parent": "B"}, {"code": "B", "name": "y", '
+            b'"parent": "A"}]}',
+            "A: its parents form a cycle",
+        ),
+        (b'{"members": []}', "expected a JSON list, or an object with a 'units' list"),
+    ],
+)
+def test_a_bad_unit_directory_fails_for_good_and_writes_nothing(olga, source_server, clock, body, reason):
     job = job_of(sync(olga, source_server.raw("/units", body)))
 
     run_until_idle()
@@ -125,13 +142,12 @@ def test_a_bad_unit_directory_fails_for_good_and_writes_nothing(olga, source_ser
 
 
 def test_a_unit_directory_file_can_be_uploaded_as_csv_or_json(olga, acme, clock):
-    csv_file = SimpleUploadedFile("units.csv", b"code,name,parent,tenant\nCHEM,Chemistry,,acme\n"
-                                               b"CHEM-L1,Lab one,CHEM,acme\n")
-    assert olga.post("/sync/units", {"year": 2024, "file": csv_file},
-                     format="multipart").status_code == 202
+    csv_file = SimpleUploadedFile(
+        "units.csv", b"code,name,parent,tenant\nCHEM,Chemistry,,acme\nCHEM-L1,Lab one,CHEM,acme\n"
+    )
+    assert olga.post("/sync/units", {"year": 2024, "file": csv_file}, format="multipart").status_code == 202
     json_file = SimpleUploadedFile("units.json", b'[{"code": "PHYS", "name": "Physics"}]')
-    assert olga.post("/sync/units", {"year": 2025, "file": json_file},
-                     format="multipart").status_code == 202
+    assert olga.post("/sync/units", {"year": 2025, "file": json_file}, format="multipart").status_code == 202
 
     run_until_idle()
 
@@ -161,8 +177,15 @@ def test_only_http_urls_are_sources(olga):
     assert response.json()["url"] == ["must be an http:// or https:// URL"]
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:5432/", "http://localhost/units",
-                                 "http://169.254.169.254/latest/meta-data/", "http://10.1.2.3/"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:5432/",
+        "http://localhost/units",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://10.1.2.3/",
+    ],
+)
 def test_a_unit_directory_on_an_internal_address_is_refused_at_once(olga, url):
     response = sync(olga, url)
     assert response.status_code == 400
@@ -171,7 +194,8 @@ def test_a_unit_directory_on_an_internal_address_is_refused_at_once(olga, url):
 
 
 def test_a_job_whose_source_is_refused_fails_for_good_without_naming_the_address(
-        olga, source_server, clock, settings):
+    olga, source_server, clock, settings
+):
     """The name was allowed when the sync was asked for and is not any more when the job
     runs (as when a name's DNS answer changes): the job fails, and its error, which the
     caller sees, does not say what the name resolved to. Nothing was sent to it."""
@@ -199,23 +223,34 @@ def travel(acme):
 
 
 def api_ingest(olga: APIClient, travel, url: str):
-    return olga.post("/sync/api-ingest", {"report": travel.report_id, "module": "travel",
-                                          "data_entry_type": "plane", "url": url}, format="json")
+    return olga.post(
+        "/sync/api-ingest",
+        {"report": travel.report_id, "module": "travel", "data_entry_type": "plane", "url": url},
+        format="json",
+    )
 
 
 def test_entries_from_an_api_source_follow_the_upload_pipeline(olga, travel, source_server, clock):
-    document = {"entries": [
-        {"quantity": 120.5, "classification": {"haul": "short", "cabin": "economy"}},
-        {"quantity": "800", "unit": "KM", "classification": {"haul": "Long", "cabin": "business"}},
-    ]}
+    document = {
+        "entries": [
+            {"quantity": 120.5, "classification": {"haul": "short", "cabin": "economy"}},
+            {"quantity": "800", "unit": "KM", "classification": {"haul": "Long", "cabin": "business"}},
+        ]
+    }
     job = job_of(api_ingest(olga, travel, source_server.json("/flights", document)))
 
     run_until_idle()
 
     assert [j.type for j in Job.objects.filter(pipeline_id=job.pipeline_id).order_by("id")] == [
-        "factors.api_ingest", "factors.emission_recalc", "factors.aggregation"]
-    entries = list(DataEntry.objects.order_by("row_number").values_list(
-        "source", "row_number", "quantity", "classification"))
+        "factors.api_ingest",
+        "factors.emission_recalc",
+        "factors.aggregation",
+    ]
+    entries = list(
+        DataEntry.objects.order_by("row_number").values_list(
+            "source", "row_number", "quantity", "classification"
+        )
+    )
     assert [e[:2] for e in entries] == [("api", 1), ("api", 2)]
     assert entries[1][3] == {"haul": "long", "cabin": "business"}
     travel.refresh_from_db()
@@ -223,8 +258,10 @@ def test_entries_from_an_api_source_follow_the_upload_pipeline(olga, travel, sou
 
 
 def test_an_api_source_with_a_bad_entry_fails_and_writes_nothing(olga, travel, source_server, clock):
-    document = [{"quantity": "1", "classification": {"haul": "short", "cabin": "economy"}},
-                {"quantity": "1,5", "classification": {"haul": "short", "cabin": "economy"}}]
+    document = [
+        {"quantity": "1", "classification": {"haul": "short", "cabin": "economy"}},
+        {"quantity": "1,5", "classification": {"haul": "short", "cabin": "economy"}},
+    ]
     job = job_of(api_ingest(olga, travel, source_server.json("/flights", document)))
 
     run_until_idle()
@@ -242,8 +279,9 @@ def test_an_api_source_answering_500_is_retried_then_loaded_once(olga, travel, s
     job.refresh_from_db()
     assert job.state == Job.State.PENDING and "answered 503" in job.last_error
 
-    source_server.json("/flights", [{"quantity": "2", "classification": {"haul": "short",
-                                                                         "cabin": "economy"}}])
+    source_server.json(
+        "/flights", [{"quantity": "2", "classification": {"haul": "short", "cabin": "economy"}}]
+    )
     clock.advance(3600)
     run_until_idle()
 

@@ -46,8 +46,13 @@ def travel(acme) -> ReportModule:
 
 
 def upload(client: APIClient, travel: ReportModule, body: bytes, **fields):
-    data = {"report": travel.report_id, "module": "travel", "data_entry_type": "plane",
-            "file": SimpleUploadedFile("entries.csv", body, content_type="text/csv"), **fields}
+    data = {
+        "report": travel.report_id,
+        "module": "travel",
+        "data_entry_type": "plane",
+        "file": SimpleUploadedFile("entries.csv", body, content_type="text/csv"),
+        **fields,
+    }
     return client.post("/sync/dispatch", data, format="multipart")
 
 
@@ -56,30 +61,37 @@ def nothing_written(upload_dir) -> bool:
     return not DataEntry.objects.exists() and not Job.objects.exists() and staged == []
 
 
-def test_an_upload_answers_with_its_job_and_pipeline_and_the_pipeline_shows_each_job(
-        alice, travel, clock):
+def test_an_upload_answers_with_its_job_and_pipeline_and_the_pipeline_shows_each_job(alice, travel, clock):
     response = upload(alice, travel, csv_bytes(HEADER, plane_rows(50)))
 
     assert response.status_code == 202, response.json()
     body = response.json()
     job = Job.objects.get(pk=body["job"])
-    assert (job.type, str(job.pipeline_id), body["rows"]) == ("factors.csv_ingest",
-                                                              body["pipeline"], 50)
+    assert (job.type, str(job.pipeline_id), body["rows"]) == ("factors.csv_ingest", body["pipeline"], 50)
     assert job.created_by.username == "alice" and job.tenant_id == travel.report.unit.tenant_id
     pending = alice.get(body["pipeline_url"]).json()
     assert pending["state"] == "running"
-    assert pending["modules"] == [{"id": travel.pk, "report": travel.report_id, "unit": "LAB1",
-                                   "year": 2024, "module_type": "travel", "recalculating": True}]
-    assert alice.get(f"/v1/carbon_reports/{travel.report_id}/modules/travel").json()[
-        "recalculating"] is True
+    assert pending["modules"] == [
+        {
+            "id": travel.pk,
+            "report": travel.report_id,
+            "unit": "LAB1",
+            "year": 2024,
+            "module_type": "travel",
+            "recalculating": True,
+        }
+    ]
+    assert alice.get(f"/v1/carbon_reports/{travel.report_id}/modules/travel").json()["recalculating"] is True
 
     run_until_idle()
 
     done = alice.get(body["pipeline_url"]).json()
     assert done["state"] == "succeeded"
     assert [(j["type"], j["state"]) for j in done["jobs"]] == [
-        ("factors.csv_ingest", "succeeded"), ("factors.emission_recalc", "succeeded"),
-        ("factors.aggregation", "succeeded")]
+        ("factors.csv_ingest", "succeeded"),
+        ("factors.emission_recalc", "succeeded"),
+        ("factors.aggregation", "succeeded"),
+    ]
     ingest = done["jobs"][0]
     assert ingest["progress"]["done"] == 50 and ingest["progress"]["total"] == 50
     assert ingest["started_at"] and ingest["finished_at"] and ingest["result"]["rows"] == 50
@@ -87,15 +99,23 @@ def test_an_upload_answers_with_its_job_and_pipeline_and_the_pipeline_shows_each
     assert DataEntry.objects.filter(module=travel, source="csv").count() == 50
 
 
-@pytest.mark.parametrize(("body", "row", "column", "reason"), [
-    (b"12.5,km,short,economy\n", 1, None, "missing header row"),
-    (csv_bytes(HEADER, [["1", "km", "short", "economy"], ["1.5.2", "km", "short", "economy"]]),
-     3, "quantity", "not a number"),
-    ("quantity,unit,haul,cabin\n1,km,short,économie\n".encode("utf-16"), 1, None, "not UTF-8"),
-    (csv_bytes(HEADER, [["1", "km", "=HYPERLINK(\"x\")", "economy"]]), 2, "haul", "formula"),
-])
+@pytest.mark.parametrize(
+    ("body", "row", "column", "reason"),
+    [
+        (b"12.5,km,short,economy\n", 1, None, "missing header row"),
+        (
+            csv_bytes(HEADER, [["1", "km", "short", "economy"], ["1.5.2", "km", "short", "economy"]]),
+            3,
+            "quantity",
+            "not a number",
+        ),
+        ("quantity,unit,haul,cabin\n1,km,short,économie\n".encode("utf-16"), 1, None, "not UTF-8"),
+        (csv_bytes(HEADER, [["1", "km", '=HYPERLINK("x")', "economy"]]), 2, "haul", "formula"),
+    ],
+)
 def test_a_malformed_file_is_refused_whole_with_row_column_and_reason(
-        alice, travel, upload_dir, body, row, column, reason):
+    alice, travel, upload_dir, body, row, column, reason
+):
     response = upload(alice, travel, body)
 
     assert response.status_code == 400
@@ -106,7 +126,8 @@ def test_a_malformed_file_is_refused_whole_with_row_column_and_reason(
 
 
 def test_a_second_upload_for_the_same_combination_is_refused_while_the_first_is_unfinished(
-        alice, travel, upload_dir, clock):
+    alice, travel, upload_dir, clock
+):
     first = upload(alice, travel, csv_bytes(HEADER, plane_rows(5))).json()
 
     response = upload(alice, travel, csv_bytes(HEADER, plane_rows(7)))
@@ -120,9 +141,15 @@ def test_a_second_upload_for_the_same_combination_is_refused_while_the_first_is_
 
 
 def test_a_new_upload_replaces_the_earlier_csv_entries_and_keeps_manual_ones(alice, travel, clock):
-    manual = alice.post(f"/v1/carbon_reports/{travel.report_id}/modules/travel/data-entries",
-                        {"data_entry_type": "plane", "quantity": "5",
-                         "classification": {"haul": "short", "cabin": "economy"}}, format="json")
+    manual = alice.post(
+        f"/v1/carbon_reports/{travel.report_id}/modules/travel/data-entries",
+        {
+            "data_entry_type": "plane",
+            "quantity": "5",
+            "classification": {"haul": "short", "cabin": "economy"},
+        },
+        format="json",
+    )
     assert manual.status_code == 201
     upload(alice, travel, csv_bytes(HEADER, plane_rows(30)))
     run_until_idle()
@@ -148,8 +175,7 @@ def test_global_syncs_need_a_platform_operator(alice):
     assert response.status_code == 403
 
 
-def test_a_request_over_the_size_limit_is_refused_before_its_body_is_read(alice, travel,
-                                                                          settings):
+def test_a_request_over_the_size_limit_is_refused_before_its_body_is_read(alice, travel, settings):
     settings.FACTORS_ENTRIES_MAX_BYTES = 1024
     response = upload(alice, travel, csv_bytes(HEADER, plane_rows(10_000)))
     assert response.status_code == 413
@@ -179,8 +205,11 @@ FACTOR_HEADER = ["year", "haul", "cabin", "value", "unit", "source"]
 
 
 def factor_upload(client, body: bytes, data_entry_type: str = "plane"):
-    return client.post(f"/sync/factors/{data_entry_type}",
-                       {"file": SimpleUploadedFile("factors.csv", body)}, format="multipart")
+    return client.post(
+        f"/sync/factors/{data_entry_type}",
+        {"file": SimpleUploadedFile("factors.csv", body)},
+        format="multipart",
+    )
 
 
 def test_a_factor_upload_upserts_in_place_and_chains_the_recalculation(olga, alice, travel, clock):
@@ -189,34 +218,46 @@ def test_a_factor_upload_upserts_in_place_and_chains_the_recalculation(olga, ali
     travel.refresh_from_db()
     assert travel.stats["without_factor"] == 1
 
-    response = factor_upload(olga, csv_bytes(FACTOR_HEADER, [
-        ["2024", "short", "first", "0.5", "km", "DEFRA 2024"]]))
+    response = factor_upload(
+        olga, csv_bytes(FACTOR_HEADER, [["2024", "short", "first", "0.5", "km", "DEFRA 2024"]])
+    )
     assert response.status_code == 202, response.json()
     run_until_idle()
 
     pipeline = olga.get(response.json()["pipeline_url"]).json()
     assert [j["type"] for j in pipeline["jobs"]] == [
-        "factors.factor_ingest", "factors.emission_recalc", "factors.aggregation"]
+        "factors.factor_ingest",
+        "factors.emission_recalc",
+        "factors.aggregation",
+    ]
     travel.refresh_from_db()
     assert (travel.stats["without_factor"], travel.stats["kg_co2e"]) == (0, "50.000000")
 
 
 def test_a_factor_re_upload_with_keys_in_another_order_keeps_ids_and_marks_the_dropped_stale(
-        olga, alice, travel, clock):
+    olga, alice, travel, clock
+):
     EmissionFactor.objects.all().delete()
-    first = csv_bytes(FACTOR_HEADER, [["2024", "short", "economy", "0.15", "km", "ADEME"],
-                                      ["2024", "long", "business", "0.30", "km", "ADEME"]])
+    first = csv_bytes(
+        FACTOR_HEADER,
+        [
+            ["2024", "short", "economy", "0.15", "km", "ADEME"],
+            ["2024", "long", "business", "0.30", "km", "ADEME"],
+        ],
+    )
     factor_upload(olga, first)
     run_until_idle()
     ids = dict(EmissionFactor.objects.values_list("classification__haul", "pk"))
-    upload(alice, travel, csv_bytes(HEADER, [["10", "km", "short", "economy"],
-                                             ["10", "km", "long", "business"]]))
+    upload(
+        alice, travel, csv_bytes(HEADER, [["10", "km", "short", "economy"], ["10", "km", "long", "business"]])
+    )
     run_until_idle()
     linked = dict(Emission.objects.values_list("data_entry_id", "factor_id"))
 
     # The same keys, columns in another order, one factor dropped and one value changed.
-    second = csv_bytes(["cabin", "value", "year", "unit", "haul"],
-                       [["economy", "0.20", "2024", "km", "short"]])
+    second = csv_bytes(
+        ["cabin", "value", "year", "unit", "haul"], [["economy", "0.20", "2024", "km", "short"]]
+    )
     factor_upload(olga, second)
     run_until_idle()
 
@@ -230,11 +271,23 @@ def test_a_factor_re_upload_with_keys_in_another_order_keeps_ids_and_marks_the_d
 
 def test_stale_tracking_follows_the_type_and_years_the_file_covers(olga, clock):
     EmissionFactor.objects.all().delete()
-    factor_upload(olga, csv_bytes(FACTOR_HEADER, [
-        ["2023", "short", "economy", "0.14", "km", ""], ["2023", "long", "business", "0.29", "km", ""],
-        ["2024", "short", "economy", "0.15", "km", ""], ["2024", "long", "business", "0.30", "km", ""]]))
-    factor_upload(olga, csv_bytes(["year", "network", "value", "unit"], [["2024", "urban", "0.01", "km"]]),
-                  data_entry_type="train")
+    factor_upload(
+        olga,
+        csv_bytes(
+            FACTOR_HEADER,
+            [
+                ["2023", "short", "economy", "0.14", "km", ""],
+                ["2023", "long", "business", "0.29", "km", ""],
+                ["2024", "short", "economy", "0.15", "km", ""],
+                ["2024", "long", "business", "0.30", "km", ""],
+            ],
+        ),
+    )
+    factor_upload(
+        olga,
+        csv_bytes(["year", "network", "value", "unit"], [["2024", "urban", "0.01", "km"]]),
+        data_entry_type="train",
+    )
     run_until_idle()
 
     # Only 2024, and only one of its two plane factors.
@@ -242,18 +295,28 @@ def test_stale_tracking_follows_the_type_and_years_the_file_covers(olga, clock):
     assert response.status_code == 202, response.json()
     run_until_idle()
 
-    stale = {(f.data_entry_type, f.year, f.classification.get("haul", "")): f.is_stale
-             for f in EmissionFactor.objects.all()}
-    assert stale == {("plane", 2023, "short"): False, ("plane", 2023, "long"): False,
-                     ("plane", 2024, "short"): False, ("plane", 2024, "long"): True,
-                     ("train", 2024, ""): False}
+    stale = {
+        (f.data_entry_type, f.year, f.classification.get("haul", "")): f.is_stale
+        for f in EmissionFactor.objects.all()
+    }
+    assert stale == {
+        ("plane", 2023, "short"): False,
+        ("plane", 2023, "long"): False,
+        ("plane", 2024, "short"): False,
+        ("plane", 2024, "long"): True,
+        ("train", 2024, ""): False,
+    }
     job = Job.objects.filter(type="factors.factor_ingest").latest("id")
     assert (job.result["years"], job.result["stale"]) == ([2024], 1)
 
 
 def test_a_refused_upload_counts_every_row_it_checked_valid_or_not(alice, travel, upload_dir):
-    rows = [*plane_rows(3), ["abc", "km", "short", "economy"], ["1", "mi", "short", "economy"],
-            *plane_rows(2, start=3)]
+    rows = [
+        *plane_rows(3),
+        ["abc", "km", "short", "economy"],
+        ["1", "mi", "short", "economy"],
+        *plane_rows(2, start=3),
+    ]
 
     response = upload(alice, travel, csv_bytes(HEADER, rows))
 
@@ -264,8 +327,13 @@ def test_a_refused_upload_counts_every_row_it_checked_valid_or_not(alice, travel
 
 
 def test_a_factor_file_with_a_duplicate_key_is_refused(olga, upload_dir):
-    response = factor_upload(olga, csv_bytes(FACTOR_HEADER, [
-        ["2024", "short", "economy", "0.15", "km", ""], ["2024", "short", "economy", "0.2", "km", ""]]))
+    response = factor_upload(
+        olga,
+        csv_bytes(
+            FACTOR_HEADER,
+            [["2024", "short", "economy", "0.15", "km", ""], ["2024", "short", "economy", "0.2", "km", ""]],
+        ),
+    )
     assert response.status_code == 400
     assert response.json()["errors"][0]["reason"] == "duplicates row 2: same year, haul, cabin"
     assert not Job.objects.exists()
@@ -287,10 +355,13 @@ def test_a_recalculation_can_be_asked_for_a_type_and_year(olga, alice, travel, c
     assert Emission.objects.filter(factor__classification__haul="short", kg_co2e__gt=1).exists()
 
 
-@pytest.mark.parametrize("query, body, problem", [
-    ("?year=-2.0e-25", {"year": None}, "A valid integer is required."),
-    ("?year=1999", {}, "Ensure this value is greater than or equal to 2000."),
-])
+@pytest.mark.parametrize(
+    "query, body, problem",
+    [
+        ("?year=-2.0e-25", {"year": None}, "A valid integer is required."),
+        ("?year=1999", {}, "Ensure this value is greater than or equal to 2000."),
+    ],
+)
 def test_a_bad_year_in_the_query_is_refused_whatever_the_body_says(olga, query, body, problem):
     response = olga.post(f"/sync/recalculate-emissions/plane{query}", body, format="json")
 
@@ -312,8 +383,9 @@ def test_a_shared_pipeline_shows_a_member_only_their_tenants_modules(olga, alice
     for mod, client in ((travel, alice), (theirs, olga)):
         upload(client, mod, csv_bytes(HEADER, [["100", "km", "short", "first"]]))
     run_until_idle()
-    started = factor_upload(olga, csv_bytes(FACTOR_HEADER, [
-        ["2024", "short", "first", "0.5", "km", "DEFRA 2024"]])).json()
+    started = factor_upload(
+        olga, csv_bytes(FACTOR_HEADER, [["2024", "short", "first", "0.5", "km", "DEFRA 2024"]])
+    ).json()
     run_until_idle()
 
     seen_by_olga = olga.get(started["pipeline_url"]).json()
@@ -325,14 +397,24 @@ def test_a_shared_pipeline_shows_a_member_only_their_tenants_modules(olga, alice
     assert "GLOBEX" not in seen_by_alice.content.decode()
 
 
-@pytest.mark.parametrize("url", ["http://10.0.0.7/entries", "http://localhost:8000/admin/",
-                                 "http://169.254.169.254/latest/meta-data/", "http://[::1]/",
-                                 "http://2130706433/"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://10.0.0.7/entries",
+        "http://localhost:8000/admin/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[::1]/",
+        "http://2130706433/",
+    ],
+)
 def test_an_api_ingest_from_an_internal_address_is_refused_naming_the_url_field(
-        alice, travel, upload_dir, url):
-    response = alice.post("/sync/api-ingest", {"report": travel.report_id, "module": "travel",
-                                               "data_entry_type": "plane", "url": url},
-                          format="json")
+    alice, travel, upload_dir, url
+):
+    response = alice.post(
+        "/sync/api-ingest",
+        {"report": travel.report_id, "module": "travel", "data_entry_type": "plane", "url": url},
+        format="json",
+    )
 
     assert response.status_code == 400
     assert response.json() == {"url": ["is not allowed: its host is not a public internet address"]}

@@ -25,11 +25,14 @@ def test_old_upload_payloads_become_ids_with_their_upload_rows(settings, tmp_pat
     kept, gone = uuid.uuid4().hex, uuid.uuid4().hex
     (tmp_path / f"{kept}.csv").write_text("12.5,km,short,economy\n")
     old = {"rows": 1, "columns": ["quantity", "unit", "haul", "cabin"], "filename": "a.csv"}
-    waiting = engine.enqueue("factors.csv_ingest", {"module": 1, "data_entry_type": "plane",
-                                                    "upload": {"id": kept, "path": "/etc/x", **old}},
-                             tenant=acme)
-    lost = engine.enqueue("factors.factor_ingest", {"data_entry_type": "plane",
-                                                    "upload": {"id": gone, **old}})
+    waiting = engine.enqueue(
+        "factors.csv_ingest",
+        {"module": 1, "data_entry_type": "plane", "upload": {"id": kept, "path": "/etc/x", **old}},
+        tenant=acme,
+    )
+    lost = engine.enqueue(
+        "factors.factor_ingest", {"data_entry_type": "plane", "upload": {"id": gone, **old}}
+    )
 
     executor.loader.build_graph()
     executor.migrate(executor.loader.graph.leaf_nodes())
@@ -39,7 +42,12 @@ def test_old_upload_payloads_become_ids_with_their_upload_rows(settings, tmp_pat
     assert (waiting.payload["upload"], lost.payload["upload"]) == (kept, gone)
     row = Upload.objects.get()
     assert (row.id.hex, row.kind, row.tenant_id, row.rows, row.columns) == (
-        kept, "entries", acme.pk, 1, old["columns"])
+        kept,
+        "entries",
+        acme.pk,
+        1,
+        old["columns"],
+    )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -53,8 +61,9 @@ def test_files_staged_in_the_old_directory_move_to_the_intakes_store(settings, t
     executor.migrate([("factors", "0009_load_chunks")])
     waiting, missing = uuid.uuid4(), uuid.uuid4()
     for upload_id in (waiting, missing):
-        Upload.objects.create(id=upload_id, kind="entries", rows=1,
-                              columns=["quantity", "unit", "haul", "cabin"])
+        Upload.objects.create(
+            id=upload_id, kind="entries", rows=1, columns=["quantity", "unit", "haul", "cabin"]
+        )
     (old / f"{waiting.hex}.csv").write_bytes(b"12.5,km,short,economy\n")
     (old / "notes.txt").write_text("not a staged file")
 

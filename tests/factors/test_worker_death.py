@@ -29,8 +29,12 @@ pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
 # Short leases; recalculation chunks of 15,000 rows (three batches), so that the kill
 # lands between, at or right after a chunk boundary, whichever batch it hits.
-FAST = {"JOBS_LEASE_SECONDS": "2", "JOBS_HEARTBEAT_SECONDS": "0.5", "JOBS_REAPER_SECONDS": "0.5",
-        "FACTORS_RECALC_CHUNK_ROWS": "15000"}
+FAST = {
+    "JOBS_LEASE_SECONDS": "2",
+    "JOBS_HEARTBEAT_SECONDS": "0.5",
+    "JOBS_REAPER_SECONDS": "0.5",
+    "FACTORS_RECALC_CHUNK_ROWS": "15000",
+}
 ROWS = 60_000  # twelve batches of 5,000
 
 
@@ -42,15 +46,17 @@ def blocked_on_a_lock() -> bool:
     """The worker's connection waits on our table lock, inside a batch's COPY."""
     conn = raw_connection()
     try:
-        return bool(conn.execute(
-            "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND query LIKE 'COPY factors_dataentry%%'").fetchone())
+        return bool(
+            conn.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE 'COPY factors_dataentry%%'"
+            ).fetchone()
+        )
     finally:
         conn.close()
 
 
-def test_a_worker_killed_mid_batch_leaves_each_row_exactly_once_after_recovery(
-        processes, upload_dir):  # noqa: F811 (the fixture)
+def test_a_worker_killed_mid_batch_leaves_each_row_exactly_once_after_recovery(processes, upload_dir):  # noqa: F811 (the fixture)
     plane_factors()
     travel = module(report())
     rows = plane_rows(ROWS)
@@ -74,10 +80,13 @@ def test_a_worker_killed_mid_batch_leaves_each_row_exactly_once_after_recovery(
     assert 0 < before_kill < ROWS and before_kill % 5_000 == 0
 
     processes.manage("rescuer", "jobs_worker", env=processes.env(**FAST))
-    wait_until(lambda: Job.objects.filter(pipeline_id=ingest.pipeline_id,
-                                          type="factors.aggregation",
-                                          state=Job.State.SUCCEEDED).exists(),
-               90, "the pipeline to finish after the rescue")
+    wait_until(
+        lambda: Job.objects.filter(
+            pipeline_id=ingest.pipeline_id, type="factors.aggregation", state=Job.State.SUCCEEDED
+        ).exists(),
+        90,
+        "the pipeline to finish after the rescue",
+    )
 
     ingest.refresh_from_db()
     assert (ingest.state, ingest.attempts, ingest.rescues) == (Job.State.SUCCEEDED, 2, 1)
@@ -88,7 +97,10 @@ def test_a_worker_killed_mid_batch_leaves_each_row_exactly_once_after_recovery(
     travel.refresh_from_db()
     count, quantity, kg, missing = expected_totals(rows, PLANE_FACTORS)
     assert (travel.stats["entries"], travel.stats["kg_co2e"], travel.stats["without_factor"]) == (
-        count, stats.amount(kg), missing)
+        count,
+        stats.amount(kg),
+        missing,
+    )
     assert Emission.objects.filter(data_entry__module=travel).count() == count - missing
     chunks = Job.objects.filter(pipeline_id=ingest.pipeline_id, payload__has_key="chunk_of")
     assert chunks.exists() and not chunks.exclude(state=Job.State.SUCCEEDED).exists()

@@ -24,8 +24,7 @@ def marked(token: str) -> list[int]:
         if not name.isdigit() or int(name) == os.getpid():
             continue
         try:
-            seen = any(needle in Path(f"/proc/{name}/{part}").read_bytes()
-                       for part in ("cmdline", "environ"))
+            seen = any(needle in Path(f"/proc/{name}/{part}").read_bytes() for part in ("cmdline", "environ"))
         except OSError:  # gone, or not ours to read
             continue
         if seen and alive(int(name)):
@@ -46,5 +45,8 @@ def leaving_processes(token: str, then: str = "exit 0") -> tuple[str, ...]:
     """A shell hook that starts a background ``sleep``, one in a session of its own
     (``setsid``) and one double-forked away from it, each carrying ``token`` in its
     environment, then runs ``then``."""
-    return ("/bin/sh", "-c", f"export HOOK_MARK={token}; sleep 600 & setsid sleep 600 & "
-                             f"(sleep 600 &); {then}")
+    return (
+        "/bin/sh",
+        "-c",
+        f"export HOOK_MARK={token}; sleep 600 & setsid sleep 600 & (sleep 600 &); {then}",
+    )

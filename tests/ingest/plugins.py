@@ -24,12 +24,12 @@ class Counting(Ingester):
     label = "Numbered records (tests)"
     config_serializer = CountingConfig
 
-    def fetch(self, config: dict[str, Any], session: dict[str, Any], batch_size: int, *,
-              tenant: str) -> Fetched:
+    def fetch(
+        self, config: dict[str, Any], session: dict[str, Any], batch_size: int, *, tenant: str
+    ) -> Fetched:
         number = session.get("next", 1)
         if config.get("fail_at") == number:
             raise SourceError(f"the source refused batch {number}", transient=config.get("transient", False))
         size = config.get("size", 2)
         records = [{"id": f"{number}-{index}", "batch": number} for index in range(size)]
-        return Fetched(records=records, session={"next": number + 1},
-                       has_more=number < config["batches"])
+        return Fetched(records=records, session={"next": number + 1}, has_more=number < config["batches"])

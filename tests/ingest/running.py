@@ -28,6 +28,7 @@ def drain(clock, rounds: int = 50) -> None:
 def stalled_after_a_crash(tenant: Tenant, clock, monkeypatch: pytest.MonkeyPatch) -> IngestRun:
     """A run whose source raised an unexpected exception at every attempt (the engine
     keeps a traceback for those), failed by the sweep as stalled."""
+
     def crash(self: Any, config: Any, session: Any, batch_size: int, *, tenant: str) -> Any:
         raise RuntimeError("the parser lost its place")
 

@@ -53,20 +53,36 @@ def alice(acme) -> Client:
 @pytest.fixture
 def check(db) -> HookTemplate:
     """The catalogue's entry the forms choose: a level from 1 to 5, and a mode."""
-    return builders.entry(["check", "--level", "{level}"], "check", parameters=[
-        {"name": "level", "type": "integer", "min": 1, "max": 5, "required": True},
-        {"name": "mode", "type": "choice", "choices": ["fast", "strict"], "default": "fast"}])
+    return builders.entry(
+        ["check", "--level", "{level}"],
+        "check",
+        parameters=[
+            {"name": "level", "type": "integer", "min": 1, "max": 5, "required": True},
+            {"name": "mode", "type": "choice", "choices": ["fast", "strict"], "default": "fast"},
+        ],
+    )
 
 
 def source_form(**fields):
     """The add form's POST data: the source's fields and its hooks' inline (the entry
     named "check")."""
     entry = HookTemplate.objects.filter(name="check").values_list("pk", flat=True).first()
-    data = {"name": "orders", "kind": "test_counting", "config": '{"batches": 2}',
-            "batch_size": "100", "max_failures": "3", "enabled": "on",
-            "hooks-TOTAL_FORMS": "1", "hooks-INITIAL_FORMS": "0", "hooks-MIN_NUM_FORMS": "0",
-            "hooks-MAX_NUM_FORMS": "1000", "hooks-0-name": "check", "hooks-0-position": "0",
-            "hooks-0-template": str(entry), "hooks-0-parameters": '{"level": 3}'}
+    data = {
+        "name": "orders",
+        "kind": "test_counting",
+        "config": '{"batches": 2}',
+        "batch_size": "100",
+        "max_failures": "3",
+        "enabled": "on",
+        "hooks-TOTAL_FORMS": "1",
+        "hooks-INITIAL_FORMS": "0",
+        "hooks-MIN_NUM_FORMS": "0",
+        "hooks-MAX_NUM_FORMS": "1000",
+        "hooks-0-name": "check",
+        "hooks-0-position": "0",
+        "hooks-0-template": str(entry),
+        "hooks-0-parameters": '{"level": 3}',
+    }
     data.update(fields)
     return data
 
@@ -79,18 +95,26 @@ def test_every_ingest_page_answers_with_rows_in_it(admin_client, acme, clock):
     drain(clock)
     breaker.record_failure(TARGET, acme.pk, 1, "429 Too Many Requests", clock.now())
     entry = HookTemplate.objects.get()
-    for url in [SOURCES, f"{SOURCES}add/", f"{SOURCES}{run.source_id}/change/", RUNS,
-                f"{RUNS}{run.pk}/change/", f"{RUNS}{run.pk}/timeline/", BREAKERS,
-                f"{BREAKERS}{RunnerBreaker.objects.get(target=TARGET).pk}/change/",
-                f"{RUNS}?status=succeeded", f"{RUNS}?source__id__exact={run.source_id}",
-                CATALOGUE, f"{CATALOGUE}add/", f"{CATALOGUE}{entry.pk}/change/"]:
+    for url in [
+        SOURCES,
+        f"{SOURCES}add/",
+        f"{SOURCES}{run.source_id}/change/",
+        RUNS,
+        f"{RUNS}{run.pk}/change/",
+        f"{RUNS}{run.pk}/timeline/",
+        BREAKERS,
+        f"{BREAKERS}{RunnerBreaker.objects.get(target=TARGET).pk}/change/",
+        f"{RUNS}?status=succeeded",
+        f"{RUNS}?source__id__exact={run.source_id}",
+        CATALOGUE,
+        f"{CATALOGUE}add/",
+        f"{CATALOGUE}{entry.pk}/change/",
+    ]:
         page(admin_client, url)
 
 
-def test_the_run_list_shows_status_batches_records_failures_and_who(admin_client, admin_user, acme,
-                                                                     clock):
-    run = services.start_ingest(builders.source(acme, batches=2, size=3), actor=admin_user,
-                                via="admin")
+def test_the_run_list_shows_status_batches_records_failures_and_who(admin_client, admin_user, acme, clock):
+    run = services.start_ingest(builders.source(acme, batches=2, size=3), actor=admin_user, via="admin")
     drain(clock)
 
     listing = page(admin_client, RUNS)
@@ -103,8 +127,12 @@ def test_the_run_list_shows_status_batches_records_failures_and_who(admin_client
 
 
 def test_the_run_page_shows_each_batch_and_each_hook_failure_escaped(admin_client, acme, clock):
-    source = builders.source(acme, batches=2, hooks=[builders.PASS, builders.exit_with(
-        3, "<script>alert('row 7')</script>")], max_failures=2)
+    source = builders.source(
+        acme,
+        batches=2,
+        hooks=[builders.PASS, builders.exit_with(3, "<script>alert('row 7')</script>")],
+        max_failures=2,
+    )
     run = services.start_ingest(source)
     drain(clock)
 
@@ -128,8 +156,9 @@ def test_the_run_page_shows_each_batch_and_each_hook_failure_escaped(admin_clien
     assert "Retry the failed hooks" in html and "Cancel the run" not in html
 
 
-def test_the_run_page_shows_staff_the_whole_error_of_the_job_a_run_stalled_on(admin_client, acme, clock,
-                                                                             monkeypatch):
+def test_the_run_page_shows_staff_the_whole_error_of_the_job_a_run_stalled_on(
+    admin_client, acme, clock, monkeypatch
+):
     run = stalled_after_a_crash(acme, clock, monkeypatch)
     job = Job.objects.get(pipeline_id=run.pipeline, state="failed")
 
@@ -140,8 +169,7 @@ def test_the_run_page_shows_staff_the_whole_error_of_the_job_a_run_stalled_on(ad
     assert "File &quot;" in html and "handlers.py" in html  # the traceback's frames
 
 
-def test_the_run_page_counts_down_to_a_hook_deliverys_next_attempt(admin_client, acme, clock,
-                                                                   monkeypatch):
+def test_the_run_page_counts_down_to_a_hook_deliverys_next_attempt(admin_client, acme, clock, monkeypatch):
     def busy(self, spec):
         raise TransientResourceError("0/3 nodes are available")
 
@@ -152,8 +180,9 @@ def test_the_run_page_counts_down_to_a_hook_deliverys_next_attempt(admin_client,
     html = page(admin_client, f"{RUNS}{run.pk}/timeline/")
 
     assert "attempt 1 of 6, next attempt" in html
-    assert re.search(r'<time class="ingest-countdown" datetime="[^"]+" title="[^"]+">in 1 min 00 s</time>',
-                     html)
+    assert re.search(
+        r'<time class="ingest-countdown" datetime="[^"]+" title="[^"]+">in 1 min 00 s</time>', html
+    )
     assert "try 1: 0/3 nodes are available" in html
 
 
@@ -189,8 +218,10 @@ def test_retry_hooks_and_retry_from_batch_from_the_run_page(admin_client, admin_
 
     assert f"Run {failed_hooks.pk}: the hooks of 1 batch(es) run again." in first
     assert f"Run {failed_fetch.pk}: fetching again from batch 2." in second
-    for run, kind in ((failed_hooks, ActionKind.RETRIED_HOOKS),
-                      (failed_fetch, ActionKind.RETRIED_FROM_BATCH)):
+    for run, kind in (
+        (failed_hooks, ActionKind.RETRIED_HOOKS),
+        (failed_fetch, ActionKind.RETRIED_FROM_BATCH),
+    ):
         run.refresh_from_db()
         assert run.status == RunStatus.SUCCEEDED
         action = run.actions.get(kind=kind)
@@ -202,8 +233,9 @@ def test_the_bulk_actions_say_what_they_did_and_what_was_refused(admin_client, a
     cancelled = services.start_ingest(builders.source(acme, "invoices"))
     services.cancel_run(cancelled)
 
-    response = admin_client.post(RUNS, {"action": "cancel_runs", "_selected_action": [
-        running.pk, cancelled.pk]}, follow=True)
+    response = admin_client.post(
+        RUNS, {"action": "cancel_runs", "_selected_action": [running.pk, cancelled.pk]}, follow=True
+    )
 
     html = response.content.decode()
     assert f"Run {running.pk} cancelled." in html
@@ -238,29 +270,36 @@ def test_a_source_is_added_with_its_hooks_and_its_tenant_is_the_staff_users(alic
     source = IngestSource.objects.get()
     # The config as the ingester checked it: its defaults filled in.
     assert (source.tenant, source.kind, source.config) == (
-        acme, "test_counting", {"batches": 2, "size": 2, "transient": False})
+        acme,
+        "test_counting",
+        {"batches": 2, "size": 2, "transient": False},
+    )
     hook = source.hooks.get()
     assert (hook.name, hook.template, hook.parameters) == ("check", check, {"level": 3})
 
 
-@pytest.mark.parametrize("fields, problem", [
-    ({"config": '{"batches": 0}'}, "batches: Ensure this value is greater than or equal to 1."),
-    ({"config": '{"size": 2}'}, "batches: This field is required."),
-    ({"config": "[1, 2]"}, "must be a JSON object"),
-    ({"config": "{nope"}, "Enter a valid JSON."),
-    ({"kind": "ftp"}, "Select a valid choice. ftp is not one of the available choices."),
-    ({"batch_size": "20000"}, "between 1 and 10000"),
-    ({"hooks-0-parameters": "{}"}, "parameter &#x27;level&#x27; is required"),
-    ({"hooks-0-parameters": '{"level": 9}'}, "parameter &#x27;level&#x27; is above 5"),
-    ({"hooks-0-parameters": '{"level": "3"}'}, "parameter &#x27;level&#x27; must be a whole number"),
-    ({"hooks-0-parameters": '{"level": 3, "mode": "rm -rf"}'},
-     "parameter &#x27;mode&#x27; must be one of fast, strict"),
-    ({"hooks-0-parameters": '{"level": 3, "image": "evil:1"}'}, "unknown parameter &#x27;image&#x27;"),
-    ({"hooks-0-parameters": "[]"}, "an object of parameter names and values"),
-    ({"hooks-0-template": ""}, "This field is required."),
-])
-def test_a_bad_source_or_hook_is_a_form_error_and_nothing_is_saved(alice, acme, check, fields,
-                                                                     problem):
+@pytest.mark.parametrize(
+    "fields, problem",
+    [
+        ({"config": '{"batches": 0}'}, "batches: Ensure this value is greater than or equal to 1."),
+        ({"config": '{"size": 2}'}, "batches: This field is required."),
+        ({"config": "[1, 2]"}, "must be a JSON object"),
+        ({"config": "{nope"}, "Enter a valid JSON."),
+        ({"kind": "ftp"}, "Select a valid choice. ftp is not one of the available choices."),
+        ({"batch_size": "20000"}, "between 1 and 10000"),
+        ({"hooks-0-parameters": "{}"}, "parameter &#x27;level&#x27; is required"),
+        ({"hooks-0-parameters": '{"level": 9}'}, "parameter &#x27;level&#x27; is above 5"),
+        ({"hooks-0-parameters": '{"level": "3"}'}, "parameter &#x27;level&#x27; must be a whole number"),
+        (
+            {"hooks-0-parameters": '{"level": 3, "mode": "rm -rf"}'},
+            "parameter &#x27;mode&#x27; must be one of fast, strict",
+        ),
+        ({"hooks-0-parameters": '{"level": 3, "image": "evil:1"}'}, "unknown parameter &#x27;image&#x27;"),
+        ({"hooks-0-parameters": "[]"}, "an object of parameter names and values"),
+        ({"hooks-0-template": ""}, "This field is required."),
+    ],
+)
+def test_a_bad_source_or_hook_is_a_form_error_and_nothing_is_saved(alice, acme, check, fields, problem):
     response = alice.post(f"{SOURCES}add/", source_form(**fields))
 
     assert response.status_code == 200
@@ -281,12 +320,18 @@ def test_a_duplicate_name_within_the_tenant_is_a_form_error(alice, acme, globex,
 
 
 def test_two_hooks_of_one_name_or_position_are_a_form_error(alice, check):
-    second = {"hooks-TOTAL_FORMS": "2", "hooks-1-name": "check", "hooks-1-position": "1",
-              "hooks-1-template": str(check.pk), "hooks-1-parameters": '{"level": 1}'}
+    second = {
+        "hooks-TOTAL_FORMS": "2",
+        "hooks-1-name": "check",
+        "hooks-1-position": "1",
+        "hooks-1-template": str(check.pk),
+        "hooks-1-parameters": '{"level": 1}',
+    }
 
     same_name = alice.post(f"{SOURCES}add/", source_form(**second))
-    same_position = alice.post(f"{SOURCES}add/", source_form(**{**second, "hooks-1-name": "lint",
-                                                                "hooks-1-position": "0"}))
+    same_position = alice.post(
+        f"{SOURCES}add/", source_form(**{**second, "hooks-1-name": "lint", "hooks-1-position": "0"})
+    )
 
     assert "Please correct the duplicate data for name" in same_name.content.decode()
     assert "Please correct the duplicate data for position" in same_position.content.decode()
@@ -300,15 +345,22 @@ def test_an_empty_configuration_is_checked_as_an_empty_object(alice, check):
     assert not IngestSource.objects.exists()
 
 
-def test_an_operator_renames_a_source_but_never_moves_it_to_another_tenant(admin_client, acme,
-                                                                         globex):
+def test_an_operator_renames_a_source_but_never_moves_it_to_another_tenant(admin_client, acme, globex):
     source = builders.source(acme, "orders")
     builders.source(acme, "invoices")
     hook = source.hooks.get()
-    change = source_form(name="invoices", tenant=str(globex.pk), **{
-        "hooks-INITIAL_FORMS": "1", "hooks-0-id": str(hook.pk), "hooks-0-source": str(source.pk),
-        "hooks-0-name": hook.name, "hooks-0-template": str(hook.template_id),
-        "hooks-0-parameters": "{}"})
+    change = source_form(
+        name="invoices",
+        tenant=str(globex.pk),
+        **{
+            "hooks-INITIAL_FORMS": "1",
+            "hooks-0-id": str(hook.pk),
+            "hooks-0-source": str(source.pk),
+            "hooks-0-name": hook.name,
+            "hooks-0-template": str(hook.template_id),
+            "hooks-0-parameters": "{}",
+        },
+    )
 
     taken = admin_client.post(f"{SOURCES}{source.pk}/change/", change)
     renamed = admin_client.post(f"{SOURCES}{source.pk}/change/", {**change, "name": "orders-v2"})
@@ -343,18 +395,18 @@ def test_an_operator_chooses_the_tenant(admin_client, acme, check):
     assert IngestSource.objects.get().tenant == acme
 
 
-def test_the_start_action_starts_runs_as_the_staff_user_and_reports_refusals(admin_client, admin_user,
-                                                                             acme):
+def test_the_start_action_starts_runs_as_the_staff_user_and_reports_refusals(admin_client, admin_user, acme):
     orders = builders.source(acme, "orders")
     invoices = builders.source(acme, "invoices")
     busy = services.start_ingest(invoices)
 
-    response = admin_client.post(SOURCES, {"action": "start_runs",
-                                           "_selected_action": [orders.pk, invoices.pk]}, follow=True)
+    response = admin_client.post(
+        SOURCES, {"action": "start_runs", "_selected_action": [orders.pk, invoices.pk]}, follow=True
+    )
 
     html = response.content.decode()
     run = IngestRun.objects.get(source=orders)
-    assert f"Started <a href=\"/admin/ingest/ingestrun/{run.pk}/change/\">run {run.pk}</a> of orders." in html
+    assert f'Started <a href="/admin/ingest/ingestrun/{run.pk}/change/">run {run.pk}</a> of orders.' in html
     assert f"Not started: source &#x27;invoices&#x27; already has run {busy.pk} running." in html
     action = run.actions.get()
     assert (action.kind, action.actor, action.via) == (ActionKind.STARTED, admin_user, "admin")
@@ -385,8 +437,7 @@ def test_tenant_staff_see_only_their_tenants_sources_and_runs(alice, acme, globe
 # --- breakers ---------------------------------------------------------------------------------
 
 
-def test_an_open_breaker_shows_its_tenant_and_next_probe_and_closes_by_hand(admin_client, acme,
-                                                                            clock):
+def test_an_open_breaker_shows_its_tenant_and_next_probe_and_closes_by_hand(admin_client, acme, clock):
     for job in range(5):
         breaker.record_failure(TARGET, acme.pk, job, "429 Too Many Requests", clock.now())
 
@@ -397,8 +448,9 @@ def test_an_open_breaker_shows_its_tenant_and_next_probe_and_closes_by_hand(admi
     assert "429 Too Many Requests" in html
     assert '<td class="field-tenant nowrap">Acme</td>' in html
     row = RunnerBreaker.objects.get()
-    response = admin_client.post(BREAKERS, {"action": "close_breakers", "_selected_action": [row.pk]},
-                                 follow=True)
+    response = admin_client.post(
+        BREAKERS, {"action": "close_breakers", "_selected_action": [row.pk]}, follow=True
+    )
     assert f"Closed: {TARGET} for Acme." in response.content.decode()
     row.refresh_from_db()
     assert (row.state, row.failures, row.next_probe_at) == (BreakerState.CLOSED, 0, None)
@@ -427,11 +479,20 @@ def test_tenant_staff_see_their_own_breakers_and_cannot_close_them(alice, acme, 
 
 
 def entry_form(**fields):
-    data = {"name": "lint", "description": "", "enabled": "on", "image": "hooks/lint:1",
-            "command": '["lint", "--max", "{max}"]',
-            "parameters": '[{"name": "max", "type": "integer", "min": 1, "max": 100, "default": 10}]',
-            "env": '{"LINT_STRICT": "1"}', "cpu_request": "250m", "cpu_limit": "1",
-            "memory_request": "128Mi", "memory_limit": "512Mi", "timeout_seconds": "300"}
+    data = {
+        "name": "lint",
+        "description": "",
+        "enabled": "on",
+        "image": "hooks/lint:1",
+        "command": '["lint", "--max", "{max}"]',
+        "parameters": '[{"name": "max", "type": "integer", "min": 1, "max": 100, "default": 10}]',
+        "env": '{"LINT_STRICT": "1"}',
+        "cpu_request": "250m",
+        "cpu_limit": "1",
+        "memory_request": "128Mi",
+        "memory_limit": "512Mi",
+        "timeout_seconds": "300",
+    }
     data.update(fields)
     return data
 
@@ -442,33 +503,51 @@ def test_an_operator_adds_an_entry_offered_to_some_tenants(admin_client, acme):
     assert response.status_code == 302, response.content.decode()
     entry = HookTemplate.objects.get()
     assert (entry.command, entry.env, entry.memory_limit) == (
-        ["lint", "--max", "{max}"], {"LINT_STRICT": "1"}, "512Mi")
+        ["lint", "--max", "{max}"],
+        {"LINT_STRICT": "1"},
+        "512Mi",
+    )
     assert list(entry.tenants.all()) == [acme]
 
 
-@pytest.mark.parametrize("fields, problem", [
-    ({"parameters": '[{"name": "max", "type": "float"}]'},
-     "parameter &#x27;max&#x27;: type &#x27;float&#x27; is not one of string, integer, boolean, choice"),
-    ({"parameters": '[{"name": "max", "type": "integer", "min": 1, "max": 100, "default": 500}]'},
-     "parameter &#x27;max&#x27;: its default is above 100"),
-    ({"parameters": '[{"name": "max", "type": "string", "max_length": 5, "pattern": "^(a$"}]'},
-     "parameter &#x27;max&#x27;: pattern is not a regular expression"),
-    ({"parameters": '[{"name": "max", "type": "string", "max_length": 5, "pattern": "[a-z]+"}]'},
-     "parameter &#x27;max&#x27;: pattern is a regular expression anchored with ^ and $"),
-    ({"parameters": '[{"name": "max", "type": "choice", "choices": []}]'},
-     "parameter &#x27;max&#x27;: choices is a list of 1 to 100 texts"),
-    ({"parameters": '[{"name": "max", "type": "integer", "maximum": 3}]'},
-     "parameter &#x27;max&#x27;: unknown key &#x27;maximum&#x27;"),
-    ({"command": '["sh", "-c", "lint --max {max}"]'}, "would read its arguments as code"),
-    ({"command": '["python", "-c", "{max}"]'}, "which would make the parameter code"),
-    ({"command": '["lint", "--level", "{level}"]'}, "{level} names no declared parameter"),
-    ({"command": '"lint"'}, "an argument list of 1 to 256 non-empty strings"),
-    ({"env": '{"INGEST_BATCH_URL": "/etc/passwd"}'}, "are set by the pipeline"),
-    ({"cpu_limit": "lots"}, "&#x27;lots&#x27; is not a Kubernetes quantity"),
-    ({"memory_limit": "1Ti"}, "1Ti is above the most allowed, 16Gi"),
-    ({"cpu_request": "2", "cpu_limit": "500m"}, "2 is above its limit 500m"),
-    ({"timeout_seconds": "99999"}, "between 1 and 7200 seconds"),
-])
+@pytest.mark.parametrize(
+    "fields, problem",
+    [
+        (
+            {"parameters": '[{"name": "max", "type": "float"}]'},
+            "parameter &#x27;max&#x27;: type &#x27;float&#x27; is not one of string, integer, boolean, choice",
+        ),
+        (
+            {"parameters": '[{"name": "max", "type": "integer", "min": 1, "max": 100, "default": 500}]'},
+            "parameter &#x27;max&#x27;: its default is above 100",
+        ),
+        (
+            {"parameters": '[{"name": "max", "type": "string", "max_length": 5, "pattern": "^(a$"}]'},
+            "parameter &#x27;max&#x27;: pattern is not a regular expression",
+        ),
+        (
+            {"parameters": '[{"name": "max", "type": "string", "max_length": 5, "pattern": "[a-z]+"}]'},
+            "parameter &#x27;max&#x27;: pattern is a regular expression anchored with ^ and $",
+        ),
+        (
+            {"parameters": '[{"name": "max", "type": "choice", "choices": []}]'},
+            "parameter &#x27;max&#x27;: choices is a list of 1 to 100 texts",
+        ),
+        (
+            {"parameters": '[{"name": "max", "type": "integer", "maximum": 3}]'},
+            "parameter &#x27;max&#x27;: unknown key &#x27;maximum&#x27;",
+        ),
+        ({"command": '["sh", "-c", "lint --max {max}"]'}, "would read its arguments as code"),
+        ({"command": '["python", "-c", "{max}"]'}, "which would make the parameter code"),
+        ({"command": '["lint", "--level", "{level}"]'}, "{level} names no declared parameter"),
+        ({"command": '"lint"'}, "an argument list of 1 to 256 non-empty strings"),
+        ({"env": '{"INGEST_BATCH_URL": "/etc/passwd"}'}, "are set by the pipeline"),
+        ({"cpu_limit": "lots"}, "&#x27;lots&#x27; is not a Kubernetes quantity"),
+        ({"memory_limit": "1Ti"}, "1Ti is above the most allowed, 16Gi"),
+        ({"cpu_request": "2", "cpu_limit": "500m"}, "2 is above its limit 500m"),
+        ({"timeout_seconds": "99999"}, "between 1 and 7200 seconds"),
+    ],
+)
 def test_a_bad_entry_is_a_form_error_naming_what_is_wrong(admin_client, fields, problem):
     response = admin_client.post(f"{CATALOGUE}add/", entry_form(**fields))
 
@@ -501,49 +580,68 @@ def test_tenant_staff_see_the_entries_offered_to_them_read_only(alice, acme, glo
 def test_a_hook_may_use_only_an_enabled_entry_offered_to_its_tenant(alice, acme, globex, check):
     withdrawn = builders.entry(["check"], "globex-only", tenants=[globex])
     disabled = builders.entry(["check"], "disabled", enabled=False)
-    builders.entry(["check"], "described", parameters=[
-        {"name": "note", "type": "boolean", "description": "<script>alert(1)</script>"}])
+    builders.entry(
+        ["check"],
+        "described",
+        parameters=[{"name": "note", "type": "boolean", "description": "<script>alert(1)</script>"}],
+    )
 
     for entry in (withdrawn, disabled):
-        response = alice.post(f"{SOURCES}add/", source_form(**{
-            "hooks-0-template": str(entry.pk), "hooks-0-parameters": "{}"}))
+        response = alice.post(
+            f"{SOURCES}add/", source_form(**{"hooks-0-template": str(entry.pk), "hooks-0-parameters": "{}"})
+        )
         assert "Select a valid choice" in response.content.decode()
     assert not IngestSource.objects.exists()
     form = page(alice, f"{SOURCES}add/")
-    assert "check: level (integer, required; 1 to 5); mode (choice, default &quot;fast&quot;; " \
-           "one of fast, strict)" in form
+    assert (
+        "check: level (integer, required; 1 to 5); mode (choice, default &quot;fast&quot;; "
+        "one of fast, strict)" in form
+    )
     assert "globex-only" not in form
     assert "note (boolean, optional; true or false): &lt;script&gt;alert(1)&lt;/script&gt;" in form
     assert "<script>alert(1)" not in form
 
 
-def test_an_operator_may_give_a_source_only_entries_offered_to_its_tenant(admin_client, acme,
-                                                                         globex):
+def test_an_operator_may_give_a_source_only_entries_offered_to_its_tenant(admin_client, acme, globex):
     theirs = builders.entry(["check"], "globex-only", tenants=[globex])
 
-    response = admin_client.post(f"{SOURCES}add/", source_form(tenant=str(acme.pk), **{
-        "hooks-0-template": str(theirs.pk), "hooks-0-parameters": "{}"}))
+    response = admin_client.post(
+        f"{SOURCES}add/",
+        source_form(tenant=str(acme.pk), **{"hooks-0-template": str(theirs.pk), "hooks-0-parameters": "{}"}),
+    )
 
     assert "Select a valid choice" in response.content.decode()  # not among Acme's entries
     assert not IngestSource.objects.exists()
 
 
-@pytest.mark.parametrize("change, problem", [
-    ({"enabled": False}, "is disabled"),
-    ({"tenants": "globex"}, "is not offered to this tenant"),
-])
-def test_a_source_saves_with_a_hook_left_as_it_was_after_its_entry_changed(alice, acme, globex,
-                                                                          change, problem):
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        ({"enabled": False}, "is disabled"),
+        ({"tenants": "globex"}, "is not offered to this tenant"),
+    ],
+)
+def test_a_source_saves_with_a_hook_left_as_it_was_after_its_entry_changed(
+    alice, acme, globex, change, problem
+):
     source = builders.source(acme, "orders")
     hook = source.hooks.get()
     if "tenants" in change:
         hook.template.tenants.set([globex])
     else:
         HookTemplate.objects.filter(pk=hook.template_id).update(**change)
-    form = source_form(name="orders-v2", **{
-        "hooks-INITIAL_FORMS": "1", "hooks-0-id": str(hook.pk), "hooks-0-source": str(source.pk),
-        "hooks-0-name": hook.name, "hooks-0-template": str(hook.template_id),
-        "hooks-0-parameters": "{}", "initial-hooks-0-parameters": "{}"})
+    form = source_form(
+        name="orders-v2",
+        **{
+            "hooks-INITIAL_FORMS": "1",
+            "hooks-0-id": str(hook.pk),
+            "hooks-0-source": str(source.pk),
+            "hooks-0-name": hook.name,
+            "hooks-0-template": str(hook.template_id),
+            "hooks-0-parameters": "{}",
+            "initial-hooks-0-parameters": "{}",
+        },
+    )
 
     kept = alice.post(f"{SOURCES}{source.pk}/change/", form)
     moved = alice.post(f"{SOURCES}{source.pk}/change/", {**form, "hooks-0-name": "renamed"})

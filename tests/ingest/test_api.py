@@ -58,10 +58,15 @@ def test_staff_start_a_run_by_name_and_the_start_is_recorded_with_them(alice, ac
     body = response.json()
     run = IngestRun.objects.get()
     assert (body["id"], body["source"], body["source_id"], body["status"]) == (
-        run.pk, "orders", source.pk, "running")
+        run.pk,
+        "orders",
+        source.pk,
+        "running",
+    )
     assert body["started_by"] == "alice" and body["tenant"] == acme.pk
-    assert body["actions"] == [{"kind": "started", "actor": "alice", "via": "api", "note": "",
-                                "at": body["actions"][0]["at"]}]
+    assert body["actions"] == [
+        {"kind": "started", "actor": "alice", "via": "api", "note": "", "at": body["actions"][0]["at"]}
+    ]
     action = run.actions.get()
     assert (action.actor.username, action.via) == ("alice", "api")
 
@@ -104,20 +109,26 @@ def test_a_source_whose_config_its_ingester_cannot_use_is_refused_naming_the_pro
     response = alice.post(RUNS, {"source": "orders"}, format="json")
 
     assert response.status_code == 409
-    assert response.json() == {"detail": "source 'orders' cannot run: the source's config cannot be "
-                                         "used: size: A valid integer is required.", "run": None}
+    assert response.json() == {
+        "detail": "source 'orders' cannot run: the source's config cannot be "
+        "used: size: A valid integer is required.",
+        "run": None,
+    }
     assert not IngestRun.objects.exists()
 
 
-@pytest.mark.parametrize("body, problem", [
-    ({}, "This field is required."),
-    ({"source": "nope"}, "unknown source 'nope'"),
-    ({"source": 999999}, "unknown source 999999"),
-    ({"source": True}, "a source's id (a number) or name (a string)"),
-    ({"source": ["orders"]}, "a source's id (a number) or name (a string)"),
-    ({"source": 0}, "an id is between 1"),
-    ({"source": "x" * 65}, "a name of 1 to 64 characters"),
-])
+@pytest.mark.parametrize(
+    "body, problem",
+    [
+        ({}, "This field is required."),
+        ({"source": "nope"}, "unknown source 'nope'"),
+        ({"source": 999999}, "unknown source 999999"),
+        ({"source": True}, "a source's id (a number) or name (a string)"),
+        ({"source": ["orders"]}, "a source's id (a number) or name (a string)"),
+        ({"source": 0}, "an id is between 1"),
+        ({"source": "x" * 65}, "a name of 1 to 64 characters"),
+    ],
+)
 def test_a_missing_or_unknown_source_is_a_400_naming_it(alice, acme, body, problem):
     builders.source(acme)
 
@@ -205,15 +216,18 @@ def test_the_list_filters_by_status_source_and_start_time(alice, acme, clock):
     assert ids("?source=nothing") == []
 
 
-@pytest.mark.parametrize("query, parameter", [
-    ("?status=bogus", "status"),
-    ("?started_after=yesterday", "started_after"),
-    ("?started_before=2024-01-01T00:00:00%2B20:00", "started_before"),
-    ("?stat=failed", "stat"),
-    ("?cursor=garbage", "cursor"),
-    ("?page_size=many", "page_size"),
-    ("?page_size=true", "page_size"),
-])
+@pytest.mark.parametrize(
+    "query, parameter",
+    [
+        ("?status=bogus", "status"),
+        ("?started_after=yesterday", "started_after"),
+        ("?started_before=2024-01-01T00:00:00%2B20:00", "started_before"),
+        ("?stat=failed", "stat"),
+        ("?cursor=garbage", "cursor"),
+        ("?page_size=many", "page_size"),
+        ("?page_size=true", "page_size"),
+    ],
+)
 def test_bad_filters_are_400s_naming_them(alice, acme, query, parameter):
     services.start_ingest(builders.source(acme))
 
@@ -224,8 +238,9 @@ def test_bad_filters_are_400s_naming_them(alice, acme, query, parameter):
 
 
 def test_a_run_shows_its_batches_hook_executions_counts_and_failures(bob, acme, clock):
-    source = builders.source(acme, batches=2, hooks=[builders.PASS, builders.exit_with(3, "bad row 7")],
-                             max_failures=5)
+    source = builders.source(
+        acme, batches=2, hooks=[builders.PASS, builders.exit_with(3, "bad row 7")], max_failures=5
+    )
     run = services.start_ingest(source)
     drain(clock)
 
@@ -233,8 +248,13 @@ def test_a_run_shows_its_batches_hook_executions_counts_and_failures(bob, acme, 
 
     assert body["status"] == "failed"
     assert "2 of 2 batches failed their hooks" in body["failure_reason"]
-    assert body["counts"]["batches"] == {"fetched": 0, "checking": 0, "hooks_failed": 2,
-                                         "checked": 0, "published": 0}
+    assert body["counts"]["batches"] == {
+        "fetched": 0,
+        "checking": 0,
+        "hooks_failed": 2,
+        "checked": 0,
+        "published": 0,
+    }
     assert body["counts"]["hook_executions"]["succeeded"] == 2
     assert body["counts"]["hook_executions"]["failed"] == 2
     assert [batch["sequence"] for batch in body["batches"]] == [1, 2]
@@ -244,7 +264,11 @@ def test_a_run_shows_its_batches_hook_executions_counts_and_failures(bob, acme, 
     passed, failed = first["hook_executions"]
     assert (passed["hook"], passed["status"], passed["exit_code"]) == ("hook0", "succeeded", 0)
     assert (failed["hook"], failed["status"], failed["exit_code"], failed["tries"]) == (
-        "hook1", "failed", 3, 1)
+        "hook1",
+        "failed",
+        3,
+        1,
+    )
     assert (passed["entry"], failed["entry"]) == ("acme-orders-hook0", "acme-orders-hook1")
     assert "bad row 7" in failed["log_tail"]
     assert failed["job_name"].startswith("conveyor-hook-")
@@ -262,25 +286,35 @@ def test_a_member_reads_why_a_run_stalled_without_the_servers_traceback(bob, acm
     detail = bob.get(f"{RUNS}{run.pk}/").json()
 
     job = Job.objects.get(pipeline_id=run.pipeline, state="failed")
-    assert detail["failure_reason"] == run.failure_reason == (
-        "stalled: nothing of the run is queued or running; the last failure: ingest.RunIngester "
-        f"#{job.pk}: RuntimeError: the parser lost its place")
+    assert (
+        detail["failure_reason"]
+        == run.failure_reason
+        == (
+            "stalled: nothing of the run is queued or running; the last failure: ingest.RunIngester "
+            f"#{job.pk}: RuntimeError: the parser lost its place"
+        )
+    )
     for shown in (json.dumps(listed), json.dumps(detail)):
-        assert "Traceback" not in shown and "File \\\"" not in shown and ".py" not in shown
+        assert "Traceback" not in shown and 'File \\"' not in shown and ".py" not in shown
     assert 'File "' in job.last_error  # the job keeps the frames, for the staff
 
 
 def test_a_reason_stored_with_a_traceback_shows_it_to_staff_only(alice, bob, acme):
     run = services.start_ingest(builders.source(acme))
-    reason = ('stalled; the last failure: RuntimeError: boom\n  File "/srv/conveyor/ingest/x.py", '
-              "line 3, in fetch\n    raise RuntimeError('boom')\n")
-    IngestRun.objects.filter(pk=run.pk).update(status=RunStatus.FAILED, failure_reason=reason,
-                                               finished_at=jobs.now())
+    reason = (
+        'stalled; the last failure: RuntimeError: boom\n  File "/srv/conveyor/ingest/x.py", '
+        "line 3, in fetch\n    raise RuntimeError('boom')\n"
+    )
+    IngestRun.objects.filter(pk=run.pk).update(
+        status=RunStatus.FAILED, failure_reason=reason, finished_at=jobs.now()
+    )
 
     assert bob.get(f"{RUNS}{run.pk}/").json()["failure_reason"] == (
-        "stalled; the last failure: RuntimeError: boom")
+        "stalled; the last failure: RuntimeError: boom"
+    )
     assert bob.get(RUNS).json()["results"][0]["failure_reason"] == (
-        "stalled; the last failure: RuntimeError: boom")
+        "stalled; the last failure: RuntimeError: boom"
+    )
     assert alice.get(f"{RUNS}{run.pk}/").json()["failure_reason"] == reason
 
 
@@ -339,9 +373,9 @@ def test_a_bad_cancel_body_is_a_400(alice, acme):
     run = services.start_ingest(builders.source(acme))
 
     assert alice.post(f"{RUNS}{run.pk}/cancel/", ["now"], format="json").status_code == 400
-    assert alice.post(f"{RUNS}{run.pk}/cancel/", {"reason": "x" * 1001},
-                      format="json").json() == {"reason": ["Ensure this field has no more than "
-                                                           "1000 characters."]}
+    assert alice.post(f"{RUNS}{run.pk}/cancel/", {"reason": "x" * 1001}, format="json").json() == {
+        "reason": ["Ensure this field has no more than 1000 characters."]
+    }
 
 
 def test_retry_hooks_reopens_a_failed_run_and_it_succeeds(alice, acme, clock):

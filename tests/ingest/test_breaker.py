@@ -33,8 +33,12 @@ from tests.base import tenant
 from tests.ingest import builders
 
 TARGET = "kubernetes:cluster.example/conveyor-hooks"
-RULES = {"INGEST_BREAKER_THRESHOLD": 3, "INGEST_BREAKER_WINDOW_SECONDS": 60,
-         "INGEST_BREAKER_COOLDOWN_SECONDS": 30, "INGEST_BREAKER_MAX_COOLDOWN_SECONDS": 100}
+RULES = {
+    "INGEST_BREAKER_THRESHOLD": 3,
+    "INGEST_BREAKER_WINDOW_SECONDS": 60,
+    "INGEST_BREAKER_COOLDOWN_SECONDS": 30,
+    "INGEST_BREAKER_MAX_COOLDOWN_SECONDS": 100,
+}
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("rules")]
 
@@ -55,7 +59,8 @@ def _open_it(tenant: int, start: float = 0) -> None:
 
 
 def test_a_closed_breaker_admits_and_records_a_success_in_one_statement_each(
-        django_assert_max_num_queries, acme):
+    django_assert_max_num_queries, acme
+):
     with django_assert_max_num_queries(1):
         assert breaker.admit(TARGET, acme.pk, 1, at(0)).allowed
     with django_assert_max_num_queries(1):
@@ -191,8 +196,11 @@ class BreakerMachine(RuleBasedStateMachine):
 @pytest.mark.django_db
 def test_the_breaker_keeps_its_rules_whatever_happens(rules):
     BreakerMachine.TestCase.settings = settings(
-        max_examples=60, stateful_step_count=25, deadline=None,
-        suppress_health_check=[HealthCheck.function_scoped_fixture])
+        max_examples=60,
+        stateful_step_count=25,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )
     BreakerMachine.TestCase().runTest()
 
 
@@ -204,12 +212,16 @@ def test_the_breakers_are_on_the_metrics_page_per_tenant(clock, settings, acme, 
     _open_it(acme.pk)
     breaker.record_success(TARGET, globex.pk, 1, T0)
     body = Client().get("/metrics").content.decode()
-    found = {(s.name, tuple(sorted(s.labels.items()))): s.value
-             for family in text_string_to_metric_families(body) for s in family.samples}
+    found = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
 
     def state(tenant: str, value: str) -> float:
-        return found[("conveyor_hook_breaker_state",
-                      (("state", value), ("target", TARGET), ("tenant", tenant)))]
+        return found[
+            ("conveyor_hook_breaker_state", (("state", value), ("target", TARGET), ("tenant", tenant)))
+        ]
 
     assert (state("acme", "open"), state("acme", "closed")) == (1, 0)
     assert (state("globex", "open"), state("globex", "closed")) == (0, 1)
@@ -226,11 +238,20 @@ def _waiting_for_room(owner, count: int) -> None:
     """``count`` of ``owner``'s hooks launched on TARGET and not yet given room there."""
     source = builders.source(owner, f"busy-{owner.slug}")
     run = IngestRun.objects.create(tenant=owner, source=source, max_failures=3, started_at=T0)
-    batch = IngestBatch.objects.create(run=run, sequence=1, records=1, has_more=False,
-                                       location="staged", fetched_at=T0)
+    batch = IngestBatch.objects.create(
+        run=run, sequence=1, records=1, has_more=False, location="staged", fetched_at=T0
+    )
     HookExecution.objects.bulk_create(
-        HookExecution(batch=batch, tenant=owner, hook_name="hook0", position=n,
-                      status=ExecutionStatus.LAUNCHING, runner_target=TARGET) for n in range(count))
+        HookExecution(
+            batch=batch,
+            tenant=owner,
+            hook_name="hook0",
+            position=n,
+            status=ExecutionStatus.LAUNCHING,
+            runner_target=TARGET,
+        )
+        for n in range(count)
+    )
 
 
 def test_one_tenants_failures_open_its_breaker_and_nobody_elses(acme, globex):
@@ -263,8 +284,15 @@ def test_one_tenants_full_launch_window_holds_only_that_tenant(acme, globex):
 
 @pytest.mark.parametrize("sql", ["_ADMIT", "_WITHDRAW"])
 def test_the_launch_window_and_its_sharers_are_counted_from_its_partial_index(acme, sql):
-    params = {"target": TARGET, "tenant": acme.pk, "window": 8, "launching": "launching",
-              "running": "running", "execution": 1, "launched_at": T0}
+    params = {
+        "target": TARGET,
+        "tenant": acme.pk,
+        "window": 8,
+        "launching": "launching",
+        "running": "running",
+        "execution": 1,
+        "launched_at": T0,
+    }
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute("EXPLAIN " + getattr(breaker, sql), params)
@@ -288,15 +316,13 @@ def test_a_tenant_alone_has_the_whole_window_and_shares_it_once_others_wait(acme
     held = breaker.admit(TARGET, acme.pk, 1, at(2))
     newcomer = breaker.admit(TARGET, tenant("Umbrella").pk, 2, at(2))
 
-    assert (held.allowed, held.state, held.waiting, held.share, held.tenants) == (
-        False, "share", 5, 2, 3)
+    assert (held.allowed, held.state, held.waiting, held.share, held.tenants) == (False, "share", 5, 2, 3)
     assert (newcomer.allowed, newcomer.share, newcomer.tenants) == (True, 2, 4)
     assert breaker.admit(TARGET, globex.pk, 3, at(2)).allowed  # 1 waiting, its share 2
     assert RunnerBreaker.objects.get(tenant=acme).denied == 1
 
 
-def test_launches_beyond_a_tenants_share_are_withdrawn_newest_first_only_while_others_wait(
-        acme, globex):
+def test_launches_beyond_a_tenants_share_are_withdrawn_newest_first_only_while_others_wait(acme, globex):
     _waiting_for_room(acme, 4)
     mine = list(HookExecution.objects.filter(tenant=acme).order_by("position"))
     for n, execution in enumerate(mine):
@@ -314,8 +340,7 @@ def test_launches_beyond_a_tenants_share_are_withdrawn_newest_first_only_while_o
     assert withdrawn() == [False, False, True, True]  # 4 // 2: the newest two go
 
 
-def test_a_tenants_failing_hooks_do_not_hold_another_tenants_hooks(acme, globex, clock,
-                                                                  monkeypatch):
+def test_a_tenants_failing_hooks_do_not_hold_another_tenants_hooks(acme, globex, clock, monkeypatch):
     real = LocalRunner.launch
 
     def launch(self, spec):

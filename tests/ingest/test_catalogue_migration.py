@@ -43,16 +43,28 @@ def _free_hooks():
     globex = tenant.objects.create(name="Globex", slug="globex")
     orders = source_model.objects.create(tenant=acme, name="orders", kind="files")
     leads = source_model.objects.create(tenant=globex, name="leads", kind="files")
-    hook.objects.create(source=orders, name="steal", position=0, image="evil:1", command=STEAL,
-                        env={"X": "1"}, cpu_limit="64", timeout_seconds=900)
-    hook.objects.create(source=leads, name="check", position=0, image="hooks:1",
-                        command=["check", "--strict"])
+    hook.objects.create(
+        source=orders,
+        name="steal",
+        position=0,
+        image="evil:1",
+        command=STEAL,
+        env={"X": "1"},
+        cpu_limit="64",
+        timeout_seconds=900,
+    )
+    hook.objects.create(
+        source=leads, name="check", position=0, image="hooks:1", command=["check", "--strict"]
+    )
     run = apps.get_model("ingest", "IngestRun").objects.create(
-        tenant=acme, source=orders, max_failures=3, started_at=AT)
+        tenant=acme, source=orders, max_failures=3, started_at=AT
+    )
     batch = apps.get_model("ingest", "IngestBatch").objects.create(
-        run=run, sequence=1, records=1, has_more=False, location="staged", fetched_at=AT)
+        run=run, sequence=1, records=1, has_more=False, location="staged", fetched_at=AT
+    )
     apps.get_model("ingest", "HookExecution").objects.create(
-        batch=batch, hook_name="steal", position=0, runner_target="local:host")
+        batch=batch, hook_name="steal", position=0, runner_target="local:host"
+    )
     apps.get_model("ingest", "RunnerBreaker").objects.create(target="local:host", state="closed")
     return acme, globex
 
@@ -72,8 +84,7 @@ def test_each_free_hook_becomes_a_disabled_entry_of_its_tenant(forward_at_the_en
     steal = Hook.objects.get(name="steal")
     entry = steal.template
     assert entry.name == f"acme-orders-steal-{steal.pk}"
-    assert (entry.enabled, entry.image, entry.command, entry.env) == (False, "evil:1", STEAL,
-                                                                      {"X": "1"})
+    assert (entry.enabled, entry.image, entry.command, entry.env) == (False, "evil:1", STEAL, {"X": "1"})
     assert (entry.cpu_limit, entry.timeout_seconds, entry.parameters) == ("64", 900, [])
     assert list(entry.tenants.values_list("pk", flat=True)) == [acme.pk]
     assert steal.parameters == {}
@@ -93,7 +104,11 @@ def test_going_back_puts_the_entries_fields_back_on_the_hooks(forward_at_the_end
     call_command("migrate", "ingest", BEFORE_CATALOGUE, verbosity=0)
 
     hook = _apps_at(BEFORE_CATALOGUE).get_model("ingest", "Hook")
-    back = {row.name: (row.image, row.command, row.env, row.cpu_limit, row.timeout_seconds)
-            for row in hook.objects.all()}
-    assert back == {"steal": ("evil:1", STEAL, {"X": "1"}, "64", 900),
-                    "check": ("hooks:1", ["check", "--lenient"], {}, "", 600)}
+    back = {
+        row.name: (row.image, row.command, row.env, row.cpu_limit, row.timeout_seconds)
+        for row in hook.objects.all()
+    }
+    assert back == {
+        "steal": ("evil:1", STEAL, {"X": "1"}, "64", 900),
+        "check": ("hooks:1", ["check", "--lenient"], {}, "", 600),
+    }

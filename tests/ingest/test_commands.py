@@ -43,8 +43,10 @@ def test_start_and_wait_runs_the_pipeline_here_and_prints_its_outcome(acme, cloc
     assert run.status == RunStatus.SUCCEEDED
     assert f"Started run {run.pk} of orders (acme), pipeline {run.pipeline}" in output
     assert "  batch 1: 2 record(s), published\n  batch 2:" in output
-    assert output.strip().endswith(f"run {run.pk} of orders (acme): succeeded, 3 of 3 batch(es) "
-                                   "published, 6 record(s), 0 hook failure(s)")
+    assert output.strip().endswith(
+        f"run {run.pk} of orders (acme): succeeded, 3 of 3 batch(es) "
+        "published, 6 record(s), 0 hook failure(s)"
+    )
     action = run.actions.get(kind=ActionKind.STARTED)
     assert (action.actor, action.via) == (olga, "command")
 
@@ -65,18 +67,23 @@ def test_a_run_that_fails_while_waited_on_exits_non_zero_saying_why(acme, clock)
     error = refused("ingest_start", "orders", "--wait")
 
     run = IngestRun.objects.get()
-    assert str(error) == (f"run {run.pk} of orders (acme): failed, 0 of {run.batches_ingested} "
-                          "batch(es) published, "
-                          f"0 record(s), 1 hook failure(s); {run.failure_reason}")
+    assert str(error) == (
+        f"run {run.pk} of orders (acme): failed, 0 of {run.batches_ingested} "
+        "batch(es) published, "
+        f"0 record(s), 1 hook failure(s); {run.failure_reason}"
+    )
     assert "1 hook failure reached the run's limit of 1" in str(error)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["nope"], "unknown source 'nope'"),
-    (["orders", "--tenant", "globex"], "unknown source 'orders' of tenant 'globex'"),
-    (["orders", "--tenant", "initech"], "no tenant 'initech'"),
-    (["orders", "--user", "nobody"], "no user named 'nobody'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["nope"], "unknown source 'nope'"),
+        (["orders", "--tenant", "globex"], "unknown source 'orders' of tenant 'globex'"),
+        (["orders", "--tenant", "initech"], "no tenant 'initech'"),
+        (["orders", "--user", "nobody"], "no user named 'nobody'"),
+    ],
+)
 def test_an_unknown_source_tenant_or_user_is_named(acme, globex, args, message):
     builders.source(acme)
 
@@ -112,8 +119,7 @@ def test_a_refused_start_says_why(acme):
 
 
 def test_status_lists_the_recent_runs(acme, globex, clock):
-    first = services.start_ingest(builders.source(acme, "orders", batches=1),
-                                  actor=staff("alice", of=acme))
+    first = services.start_ingest(builders.source(acme, "orders", batches=1), actor=staff("alice", of=acme))
     drain(clock)
     second = services.start_ingest(builders.source(globex, "invoices"))
 
@@ -122,8 +128,19 @@ def test_status_lists_the_recent_runs(acme, globex, clock):
     newest = command("ingest_status", "--limit", "1")
 
     header, rule, *rows = everything.splitlines()
-    assert header.split() == ["run", "tenant", "source", "status", "batches", "records", "hook",
-                              "failures", "started", "finished", "by"]
+    assert header.split() == [
+        "run",
+        "tenant",
+        "source",
+        "status",
+        "batches",
+        "records",
+        "hook",
+        "failures",
+        "started",
+        "finished",
+        "by",
+    ]
     assert set(rule) == {"-", " "}
     assert rows[0].split()[:6] == [str(second.pk), "globex", "invoices", "running", "0/0", "0"]
     assert rows[1].split()[:6] == [str(first.pk), "acme", "orders", "succeeded", "1/1", "2"]
@@ -134,8 +151,9 @@ def test_status_lists_the_recent_runs(acme, globex, clock):
 
 
 def test_status_of_one_run_shows_its_batches_and_hook_executions(acme, clock):
-    source = builders.source(acme, batches=2, hooks=[builders.PASS, builders.exit_with(3, "bad")],
-                             max_failures=5)
+    source = builders.source(
+        acme, batches=2, hooks=[builders.PASS, builders.exit_with(3, "bad")], max_failures=5
+    )
     run = services.start_ingest(source, via="api")
     drain(clock)
 
@@ -161,6 +179,7 @@ def test_status_of_a_run_not_found_is_an_error(acme, globex):
 
     assert str(refused("ingest_status", "999999")) == "no run 999999"
     assert str(refused("ingest_status", str(run.pk), "--tenant", "globex")) == (
-        f"no run {run.pk} of tenant 'globex'")
+        f"no run {run.pk} of tenant 'globex'"
+    )
     assert str(refused("ingest_status", "--limit", "0")) == "--limit must be at least 1"
     assert command("ingest_status", "--tenant", "globex") == "(no runs)\n"

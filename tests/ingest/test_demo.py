@@ -48,11 +48,15 @@ def test_check_records_names_what_is_wrong(tmp_path, monkeypatch, capsys):
 @pytest.mark.system
 @pytest.mark.django_db(transaction=True)
 def test_the_demo_leaves_its_run_to_a_running_cluster_and_reports_when_it_finished(
-        settings, tmp_path, processes):  # noqa: F811 (the fixture)
+    settings, tmp_path, processes
+):  # noqa: F811 (the fixture)
     settings.INGEST_FILE_ROOTS = [str(tmp_path)]
     settings.INTAKE_STAGING_URL = str(tmp_path / "staging")
-    worker = processes.manage("worker", "jobs_worker", env=processes.env(
-        INGEST_FILE_ROOTS=str(tmp_path), JOBS_HEARTBEAT_SECONDS="0.5"))
+    worker = processes.manage(
+        "worker",
+        "jobs_worker",
+        env=processes.env(INGEST_FILE_ROOTS=str(tmp_path), JOBS_HEARTBEAT_SECONDS="0.5"),
+    )
     wait_until(lambda: Worker.objects.exists() or worker.exited(), 60, "the cluster's worker to start")
     cluster = set(Worker.objects.values_list("name", flat=True))
     out = io.StringIO()
@@ -64,8 +68,11 @@ def test_the_demo_leaves_its_run_to_a_running_cluster_and_reports_when_it_finish
     assert "a cluster is running, waiting for it to finish the run (at most 120 s)" in out.getvalue()
     assert f"run {run.pk} of demo-orders published 120 records in 5 batches" in out.getvalue()
     # Every job of the run was the cluster's: none was taken here, racing its worker.
-    claimed = set(JobEvent.objects.filter(job__pipeline_id=run.pipeline, kind="claimed")
-                  .values_list("worker", flat=True))
+    claimed = set(
+        JobEvent.objects.filter(job__pipeline_id=run.pipeline, kind="claimed").values_list(
+            "worker", flat=True
+        )
+    )
     assert claimed and claimed <= cluster, (claimed, cluster)
 
 
@@ -73,13 +80,16 @@ def test_the_demo_leaves_its_run_to_a_running_cluster_and_reports_when_it_finish
 def test_the_demo_says_a_run_the_cluster_has_not_finished_is_still_running(settings, tmp_path):
     settings.INGEST_FILE_ROOTS = [str(tmp_path)]
     # A cluster's worker, as its heartbeat shows it, that claims nothing in this test.
-    Worker.objects.create(name="elsewhere", hostname="node-2", pid=1, started_at=jobs.now(),
-                          last_seen_at=jobs.now())
+    Worker.objects.create(
+        name="elsewhere", hostname="node-2", pid=1, started_at=jobs.now(), last_seen_at=jobs.now()
+    )
     out = io.StringIO()
 
     call_command("ingest_demo", "--wait", "0", stdout=out)
 
     run = IngestRun.objects.get()
     assert run.status == "running"
-    assert (f"run {run.pk} of demo-orders is still running after 0 s; the cluster carries it on. "
-            f"Follow it with `manage.py ingest_status {run.pk}`.") in out.getvalue()
+    assert (
+        f"run {run.pk} of demo-orders is still running after 0 s; the cluster carries it on. "
+        f"Follow it with `manage.py ingest_status {run.pk}`."
+    ) in out.getvalue()

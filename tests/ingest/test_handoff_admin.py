@@ -43,15 +43,16 @@ def listings(acme) -> IngestSource:
     return builders.source(acme, name="listings", kind="scraped_reference", config={})
 
 
-def sync(source: IngestSource, scrape_run: str, external_id: str, actor: User,
-         payload: dict | None = None) -> IngestionHandoff:
-    services.sync(source, scrape_run, [{"external_id": external_id,
-                                        "payload": payload or {"x": 1}}], actor=actor)
+def sync(
+    source: IngestSource, scrape_run: str, external_id: str, actor: User, payload: dict | None = None
+) -> IngestionHandoff:
+    services.sync(
+        source, scrape_run, [{"external_id": external_id, "payload": payload or {"x": 1}}], actor=actor
+    )
     return IngestionHandoff.objects.filter(reference__external_id=external_id).latest("id")
 
 
-def failed_sync(source: IngestSource, scrape_run: str, external_id: str,
-                actor: User) -> IngestionHandoff:
+def failed_sync(source: IngestSource, scrape_run: str, external_id: str, actor: User) -> IngestionHandoff:
     """A handoff whose ingestion could not be queued (its source was disabled), with the
     source enabled again, as an operator finds it before retrying."""
     IngestSource.objects.filter(pk=source.pk).update(enabled=False)
@@ -68,8 +69,9 @@ def change_url(handoff: IngestionHandoff) -> str:
 
 
 def retry(client: Client, *handoffs: IngestionHandoff) -> str:
-    response = client.post(HANDOFFS, {"action": "retry_handoffs",
-                                      "_selected_action": [h.pk for h in handoffs]}, follow=True)
+    response = client.post(
+        HANDOFFS, {"action": "retry_handoffs", "_selected_action": [h.pk for h in handoffs]}, follow=True
+    )
     assert response.status_code == 200
     return response.content.decode()
 
@@ -100,8 +102,7 @@ def test_the_list_shows_each_handoff_with_its_reason_in_words_and_filters(alice,
 
 def test_a_handoff_links_to_its_ingest_run_once_it_has_one(alice, listings):
     handoff = sync(listings, "scrape-1", "a", alice)
-    services.start_ingestion(handoff.pk, tenant=handoff.tenant_id, job_id=handoff.job_id,
-                             pipeline=None)
+    services.start_ingestion(handoff.pk, tenant=handoff.tenant_id, job_id=handoff.job_id, pipeline=None)
     handoff.refresh_from_db()
 
     listing = page(browser(alice), HANDOFFS)
@@ -111,15 +112,18 @@ def test_a_handoff_links_to_its_ingest_run_once_it_has_one(alice, listings):
     assert "its ingest run started" in listing
 
 
-def test_a_platform_operator_sees_every_page_and_filters_by_tenant(admin_client, alice, listings,
-                                                                  globex):
+def test_a_platform_operator_sees_every_page_and_filters_by_tenant(admin_client, alice, listings, globex):
     handoff = failed_sync(listings, "scrape-1", "a", alice)
-    sync(builders.source(globex, name="feed", kind="scraped_reference", config={}), "scrape-1",
-         "g", alice)
+    sync(builders.source(globex, name="feed", kind="scraped_reference", config={}), "scrape-1", "g", alice)
 
-    for url in (HANDOFFS, REFERENCES, SCRAPE_RUNS, change_url(handoff),
-                f"{REFERENCES}{handoff.reference_id}/change/",
-                f"{SCRAPE_RUNS}{handoff.scrape_run_id}/change/"):
+    for url in (
+        HANDOFFS,
+        REFERENCES,
+        SCRAPE_RUNS,
+        change_url(handoff),
+        f"{REFERENCES}{handoff.reference_id}/change/",
+        f"{SCRAPE_RUNS}{handoff.scrape_run_id}/change/",
+    ):
         page(admin_client, url)
     assert f"?tenant__id__exact={listings.tenant_id}" in page(admin_client, HANDOFFS)
 
@@ -153,15 +157,13 @@ def test_the_retry_action_queues_a_failed_handoff_as_the_staff_user(alice, listi
 
     assert "1 handoff(s) queued again." in html
     handoff.refresh_from_db()
-    assert (handoff.status, handoff.reason_code) == (HandoffStatus.QUEUED,
-                                                     HandoffReason.INGESTION_JOB_QUEUED)
+    assert (handoff.status, handoff.reason_code) == (HandoffStatus.QUEUED, HandoffReason.INGESTION_JOB_QUEUED)
     assert handoff.job_id is not None and handoff.last_error == ""
     retried = handoff.transitions.get(reason_code=HandoffReason.RETRIED_BY_OPERATOR)
     assert (retried.from_status, retried.actor) == (HandoffStatus.FAILED, alice)
 
 
-def test_the_retry_action_refuses_a_handoff_that_has_not_failed_and_changes_nothing(alice,
-                                                                                  listings):
+def test_the_retry_action_refuses_a_handoff_that_has_not_failed_and_changes_nothing(alice, listings):
     queued = sync(listings, "scrape-1", "a", alice)
     failed = failed_sync(listings, "scrape-1", "b", alice)
     before = {h.pk: list(h.transitions.values_list("id", flat=True)) for h in (queued, failed)}
@@ -235,8 +237,11 @@ def test_another_tenants_staff_see_none_of_it_and_retry_nothing(alice, listings,
     for url in (HANDOFFS, REFERENCES, SCRAPE_RUNS):
         html = page(client, url)
         assert "acme-scrape-1" not in html and "acme-listing" not in html, url
-    for url in (change_url(handoff), f"{REFERENCES}{handoff.reference_id}/change/",
-                f"{SCRAPE_RUNS}{handoff.scrape_run_id}/change/"):
+    for url in (
+        change_url(handoff),
+        f"{REFERENCES}{handoff.reference_id}/change/",
+        f"{SCRAPE_RUNS}{handoff.scrape_run_id}/change/",
+    ):
         assert client.get(url).status_code == 302, url  # the admin's "no such object"
     retry(client, handoff)
     handoff.refresh_from_db()

@@ -35,8 +35,10 @@ def scraper(acme) -> APIClient:
 
 
 def body(run: str, *items: tuple[str, int]) -> dict:
-    return {"scrape_run_id": run,
-            "references": [{"external_id": e, "payload": {"price": p}} for e, p in items]}
+    return {
+        "scrape_run_id": run,
+        "references": [{"external_id": e, "payload": {"price": p}} for e, p in items],
+    }
 
 
 def sync(client: APIClient, payload, source: str = "listings", **extra):
@@ -47,17 +49,22 @@ def test_a_sync_stores_the_references_and_answers_the_handoff_counts(scraper, li
     answer = sync(scraper, body("run-1", ("a", 1), ("b", 2)))
     assert answer.status_code == 200, answer.content
     assert answer.json() == {
-        "scrape_run_id": "run-1", "references_received": 2, "references_created": 2,
-        "references_changed": 0, "references_unchanged": 0, "handoff_queued_count": 2,
-        "handoff_completed_count": 0, "handoff_failed_count": 0, "handoff_skipped_count": 0,
-        "handoff_skipped_reasons": {}}
+        "scrape_run_id": "run-1",
+        "references_received": 2,
+        "references_created": 2,
+        "references_changed": 0,
+        "references_unchanged": 0,
+        "handoff_queued_count": 2,
+        "handoff_completed_count": 0,
+        "handoff_failed_count": 0,
+        "handoff_skipped_count": 0,
+        "handoff_skipped_reasons": {},
+    }
     again = sync(scraper, body("run-2", ("a", 1), ("b", 3))).json()
     assert (again["handoff_queued_count"], again["handoff_skipped_count"]) == (0, 2)
-    assert again["handoff_skipped_reasons"] == {"ingestion_job_already_active": 1,
-                                                "payload_unchanged": 1}
+    assert again["handoff_skipped_reasons"] == {"ingestion_job_already_active": 1, "payload_unchanged": 1}
     run = ScrapeRun.objects.get(run_id="run-2")
-    assert (run.references_received, run.references_changed, run.last_synced_by.username) == (
-        2, 1, "scraper")
+    assert (run.references_received, run.references_changed, run.last_synced_by.username) == (2, 1, "scraper")
 
 
 def test_handoffs_are_listed_with_filters_and_bounded_pagination(scraper, listings, clock):
@@ -77,38 +84,58 @@ def test_handoffs_are_listed_with_filters_and_bounded_pagination(scraper, listin
     assert len(offset["results"]) == 1
 
 
-@pytest.mark.parametrize(("query", "named"), [
-    ({"limit": "0"}, "limit"), ({"limit": "1001"}, "limit"), ({"limit": "ten"}, "limit"),
-    ({"offset": "-1"}, "offset"), ({"offset": "1.5"}, "offset"), ({"status": "done"}, "status"),
-    ({"stat": "queued"}, "stat"), ({"limit": "１"}, "limit"),
-])
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ({"limit": "0"}, "limit"),
+        ({"limit": "1001"}, "limit"),
+        ({"limit": "ten"}, "limit"),
+        ({"offset": "-1"}, "offset"),
+        ({"offset": "1.5"}, "offset"),
+        ({"status": "done"}, "status"),
+        ({"stat": "queued"}, "stat"),
+        ({"limit": "１"}, "limit"),
+    ],
+)
 def test_a_bad_filter_or_page_is_a_400_naming_it(scraper, listings, query, named):
     answer = scraper.get("/scraping/listings/handoffs", query)
     assert answer.status_code == 400 and named in answer.json(), answer.content
 
 
-@pytest.mark.parametrize(("payload", "named"), [
-    ({"references": []}, "scrape_run_id"),
-    ({"scrape_run_id": "r"}, "references"),
-    ({"scrape_run_id": "r", "references": {}}, "references"),
-    ({"scrape_run_id": "r", "references": [{"external_id": "a", "payload": []}]},
-     "references[0].payload"),
-    ({"scrape_run_id": "r", "references": [{"external_id": "a", "payload": {}},
-                                           {"external_id": "a", "payload": {"x": 1}}]},
-     "references[1].external_id"),
-    ({"scrape_run_id": "r", "references": [], "extra": 1}, "extra"),
-    (["not", "an", "object"], "non_field_errors"),
-])
-def test_a_bad_sync_is_a_400_naming_the_problem_and_writes_nothing(scraper, listings, payload,
-                                                                   named):
+@pytest.mark.parametrize(
+    ("payload", "named"),
+    [
+        ({"references": []}, "scrape_run_id"),
+        ({"scrape_run_id": "r"}, "references"),
+        ({"scrape_run_id": "r", "references": {}}, "references"),
+        (
+            {"scrape_run_id": "r", "references": [{"external_id": "a", "payload": []}]},
+            "references[0].payload",
+        ),
+        (
+            {
+                "scrape_run_id": "r",
+                "references": [
+                    {"external_id": "a", "payload": {}},
+                    {"external_id": "a", "payload": {"x": 1}},
+                ],
+            },
+            "references[1].external_id",
+        ),
+        ({"scrape_run_id": "r", "references": [], "extra": 1}, "extra"),
+        (["not", "an", "object"], "non_field_errors"),
+    ],
+)
+def test_a_bad_sync_is_a_400_naming_the_problem_and_writes_nothing(scraper, listings, payload, named):
     answer = sync(scraper, payload)
     assert answer.status_code == 400 and named in answer.json(), answer.content
     assert not ScrapeReference.objects.exists() and not ScrapeRun.objects.exists()
 
 
 def test_malformed_json_is_a_400(scraper, listings):
-    answer = scraper.post("/scraping/listings/sync", b'{"scrape_run_id": "r", "refer',
-                          content_type="application/json")
+    answer = scraper.post(
+        "/scraping/listings/sync", b'{"scrape_run_id": "r", "refer', content_type="application/json"
+    )
     assert answer.status_code == 400 and "JSON parse error" in answer.json()["detail"]
 
 
@@ -140,14 +167,14 @@ def test_a_source_of_another_kind_is_a_409(scraper, acme):
 def test_the_openapi_schema_documents_both_endpoints(scraper):
     schema = json.loads(scraper.get("/api/schema/", HTTP_ACCEPT="application/json").content)
     assert "/scraping/{source}/sync" in schema["paths"]
-    parameters = {p["name"] for p in schema["paths"]["/scraping/{source}/handoffs"]["get"]
-                  ["parameters"]}
+    parameters = {p["name"] for p in schema["paths"]["/scraping/{source}/handoffs"]["get"]["parameters"]}
     assert {"status", "scrape_run_id", "limit", "offset"} <= parameters
     assert IngestionHandoff.objects.count() == 0
 
 
 def test_a_body_past_djangos_memory_limit_is_read_and_one_past_the_sync_limit_is_a_413(
-        scraper, listings, settings):
+    scraper, listings, settings
+):
     settings.INGEST_SCRAPE_MAX_BYTES = 4096
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
     fits = sync(scraper, body("r", *[(f"{n:03d}", n) for n in range(40)]))  # about 1.7 kB
@@ -156,35 +183,36 @@ def test_a_body_past_djangos_memory_limit_is_read_and_one_past_the_sync_limit_is
     assert too_big.status_code == 413 and "4,096 bytes" in too_big.json()["detail"]
 
 
-def test_a_hundred_thousand_references_in_one_call_are_a_413_stating_the_limit(scraper,
-                                                                               listings):
+def test_a_hundred_thousand_references_in_one_call_are_a_413_stating_the_limit(scraper, listings):
     references = [{"external_id": str(n), "payload": {}} for n in range(100_000)]
     answer = sync(scraper, {"scrape_run_id": "r", "references": references})
     assert answer.status_code == 413
     # Refused at the first reference past the limit, before the rest is read.
-    assert answer.json()["detail"].startswith("at least 50,001 references in one sync; the "
-                                              "limit is 50,000")
+    assert answer.json()["detail"].startswith("at least 50,001 references in one sync; the limit is 50,000")
     assert not ScrapeReference.objects.exists() and not ScrapeRun.objects.exists()
 
 
 def test_a_nul_in_the_source_or_tenant_names_no_source(scraper, listings):
     # PostgreSQL's text holds no NUL: such a name is unknown, not a database error.
     assert sync(scraper, body("run-1", ("a", 1)), source="listings%00").status_code == 404
-    answer = scraper.post("/scraping/listings/sync?tenant=acme%00", body("run-1", ("a", 1)),
-                          format="json")
+    answer = scraper.post("/scraping/listings/sync?tenant=acme%00", body("run-1", ("a", 1)), format="json")
     assert answer.status_code == 404, answer.content
     assert scraper.get("/scraping/listings/handoffs?tenant=%00").status_code == 404
 
 
-def test_a_member_reads_a_handoffs_error_without_a_traceback_and_staff_read_it_whole(scraper, listings,
-                                                                                   acme, clock):
+def test_a_member_reads_a_handoffs_error_without_a_traceback_and_staff_read_it_whole(
+    scraper, listings, acme, clock
+):
     sync(scraper, body("run-1", ("a", 1)))
     drain(clock)
-    error = ('stalled; the last failure: RuntimeError: boom\n  File "/srv/conveyor/ingest/x.py", '
-             "line 3, in fetch\n")
+    error = (
+        'stalled; the last failure: RuntimeError: boom\n  File "/srv/conveyor/ingest/x.py", '
+        "line 3, in fetch\n"
+    )
     IngestionHandoff.objects.update(last_error=error)  # copied from a run's reason, as it was stored
     member = as_user(staff("bob", of=acme, is_staff=False))
 
     assert member.get("/scraping/listings/handoffs").json()["results"][0]["last_error"] == (
-        "stalled; the last failure: RuntimeError: boom")
+        "stalled; the last failure: RuntimeError: boom"
+    )
     assert scraper.get("/scraping/listings/handoffs").json()["results"][0]["last_error"] == error

@@ -27,9 +27,11 @@ def _exists(sql: str, name: str) -> bool:
 
 
 def _handoff_objects() -> tuple[bool, bool, bool]:
-    return (_exists("to_regclass", "ingestion_handoffs"),
-            _exists("to_regclass", "ingestion_handoff_transitions"),
-            _exists("to_regprocedure", "update_ingestion_handoff_timestamp()"))
+    return (
+        _exists("to_regclass", "ingestion_handoffs"),
+        _exists("to_regclass", "ingestion_handoff_transitions"),
+        _exists("to_regprocedure", "update_ingestion_handoff_timestamp()"),
+    )
 
 
 @pytest.fixture
@@ -40,14 +42,20 @@ def forward_at_the_end():
 
 
 def _sync(client, run: str, price: int):
-    return client.post("/scraping/listings/sync", {
-        "scrape_run_id": run,
-        "references": [{"external_id": "a", "payload": {"price": price}},
-                       {"external_id": "b", "payload": {"price": price}}]}, format="json")
+    return client.post(
+        "/scraping/listings/sync",
+        {
+            "scrape_run_id": run,
+            "references": [
+                {"external_id": "a", "payload": {"price": price}},
+                {"external_id": "b", "payload": {"price": price}},
+            ],
+        },
+        format="json",
+    )
 
 
-def test_back_forward_and_back_again_keeps_references_and_runs(acme, clock,
-                                                              forward_at_the_end):
+def test_back_forward_and_back_again_keeps_references_and_runs(acme, clock, forward_at_the_end):
     # Without hooks: going back past the catalogue and forward again would leave them
     # disabled entries for an operator to review (tests/ingest/test_catalogue_migration.py).
     builders.source(acme, name="listings", kind="scraped_reference", config={}, hooks=())

@@ -17,10 +17,12 @@ from ingest.scraping.hashing import canonical_json, payload_hash
 # Text PostgreSQL can store: UTF-8 (no lone surrogate) without NUL.
 storable = st.characters(codec="utf-8", exclude_characters="\x00")
 texts = st.text(storable)
-scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False,
-                                                                 allow_infinity=False) | texts
-values = st.recursive(scalars, lambda children: st.lists(children, max_size=4)
-                      | st.dictionaries(texts, children, max_size=4), max_leaves=20)
+scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | texts
+values = st.recursive(
+    scalars,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(texts, children, max_size=4),
+    max_leaves=20,
+)
 payloads = st.dictionaries(texts, values, max_size=6)
 
 
@@ -51,8 +53,10 @@ def test_different_values_have_different_hashes(first, second):
         assert payload_hash(first) != payload_hash(second)
 
 
-items = st.lists(st.fixed_dictionaries({"external_id": st.text(storable, min_size=1, max_size=8),
-                                        "payload": payloads}), max_size=12)
+items = st.lists(
+    st.fixed_dictionaries({"external_id": st.text(storable, min_size=1, max_size=8), "payload": payloads}),
+    max_size=12,
+)
 
 
 @settings(max_examples=200)
@@ -67,7 +71,8 @@ def test_references_are_taken_in_id_order_or_refused_naming_a_duplicate(referenc
     incoming = services.read_references(references)
     assert incoming.external_ids == sorted(ids)
     by_id = {item["external_id"]: item["payload"] for item in references}
-    for external_id, text, hash_ in zip(incoming.external_ids, incoming.payloads,
-                                        incoming.hashes, strict=True):
+    for external_id, text, hash_ in zip(
+        incoming.external_ids, incoming.payloads, incoming.hashes, strict=True
+    ):
         assert json.loads(text) == by_id[external_id]
         assert hash_ == payload_hash(by_id[external_id])

@@ -36,8 +36,10 @@ def scraper(acme):
 
 
 def refs(*items: tuple[str, int]) -> list[dict]:
-    return [{"external_id": external_id, "payload": {"title": external_id, "price": price}}
-            for external_id, price in items]
+    return [
+        {"external_id": external_id, "payload": {"title": external_id, "price": price}}
+        for external_id, price in items
+    ]
 
 
 def counts(result: services.SyncResult) -> tuple[int, int, int, int]:
@@ -46,33 +48,37 @@ def counts(result: services.SyncResult) -> tuple[int, int, int, int]:
 
 
 def reasons(handoff: IngestionHandoff) -> list[tuple[str, str, str]]:
-    return list(handoff.transitions.order_by("at", "id")
-                .values_list("from_status", "to_status", "reason_code"))
+    return list(
+        handoff.transitions.order_by("at", "id").values_list("from_status", "to_status", "reason_code")
+    )
 
 
-def test_a_new_payload_is_queued_and_followed_to_its_completed_ingest_run(clock, listings,
-                                                                           scraper):
+def test_a_new_payload_is_queued_and_followed_to_its_completed_ingest_run(clock, listings, scraper):
     result = services.sync(listings, "scrape-1", refs(("a", 10), ("b", 20)), actor=scraper)
     assert (result.received, result.created, result.changed, result.unchanged) == (2, 2, 0, 0)
     assert counts(result) == (2, 0, 0, 0)
     handoff = IngestionHandoff.objects.get(reference__external_id="a")
-    assert (handoff.status, handoff.reason_code) == (HandoffStatus.QUEUED,
-                                                     HandoffReason.INGESTION_JOB_QUEUED)
+    assert (handoff.status, handoff.reason_code) == (HandoffStatus.QUEUED, HandoffReason.INGESTION_JOB_QUEUED)
     assert handoff.payload_hash == payload_hash({"price": 10, "title": "a"})
     assert handoff.job_id is not None and handoff.created_by == scraper
 
     drain(clock)
     handoff.refresh_from_db()
-    assert (handoff.status, handoff.reason_code) == (HandoffStatus.COMPLETED,
-                                                     HandoffReason.INGESTION_COMPLETED)
+    assert (handoff.status, handoff.reason_code) == (
+        HandoffStatus.COMPLETED,
+        HandoffReason.INGESTION_COMPLETED,
+    )
     run = handoff.ingest_run
-    assert (run.status, run.reference.external_id, run.started_by) == (
-        RunStatus.SUCCEEDED, "a", scraper)
+    assert (run.status, run.reference.external_id, run.started_by) == (RunStatus.SUCCEEDED, "a", scraper)
     assert list(IngestRecord.objects.filter(batch__run=run).values_list("data", flat=True)) == [
-        {"title": "a", "price": 10}]
+        {"title": "a", "price": 10}
+    ]
     assert reasons(handoff) == [
-        ("", "queued", "queued_from_scrape"), ("queued", "queued", "ingestion_job_queued"),
-        ("queued", "running", "ingestion_started"), ("running", "completed", "ingestion_completed")]
+        ("", "queued", "queued_from_scrape"),
+        ("queued", "queued", "ingestion_job_queued"),
+        ("queued", "running", "ingestion_started"),
+        ("running", "completed", "ingestion_completed"),
+    ]
 
 
 def test_the_same_payload_twice_queues_nothing_new(clock, listings):
@@ -98,7 +104,9 @@ def test_a_changed_payload_queues_a_new_handoff(clock, listings):
     a = ScrapeReference.objects.get(external_id="a")
     assert a.payload == {"title": "a", "price": 11}
     assert list(a.handoffs.order_by("id").values_list("status", flat=True)) == [
-        HandoffStatus.COMPLETED, HandoffStatus.COMPLETED]
+        HandoffStatus.COMPLETED,
+        HandoffStatus.COMPLETED,
+    ]
     assert a.runs.count() == 2
 
 
@@ -116,7 +124,8 @@ def test_a_reference_with_an_active_ingestion_waits_for_it_then_goes(clock, list
     assert list(IngestionHandoff.objects.order_by("id").values_list("status", "reason_code")) == [
         (HandoffStatus.COMPLETED, HandoffReason.INGESTION_COMPLETED),
         (HandoffStatus.FAILED, HandoffReason.SUPERSEDED),
-        (HandoffStatus.COMPLETED, HandoffReason.INGESTION_COMPLETED)]
+        (HandoffStatus.COMPLETED, HandoffReason.INGESTION_COMPLETED),
+    ]
     latest = IngestRun.objects.filter(reference__external_id="a").order_by("id").last()
     assert IngestRecord.objects.get(batch__run=latest).data["price"] == 12
 
@@ -142,8 +151,13 @@ def test_a_transient_error_is_retried_up_to_three_times_then_retry_exhausted(lis
     waits: list[float] = []
     try:
         assert locked.wait(10)
-        result = services.sync(listings, "scrape-1", refs(("a", 10)), sleep=waits.append,
-                               policy=retrying.RetryPolicy(max_attempts=3, base_seconds=0.5))
+        result = services.sync(
+            listings,
+            "scrape-1",
+            refs(("a", 10)),
+            sleep=waits.append,
+            policy=retrying.RetryPolicy(max_attempts=3, base_seconds=0.5),
+        )
     finally:
         release.set()
         holder.join(10)
@@ -151,7 +165,10 @@ def test_a_transient_error_is_retried_up_to_three_times_then_retry_exhausted(lis
     assert waits == [0.5, 1.0]  # base × 2^(attempt − 1), after attempts 1 and 2
     handoff = IngestionHandoff.objects.get()
     assert (handoff.status, handoff.reason_code, handoff.attempts) == (
-        HandoffStatus.FAILED, HandoffReason.RETRY_EXHAUSTED, 3)
+        HandoffStatus.FAILED,
+        HandoffReason.RETRY_EXHAUSTED,
+        3,
+    )
     assert "lock timeout" in handoff.last_error
     assert ScrapeReference.objects.filter(external_id="a").exists()  # the reference is kept
 
@@ -160,12 +177,20 @@ def test_a_permanent_error_fails_the_handoff_at_once(listings):
     IngestSource.objects.filter(pk=listings.pk).update(enabled=False)
     listings.refresh_from_db()
     waits: list[float] = []
-    result = services.sync(listings, "scrape-1", refs(("a", 10)), sleep=waits.append,
-                           policy=retrying.RetryPolicy(max_attempts=3, base_seconds=1))
+    result = services.sync(
+        listings,
+        "scrape-1",
+        refs(("a", 10)),
+        sleep=waits.append,
+        policy=retrying.RetryPolicy(max_attempts=3, base_seconds=1),
+    )
     assert counts(result) == (0, 0, 1, 0) and waits == []
     handoff = IngestionHandoff.objects.get()
     assert (handoff.status, handoff.reason_code, handoff.attempts) == (
-        HandoffStatus.FAILED, HandoffReason.QUEUE_REFUSED, 1)
+        HandoffStatus.FAILED,
+        HandoffReason.QUEUE_REFUSED,
+        1,
+    )
     assert "disabled" in handoff.last_error
 
 
@@ -191,8 +216,10 @@ def test_bad_references_are_refused_by_name_and_nothing_is_written(listings):
         ([{"external_id": "a"}], "references[0].payload"),
         ([{"external_id": "", "payload": {}}], "references[0].external_id"),
         ([{"external_id": "a", "payload": {}, "extra": 1}], "references[0]"),
-        ([{"external_id": "a", "payload": {}}, {"external_id": "a", "payload": {}}],
-         "references[1].external_id"),
+        (
+            [{"external_id": "a", "payload": {}}, {"external_id": "a", "payload": {}}],
+            "references[1].external_id",
+        ),
         ([{"external_id": "a", "payload": {"x": float("nan")}}], "references[0].payload"),
     ]:
         with pytest.raises(services.SyncRefused) as refused:
@@ -218,11 +245,12 @@ def test_the_sweep_fails_a_handoff_whose_job_ended_without_starting_its_run(cloc
     assert services.settle_stuck_handoffs() == 1
     first.refresh_from_db()
     waiting.refresh_from_db()
-    assert (first.status, first.reason_code) == (HandoffStatus.FAILED,
-                                                 HandoffReason.INGESTION_FAILED)
+    assert (first.status, first.reason_code) == (HandoffStatus.FAILED, HandoffReason.INGESTION_FAILED)
     assert "ended without starting the run" in first.last_error
     assert (waiting.reason_code, waiting.job_id is not None) == (
-        HandoffReason.INGESTION_JOB_QUEUED, True)  # the next payload goes
+        HandoffReason.INGESTION_JOB_QUEUED,
+        True,
+    )  # the next payload goes
     drain(clock)
     waiting.refresh_from_db()
     assert waiting.status == HandoffStatus.COMPLETED
@@ -238,18 +266,22 @@ def test_the_sweep_settles_a_running_handoff_whose_run_ended_unannounced(clock, 
         jobs.cancel(delivery, reason="lost")
     assert services.settle_stuck_handoffs() == 1
     handoff.refresh_from_db()
-    assert (handoff.status, handoff.reason_code) == (HandoffStatus.FAILED,
-                                                     HandoffReason.INGESTION_CANCELLED)
+    assert (handoff.status, handoff.reason_code) == (HandoffStatus.FAILED, HandoffReason.INGESTION_CANCELLED)
 
 
 def test_a_failed_or_cancelled_ingest_run_fails_its_handoff_through_the_event(clock, acme):
-    source = builders.source(acme, name="checked", kind="scraped_reference", config={},
-                             hooks=[builders.exit_with(2, "bad listing")], max_failures=1)
+    source = builders.source(
+        acme,
+        name="checked",
+        kind="scraped_reference",
+        config={},
+        hooks=[builders.exit_with(2, "bad listing")],
+        max_failures=1,
+    )
     services.sync(source, "scrape-1", refs(("a", 10)))
     drain(clock)
     failed = IngestionHandoff.objects.get()
-    assert (failed.status, failed.reason_code) == (HandoffStatus.FAILED,
-                                                   HandoffReason.INGESTION_FAILED)
+    assert (failed.status, failed.reason_code) == (HandoffStatus.FAILED, HandoffReason.INGESTION_FAILED)
     assert failed.last_error.endswith("hook0 on batch 1: exit code 2")
 
     services.sync(source, "scrape-2", refs(("a", 11)))
@@ -258,8 +290,7 @@ def test_a_failed_or_cancelled_ingest_run_fails_its_handoff_through_the_event(cl
     run_services.cancel_run(running.ingest_run, reason="not today")
     drain(clock)
     running.refresh_from_db()
-    assert (running.status, running.reason_code) == (HandoffStatus.FAILED,
-                                                     HandoffReason.INGESTION_CANCELLED)
+    assert (running.status, running.reason_code) == (HandoffStatus.FAILED, HandoffReason.INGESTION_CANCELLED)
 
 
 def test_text_postgresql_cannot_store_is_refused_by_name(listings):
@@ -272,6 +303,7 @@ def test_text_postgresql_cannot_store_is_refused_by_name(listings):
         with pytest.raises(services.SyncRefused) as refused:
             services.sync(listings, "scrape-1", items)
         assert refused.value.field == field
-    result = services.sync(listings, "scrape-1", [{"external_id": "a",
-                                                   "payload": {"t": "a literal \\u0000"}}])
+    result = services.sync(
+        listings, "scrape-1", [{"external_id": "a", "payload": {"t": "a literal \\u0000"}}]
+    )
     assert result.created == 1  # the text of an escape is not a NUL

@@ -39,23 +39,37 @@ def token() -> Iterator[str]:
 
 
 def plan(command: tuple[str, ...] | list[str], output: int, scratch: str, **fields: Any) -> bytes:
-    return marshal.dumps({"parent": os.getpid(), "command": list(command), "env": PATH,
-                          "cwd": scratch, "timeout": 30, "output": output, "rlimits": [],
-                          "user": None, **fields})
+    return marshal.dumps(
+        {
+            "parent": os.getpid(),
+            "command": list(command),
+            "env": PATH,
+            "cwd": scratch,
+            "timeout": 30,
+            "output": output,
+            "rlimits": [],
+            "user": None,
+            **fields,
+        }
+    )
 
 
 def start(output: int) -> subprocess.Popen[bytes]:
     """The supervisor as the worker starts it, waiting for its plan on stdin."""
-    return subprocess.Popen([sys.executable, "-I", "-S", str(SUPERVISOR)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(output,))
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", str(SUPERVISOR)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        pass_fds=(output,),
+    )
 
 
 def supervise(*command: str, **fields: Any) -> tuple[dict[str, Any], str]:
     """Run ``command`` under the supervisor as the worker would: its report and output."""
     with tempfile.TemporaryFile() as output, tempfile.TemporaryDirectory() as scratch:
         process = start(output.fileno())
-        stdout, stderr = process.communicate(plan(command, output.fileno(), scratch, **fields),
-                                             timeout=60)
+        stdout, stderr = process.communicate(plan(command, output.fileno(), scratch, **fields), timeout=60)
         assert process.returncode == 0, stderr.decode()
         output.seek(0)
         return (json.loads(stdout) if stdout else {}), output.read().decode()
@@ -66,7 +80,9 @@ def supervise(*command: str, **fields: Any) -> tuple[dict[str, Any], str]:
 
 def test_an_exit_code_is_reported_with_the_hooks_output():
     assert supervise("/bin/sh", "-c", "echo hi; echo oops >&2; exit 3") == (
-        {"outcome": "exit", "code": 3, "left": 0}, "hi\noops\n")
+        {"outcome": "exit", "code": 3, "left": 0},
+        "hi\noops\n",
+    )
 
 
 def test_a_signal_is_reported_as_a_negative_code():
@@ -79,13 +95,16 @@ def test_the_time_limit_is_reported_as_the_deadline():
     assert report == {"outcome": "deadline", "left": 0}
 
 
-@pytest.mark.parametrize(("command", "code"), [
-    (["/no/such/program"], errno.ENOENT),
-    (["no-such-program-on-the-path"], errno.ENOENT),  # looked for on the hook's PATH
-    (["/tmp"], errno.EACCES),
-    (["/bin/true", "x" * 200_000], errno.E2BIG),
-    (["/" + "a" * 5000], errno.ENAMETOOLONG),
-])
+@pytest.mark.parametrize(
+    ("command", "code"),
+    [
+        (["/no/such/program"], errno.ENOENT),
+        (["no-such-program-on-the-path"], errno.ENOENT),  # looked for on the hook's PATH
+        (["/tmp"], errno.EACCES),
+        (["/bin/true", "x" * 200_000], errno.E2BIG),
+        (["/" + "a" * 5000], errno.ENAMETOOLONG),
+    ],
+)
 def test_a_command_that_cannot_start_is_reported_with_its_errno(command, code):
     report, output = supervise(*command)
     assert report == {"outcome": "failed", "stage": "exec", "errno": code, "left": 0}
@@ -129,21 +148,26 @@ SPEC = HookSpec(name="conveyor-hook-1-1", image="unused", command=("/bin/true",)
 
 
 def status_of(report: dict[str, Any]):
-    return LocalRunner(path="/usr/bin:/bin", user="")._status(SPEC, report, io.BytesIO(b"log\n"),
-                                                               None)
+    return LocalRunner(path="/usr/bin:/bin", user="")._status(SPEC, report, io.BytesIO(b"log\n"), None)
 
 
-@pytest.mark.parametrize(("report", "phase", "code", "reason"), [
-    ({"outcome": "exit", "code": 0}, Phase.SUCCEEDED, 0, ""),
-    ({"outcome": "exit", "code": 3}, Phase.FAILED, 3, "Error"),
-    ({"outcome": "exit", "code": -signal.SIGXCPU}, Phase.FAILED, -signal.SIGXCPU,
-     "killed by SIGXCPU (its CPU time limit)"),
-    ({"outcome": "deadline"}, Phase.FAILED, None, "DeadlineExceeded"),
-])
+@pytest.mark.parametrize(
+    ("report", "phase", "code", "reason"),
+    [
+        ({"outcome": "exit", "code": 0}, Phase.SUCCEEDED, 0, ""),
+        ({"outcome": "exit", "code": 3}, Phase.FAILED, 3, "Error"),
+        (
+            {"outcome": "exit", "code": -signal.SIGXCPU},
+            Phase.FAILED,
+            -signal.SIGXCPU,
+            "killed by SIGXCPU (its CPU time limit)",
+        ),
+        ({"outcome": "deadline"}, Phase.FAILED, None, "DeadlineExceeded"),
+    ],
+)
 def test_a_hooks_end_is_its_status(report, phase, code, reason):
     status = status_of({**report, "left": 0})
-    assert (status.phase, status.exit_code, status.reason, status.log_tail) == (
-        phase, code, reason, "log\n")
+    assert (status.phase, status.exit_code, status.reason, status.log_tail) == (phase, code, reason, "log\n")
 
 
 @pytest.mark.parametrize("stage", ["fork", "user", "exec"])
@@ -153,11 +177,18 @@ def test_a_start_failing_for_want_of_processes_memory_or_descriptors_is_pressure
         status_of({"outcome": "failed", "stage": stage, "errno": code, "left": 0})
 
 
-@pytest.mark.parametrize(("stage", "code"), [
-    ("exec", errno.E2BIG), ("exec", errno.ENOENT), ("exec", errno.EACCES),
-    ("exec", errno.ENOEXEC), ("exec", errno.ENAMETOOLONG), ("chdir", errno.ENOENT),
-    ("user", errno.EPERM),
-])
+@pytest.mark.parametrize(
+    ("stage", "code"),
+    [
+        ("exec", errno.E2BIG),
+        ("exec", errno.ENOENT),
+        ("exec", errno.EACCES),
+        ("exec", errno.ENOEXEC),
+        ("exec", errno.ENAMETOOLONG),
+        ("chdir", errno.ENOENT),
+        ("user", errno.EPERM),
+    ],
+)
 def test_any_other_start_failure_is_the_specs(stage, code):
     with pytest.raises(PermanentRunnerError, match=os.strerror(code)):
         status_of({"outcome": "failed", "stage": stage, "errno": code, "left": 0})
@@ -181,8 +212,7 @@ def runner() -> LocalRunner:
 
 
 def spec(command: tuple[str, ...], timeout: int = 60) -> HookSpec:
-    return HookSpec(name="conveyor-hook-1-1", image="unused", command=command,
-                    timeout_seconds=timeout)
+    return HookSpec(name="conveyor-hook-1-1", image="unused", command=command, timeout_seconds=timeout)
 
 
 def test_what_a_hook_left_running_is_killed_when_it_exits(token):
@@ -200,8 +230,9 @@ def test_what_a_hook_started_is_killed_with_it_at_its_time_limit(token):
 def test_a_worker_interrupted_while_its_hook_runs_stops_the_hooks_whole_tree(token):
     watcher = Watcher(grace=30, on_stuck=lambda limit: None)
     with pytest.raises(HandlerTimeout):
-        watcher.call(lambda: runner().launch(spec(leaving_processes(token, "sleep 600"))),
-                     seconds=1, job_id=0)
+        watcher.call(
+            lambda: runner().launch(spec(leaving_processes(token, "sleep 600"))), seconds=1, job_id=0
+        )
     assert marked(token) == []
 
 
@@ -210,8 +241,7 @@ def test_the_workers_sigterm_stops_the_hooks_whole_tree(token, tmp_path):
         process = start(output.fileno())
         assert process.stdin is not None
         with process.stdin:
-            process.stdin.write(plan(leaving_processes(token, "sleep 600"), output.fileno(),
-                                     str(tmp_path)))
+            process.stdin.write(plan(leaving_processes(token, "sleep 600"), output.fileno(), str(tmp_path)))
         process.stdin = None  # written and closed: communicate has nothing more to send
         # The shell, a sleep in its group, one in a session of its own, one double-forked
         # and the one it waits for.
@@ -226,6 +256,9 @@ def test_the_supervisor_imports_nothing_of_the_project():
     # It runs with -I -S: an import of the project (or of anything outside the standard
     # library) would fail there, not in the tests, which have both on their path.
     source = Path(supervisor.__file__).read_text()
-    imported = {line.split()[1].split(".")[0] for line in source.splitlines()
-                if line.strip().startswith(("import ", "from "))}
+    imported = {
+        line.split()[1].split(".")[0]
+        for line in source.splitlines()
+        if line.strip().startswith(("import ", "from "))
+    }
     assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)

@@ -41,9 +41,12 @@ IMAGE = "registry.example/hooks:1"
 def cluster(clock, tmp_path):
     with FakeCluster(clock=clock.now) as fake:
         config = fake.kubeconfig(tmp_path / "kubeconfig")
-        with override_settings(INGEST_HOOK_RUNNER="kubernetes", INGEST_KUBECONFIG=str(config),
-                               INGEST_KUBE_NAMESPACE=fake.namespace,
-                               INGEST_KUBE_REQUEST_TIMEOUT_SECONDS=5):
+        with override_settings(
+            INGEST_HOOK_RUNNER="kubernetes",
+            INGEST_KUBECONFIG=str(config),
+            INGEST_KUBE_NAMESPACE=fake.namespace,
+            INGEST_KUBE_REQUEST_TIMEOUT_SECONDS=5,
+        ):
             yield fake
 
 
@@ -71,8 +74,7 @@ def test_hooks_run_as_labelled_jobs_and_the_run_succeeds(clock, cluster):
 
 def test_a_hook_that_exits_non_zero_keeps_its_code_and_log(clock, cluster):
     cluster.behaviours[IMAGE] = Behaviour(run_seconds=3, exit_code=3, log="row 7: no price\n")
-    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, hooks=[["check"]],
-                                                max_failures=1))
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, hooks=[["check"]], max_failures=1))
     drain(clock)
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
@@ -83,8 +85,7 @@ def test_a_hook_that_exits_non_zero_keeps_its_code_and_log(clock, cluster):
 
 def test_an_image_that_cannot_be_pulled_fails_the_hook_at_once(clock, cluster):
     cluster.behaviours[IMAGE] = Behaviour(pull_error=True)
-    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, hooks=[["check"]],
-                                                max_failures=1))
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, hooks=[["check"]], max_failures=1))
     drain(clock)
     run.refresh_from_db()
     execution = HookExecution.objects.get(batch__run=run)
@@ -95,13 +96,20 @@ def test_an_image_that_cannot_be_pulled_fails_the_hook_at_once(clock, cluster):
     assert cluster.create_calls == 1
 
 
-@pytest.mark.parametrize("status, message", [
-    (422, 'Job.batch "x" is invalid: spec.template.spec.containers[0].resources.requests: '
-          'Invalid value: "4Gi": must be less than or equal to memory limit of 512Mi'),
-    (403, 'pods "x" is forbidden: violates PodSecurity "restricted:latest": privileged'),
-])
+@pytest.mark.parametrize(
+    "status, message",
+    [
+        (
+            422,
+            'Job.batch "x" is invalid: spec.template.spec.containers[0].resources.requests: '
+            'Invalid value: "4Gi": must be less than or equal to memory limit of 512Mi',
+        ),
+        (403, 'pods "x" is forbidden: violates PodSecurity "restricted:latest": privileged'),
+    ],
+)
 def test_a_job_refused_as_invalid_or_by_policy_fails_its_hook_and_the_breaker_counts_nothing(
-        clock, cluster, status, message):
+    clock, cluster, status, message
+):
     cluster.refuse_creates(status, message)
     run = services.start_ingest(builders.source(tenant("Acme"), batches=1, hooks=[["check"]]))
     drain(clock)
@@ -113,10 +121,11 @@ def test_a_job_refused_as_invalid_or_by_policy_fails_its_hook_and_the_breaker_co
     assert cluster.create_calls == 1
 
 
-def test_a_pod_refused_by_an_admission_policy_fails_its_hook_and_the_breaker_counts_nothing(
-        clock, cluster):
-    cluster.refuse_pods('admission webhook "images.policy.example" denied the request: image '
-                        f'"{IMAGE}" is not from an allowed registry')
+def test_a_pod_refused_by_an_admission_policy_fails_its_hook_and_the_breaker_counts_nothing(clock, cluster):
+    cluster.refuse_pods(
+        'admission webhook "images.policy.example" denied the request: image '
+        f'"{IMAGE}" is not from an allowed registry'
+    )
     run = services.start_ingest(builders.source(tenant("Acme"), batches=1, hooks=[["check"]]))
     drain(clock)
     execution = HookExecution.objects.get(batch__run=run)
@@ -128,8 +137,7 @@ def test_a_pod_refused_by_an_admission_policy_fails_its_hook_and_the_breaker_cou
 @override_settings(INGEST_BREAKER_THRESHOLD=1000)
 def test_a_busy_api_is_retried_after_min_60s_2_to_the_n_capped_at_5_minutes(clock, cluster):
     cluster.refuse_creates(503, "the server is currently unable to handle the request")
-    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, hooks=[["check"]],
-                                                max_failures=1))
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, hooks=[["check"]], max_failures=1))
     jobs.run_until_idle()
     delays = []
     for _ in range(6):
@@ -149,22 +157,27 @@ def test_a_busy_api_is_retried_after_min_60s_2_to_the_n_capped_at_5_minutes(cloc
 
 def _finish_order() -> dict[str, list]:
     order = defaultdict(list)
-    for slug, published in (IngestRun.objects.filter(batches__status=BatchStatus.PUBLISHED)
-                            .values_list("tenant__slug", "batches__published_at")):
+    for slug, published in IngestRun.objects.filter(batches__status=BatchStatus.PUBLISHED).values_list(
+        "tenant__slug", "batches__published_at"
+    ):
         order[slug].append(published)
     return {slug: sorted(times) for slug, times in order.items()}
 
 
-@override_settings(INGEST_HOOK_POLL_SECONDS=10, INGEST_KUBE_SCHEDULE_TIMEOUT_SECONDS=60,
-                   INGEST_QUEUE_WAIT_SECONDS=30)
+@override_settings(
+    INGEST_HOOK_POLL_SECONDS=10, INGEST_KUBE_SCHEDULE_TIMEOUT_SECONDS=60, INGEST_QUEUE_WAIT_SECONDS=30
+)
 def test_a_full_cluster_is_pressed_no_harder_than_backoff_and_breaker_allow(clock, cluster):
     """20 runs × 10 batches from 3 tenants on a cluster with room for 2 hooks."""
     cluster.capacity = 2
     cluster.behaviours[IMAGE] = Behaviour(run_seconds=5, create_seconds=1)
     tenants = [tenant(name) for name in ("Acme", "Globex", "Initech")]
-    runs = [services.start_ingest(builders.source(tenants[n % 3], f"feed{n}", batches=10,
-                                                  hooks=[["check"]], max_failures=200))
-            for n in range(20)]
+    runs = [
+        services.start_ingest(
+            builders.source(tenants[n % 3], f"feed{n}", batches=10, hooks=[["check"]], max_failures=200)
+        )
+        for n in range(20)
+    ]
     drain(clock)
     finished = {run.status for run in IngestRun.objects.filter(pk__in=[r.pk for r in runs])}
     assert finished == {RunStatus.SUCCEEDED}
@@ -176,8 +189,10 @@ def test_a_full_cluster_is_pressed_no_harder_than_backoff_and_breaker_allow(cloc
     assert batches <= cluster.create_calls <= batches * 6
     breakers = RunnerBreaker.objects.aggregate(opened=Sum("times_opened"), held=Sum("denied"))
     assert RunnerBreaker.objects.count() == 3  # one per tenant on the cluster
-    print(f"creates={cluster.create_calls} opened={breakers['opened']} "
-          f"held={breakers['held']} minutes={(clock.now() - T0) / timedelta(minutes=1):.1f}")
+    print(
+        f"creates={cluster.create_calls} opened={breakers['opened']} "
+        f"held={breakers['held']} minutes={(clock.now() - T0) / timedelta(minutes=1):.1f}"
+    )
     order = _finish_order()
     last = {slug: times[-1] for slug, times in order.items()}
     for slug, times in order.items():
@@ -189,15 +204,22 @@ def test_a_full_cluster_is_pressed_no_harder_than_backoff_and_breaker_allow(cloc
 @override_settings(INGEST_KUBE_SCHEDULE_TIMEOUT_SECONDS=60)
 @pytest.mark.parametrize("threshold", [5, 1_000_000], ids=["breaker", "no breaker"])
 def test_a_cluster_that_refuses_everything_fails_runs_by_max_failures_without_a_busy_loop(
-        clock, cluster, threshold):
-    cluster.refuse_creates(403, 'jobs.batch "x" is forbidden: exceeded quota: hooks, '
-                                "requested: count/jobs.batch=1, used: count/jobs.batch=50, "
-                                "limited: count/jobs.batch=50")
+    clock, cluster, threshold
+):
+    cluster.refuse_creates(
+        403,
+        'jobs.batch "x" is forbidden: exceeded quota: hooks, '
+        "requested: count/jobs.batch=1, used: count/jobs.batch=50, "
+        "limited: count/jobs.batch=50",
+    )
     start = clock.now()
     with override_settings(INGEST_BREAKER_THRESHOLD=threshold):
-        runs = [services.start_ingest(builders.source(tenant("Acme"), f"feed{n}", batches=10,
-                                                      hooks=[["check"]], max_failures=3))
-                for n in range(5)]
+        runs = [
+            services.start_ingest(
+                builders.source(tenant("Acme"), f"feed{n}", batches=10, hooks=[["check"]], max_failures=3)
+            )
+            for n in range(5)
+        ]
         drain(clock)
     minutes = (clock.now() - start) / timedelta(minutes=1)
     for run in IngestRun.objects.filter(pk__in=[r.pk for r in runs]):
@@ -220,8 +242,7 @@ def test_runs_cancelled_while_their_jobs_wait_for_room_hold_no_tenants_launches(
     cluster.capacity = 0
     target = runners.current().target
     RunnerBreaker.objects.create(target=target, tenant=acme, window=3)  # pressure narrowed it
-    cancelled = [services.start_ingest(builders.source(acme, f"feed{n}", batches=1))
-                 for n in range(3)]
+    cancelled = [services.start_ingest(builders.source(acme, f"feed{n}", batches=1)) for n in range(3)]
     jobs.run_until_idle()
     assert len(cluster.jobs()) == 3
     later = services.start_ingest(builders.source(acme, "later", batches=1))
@@ -230,8 +251,10 @@ def test_runs_cancelled_while_their_jobs_wait_for_room_hold_no_tenants_launches(
 
     assert len(cluster.jobs()) == 4  # Globex's own window took its hook
     held = JobEvent.objects.filter(job=_hooks_delivery(later), kind="snoozed").latest("pk")
-    assert held.message == (f"this tenant's launch window on {target} is full: 3 of its hooks "
-                            "launched there wait for room (window 3); asking again in 10s")
+    assert held.message == (
+        f"this tenant's launch window on {target} is full: 3 of its hooks "
+        "launched there wait for room (window 3); asking again in 10s"
+    )
 
     for run in cancelled:
         services.cancel_run(run, via="api")
@@ -239,7 +262,8 @@ def test_runs_cancelled_while_their_jobs_wait_for_room_hold_no_tenants_launches(
     settled = HookExecution.objects.filter(batch__run__in=cancelled)
     assert {(e.status, e.reason, e.finished_at) for e in settled} == {
         (ExecutionStatus.CANCELLED, f"ended with run {e.batch.run_id} (cancelled)", clock.now())
-        for e in settled}
+        for e in settled
+    }
     assert breaker.admit(target, acme.pk, 0, clock.now()).allowed  # they count no more
 
     cluster.capacity = None
@@ -251,18 +275,17 @@ def test_runs_cancelled_while_their_jobs_wait_for_room_hold_no_tenants_launches(
     assert cluster.job(execution.runner_ref) is not None
     drain(clock)
     assert {run.status for run in IngestRun.objects.filter(pk__in=[later.pk, other.pk])} == {
-        RunStatus.SUCCEEDED}
+        RunStatus.SUCCEEDED
+    }
 
 
 @override_settings(INGEST_HOOK_POLL_SECONDS=10)
-def test_a_failed_run_leaves_no_job_and_its_retry_launches_new_jobs_with_the_fixed_image(
-        clock, cluster):
+def test_a_failed_run_leaves_no_job_and_its_retry_launches_new_jobs_with_the_fixed_image(clock, cluster):
     broken, fixed = "registry.example/hooks:broken", "registry.example/hooks:2"
     cluster.behaviours[broken] = Behaviour(pull_error=True)
     cluster.capacity = 1  # batch 1's Pod has a node, the others wait for room
     entry = builders.entry(["check"], "checker", image=broken)
-    run = services.start_ingest(builders.source(tenant("Acme"), batches=3, hooks=[entry],
-                                                max_failures=1))
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=3, hooks=[entry], max_failures=1))
     jobs.run_until_idle()
     assert len(cluster.jobs()) == 3
     drain(clock)
@@ -271,7 +294,9 @@ def test_a_failed_run_leaves_no_job_and_its_retry_launches_new_jobs_with_the_fix
     assert (cluster.jobs(), cluster.pods()) == ([], [])
     first = {e.pk: e.runner_ref for e in HookExecution.objects.filter(batch__run=run)}
     assert set(HookExecution.objects.filter(batch__run=run).values_list("status", flat=True)) == {
-        ExecutionStatus.FAILED, ExecutionStatus.CANCELLED}
+        ExecutionStatus.FAILED,
+        ExecutionStatus.CANCELLED,
+    }
 
     HookTemplate.objects.filter(pk=entry.pk).update(image=fixed)
     services.retry_failed_hooks(run, via="admin")
@@ -305,14 +330,15 @@ def _fail_stalled(run: IngestRun, clock) -> None:
 
 
 @override_settings(INGEST_HOOK_POLL_SECONDS=10)
-@pytest.mark.parametrize("end", [_cancel, _fail_by_hooks, _fail_stalled],
-                         ids=["cancelled", "failed by its hooks", "failed stalled"])
-def test_however_a_run_ends_its_executions_end_with_it_and_its_jobs_are_removed(
-        clock, cluster, end):
+@pytest.mark.parametrize(
+    "end",
+    [_cancel, _fail_by_hooks, _fail_stalled],
+    ids=["cancelled", "failed by its hooks", "failed stalled"],
+)
+def test_however_a_run_ends_its_executions_end_with_it_and_its_jobs_are_removed(clock, cluster, end):
     cluster.capacity = 1  # batch 1's hook runs, the others wait for room
     cluster.behaviours[IMAGE] = Behaviour(run_seconds=5, exit_code=3)
-    run = services.start_ingest(builders.source(tenant("Acme"), batches=3, hooks=[["check"]],
-                                                max_failures=1))
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=3, hooks=[["check"]], max_failures=1))
     jobs.run_until_idle()
     assert HookExecution.objects.filter(batch__run=run, status=ExecutionStatus.RUNNING).count() == 3
 
@@ -337,26 +363,30 @@ def test_small_runs_of_other_tenants_are_not_queued_behind_a_big_runs_pending_ho
     back, so the small runs' hooks wait behind a few of its hooks, not all it queued."""
     cluster.capacity = 1
     cluster.behaviours[IMAGE] = Behaviour(run_seconds=5, create_seconds=1)
-    big = services.start_ingest(builders.source(tenant("Acme"), "big", batches=12,
-                                                hooks=[["check"]]))
+    big = services.start_ingest(builders.source(tenant("Acme"), "big", batches=12, hooks=[["check"]]))
     jobs.run_until_idle()
     assert cluster.create_calls == 8  # its whole window, the cluster's queue
     clock.advance(1)
-    small = [services.start_ingest(builders.source(tenant(name), "small", batches=1,
-                                                   hooks=[["check"]]))
-             for name in ("Globex", "Initech")]
+    small = [
+        services.start_ingest(builders.source(tenant(name), "small", batches=1, hooks=[["check"]]))
+        for name in ("Globex", "Initech")
+    ]
     drain(clock)
     runs = IngestRun.objects.filter(pk__in=[big.pk, *(r.pk for r in small)])
     assert {run.status for run in runs} == {RunStatus.SUCCEEDED}
-    published = list(IngestRun.objects.filter(batches__status=BatchStatus.PUBLISHED)
-                     .order_by("batches__published_at").values_list("pk", flat=True))
+    published = list(
+        IngestRun.objects.filter(batches__status=BatchStatus.PUBLISHED)
+        .order_by("batches__published_at")
+        .values_list("pk", flat=True)
+    )
     for run in small:
         assert published.index(run.pk) < 6, published  # not behind all of acme's 8
     # Taken back: the Jobs deleted that are not their hook's last try (each run's end
     # removes those).
     last = set(HookExecution.objects.values_list("runner_ref", flat=True))
-    withdrawn = [call for call in cluster.calls
-                 if call.method == "DELETE" and call.path.rsplit("/", 1)[-1] not in last]
+    withdrawn = [
+        call for call in cluster.calls if call.method == "DELETE" and call.path.rsplit("/", 1)[-1] not in last
+    ]
     assert withdrawn and all("conveyor-hook-" in call.path for call in withdrawn)
     tries = HookExecution.objects.filter(batch__run=big).values_list("tries", flat=True)
     assert sum(tries) == 12 + len(withdrawn)  # each taken back once launched again
@@ -382,17 +412,20 @@ def test_a_long_hook_is_looked_at_less_often_as_it_runs(clock, cluster):
     assert calls.count(("GET", execution.runner_ref)) == 1
 
 
-@override_settings(INGEST_BREAKER_THRESHOLD=2, INGEST_BREAKER_COOLDOWN_SECONDS=60,
-                   INGEST_HOOK_POLL_SECONDS=2)
+@override_settings(INGEST_BREAKER_THRESHOLD=2, INGEST_BREAKER_COOLDOWN_SECONDS=60, INGEST_HOOK_POLL_SECONDS=2)
 def test_hooks_held_by_the_breaker_resume_as_soon_as_its_probe_gets_room(clock, cluster):
     """The probe's success closes the breaker and wakes the deliveries it held, instead of
     leaving them to sleep out a cool-down."""
     cluster.behaviours[IMAGE] = Behaviour(run_seconds=5)
-    cluster.refuse_creates(403, 'jobs.batch "x" is forbidden: exceeded quota: hooks, '
-                                "requested: count/jobs.batch=1, used: count/jobs.batch=9, "
-                                "limited: count/jobs.batch=9")
-    run = services.start_ingest(builders.source(tenant("Acme"), batches=6, hooks=[["check"]],
-                                                max_failures=100))
+    cluster.refuse_creates(
+        403,
+        'jobs.batch "x" is forbidden: exceeded quota: hooks, '
+        "requested: count/jobs.batch=1, used: count/jobs.batch=9, "
+        "limited: count/jobs.batch=9",
+    )
+    run = services.start_ingest(
+        builders.source(tenant("Acme"), batches=6, hooks=[["check"]], max_failures=100)
+    )
     jobs.run_until_idle()
     row = RunnerBreaker.objects.get(tenant__slug="acme")
     assert row.state == BreakerState.OPEN  # two refusals opened it
@@ -419,8 +452,7 @@ def test_hooks_held_by_the_breaker_resume_as_soon_as_its_probe_gets_room(clock, 
     assert seen["next"] - seen["closed"] < timedelta(seconds=3), seen
 
 
-def test_a_look_the_api_does_not_answer_keeps_the_try_instead_of_launching_a_second(
-        clock, cluster):
+def test_a_look_the_api_does_not_answer_keeps_the_try_instead_of_launching_a_second(clock, cluster):
     """A 503 while a hook runs says nothing about the hook: its Job is looked at again,
     and no second Job runs beside it."""
     cluster.behaviours[IMAGE] = Behaviour(run_seconds=20)
@@ -446,7 +478,10 @@ def test_a_create_answered_with_a_5xx_is_removed_before_the_next_try(clock, clus
     assert run.status == RunStatus.SUCCEEDED, run.failure_reason
     execution = HookExecution.objects.get(batch__run=run)
     first = f"conveyor-hook-{execution.pk}-1"
-    calls = [(call.method, call.path.rsplit("/", 1)[-1]) for call in cluster.calls
-             if call.method in ("POST", "DELETE")]
+    calls = [
+        (call.method, call.path.rsplit("/", 1)[-1])
+        for call in cluster.calls
+        if call.method in ("POST", "DELETE")
+    ]
     assert calls[:3] == [("POST", "jobs"), ("DELETE", first), ("POST", "jobs")], calls
     assert execution.tries == 2

@@ -51,10 +51,16 @@ def test_a_run_fetches_checks_and_publishes_every_batch(clock, acme):
 
 
 def test_each_event_has_its_one_listener():
-    subscribers = {name: [h.name for h in registry.subscribers(name)] for name in
-                   (events.NEXT_BATCH_REQUESTED, events.INGESTER_BATCH_READY,
-                    events.HOOK_BATCH_COMPLETED, events.INGEST_RUN_STARTED,
-                    events.INGEST_RUN_FINISHED)}
+    subscribers = {
+        name: [h.name for h in registry.subscribers(name)]
+        for name in (
+            events.NEXT_BATCH_REQUESTED,
+            events.INGESTER_BATCH_READY,
+            events.HOOK_BATCH_COMPLETED,
+            events.INGEST_RUN_STARTED,
+            events.INGEST_RUN_FINISHED,
+        )
+    }
     assert subscribers[events.NEXT_BATCH_REQUESTED] == ["ingest.RunIngester"]
     assert subscribers[events.INGESTER_BATCH_READY] == ["ingest.RunHooks"]
     assert subscribers[events.HOOK_BATCH_COMPLETED] == ["ingest.PublishBatch"]
@@ -63,8 +69,7 @@ def test_each_event_has_its_one_listener():
 
 
 def test_a_failing_hook_keeps_its_exit_code_and_log_and_fails_the_run_at_its_limit(clock, acme):
-    source = builders.source(acme, batches=4, hooks=[builders.exit_with(3, "bad row 7")],
-                             max_failures=2)
+    source = builders.source(acme, batches=4, hooks=[builders.exit_with(3, "bad row 7")], max_failures=2)
     run = services.start_ingest(source)
     drain(clock)
     run.refresh_from_db()
@@ -191,8 +196,9 @@ def test_two_attempts_recording_the_same_batch_at_once_write_it_once(acme):
     def record(name: str) -> None:
         try:
             with transaction.atomic():
-                outcomes[name] = services.record_batch(run, sequence=1, fetched=fetched,
-                                                       session_in={}, staged_id=name, fetch_ms=1)
+                outcomes[name] = services.record_batch(
+                    run, sequence=1, fetched=fetched, session_in={}, staged_id=name, fetch_ms=1
+                )
                 if name == "first":
                     first_wrote.set()
                     release.wait(10)
@@ -222,8 +228,10 @@ def test_two_attempts_recording_the_same_batch_at_once_write_it_once(acme):
 def _wait_until_a_backend_waits_for_a_lock() -> None:
     def waiting() -> int:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                           "AND datname = current_database()")
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            )
             return cursor.fetchone()[0]
 
     wait_until(waiting, 10, "the second attempt waiting for the first's lock")
@@ -236,15 +244,16 @@ def test_an_integrity_error_of_another_constraint_is_no_duplicate_batch(acme):
     assert not services.is_duplicate_batch(refused.value)
 
 
-def test_a_batch_larger_than_a_chunk_is_published_whole_in_order_with_its_keys(
-        clock, acme, monkeypatch):
+def test_a_batch_larger_than_a_chunk_is_published_whole_in_order_with_its_keys(clock, acme, monkeypatch):
     monkeypatch.setattr(services, "PUBLISH_CHUNK", 2)
-    source = builders.source(acme, batches=1, size=5,
-                             config={"batches": 1, "size": 5, "key_field": "id"})
+    source = builders.source(acme, batches=1, size=5, config={"batches": 1, "size": 5, "key_field": "id"})
     run = services.start_ingest(source)
     drain(clock)
     run.refresh_from_db()
     assert (run.status, run.records_published) == (RunStatus.SUCCEEDED, 5)
-    records = list(IngestRecord.objects.filter(batch__run=run).order_by("position")
-                   .values_list("position", "key", "data"))
+    records = list(
+        IngestRecord.objects.filter(batch__run=run)
+        .order_by("position")
+        .values_list("position", "key", "data")
+    )
     assert records == [(n, f"1-{n}", {"id": f"1-{n}", "batch": 1}) for n in range(5)]

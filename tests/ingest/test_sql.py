@@ -17,8 +17,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _fields(instance) -> dict:
-    return {field.attname: getattr(instance, field.attname)
-            for field in type(instance)._meta.concrete_fields}
+    return {field.attname: getattr(instance, field.attname) for field in type(instance)._meta.concrete_fields}
 
 
 @pytest.fixture
@@ -48,12 +47,12 @@ def test_a_batch_with_its_hooks_is_the_orms_in_order_sharing_one_batch(finished_
     assert _fields(loaded.run) == _fields(orm.run)
     assert _fields(loaded.run.source) == _fields(orm.run.source)
     assert _fields(loaded.run.tenant) == _fields(orm.run.tenant)
-    expected = list(HookExecution.objects.filter(batch=batch).select_related("hook__template")
-                    .order_by("position"))
+    expected = list(
+        HookExecution.objects.filter(batch=batch).select_related("hook__template").order_by("position")
+    )
     assert [_fields(e) for e in executions] == [_fields(e) for e in expected]
     assert [_fields(e.hook) for e in executions] == [_fields(e.hook) for e in expected]
-    assert [_fields(e.hook.template) for e in executions] == [
-        _fields(e.hook.template) for e in expected]
+    assert [_fields(e.hook.template) for e in executions] == [_fields(e.hook.template) for e in expected]
     assert [e.hook.template.offered for e in executions] == [True, True]
     assert all(e.batch is loaded for e in executions)
     assert model_to_dict(loaded) == model_to_dict(orm)
@@ -94,8 +93,10 @@ def _locked_relations() -> set[str]:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
-                       "WHERE l.pid = pg_backend_pid() AND l.mode = 'RowShareLock'")
+        cursor.execute(
+            "SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+            "WHERE l.pid = pg_backend_pid() AND l.mode = 'RowShareLock'"
+        )
         return {row[0] for row in cursor.fetchall()}
 
 
@@ -113,27 +114,54 @@ def test_a_recorded_batch_and_its_executions_hold_what_the_orm_would_have_writte
     Hook.objects.filter(source=source, position=0).update(position=7)  # hooks go by position
     run = services.start_ingest(source)
     with transaction.atomic():
-        batch = sql.record_batch(run=run.pk, sequence=1, records=2, session_in={},
-                                 session_out={"next": 2}, has_more=True, location="staged-1",
-                                 fetch_ms=3, now=clock.now())
+        batch = sql.record_batch(
+            run=run.pk,
+            sequence=1,
+            records=2,
+            session_in={},
+            session_out={"next": 2},
+            has_more=True,
+            location="staged-1",
+            fetch_ms=3,
+            now=clock.now(),
+        )
     stored = IngestBatch.objects.get(pk=batch.pk)
     assert _fields(batch) == _fields(stored)
-    expected = IngestBatch(run=run, sequence=1, records=2, session_out={"next": 2}, has_more=True,
-                           location="staged-1", fetch_ms=3, fetched_at=clock.now())
+    expected = IngestBatch(
+        run=run,
+        sequence=1,
+        records=2,
+        session_out={"next": 2},
+        has_more=True,
+        location="staged-1",
+        fetch_ms=3,
+        fetched_at=clock.now(),
+    )
     assert {**_fields(expected), "id": stored.pk} == _fields(stored)
     hooks = list(source.hooks.order_by("position"))
     executions = list(HookExecution.objects.filter(batch=batch).order_by("position"))
     assert [_fields(e) for e in executions] == [
-        {**_fields(HookExecution(batch=stored, hook=hook, hook_name=hook.name, position=n,
-                                 tenant=acme)),
-         "id": executions[n].pk} for n, hook in enumerate(hooks)]
+        {
+            **_fields(HookExecution(batch=stored, hook=hook, hook_name=hook.name, position=n, tenant=acme)),
+            "id": executions[n].pk,
+        }
+        for n, hook in enumerate(hooks)
+    ]
     run.refresh_from_db()
     assert (run.batches_ingested, run.ingest_done) == (1, False)
 
     with transaction.atomic():
-        again = sql.record_batch(run=run.pk, sequence=1, records=2, session_in={},
-                                 session_out={}, has_more=False, location="staged-2",
-                                 fetch_ms=3, now=clock.now())
+        again = sql.record_batch(
+            run=run.pk,
+            sequence=1,
+            records=2,
+            session_in={},
+            session_out={},
+            has_more=False,
+            location="staged-2",
+            fetch_ms=3,
+            now=clock.now(),
+        )
     assert again is None  # the batch exists: nothing written
     run.refresh_from_db()
     assert (run.batches_ingested, run.ingest_done) == (1, False)

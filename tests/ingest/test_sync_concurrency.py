@@ -21,8 +21,7 @@ from tests.ingest import builders
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def sync_in_thread(source, run_id: str, items: list[dict], results: dict, key: str
-                   ) -> threading.Thread:
+def sync_in_thread(source, run_id: str, items: list[dict], results: dict, key: str) -> threading.Thread:
     def run() -> None:
         try:
             results[key] = services.sync(source, run_id, items)
@@ -38,8 +37,10 @@ def sync_in_thread(source, run_id: str, items: list[dict], results: dict, key: s
 
 def waiting_on_a_lock() -> int:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                       "AND wait_event_type = 'Lock'")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
+        )
         return cursor.fetchone()[0]
 
 
@@ -54,11 +55,9 @@ def test_a_second_sync_of_a_run_finishes_while_the_first_is_still_writing(acme):
     blocker.execute("SELECT id FROM ingest_scrapereference WHERE id = %s FOR UPDATE", [held.pk])
     results: dict = {}
     try:
-        a = sync_in_thread(source, "run-7", [{"external_id": "held", "payload": {"v": 2}}],
-                           results, "a")
+        a = sync_in_thread(source, "run-7", [{"external_id": "held", "payload": {"v": 2}}], results, "a")
         wait_until(lambda: waiting_on_a_lock() == 1, 10, "sync A waits on the held reference")
-        b = sync_in_thread(source, "run-7", [{"external_id": "other", "payload": {"v": 3}}],
-                           results, "b")
+        b = sync_in_thread(source, "run-7", [{"external_id": "other", "payload": {"v": 3}}], results, "b")
         b.join(10)
         assert not b.is_alive(), "sync B of the same run waited for sync A"
         assert "a" not in results

@@ -14,18 +14,23 @@ from tests.ingest.running import drain
 pytestmark = pytest.mark.django_db
 
 
-@pytest.mark.parametrize("line, problem", [
-    (rb'{"n": "\ud800"}', "lone surrogate"),
-    (rb'{"n": "a\u0000b"}', "NUL"),
-    (rb'{"n": NaN}', "NaN"),
-])
-def test_a_record_postgresql_cannot_store_fails_the_run_naming_it(settings, tmp_path, acme, clock,
-                                                                  line, problem):
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        (rb'{"n": "\ud800"}', "lone surrogate"),
+        (rb'{"n": "a\u0000b"}', "NUL"),
+        (rb'{"n": NaN}', "NaN"),
+    ],
+)
+def test_a_record_postgresql_cannot_store_fails_the_run_naming_it(
+    settings, tmp_path, acme, clock, line, problem
+):
     settings.INGEST_FILE_ROOTS = [str(tmp_path)]
     (tmp_path / acme.slug).mkdir()
     (tmp_path / acme.slug / "a.jsonl").write_bytes(b'{"n": "fine"}\n' + line + b"\n")
-    source = builders.source(acme, kind="files", hooks=(),
-                             config={"url": str(tmp_path / acme.slug), "pattern": "*.jsonl"})
+    source = builders.source(
+        acme, kind="files", hooks=(), config={"url": str(tmp_path / acme.slug), "pattern": "*.jsonl"}
+    )
 
     run = services.start_ingest(source)
     drain(clock)

@@ -13,24 +13,62 @@ from intake.addresses import AllowList, is_public
 
 # Written from IANA's IPv4 and IPv6 special-purpose address registries (RFC 6890 and
 # later), not from the code under test: no tenant URL may reach any of these.
-NOT_GLOBAL_V4 = [ip_network(n) for n in (
-    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
-    "172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16",
-    "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
-)]
-NOT_GLOBAL_V6 = [ip_network(n) for n in (
-    "::/128", "::1/128", "::/96", "64:ff9b:1::/48", "100::/64", "2001::/23", "2001:db8::/32",
-    "3fff::/20", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
-)]
+NOT_GLOBAL_V4 = [
+    ip_network(n)
+    for n in (
+        "0.0.0.0/8",
+        "10.0.0.0/8",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "172.16.0.0/12",
+        "192.0.0.0/24",
+        "192.0.2.0/24",
+        "192.88.99.0/24",
+        "192.168.0.0/16",
+        "198.18.0.0/15",
+        "198.51.100.0/24",
+        "203.0.113.0/24",
+        "224.0.0.0/4",
+        "240.0.0.0/4",
+    )
+]
+NOT_GLOBAL_V6 = [
+    ip_network(n)
+    for n in (
+        "::/128",
+        "::1/128",
+        "::/96",
+        "64:ff9b:1::/48",
+        "100::/64",
+        "2001::/23",
+        "2001:db8::/32",
+        "3fff::/20",
+        "fc00::/7",
+        "fe80::/10",
+        "fec0::/10",
+        "ff00::/8",
+    )
+]
 # Blocks allocated to regional registries for ordinary public unicast use.
-PUBLIC = [ip_network(n) for n in (
-    "1.0.0.0/8", "8.0.0.0/8", "45.0.0.0/8", "185.0.0.0/8", "2400::/12", "2600::/12", "2a00::/12",
-)]
+PUBLIC = [
+    ip_network(n)
+    for n in (
+        "1.0.0.0/8",
+        "8.0.0.0/8",
+        "45.0.0.0/8",
+        "185.0.0.0/8",
+        "2400::/12",
+        "2600::/12",
+        "2a00::/12",
+    )
+]
 
 
 def addresses_in(networks):
     return st.sampled_from(networks).flatmap(
-        lambda net: st.integers(0, net.num_addresses - 1).map(lambda i: net[i]))
+        lambda net: st.integers(0, net.num_addresses - 1).map(lambda i: net[i])
+    )
 
 
 @given(addresses_in(NOT_GLOBAL_V4 + NOT_GLOBAL_V6))
@@ -41,7 +79,7 @@ def test_every_address_of_a_special_purpose_block_is_refused(address):
 @given(addresses_in(NOT_GLOBAL_V4))
 def test_ipv6_forms_of_a_refused_ipv4_address_are_refused(v4):
     as_int = int(v4)
-    mapped = IPv6Address(0xFFFF_0000_0000 | as_int)            # ::ffff:a.b.c.d
+    mapped = IPv6Address(0xFFFF_0000_0000 | as_int)  # ::ffff:a.b.c.d
     nat64 = IPv6Address(int(ip_address("64:ff9b::")) | as_int)  # 64:ff9b::a.b.c.d
     six_to_four = IPv6Address((0x2002 << 112) | (as_int << 80))  # 2002:aabb:ccdd::
     assert not any(is_public(a) for a in (mapped, nat64, six_to_four))
@@ -62,8 +100,9 @@ def test_an_ipv4_address_outside_the_special_blocks_is_accepted_and_its_mapped_f
 @given(st.ip_addresses())
 def test_an_accepted_address_is_global_for_the_standard_library_too(address):
     if is_public(address):
-        assert address.is_global and not (address.is_private or address.is_loopback
-                                          or address.is_multicast or address.is_link_local)
+        assert address.is_global and not (
+            address.is_private or address.is_loopback or address.is_multicast or address.is_link_local
+        )
 
 
 def test_the_allow_list_lets_its_networks_and_hosts_through_and_nothing_else():

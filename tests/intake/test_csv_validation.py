@@ -17,15 +17,29 @@ from intake.csv_validation import MAX_LINE_CHARS, MAX_REPORT_CHARS, Column, CsvS
 HEADER = ["quantity", "unit", "haul", "cabin"]
 # Two schemas of the kind an app declares: measured rows with a fixed unit and two codes,
 # and yearly values unique per year and codes.
-TRIPS = CsvSchema("trips", (Column("quantity", "number", digits=12, decimals=6),
-                            Column("unit", "fixed", value="km"),
-                            Column("haul", "code"), Column("cabin", "code")),
-                  max_bytes=100 * 1024 * 1024)
-RATES = CsvSchema("rates", (Column("year", "year"), Column("haul", "code"), Column("cabin", "code"),
-                            Column("value", "number", digits=9, decimals=9),
-                            Column("unit", "fixed", value="km"),
-                            Column("source", "text", required=False, optional_header=True)),
-                  unique=("year", "haul", "cabin"), max_bytes=20 * 1024 * 1024)
+TRIPS = CsvSchema(
+    "trips",
+    (
+        Column("quantity", "number", digits=12, decimals=6),
+        Column("unit", "fixed", value="km"),
+        Column("haul", "code"),
+        Column("cabin", "code"),
+    ),
+    max_bytes=100 * 1024 * 1024,
+)
+RATES = CsvSchema(
+    "rates",
+    (
+        Column("year", "year"),
+        Column("haul", "code"),
+        Column("cabin", "code"),
+        Column("value", "number", digits=9, decimals=9),
+        Column("unit", "fixed", value="km"),
+        Column("source", "text", required=False, optional_header=True),
+    ),
+    unique=("year", "haul", "cabin"),
+    max_bytes=20 * 1024 * 1024,
+)
 
 
 def csv_bytes(header: list[str], rows: list[list[str]]) -> bytes:
@@ -48,7 +62,7 @@ def errors(body: bytes) -> list[tuple]:
 
 
 def test_a_valid_file_is_counted_and_copied_in_canonical_form():
-    body = b"\xef\xbb\xbfQuantity, Unit ,cabin,haul\r\n12.5,KM,economy,short\r\n 7 ,km,\"first\",long\r\n"
+    body = b'\xef\xbb\xbfQuantity, Unit ,cabin,haul\r\n12.5,KM,economy,short\r\n 7 ,km,"first",long\r\n'
 
     report, out = check(body)
 
@@ -71,11 +85,16 @@ def test_missing_unknown_and_repeated_columns_are_each_named():
 
 
 def test_bad_cells_are_named_by_row_and_column():
-    body = csv_bytes(HEADER, [["1", "km", "short", "economy"],
-                              ["1,5", "km", "short", "economy"],
-                              ["2", "miles", "short", "economy"],
-                              ["3", "km", "", "economy"],
-                              ["4", "km", "short"]])
+    body = csv_bytes(
+        HEADER,
+        [
+            ["1", "km", "short", "economy"],
+            ["1,5", "km", "short", "economy"],
+            ["2", "miles", "short", "economy"],
+            ["3", "km", "", "economy"],
+            ["4", "km", "short"],
+        ],
+    )
     assert errors(body) == [
         (3, "quantity", "not a number ('1,5'): use a dot as the decimal separator"),
         (4, "unit", "must be 'km' (found 'miles')"),
@@ -121,20 +140,21 @@ def test_a_file_over_the_size_limit_stops_being_read_at_the_limit():
     report = validate(source, small)
 
     assert [str(e) for e in report.errors] == [
-        "file: the file is larger than the 1 MB limit: split it into smaller files"]
+        "file: the file is larger than the 1 MB limit: split it into smaller files"
+    ]
     assert source.tell() <= 2 * 1024 * 1024
 
 
 def test_an_empty_file_and_a_header_only_file_are_refused():
     assert errors(b"") == [(None, None, "the file is empty")]
-    assert errors(b"quantity,unit,haul,cabin\n") == [
-        (None, None, "no data rows: the file has a header only")]
+    assert errors(b"quantity,unit,haul,cabin\n") == [(None, None, "no data rows: the file has a header only")]
 
 
 def test_unique_columns_refuse_duplicate_keys_whatever_the_case():
-    body = csv_bytes(["year", "haul", "cabin", "value", "unit"],
-                     [["2024", "short", "economy", "0.1", "km"],
-                      ["2024", "Short", "ECONOMY", "0.2", "km"]])
+    body = csv_bytes(
+        ["year", "haul", "cabin", "value", "unit"],
+        [["2024", "short", "economy", "0.1", "km"], ["2024", "Short", "ECONOMY", "0.2", "km"]],
+    )
     report, _ = check(body, RATES)
     assert [str(e) for e in report.errors] == ["row 3: duplicates row 2: same year, haul, cabin"]
 
@@ -145,8 +165,9 @@ def test_unique_columns_refuse_duplicate_keys_whatever_the_case():
 # spaces, formula prefixes, control characters, digits, dots, letters, accents.
 CELL_CHARS = st.sampled_from(list(',"\r\t =+-@._0123456789aZé\x00\x85'))
 cells = st.text(CELL_CHARS, max_size=8)
-rows = st.lists(st.tuples(cells, st.sampled_from(["km", "KM", " km", "mi"]), cells, cells),
-                min_size=1, max_size=20)
+rows = st.lists(
+    st.tuples(cells, st.sampled_from(["km", "KM", " km", "mi"]), cells, cells), min_size=1, max_size=20
+)
 
 
 def _file(data: list[tuple[str, ...]]) -> bytes:
@@ -208,8 +229,9 @@ def test_a_one_byte_file_is_refused_as_having_no_header():
 def test_a_file_without_a_line_break_in_its_first_megabyte_is_refused_naming_it():
     [(row, column, reason)] = errors(b"x" * (MAX_LINE_CHARS + 10))
     assert (row, column) == (None, None)
-    assert reason == ("no header line in the first 1 MB: the file has no line break there "
-                      "(is it a CSV file?)")
+    assert reason == (
+        "no header line in the first 1 MB: the file has no line break there (is it a CSV file?)"
+    )
 
 
 def test_a_header_of_a_million_columns_is_refused_naming_it():
@@ -233,8 +255,11 @@ def test_an_echoed_cell_is_cut_to_a_prefix_with_its_length():
 
 def test_an_unknown_huge_column_name_is_cut_too():
     found = errors(b"quantity,unit,haul,cabin," + b"c" * 5000 + b"\n")
-    assert (1, "c" * 80 + "… (5,000 characters)", "unknown column; expected quantity, unit, "
-            "haul, cabin") in found
+    assert (
+        1,
+        "c" * 80 + "… (5,000 characters)",
+        "unknown column; expected quantity, unit, haul, cabin",
+    ) in found
 
 
 def test_a_report_on_forty_rows_of_megabyte_cells_stays_small():

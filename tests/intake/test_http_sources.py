@@ -24,8 +24,10 @@ def server():
 @pytest.fixture
 def allow(settings):
     """Sets the deployment's allow-list for the test."""
+
     def set_to(*entries: str) -> None:
         settings.INTAKE_HTTP_ALLOW = list(entries)
+
     set_to()
     return set_to
 
@@ -36,11 +38,27 @@ def refusal(url: str, limits: Limits | None = None) -> FetchError:
     return caught.value
 
 
-@pytest.mark.parametrize("host", [
-    "127.0.0.1", "[::1]", "localhost", "[::ffff:127.0.0.1]", "2130706433", "0x7f.1",
-    "017700000001", "127.1", "0.0.0.0", "10.0.0.1", "172.16.5.4", "192.168.1.1",
-    "169.254.169.254", "100.64.0.1", "[fd00::1]", "[fe80::1]",
-])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1",
+        "[::1]",
+        "localhost",
+        "[::ffff:127.0.0.1]",
+        "2130706433",
+        "0x7f.1",
+        "017700000001",
+        "127.1",
+        "0.0.0.0",
+        "10.0.0.1",
+        "172.16.5.4",
+        "192.168.1.1",
+        "169.254.169.254",
+        "100.64.0.1",
+        "[fd00::1]",
+        "[fe80::1]",
+    ],
+)
 def test_it_refuses_a_url_whose_host_is_not_public_without_connecting(server, allow, host):
     url = server.url("/secret", host=host)
     error = refusal(url)
@@ -102,8 +120,9 @@ def test_a_redirect_to_a_loopback_address_is_refused_and_never_followed(server, 
         error = refusal(url)
 
         assert not error.transient
-        assert str(error) == (f"{url} redirected to a URL that is not allowed: its host is "
-                              f"not a public internet address")
+        assert str(error) == (
+            f"{url} redirected to a URL that is not allowed: its host is not a public internet address"
+        )
         assert internal.hits == []
 
 
@@ -134,17 +153,20 @@ def test_a_redirect_to_another_scheme_is_refused(server, allow):
     assert str(refusal(url)) == f"{url} redirected to a URL that is not http or https"
 
 
-@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://example.org/x", "gopher://a/",
-                                 "http://", "not a url", "http://[::1"])
+@pytest.mark.parametrize(
+    "url", ["file:///etc/passwd", "ftp://example.org/x", "gopher://a/", "http://", "not a url", "http://[::1"]
+)
 def test_only_http_and_https_urls_are_fetched(url):
     assert check(url) == "must be an http:// or https:// URL"
     assert not refusal(url).transient
 
 
-@pytest.mark.parametrize(("status", "transient"), [(500, True), (503, True), (429, True),
-                                                   (404, False), (401, False), (410, False)])
+@pytest.mark.parametrize(
+    ("status", "transient"), [(500, True), (503, True), (429, True), (404, False), (401, False), (410, False)]
+)
 def test_server_errors_and_throttling_are_transient_other_refusals_permanent(
-        server, allow, status, transient):
+    server, allow, status, transient
+):
     url = server.raw("/x", b"{}", status=status)
     allow("127.0.0.1")
 
@@ -186,7 +208,9 @@ def test_a_host_whose_dns_does_not_answer_is_given_up_at_the_deadline(monkeypatc
         error = refusal("http://stalling-dns.example/x", Limits(deadline_seconds=0.5))
         assert time.monotonic() - started < 0.5 + 0.3
         assert (str(error), error.transient) == (
-            "could not resolve the host of http://stalling-dns.example/x", True)
+            "could not resolve the host of http://stalling-dns.example/x",
+            True,
+        )
     finally:
         release.set()
 
@@ -227,7 +251,8 @@ def tls_server(certificate_authority):
 
 
 def test_tls_is_verified_against_the_urls_host_name_while_connecting_to_its_checked_address(
-        tls_server, certificate_authority, allow):
+    tls_server, certificate_authority, allow
+):
     trusted = ssl.create_default_context()
     certificate_authority.configure_trust(trusted)
     tls_server.json("/units", [])
@@ -239,4 +264,3 @@ def test_tls_is_verified_against_the_urls_host_name_while_connecting_to_its_chec
     with pytest.raises(FetchError, match="TLS certificate of .* could not be verified"):
         fetch(tls_server.url("/units", host="localhost"))  # nor is its issuer trusted by default
     assert tls_server.hits == ["/units"]
-

@@ -15,8 +15,9 @@ from django.db import connection
 from intake import staging
 from intake.csv_validation import Column, CsvSchema
 
-SCHEMA = CsvSchema("pairs", (Column("code", "code"), Column("amount", "number")), unique=("code",),
-                   max_bytes=1024 * 1024)
+SCHEMA = CsvSchema(
+    "pairs", (Column("code", "code"), Column("amount", "number")), unique=("code",), max_bytes=1024 * 1024
+)
 BODY = b"code,amount\nA1,12.5\n b2 ,7\n"
 
 
@@ -56,7 +57,8 @@ def test_a_file_known_to_be_too_large_is_refused_before_it_is_read(store):
 
     assert staged is None and source.tell() == 0
     assert [str(e) for e in report.errors] == [
-        "file: the file is larger than the 1 MB limit: split it into smaller files"]
+        "file: the file is larger than the 1 MB limit: split it into smaller files"
+    ]
 
 
 def test_writes_stop_at_the_stores_bound_and_leave_nothing(store):
@@ -66,7 +68,8 @@ def test_writes_stop_at_the_stores_bound_and_leave_nothing(store):
 
     assert staged is None
     assert [str(e) for e in report.errors] == [
-        "file: the file is larger than the 1 kB limit: split it into smaller files"]
+        "file: the file is larger than the 1 kB limit: split it into smaller files"
+    ]
     assert small.files() == []
     with pytest.raises(staging.StagedTooLarge), small.stage() as pending:
         pending.write(b"x" * 11)
@@ -84,9 +87,20 @@ def test_a_file_is_kept_only_when_its_writer_keeps_it_and_ends_cleanly(store):
     assert not store.exists(dropped.id) and not store.exists(failed.id)
 
 
-@pytest.mark.parametrize("bad", ["../../etc/passwd", "/etc/passwd", "a" * 32 + "/..", "",
-                                 "ABCDEF0123456789ABCDEF0123456789", "0" * 31, "0" * 33,
-                                 "s3://bucket/key", "0" * 31 + "\n"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "../../etc/passwd",
+        "/etc/passwd",
+        "a" * 32 + "/..",
+        "",
+        "ABCDEF0123456789ABCDEF0123456789",
+        "0" * 31,
+        "0" * 33,
+        "s3://bucket/key",
+        "0" * 31 + "\n",
+    ],
+)
 def test_only_staged_ids_name_files(store, bad):
     assert not staging.is_staged_id(bad)
     for operation in (store.path, store.open, store.exists, store.delete, store.location):
@@ -148,8 +162,10 @@ def test_a_staged_file_is_read_back_with_copy(store):
 
     with connection.cursor() as cursor:
         cursor.execute("CREATE TEMPORARY TABLE staged_pairs (code text, amount numeric)")
-        with store.open(staged.id) as handle, \
-                cursor.copy("COPY staged_pairs (code, amount) FROM STDIN (FORMAT csv)") as copy:
+        with (
+            store.open(staged.id) as handle,
+            cursor.copy("COPY staged_pairs (code, amount) FROM STDIN (FORMAT csv)") as copy,
+        ):
             while chunk := handle.read(4096):
                 copy.write(chunk)
         cursor.execute("SELECT count(*), sum(amount) FROM staged_pairs")

@@ -25,8 +25,9 @@ def test_a_body_over_the_limit_and_its_framing_is_refused_naming_both():
     with pytest.raises(TooLarge) as refused:
         refuse_large_body(request(str(3 * MB)), MB, "entries")
     assert refused.value.status_code == 413
-    assert str(refused.value.detail) == ("the upload is 3 MB; the limit for entries files is "
-                                         "1 MB: split the file")
+    assert str(refused.value.detail) == (
+        "the upload is 3 MB; the limit for entries files is 1 MB: split the file"
+    )
 
 
 @pytest.mark.parametrize("length", [None, "", "chunked", "-5"])
@@ -42,8 +43,16 @@ def test_a_refused_file_answers_400_with_its_first_errors():
 
     assert response.status_code == 400
     assert response.data == {
-        "detail": "codes.csv was refused", "rows_checked": 2, "rows": 1, "error_count": 1,
-        "errors": [{"row": 3, "column": "code",
-                    "reason": "starts with '=': cells that look like a spreadsheet formula "
-                              "are refused"}],
-        "errors_truncated": False}
+        "detail": "codes.csv was refused",
+        "rows_checked": 2,
+        "rows": 1,
+        "error_count": 1,
+        "errors": [
+            {
+                "row": 3,
+                "column": "code",
+                "reason": "starts with '=': cells that look like a spreadsheet formula are refused",
+            }
+        ],
+        "errors_truncated": False,
+    }

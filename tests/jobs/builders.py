@@ -32,16 +32,23 @@ AUDIT = "tests.audit_order"
 
 
 def grant(user: User, *codenames: str) -> User:
-    user.user_permissions.add(*Permission.objects.filter(content_type__app_label="jobs",
-                                                         codename__in=codenames))
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="jobs", codename__in=codenames)
+    )
     return user
 
 
 def operator(username: str = "olga", *, of: Any = None) -> User:
     """Staff who may view and operate jobs, events, deliveries and workers (but is no
     superuser): a tenant's, or (no tenant) a platform operator."""
-    return grant(staff(username, of=of, operator=of is None),
-                 "view_job", "change_job", "view_event", "view_delivery", "view_worker")
+    return grant(
+        staff(username, of=of, operator=of is None),
+        "view_job",
+        "change_job",
+        "view_event",
+        "view_delivery",
+        "view_worker",
+    )
 
 
 # --- jobs ---------------------------------------------------------------------------------
@@ -90,8 +97,7 @@ def delivered(**options: Any) -> Delivery:
 def failed_delivery(**options: Any) -> Delivery:
     delivery = failing(**options)
     job = delivery.job
-    Job.objects.filter(pk=job.pk).update(max_attempts=1, state=Job.State.FAILED,
-                                         finished_at=job.created_at)
+    Job.objects.filter(pk=job.pk).update(max_attempts=1, state=Job.State.FAILED, finished_at=job.created_at)
     return delivery_of(delivery.event)
 
 
@@ -120,6 +126,7 @@ T = TypeVar("T")
 def run_streams(main: Callable[[], Awaitable[T]]) -> T:
     """``main`` on a fresh event loop, bounded to 20 s, and the stream hub it started
     stopped afterwards (each test's loop is its own)."""
+
     async def bounded() -> T:
         try:
             return await asyncio.wait_for(main(), 20)

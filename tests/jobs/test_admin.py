@@ -40,24 +40,12 @@ CHANGELIST = "admin:jobs_job_changelist"
 # --- builders ----------------------------------------------------------------------------
 
 
-
-
-
-
-
-
-
-
 def cancelled(**options: Any) -> Job:
     return engine.cancel(make_job("tests.noop", **options))
 
 
 def pending_later(**options: Any) -> Job:
     return make_job("tests.noop", run_after=timezone.now() + timedelta(hours=1), **options)
-
-
-
-
 
 
 def change_url(job: Job) -> str:
@@ -79,8 +67,13 @@ def _builders(admin_user: User) -> dict[str, Callable[[], Model]]:
 
     def task(success: bool) -> Callable[[], Model]:
         return lambda: Task.objects.create(
-            id=uuid.uuid4().hex, name=f"task-{success}", func="math.floor",
-            started=timezone.now(), stopped=timezone.now(), success=success)
+            id=uuid.uuid4().hex,
+            name=f"task-{success}",
+            func="math.floor",
+            started=timezone.now(),
+            stopped=timezone.now(),
+            success=success,
+        )
 
     def token() -> Model:
         Token.objects.create(user=admin_user)
@@ -90,8 +83,8 @@ def _builders(admin_user: User) -> dict[str, Callable[[], Model]]:
         "jobs.job": lambda: make_job("tests.noop", {"n": 1}),
         "jobs.event": lambda: jobs.publish("OrderPlaced", {"order": 1}),
         "jobs.worker": lambda: Worker.objects.create(
-            name="w-smoke", hostname="h", pid=1, started_at=timezone.now(),
-            last_seen_at=timezone.now()),
+            name="w-smoke", hostname="h", pid=1, started_at=timezone.now(), last_seen_at=timezone.now()
+        ),
         "tenancy.tenant": lambda: tenant("Smoke"),
         "tenancy.membership": lambda: staff("member", of=tenant("Smoke")).membership,
         "auth.user": lambda: admin_user,
@@ -100,11 +93,15 @@ def _builders(admin_user: User) -> dict[str, Callable[[], Model]]:
         "django_q.success": task(True),
         "django_q.failure": task(False),
         "django_q.ormq": lambda: OrmQ.objects.create(
-            key="default", payload=SignedPackage.dumps({"id": "x", "func": "math.floor"})),
+            key="default", payload=SignedPackage.dumps({"id": "x", "func": "math.floor"})
+        ),
         "authtoken.tokenproxy": token,
         "ingest.hooktemplate": lambda: HookTemplate.objects.create(
-            name="smoke", image="hooks:1", command=["check", "{level}"],
-            parameters=[{"name": "level", "type": "integer", "default": 1}]),
+            name="smoke",
+            image="hooks:1",
+            command=["check", "{level}"],
+            parameters=[{"name": "level", "type": "integer", "default": 1}],
+        ),
     }
 
 
@@ -125,8 +122,15 @@ def test_every_registered_admin_page_answers(admin_client, admin_user):
             url = reverse(f"{prefix}_change", args=[obj.pk])
             assert admin_client.get(url).status_code == 200, label
             shown_change.add(label)
-    assert {"jobs.job", "jobs.event", "jobs.worker", "tenancy.tenant",
-            "tenancy.membership", "django_q.schedule", "ingest.hooktemplate"} <= shown_change
+    assert {
+        "jobs.job",
+        "jobs.event",
+        "jobs.worker",
+        "tenancy.tenant",
+        "tenancy.membership",
+        "django_q.schedule",
+        "ingest.hooktemplate",
+    } <= shown_change
 
 
 # --- the list and its filters ------------------------------------------------------------
@@ -166,7 +170,7 @@ def test_the_rescued_filter_lists_jobs_taken_back_from_dead_workers(admin_client
 def test_the_list_shows_each_jobs_last_error_line(admin_client, clock):
     job = failed(error="ValueError: row 3 has no unit " + "x" * 80 + "\n  File handlers.py")
     page = admin_client.get(reverse(CHANGELIST)).content.decode()
-    row = page[page.index(f'value="{job.pk}"'):]
+    row = page[page.index(f'value="{job.pk}"') :]
     line = "ValueError: row 3 has no unit " + "x" * 80
     assert f'<span class="job-cut job-error-line" title="{line}">{line}</span>' in row
 
@@ -203,9 +207,14 @@ def test_the_type_and_queue_filters_offer_choices_without_reading_jobs(admin_cli
 def test_search_finds_a_job_by_exact_identifiers(admin_client, term):
     job = make_job("tests.keyed", concurrency_key="acct-7", unique_key="import-42")
     make_job("tests.noop")
-    query = {"id": str(job.pk), "#id": f"#{job.pk}", "type": "tests.keyed",
-             "pipeline": str(job.pipeline_id), "concurrency": "acct-7",
-             "unique": "import-42"}[term]
+    query = {
+        "id": str(job.pk),
+        "#id": f"#{job.pk}",
+        "type": "tests.keyed",
+        "pipeline": str(job.pipeline_id),
+        "concurrency": "acct-7",
+        "unique": "import-42",
+    }[term]
     assert rows(admin_client.get(reverse(CHANGELIST), {"q": query})) == [job.pk]
 
 
@@ -218,7 +227,7 @@ def test_the_job_page_shows_payload_why_and_history(admin_client, clock):
 
     page = admin_client.get(change_url(job)).content.decode()
 
-    assert '&quot;rows&quot;: [\n    1,\n    2\n  ]' in page
+    assert "&quot;rows&quot;: [\n    1,\n    2\n  ]" in page
     assert "no live worker serves queue &#x27;default&#x27;" in page  # the why line
     assert "worker: w1" in page  # the claim, by the worker
     assert "staff: admin" in page and "input fixed" in page  # the retry, by the operator
@@ -317,8 +326,10 @@ def test_a_detail_button_changes_the_job_through_the_engine(client, clock, name)
 
 
 def alive(worker: str, clock) -> None:
-    Worker.objects.update_or_create(name=worker, defaults={
-        "hostname": "h", "pid": 1, "started_at": clock.now(), "last_seen_at": clock.now()})
+    Worker.objects.update_or_create(
+        name=worker,
+        defaults={"hostname": "h", "pid": 1, "started_at": clock.now(), "last_seen_at": clock.now()},
+    )
 
 
 @pytest.mark.parametrize("name", ["recover", "cancel"])
@@ -379,8 +390,10 @@ def test_an_illegal_button_is_reported_and_changes_nothing(client, clock):
     response = client.post(operation_url(job, "retry"))
 
     assert response.status_code == 302
-    assert any("was not retried" in m and "needs a job that is failed or cancelled" in m
-               for m in messages_of(response))
+    assert any(
+        "was not retried" in m and "needs a job that is failed or cancelled" in m
+        for m in messages_of(response)
+    )
     job.refresh_from_db()
     assert job.state == State.PENDING
     assert not job.events.filter(kind=Kind.RETRIED).exists()
@@ -429,8 +442,9 @@ def test_selecting_all_matching_jobs_previews_exactly_those_jobs(client, clock):
     failed()
     url = f"{reverse(CHANGELIST)}?state__exact=pending"
 
-    response = client.post(url, {"action": "cancel_jobs", "index": 0, "select_across": 1,
-                                 "_selected_action": [waiting[0].pk]})
+    response = client.post(
+        url, {"action": "cancel_jobs", "index": 0, "select_across": 1, "_selected_action": [waiting[0].pk]}
+    )
 
     assert [job.pk for job in response.context["touch"]] == [job.pk for job in waiting]
     assert response.context["skip"] == []
@@ -570,14 +584,24 @@ def test_jobs_cannot_be_added_or_deleted_by_anyone(client, admin_client, clock):
 
 
 def test_workers_are_shown_to_platform_operators_only(client, clock):
-    Worker.objects.create(name="w-old", hostname="h", pid=1, started_at=clock.now(),
-                          last_seen_at=clock.now() - timedelta(minutes=5))
-    Worker.objects.create(name="w-new", hostname="h", pid=2, started_at=clock.now(),
-                          last_seen_at=clock.now(), queues=["reports"])
+    Worker.objects.create(
+        name="w-old",
+        hostname="h",
+        pid=1,
+        started_at=clock.now(),
+        last_seen_at=clock.now() - timedelta(minutes=5),
+    )
+    Worker.objects.create(
+        name="w-new",
+        hostname="h",
+        pid=2,
+        started_at=clock.now(),
+        last_seen_at=clock.now(),
+        queues=["reports"],
+    )
     client.force_login(operator())
     response = client.get(reverse("admin:jobs_worker_changelist"))
-    alive = {w.name: response.context["cl"].model_admin.alive(w)
-             for w in response.context["cl"].result_list}
+    alive = {w.name: response.context["cl"].model_admin.alive(w) for w in response.context["cl"].result_list}
     assert alive == {"w-new": True, "w-old": False}
     assert "reports" in response.content.decode()
 
@@ -599,7 +623,7 @@ def test_an_event_page_lists_its_deliveries(admin_client, clock):
     assert "tests.on_order_placed" in page and "tests.audit_order" in page
     for delivery in deliveries:
         assert change_url(delivery.job) in page
-    assert '&quot;order&quot;: 7' in page
+    assert "&quot;order&quot;: 7" in page
 
 
 def test_a_tenants_staff_see_only_their_tenants_events(client, clock):
@@ -627,8 +651,7 @@ def _fill(count: int) -> None:
         JobEvent.objects.create(job=job, at=job.created_at, kind=Kind.PROGRESS)
 
 
-def test_the_job_list_issues_a_bounded_number_of_queries(client, clock,
-                                                         django_assert_max_num_queries):
+def test_the_job_list_issues_a_bounded_number_of_queries(client, clock, django_assert_max_num_queries):
     client.force_login(operator())
     _fill(5)
     few = len(_changelist_queries(client))
@@ -641,8 +664,10 @@ def test_the_job_list_issues_a_bounded_number_of_queries(client, clock,
     assert few <= 12
 
 
-@pytest.mark.parametrize("params", [{}, {"state__exact": "pending"}, {"q": "tests.noop"},
-                                    {"failed_within": "1h"}, {"rescued": "yes"}])
+@pytest.mark.parametrize(
+    "params",
+    [{}, {"state__exact": "pending"}, {"q": "tests.noop"}, {"failed_within": "1h"}, {"rescued": "yes"}],
+)
 def test_the_job_list_never_counts_or_deduplicates_the_whole_table(client, clock, params):
     client.force_login(operator())
     _fill(3)

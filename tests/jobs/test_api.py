@@ -82,8 +82,7 @@ def test_it_filters_by_pipeline_and_parent(clock, alice, acme):
     child = make_job(parent=parent, pipeline=parent.pipeline_id, tenant=acme)
     make_job(tenant=acme)
 
-    assert ids(alice.get("/api/jobs/", {"pipeline": str(parent.pipeline_id)})) == [
-        child.pk, parent.pk]
+    assert ids(alice.get("/api/jobs/", {"pipeline": str(parent.pipeline_id)})) == [child.pk, parent.pk]
     assert ids(alice.get("/api/jobs/", {"parent": parent.pk})) == [child.pk]
 
 
@@ -132,15 +131,18 @@ def test_filters_combine(clock, alice, acme):
     assert ids(alice.get("/api/jobs/", {**query, "queue": "bulk"})) == []
 
 
-@pytest.mark.parametrize("name, value", [
-    ("state", "exploded"),
-    ("pipeline", "not-a-uuid"),
-    ("parent", "abc"),
-    ("tenant", "1.5"),
-    ("created_after", "yesterday"),
-    ("finished_before", "2026-13-45"),
-    ("failed_since", "soon"),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("state", "exploded"),
+        ("pipeline", "not-a-uuid"),
+        ("parent", "abc"),
+        ("tenant", "1.5"),
+        ("created_after", "yesterday"),
+        ("finished_before", "2026-13-45"),
+        ("failed_since", "soon"),
+    ],
+)
 def test_a_bad_filter_value_is_a_400_naming_the_parameter(alice, name, value):
     response = alice.get("/api/jobs/", {name: value})
 
@@ -212,11 +214,23 @@ def test_the_detail_has_every_field_the_why_line_and_the_history(clock, alice, a
     assert body["result"] == {"echo": 3}
     assert body["why"] == "finished successfully"
     assert [(e["kind"], e["worker"]) for e in body["history"]] == [
-        ("claimed", "test-worker"), ("succeeded", "test-worker")]
+        ("claimed", "test-worker"),
+        ("succeeded", "test-worker"),
+    ]
     assert body["history_truncated"] is False
     assert "lease_token" not in body
-    for name in ("attempts", "max_attempts", "run_after", "pipeline", "locked_by",
-                 "lease_expires_at", "rescues", "last_error", "started_at", "finished_at"):
+    for name in (
+        "attempts",
+        "max_attempts",
+        "run_after",
+        "pipeline",
+        "locked_by",
+        "lease_expires_at",
+        "rescues",
+        "last_error",
+        "started_at",
+        "finished_at",
+    ):
         assert name in body
 
 
@@ -265,13 +279,13 @@ def test_another_tenants_job_is_a_404_without_its_data(clock, alice, globex):
 
 
 def test_staff_enqueue_a_job_for_their_tenant(clock, alice, acme):
-    response = alice.post("/api/jobs/", {"type": "tests.noop", "payload": {"n": 1},
-                                         "priority": 5}, format="json")
+    response = alice.post(
+        "/api/jobs/", {"type": "tests.noop", "payload": {"n": 1}, "priority": 5}, format="json"
+    )
 
     assert response.status_code == 201, response.json()
     job = Job.objects.get(pk=response.json()["id"])
-    assert (job.type, job.payload, job.priority, job.queue) == ("tests.noop", {"n": 1}, 5,
-                                                               "default")
+    assert (job.type, job.payload, job.priority, job.queue) == ("tests.noop", {"n": 1}, 5, "default")
     assert job.tenant == acme
     assert job.created_by.username == "alice"
     assert job.run_after == clock.now()
@@ -280,13 +294,19 @@ def test_staff_enqueue_a_job_for_their_tenant(clock, alice, acme):
 
 def test_enqueue_accepts_run_after_and_keys(clock, alice):
     later = clock.now() + timedelta(hours=1)
-    response = alice.post("/api/jobs/", {
-        "type": "tests.noop", "run_after": later.isoformat(), "unique_key": "import-7",
-        "concurrency_key": "acme-imports"}, format="json")
+    response = alice.post(
+        "/api/jobs/",
+        {
+            "type": "tests.noop",
+            "run_after": later.isoformat(),
+            "unique_key": "import-7",
+            "concurrency_key": "acme-imports",
+        },
+        format="json",
+    )
 
     job = Job.objects.get(pk=response.json()["id"])
-    assert (job.run_after, job.unique_key, job.concurrency_key) == (
-        later, "import-7", "acme-imports")
+    assert (job.run_after, job.unique_key, job.concurrency_key) == (later, "import-7", "acme-imports")
     assert job.payload == {}
 
 
@@ -303,8 +323,7 @@ def test_enqueue_with_a_held_unique_key_answers_the_existing_job(clock, alice):
 def test_a_unique_key_held_by_another_tenant_neither_blocks_nor_leaks(clock, alice, globex):
     theirs = make_job("tests.noop", {"secret": "globex"}, unique_key="import-7", tenant=globex)
 
-    response = alice.post("/api/jobs/", {"type": "tests.noop", "unique_key": "import-7"},
-                          format="json")
+    response = alice.post("/api/jobs/", {"type": "tests.noop", "unique_key": "import-7"}, format="json")
 
     assert response.status_code == 201
     assert response.json()["id"] != theirs.pk
@@ -313,31 +332,32 @@ def test_a_unique_key_held_by_another_tenant_neither_blocks_nor_leaks(clock, ali
 
 
 def test_an_operator_enqueues_for_any_tenant(clock, olga, globex):
-    response = olga.post("/api/jobs/", {"type": "tests.noop", "tenant": globex.pk},
-                         format="json")
+    response = olga.post("/api/jobs/", {"type": "tests.noop", "tenant": globex.pk}, format="json")
 
     assert response.status_code == 201
     assert Job.objects.get().tenant == globex
 
 
 def test_a_member_cannot_enqueue_for_another_tenant(clock, alice, globex):
-    response = alice.post("/api/jobs/", {"type": "tests.noop", "tenant": globex.pk},
-                          format="json")
+    response = alice.post("/api/jobs/", {"type": "tests.noop", "tenant": globex.pk}, format="json")
 
     assert response.status_code == 400
     assert list(response.json()) == ["tenant"]
     assert not Job.objects.exists()
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"type": "tests.nope"}, "type"),
-    ({"type": "tests.noop", "payload": [1, 2]}, "payload"),
-    ({"type": "tests.noop", "payload": "text"}, "payload"),
-    ({"type": "tests.noop", "priority": 10**6}, "priority"),
-    ({"type": "tests.noop", "run_after": "whenever"}, "run_after"),
-    ({"type": "tests.noop", "tennant": 1}, "tennant"),
-    ({"payload": {}}, "type"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"type": "tests.nope"}, "type"),
+        ({"type": "tests.noop", "payload": [1, 2]}, "payload"),
+        ({"type": "tests.noop", "payload": "text"}, "payload"),
+        ({"type": "tests.noop", "priority": 10**6}, "priority"),
+        ({"type": "tests.noop", "run_after": "whenever"}, "run_after"),
+        ({"type": "tests.noop", "tennant": 1}, "tennant"),
+        ({"payload": {}}, "type"),
+    ],
+)
 def test_a_bad_enqueue_is_a_400_naming_the_field_and_writes_nothing(clock, alice, body, field):
     response = alice.post("/api/jobs/", body, format="json")
 
@@ -358,16 +378,14 @@ def test_a_type_that_takes_no_api_payload_cannot_be_enqueued(clock, alice):
 
 
 def test_the_job_gets_the_payload_serializers_output_not_the_body(clock, alice):
-    response = alice.post("/api/jobs/", {"type": "tests.noop", "payload": {"n": "7"}},
-                          format="json")
+    response = alice.post("/api/jobs/", {"type": "tests.noop", "payload": {"n": "7"}}, format="json")
 
     assert response.status_code == 201
     assert Job.objects.get().payload == {"n": 7}
 
 
 def test_a_payload_field_the_type_does_not_know_is_a_400(clock, alice):
-    response = alice.post("/api/jobs/", {"type": "tests.noop", "payload": {"path": "/etc"}},
-                          format="json")
+    response = alice.post("/api/jobs/", {"type": "tests.noop", "payload": {"path": "/etc"}}, format="json")
 
     assert response.status_code == 400
     assert response.json() == {"payload": {"path": ["unknown field"]}}
@@ -439,12 +457,10 @@ ACTIONS = [
 
 
 @pytest.mark.parametrize("path, make, after, _illegal, kind", ACTIONS)
-def test_staff_act_on_a_job_and_the_history_names_them(clock, alice, acme, path, make, after,
-                                                       _illegal, kind):
+def test_staff_act_on_a_job_and_the_history_names_them(clock, alice, acme, path, make, after, _illegal, kind):
     job = make(acme)
 
-    response = alice.post(f"/api/jobs/{job.pk}/{path}/", {"reason": "ticket 42"},
-                          format="json")
+    response = alice.post(f"/api/jobs/{job.pk}/{path}/", {"reason": "ticket 42"}, format="json")
 
     assert response.status_code == 200, response.json()
     assert response.json()["state"] == after
@@ -465,8 +481,9 @@ def test_run_now_makes_a_scheduled_job_due_now(clock, alice, acme):
 
 
 @pytest.mark.parametrize("path, _make, _after, illegal, _kind", ACTIONS)
-def test_an_illegal_action_is_a_409_with_the_engines_message(clock, alice, acme, path, _make,
-                                                             _after, illegal, _kind):
+def test_an_illegal_action_is_a_409_with_the_engines_message(
+    clock, alice, acme, path, _make, _after, illegal, _kind
+):
     job = illegal(acme)
     before = job.events.count()
 
@@ -478,8 +495,9 @@ def test_an_illegal_action_is_a_409_with_the_engines_message(clock, alice, acme,
 
 
 @pytest.mark.parametrize("path, make, _after, _illegal, _kind", ACTIONS)
-def test_a_non_staff_member_cannot_act_and_nothing_changes(clock, bob, acme, path, make,
-                                                           _after, _illegal, _kind):
+def test_a_non_staff_member_cannot_act_and_nothing_changes(
+    clock, bob, acme, path, make, _after, _illegal, _kind
+):
     job = make(acme)
     before = (job.state, job.events.count())
 
@@ -492,7 +510,8 @@ def test_a_non_staff_member_cannot_act_and_nothing_changes(clock, bob, acme, pat
 
 @pytest.mark.parametrize("path, make, _after, _illegal, _kind", ACTIONS)
 def test_acting_on_another_tenants_job_is_a_404_and_nothing_changes(
-        clock, globex, acme, path, make, _after, _illegal, _kind):
+    clock, globex, acme, path, make, _after, _illegal, _kind
+):
     job = make(acme)
     before = (job.state, job.events.count())
     gina = as_user(staff("gina", of=globex))
@@ -507,8 +526,7 @@ def test_acting_on_another_tenants_job_is_a_404_and_nothing_changes(
 def test_the_seeds_recover_route_recovers_a_stuck_job(clock, alice, acme):
     job = running(acme)
 
-    response = alice.post(f"/sync/jobs/{job.pk}/recover", {"reason": "pod died"},
-                          format="json")
+    response = alice.post(f"/sync/jobs/{job.pk}/recover", {"reason": "pod died"}, format="json")
 
     assert response.status_code == 200
     job.refresh_from_db()
@@ -572,8 +590,14 @@ def test_events_list_with_their_delivery_counts(clock, alice, acme, globex):
     assert ids(response) == [event.pk]
     row = response.json()["results"][0]
     assert row["name"] == "OrderPlaced"
-    assert row["deliveries"] == {"total": 2, "pending": 1, "running": 0, "succeeded": 1,
-                                 "failed": 0, "cancelled": 0}
+    assert row["deliveries"] == {
+        "total": 2,
+        "pending": 1,
+        "running": 0,
+        "succeeded": 1,
+        "failed": 0,
+        "cancelled": 0,
+    }
 
 
 def test_an_event_shows_its_deliveries(clock, alice, acme):
@@ -617,8 +641,13 @@ def test_the_schema_generates_without_warnings(tmp_path):
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(out))
 
     schema = out.read_text()
-    for path in ("/api/jobs/{id}/recover/", "/api/jobs/{id}/run-now/", "/api/jobs/dashboard/",
-                 "/api/events/{id}/", "/sync/jobs/{id}/recover"):
+    for path in (
+        "/api/jobs/{id}/recover/",
+        "/api/jobs/{id}/run-now/",
+        "/api/jobs/dashboard/",
+        "/api/events/{id}/",
+        "/sync/jobs/{id}/recover",
+    ):
         assert path in schema
 
 

@@ -36,8 +36,9 @@ def test_a_cursor_drf_cannot_decode_is_a_400_naming_cursor_too(bob):
     response = bob.get("/api/jobs/", {"cursor": cursor("o=first")})
 
     assert response.status_code == 400
-    assert response.json() == {"cursor": [
-        "invalid cursor: not a cursor from this list's next or previous link"]}
+    assert response.json() == {
+        "cursor": ["invalid cursor: not a cursor from this list's next or previous link"]
+    }
 
 
 def test_the_cursors_the_api_hands_out_still_walk_the_list(alice, acme):
@@ -71,16 +72,23 @@ def test_a_datetime_beyond_year_9999_in_utc_is_a_400(bob):
     response = bob.get("/api/jobs/", {"failed_since": "9999-12-31T23:00:00-05:00"})
 
     assert response.status_code == 400
-    assert response.json() == {"failed_since": ["year 9999 is out of range: use one from 2 "
-                                                "to 9998"]}
+    assert response.json() == {"failed_since": ["year 9999 is out of range: use one from 2 to 9998"]}
 
 
-@pytest.mark.parametrize("path, name", [
-    ("/api/jobs/", "created_after"), ("/api/jobs/", "tenant"), ("/api/jobs/", "pipeline"),
-    ("/api/events/", "created_before"), ("/api/ingest/runs/", "started_after"),
-    ("/v1/emission_factors", "year"), ("/v1/emission_factors", "type"),
-    ("/v1/emission_factors", "stale"), ("/api/exports/snapshots/", "mapping"),
-])
+@pytest.mark.parametrize(
+    "path, name",
+    [
+        ("/api/jobs/", "created_after"),
+        ("/api/jobs/", "tenant"),
+        ("/api/jobs/", "pipeline"),
+        ("/api/events/", "created_before"),
+        ("/api/ingest/runs/", "started_after"),
+        ("/v1/emission_factors", "year"),
+        ("/v1/emission_factors", "type"),
+        ("/v1/emission_factors", "stale"),
+        ("/api/exports/snapshots/", "mapping"),
+    ],
+)
 def test_a_typed_filter_sent_empty_is_a_400_not_no_filter(bob, path, name):
     response = bob.get(path, {name: ""})
 
@@ -92,14 +100,24 @@ def test_a_text_filter_sent_empty_matches_the_empty_text_as_before(bob):
     assert bob.get("/api/jobs/", {"queue": "", "type": ""}).status_code == 200
 
 
-@pytest.mark.parametrize("value", [
-    "2026-01-01T00:00:00Z", "2026-01-01T00:00:00.250+15:59", "2026-01-01T00:00:00-15:59",
-    "0002-01-01T00:00:00+15:00", "9998-12-31T23:59:59-15:00",
-    "2026-01-01T00:00:00+16:00", "0001-06-01T00:00:00Z", "9999-01-01T00:00:00Z", "",
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2026-01-01T00:00:00Z",
+        "2026-01-01T00:00:00.250+15:59",
+        "2026-01-01T00:00:00-15:59",
+        "0002-01-01T00:00:00+15:00",
+        "9998-12-31T23:59:59-15:00",
+        "2026-01-01T00:00:00+16:00",
+        "0001-06-01T00:00:00Z",
+        "9999-01-01T00:00:00Z",
+        "",
+    ],
+)
 def test_the_schema_and_the_server_agree_on_which_datetimes_a_filter_takes(bob, value):
-    [parameter] = [p for p in schema()["paths"]["/api/jobs/"]["get"]["parameters"]
-                   if p["name"] == "created_after"]
+    [parameter] = [
+        p for p in schema()["paths"]["/api/jobs/"]["get"]["parameters"] if p["name"] == "created_after"
+    ]
 
     answer = bob.get("/api/jobs/", {"created_after": value})
 
@@ -109,8 +127,7 @@ def test_the_schema_and_the_server_agree_on_which_datetimes_a_filter_takes(bob, 
 # --- page sizes and ordering ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/api/jobs/", "/api/events/", "/api/ingest/runs/",
-                                  "/v1/emission_factors"])
+@pytest.mark.parametrize("path", ["/api/jobs/", "/api/events/", "/api/ingest/runs/", "/v1/emission_factors"])
 @pytest.mark.parametrize("size", ["true", "", "0", "501", "1.5", "-1", "\u0663"])
 def test_a_page_size_not_from_1_to_500_is_a_400_naming_it(bob, path, size):
     response = bob.get(path, {"page_size": size})
@@ -131,21 +148,28 @@ def test_the_schema_gives_each_page_parameter_its_type_and_bounds():
     paths = schema()["paths"]
 
     jobs = {p["name"]: p["schema"] for p in paths["/api/jobs/"]["get"]["parameters"]}
-    handoffs = {p["name"]: p["schema"]
-                for p in paths["/scraping/{source}/handoffs"]["get"]["parameters"]}
+    handoffs = {p["name"]: p["schema"] for p in paths["/scraping/{source}/handoffs"]["get"]["parameters"]}
 
     assert jobs["page_size"] == {"type": "integer", "minimum": 1, "maximum": 500}
     assert handoffs["limit"] == {"type": "integer", "minimum": 1, "maximum": 1000}
     assert handoffs["offset"] == {"type": "integer", "minimum": 0, "maximum": 10**9}
 
 
-@pytest.mark.parametrize(("ordering", "status"), [
-    ("id", 200), ("-id", 200), ("id,-id", 200), ("", 200),
-    (" id", 400), ("id,", 400), ("=", 400), ("created_at", 400),
-])
+@pytest.mark.parametrize(
+    ("ordering", "status"),
+    [
+        ("id", 200),
+        ("-id", 200),
+        ("id,-id", 200),
+        ("", 200),
+        (" id", 400),
+        ("id,", 400),
+        ("=", 400),
+        ("created_at", 400),
+    ],
+)
 def test_the_schema_and_the_server_agree_on_an_ordering(bob, ordering, status):
-    [parameter] = [p for p in schema()["paths"]["/api/jobs/"]["get"]["parameters"]
-                   if p["name"] == "ordering"]
+    [parameter] = [p for p in schema()["paths"]["/api/jobs/"]["get"]["parameters"] if p["name"] == "ordering"]
 
     assert bool(re.search(parameter["schema"]["pattern"], ordering)) == (status == 200)
     assert bob.get("/api/jobs/", {"ordering": ordering}).status_code == status
@@ -174,8 +198,7 @@ def test_a_deeply_nested_json_body_is_a_400_not_a_recursion_error(alice):
 
 
 def test_a_body_nested_within_the_bound_is_parsed(alice):
-    payload = {"type": "tests.noop",
-               "payload": {"n": 1, "data": {"deep": [[[["ok"]]]], "s": "[[[[[["}}}
+    payload = {"type": "tests.noop", "payload": {"n": 1, "data": {"deep": [[[["ok"]]]], "s": "[[[[[["}}}
 
     response = alice.post("/api/jobs/", payload, format="json")
 
@@ -223,8 +246,7 @@ def test_a_member_gets_a_deliverys_error_without_the_traceback(bob, alice, acme)
 # --- addresses and the schema -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/api/nope/", "/api/jobs/abc/", "/v1/nope", "/sync/nope",
-                                  "/jobs/nope"])
+@pytest.mark.parametrize("path", ["/api/nope/", "/api/jobs/abc/", "/v1/nope", "/sync/nope", "/jobs/nope"])
 def test_an_unknown_api_address_is_a_json_404(client, settings, path):
     settings.DEBUG = True  # where Django's own page would list every URL pattern
 
@@ -265,12 +287,12 @@ def test_the_schema_documents_the_error_answers():
 
 
 def test_a_payload_with_a_nul_character_is_a_400_not_a_database_error(alice):
-    response = alice.post("/api/jobs/", {"type": "tests.noop", "payload": {"a": "\u0000"}},
-                          format="json")
+    response = alice.post("/api/jobs/", {"type": "tests.noop", "payload": {"a": "\u0000"}}, format="json")
 
     assert response.status_code == 400
-    assert response.json() == {"detail": "JSON parse error - a string holds a NUL character "
-                                         "(\\u0000), which cannot be stored"}
+    assert response.json() == {
+        "detail": "JSON parse error - a string holds a NUL character (\\u0000), which cannot be stored"
+    }
     assert not Job.objects.exists()
 
 
@@ -279,7 +301,10 @@ def test_a_payload_with_a_lone_surrogate_is_a_400_naming_the_payload(alice):
     response = alice.post("/api/jobs/", body, content_type="application/json")
 
     assert response.status_code == 400
-    assert response.json() == {"detail": (
-        'JSON parse error - body["payload"]["data"]["x"] holds a lone surrogate (U+DC80 at '
-        "position 0), which is not Unicode text")}
+    assert response.json() == {
+        "detail": (
+            'JSON parse error - body["payload"]["data"]["x"] holds a lone surrogate (U+DC80 at '
+            "position 0), which is not Unicode text"
+        )
+    }
     assert not Job.objects.exists()

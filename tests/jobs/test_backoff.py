@@ -21,7 +21,19 @@ def test_exponential_doubles_from_60s_and_caps_at_5_minutes():
 def test_fibonacci_polls_follow_the_table_then_stay_at_90s():
     policy = Fibonacci()
     assert [policy.delay(n).total_seconds() for n in range(1, 13)] == [
-        2, 3, 5, 8, 13, 21, 34, 55, 89, 90, 90, 90]
+        2,
+        3,
+        5,
+        8,
+        13,
+        21,
+        34,
+        55,
+        89,
+        90,
+        90,
+        90,
+    ]
 
 
 def test_a_schedule_reuses_its_last_delay():
@@ -29,8 +41,7 @@ def test_a_schedule_reuses_its_last_delay():
     assert [policy.delay(n).total_seconds() for n in range(1, 6)] == [1, 10, 100, 100, 100]
 
 
-@given(attempt=attempts, base=st.floats(0.1, 1000), factor=st.floats(1, 10),
-       above_base=st.floats(0, 10_000))
+@given(attempt=attempts, base=st.floats(0.1, 1000), factor=st.floats(1, 10), above_base=st.floats(0, 10_000))
 def test_exponential_never_shrinks_and_never_passes_its_cap(attempt, base, factor, above_base):
     cap = base + above_base
     policy = Exponential(base=base, factor=factor, cap=cap)
@@ -66,21 +77,24 @@ def test_jitter_outside_0_to_1_is_refused(bad):
         Exponential(jitter=bad)
 
 
-@pytest.mark.parametrize(("make", "words"), [
-    (lambda: Fixed(-5), "seconds=-5: a delay must be at least 0 seconds"),
-    (lambda: Fixed(float("nan")), "seconds=nan"),
-    (lambda: Fixed(float("inf")), "seconds=inf: a delay must be at most 31622400 seconds"),
-    (lambda: Fixed("30"), "seconds='30': a delay is a number of seconds"),
-    (lambda: Exponential(base=-60), "base=-60: a delay must be more than 0 seconds"),
-    (lambda: Exponential(base=0), "base=0: a delay must be more than 0 seconds"),
-    (lambda: Exponential(base=60, cap=30), "cap=30: must be at least base (60)"),
-    (lambda: Exponential(factor=0.5), "factor=0.5: must be a number from 1 to 1000"),
-    (lambda: Exponential(factor=-2), "factor=-2"),
-    (lambda: Exponential(cap=float("nan")), "cap=nan"),
-    (lambda: Schedule(delays=(10, -1)), "delays[1]=-1: a delay must be at least 0 seconds"),
-    (lambda: Schedule(delays=()), "delays=(): needs at least one delay"),
-    (lambda: Fibonacci(table=(1, float("nan"))), "table[1]=nan"),
-])
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda: Fixed(-5), "seconds=-5: a delay must be at least 0 seconds"),
+        (lambda: Fixed(float("nan")), "seconds=nan"),
+        (lambda: Fixed(float("inf")), "seconds=inf: a delay must be at most 31622400 seconds"),
+        (lambda: Fixed("30"), "seconds='30': a delay is a number of seconds"),
+        (lambda: Exponential(base=-60), "base=-60: a delay must be more than 0 seconds"),
+        (lambda: Exponential(base=0), "base=0: a delay must be more than 0 seconds"),
+        (lambda: Exponential(base=60, cap=30), "cap=30: must be at least base (60)"),
+        (lambda: Exponential(factor=0.5), "factor=0.5: must be a number from 1 to 1000"),
+        (lambda: Exponential(factor=-2), "factor=-2"),
+        (lambda: Exponential(cap=float("nan")), "cap=nan"),
+        (lambda: Schedule(delays=(10, -1)), "delays[1]=-1: a delay must be at least 0 seconds"),
+        (lambda: Schedule(delays=()), "delays=(): needs at least one delay"),
+        (lambda: Fibonacci(table=(1, float("nan"))), "table[1]=nan"),
+    ],
+)
 def test_a_policy_refuses_parameters_that_are_no_delay_naming_the_parameter(make, words):
     with pytest.raises(ValueError) as refused:
         make()

@@ -46,8 +46,11 @@ def test_without_redis_the_layer_is_channels_postgres_on_the_test_database():
 @pytest.mark.django_db(transaction=True)
 def test_group_send_in_another_process_reaches_a_receiver_in_this_one():
     env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
-    env.update(DATABASE_URL=database_url(), DJANGO_SETTINGS_MODULE="project.test_settings",
-               CONVEYOR_ALLOW_DEV_SECRET="1")
+    env.update(
+        DATABASE_URL=database_url(),
+        DJANGO_SETTINGS_MODULE="project.test_settings",
+        CONVEYOR_ALLOW_DEV_SECRET="1",
+    )
 
     async def scenario() -> tuple[dict, int]:
         layer = PostgresChannelLayer(prefix="conveyor")  # the settings' prefix; a fresh listener
@@ -60,7 +63,8 @@ def test_group_send_in_another_process_reaches_a_receiver_in_this_one():
                 while not (layer.listener_task_is_running and layer.listener_task_is_running.is_set()):
                     await asyncio.sleep(0.01)
             sender = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", SENDER, cwd=ROOT, env=env, stderr=asyncio.subprocess.PIPE)
+                sys.executable, "-c", SENDER, cwd=ROOT, env=env, stderr=asyncio.subprocess.PIPE
+            )
             async with asyncio.timeout(30):
                 _, stderr = await sender.communicate()
             assert sender.returncode == 0, stderr.decode()
@@ -82,8 +86,10 @@ def test_the_hourly_prune_deletes_the_layers_expired_rows():
     GroupChannel.objects.create(group_key="g", channel="crashed", expire=now - timedelta(seconds=1))
     live = GroupChannel.objects.create(group_key="g", channel="live", expire=now + timedelta(days=1))
 
-    assert retention.prune_channel_layer() == {"channels_postgres.Message": 1,
-                                               "channels_postgres.GroupChannel": 1}
+    assert retention.prune_channel_layer() == {
+        "channels_postgres.Message": 1,
+        "channels_postgres.GroupChannel": 1,
+    }
     assert list(Message.objects.values_list("pk", flat=True)) == [fresh.pk]
     assert list(GroupChannel.objects.values_list("pk", flat=True)) == [live.pk]
 

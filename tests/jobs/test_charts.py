@@ -12,8 +12,15 @@ NS = {"svg": "http://www.w3.org/2000/svg"}
 
 
 def bar_chart(*series: charts.Series, labels=("09:00", "09:05", "09:10"), **options) -> charts.Chart:
-    return charts.Chart(title="Jobs finished", description="Per five minutes", labels=list(labels),
-                        series=list(series), x_label="interval start", y_label="jobs", **options)
+    return charts.Chart(
+        title="Jobs finished",
+        description="Per five minutes",
+        labels=list(labels),
+        series=list(series),
+        x_label="interval start",
+        y_label="jobs",
+        **options,
+    )
 
 
 def parse(chart: charts.Chart, chart_id: str = "c1") -> ET.Element:
@@ -67,16 +74,22 @@ def test_the_y_axis_tops_out_at_a_round_number_above_the_peak():
     assert float(bar.get("height")) == pytest.approx(0.7 * (charts.BOTTOM - charts.TOP))
 
 
-@pytest.mark.parametrize(("peak", "ceiling"), [(0, 1), (0.3, 0.5), (1, 1), (7, 10), (11, 20),
-                                                (24, 25), (250, 250), (3001, 5000)])
+@pytest.mark.parametrize(
+    ("peak", "ceiling"), [(0, 1), (0.3, 0.5), (1, 1), (7, 10), (11, 20), (24, 25), (250, 250), (3001, 5000)]
+)
 def test_nice_ceiling(peak, ceiling):
     assert charts.nice_ceiling(peak) == pytest.approx(ceiling)
 
 
-@pytest.mark.parametrize(("peak", "ticks"), [(5, ["0", "1", "2", "3", "4", "5"]),
-                                              (2, ["0", "0.5", "1", "1.5", "2"]),
-                                              (25, ["0", "5", "10", "15", "20", "25"]),
-                                              (0.4, ["0", "0.1", "0.2", "0.3", "0.4", "0.5"])])
+@pytest.mark.parametrize(
+    ("peak", "ticks"),
+    [
+        (5, ["0", "1", "2", "3", "4", "5"]),
+        (2, ["0", "0.5", "1", "1.5", "2"]),
+        (25, ["0", "5", "10", "15", "20", "25"]),
+        (0.4, ["0", "0.1", "0.2", "0.3", "0.4", "0.5"]),
+    ],
+)
 def test_every_tick_is_a_round_number(peak, ticks):
     svg = parse(bar_chart(charts.Series("finished", [peak, 0, 0])))
 
@@ -85,8 +98,9 @@ def test_every_tick_is_a_round_number(peak, ticks):
 
 
 def test_line_points_are_proportional_and_a_missing_value_breaks_the_line():
-    chart = bar_chart(charts.Series("p95", [10, 20, None, 40, 30]), kind="line",
-                      labels=["a", "b", "c", "d", "e"])
+    chart = bar_chart(
+        charts.Series("p95", [10, 20, None, 40, 30]), kind="line", labels=["a", "b", "c", "d", "e"]
+    )
     svg = parse(chart)
 
     assert values(svg, "circle") == [10, 20, 40, 30]
@@ -99,9 +113,11 @@ def test_line_points_are_proportional_and_a_missing_value_breaks_the_line():
 
 
 def test_an_empty_series_says_so_instead_of_drawing_nothing():
-    for chart in (bar_chart(charts.Series("finished", [None, None, None])),
-                  bar_chart(labels=[]),
-                  bar_chart(charts.Series("p50", []), labels=[], kind="line")):
+    for chart in (
+        bar_chart(charts.Series("finished", [None, None, None])),
+        bar_chart(labels=[]),
+        bar_chart(charts.Series("p50", []), labels=[], kind="line"),
+    ):
         svg = parse(chart)
         assert svg.findall(".//svg:rect[@class='bar']", NS) == []
         assert svg.findall(".//svg:circle", NS) == []
@@ -117,8 +133,14 @@ def test_all_zero_values_draw_flat_bars_on_a_unit_scale():
 
 def test_text_is_escaped():
     nasty = '<script>alert("x")</script> & co'
-    chart = charts.Chart(title=nasty, description=nasty, labels=[nasty], x_label=nasty, y_label=nasty,
-                         series=[charts.Series(nasty, [1])])
+    chart = charts.Chart(
+        title=nasty,
+        description=nasty,
+        labels=[nasty],
+        x_label=nasty,
+        y_label=nasty,
+        series=[charts.Series(nasty, [1])],
+    )
     markup = charts.render(chart, 'x"><script>')
 
     assert "<script>" not in markup

@@ -62,8 +62,9 @@ def test_a_child_waits_for_its_parent_to_succeed(clock):
     child = make_job("tests.noop", parent=parent)
 
     assert [j.pk for j in engine.claim("w", limit=10).jobs] == [parent.pk]
-    Job.objects.filter(pk=parent.pk).update(state=Job.State.SUCCEEDED, finished_at=clock.now(),
-                                            lease_token=None)
+    Job.objects.filter(pk=parent.pk).update(
+        state=Job.State.SUCCEEDED, finished_at=clock.now(), lease_token=None
+    )
     assert [j.pk for j in engine.claim("w", limit=10).jobs] == [child.pk]
 
 
@@ -156,8 +157,7 @@ def test_a_claim_takes_the_head_of_each_key_not_a_batch_of_one_key(clock):
     claimed = engine.claim("w1", limit=10).jobs
 
     assert sorted(job.concurrency_key for job in claimed) == ["a", "b", "c", "d"]
-    heads = {key: Job.objects.filter(concurrency_key=key).order_by("id").first().pk
-             for key in "abcd"}
+    heads = {key: Job.objects.filter(concurrency_key=key).order_by("id").first().pk for key in "abcd"}
     assert sorted(job.pk for job in claimed) == sorted(heads.values())
 
 
@@ -195,8 +195,7 @@ def test_claimable_and_the_claim_statement_agree(clock):
     for key in ("a", "b"):
         engine.enqueue_many("tests.keyed", [{}] * 3, concurrency_key=key)
     make_job("tests.noop")
-    expected = set(Job.objects.claimable(clock.now(), registry.names(), [])
-                   .values_list("pk", flat=True))
+    expected = set(Job.objects.claimable(clock.now(), registry.names(), []).values_list("pk", flat=True))
 
     claimed = {job.pk for job in engine.claim("w1", limit=50).jobs}
 
@@ -211,8 +210,7 @@ def test_the_unique_index_refuses_a_second_current_job_of_a_key(clock):
     engine.claim("w1", limit=1)
     picked = [(second.pk, "tests.keyed", "k", second.key_scope)]
 
-    won = engine._claim_keyed(second.pk, "k", second.key_scope, picked, uuid.uuid4(), "w2",
-                              clock.now())
+    won = engine._claim_keyed(second.pk, "k", second.key_scope, picked, uuid.uuid4(), "w2", clock.now())
 
     assert won is False
     assert list(Job.objects.filter(is_current=True).values_list("pk", flat=True)) == [first.pk]

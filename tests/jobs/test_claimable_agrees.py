@@ -41,23 +41,29 @@ def tables(draw: st.DrawFn) -> list[dict[str, Any]]:
     """Up to eight jobs; ``parent`` is the index of another (or the same) row, ``after``
     the indexes of the rows it waits on."""
     count = draw(st.integers(1, 8))
-    return [{
-        "state": draw(st.sampled_from(STATES)),
-        "queue": draw(st.sampled_from(QUEUES)),
-        "type": draw(st.sampled_from(TYPES)),
-        "run_after": draw(st.sampled_from(RUN_AFTER)),
-        # One job in four has a parent: most parents have not succeeded, so more would
-        # leave little else to tell the two apart.
-        "parent": draw(st.integers(0, count - 1)) if draw(st.integers(0, 3)) == 3 else None,
-        # One job in four fans in from up to three others (never itself).
-        "after": (draw(st.sets(st.integers(0, count - 1), min_size=1, max_size=3))
-                  if draw(st.integers(0, 3)) == 3 else set()),
-        "concurrency_key": draw(st.sampled_from(KEYS)),
-        # A tenant's job keys in the tenant's scope, unless its handler declares its keys
-        # global (scope 0, the platform's, like a job without a tenant).
-        "tenant": draw(st.booleans()),
-        "global_keys": draw(st.booleans()),
-    } for _ in range(count)]
+    return [
+        {
+            "state": draw(st.sampled_from(STATES)),
+            "queue": draw(st.sampled_from(QUEUES)),
+            "type": draw(st.sampled_from(TYPES)),
+            "run_after": draw(st.sampled_from(RUN_AFTER)),
+            # One job in four has a parent: most parents have not succeeded, so more would
+            # leave little else to tell the two apart.
+            "parent": draw(st.integers(0, count - 1)) if draw(st.integers(0, 3)) == 3 else None,
+            # One job in four fans in from up to three others (never itself).
+            "after": (
+                draw(st.sets(st.integers(0, count - 1), min_size=1, max_size=3))
+                if draw(st.integers(0, 3)) == 3
+                else set()
+            ),
+            "concurrency_key": draw(st.sampled_from(KEYS)),
+            # A tenant's job keys in the tenant's scope, unless its handler declares its keys
+            # global (scope 0, the platform's, like a job without a tenant).
+            "tenant": draw(st.booleans()),
+            "global_keys": draw(st.booleans()),
+        }
+        for _ in range(count)
+    ]
 
 
 def build(rows: list[dict[str, Any]], owner: Tenant) -> None:
@@ -65,10 +71,15 @@ def build(rows: list[dict[str, Any]], owner: Tenant) -> None:
     jobs = []
     for pk, row in enumerate(rows, start=1):
         job = Job(
-            id=pk, type=row["type"], queue=row["queue"], state=row["state"], created_at=NOW,
+            id=pk,
+            type=row["type"],
+            queue=row["queue"],
+            state=row["state"],
+            created_at=NOW,
             run_after=NOW + timedelta(seconds=row["run_after"]),
             parent_id=None if row["parent"] is None else row["parent"] + 1,
-            concurrency_key=row["concurrency_key"], tenant=owner if row["tenant"] else None,
+            concurrency_key=row["concurrency_key"],
+            tenant=owner if row["tenant"] else None,
             waits=bool(set(row.get("after", ())) - {pk - 1}),
             key_scope=owner.pk if row["tenant"] and not row["global_keys"] else 0,
         )
@@ -81,8 +92,10 @@ def build(rows: list[dict[str, Any]], owner: Tenant) -> None:
     Job.objects.bulk_create(jobs)
     Dependency.objects.bulk_create(
         Dependency(waiter_id=pk, prerequisite_id=index + 1)
-        for pk, row in enumerate(rows, start=1) for index in row.get("after", ())
-        if index + 1 != pk)
+        for pk, row in enumerate(rows, start=1)
+        for index in row.get("after", ())
+        if index + 1 != pk
+    )
 
 
 # Each worker's view of a table: every type known, or only the first; every queue named,
@@ -90,15 +103,25 @@ def build(rows: list[dict[str, Any]], owner: Tenant) -> None:
 # that have pending jobs). The tables draw types and queues at random, so the first stands
 # for any one. Checking each view costs two queries where another table costs an insert,
 # and catches a difference that only one of them shows.
-WORKERS = [(types, queues) for types in (list(TYPES), [TYPES[0]])
-           for queues in (list(QUEUES), [QUEUES[0]], [])]
+WORKERS = [
+    (types, queues) for types in (list(TYPES), [TYPES[0]]) for queues in (list(QUEUES), [QUEUES[0]], [])
+]
 
 
 def job(**overrides: Any) -> dict[str, Any]:
     """A pending, due, keyed platform job of the first type and queue, but for ``overrides``."""
-    return {"state": "pending", "queue": "a", "type": "t1", "run_after": -60, "parent": None,
-            "after": set(), "concurrency_key": "k", "tenant": False, "global_keys": False,
-            **overrides}
+    return {
+        "state": "pending",
+        "queue": "a",
+        "type": "t1",
+        "run_after": -60,
+        "parent": None,
+        "after": set(),
+        "concurrency_key": "k",
+        "tenant": False,
+        "global_keys": False,
+        **overrides,
+    }
 
 
 # The rarest differences random tables reach: an earlier job of the same key that does
@@ -134,8 +157,9 @@ class TestClaimableAgrees(TestCase):
         most = 0
         for types, queues in WORKERS:
             params = {"now": NOW, "types": types, "queues": queues}
-            raw = [row[0] for row in
-                   sql.execute(sql.claimable_ids(named_queues=bool(queues)), params).fetchall()]
+            raw = [
+                row[0] for row in sql.execute(sql.claimable_ids(named_queues=bool(queues)), params).fetchall()
+            ]
             assert len(raw) == len(set(raw)), "a job matched more than one served queue"
             orm = set(Job.objects.claimable(NOW, types, queues).values_list("id", flat=True))
             assert set(raw) == orm, f"types {types}, queues {queues or 'all'}"

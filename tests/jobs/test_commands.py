@@ -36,12 +36,25 @@ def test_status_counts_jobs_per_type_and_state(clock):
     lines = run_command("jobs_status").splitlines()
 
     header = next(line for line in lines if line.startswith("type"))
-    assert header.split() == ["type", "pending", "running", "succeeded", "failed",
-                              "cancelled", "total"]
+    assert header.split() == ["type", "pending", "running", "succeeded", "failed", "cancelled", "total"]
     assert next(line for line in lines if line.startswith("tests.noop")).split() == [
-        "tests.noop", "2", "0", "0", "0", "0", "2"]
+        "tests.noop",
+        "2",
+        "0",
+        "0",
+        "0",
+        "0",
+        "2",
+    ]
     assert next(line for line in lines if line.startswith("tests.permanent")).split() == [
-        "tests.permanent", "0", "0", "0", "1", "0", "1"]
+        "tests.permanent",
+        "0",
+        "0",
+        "0",
+        "1",
+        "0",
+        "1",
+    ]
     assert next(line for line in lines if line.startswith("(all)")).split()[-1] == "3"
 
 
@@ -59,10 +72,12 @@ def test_status_shows_the_oldest_due_pending_job_per_queue(clock):
 
 def test_status_lists_live_workers_only(clock):
     now = clock.now()
-    Worker.objects.create(name="host:1:abc", hostname="host", pid=1, started_at=now,
-                          last_seen_at=now, jobs_done=12)
-    Worker.objects.create(name="host:2:dead", hostname="host", pid=2, started_at=now,
-                          last_seen_at=now - timedelta(minutes=5))
+    Worker.objects.create(
+        name="host:1:abc", hostname="host", pid=1, started_at=now, last_seen_at=now, jobs_done=12
+    )
+    Worker.objects.create(
+        name="host:2:dead", hostname="host", pid=2, started_at=now, last_seen_at=now - timedelta(minutes=5)
+    )
 
     out = run_command("jobs_status")
 
@@ -277,8 +292,9 @@ def test_worker_drains_due_jobs_and_exits_when_idle(hits_table):
     jobs = [make_job("tests.record") for _ in range(30)]
     make_job("tests.record", queue="other")
 
-    out = run_command("jobs_worker", "--exit-when-idle", "--queues", "default", "--batch-size", "7",
-              "--concurrency", "2")
+    out = run_command(
+        "jobs_worker", "--exit-when-idle", "--queues", "default", "--batch-size", "7", "--concurrency", "2"
+    )
 
     states = set(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("state", flat=True))
     assert states == {Job.State.SUCCEEDED}

@@ -14,8 +14,7 @@ from tests.base import make_job, staff, tenant
 pytestmark = pytest.mark.django_db
 
 
-def ran_for(clock, seconds: float, name: str = "tests.noop", *, fail: bool = False,
-            **options) -> Job:
+def ran_for(clock, seconds: float, name: str = "tests.noop", *, fail: bool = False, **options) -> Job:
     """Enqueue a job, claim it, let ``seconds`` pass on the clock, then finish it."""
     job = make_job(name, **options)
     batch = engine.claim("w1", limit=1, types=[name])
@@ -189,8 +188,11 @@ def _plan(queryset, *, index: str, table: str) -> str:
     index the planner would prefer otherwise depends on table statistics, which
     autovacuum rewrites as the suite runs."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = %s AND indexname <> %s "
-                       "AND indexdef NOT LIKE 'CREATE UNIQUE INDEX%%'", [table, index])
+        cursor.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = %s AND indexname <> %s "
+            "AND indexdef NOT LIKE 'CREATE UNIQUE INDEX%%'",
+            [table, index],
+        )
         others = [row[0] for row in cursor.fetchall()]
     with transaction.atomic(), connection.cursor() as cursor:
         for name in others:
@@ -203,13 +205,19 @@ def _plan(queryset, *, index: str, table: str) -> str:
 
 def test_the_finished_figures_query_is_served_by_job_finished_idx(clock):
     until = clock.now()
-    plan = _plan(dashboard.finished_by_type(until - timedelta(hours=1), until),
-                 index="job_finished_idx", table="jobs_job")
+    plan = _plan(
+        dashboard.finished_by_type(until - timedelta(hours=1), until),
+        index="job_finished_idx",
+        table="jobs_job",
+    )
     assert "job_finished_idx" in plan
 
 
 def test_the_retry_and_rescue_counts_are_served_by_jobevent_incident_idx(clock):
     until = clock.now()
-    plan = _plan(dashboard.incidents_by_type(until - timedelta(hours=1), until),
-                 index="jobevent_incident_idx", table="jobs_jobevent")
+    plan = _plan(
+        dashboard.incidents_by_type(until - timedelta(hours=1), until),
+        index="jobevent_incident_idx",
+        table="jobs_jobevent",
+    )
     assert "jobevent_incident_idx" in plan

@@ -24,8 +24,7 @@ SVG = "{http://www.w3.org/2000/svg}svg"
 
 def viewer(username: str, **options) -> User:
     user = staff(username, **options)
-    user.user_permissions.add(Permission.objects.get(content_type__app_label="jobs",
-                                                     codename="view_job"))
+    user.user_permissions.add(Permission.objects.get(content_type__app_label="jobs", codename="view_job"))
     return user
 
 
@@ -113,10 +112,20 @@ def test_the_page_shows_the_same_figures_as_the_api(client, two_tenants):
     for window in ("1h", "24h", "7d"):
         page = client.get(reverse(DASHBOARD), {"window": window}).context["board"].figures
         body = api.get("/api/jobs/dashboard/", {"window": window}).json()
-        assert [(row.type, row.finished, row.p50_seconds, row.p95_seconds, row.retries,
-                 row.rescues) for row in page.types] == [
-            (row["type"], row["finished"], row["p50_seconds"], row["p95_seconds"],
-             row["retries"], row["rescues"]) for row in body["types"]]
+        assert [
+            (row.type, row.finished, row.p50_seconds, row.p95_seconds, row.retries, row.rescues)
+            for row in page.types
+        ] == [
+            (
+                row["type"],
+                row["finished"],
+                row["p50_seconds"],
+                row["p95_seconds"],
+                row["retries"],
+                row["rescues"],
+            )
+            for row in body["types"]
+        ]
         assert page.expired_leases == body["expired_leases"]
 
 
@@ -164,7 +173,8 @@ def test_the_window_is_chosen_in_the_query_string(client, clock, window, buckets
     board = response.context["board"]
     assert board.buckets.count == buckets
     assert board.figures.until - board.figures.since == timedelta(
-        **{"15m": {"minutes": 15}, "1h": {"hours": 1}, "24h": {"days": 1}, "7d": {"days": 7}}[window])
+        **{"15m": {"minutes": 15}, "1h": {"hours": 1}, "24h": {"days": 1}, "7d": {"days": 7}}[window]
+    )
     assert f'data-window="{window}" aria-current="page"' in response.content.decode()
 
 
@@ -175,7 +185,8 @@ def test_an_unknown_window_falls_back_to_the_hour_and_says_so(client, clock):
 
     assert response.context["window"] == "1h"
     assert [str(message) for message in get_messages(response.wsgi_request)] == [
-        "Unknown window '2h': showing the last hour."]
+        "Unknown window '2h': showing the last hour."
+    ]
 
 
 def test_an_empty_dashboard_renders(client, clock):

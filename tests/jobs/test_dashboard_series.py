@@ -161,8 +161,10 @@ def test_the_oldest_due_jobs_come_first_with_their_age(clock):
 
     board = dashboard.board("1h")
 
-    assert [(row.job.pk, row.age_seconds) for row in board.oldest_due] == [(first.pk, 45.0),
-                                                                           (second.pk, 15.0)]
+    assert [(row.job.pk, row.age_seconds) for row in board.oldest_due] == [
+        (first.pk, 45.0),
+        (second.pk, 15.0),
+    ]
     assert max(lag.lag_seconds for lag in board.figures.queues) == board.oldest_due[0].age_seconds
 
 
@@ -179,8 +181,7 @@ def test_the_stuck_list_holds_running_jobs_past_their_lease(clock):
     board = dashboard.board("1h")
 
     assert [row.job.pk for row in fresh.stuck] == [gone.pk]
-    assert [(row.job.pk, row.overdue_seconds) for row in board.stuck] == [(gone.pk, 7.0),
-                                                                          (later.pk, 3.0)]
+    assert [(row.job.pk, row.overdue_seconds) for row in board.stuck] == [(gone.pk, 7.0), (later.pk, 3.0)]
     assert board.figures.expired_leases == 2
 
 

@@ -96,8 +96,9 @@ REFUSED = [
 ]
 
 
-@pytest.mark.parametrize(("options", "argument", "words"), REFUSED,
-                         ids=[f"{arg}-{i}" for i, (_, arg, _) in enumerate(REFUSED)])
+@pytest.mark.parametrize(
+    ("options", "argument", "words"), REFUSED, ids=[f"{arg}-{i}" for i, (_, arg, _) in enumerate(REFUSED)]
+)
 def test_it_refuses_a_bad_argument_by_name_and_writes_nothing(options, argument, words):
     options = {"payload": {}, **options}
     with pytest.raises(InvalidArgument) as refused:
@@ -131,8 +132,10 @@ def test_a_tenant_of_the_wrong_model_is_refused_rather_than_read_as_an_id():
 # --- what is accepted is stored as given -------------------------------------------------------
 
 
-@pytest.mark.parametrize("offset", [timedelta(hours=14), timedelta(hours=-12),
-                                    timedelta(hours=20, minutes=30), timedelta(seconds=-1)])
+@pytest.mark.parametrize(
+    "offset",
+    [timedelta(hours=14), timedelta(hours=-12), timedelta(hours=20, minutes=30), timedelta(seconds=-1)],
+)
 def test_an_aware_run_after_is_stored_as_the_same_instant_whatever_its_offset(offset):
     # PostgreSQL refuses offsets beyond ±15:59 that Python allows: the engine sends UTC.
     when = datetime(2026, 11, 2, 9, 0, 0, 123_456, tzinfo=timezone(offset))
@@ -141,12 +144,15 @@ def test_an_aware_run_after_is_stored_as_the_same_instant_whatever_its_offset(of
     assert job.run_after == when
 
 
-@pytest.mark.parametrize("payload", [
-    {"text": "\\u0000 is not a NUL: it is six characters"},
-    {"emoji": "😀", "cjk": "碳", "key 😀": True},
-    nested(64),
-    {"big": 2**100, "small": -(2**70), "float": 0.1, "exp": 1.5e-300},
-])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"text": "\\u0000 is not a NUL: it is six characters"},
+        {"emoji": "😀", "cjk": "碳", "key 😀": True},
+        nested(64),
+        {"big": 2**100, "small": -(2**70), "float": 0.1, "exp": 1.5e-300},
+    ],
+)
 def test_payloads_at_the_edges_are_stored_unchanged(payload):
     job = make_job(payload=payload)
     job.refresh_from_db()
@@ -166,8 +172,17 @@ def test_a_pipeline_may_be_given_as_the_text_of_a_uuid():
 
 
 def test_none_means_the_default_for_every_option(clock):
-    job = engine.enqueue("tests.flaky", None, run_after=None, queue=None, max_attempts=None,
-                         created_by=None, tenant=None, parent=None, pipeline=None)
+    job = engine.enqueue(
+        "tests.flaky",
+        None,
+        run_after=None,
+        queue=None,
+        max_attempts=None,
+        created_by=None,
+        tenant=None,
+        parent=None,
+        pipeline=None,
+    )
     assert (job.payload, job.run_after, job.queue, job.max_attempts) == ({}, T0, "default", 4)
 
 
@@ -180,14 +195,17 @@ def test_enqueue_many_refuses_a_batch_with_one_bad_payload_naming_its_index():
     assert not Job.objects.exists()
 
 
-@pytest.mark.parametrize(("options", "argument"), [
-    ({"unique_keys": ["a"]}, "unique_keys"),
-    ({"pending_keys": "ab"}, "pending_keys"),
-    ({"pending_keys": ["a", 2]}, "pending_key"),
-    ({"tenant": 424_242}, "tenant"),
-    ({"parent": 987_654}, "parent"),
-    ({"priority": 2**20}, "priority"),
-])
+@pytest.mark.parametrize(
+    ("options", "argument"),
+    [
+        ({"unique_keys": ["a"]}, "unique_keys"),
+        ({"pending_keys": "ab"}, "pending_keys"),
+        ({"pending_keys": ["a", 2]}, "pending_key"),
+        ({"tenant": 424_242}, "tenant"),
+        ({"parent": 987_654}, "parent"),
+        ({"priority": 2**20}, "priority"),
+    ],
+)
 def test_enqueue_many_refuses_bad_options_by_name(options, argument):
     with pytest.raises(InvalidArgument) as refused:
         engine.enqueue_many("tests.noop", [{}, {}], **options)
@@ -200,14 +218,16 @@ def test_enqueue_many_refuses_a_mapping_for_its_payloads():
         engine.enqueue_many("tests.noop", {"n": 1})
 
 
-@pytest.mark.parametrize(("options", "argument"), [
-    ({"max_attempts": 0}, "max_attempts"),
-    ({"run_after": timedelta(minutes=5)}, "run_after"),
-    ({"pending_key": 7}, "pending_key"),
-    ({"payload": {"x": float("inf")}}, "payload"),
-])
-def test_a_bad_child_fails_the_handler_that_chains_it_not_its_success_later(options, argument,
-                                                                           clock):
+@pytest.mark.parametrize(
+    ("options", "argument"),
+    [
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"run_after": timedelta(minutes=5)}, "run_after"),
+        ({"pending_key": 7}, "pending_key"),
+        ({"payload": {"x": float("inf")}}, "payload"),
+    ],
+)
+def test_a_bad_child_fails_the_handler_that_chains_it_not_its_success_later(options, argument, clock):
     ctx = JobContext(job=make_job(), clock=clock)
     payload = options.pop("payload", {})
     with pytest.raises(InvalidArgument) as refused:
@@ -224,23 +244,26 @@ def test_a_chained_child_with_an_unknown_option_fails_at_the_chain():
 
 @pytest.fixture
 def subscriber():
-    registry.register(registry.Handler(name="tests.on_checked", func=lambda ctx: None,
-                                       subscribes=("Checked",)))
+    registry.register(
+        registry.Handler(name="tests.on_checked", func=lambda ctx: None, subscribes=("Checked",))
+    )
     yield
     registry.unregister("tests.on_checked")
 
 
-@pytest.mark.parametrize(("args", "options", "argument"), [
-    (("Checked", {"x": float("nan")}), {}, "payload"),
-    (("Checked", []), {}, "payload"),
-    (("Checked", nested(64)), {}, "payload"),  # its delivery wraps it in one more level
-    (("Checked", {}), {"tenant": 424_242}, "tenant"),
-    (("Checked", {}), {"pipeline": "nope"}, "pipeline"),
-    (("x" * 101, {}), {}, "name"),
-    ((7, {}), {}, "name"),
-])
-def test_publish_refuses_bad_arguments_by_name_and_writes_nothing(subscriber, args, options,
-                                                                  argument):
+@pytest.mark.parametrize(
+    ("args", "options", "argument"),
+    [
+        (("Checked", {"x": float("nan")}), {}, "payload"),
+        (("Checked", []), {}, "payload"),
+        (("Checked", nested(64)), {}, "payload"),  # its delivery wraps it in one more level
+        (("Checked", {}), {"tenant": 424_242}, "tenant"),
+        (("Checked", {}), {"pipeline": "nope"}, "pipeline"),
+        (("x" * 101, {}), {}, "name"),
+        ((7, {}), {}, "name"),
+    ],
+)
+def test_publish_refuses_bad_arguments_by_name_and_writes_nothing(subscriber, args, options, argument):
     with pytest.raises(InvalidArgument) as refused:
         events.publish(*args, **options)
     assert refused.value.argument == argument
@@ -262,17 +285,19 @@ json_scalars = st.none() | st.booleans() | st.integers() | st.floats() | texts
 object_keys = texts | st.integers() | st.booleans()
 json_values = st.recursive(
     json_scalars,
-    lambda children: (st.lists(children, max_size=4) | st.tuples(children, children)
-                      | st.dictionaries(object_keys, children, max_size=4)),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.tuples(children, children)
+        | st.dictionaries(object_keys, children, max_size=4)
+    ),
     max_leaves=16,
 )
-payloads = (st.dictionaries(object_keys, json_values, max_size=5) | json_values
-            | st.integers(1, 120).map(nested))
-offsets = st.timedeltas(min_value=-timedelta(hours=23, minutes=59),
-                        max_value=timedelta(hours=23, minutes=59))
+payloads = (
+    st.dictionaries(object_keys, json_values, max_size=5) | json_values | st.integers(1, 120).map(nested)
+)
+offsets = st.timedeltas(min_value=-timedelta(hours=23, minutes=59), max_value=timedelta(hours=23, minutes=59))
 aware = st.datetimes(timezones=st.just(UTC) | offsets.map(timezone))
-run_afters = (aware | st.datetimes() | st.timedeltas() | st.integers() | st.floats()
-              | st.dates() | texts)
+run_afters = aware | st.datetimes() | st.timedeltas() | st.integers() | st.floats() | st.dates() | texts
 numbers = st.integers() | st.booleans() | st.floats() | texts
 keys = long_texts | st.integers() | st.binary(max_size=3)
 pipelines = st.uuids() | st.uuids().map(str) | texts | st.integers()
@@ -280,18 +305,37 @@ pipelines = st.uuids() | st.uuids().map(str) | texts | st.integers()
 references = st.sampled_from(["row", "id", "missing", "wrong"]) | st.integers()
 
 ARGUMENTS = {
-    "payload": payloads, "run_after": run_afters, "priority": numbers, "queue": texts,
-    "unique_key": keys, "pending_key": keys, "concurrency_key": keys, "pipeline": pipelines,
-    "parent": references, "tenant": references, "created_by": references,
+    "payload": payloads,
+    "run_after": run_afters,
+    "priority": numbers,
+    "queue": texts,
+    "unique_key": keys,
+    "pending_key": keys,
+    "concurrency_key": keys,
+    "pipeline": pipelines,
+    "parent": references,
+    "tenant": references,
+    "created_by": references,
     "max_attempts": numbers,
 }
 NOT_GIVEN: dict[str, Any] = {
-    "payload": {}, "priority": 0, "queue": "default", "unique_key": None, "pending_key": None,
-    "concurrency_key": None, "parent": None, "tenant": None, "created_by": None,
+    "payload": {},
+    "priority": 0,
+    "queue": "default",
+    "unique_key": None,
+    "pending_key": None,
+    "concurrency_key": None,
+    "parent": None,
+    "tenant": None,
+    "created_by": None,
     "max_attempts": 3,
 }
-FOUND_BY = {"parent": "parent_id", "tenant": "tenant_id", "created_by": "created_by_id",
-            "pipeline": "pipeline_id"}
+FOUND_BY = {
+    "parent": "parent_id",
+    "tenant": "tenant_id",
+    "created_by": "created_by_id",
+    "pipeline": "pipeline_id",
+}
 
 
 def resolve(argument: str, value: Any) -> Any:
@@ -299,8 +343,11 @@ def resolve(argument: str, value: Any) -> Any:
     of another model."""
     if argument not in ("parent", "tenant", "created_by") or not isinstance(value, str):
         return value
-    make = {"parent": lambda: make_job(), "tenant": lambda: tenant(f"T{uuid.uuid4().hex[:8]}"),
-            "created_by": lambda: User.objects.create(username=uuid.uuid4().hex)}[argument]
+    make = {
+        "parent": lambda: make_job(),
+        "tenant": lambda: tenant(f"T{uuid.uuid4().hex[:8]}"),
+        "created_by": lambda: User.objects.create(username=uuid.uuid4().hex),
+    }[argument]
     if value == "missing":
         return 2_000_000_000
     if value == "wrong":
@@ -315,15 +362,20 @@ def same_json(given: Any, stored: Any) -> bool:
     if isinstance(given, bool) or given is None or isinstance(given, str):
         return type(stored) is type(given) and stored == given
     if isinstance(given, float):
-        return not isinstance(stored, bool) and isinstance(stored, int | float) and (
-            float(stored) == given)
+        return not isinstance(stored, bool) and isinstance(stored, int | float) and (float(stored) == given)
     if isinstance(given, int):
         return type(stored) is int and stored == given
     if isinstance(given, list | tuple):
-        return isinstance(stored, list) and len(stored) == len(given) and all(
-            same_json(a, b) for a, b in zip(given, stored, strict=True))
-    return isinstance(stored, dict) and stored.keys() == given.keys() and all(
-        same_json(value, stored[name]) for name, value in given.items())
+        return (
+            isinstance(stored, list)
+            and len(stored) == len(given)
+            and all(same_json(a, b) for a, b in zip(given, stored, strict=True))
+        )
+    return (
+        isinstance(stored, dict)
+        and stored.keys() == given.keys()
+        and all(same_json(value, stored[name]) for name, value in given.items())
+    )
 
 
 def expected(argument: str, value: Any) -> Any:

@@ -18,8 +18,11 @@ def test_publish_writes_the_event_and_one_delivery_job_per_subscriber(clock):
     deliveries = Delivery.objects.filter(event=event).select_related("job")
     assert sorted(d.subscriber for d in deliveries) == ["tests.audit_order", "tests.on_order_placed"]
     for delivery in deliveries:
-        assert delivery.job.payload == {"event_id": event.pk, "event": "OrderPlaced",
-                                        "payload": {"order": 42}}
+        assert delivery.job.payload == {
+            "event_id": event.pk,
+            "event": "OrderPlaced",
+            "payload": {"order": 42},
+        }
         assert delivery.deliver_after == clock.now()
 
 

@@ -16,8 +16,9 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def two_workers(clock) -> None:
     for name in ("w1", "w2"):
-        Worker.objects.create(name=name, hostname="h", pid=1, started_at=clock.now(),
-                              last_seen_at=clock.now())
+        Worker.objects.create(
+            name=name, hostname="h", pid=1, started_at=clock.now(), last_seen_at=clock.now()
+        )
 
 
 @pytest.fixture
@@ -49,8 +50,7 @@ def test_a_batch_takes_the_other_tenants_jobs_first_then_fills_up(acme_busy_on_w
 
     claimed = engine.claim("w1", limit=3).jobs
 
-    assert {job.pk for job in claimed} == {theirs.pk, acme_busy_on_w2[0].pk,
-                                           acme_busy_on_w2[1].pk}
+    assert {job.pk for job in claimed} == {theirs.pk, acme_busy_on_w2[0].pk, acme_busy_on_w2[1].pk}
 
 
 def test_the_claimers_own_batch_does_not_count_against_the_tenant(two_workers):
@@ -84,8 +84,9 @@ def test_a_share_of_one_turns_fairness_off(acme_busy_on_w2, settings):
 
 def test_more_workers_give_each_tenant_more_of_them(clock, two_workers):
     for name in ("w3", "w4"):
-        Worker.objects.create(name=name, hostname="h", pid=1, started_at=clock.now(),
-                              last_seen_at=clock.now())
+        Worker.objects.create(
+            name=name, hostname="h", pid=1, started_at=clock.now(), last_seen_at=clock.now()
+        )
     acme = tenant("Acme")
     make_job("tests.noop", tenant=acme)
     engine.claim("w2", limit=1)

@@ -33,8 +33,9 @@ def finish(job: Job, outcome: str) -> None:
 
 
 def claimable_ids() -> set[int]:
-    return set(Job.objects.claimable(jobs.now(), ["tests.gather", "tests.noop"], [])
-               .values_list("id", flat=True))
+    return set(
+        Job.objects.claimable(jobs.now(), ["tests.gather", "tests.noop"], []).values_list("id", flat=True)
+    )
 
 
 def test_a_fan_in_waits_for_every_job_it_names_then_reads_their_outcomes(clock):
@@ -50,9 +51,13 @@ def test_a_fan_in_waits_for_every_job_it_names_then_reads_their_outcomes(clock):
     assert gather.pk in claimable_ids()
     assert run_next() == "succeeded"
     gather.refresh_from_db()
-    assert gather.result == {"seen": [[parts[0].pk, "succeeded", True],
-                                      [parts[1].pk, "failed", False],
-                                      [parts[2].pk, "cancelled", False]]}
+    assert gather.result == {
+        "seen": [
+            [parts[0].pk, "succeeded", True],
+            [parts[1].pk, "failed", False],
+            [parts[2].pk, "cancelled", False],
+        ]
+    }
 
 
 def test_the_claim_statement_passes_over_a_waiting_fan_in_and_takes_what_is_due(clock):
@@ -92,8 +97,9 @@ def test_a_chained_child_can_fan_in_too(clock):
     assert claimed.pk == part.pk  # the first job of the type: the part
     engine.complete(claimed, batch.token)
     claimed, batch = claim_one(types=["tests.noop"])
-    engine.complete(claimed, batch.token, children=[
-        engine.ChildSpec("tests.gather", {}, {"after": [part.pk]})])
+    engine.complete(
+        claimed, batch.token, children=[engine.ChildSpec("tests.gather", {}, {"after": [part.pk]})]
+    )
 
     child = Job.objects.get(type="tests.gather")
     assert child.parent_id == parent.pk
@@ -120,13 +126,16 @@ def test_an_earlier_job_of_the_key_that_waits_does_not_hold_back_the_next(clock)
     assert waiting.pk not in {job.pk for job in claimed}
 
 
-@pytest.mark.parametrize(("after", "message"), [
-    ("12", "after must be a list of jobs or their ids, got str '12'"),
-    ([None], "after[0] must be a job or its id, got NoneType None"),
-    ([True], "after[0] must be a job or its id, got bool True"),
-    ([0], "after[0] 0 does not exist"),
-    (list(range(1, 10_002)), "after names 10001 rows; at most 10000"),
-])
+@pytest.mark.parametrize(
+    ("after", "message"),
+    [
+        ("12", "after must be a list of jobs or their ids, got str '12'"),
+        ([None], "after[0] must be a job or its id, got NoneType None"),
+        ([True], "after[0] must be a job or its id, got bool True"),
+        ([0], "after[0] 0 does not exist"),
+        (list(range(1, 10_002)), "after names 10001 rows; at most 10000"),
+    ],
+)
 def test_a_bad_after_is_refused_naming_it(after, message):
     with pytest.raises(InvalidArgument) as refused:
         jobs.enqueue("tests.gather", after=after)

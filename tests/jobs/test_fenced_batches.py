@@ -53,7 +53,8 @@ def _synchronous_commit() -> str:
 
 @pytest.mark.parametrize(("relaxed", "at_commit"), [(True, "off"), (False, "on")])
 def test_a_relaxed_batch_commits_without_waiting_for_the_disk_and_only_that_batch(
-        hits_table, relaxed, at_commit):
+    hits_table, relaxed, at_commit
+):
     make_job("tests.fenced_batches")
     job, _ = claim_one()
 

@@ -26,8 +26,7 @@ def group_write(settings):
     @jobs.handler("tests.group_write", max_attempts=1)
     def group_write(ctx: jobs.JobContext) -> int:
         with connection.cursor() as cursor:
-            cursor.execute("INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, 0)",
-                           [ctx.job.pk])
+            cursor.execute("INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, 0)", [ctx.job.pk])
         transaction.on_commit(lambda: committed.append(ctx.job.pk))
         if ctx.payload.get("fail"):
             raise jobs.PermanentError("failed after writing")
@@ -89,7 +88,10 @@ def test_a_job_cancelled_after_the_claim_does_not_run_inside_the_group(hits_tabl
     states = dict(Job.objects.filter(pk__in=ids).values_list("pk", "state"))
     assert states == {ids[0]: "succeeded", ids[1]: "cancelled", ids[2]: "succeeded"}
     assert dict(Job.objects.filter(pk__in=ids).values_list("pk", "attempts")) == {
-        ids[0]: 1, ids[1]: 0, ids[2]: 1}
+        ids[0]: 1,
+        ids[1]: 0,
+        ids[2]: 1,
+    }
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM tests_hits WHERE job_id = %s", [ids[1]])
         assert cursor.fetchone()[0] == 0
@@ -115,7 +117,9 @@ def test_jobs_a_group_closes_before_reaching_keep_their_attempts(hits_table, set
 
     # Committed with the group: a worker dying now has spent nothing for the other four.
     assert dict(Job.objects.filter(pk__in=ids).values_list("pk", "attempts")) == {
-        ids[0]: 1, **{pk: 0 for pk in ids[1:]}}
+        ids[0]: 1,
+        **{pk: 0 for pk in ids[1:]},
+    }
     assert worker._started == {ids[0]}
     assert worker._run_group(batch.jobs[1:], batch.token) == 1  # counted again as it starts
     assert Job.objects.get(pk=ids[1]).attempts == 1

@@ -29,18 +29,19 @@ def test_the_jobs_claimed_with_a_waiting_handler_are_pending_again_before_it_wai
     head.refresh_from_db()
     assert head.state == Job.State.SUCCEEDED
     # What the handler saw, right after its call and before its wait.
-    assert head.result == {"handed_back": 2,
-                           "others": [[pk, "pending", 0, "released"] for pk in others]}
+    assert head.result == {"handed_back": 2, "others": [[pk, "pending", 0, "released"] for pk in others]}
     released = JobEvent.objects.filter(job_id__in=others, kind=JobEvent.Kind.RELEASED)
     assert sorted(released.values_list("job_id", flat=True)) == others
     assert {event.worker for event in released} == {"batcher"}
     assert all(f"job {head.pk} of its batch waits" in event.message for event in released)
-    assert set(Job.objects.filter(pk__in=others).values_list("state", "attempts", "lease_token")
-               ) == {(Job.State.PENDING, 0, None)}
+    assert set(Job.objects.filter(pk__in=others).values_list("state", "attempts", "lease_token")) == {
+        (Job.State.PENDING, 0, None)
+    }
 
     assert worker.run_once() == 2  # claimed anew, they run
     assert set(Job.objects.filter(pk__in=others).values_list("state", "attempts")) == {
-        (Job.State.SUCCEEDED, 1)}
+        (Job.State.SUCCEEDED, 1)
+    }
 
 
 def test_an_atomic_handler_may_not_hand_back_its_batch_and_the_batch_runs_on():
@@ -54,8 +55,7 @@ def test_an_atomic_handler_may_not_hand_back_its_batch_and_the_batch_runs_on():
     assert "'tests.atomic_hand_back' is atomic" in head.last_error
     assert "atomic=False" in head.last_error
     assert not JobEvent.objects.filter(kind=JobEvent.Kind.RELEASED).exists()
-    assert set(Job.objects.filter(pk__in=others).values_list("state", flat=True)) == {
-        Job.State.SUCCEEDED}
+    assert set(Job.objects.filter(pk__in=others).values_list("state", flat=True)) == {Job.State.SUCCEEDED}
 
 
 def test_a_handler_inside_its_own_transaction_may_not_hand_back_its_batch():
@@ -67,8 +67,7 @@ def test_a_handler_inside_its_own_transaction_may_not_hand_back_its_batch():
     assert head.state == Job.State.PENDING  # a transient failure: retried later
     assert "it is called inside a transaction" in head.last_error
     assert not JobEvent.objects.filter(kind=JobEvent.Kind.RELEASED).exists()
-    assert set(Job.objects.filter(pk__in=others).values_list("state", flat=True)) == {
-        Job.State.SUCCEEDED}
+    assert set(Job.objects.filter(pk__in=others).values_list("state", flat=True)) == {Job.State.SUCCEEDED}
 
 
 def test_a_handler_claimed_alone_has_nothing_to_hand_back():

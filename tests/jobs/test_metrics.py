@@ -112,8 +112,9 @@ def test_metrics_public_allows_anonymous_scrapes(clock, settings):
     assert jobs_gauge(response.content, "pending", "tests.noop") == 1
 
 
-def test_multiprocess_mode_sums_the_counters_of_every_process(clock, operator_client,
-                                                              tmp_path, monkeypatch, settings):
+def test_multiprocess_mode_sums_the_counters_of_every_process(
+    clock, operator_client, tmp_path, monkeypatch, settings
+):
     # The library's counters write where the variable says; /metrics reads the setting.
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     settings.PROMETHEUS_MULTIPROC_DIR = str(tmp_path)
@@ -133,8 +134,7 @@ def test_multiprocess_mode_sums_the_counters_of_every_process(clock, operator_cl
 def test_it_speaks_openmetrics_when_asked(clock, operator_client):
     make_job("tests.noop")
 
-    response = operator_client.get(
-        "/metrics", HTTP_ACCEPT="application/openmetrics-text; version=1.0.0")
+    response = operator_client.get("/metrics", HTTP_ACCEPT="application/openmetrics-text; version=1.0.0")
 
     assert response["Content-Type"].startswith("application/openmetrics-text")
     assert response.content.rstrip().endswith(b"# EOF")

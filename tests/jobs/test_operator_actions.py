@@ -42,8 +42,7 @@ def test_retry_runs_a_failed_job_again_from_scratch(clock):
     engine.retry(job, actor=bob, reason="input fixed")
 
     job.refresh_from_db()
-    assert (job.state, job.attempts, job.last_error, job.finished_at) == (
-        Job.State.PENDING, 0, "", None)
+    assert (job.state, job.attempts, job.last_error, job.finished_at) == (Job.State.PENDING, 0, "", None)
     event = job.events.get(kind=JobEvent.Kind.RETRIED)
     assert (event.actor, event.message, event.from_state) == (bob, "input fixed", "failed")
 

@@ -67,8 +67,7 @@ def test_lag_counts_each_subscribers_undelivered_failing_failed_and_quarantined(
     assert (lags[AUDIT].undelivered, lags[AUDIT].failed, lags[AUDIT].quarantined) == (1, 0, 0)
 
 
-def test_lag_is_two_group_bys_that_never_read_delivered_deliveries(clock,
-                                                                  django_assert_num_queries):
+def test_lag_is_two_group_bys_that_never_read_delivered_deliveries(clock, django_assert_num_queries):
     failing()
     with CaptureQueriesContext(connection) as captured, django_assert_num_queries(2):
         outbox.lag()
@@ -86,10 +85,12 @@ def test_the_status_of_each_delivery(clock):
     held = outbox.quarantine(failing(), None, "poison")
     assert outbox.status_of(held) == Status.QUARANTINED
     for status in Status.values:
-        found = {outbox.status_of(d) for d in
-                 Delivery.objects.filter(outbox.where(status)).select_related("job")}
-        assert found <= ({Status.UNDELIVERED, Status.FAILING}
-                         if status == Status.UNDELIVERED else {status}), status
+        found = {
+            outbox.status_of(d) for d in Delivery.objects.filter(outbox.where(status)).select_related("job")
+        }
+        assert found <= (
+            {Status.UNDELIVERED, Status.FAILING} if status == Status.UNDELIVERED else {status}
+        ), status
 
 
 def test_quarantine_cancels_an_undelivered_delivery_recording_who_and_why(clock):
@@ -100,7 +101,10 @@ def test_quarantine_cancels_an_undelivered_delivery_recording_who_and_why(clock)
 
     assert held.job.state == State.CANCELLED
     assert (held.quarantined_at, held.quarantined_by, held.quarantine_reason) == (
-        clock.now(), alice, "poison payload: order 0 is malformed")
+        clock.now(),
+        alice,
+        "poison payload: order 0 is malformed",
+    )
     event = held.job.events.get(kind=Kind.CANCELLED)
     assert event.actor == alice
     assert event.message == "quarantined: poison payload: order 0 is malformed"
@@ -129,7 +133,11 @@ def test_quarantining_a_failed_delivery_leaves_its_state_and_records_the_action(
     assert job.state == State.FAILED
     event = job.events.get(kind=Kind.QUARANTINED)
     assert (event.actor, event.message, event.from_state, event.to_state) == (
-        alice, "quarantined: poison", State.FAILED, State.FAILED)
+        alice,
+        "quarantined: poison",
+        State.FAILED,
+        State.FAILED,
+    )
 
 
 @pytest.mark.parametrize("action", ["retry", "recover", "run_now", "replay"])
@@ -141,8 +149,9 @@ def test_the_engine_refuses_to_run_a_quarantined_deliverys_job_again(clock, acti
     with pytest.raises(IllegalTransition, match="release the delivery first"):
         getattr(engine, action)(held.job, actor=None, reason="try anyway")
 
-    assert not held.job.events.filter(kind__in=[Kind.RETRIED, Kind.RECOVERED, Kind.RUN_NOW,
-                                                Kind.REPLAYED]).exists()
+    assert not held.job.events.filter(
+        kind__in=[Kind.RETRIED, Kind.RECOVERED, Kind.RUN_NOW, Kind.REPLAYED]
+    ).exists()
 
 
 def test_release_clears_the_quarantine_and_retries_the_job(clock):
@@ -169,17 +178,23 @@ def test_replay_delivers_an_event_again_and_the_history_keeps_the_earlier_outcom
     assert kinds[-2:] == [Kind.SUCCEEDED, Kind.REPLAYED]
     event = replayed.job.events.get(kind=Kind.REPLAYED)
     assert (event.actor, event.message, event.from_state) == (
-        alice, "replayed: the subscriber lost its copy", State.SUCCEEDED)
+        alice,
+        "replayed: the subscriber lost its copy",
+        State.SUCCEEDED,
+    )
     run_until_idle()
     assert fresh(delivery).job.state == State.SUCCEEDED
 
 
-@pytest.mark.parametrize("action, build, why", [
-    ("replay", undelivered, "is undelivered; only a finished delivery"),
-    ("replay", failing, "is failing; only a finished delivery"),
-    ("release", failed_delivery, "is failed; only a quarantined delivery can be released"),
-    ("quarantine", delivered, "is delivered; only a delivery that is not delivered"),
-])
+@pytest.mark.parametrize(
+    "action, build, why",
+    [
+        ("replay", undelivered, "is undelivered; only a finished delivery"),
+        ("replay", failing, "is failing; only a finished delivery"),
+        ("release", failed_delivery, "is failed; only a quarantined delivery can be released"),
+        ("quarantine", delivered, "is delivered; only a delivery that is not delivered"),
+    ],
+)
 def test_illegal_actions_are_refused_naming_why(clock, action, build, why):
     delivery = build()
     before = list(delivery.job.events.values_list("id", flat=True))
@@ -229,8 +244,15 @@ def test_outbox_lag_prints_each_subscribers_figures(clock):
     out = run_command("outbox", "lag")
 
     header, *rows = out.splitlines()
-    assert header.split() == ["subscriber", "undelivered", "oldest", "undelivered", "failing",
-                              "failed", "quarantined"]
+    assert header.split() == [
+        "subscriber",
+        "undelivered",
+        "oldest",
+        "undelivered",
+        "failing",
+        "failed",
+        "quarantined",
+    ]
     mine = next(line for line in rows if line.startswith(ON_ORDER))
     assert mine.split() == [ON_ORDER, "2", "2", "min", "1", "0", "0"]
 
@@ -252,13 +274,16 @@ def test_outbox_commands_quarantine_release_and_replay_as_the_user(clock):
     assert (replayed.actor, replayed.message) == (alice, "replayed: lost")
 
 
-@pytest.mark.parametrize("args, problem", [
-    (["replay", "999999", "--reason", "x", "--user", "alice"], "no delivery with id 999999"),
-    (["replay", "{pk}", "--reason", "x", "--user", "nobody"], "no user named 'nobody'"),
-    (["replay", "{pk}", "--reason", "x", "--user", "alice"], "is failing; only a finished"),
-    (["release", "{pk}", "--reason", "x", "--user", "alice"], "only a quarantined delivery"),
-    (["quarantine", "{pk}", "--reason", " ", "--user", "alice"], "needs a reason"),
-])
+@pytest.mark.parametrize(
+    "args, problem",
+    [
+        (["replay", "999999", "--reason", "x", "--user", "alice"], "no delivery with id 999999"),
+        (["replay", "{pk}", "--reason", "x", "--user", "nobody"], "no user named 'nobody'"),
+        (["replay", "{pk}", "--reason", "x", "--user", "alice"], "is failing; only a finished"),
+        (["release", "{pk}", "--reason", "x", "--user", "alice"], "only a quarantined delivery"),
+        (["quarantine", "{pk}", "--reason", " ", "--user", "alice"], "needs a reason"),
+    ],
+)
 def test_outbox_command_errors_name_the_problem(clock, args, problem):
     staff("alice")
     delivery = failing()
@@ -294,9 +319,13 @@ def test_the_console_shows_each_subscribers_figures_linked_to_the_filtered_list(
 @pytest.mark.parametrize("status", Status.values)
 def test_the_status_filter_lists_the_deliveries_in_that_status(client, clock, status):
     client.force_login(operator())
-    built = {Status.FAILING: failing(), Status.FAILED: failed_delivery(), Status.DELIVERED: delivered(),
-             Status.QUARANTINED: outbox.quarantine(failing(), None, "poison"),
-             Status.CANCELLED: undelivered()}
+    built = {
+        Status.FAILING: failing(),
+        Status.FAILED: failed_delivery(),
+        Status.DELIVERED: delivered(),
+        Status.QUARANTINED: outbox.quarantine(failing(), None, "poison"),
+        Status.CANCELLED: undelivered(),
+    }
     engine.cancel(built[Status.CANCELLED].job)
     built[Status.UNDELIVERED] = undelivered()  # last: the others ran their jobs
 
@@ -344,11 +373,9 @@ def test_bulk_replay_previews_then_replays_as_the_staff_user(client, clock):
     preview = client.post(reverse(CONSOLE), selected)
     assert [d.pk for d in preview.context["touch"]] == [done_.pk]
     assert [d.pk for d in preview.context["skip"]] == [waiting.pk]
-    assert "which needs a delivery that is delivered or failed or cancelled" in (
-        preview.content.decode())
+    assert "which needs a delivery that is delivered or failed or cancelled" in (preview.content.decode())
 
-    result = client.post(reverse(CONSOLE), {**selected, "post": "yes", "reason": "lost copy"},
-                         follow=True)
+    result = client.post(reverse(CONSOLE), {**selected, "post": "yes", "reason": "lost copy"}, follow=True)
 
     assert "1 delivery replayed." in messages_of(result)
     assert any("1 skipped: replay needs a delivery that is" in m for m in messages_of(result))
@@ -361,17 +388,22 @@ def test_bulk_replay_previews_then_replays_as_the_staff_user(client, clock):
 def test_a_bulk_action_without_a_reason_changes_nothing(client, clock):
     client.force_login(operator())
     delivery = failing()
-    result = client.post(reverse(CONSOLE), {"action": "quarantine_deliveries", "post": "yes",
-                                            "_selected_action": [delivery.pk], "reason": " "},
-                         follow=True)
+    result = client.post(
+        reverse(CONSOLE),
+        {"action": "quarantine_deliveries", "post": "yes", "_selected_action": [delivery.pk], "reason": " "},
+        follow=True,
+    )
     assert "Quarantine needs a reason; nothing was changed." in messages_of(result)
     assert fresh(delivery).quarantined_at is None
 
 
-@pytest.mark.parametrize("action, build, why", [
-    ("release", failing, "is failing; only a quarantined delivery can be released"),
-    ("replay", undelivered, "is undelivered; only a finished delivery"),
-])
+@pytest.mark.parametrize(
+    "action, build, why",
+    [
+        ("release", failing, "is failing; only a quarantined delivery can be released"),
+        ("replay", undelivered, "is undelivered; only a finished delivery"),
+    ],
+)
 def test_an_illegal_action_from_a_deliverys_page_says_why(client, clock, action, build, why):
     client.force_login(operator())
     delivery = build()
@@ -419,8 +451,10 @@ def test_a_tenants_staff_neither_see_nor_touch_another_tenants_deliveries(client
         url = reverse(f"admin:jobs_delivery_{action}", args=[theirs.pk])
         assert client.get(url).status_code == 404
         assert client.post(url, {"post": "yes", "reason": "x"}).status_code == 404
-    client.post(reverse(CONSOLE), {"action": "quarantine_deliveries", "post": "yes",
-                                   "reason": "x", "_selected_action": [theirs.pk]})
+    client.post(
+        reverse(CONSOLE),
+        {"action": "quarantine_deliveries", "post": "yes", "reason": "x", "_selected_action": [theirs.pk]},
+    )
     assert fresh(theirs).quarantined_at is None and fresh(theirs).job.state == State.PENDING
     assert fresh(ours).quarantined_at is None
 
@@ -428,8 +462,7 @@ def test_a_tenants_staff_neither_see_nor_touch_another_tenants_deliveries(client
 def test_deliveries_cannot_be_added_changed_or_deleted(admin_client, clock):
     delivery = failing()
     assert admin_client.get(reverse("admin:jobs_delivery_add")).status_code == 403
-    assert admin_client.get(reverse("admin:jobs_delivery_delete",
-                                    args=[delivery.pk])).status_code == 403
+    assert admin_client.get(reverse("admin:jobs_delivery_delete", args=[delivery.pk])).status_code == 403
     page = admin_client.get(reverse("admin:jobs_delivery_change", args=[delivery.pk]))
     assert page.status_code == 200 and 'name="_save"' not in page.content.decode()
     actions = page.context["adminform"].model_admin.get_actions(page.wsgi_request)

@@ -20,7 +20,8 @@ from jobs.redaction import without_traceback
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(alphabet=st.sampled_from('ab[]{}"\\,: ')),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
-    max_leaves=30)
+    max_leaves=30,
+)
 
 
 def depth(value: object) -> int:
@@ -72,11 +73,14 @@ def test_a_non_text_charset_is_refused():
 
 
 def test_without_traceback_keeps_the_message_lines_before_the_first_frame():
-    text = ('attempts exhausted (1): ValueError: bad row\nsecond line of the message\n'
-            '  File "/srv/app/handlers.py", line 3, in run\n    raise ValueError("bad row")\n')
+    text = (
+        "attempts exhausted (1): ValueError: bad row\nsecond line of the message\n"
+        '  File "/srv/app/handlers.py", line 3, in run\n    raise ValueError("bad row")\n'
+    )
 
-    assert without_traceback(text) == ("attempts exhausted (1): ValueError: bad row\n"
-                                       "second line of the message")
+    assert without_traceback(text) == (
+        "attempts exhausted (1): ValueError: bad row\nsecond line of the message"
+    )
     assert without_traceback("PermanentError: no traceback") == "PermanentError: no traceback"
 
 
@@ -86,9 +90,13 @@ def test_a_megabyte_of_escaped_quotes_is_measured_in_one_pass(body, tmp_path):
     # CPU for this megabyte, holding the web process (the regex engine keeps the GIL, so
     # the bound is kept by a process of its own, killed when it runs past it).
     (tmp_path / "body.json").write_text(body)
-    script = ("import sys; from jobs.arguments import json_depth; "
-              "print(json_depth(open(sys.argv[1]).read()))")
-    measured = subprocess.run([sys.executable, "-c", script, str(tmp_path / "body.json")],
-                              capture_output=True, text=True, timeout=20, check=True)
+    script = "import sys; from jobs.arguments import json_depth; print(json_depth(open(sys.argv[1]).read()))"
+    measured = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "body.json")],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=True,
+    )
 
     assert measured.stdout.strip() == "0"

@@ -68,8 +68,7 @@ MOVES = {
     "retry": lambda job, token, clock: engine.fail(job, token, "flaky"),
     "snooze": lambda job, token, clock: engine.snooze(job, token, 30),
     "release": lambda job, token, clock: engine.release([job], token),
-    "rescue": lambda job, token, clock: (clock.advance(3600), engine.rescue(
-        Job.objects.get(pk=job.pk))),
+    "rescue": lambda job, token, clock: (clock.advance(3600), engine.rescue(Job.objects.get(pk=job.pk))),
     "recover": lambda job, token, clock: engine.recover(job),
 }
 
@@ -132,13 +131,16 @@ def test_a_chained_child_may_coalesce_by_pending_key(clock):
 def lock_waiters() -> int:
     """Backends of this database waiting for a lock (another transaction's insert)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
-                       "WHERE NOT l.granted AND a.datname = current_database()")
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+            "WHERE NOT l.granted AND a.datname = current_database()"
+        )
         return cursor.fetchone()[0]
 
 
-def in_threads(count: int, call: Callable[[], Any]
-               ) -> tuple[list[threading.Thread], list[Any], list[BaseException]]:
+def in_threads(
+    count: int, call: Callable[[], Any]
+) -> tuple[list[threading.Thread], list[Any], list[BaseException]]:
     """Start ``count`` threads, each running ``call`` in a transaction of its own."""
     results: list[Any] = [None] * count
     errors: list[BaseException] = []
@@ -208,5 +210,9 @@ def test_a_caller_that_cannot_see_an_uncommitted_holder_still_does_not_insert():
 def test_the_index_refuses_a_second_waiting_job_however_it_is_written():
     first = once().job
     with pytest.raises(IntegrityError, match="job_one_pending_per_key"), transaction.atomic():
-        Job.objects.create(type="tests.noop", pending_key=first.pending_key,
-                           run_after=first.run_after, created_at=first.created_at)
+        Job.objects.create(
+            type="tests.noop",
+            pending_key=first.pending_key,
+            run_after=first.run_after,
+            created_at=first.created_at,
+        )

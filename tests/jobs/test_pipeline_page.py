@@ -34,7 +34,7 @@ def box(html: str, job: Job) -> str:
     """The HTML of one job's box (up to the next box or the end)."""
     start = html.rindex('<div class="pl-job ', 0, html.index(f'id="job-{job.pk}"'))
     following = html.find('<div class="pl-job ', start + 1)
-    return html[start:following if following > 0 else len(html)]
+    return html[start : following if following > 0 else len(html)]
 
 
 def visible_buttons(html: str, job: Job) -> list[str]:
@@ -46,8 +46,9 @@ def ingest_with_chunks() -> tuple[Job, Job, list[Job]]:
     recalculation chained to it, waiting for the chunks; plus a job of another pipeline."""
     ingest = make_job("tests.noop")
     chunks = [make_job("tests.noop", {"n": n}, pipeline=ingest.pipeline_id) for n in range(2)]
-    closing = make_job("tests.noop", {"closes": ingest.pk}, pipeline=ingest.pipeline_id,
-                       parent=ingest, after=chunks)
+    closing = make_job(
+        "tests.noop", {"closes": ingest.pk}, pipeline=ingest.pipeline_id, parent=ingest, after=chunks
+    )
     make_job("tests.noop")
     return ingest, closing, chunks
 
@@ -95,8 +96,9 @@ def test_each_box_shows_state_progress_attempts_and_last_error(admin_client):
     job = make_job("tests.noop", max_attempts=3)
     claimed, _ = claim_one()
     engine.fail(claimed, claimed.lease_token, "disk full", permanent=True, worker="w1")
-    Job.objects.filter(pk=job.pk).update(progress_done=2_500, progress_total=10_000,
-                                         progress_message="batch 1")
+    Job.objects.filter(pk=job.pk).update(
+        progress_done=2_500, progress_total=10_000, progress_message="batch 1"
+    )
 
     html = box(admin_client.get(page_url(job.pipeline_id)).content.decode(), job)
 
@@ -149,8 +151,9 @@ def test_the_buttons_post_back_to_the_pipeline_page_or_answer_a_script_in_json(a
 def test_an_unsafe_next_is_ignored(admin_client):
     job = make_job("tests.noop")
 
-    response = admin_client.post(reverse("admin:jobs_job_cancel", args=[job.pk]),
-                                 {"next": "https://evil.example/"})
+    response = admin_client.post(
+        reverse("admin:jobs_job_cancel", args=[job.pk]), {"next": "https://evil.example/"}
+    )
 
     assert response.url == reverse("admin:jobs_job_change", args=[job.pk])
 
@@ -241,12 +244,15 @@ def test_the_job_list_and_job_page_link_to_the_pipeline_page(admin_client):
     assert "jobs/job_list.js" in listing and "jobs/states.css" in listing
 
 
-@pytest.mark.parametrize(("states", "expected"), [
-    (["succeeded", "pending"], "running"),
-    (["succeeded", "failed", "cancelled"], "failed"),
-    (["succeeded", "cancelled"], "cancelled"),
-    (["succeeded"], "succeeded"),
-])
+@pytest.mark.parametrize(
+    ("states", "expected"),
+    [
+        (["succeeded", "pending"], "running"),
+        (["succeeded", "failed", "cancelled"], "failed"),
+        (["succeeded", "cancelled"], "cancelled"),
+        (["succeeded"], "succeeded"),
+    ],
+)
 def test_the_pipelines_state_is_running_until_every_job_finished(states, expected):
     assert pipeline_state(states) == expected
 
@@ -254,8 +260,9 @@ def test_the_pipelines_state_is_running_until_every_job_finished(states, expecte
 def test_many_chunks_are_folded_with_the_failures_first_and_in_view(admin_client):
     ingest = make_job("tests.noop")
     chunks = [make_job("tests.noop", {"n": n}, pipeline=ingest.pipeline_id) for n in range(41)]
-    closing = make_job("tests.noop", {"closes": ingest.pk}, pipeline=ingest.pipeline_id,
-                       parent=ingest, after=chunks)
+    closing = make_job(
+        "tests.noop", {"closes": ingest.pk}, pipeline=ingest.pipeline_id, parent=ingest, after=chunks
+    )
     broken = chunks[30]
     for _ in range(1 + len(chunks)):  # the ingest, then every chunk: one fails, the rest succeed
         job, _ = claim_one("w1")
@@ -266,7 +273,7 @@ def test_many_chunks_are_folded_with_the_failures_first_and_in_view(admin_client
 
     html = admin_client.get(page_url(ingest.pipeline_id)).content.decode()
 
-    fan_in = html[html.index('class="pl-fan-in"'):]
+    fan_in = html[html.index('class="pl-fan-in"') :]
     in_view, _, folded = fan_in.partition("<details>")
     assert re.findall(r'id="job-(\d+)"', in_view)[0] == str(broken.pk)  # the failure leads
     assert len(re.findall(r'class="pl-job ', in_view)) == 8

@@ -19,9 +19,15 @@ UNIT = catalog.spec("plane").unit
 
 
 def upload(client, travel) -> object:
-    return client.post("/admin/factors/dataentry/upload/", {
-        "report": travel.report_id, "module_type": "travel", "data_entry_type": "plane",
-        "file": SimpleUploadedFile("e.csv", csv_bytes(HEADER, plane_rows(5)))})
+    return client.post(
+        "/admin/factors/dataentry/upload/",
+        {
+            "report": travel.report_id,
+            "module_type": "travel",
+            "data_entry_type": "plane",
+            "file": SimpleUploadedFile("e.csv", csv_bytes(HEADER, plane_rows(5))),
+        },
+    )
 
 
 def test_an_entries_upload_redirects_to_its_pipeline_page(admin_client):
@@ -38,8 +44,10 @@ def test_an_entries_upload_redirects_to_its_pipeline_page(admin_client):
 def test_a_factors_upload_redirects_to_its_pipeline_page(admin_client):
     body = csv_bytes(["year", "haul", "cabin", "value", "unit"], [["2024", "short", "economy", "0.1", UNIT]])
 
-    response = admin_client.post("/admin/factors/emissionfactor/upload/", {
-        "data_entry_type": "plane", "file": SimpleUploadedFile("f.csv", body)})
+    response = admin_client.post(
+        "/admin/factors/emissionfactor/upload/",
+        {"data_entry_type": "plane", "file": SimpleUploadedFile("f.csv", body)},
+    )
 
     job = Job.objects.get()
     assert response.url == reverse("admin:jobs_job_pipeline", args=[job.pipeline_id])
@@ -61,6 +69,8 @@ def test_a_report_pages_badges_name_their_module_for_the_live_script(admin_clien
     page = admin_client.get(reverse("admin:factors_carbonreport_change", args=[travel.report_id]))
 
     html = page.content.decode()
-    assert (f'<span class="recalc-badge" data-busy="0" data-report="{travel.report_id}" '
-            f'data-module="{travel.pk}">Up to date</span>') in html
+    assert (
+        f'<span class="recalc-badge" data-busy="0" data-report="{travel.report_id}" '
+        f'data-module="{travel.pk}">Up to date</span>'
+    ) in html
     assert "factors/report_live.js" in html and "jobs/live.js" in html

@@ -37,5 +37,4 @@ def test_environment_variables_named_for_secrets_are_taken_out_from_a_minimum_le
 
 def test_credentials_of_any_url_are_taken_out():
     text = "fetching https://alice:hunter2@example.com/data and s3://bucket/key"
-    assert redact_secrets(text) == (f"fetching https://alice:{REDACTED}@example.com/data "
-                                    "and s3://bucket/key")
+    assert redact_secrets(text) == (f"fetching https://alice:{REDACTED}@example.com/data and s3://bucket/key")

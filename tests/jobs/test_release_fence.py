@@ -19,9 +19,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def waiting_on_a_lock() -> bool:
     probe = raw_connection()
     try:
-        return bool(probe.execute(
-            "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND query LIKE '%%jobs_job%%' AND pid <> pg_backend_pid()").fetchone())
+        return bool(
+            probe.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE '%%jobs_job%%' AND pid <> pg_backend_pid()"
+            ).fetchone()
+        )
     finally:
         probe.close()
 
@@ -36,8 +39,7 @@ def test_a_hand_back_that_waited_on_a_rescue_leaves_the_job_to_its_new_worker():
 
     def hand_back() -> None:
         try:
-            released["n"] = engine.release([claimed], batch.token, worker="w1",
-                                           started=[job.pk])
+            released["n"] = engine.release([claimed], batch.token, worker="w1", started=[job.pk])
         finally:
             connection.close()
 
@@ -51,8 +53,9 @@ def test_a_hand_back_that_waited_on_a_rescue_leaves_the_job_to_its_new_worker():
         else:
             pytest.fail("the hand-back never waited on the row")
         # Meanwhile the reaper rescued the job and w2 claimed and started it.
-        rival.execute("UPDATE jobs_job SET lease_token = gen_random_uuid(), attempts = 2 "
-                      "WHERE id = %s", [job.pk])
+        rival.execute(
+            "UPDATE jobs_job SET lease_token = gen_random_uuid(), attempts = 2 WHERE id = %s", [job.pk]
+        )
         rival.execute("COMMIT")
     finally:
         thread.join(10)

@@ -61,7 +61,12 @@ def test_a_dry_run_reports_exactly_what_the_prune_then_deletes_and_deletes_nothi
     assert row_counts() == before
     assert retention.prune() == dry
     assert dry.jobs == {"succeeded": 3, "cancelled": 0, "failed": 0}
-    assert dry.rows == {"jobs.Job": 3, "jobs.JobEvent": history, "jobs.Delivery": 2,
-                        "jobs.Event": 2, "channels_postgres.Message": 1,
-                        "channels_postgres.GroupChannel": 1}
+    assert dry.rows == {
+        "jobs.Job": 3,
+        "jobs.JobEvent": history,
+        "jobs.Delivery": 2,
+        "jobs.Event": 2,
+        "channels_postgres.Message": 1,
+        "channels_postgres.GroupChannel": 1,
+    }
     assert row_counts() == dict.fromkeys(before, 0)

@@ -87,8 +87,10 @@ class JobLifecycle(RuleBasedStateMachine):
         self._lose_token()
 
     @precondition(lambda self: self.token is not None and self.started)
-    @rule(outcome=st.sampled_from(["complete", "transient", "permanent", "snooze"]),
-          wake_on=st.sampled_from([None, "breaker", "other"]))
+    @rule(
+        outcome=st.sampled_from(["complete", "transient", "permanent", "snooze"]),
+        wake_on=st.sampled_from([None, "breaker", "other"]),
+    )
     def worker_reports(self, outcome: str, wake_on: str | None) -> None:
         before = self._reload()
         attempts = before.attempts
@@ -126,8 +128,11 @@ class JobLifecycle(RuleBasedStateMachine):
     def breaker_closes(self) -> None:
         """``wake`` makes the job due only while it sleeps on the key."""
         before = self._reload()
-        asleep = (before.state == State.PENDING and before.wake_key == "breaker"
-                  and before.run_after > self.clock.now())
+        asleep = (
+            before.state == State.PENDING
+            and before.wake_key == "breaker"
+            and before.run_after > self.clock.now()
+        )
         assert engine.wake("breaker") == int(asleep)
         after = self._reload()
         if asleep:
@@ -135,7 +140,10 @@ class JobLifecycle(RuleBasedStateMachine):
             assert after.events.last().kind == JobEvent.Kind.WOKEN
         else:
             assert (after.state, after.run_after, after.wake_key) == (
-                before.state, before.run_after, before.wake_key)
+                before.state,
+                before.run_after,
+                before.wake_key,
+            )
 
     @rule()
     def reaper_runs(self) -> None:
@@ -179,4 +187,5 @@ class JobLifecycle(RuleBasedStateMachine):
 @pytest.mark.django_db
 def test_the_job_lifecycle_keeps_its_invariants():
     run_state_machine_as_test(
-        JobLifecycle, settings=settings(max_examples=40, stateful_step_count=25, deadline=None))
+        JobLifecycle, settings=settings(max_examples=40, stateful_step_count=25, deadline=None)
+    )

@@ -56,14 +56,15 @@ def test_an_sse_stream_past_the_cap_is_a_429_naming_it_and_a_closed_one_frees_it
     *held, refused, others, again = run_streams(main)
     assert held == [200, 200]
     assert refused.status_code == 429 and int(refused["Retry-After"]) > 0
-    assert refused.json() == {"detail": "You have 2 event streams open, the most one user may "
-                                        "(STREAMS_MAX_PER_USER): close one to open another.",
-                              "limit": 2}
+    assert refused.json() == {
+        "detail": "You have 2 event streams open, the most one user may "
+        "(STREAMS_MAX_PER_USER): close one to open another.",
+        "limit": 2,
+    }
     assert (others, again) == (200, 200)
 
 
-def test_a_websocket_past_the_cap_is_closed_with_4429_and_sse_and_websockets_share_the_count(
-        cap):
+def test_a_websocket_past_the_cap_is_closed_with_4429_and_sse_and_websockets_share_the_count(cap):
     acme = tenant("Acme")
     alice = staff("alice", of=acme)
     job = make_job("tests.noop", tenant=acme)
@@ -86,7 +87,10 @@ def test_a_websocket_past_the_cap_is_closed_with_4429_and_sse_and_websockets_sha
 
     sse, refusal, closed, served = run_streams(main)
     assert sse == 200
-    assert refusal == {"error": "You have 2 event streams open, the most one user may "
-                                "(STREAMS_MAX_PER_USER): close one to open another.", "limit": 2}
+    assert refusal == {
+        "error": "You have 2 event streams open, the most one user may "
+        "(STREAMS_MAX_PER_USER): close one to open another.",
+        "limit": 2,
+    }
     assert closed == {"type": "websocket.close", "code": TOO_MANY_STREAMS}
     assert served == {"subscribed": {"job": job.pk}}

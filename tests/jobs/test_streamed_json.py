@@ -16,8 +16,23 @@ from jobs.contrib.api.streaming import LoneSurrogates, StreamedJSONParser
 
 # Pieces of a JSON string's text: surrogate halves, escaped backslashes (which make the
 # next "ud800" plain text), other escapes, plain characters.
-PARTS = [r"\ud800", r"\udbff", r"\udc00", r"\udfff", r"\ud83d", r"\ude00", "\\\\", "\\", "u",
-         "d800", r"\n", r"\u00e9", r"\"", "a", "é"]
+PARTS = [
+    r"\ud800",
+    r"\udbff",
+    r"\udc00",
+    r"\udfff",
+    r"\ud83d",
+    r"\ude00",
+    "\\\\",
+    "\\",
+    "u",
+    "d800",
+    r"\n",
+    r"\u00e9",
+    r"\"",
+    "a",
+    "é",
+]
 
 
 def is_text(body: bytes) -> bool | None:
@@ -54,10 +69,17 @@ def test_the_scanner_agrees_with_pythons_decoder_however_the_body_is_cut(parts, 
         assert scanned_as_text(body, [c for c in cuts if c <= len(body)]) == expected
 
 
-@pytest.mark.parametrize(("text", "ok"), [
-    (r'"\ud83d\ude00"', True), (r'"\ud800"', False), (r'"\udc00"', False),
-    (r'"x\\ud800"', True), (r'"x\\\ud800"', False), (r'"\ud800\ud800\udc00"', False),
-])
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        (r'"\ud83d\ude00"', True),
+        (r'"\ud800"', False),
+        (r'"\udc00"', False),
+        (r'"x\\ud800"', True),
+        (r'"x\\\ud800"', False),
+        (r'"\ud800\ud800\udc00"', False),
+    ],
+)
 def test_pairs_pass_and_lone_halves_do_not(text, ok):
     assert scanned_as_text(text.encode(), list(range(len(text)))) is ok
 
@@ -80,8 +102,7 @@ class Parser(StreamedJSONParser):
 def test_an_integer_beyond_64_bits_is_read_exactly(number):
     body = json.dumps({"before": [1.5, "x"], "big": number, "after": {"n": 2**62}}).encode()
 
-    assert Parser().parse(io.BytesIO(body)) == {"before": [1.5, "x"], "big": number,
-                                                "after": {"n": 2**62}}
+    assert Parser().parse(io.BytesIO(body)) == {"before": [1.5, "x"], "big": number, "after": {"n": 2**62}}
 
 
 def test_a_body_read_again_keeps_its_bounds():

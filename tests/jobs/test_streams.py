@@ -37,6 +37,7 @@ T = TypeVar("T")
 def db(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     """``fn`` in a worker thread whose connection is closed afterwards (an open one
     would keep the test database from being dropped)."""
+
     def closing(*args: Any) -> T:
         try:
             return fn(*args)
@@ -96,8 +97,11 @@ def test_the_hub_fans_out_by_filter_and_tenant():
         other_type = await hub.subscribe(Filter(types={"tests.flaky"}), True)
         await db(run_next)()
         await db(run_next)()
-        got = {"job": await collect(by_job, 2), "pipeline": await collect(by_pipeline, 2),
-               "acme": await collect(acme_types, 2)}
+        got = {
+            "job": await collect(by_job, 2),
+            "pipeline": await collect(by_pipeline, 2),
+            "acme": await collect(acme_types, 2),
+        }
         assert not other_type.pending
         return got
 
@@ -109,8 +113,22 @@ def test_the_hub_fans_out_by_filter_and_tenant():
     first = got["job"][0]
     assert first["pipeline"] == str(mine.pipeline_id) and first["type"] == "tests.noop"
     assert first["state"] == "running" and first["from_state"] == "pending"
-    assert set(first) == {"id", "job", "pipeline", "type", "parent", "kind", "from_state", "to_state",
-                          "state", "attempt", "at", "message", "progress", "worker"}
+    assert set(first) == {
+        "id",
+        "job",
+        "pipeline",
+        "type",
+        "parent",
+        "kind",
+        "from_state",
+        "to_state",
+        "state",
+        "attempt",
+        "at",
+        "message",
+        "progress",
+        "worker",
+    }
 
 
 def test_sse_replay_after_last_event_id_sends_exactly_what_was_missed_then_ends(settings):
@@ -125,8 +143,9 @@ def test_sse_replay_after_last_event_id_sends_exactly_what_was_missed_then_ends(
     async def main() -> str:
         client = AsyncClient()
         await client.aforce_login(user)
-        response = await client.get(f"/sync/pipelines/{parent.pipeline_id}/events",
-                                    headers={"Last-Event-ID": str(seen)})
+        response = await client.get(
+            f"/sync/pipelines/{parent.pipeline_id}/events", headers={"Last-Event-ID": str(seen)}
+        )
         assert response.status_code == 200 and response["Content-Type"] == "text/event-stream"
         return await read_stream(response)
 
@@ -161,7 +180,8 @@ def test_sse_of_a_failed_pipeline_ends_failed():
         return await read_stream(await client.get(f"/sync/pipelines/{job.pipeline_id}/events"))
 
     assert parse_sse(run_streams(main)) == [
-        ("end", {"pipeline": str(job.pipeline_id), "state": "failed"}, None)]
+        ("end", {"pipeline": str(job.pipeline_id), "state": "failed"}, None)
+    ]
 
 
 @pytest.mark.parametrize("value", ["abc", "-3", "1.5"])
@@ -188,8 +208,9 @@ def test_anonymous_sse_gets_401_and_no_events_and_a_token_works():
         client = AsyncClient()
         anonymous = await client.get(f"/jobs/{job.pk}/events")
         bad = await client.get(f"/jobs/{job.pk}/events", headers={"Authorization": "Token nope"})
-        good = await client.get(f"/jobs/{job.pk}/events?last_event_id=0",
-                                headers={"Authorization": f"Token {key}"})
+        good = await client.get(
+            f"/jobs/{job.pk}/events?last_event_id=0", headers={"Authorization": f"Token {key}"}
+        )
         return anonymous, bad, await read_stream(good)
 
     anonymous, bad, text = run_streams(main)
@@ -205,9 +226,14 @@ def test_another_tenants_job_and_pipeline_are_404():
     async def main() -> list[int]:
         client = AsyncClient()
         await client.aforce_login(user)
-        return [(await client.get(url)).status_code for url in (
-            f"/jobs/{job.pk}/events", f"/sync/pipelines/{job.pipeline_id}/events",
-            "/jobs/999999/events")]
+        return [
+            (await client.get(url)).status_code
+            for url in (
+                f"/jobs/{job.pk}/events",
+                f"/sync/pipelines/{job.pipeline_id}/events",
+                "/jobs/999999/events",
+            )
+        ]
 
     assert run_streams(main) == [404, 404, 404]
 
@@ -229,8 +255,12 @@ def test_websocket_subscriptions_deliver_events_and_answer_errors():
         connected, _ = await ws.connect()
         assert connected
         replies = []
-        for message in ({"subscribe": {"jobs": [mine.pk]}}, {"subscribe": {"job": foreign.pk}},
-                        {"subscribe": {"pipeline": "nope"}}, {"watch": 1}):
+        for message in (
+            {"subscribe": {"jobs": [mine.pk]}},
+            {"subscribe": {"job": foreign.pk}},
+            {"subscribe": {"pipeline": "nope"}},
+            {"watch": 1},
+        ):
             await ws.send_json_to(message)
             replies.append(await ws.receive_json_from(5))
         await db(run_next)()
@@ -247,7 +277,9 @@ def test_websocket_subscriptions_deliver_events_and_answer_errors():
     assert replies[1] == {"error": f"job {foreign.pk} not found"}
     assert "error" in replies[2] and "error" in replies[3]
     assert [(r["event"]["job"], r["event"]["kind"]) for r in replies[4:6]] == [
-        (mine.pk, "claimed"), (mine.pk, "succeeded")]
+        (mine.pk, "claimed"),
+        (mine.pk, "succeeded"),
+    ]
     assert replies[6] == {"unsubscribed": {"job": mine.pk}}
 
 
@@ -271,8 +303,10 @@ def test_every_insert_path_is_notified():
         sub = await get_hub().subscribe(Filter(jobs={job.pk}), True)
 
         def insert() -> None:
-            JobEvent.objects.bulk_create([JobEvent(job=job, at=job.created_at, kind="released",
-                                                   message=f"n{n}") for n in range(3)])
+            JobEvent.objects.bulk_create(
+                [JobEvent(job=job, at=job.created_at, kind="released", message=f"n{n}") for n in range(3)]
+            )
+
         await db(insert)()
         return await collect(sub, 3)
 
@@ -298,8 +332,9 @@ def test_sse_replay_of_a_mixed_pipeline_shows_only_the_readers_tenant():
     async def main() -> str:
         client = AsyncClient()
         await client.aforce_login(user)
-        return await read_stream(await client.get(f"/sync/pipelines/{ingest.pipeline_id}/events",
-                                                  {"last_event_id": 0}))
+        return await read_stream(
+            await client.get(f"/sync/pipelines/{ingest.pipeline_id}/events", {"last_event_id": 0})
+        )
 
     frames = parse_sse(run_streams(main))
     assert [int(i) for name, _, i in frames if name == "job"] == event_ids(job=acme)
@@ -329,8 +364,9 @@ def test_live_sse_of_a_mixed_pipeline_shows_only_the_readers_tenant():
     async def whole() -> str:
         client = AsyncClient()
         await client.aforce_login(operator)
-        return await read_stream(await client.get(f"/sync/pipelines/{ingest.pipeline_id}/events",
-                                                  {"last_event_id": 0}))
+        return await read_stream(
+            await client.get(f"/sync/pipelines/{ingest.pipeline_id}/events", {"last_event_id": 0})
+        )
 
     frames = parse_sse(run_streams(whole))
     assert {data["job"] for name, data, _ in frames if name == "job"} == {ingest.pk, acme.pk, globex.pk}
@@ -443,7 +479,6 @@ def test_a_lagging_websocket_is_closed_with_4000_and_opens_no_channel_layer():
     assert JobEventsConsumer.channel_layer_alias not in settings.CHANNEL_LAYERS
 
 
-
 def test_sse_replay_shows_members_the_failure_message_and_staff_the_traceback():
     acme = tenant("Acme")
     job = make_job("tests.crash_once", tenant=acme)
@@ -454,8 +489,9 @@ def test_sse_replay_shows_members_the_failure_message_and_staff_the_traceback():
         client = AsyncClient()
         await client.aforce_login(user)
         text = await read_stream(await client.get(f"/jobs/{job.pk}/events", {"last_event_id": 0}))
-        [message] = [data["message"] for name, data, _ in parse_sse(text)
-                     if name == "job" and data["kind"] == "failed"]
+        [message] = [
+            data["message"] for name, data, _ in parse_sse(text) if name == "job" and data["kind"] == "failed"
+        ]
         return message
 
     async def main() -> tuple[str, str]:

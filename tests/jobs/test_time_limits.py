@@ -65,8 +65,7 @@ def test_a_fast_handler_is_never_interrupted(clock):
     assert job.result == "finished"
 
 
-def test_a_handler_blocked_in_c_code_is_reported_stuck_and_fails_when_it_returns(
-        clock, settings, tmp_path):
+def test_a_handler_blocked_in_c_code_is_reported_stuck_and_fails_when_it_returns(clock, settings, tmp_path):
     settings.JOBS_STUCK_GRACE_SECONDS = 0.3
     job = make_job("tests.blocked", {"started": str(tmp_path / "started"), "for": 3})
     worker = EngineWorker(name="limits", batch_size=1)

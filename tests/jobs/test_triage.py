@@ -34,25 +34,33 @@ def groups_of() -> list[triage.FailureGroup]:
 # --- the masks ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("error", "expected"), [
-    ("KeyError: 'row 17'\n  File \"x.py\", line 3", "KeyError: 'row <n>'"),
-    ("LookupError: tenant 3f2a1b4c-1111-2222-3333-444455556666 has no unit",
-     "LookupError: tenant <uuid> has no unit"),
-    ("OSError: cannot read /var/data/acme/2026-11-27.csv: denied",
-     "OSError: cannot read <path>: denied"),
-    ("IntegrityError: object at 0x7f3a2b10 digest 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b",
-     "IntegrityError: object at <hex> digest <hex>"),
-    ("HandlerTimeout: ran past its time limit of 30 s", "HandlerTimeout: ran past its time limit of <n> s"),
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        ("KeyError: 'row 17'\n  File \"x.py\", line 3", "KeyError: 'row <n>'"),
+        (
+            "LookupError: tenant 3f2a1b4c-1111-2222-3333-444455556666 has no unit",
+            "LookupError: tenant <uuid> has no unit",
+        ),
+        ("OSError: cannot read /var/data/acme/2026-11-27.csv: denied", "OSError: cannot read <path>: denied"),
+        (
+            "IntegrityError: object at 0x7f3a2b10 digest 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b",
+            "IntegrityError: object at <hex> digest <hex>",
+        ),
+        (
+            "HandlerTimeout: ran past its time limit of 30 s",
+            "HandlerTimeout: ran past its time limit of <n> s",
+        ),
+        ("", ""),
+    ],
+)
 def test_what_varies_from_job_to_job_is_masked(error, expected):
     assert triage.pattern(error) == expected
 
 
 # Printable text and a few letters beyond ASCII: what error messages are made of. (Control
 # characters are left out: "whitespace" among them is a matter of locale to PostgreSQL.)
-ERROR_TEXT = st.text(alphabet=string.printable.replace("\x0b", "").replace("\x0c", "") + "éü€",
-                     max_size=120)
+ERROR_TEXT = st.text(alphabet=string.printable.replace("\x0b", "").replace("\x0c", "") + "éü€", max_size=120)
 
 
 @settings(max_examples=60, deadline=None)
@@ -60,8 +68,13 @@ ERROR_TEXT = st.text(alphabet=string.printable.replace("\x0b", "").replace("\x0c
 def test_postgresql_masks_an_error_exactly_as_python_does(error):
     job = make_job()
     Job.objects.filter(pk=job.pk).update(last_error=error)
-    in_sql = (Job.objects.filter(pk=job.pk).annotate(pattern=triage.pattern_expression())
-              .annotate(fingerprint=triage.md5_expression()).values_list("pattern", "fingerprint").get())
+    in_sql = (
+        Job.objects.filter(pk=job.pk)
+        .annotate(pattern=triage.pattern_expression())
+        .annotate(fingerprint=triage.md5_expression())
+        .values_list("pattern", "fingerprint")
+        .get()
+    )
     assert in_sql == (triage.pattern(error), triage.fingerprint(job.type, triage.pattern(error)))
     job.delete()
 
@@ -241,8 +254,9 @@ def test_a_job_that_cannot_be_retried_is_counted_with_its_reason(client, clock):
 
     first.refresh_from_db()
     assert first.state == Job.State.FAILED
-    assert any(m.startswith("1 job(s) left alone:") and "unique key 'daily'" in m
-               for m in messages_of(response))
+    assert any(
+        m.startswith("1 job(s) left alone:") and "unique key 'daily'" in m for m in messages_of(response)
+    )
 
 
 def test_a_quarantined_deliverys_job_is_not_in_any_group(clock):

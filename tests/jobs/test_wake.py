@@ -34,8 +34,9 @@ def test_a_probe_that_closes_the_breaker_wakes_the_job_waiting_on_it(clock):
     waiting = asleep()
     assert "(or until 'breaker:acme:api.example.com' is woken)" in waiting.events.last().message
     assert run_until_idle() == 0  # asleep, and the clock stands still
-    assert jobs.explain(waiting) == ("waiting for run_after (snoozed): due in 5\xa0minutes, or as "
-                                     f"soon as {BREAKER!r} is woken")
+    assert jobs.explain(waiting) == (
+        f"waiting for run_after (snoozed): due in 5\xa0minutes, or as soon as {BREAKER!r} is woken"
+    )
 
     probe = make_job("tests.probe", {"key": BREAKER})
     assert run_until_idle() == 2  # the probe, then in the next batch the job it woke
@@ -46,7 +47,11 @@ def test_a_probe_that_closes_the_breaker_wakes_the_job_waiting_on_it(clock):
     assert (waiting.state, waiting.result, waiting.attempts) == (Job.State.SUCCEEDED, "delivered", 1)
     woken = waiting.events.get(kind=JobEvent.Kind.WOKEN)
     assert (woken.at, woken.attempt, woken.from_state, woken.to_state) == (
-        clock.now(), 1, Job.State.PENDING, Job.State.PENDING)
+        clock.now(),
+        1,
+        Job.State.PENDING,
+        Job.State.PENDING,
+    )
     assert woken.message == f"woken by {BREAKER!r}"
     assert waiting.wake_key is None
 
@@ -60,8 +65,7 @@ def test_wake_touches_only_the_jobs_asleep_on_its_key(clock):
 
     assert jobs.wake(BREAKER) == 1
 
-    assert set(Job.objects.exclude(pk=mine.pk).values_list("pk", "run_after", "wake_key")
-               ) == untouched
+    assert set(Job.objects.exclude(pk=mine.pk).values_list("pk", "run_after", "wake_key")) == untouched
     assert {other.pk, plain.pk} == {pk for pk, _, _ in untouched}
     assert {key for _, _, key in untouched} == {"breaker:globex:api.example.com", None}
     mine.refresh_from_db()
@@ -125,15 +129,19 @@ def test_a_wake_signals_the_idle_workers(clock, running_worker):  # noqa: F811
     # after, it could erase a signal the worker had just given, and never give another.
     running_worker.idle.clear()
     job = make_job("tests.wait_for_probe", {"key": BREAKER})
-    wait_until(lambda: Job.objects.filter(pk=job.pk, wake_key=BREAKER).exists(), timeout=10,
-               what="the job to snooze")
+    wait_until(
+        lambda: Job.objects.filter(pk=job.pk, wake_key=BREAKER).exists(), timeout=10, what="the job to snooze"
+    )
     assert running_worker.idle.wait(10)
 
     started = time.monotonic()
     assert jobs.wake(BREAKER) == 1
     # It runs again at once (and, its breaker still open, snoozes again).
-    wait_until(lambda: list(job.events.values_list("kind", flat=True))[-3:] == [
-        "woken", "claimed", "snoozed"], timeout=5, what="the woken job to run")
+    wait_until(
+        lambda: list(job.events.values_list("kind", flat=True))[-3:] == ["woken", "claimed", "snoozed"],
+        timeout=5,
+        what="the woken job to run",
+    )
     assert time.monotonic() - started < 5
     assert state_of(job) == Job.State.PENDING
 

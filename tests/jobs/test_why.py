@@ -13,8 +13,9 @@ pytestmark = pytest.mark.django_db
 
 
 def live_worker(clock, queues=(), name="w1"):
-    Worker.objects.create(name=name, hostname="h", pid=1, queues=list(queues),
-                          started_at=clock.now(), last_seen_at=clock.now())
+    Worker.objects.create(
+        name=name, hostname="h", pid=1, queues=list(queues), started_at=clock.now(), last_seen_at=clock.now()
+    )
 
 
 def running_on(clock, worker: str) -> Job:
@@ -35,18 +36,24 @@ def test_it_says_when_a_job_waits_for_its_backoff(clock):
 def test_a_failed_job_says_what_went_wrong():
     job = make_job("tests.noop")
     Job.objects.filter(pk=job.pk).update(
-        state=Job.State.FAILED, error_kind=Job.ErrorKind.PERMANENT, finished_at=job.created_at,
-        last_error="KeyError: 'module'\n  File \"handlers.py\", line 3, in run\n")
+        state=Job.State.FAILED,
+        error_kind=Job.ErrorKind.PERMANENT,
+        finished_at=job.created_at,
+        last_error="KeyError: 'module'\n  File \"handlers.py\", line 3, in run\n",
+    )
     job.refresh_from_db()
     assert explain(job) == "failed (Permanent): KeyError: 'module'; retry it to run again"
 
 
-@pytest.mark.parametrize(("error", "line"), [
-    ("", ""),
-    ("ValueError: bad row\nTraceback (most recent call last):\n  ...", "ValueError: bad row"),
-    ("Traceback (most recent call last):\n  File x\nOSError: disk full\n", "OSError: disk full"),
-    ("x" * 300, "x" * 199 + "…"),
-])
+@pytest.mark.parametrize(
+    ("error", "line"),
+    [
+        ("", ""),
+        ("ValueError: bad row\nTraceback (most recent call last):\n  ...", "ValueError: bad row"),
+        ("Traceback (most recent call last):\n  File x\nOSError: disk full\n", "OSError: disk full"),
+        ("x" * 300, "x" * 199 + "…"),
+    ],
+)
 def test_the_error_line_is_what_went_wrong(error, line):
     assert error_line(error) == line
 
@@ -106,10 +113,12 @@ def test_an_expired_lease_with_a_live_worker_is_left_to_its_reaper(clock):
     clock.advance(60)
     live_worker(clock, name="host:10")
 
-    assert explain(job) == (f"running on host:9, but its lease expired at "
-                            f"{job.lease_expires_at:%H:%M:%S}; the reaper of a live worker "
-                            f"rescues it between that worker's batches, or recover it now with "
-                            f"the admin's Recover action or POST /api/jobs/{job.pk}/recover/")
+    assert explain(job) == (
+        f"running on host:9, but its lease expired at "
+        f"{job.lease_expires_at:%H:%M:%S}; the reaper of a live worker "
+        f"rescues it between that worker's batches, or recover it now with "
+        f"the admin's Recover action or POST /api/jobs/{job.pk}/recover/"
+    )
 
 
 def test_an_expired_lease_with_no_live_worker_says_nothing_will_rescue_it_and_what_would(clock):
@@ -120,20 +129,24 @@ def test_an_expired_lease_with_no_live_worker_says_nothing_will_rescue_it_and_wh
     why = explain(job)
 
     assert "the reaper will" not in why and "live worker's reaper" not in why
-    assert why == (f"running on host:9, but its lease expired at {job.lease_expires_at:%H:%M:%S} "
-                   f"and no worker is alive to rescue it: starting the cluster (manage.py "
-                   f"qcluster) will, as will manage.py jobs_recover_stale; or recover it with "
-                   f"the admin's Recover action or POST /api/jobs/{job.pk}/recover/")
+    assert why == (
+        f"running on host:9, but its lease expired at {job.lease_expires_at:%H:%M:%S} "
+        f"and no worker is alive to rescue it: starting the cluster (manage.py "
+        f"qcluster) will, as will manage.py jobs_recover_stale; or recover it with "
+        f"the admin's Recover action or POST /api/jobs/{job.pk}/recover/"
+    )
 
 
 def test_a_live_lease_of_a_worker_that_is_gone_says_who_rescues_it_when(clock):
     job = running_on(clock, "host:9")  # its worker's row is gone (stopped, or reaped)
     live_worker(clock, name="host:10")
 
-    assert explain(job) == (f"running on host:9, but that worker is no longer registered; once "
-                            f"its lease ends at {job.lease_expires_at:%H:%M:%S}, a live worker's "
-                            f"reaper will rescue it, or recover it now with the admin's Recover "
-                            f"action or POST /api/jobs/{job.pk}/recover/")
+    assert explain(job) == (
+        f"running on host:9, but that worker is no longer registered; once "
+        f"its lease ends at {job.lease_expires_at:%H:%M:%S}, a live worker's "
+        f"reaper will rescue it, or recover it now with the admin's Recover "
+        f"action or POST /api/jobs/{job.pk}/recover/"
+    )
 
 
 def test_a_live_lease_of_a_stale_worker_with_none_alive_says_nothing_will_rescue_it(clock, settings):
@@ -144,12 +157,15 @@ def test_a_live_lease_of_a_stale_worker_with_none_alive_says_nothing_will_rescue
 
     why = explain(job)
 
-    assert why.startswith(f"running on host:9, but that worker was last seen at "
-                          f"{job.locked_at:%H:%M:%S} and no worker is alive: once its lease ends "
-                          f"at {job.lease_expires_at:%H:%M:%S}, starting the cluster (manage.py "
-                          f"qcluster) or manage.py jobs_recover_stale will rescue it")
-    assert why.endswith(f"or recover it now with the admin's Recover action or "
-                        f"POST /api/jobs/{job.pk}/recover/")
+    assert why.startswith(
+        f"running on host:9, but that worker was last seen at "
+        f"{job.locked_at:%H:%M:%S} and no worker is alive: once its lease ends "
+        f"at {job.lease_expires_at:%H:%M:%S}, starting the cluster (manage.py "
+        f"qcluster) or manage.py jobs_recover_stale will rescue it"
+    )
+    assert why.endswith(
+        f"or recover it now with the admin's Recover action or POST /api/jobs/{job.pk}/recover/"
+    )
 
 
 def test_another_tenants_job_with_the_same_key_neither_blocks_nor_is_named(clock):
@@ -193,5 +209,6 @@ def test_it_names_the_job_of_the_same_key_that_goes_first(clock):
     first = make_job("tests.keyed", concurrency_key="module:1")
     second = make_job("tests.keyed", concurrency_key="module:1")
 
-    assert explain(second) == ("jobs of its concurrency key 'module:1' run in the order they "
-                               f"came: job {first.pk} goes first")
+    assert explain(second) == (
+        f"jobs of its concurrency key 'module:1' run in the order they came: job {first.pk} goes first"
+    )

@@ -18,7 +18,6 @@ def rates(settings):
 
     def set_rates(**scopes: str) -> None:
         current = settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]
-        settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK,
-                                   "DEFAULT_THROTTLE_RATES": {**current, **scopes}}
+        settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {**current, **scopes}}
 
     return set_rates

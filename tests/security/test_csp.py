@@ -31,9 +31,13 @@ def root_client() -> Client:
 
 
 def test_every_kind_of_response_carries_the_policy(root_client):
-    responses = [Client().get("/admin/login/"), root_client.get("/admin/"),
-                 APIClient().get("/api/jobs/"), root_client.get("/api/docs/"),
-                 root_client.get("/api/schema/")]
+    responses = [
+        Client().get("/admin/login/"),
+        root_client.get("/admin/"),
+        APIClient().get("/api/jobs/"),
+        root_client.get("/api/docs/"),
+        root_client.get("/api/schema/"),
+    ]
 
     for response in responses:
         directives = policy(response)
@@ -67,17 +71,29 @@ def test_our_pages_have_no_style_attribute_inline_script_or_unnonced_style(root_
     job = make_job("tests.noop", tenant=tenant())
     event = publish("tests.Happened", {"n": 1})
     run = ingest_services.start_ingest(ingest_builders.source(tenant()))
-    pages = ["/admin/", "/admin/jobs/job/", f"/admin/jobs/job/{job.pk}/change/",
-             f"/admin/jobs/job/pipeline/{job.pipeline_id}/",
-             f"/admin/jobs/job/pipeline/{job.pipeline_id}/graph/", "/admin/jobs/job/dashboard/",
-             f"/admin/jobs/event/{event.pk}/change/", "/admin/jobs/event/",
-             "/admin/factors/dataentry/upload/", "/api/docs/", "/admin/axes/accessattempt/",
-             "/admin/ingest/ingestsource/", "/admin/ingest/ingestsource/add/",
-             f"/admin/ingest/ingestsource/{run.source_id}/change/", "/admin/ingest/ingestrun/",
-             f"/admin/ingest/ingestrun/{run.pk}/change/", f"/admin/ingest/ingestrun/{run.pk}/timeline/",
-             "/admin/ingest/runnerbreaker/", "/admin/ingest/hooktemplate/",
-             "/admin/ingest/hooktemplate/add/",
-             f"/admin/ingest/hooktemplate/{run.source.hooks.get().template_id}/change/"]
+    pages = [
+        "/admin/",
+        "/admin/jobs/job/",
+        f"/admin/jobs/job/{job.pk}/change/",
+        f"/admin/jobs/job/pipeline/{job.pipeline_id}/",
+        f"/admin/jobs/job/pipeline/{job.pipeline_id}/graph/",
+        "/admin/jobs/job/dashboard/",
+        f"/admin/jobs/event/{event.pk}/change/",
+        "/admin/jobs/event/",
+        "/admin/factors/dataentry/upload/",
+        "/api/docs/",
+        "/admin/axes/accessattempt/",
+        "/admin/ingest/ingestsource/",
+        "/admin/ingest/ingestsource/add/",
+        f"/admin/ingest/ingestsource/{run.source_id}/change/",
+        "/admin/ingest/ingestrun/",
+        f"/admin/ingest/ingestrun/{run.pk}/change/",
+        f"/admin/ingest/ingestrun/{run.pk}/timeline/",
+        "/admin/ingest/runnerbreaker/",
+        "/admin/ingest/hooktemplate/",
+        "/admin/ingest/hooktemplate/add/",
+        f"/admin/ingest/hooktemplate/{run.source.hooks.get().template_id}/change/",
+    ]
 
     for url in pages:
         response = root_client.get(url)

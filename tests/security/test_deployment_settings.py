@@ -29,20 +29,36 @@ print(json.dumps({name: getattr(settings, name) for name in names}))
 
 def production_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """What a deployment sets: no development shortcuts, a long random key, its host."""
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("JOBS_", "CONVEYOR_", "THROTTLE_", "HSTS_", "HTTPS_"))
-           and key not in {"DEBUG", "SECRET_KEY", "REDIS_URL", "ALLOWED_HOSTS",
-                           "PROXY_SETS_X_FORWARDED_PROTO", "DJANGO_SETTINGS_MODULE"}}
-    env.update(DJANGO_SETTINGS_MODULE="project.settings", DATABASE_URL=database_url(),
-               CONVEYOR_VAR_DIR=str(tmp_path), DEBUG="false",
-               SECRET_KEY=secrets.token_urlsafe(64), ALLOWED_HOSTS="conveyor.example.com")
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("JOBS_", "CONVEYOR_", "THROTTLE_", "HSTS_", "HTTPS_"))
+        and key
+        not in {
+            "DEBUG",
+            "SECRET_KEY",
+            "REDIS_URL",
+            "ALLOWED_HOSTS",
+            "PROXY_SETS_X_FORWARDED_PROTO",
+            "DJANGO_SETTINGS_MODULE",
+        }
+    }
+    env.update(
+        DJANGO_SETTINGS_MODULE="project.settings",
+        DATABASE_URL=database_url(),
+        CONVEYOR_VAR_DIR=str(tmp_path),
+        DEBUG="false",
+        SECRET_KEY=secrets.token_urlsafe(64),
+        ALLOWED_HOSTS="conveyor.example.com",
+    )
     env.update(extra)
     return env
 
 
 def manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def last_line(result: subprocess.CompletedProcess[str]) -> str:
@@ -57,8 +73,9 @@ def settings_under(env: dict[str, str]) -> dict:
 
 
 def test_check_deploy_is_clean_with_the_https_switch_on(tmp_path):
-    result = manage(production_env(tmp_path, HTTPS_ONLY="true"),
-                    "check", "--deploy", "--fail-level", "WARNING")
+    result = manage(
+        production_env(tmp_path, HTTPS_ONLY="true"), "check", "--deploy", "--fail-level", "WARNING"
+    )
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
@@ -84,8 +101,7 @@ def test_the_switch_sets_redirect_secure_cookies_and_hsts(tmp_path):
 
 def test_the_proxy_header_is_trusted_only_when_the_deployment_says_its_proxy_sets_it(tmp_path):
     assert settings_under(production_env(tmp_path, HTTPS_ONLY="true"))["SECURE_PROXY_SSL_HEADER"] is None
-    trusted = settings_under(production_env(tmp_path, HTTPS_ONLY="true",
-                                            PROXY_SETS_X_FORWARDED_PROTO="true"))
+    trusted = settings_under(production_env(tmp_path, HTTPS_ONLY="true", PROXY_SETS_X_FORWARDED_PROTO="true"))
 
     assert trusted["SECURE_PROXY_SSL_HEADER"] == ["HTTP_X_FORWARDED_PROTO", "https"]
 

@@ -112,8 +112,7 @@ def test_the_admin_dashboard_page_counts_with_the_api_dashboard(rates, address):
 def test_random_tokens_get_401_then_429_from_that_address(rates, address):
     rates(failed_auth="5/min")
 
-    codes = [from_address(address, random_token()).get("/api/jobs/").status_code
-             for _ in range(200)]
+    codes = [from_address(address, random_token()).get("/api/jobs/").status_code for _ in range(200)]
 
     assert codes[:5] == [401] * 5
     assert set(codes[5:]) == {429}
@@ -122,8 +121,7 @@ def test_random_tokens_get_401_then_429_from_that_address(rates, address):
     assert 0 < int(refused["Retry-After"]) <= 60
 
 
-def test_over_the_rate_wrong_tokens_get_429_and_a_right_one_from_the_same_address_passes(
-        rates, address):
+def test_over_the_rate_wrong_tokens_get_429_and_a_right_one_from_the_same_address_passes(rates, address):
     # A shared address (a NAT) where one client sends wrong tokens must not lock the
     # others out: only wrong tokens are refused (jobs.throttling.wrong_token says why
     # that opens no door to guessing).
@@ -133,8 +131,7 @@ def test_over_the_rate_wrong_tokens_get_429_and_a_right_one_from_the_same_addres
         from_address(address, random_token()).get("/api/jobs/")
 
     assert from_address(address, random_token()).get("/api/jobs/").status_code == 429
-    assert [from_address(address, token).get("/api/jobs/").status_code for _ in range(3)] == [
-        200, 200, 200]
+    assert [from_address(address, token).get("/api/jobs/").status_code for _ in range(3)] == [200, 200, 200]
     assert from_address(address, random_token()).get("/api/jobs/").status_code == 429
 
 
@@ -162,8 +159,12 @@ def test_a_right_token_is_not_counted_as_a_failure(rates, address):
 def test_a_forged_x_forwarded_for_does_not_start_a_fresh_count(rates, address):
     rates(failed_auth="3/min")
 
-    codes = [from_address(address, random_token(), HTTP_X_FORWARDED_FOR=f"198.51.100.{n}")
-             .get("/api/jobs/").status_code for n in range(5)]
+    codes = [
+        from_address(address, random_token(), HTTP_X_FORWARDED_FOR=f"198.51.100.{n}")
+        .get("/api/jobs/")
+        .status_code
+        for n in range(5)
+    ]
 
     assert codes == [401, 401, 401, 429, 429]
 
@@ -175,8 +176,11 @@ def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_count(rates, s
     def through_proxy(client: str) -> int:
         # The proxy appends the address it saw to whatever the client sent.
         forwarded = f"203.0.113.99, {client}"
-        return (from_address(address, random_token(), HTTP_X_FORWARDED_FOR=forwarded)
-                .get("/api/jobs/").status_code)
+        return (
+            from_address(address, random_token(), HTTP_X_FORWARDED_FOR=forwarded)
+            .get("/api/jobs/")
+            .status_code
+        )
 
     assert [through_proxy("198.51.100.1") for _ in range(3)] == [401, 401, 429]
     assert through_proxy("198.51.100.2") == 401
@@ -186,8 +190,12 @@ def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_count(rates, s
 def test_the_event_streams_count_wrong_tokens_too(rates, address):
     rates(failed_auth="2/min")
 
-    codes = [Client(REMOTE_ADDR=address, HTTP_AUTHORIZATION=f"Token {random_token()}")
-             .get("/jobs/1/events").status_code for _ in range(4)]
+    codes = [
+        Client(REMOTE_ADDR=address, HTTP_AUTHORIZATION=f"Token {random_token()}")
+        .get("/jobs/1/events")
+        .status_code
+        for _ in range(4)
+    ]
 
     assert codes == [401, 401, 429, 429]
 
@@ -200,12 +208,14 @@ def test_a_rate_setting_that_is_not_a_rate_is_refused(monkeypatch, value):
         env_rate("THROTTLE_USER_RATE", "60/min")
 
 
-def post_large_body(address: str, authorization: str, path: str = "/sync/dispatch"
-                    ) -> tuple[int, dict[bytes, bytes]]:
+def post_large_body(
+    address: str, authorization: str, path: str = "/sync/dispatch"
+) -> tuple[int, dict[bytes, bytes]]:
     """A 50 MB body declared to the body limiter; (status, headers) of its answer, or
     200 when it let the request through to the application."""
-    limits = BodyLimits.of(default=1_000, anonymous=500,
-                           by_prefix={"/sync/dispatch": 10**8, "/internal/exports/": 10**8})
+    limits = BodyLimits.of(
+        default=1_000, anonymous=500, by_prefix={"/sync/dispatch": 10**8, "/internal/exports/": 10**8}
+    )
     sent: list[dict[str, Any]] = []
 
     async def django(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -214,9 +224,13 @@ def post_large_body(address: str, authorization: str, path: str = "/sync/dispatc
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": path, "client": (address, 40000),
-             "headers": [(b"content-length", b"50000000"),
-                         (b"authorization", authorization.encode())]}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "client": (address, 40000),
+        "headers": [(b"content-length", b"50000000"), (b"authorization", authorization.encode())],
+    }
     async_to_sync(BodyLimit(django, limits))(scope, None, send)
     return sent[0]["status"], dict(sent[0]["headers"])
 
@@ -240,8 +254,12 @@ def test_the_body_limiter_takes_the_worker_token_and_counts_wrong_ones(rates, se
     report = "/internal/exports/jobs/1/report"
 
     assert post_large_body(address, f"Bearer {WORKER_TOKEN}", report)[0] == 200
-    assert [post_large_body(address, f"Bearer {random_token()}", report)[0]
-            for _ in range(4)] == [401, 401, 429, 429]
+    assert [post_large_body(address, f"Bearer {random_token()}", report)[0] for _ in range(4)] == [
+        401,
+        401,
+        429,
+        429,
+    ]
     assert post_large_body(address, f"Bearer {WORKER_TOKEN}", report)[0] == 200
     # The worker's token is no credential anywhere else.
     assert post_large_body("192.0.2.8", f"Bearer {WORKER_TOKEN}")[0] == 401
@@ -254,12 +272,10 @@ WORKER_TOKEN = secrets.token_urlsafe(32)
 
 def worker_claims(address: str, token: str) -> int:
     client = APIClient(REMOTE_ADDR=address, HTTP_AUTHORIZATION=f"Bearer {token}")
-    return client.post("/internal/exports/claim", {"worker": "w", "limit": 1},
-                       format="json").status_code
+    return client.post("/internal/exports/claim", {"worker": "w", "limit": 1}, format="json").status_code
 
 
-def test_wrong_worker_tokens_get_403_then_429_and_the_right_one_still_passes(rates, settings,
-                                                                            address):
+def test_wrong_worker_tokens_get_403_then_429_and_the_right_one_still_passes(rates, settings, address):
     settings.EXPORTS_WORKER_TOKEN = WORKER_TOKEN
     rates(failed_auth="3/min")
 

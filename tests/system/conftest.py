@@ -82,8 +82,7 @@ class Proc:
         try:
             return self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"{self.name} still running after {timeout:g}s\n"
-                                 f"{self.tail()}") from None
+            raise AssertionError(f"{self.name} still running after {timeout:g}s\n{self.tail()}") from None
 
     def read_line(self, timeout: float) -> str:
         """The next line of the process's stdout (which must be a pipe)."""
@@ -118,8 +117,12 @@ class Processes:
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {key: value for key, value in os.environ.items() if not key.startswith("JOBS_")}
-        env.update(DATABASE_URL=database_url(), DJANGO_SETTINGS_MODULE="project.test_settings",
-                   CONVEYOR_ALLOW_DEV_SECRET="1", PYTHONUNBUFFERED="1")
+        env.update(
+            DATABASE_URL=database_url(),
+            DJANGO_SETTINGS_MODULE="project.test_settings",
+            CONVEYOR_ALLOW_DEV_SECRET="1",
+            PYTHONUNBUFFERED="1",
+        )
         # Staged uploads are found by id under the staging root, so every process of a
         # test must share the test's own one.
         staging_url = getattr(settings, "INTAKE_STAGING_URL", None)
@@ -128,14 +131,19 @@ class Processes:
         env.update(extra)
         return env
 
-    def start(self, name: str, args: list[str], *, env: dict[str, str] | None = None,
-              stdout_pipe: bool = False) -> Proc:
+    def start(
+        self, name: str, args: list[str], *, env: dict[str, str] | None = None, stdout_pipe: bool = False
+    ) -> Proc:
         log = self.logs / f"{name}.log"
         with log.open("wb") as sink:
             popen = subprocess.Popen(
-                [sys.executable, *args], cwd=ROOT, env=env or self.env(),
+                [sys.executable, *args],
+                cwd=ROOT,
+                env=env or self.env(),
                 stdout=subprocess.PIPE if stdout_pipe else sink,
-                stderr=sink, stdin=subprocess.DEVNULL, start_new_session=True,
+                stderr=sink,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
         proc = Proc(name, popen, log)
         self.started.append(proc)
@@ -147,8 +155,7 @@ class Processes:
     def web(self, env: dict[str, str] | None = None) -> tuple[Proc, int]:
         """The web process (``python -m project.web``) on a free port, once it listens."""
         port = free_port()
-        web = self.start("web", ["-m", "project.web", "--host", "127.0.0.1", "--port", str(port)],
-                         env=env)
+        web = self.start("web", ["-m", "project.web", "--host", "127.0.0.1", "--port", str(port)], env=env)
         wait_until(lambda: listening(port) or web.exited(), 30, "the web process to listen")
         assert not web.exited(), web.tail()
         return web, port
@@ -233,12 +240,18 @@ def private_postgres() -> Iterator[PrivatePostgres]:
     private = PrivatePostgres(embedded_db.ensure_running(data_dir))
     try:
         private.execute(f"CREATE DATABASE {TEMPLATE_DB}")
-        env = {**os.environ, "DATABASE_URL": private.server.url(TEMPLATE_DB),
-               "DJANGO_SETTINGS_MODULE": "project.test_settings", "CONVEYOR_ALLOW_DEV_SECRET": "1"}
-        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env,
-                       check=True, timeout=300)
-        private.execute("CREATE TABLE tests_hits (job_id bigint PRIMARY KEY, "
-                        "worker_pid integer NOT NULL)", TEMPLATE_DB)
+        env = {
+            **os.environ,
+            "DATABASE_URL": private.server.url(TEMPLATE_DB),
+            "DJANGO_SETTINGS_MODULE": "project.test_settings",
+            "CONVEYOR_ALLOW_DEV_SECRET": "1",
+        }
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=300
+        )
+        private.execute(
+            "CREATE TABLE tests_hits (job_id bigint PRIMARY KEY, worker_pid integer NOT NULL)", TEMPLATE_DB
+        )
         yield private
     finally:
         embedded_db.stop(data_dir, "immediate")
@@ -246,8 +259,7 @@ def private_postgres() -> Iterator[PrivatePostgres]:
 
 
 @pytest.fixture
-def private_database(private_postgres: PrivatePostgres, transactional_db: None
-                     ) -> Iterator[PrivatePostgres]:
+def private_database(private_postgres: PrivatePostgres, transactional_db: None) -> Iterator[PrivatePostgres]:
     """Point this test, and the processes it starts, at a fresh copy of the template on
     the private server; the test may stop or restart that server.
 
@@ -258,8 +270,9 @@ def private_database(private_postgres: PrivatePostgres, transactional_db: None
     private_postgres.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE_DB}")
     connection.close()
     saved = dict(connection.settings_dict)
-    connection.settings_dict.update(NAME=name, HOST=private_postgres.server.socket_dir, PORT="",
-                                    USER="postgres", PASSWORD="")
+    connection.settings_dict.update(
+        NAME=name, HOST=private_postgres.server.socket_dir, PORT="", USER="postgres", PASSWORD=""
+    )
     try:
         yield private_postgres
     finally:

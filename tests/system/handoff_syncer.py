@@ -35,15 +35,23 @@ def main(name: str, source_id: int, first: int, last: int, rounds: int, gate: in
 
     source = IngestSource.objects.get(pk=source_id)
     for round_ in range(rounds):
-        items = [{"external_id": reference(n), "payload": payload(n, round_)}
-                 for n in range(first, last + 1)]
+        items = [{"external_id": reference(n), "payload": payload(n, round_)} for n in range(first, last + 1)]
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_lock_shared(%s, %s)", [gate, round_])
         counts = services.sync(source, f"round-{round_}-{name}", items).handoffs
-        print(json.dumps({"round": round_, "queued": counts.queued, "completed": counts.completed,
-                          "failed": counts.failed, "skipped": counts.skipped,
-                          "reasons": {str(reason): n for reason, n in counts.reasons.items()}}),
-              flush=True)
+        print(
+            json.dumps(
+                {
+                    "round": round_,
+                    "queued": counts.queued,
+                    "completed": counts.completed,
+                    "failed": counts.failed,
+                    "skipped": counts.skipped,
+                    "reasons": {str(reason): n for reason, n in counts.reasons.items()},
+                }
+            ),
+            flush=True,
+        )
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock_shared(%s, %s)", [gate, round_])
 

@@ -44,9 +44,17 @@ def main(rounds: int, gate: int) -> None:
             cursor.execute("SELECT pg_advisory_lock_shared(%s, %s)", [gate, round_])
         before = losses.count
         batch = engine.claim(f"claimer-{round_}", limit=1, types=["tests.keyed"])
-        print(json.dumps({"round": round_, "won": [job.pk for job in batch.jobs],
-                          "token": str(batch.token), "lost_at_index": losses.count > before}),
-              flush=True)
+        print(
+            json.dumps(
+                {
+                    "round": round_,
+                    "won": [job.pk for job in batch.jobs],
+                    "token": str(batch.token),
+                    "lost_at_index": losses.count > before,
+                }
+            ),
+            flush=True,
+        )
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock_shared(%s, %s)", [gate, round_])
 

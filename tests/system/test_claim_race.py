@@ -21,8 +21,7 @@ WORKERS = 8
 
 def lock_waiters() -> int:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_locks WHERE relation = 'jobs_job'::regclass "
-                       "AND NOT granted")
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE relation = 'jobs_job'::regclass AND NOT granted")
         return cursor.fetchone()[0]
 
 
@@ -34,8 +33,7 @@ def test_eight_processes_drain_twenty_thousand_jobs_exactly_once(processes, hits
     try:
         gate.execute("BEGIN")
         gate.execute("LOCK TABLE jobs_job IN EXCLUSIVE MODE")
-        workers = [processes.manage(f"worker-{n}", "jobs_worker", "--exit-when-idle")
-                   for n in range(WORKERS)]
+        workers = [processes.manage(f"worker-{n}", "jobs_worker", "--exit-when-idle") for n in range(WORKERS)]
         wait_until(lambda: lock_waiters() >= WORKERS, 60, "every worker to reach its first claim")
         started = time.monotonic()
         gate.execute("COMMIT")
@@ -50,8 +48,7 @@ def test_eight_processes_drain_twenty_thousand_jobs_exactly_once(processes, hits
     assert jobs.count() == JOBS
     assert jobs.exclude(state=Job.State.SUCCEEDED).count() == 0
     assert jobs.exclude(attempts=1).count() == 0
-    assert not JobEvent.objects.filter(
-        kind__in=[JobEvent.Kind.RESCUED, JobEvent.Kind.LEASE_LOST]).exists()
+    assert not JobEvent.objects.filter(kind__in=[JobEvent.Kind.RESCUED, JobEvent.Kind.LEASE_LOST]).exists()
     with connection.cursor() as cursor:
         cursor.execute("SELECT worker_pid, count(*) FROM tests_hits GROUP BY worker_pid")
         per_process = dict(cursor.fetchall())
@@ -65,5 +62,10 @@ def test_eight_processes_drain_twenty_thousand_jobs_exactly_once(processes, hits
 
 
 def _per_job(kind: str, *, more_than: int = 0) -> dict[int, int]:
-    return dict(JobEvent.objects.filter(kind=kind).values("job_id").annotate(n=Count("id"))
-                .filter(n__gt=more_than).values_list("job_id", "n"))
+    return dict(
+        JobEvent.objects.filter(kind=kind)
+        .values("job_id")
+        .annotate(n=Count("id"))
+        .filter(n__gt=more_than)
+        .values_list("job_id", "n")
+    )

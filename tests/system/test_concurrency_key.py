@@ -21,8 +21,11 @@ GATE = 0x6B6579  # "key": the advisory lock class of the starting gates
 
 def waiting_at_gate(round_: int) -> int:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
-                       "AND classid = %s AND objid = %s AND NOT granted", [GATE, round_])
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+            "AND classid = %s AND objid = %s AND NOT granted",
+            [GATE, round_],
+        )
         return cursor.fetchone()[0]
 
 
@@ -31,14 +34,18 @@ def test_two_processes_claiming_one_key_at_once_never_both_run(processes):
     gates = raw_connection()  # holds every round's gate until both claimers wait at it
     for round_ in range(ROUNDS):
         gates.execute("SELECT pg_advisory_lock(%s, %s)", [GATE, round_])
-    claimers = [processes.start(f"claimer-{n}", ["-m", "tests.system.keyed_claimer",
-                                                 str(ROUNDS), str(GATE)], stdout_pipe=True)
-                for n in range(2)]
+    claimers = [
+        processes.start(
+            f"claimer-{n}", ["-m", "tests.system.keyed_claimer", str(ROUNDS), str(GATE)], stdout_pipe=True
+        )
+        for n in range(2)
+    ]
     decided_by_index = 0
     try:
         for round_ in range(ROUNDS):
-            pair = {engine.enqueue("tests.keyed", {"round": round_}, concurrency_key=key).pk
-                    for _ in range(2)}
+            pair = {
+                engine.enqueue("tests.keyed", {"round": round_}, concurrency_key=key).pk for _ in range(2)
+            }
             wait_until(lambda r=round_: waiting_at_gate(r) == 2, 60, "both claimers at the gate")
             gates.execute("SELECT pg_advisory_unlock(%s, %s)", [GATE, round_])
             results = [json.loads(claimer.read_line(30)) for claimer in claimers]
@@ -47,8 +54,10 @@ def test_two_processes_claiming_one_key_at_once_never_both_run(processes):
             assert len(won) == 1, (round_, results)
             running = Job.objects.filter(concurrency_key=key, state=Job.State.RUNNING)
             assert list(running.values_list("pk", flat=True)) == won
-            assert list(Job.objects.filter(concurrency_key=key, is_current=True)
-                        .values_list("pk", flat=True)) == won
+            assert (
+                list(Job.objects.filter(concurrency_key=key, is_current=True).values_list("pk", flat=True))
+                == won
+            )
             decided_by_index += any(result["lost_at_index"] for result in results)
 
             winner = Job.objects.get(pk=won[0])

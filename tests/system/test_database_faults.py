@@ -30,8 +30,7 @@ FAST = {"JOBS_LEASE_SECONDS": "2", "JOBS_HEARTBEAT_SECONDS": "0.5", "JOBS_REAPER
 
 
 def start_cluster(processes: Processes, workers: int) -> Proc:
-    return processes.manage("qcluster", "qcluster",
-                            env=processes.env(JOBS_WORKERS=str(workers), **FAST))
+    return processes.manage("qcluster", "qcluster", env=processes.env(JOBS_WORKERS=str(workers), **FAST))
 
 
 def start_worker(processes: Processes, *args: str) -> Proc:
@@ -63,23 +62,31 @@ def every_worker_runs_jobs(timeout: float, tmp_path: Path, names: set[str] | Non
 
 
 def all_finished(ids: list[int]) -> bool:
-    return not Job.objects.filter(pk__in=ids).exclude(
-        state__in=[Job.State.SUCCEEDED, Job.State.FAILED, Job.State.CANCELLED]).exists()
+    return (
+        not Job.objects.filter(pk__in=ids)
+        .exclude(state__in=[Job.State.SUCCEEDED, Job.State.FAILED, Job.State.CANCELLED])
+        .exists()
+    )
 
 
 def workers_failing_to_beat(proc: Proc) -> set[str]:
     """Names of the engine workers in ``proc`` that logged a failed heartbeat."""
-    return {re.search(r"worker (\S+): heartbeat", line).group(1)
-            for line in log_lines(proc, "heartbeat failed")}
+    return {
+        re.search(r"worker (\S+): heartbeat", line).group(1) for line in log_lines(proc, "heartbeat failed")
+    }
 
 
 def test_a_cluster_and_a_worker_started_while_the_database_is_down_run_jobs_once_it_is_back(
-        private_database, processes, tmp_path):
+    private_database, processes, tmp_path
+):
     private_database.stop()
     cluster = start_cluster(processes, workers=2)
     single = start_worker(processes)
-    wait_until(lambda: log_lines(cluster, "waiting for the database")
-               and workers_failing_to_beat(single), 60, "both to find the database down")
+    wait_until(
+        lambda: log_lines(cluster, "waiting for the database") and workers_failing_to_beat(single),
+        60,
+        "both to find the database down",
+    )
     assert not cluster.exited() and not single.exited()
 
     private_database.start()
@@ -88,8 +95,7 @@ def test_a_cluster_and_a_worker_started_while_the_database_is_down_run_jobs_once
 
 
 @pytest.mark.parametrize("command", ["qcluster", "jobs_worker"])
-def test_a_process_waiting_for_the_database_stops_at_once_when_asked(
-        command, private_database, processes):
+def test_a_process_waiting_for_the_database_stops_at_once_when_asked(command, private_database, processes):
     private_database.stop()
     if command == "qcluster":
         proc = start_cluster(processes, workers=1)
@@ -104,7 +110,8 @@ def test_a_process_waiting_for_the_database_stops_at_once_when_asked(
 
 
 def test_a_cluster_process_replaced_during_an_outage_runs_jobs_once_the_database_is_back(
-        private_database, processes, tmp_path):
+    private_database, processes, tmp_path
+):
     cluster = start_cluster(processes, workers=2)
     wait_until(lambda: registered(2, cluster), 60, "the cluster's engine workers to register")
     victim, survivor = Worker.objects.values_list("pid", "name")[:2]
@@ -113,15 +120,19 @@ def test_a_cluster_process_replaced_during_an_outage_runs_jobs_once_the_database
     # Out of connections: no new session, and the cluster's sessions are gone.
     private_database.execute(f'ALTER DATABASE "{database}" WITH ALLOW_CONNECTIONS false')
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
     os.kill(victim[0], signal.SIGKILL)  # django-q2 replaces it; its engine finds no database
-    wait_until(lambda: workers_failing_to_beat(cluster) - {victim[1], survivor[1]}, 60,
-               "the replacement's engine to find the database refusing")
+    wait_until(
+        lambda: workers_failing_to_beat(cluster) - {victim[1], survivor[1]},
+        60,
+        "the replacement's engine to find the database refusing",
+    )
     private_database.execute(f'ALTER DATABASE "{database}" WITH ALLOW_CONNECTIONS true')
 
-    wait_until(lambda: Worker.objects.exclude(pid=victim[0]).count() == 2, 60,
-               "the replacement to register")
+    wait_until(lambda: Worker.objects.exclude(pid=victim[0]).count() == 2, 60, "the replacement to register")
     live = set(Worker.objects.exclude(pid=victim[0]).values_list("name", flat=True))
     assert survivor[1] in live
     every_worker_runs_jobs(30, tmp_path, live)
@@ -130,7 +141,8 @@ def test_a_cluster_process_replaced_during_an_outage_runs_jobs_once_the_database
 
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
 def test_a_database_restart_mid_drain_loses_no_job_and_runs_none_twice(
-        mode, private_database, processes, tmp_path):
+    mode, private_database, processes, tmp_path
+):
     cluster = start_cluster(processes, workers=2)
     single = start_worker(processes)
     wait_until(lambda: registered(3, cluster, single), 60, "all three workers to register")
@@ -151,8 +163,10 @@ def test_a_database_restart_mid_drain_loses_no_job_and_runs_none_twice(
     assert states == {Job.State.SUCCEEDED}
     assert hit_count() == total  # one committed run each: a second would have conflicted
     rescued = JobEvent.objects.filter(job_id__in=ids, kind=JobEvent.Kind.RESCUED).count()
-    print(f"{mode} restart: {rescued} job(s) rescued, "
-          f"{len(list(starts.iterdir())) - total} attempt(s) started again")
+    print(
+        f"{mode} restart: {rescued} job(s) rescued, "
+        f"{len(list(starts.iterdir())) - total} attempt(s) started again"
+    )
 
     assert set(Worker.objects.values_list("name", flat=True)) == names  # no engine was lost
     every_worker_runs_jobs(30, tmp_path)
@@ -173,12 +187,15 @@ def test_a_cluster_process_whose_engine_thread_dies_exits_and_is_replaced(proces
     marker = tmp_path / "exited"
     job = engine.enqueue("tests.exit_engine", {"marker": str(marker)})
 
-    victim = int(wait_until(lambda: marker.exists() and marker.read_text().strip(), 30,
-                            "the engine thread to exit"))
+    victim = int(
+        wait_until(lambda: marker.exists() and marker.read_text().strip(), 30, "the engine thread to exit")
+    )
     wait_until(lambda: not pid_alive(victim), 30, "the victim process to exit")
-    wait_until(lambda: Worker.objects.count() == 2
-               and victim not in Worker.objects.values_list("pid", flat=True), 60,
-               "django-q2 to replace the process and its engine to register")
+    wait_until(
+        lambda: Worker.objects.count() == 2 and victim not in Worker.objects.values_list("pid", flat=True),
+        60,
+        "django-q2 to replace the process and its engine to register",
+    )
     assert log_lines(cluster, "ended without a stop request")
 
     wait_until(lambda: Job.objects.get(pk=job.pk).is_finished, 30, "the job to run again")
@@ -208,8 +225,9 @@ def test_a_live_worker_whose_row_the_reaper_deleted_registers_again(processes, t
         wait_until(lambda: reaper.reap().ran, 10, "a reaper round")
 
     wait_until(lambda: log_lines(proc, "registering again"), 10, "the worker to miss its row")
-    again = wait_until(lambda: Worker.objects.filter(name=row.name).first(), 10,
-                       "the heartbeat to write the row again")
+    again = wait_until(
+        lambda: Worker.objects.filter(name=row.name).first(), 10, "the heartbeat to write the row again"
+    )
     assert (again.pid, again.started_at) == (row.pid, row.started_at)
     assert again.last_seen_at > row.last_seen_at
 
@@ -219,7 +237,8 @@ def start_time(path: Path) -> float:
 
 
 def test_a_worker_whose_heartbeat_fails_stops_starting_jobs_before_its_lease_ends(
-        processes, hits_table, tmp_path):
+    processes, hits_table, tmp_path
+):
     proc = start_worker(processes)
     wait_until(lambda: registered(1, proc), 60, "the worker to register")
     starts = tmp_path / "starts"
@@ -235,9 +254,11 @@ def test_a_worker_whose_heartbeat_fails_stops_starting_jobs_before_its_lease_end
         # The database now refuses new sessions, and the heartbeat's is ended: the worker
         # keeps its other connections, as under connection exhaustion.
         admin.execute(f'ALTER DATABASE "{database}" WITH ALLOW_CONNECTIONS false')
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                      "WHERE datname = %s AND application_name LIKE 'conveyor heartbeat %%'",
-                      [database])
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND application_name LIKE 'conveyor heartbeat %%'",
+            [database],
+        )
         fault = time.time()
         # Meanwhile a reaper elsewhere takes back whatever lease runs out.
         while time.time() < fault + 2 * LEASE:
@@ -253,8 +274,7 @@ def test_a_worker_whose_heartbeat_fails_stops_starting_jobs_before_its_lease_end
     assert JobEvent.objects.filter(job_id__in=ids, kind=JobEvent.Kind.RELEASED).exists()
 
     wait_until(lambda: all_finished(ids), 30, "every job to finish")
-    assert set(Job.objects.filter(pk__in=ids).values_list("state", flat=True)) == {
-        Job.State.SUCCEEDED}
+    assert set(Job.objects.filter(pk__in=ids).values_list("state", flat=True)) == {Job.State.SUCCEEDED}
     assert hit_count() == 3
     # At most the job running when the heartbeat failed lost its lease, and only once.
     rescues = list(Job.objects.filter(pk__in=ids).values_list("rescues", flat=True))

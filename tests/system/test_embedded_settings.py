@@ -28,16 +28,28 @@ def var_dir(embedded_var_dir: Path) -> Iterator[Path]:
 
 def embedded_env(var_dir: Path) -> dict[str, str]:
     """A process of its own on the embedded server of ``var_dir``."""
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("CONVEYOR_", "DJANGO_")) and key != "DATABASE_URL"}
-    env.update(CONVEYOR_VAR_DIR=str(var_dir), CONVEYOR_ALLOW_DEV_SECRET="1",
-               DJANGO_SETTINGS_MODULE="project.settings")
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("CONVEYOR_", "DJANGO_")) and key != "DATABASE_URL"
+    }
+    env.update(
+        CONVEYOR_VAR_DIR=str(var_dir),
+        CONVEYOR_ALLOW_DEV_SECRET="1",
+        DJANGO_SETTINGS_MODULE="project.settings",
+    )
     return env
 
 
 def run(var_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=embedded_env(var_dir),
-                          capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=embedded_env(var_dir),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def servers_of(var_dir: Path) -> list[int]:
@@ -56,8 +68,7 @@ def assert_no_server(var_dir: Path) -> None:
 
 
 def test_importing_the_settings_starts_no_server(var_dir):
-    script = ("from django.conf import settings\n"
-              "print(settings.DATABASES['default']['HOST'])\n")
+    script = "from django.conf import settings\nprint(settings.DATABASES['default']['HOST'])\n"
 
     result = run(var_dir, "-c", script)
 
@@ -94,18 +105,21 @@ def test_a_data_dir_too_deep_for_a_unix_socket_listens_under_tmp():
     assert not Path(listen).exists()  # named, not made
 
 
-@pytest.mark.parametrize(("argv", "needed"), [
-    (["manage.py"], False),
-    (["manage.py", "check", "--deploy"], False),
-    (["manage.py", "makemigrations", "--check"], False),
-    (["manage.py", "migrate", "--help"], False),
-    (["manage.py", "migrate"], True),
-    (["manage.py", "qcluster"], True),
-    (["manage.py", "shell", "-c", "print(1)"], True),
-    # It reaches Conveyor over HTTP; it starts the server itself only for development's
-    # datasets (exports/management/commands/export_worker.py).
-    (["manage.py", "export_worker"], False),
-])
+@pytest.mark.parametrize(
+    ("argv", "needed"),
+    [
+        (["manage.py"], False),
+        (["manage.py", "check", "--deploy"], False),
+        (["manage.py", "makemigrations", "--check"], False),
+        (["manage.py", "migrate", "--help"], False),
+        (["manage.py", "migrate"], True),
+        (["manage.py", "qcluster"], True),
+        (["manage.py", "shell", "-c", "print(1)"], True),
+        # It reaches Conveyor over HTTP; it starts the server itself only for development's
+        # datasets (exports/management/commands/export_worker.py).
+        (["manage.py", "export_worker"], False),
+    ],
+)
 def test_manage_py_starts_the_server_only_for_commands_that_may_connect(argv, needed):
     sys.path.insert(0, str(ROOT))
     try:

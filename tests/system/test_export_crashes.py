@@ -42,8 +42,12 @@ def fake(settings, tmp_path):
     settings.EXPORTS_WORKER_TOKEN = TOKEN
     settings.EXPORTS_STORAGE_URL = str(tmp_path / "exports")
     with FakeTrino(page_rows=500) as server:
-        server.load_table("orders", pa.table({"id": pa.array(range(ROWS), pa.int64()),
-                                              "amount": pa.array([n / 4 for n in range(ROWS)])}))
+        server.load_table(
+            "orders",
+            pa.table(
+                {"id": pa.array(range(ROWS), pa.int64()), "amount": pa.array([n / 4 for n in range(ROWS)])}
+            ),
+        )
         settings.EXPORTS_TRINO_URL = server.url
         yield server
 
@@ -52,25 +56,49 @@ def snapshot() -> Snapshot:
     owner = tenant("Acme")
     TrinoBinding.objects.create(tenant=owner, role="analytics", catalogs=["lake"])
     mapping = Mapping.objects.create(tenant=owner, name="orders")
-    MappingEntity.objects.create(mapping=mapping, kind="node", name="orders", catalog="lake",
-                                 sql="SELECT id, amount FROM orders", columns=["id", "amount"])
+    MappingEntity.objects.create(
+        mapping=mapping,
+        kind="node",
+        name="orders",
+        catalog="lake",
+        sql="SELECT id, amount FROM orders",
+        columns=["id", "amount"],
+    )
     return services.create_snapshot(mapping)
 
 
-def worker(processes, live_server, fake: FakeTrino, name: str, *, direct: bool = False,
-           grace: float = 5.0):
+def worker(processes, live_server, fake: FakeTrino, name: str, *, direct: bool = False, grace: float = 5.0):
     # The worker's export root is the control plane's: an UNLOAD goes only into a job's
     # snapshot folder under it.
     from django.conf import settings
 
-    env = processes.env(DATABASE_URL="postgresql://nobody@127.0.0.1:1/nowhere",
-                        EXPORTS_STORAGE_URL=settings.EXPORTS_STORAGE_URL,
-                        EXPORTS_WORKER_TOKEN=TOKEN, EXPORTS_TRINO_URL=fake.url,
-                        DIRECT_EXPORT="true" if direct else "false")
-    proc = processes.manage(name, "export_worker", "--control-plane", live_server.url, "--name", name,
-                            "--host", "127.0.0.1", "--port", "0", "--pass-seconds", "0.1",
-                            "--idle-seconds", "0.1", "--grace-seconds", str(grace),
-                            env=env, stdout_pipe=True)
+    env = processes.env(
+        DATABASE_URL="postgresql://nobody@127.0.0.1:1/nowhere",
+        EXPORTS_STORAGE_URL=settings.EXPORTS_STORAGE_URL,
+        EXPORTS_WORKER_TOKEN=TOKEN,
+        EXPORTS_TRINO_URL=fake.url,
+        DIRECT_EXPORT="true" if direct else "false",
+    )
+    proc = processes.manage(
+        name,
+        "export_worker",
+        "--control-plane",
+        live_server.url,
+        "--name",
+        name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--pass-seconds",
+        "0.1",
+        "--idle-seconds",
+        "0.1",
+        "--grace-seconds",
+        str(grace),
+        env=env,
+        stdout_pipe=True,
+    )
     line = proc.read_line(30)
     assert "probes on 127.0.0.1:" in line, proc.tail()
     proc.probes = int(line.rsplit(":", 1)[1])
@@ -82,8 +110,11 @@ def job_of(snap: Snapshot) -> ExportJob:
 
 
 def status(snap: Snapshot, *wanted: str, timeout: float = 30) -> ExportJob:
-    return wait_until(lambda: (job := job_of(snap)).status in wanted and job, timeout,
-                      f"the job to be {' or '.join(wanted)}")
+    return wait_until(
+        lambda: (job := job_of(snap)).status in wanted and job,
+        timeout,
+        f"the job to be {' or '.join(wanted)}",
+    )
 
 
 def probe(proc, path: str) -> int:
@@ -127,7 +158,13 @@ def test_killed_after_the_claim_before_submitting(processes, live_server, fake, 
     status(snap, JobStatus.COMPLETED)
     job = finished_well(snap, fake, generation=2)
     assert list(job.events.values_list("kind", flat=True)) == [
-        "created", "claimed", "claim_reset", "claimed", "submitted", "completed"]
+        "created",
+        "claimed",
+        "claim_reset",
+        "claimed",
+        "submitted",
+        "completed",
+    ]
 
 
 def test_killed_after_submitting(processes, live_server, fake, clock):
@@ -178,8 +215,7 @@ def test_killed_after_the_engine_finished_before_the_jobs_update(processes, live
     assert job.events.filter(kind="reconciled").exists()
 
 
-def test_killed_after_the_job_completed_before_the_snapshot_was_finished(
-        processes, live_server, fake, clock):
+def test_killed_after_the_job_completed_before_the_snapshot_was_finished(processes, live_server, fake, clock):
     snap = snapshot()
     proc = worker(processes, live_server, fake, "worker-a", direct=True)
     status(snap, JobStatus.COMPLETED)

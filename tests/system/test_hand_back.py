@@ -25,26 +25,32 @@ def start_worker(processes: Processes, name: str, count: int) -> None:
 
 
 def test_a_quick_job_claimed_with_a_waiting_one_runs_on_another_worker_meanwhile(
-        processes, hits_table, tmp_path: Path):
+    processes, hits_table, tmp_path: Path
+):
     start_worker(processes, "first", 1)
     started, release = tmp_path / "started", tmp_path / "release"
     with transaction.atomic():  # one commit, one claim: the first worker takes both
-        waiting = engine.enqueue("tests.hand_back_and_wait", priority=10, payload={
-            "started": str(started), "release": str(release), "max_wait": 60})
+        waiting = engine.enqueue(
+            "tests.hand_back_and_wait",
+            priority=10,
+            payload={"started": str(started), "release": str(release), "max_wait": 60},
+        )
         quick = engine.enqueue("tests.record")
         # Due a moment ago, so that one claim sees both due (see test_worker_death).
         Job.objects.filter(pk__in=[waiting.pk, quick.pk]).update(
-            run_after=timezone.now() - timedelta(seconds=5))
+            run_after=timezone.now() - timedelta(seconds=5)
+        )
     wait_until(lambda: started_attempt(started, 1), 30, "the waiting job to start")
-    claims = JobEvent.objects.filter(job_id__in=[waiting.pk, quick.pk],
-                                     kind=JobEvent.Kind.CLAIMED)
-    assert claims.count() == 2 and len({event.worker for event in claims}) == 1, \
+    claims = JobEvent.objects.filter(job_id__in=[waiting.pk, quick.pk], kind=JobEvent.Kind.CLAIMED)
+    assert claims.count() == 2 and len({event.worker for event in claims}) == 1, (
         "both jobs were to be claimed by the first worker, in one batch"
+    )
 
     start_worker(processes, "second", 2)  # idle: the first is busy waiting
 
-    wait_until(lambda: Job.objects.get(pk=quick.pk).is_finished, 30,
-               "the quick job to finish while the other waits")
+    wait_until(
+        lambda: Job.objects.get(pk=quick.pk).is_finished, 30, "the quick job to finish while the other waits"
+    )
     quick.refresh_from_db()
     assert (quick.state, quick.attempts) == (Job.State.SUCCEEDED, 1)
     assert Job.objects.get(pk=waiting.pk).state == Job.State.RUNNING  # still waiting

@@ -45,22 +45,37 @@ OVERLAP = [reference(n) for n in range(30, 60)]
 
 def waiting_at_gate(round_: int) -> int:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
-                       "AND classid = %s AND objid = %s AND NOT granted", [GATE, round_])
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+            "AND classid = %s AND objid = %s AND NOT granted",
+            [GATE, round_],
+        )
         return cursor.fetchone()[0]
 
 
-def test_two_scrapers_syncing_overlapping_references_hand_each_payload_off_once(
-        processes, clock):
+def test_two_scrapers_syncing_overlapping_references_hand_each_payload_off_once(processes, clock):
     # No hooks: the ingestion is not what is raced here, and a hook is a process per run.
-    source = builders.source(tenant("Acme"), name="listings", kind="scraped_reference",
-                             config={}, hooks=())
+    source = builders.source(tenant("Acme"), name="listings", kind="scraped_reference", config={}, hooks=())
     gates = raw_connection()  # holds every round's gate until both syncers wait at it
     for round_ in range(ROUNDS):
         gates.execute("SELECT pg_advisory_lock(%s, %s)", [GATE, round_])
-    syncers = {name: processes.start(f"syncer-{name}", [
-        "-m", "tests.system.handoff_syncer", name, str(source.pk), str(first), str(last),
-        str(ROUNDS), str(GATE)], stdout_pipe=True) for name, (first, last) in SYNCERS.items()}
+    syncers = {
+        name: processes.start(
+            f"syncer-{name}",
+            [
+                "-m",
+                "tests.system.handoff_syncer",
+                name,
+                str(source.pk),
+                str(first),
+                str(last),
+                str(ROUNDS),
+                str(GATE),
+            ],
+            stdout_pipe=True,
+        )
+        for name, (first, last) in SYNCERS.items()
+    }
     overlap_won = []
     try:
         for round_ in range(ROUNDS):
@@ -83,21 +98,24 @@ def drain_ingestions(source: IngestSource, clock: ManualClock, *, rounds_synced:
     """Run every ingestion, the waiting handoffs' too (each is queued when its reference's
     run ends): every payload synced so far is then ingested, once."""
     drain(clock)
-    assert set(IngestionHandoff.objects.filter(source=source).values_list("status", flat=True)
-               ) == {HandoffStatus.COMPLETED}
+    assert set(IngestionHandoff.objects.filter(source=source).values_list("status", flat=True)) == {
+        HandoffStatus.COMPLETED
+    }
     assert IngestRun.objects.filter(source=source).count() == rounds_synced * len(TOUCHED)
 
 
-def check_round(source: IngestSource, round_: int, results: dict[str, dict], *,
-                idle: bool) -> dict[str, str]:
+def check_round(source: IngestSource, round_: int, results: dict[str, dict], *, idle: bool) -> dict[str, str]:
     """Check a round's handoffs, each syncer's counts and the engine's jobs; which syncer
     opened each reference's handoff."""
-    handoffs = list(IngestionHandoff.objects.filter(
-        source=source, scrape_run__run_id__startswith=f"round-{round_}-").values_list(
-        "reference__external_id", "payload_hash", "scrape_run__run_id", "job_id"))
+    handoffs = list(
+        IngestionHandoff.objects.filter(
+            source=source, scrape_run__run_id__startswith=f"round-{round_}-"
+        ).values_list("reference__external_id", "payload_hash", "scrape_run__run_id", "job_id")
+    )
     # One handoff per (reference, payload) of the round, for every reference touched.
     assert sorted((ref, digest) for ref, digest, _, _ in handoffs) == [
-        (ref, payload_hash(payload(n, round_))) for n, ref in enumerate(TOUCHED)], results
+        (ref, payload_hash(payload(n, round_))) for n, ref in enumerate(TOUCHED)
+    ], results
     opened_by = {ref: run_id.rsplit("-", 1)[1] for ref, _, run_id, _ in handoffs}
     queued = [job_id is not None for _, _, _, job_id in handoffs]
     assert set(queued) == {idle}, (round_, results)
@@ -110,19 +128,26 @@ def check_round(source: IngestSource, round_: int, results: dict[str, dict], *,
         waiting = 0 if idle else opened
         reasons = {"payload_unchanged": len(mine) - opened, "ingestion_job_already_active": waiting}
         assert results[name] == {
-            "round": round_, "queued": opened - waiting, "completed": 0, "failed": 0,
+            "round": round_,
+            "queued": opened - waiting,
+            "completed": 0,
+            "failed": 0,
             "skipped": len(mine) - opened + waiting,
-            "reasons": {reason: n for reason, n in reasons.items() if n}}, (name, results)
+            "reasons": {reason: n for reason, n in reasons.items() if n},
+        }, (name, results)
     assert sum(result["queued"] for result in results.values()) == sum(queued)
 
     # The jobs and the handoffs naming them match one to one; each reference has one
     # ingestion pending, never two.
     ingest_jobs = Job.objects.filter(type=services.INGEST_REFERENCE)
     assert dict(ingest_jobs.values_list("pk", "payload__handoff")) == dict(
-        IngestionHandoff.objects.filter(job_id__isnull=False).values_list("job_id", "pk"))
-    pending = Counter(IngestionHandoff.objects.filter(
-        status=HandoffStatus.QUEUED,
-        job_id__in=ingest_jobs.filter(state=Job.State.PENDING).values("pk"),
-    ).values_list("reference__external_id", flat=True))
+        IngestionHandoff.objects.filter(job_id__isnull=False).values_list("job_id", "pk")
+    )
+    pending = Counter(
+        IngestionHandoff.objects.filter(
+            status=HandoffStatus.QUEUED,
+            job_id__in=ingest_jobs.filter(state=Job.State.PENDING).values("pk"),
+        ).values_list("reference__external_id", flat=True)
+    )
     assert pending == dict.fromkeys(TOUCHED, 1), (round_, pending)
     return opened_by

@@ -51,8 +51,12 @@ pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
 # Short leases, so that a killed worker's job is rescued within seconds; chunks of two
 # batches, so that chunk recalculations are queued (and run) between the kills.
-FAST = {"JOBS_LEASE_SECONDS": "2", "JOBS_HEARTBEAT_SECONDS": "0.5", "JOBS_REAPER_SECONDS": "0.5",
-        "FACTORS_RECALC_CHUNK_ROWS": "10000"}
+FAST = {
+    "JOBS_LEASE_SECONDS": "2",
+    "JOBS_HEARTBEAT_SECONDS": "0.5",
+    "JOBS_REAPER_SECONDS": "0.5",
+    "FACTORS_RECALC_CHUNK_ROWS": "10000",
+}
 BATCH = 5_000  # the default FACTORS_INGEST_BATCH_ROWS
 FIRST = 300  # fewer than an API page (500): the listing shows all that readers see
 SECOND = 40_000
@@ -73,9 +77,13 @@ def waiting(query_prefix: str) -> bool:
     """Some session waits on a lock in a statement that starts with ``query_prefix``."""
     conn = raw_connection()
     try:
-        return bool(conn.execute(
-            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock' AND query LIKE %s", [query_prefix + "%"]).fetchone())
+        return bool(
+            conn.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND query LIKE %s",
+                [query_prefix + "%"],
+            ).fetchone()
+        )
     finally:
         conn.close()
 
@@ -85,12 +93,14 @@ def switch_uncommitted() -> bool:
     transaction: it marked the loads, and has not committed."""
     conn = raw_connection()
     try:
-        return bool(conn.execute(
-            "SELECT 1 FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid "
-            "WHERE a.datname = current_database() AND a.wait_event_type = 'Lock' "
-            "AND a.query LIKE 'SELECT 1 FROM jobs_job%%' AND l.granted "
-            "AND l.relation = 'factors_entryload'::regclass AND l.mode = 'RowExclusiveLock'"
-        ).fetchone())
+        return bool(
+            conn.execute(
+                "SELECT 1 FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid "
+                "WHERE a.datname = current_database() AND a.wait_event_type = 'Lock' "
+                "AND a.query LIKE 'SELECT 1 FROM jobs_job%%' AND l.granted "
+                "AND l.relation = 'factors_entryload'::regclass AND l.mode = 'RowExclusiveLock'"
+            ).fetchone()
+        )
     finally:
         conn.close()
 
@@ -208,8 +218,7 @@ class FirstUpload:
         self.stats = read_stats(travel)
         self.client = as_user(staff("tess", of=tenant("Acme")))
         assert len(self.ids) == FIRST and summed(travel) == self.totals
-        assert (self.stats["entries"], self.stats["kg_co2e"],
-                self.stats["without_factor"]) == self.totals
+        assert (self.stats["entries"], self.stats["kg_co2e"], self.stats["without_factor"]) == self.totals
 
     def is_all_readers_see(self, second: Job) -> None:
         """Whatever of ``second`` is in the table, no reader sees any of it."""
@@ -240,7 +249,8 @@ def pipeline_over(job: Job) -> bool:
 
 @pytest.mark.parametrize("ending", ["failed", "cancelled"])
 def test_an_abandoned_upload_is_never_read_and_retention_removes_only_its_rows(
-        processes, gates, first, ending):  # noqa: F811 (the fixture)
+    processes, gates, first, ending
+):  # noqa: F811 (the fixture)
     gate = Gate()
     gates.append(gate)
     second = dispatch(first.travel, csv_bytes(HEADER, plane_rows(SECOND, start=FIRST))).job
@@ -275,9 +285,11 @@ def test_an_abandoned_upload_is_never_read_and_retention_removes_only_its_rows(
     assert partial == resumed  # in the table, never read
     first.is_all_readers_see(second)
     services.recompute_stats([first.travel.report_id])  # the report asks for fresh stats
-    wait_until(lambda: not Job.objects.filter(type="factors.aggregation",
-                                              state__in=Job.UNFINISHED).exists(), 30,
-               "the aggregations")
+    wait_until(
+        lambda: not Job.objects.filter(type="factors.aggregation", state__in=Job.UNFINISHED).exists(),
+        30,
+        "the aggregations",
+    )
     first.is_all_readers_see(second)
 
     # Retention: the second load goes, rows and all; the first stays as it was.
@@ -291,8 +303,9 @@ def test_an_abandoned_upload_is_never_read_and_retention_removes_only_its_rows(
         assert f"Removed 1 load(s), {partial} row(s)." in out.getvalue()
     assert loaded(second) == 0 and not EntryLoad.objects.filter(job=second).exists()
     assert set(DataEntry.objects.filter(module=first.travel).values_list("pk", flat=True)) == first.ids
-    assert set(DataEntry.objects.current().filter(module=first.travel)
-               .values_list("pk", flat=True)) == first.ids
+    assert (
+        set(DataEntry.objects.current().filter(module=first.travel).values_list("pk", flat=True)) == first.ids
+    )
     assert listed_ids(first.client, first.travel) == (first.ids, False)
     assert summed(first.travel) == first.totals and read_stats(first.travel) == first.stats
 
@@ -300,8 +313,7 @@ def test_an_abandoned_upload_is_never_read_and_retention_removes_only_its_rows(
 # --- an upload that gets through -----------------------------------------------------------------
 
 
-def test_an_upload_killed_while_loading_and_while_switching_is_read_whole_once_done(
-        processes, gates, first):  # noqa: F811 (the fixture)
+def test_an_upload_killed_while_loading_and_while_switching_is_read_whole_once_done(processes, gates, first):  # noqa: F811 (the fixture)
     entries, load_row, job_row = Gate(), Gate(), Gate()
     gates.extend([entries, load_row, job_row])
     rows = plane_rows(SECOND, start=FIRST)
@@ -326,19 +338,18 @@ def test_an_upload_killed_while_loading_and_while_switching_is_read_whole_once_d
     wait_until(in_copy, 30, "the third attempt to wait inside a batch")  # the load exists
     # NO KEY UPDATE: it stops the switch's FOR UPDATE, not the batches that record a
     # chunk of the load (their foreign key takes KEY SHARE on the row).
-    load_row.hold(("SELECT 1 FROM factors_entryload WHERE job_id = %s FOR NO KEY UPDATE",
-                   [second.pk]))
+    load_row.hold(("SELECT 1 FROM factors_entryload WHERE job_id = %s FOR NO KEY UPDATE", [second.pk]))
     entries.release()
-    wait_until(lambda: waiting('SELECT "factors_entryload"'), 60,
-               "the closing recalculation to reach the switch")
+    wait_until(
+        lambda: waiting('SELECT "factors_entryload"'), 60, "the closing recalculation to reach the switch"
+    )
     second.refresh_from_db()
     assert second.state == Job.State.SUCCEEDED and second.result["resumed_from"] == in_table
     closing = Job.objects.get(pipeline_id=second.pipeline_id, payload__closes=second.pk)
     assert closing.state == Job.State.RUNNING
     job_row.hold(("SELECT 1 FROM jobs_job WHERE id = %s FOR NO KEY UPDATE", [closing.pk]))
     load_row.release()
-    wait_until(lambda: waiting("SELECT 1 FROM jobs_job"), 30,
-               "the switch to wait for its commit")
+    wait_until(lambda: waiting("SELECT 1 FROM jobs_job"), 30, "the switch to wait for its commit")
     assert switch_uncommitted() and loaded(second) == SECOND
     kill(victim, job_row)
     first.is_all_readers_see(second)
@@ -353,8 +364,7 @@ def test_an_upload_killed_while_loading_and_while_switching_is_read_whole_once_d
     assert aggregated.state == Job.State.SUCCEEDED
 
     travel = first.travel
-    numbers = list(DataEntry.objects.current().filter(module=travel)
-                   .values_list("row_number", flat=True))
+    numbers = list(DataEntry.objects.current().filter(module=travel).values_list("row_number", flat=True))
     assert sorted(numbers) == list(range(2, SECOND + 2))  # each row once, none missing
     assert not DataEntry.objects.filter(job=first.job).exists()
     assert not DataEntry.objects.filter(module=travel).exclude(job=second).exists()

@@ -28,8 +28,12 @@ from tests.system.conftest import processes  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
-FAST = {"JOBS_LEASE_SECONDS": "2", "JOBS_HEARTBEAT_SECONDS": "0.5", "JOBS_REAPER_SECONDS": "0.5",
-        "INGEST_HOOK_RUNNER": "local"}
+FAST = {
+    "JOBS_LEASE_SECONDS": "2",
+    "JOBS_HEARTBEAT_SECONDS": "0.5",
+    "JOBS_REAPER_SECONDS": "0.5",
+    "INGEST_HOOK_RUNNER": "local",
+}
 
 
 @pytest.fixture
@@ -61,11 +65,14 @@ def hook_script(folder: Path, body: str) -> list[str]:
 
 
 def test_a_worker_killed_while_its_local_hook_runs_leaves_none_of_the_hooks_processes(
-        processes, shared, token):  # noqa: F811 (the fixture)
+    processes, shared, token
+):  # noqa: F811 (the fixture)
     # Each copy logs its start and end. The first also starts a ticking loop in a session
     # of its own, a background sleep and a double-forked one, and waits for them; the
     # second (the rescuer's) passes.
-    command = hook_script(shared, f"""
+    command = hook_script(
+        shared,
+        f"""
         export HOOK_MARK={token}
         echo start $(date +%s%N) >> {shared}/log
         if mkdir {shared}/first 2>/dev/null; then
@@ -74,21 +81,23 @@ def test_a_worker_killed_while_its_local_hook_runs_leaves_none_of_the_hooks_proc
             (sleep 600 &)
             wait
         fi
-        echo end $(date +%s%N) >> {shared}/log""")
-    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, size=2,
-                                                hooks=[command]))
+        echo end $(date +%s%N) >> {shared}/log""",
+    )
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, size=2, hooks=[command]))
     env = processes.env(**FAST)
     victim = processes.manage("victim", "jobs_worker", env=env)
-    wait_until(lambda: (shared / "ticks").exists() and len(marked(token)) >= 4, 60,
-               "the first copy of the hook and what it started to run")
+    wait_until(
+        lambda: (shared / "ticks").exists() and len(marked(token)) >= 4,
+        60,
+        "the first copy of the hook and what it started to run",
+    )
 
     os.kill(victim.pid, signal.SIGKILL)  # the worker alone, as the kernel's OOM killer would
     victim.wait(10)
     wait_until(lambda: marked(token) == [], 10, "every process of the hook to be gone")
 
     processes.manage("rescuer", "jobs_worker", env=env)
-    wait_until(lambda: IngestRun.objects.get(pk=run.pk).finished, 60,
-               "the run to finish after the rescue")
+    wait_until(lambda: IngestRun.objects.get(pk=run.pk).finished, 60, "the run to finish after the rescue")
     run.refresh_from_db()
     assert run.status == "succeeded", run.failure_reason
     assert run.batches.get().status == BatchStatus.PUBLISHED
@@ -106,10 +115,13 @@ def test_a_worker_killed_while_its_local_hook_runs_leaves_none_of_the_hooks_proc
 
 
 def test_a_worker_that_lost_its_lease_while_its_local_hook_ran_cannot_write_its_late_result(
-        processes, shared, token):  # noqa: F811 (the fixture)
+    processes, shared, token
+):  # noqa: F811 (the fixture)
     # The first copy waits for the test's word, then says so; the second passes at once.
     release = shared / "release"
-    command = hook_script(shared, f"""
+    command = hook_script(
+        shared,
+        f"""
         export HOOK_MARK={token}
         if mkdir {shared}/first 2>/dev/null; then
             touch {shared}/started
@@ -118,9 +130,9 @@ def test_a_worker_that_lost_its_lease_while_its_local_hook_ran_cannot_write_its_
             echo first copy
         else
             echo second copy
-        fi""")
-    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, size=2,
-                                                hooks=[command]))
+        fi""",
+    )
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=1, size=2, hooks=[command]))
     env = processes.env(**FAST)
     victim = processes.manage("victim", "jobs_worker", env=env)
     wait_until(lambda: (shared / "started").exists(), 60, "the first copy of the hook to start")
@@ -129,34 +141,40 @@ def test_a_worker_that_lost_its_lease_while_its_local_hook_ran_cannot_write_its_
     # Stopped, not dead: no heartbeat, so its lease lapses, and its hook keeps running.
     victim.signal(signal.SIGSTOP)
     processes.manage("rescuer", "jobs_worker", env=env)
-    wait_until(lambda: IngestRun.objects.get(pk=run.pk).finished, 60,
-               "the rescuer to finish the run")
+    wait_until(lambda: IngestRun.objects.get(pk=run.pk).finished, 60, "the rescuer to finish the run")
     rescued = HookExecution.objects.get(batch__run=run)
     assert (rescued.status, rescued.log_tail) == (ExecutionStatus.SUCCEEDED, "second copy\n")
 
     release.touch()  # the first copy ends and its worker wakes up to its result
     victim.signal(signal.SIGCONT)
-    wait_until(lambda: JobEvent.objects.filter(job=hooks_job, kind="lease_lost").exists(), 30,
-               "the first worker to find its lease gone")
+    wait_until(
+        lambda: JobEvent.objects.filter(job=hooks_job, kind="lease_lost").exists(),
+        30,
+        "the first worker to find its lease gone",
+    )
     execution = HookExecution.objects.get(batch__run=run)
     assert (execution.status, execution.log_tail, execution.finished_at) == (
-        ExecutionStatus.SUCCEEDED, "second copy\n", rescued.finished_at)
+        ExecutionStatus.SUCCEEDED,
+        "second copy\n",
+        rescued.finished_at,
+    )
     run.refresh_from_db()
     assert run.status == "succeeded" and run.batches_published == 1
     assert IngestRecord.objects.filter(batch__run=run).count() == 2
 
 
-def test_a_local_hook_does_not_hold_up_the_next_batch_claimed_with_it(
-        processes, shared, token):  # noqa: F811 (the fixture)
+def test_a_local_hook_does_not_hold_up_the_next_batch_claimed_with_it(processes, shared, token):  # noqa: F811 (the fixture)
     """Batch 1's hooks and batch 2's fetch are due together, and one worker claims both:
     while batch 1's hook runs on it, the idle worker fetches batch 2."""
-    command = hook_script(shared, f"""
+    command = hook_script(
+        shared,
+        f"""
         export HOOK_MARK={token}
         echo start >> {shared}/started
         n=0
-        while [ ! -e {shared}/release ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done""")
-    run = services.start_ingest(builders.source(tenant("Acme"), batches=2, size=2,
-                                                hooks=[command]))
+        while [ ! -e {shared}/release ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done""",
+    )
+    run = services.start_ingest(builders.source(tenant("Acme"), batches=2, size=2, hooks=[command]))
     env = processes.env(**FAST)
     processes.manage("first", "jobs_worker", env=env)
     wait_until(lambda: (shared / "started").exists(), 60, "batch 1's hook to start")
@@ -164,12 +182,14 @@ def test_a_local_hook_does_not_hold_up_the_next_batch_claimed_with_it(
     hooks = HookExecution.objects.get(batch__run=run, batch__sequence=1)
     assert hooks.status == ExecutionStatus.LAUNCHING
     claimed = fetch.events.filter(kind=JobEvent.Kind.CLAIMED).values_list("worker", flat=True)
-    assert list(claimed) == [Job.objects.get(pk=hooks_delivery(run, 1)).locked_by], \
+    assert list(claimed) == [Job.objects.get(pk=hooks_delivery(run, 1)).locked_by], (
         "batch 2's fetch was to be claimed with batch 1's hooks, by the same worker"
+    )
 
     processes.manage("second", "jobs_worker", env=env)
-    wait_until(lambda: run.batches.filter(sequence=2).exists(), 60,
-               "batch 2 to be fetched while batch 1's hook runs")
+    wait_until(
+        lambda: run.batches.filter(sequence=2).exists(), 60, "batch 2 to be fetched while batch 1's hook runs"
+    )
     assert (shared / "started").read_text().count("start") >= 1
     assert not (shared / "release").exists()
     assert HookExecution.objects.get(pk=hooks.pk).status == ExecutionStatus.LAUNCHING
@@ -185,6 +205,8 @@ def test_a_local_hook_does_not_hold_up_the_next_batch_claimed_with_it(
 
 def hooks_delivery(run: IngestRun, sequence: int) -> int:
     """The RunHooks delivery of batch ``sequence`` of ``run``."""
-    return next(job.pk for job in Job.objects.filter(pipeline_id=run.pipeline,
-                                                      type="ingest.RunHooks").order_by("pk")
-                if job.payload.get("payload", {}).get("sequence") == sequence)
+    return next(
+        job.pk
+        for job in Job.objects.filter(pipeline_id=run.pipeline, type="ingest.RunHooks").order_by("pk")
+        if job.payload.get("payload", {}).get("sequence") == sequence
+    )

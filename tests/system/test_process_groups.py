@@ -77,16 +77,14 @@ def test_a_group_that_ignores_sigint_and_sigterm_is_killed(children, tmp_path):
 
     assert left == [] and child.members() == []
     assert received(tmp_path / "signals") == ["SIGINT", "SIGTERM"]
-    assert said == ["recorder: still running; sending SIGTERM",
-                    "recorder: still running; sending SIGKILL"]
+    assert said == ["recorder: still running; sending SIGTERM", "recorder: still running; sending SIGKILL"]
 
 
-def test_the_orphans_of_a_dead_leader_are_stopped_without_waiting_for_a_polite_exit(
-        children, tmp_path):
+def test_the_orphans_of_a_dead_leader_are_stopped_without_waiting_for_a_polite_exit(children, tmp_path):
     log = tmp_path / "signals"
     leader = process_groups.start(
-        "cluster", [sys.executable, "-c", DYING_LEADER, RECORDER, str(log), "SIGTERM"],
-        {})
+        "cluster", [sys.executable, "-c", DYING_LEADER, RECORDER, str(log), "SIGTERM"], {}
+    )
     children.append(leader)
     wait_until(lambda: log.exists() and "ready" in log.read_text(), 30, "the orphan to start")
     wait_until(leader.exited, 30, "the leader to die")

@@ -49,10 +49,16 @@ def start_cluster(processes: Processes, number: int, tmp_path: Path) -> Cluster:
     """A cluster process with a drain file of its own, once its engine workers registered."""
     drain = tmp_path / f"drain-{number}"
     before = worker_names()
-    proc = processes.manage(f"cluster-{number}", "qcluster", env=processes.env(
-        JOBS_WORKERS=str(WORKERS), JOBS_DRAIN_FILE=str(drain)))
-    wait_until(lambda: len(worker_names() - before) >= WORKERS or proc.exited(), 60,
-               f"cluster-{number}'s engine workers to register")
+    proc = processes.manage(
+        f"cluster-{number}",
+        "qcluster",
+        env=processes.env(JOBS_WORKERS=str(WORKERS), JOBS_DRAIN_FILE=str(drain)),
+    )
+    wait_until(
+        lambda: len(worker_names() - before) >= WORKERS or proc.exited(),
+        60,
+        f"cluster-{number}'s engine workers to register",
+    )
     assert not proc.exited(), proc.tail()
     return Cluster(proc, drain, worker_names() - before)
 
@@ -71,8 +77,7 @@ def hits_by_pid() -> dict[int, int]:
         return dict(cursor.fetchall())
 
 
-def test_replacing_every_cluster_process_while_jobs_drain_runs_each_job_once(
-        processes, hits_table, tmp_path):
+def test_replacing_every_cluster_process_while_jobs_drain_runs_each_job_once(processes, hits_table, tmp_path):
     started = time.monotonic()
     enqueue_wave(0)
     old = [start_cluster(processes, n, tmp_path) for n in range(CLUSTERS)]
@@ -100,8 +105,9 @@ def test_replacing_every_cluster_process_while_jobs_drain_runs_each_job_once(
     assert not jobs.exclude(attempts=1).exists(), list(jobs.exclude(attempts=1)[:10].values())
     assert not jobs.exclude(rescues=0).exists(), list(jobs.exclude(rescues=0)[:10].values())
     with connection.cursor() as cursor:  # one row per job id (the key), and each a job's
-        cursor.execute("SELECT count(*), count(DISTINCT h.job_id) FROM tests_hits h "
-                       "JOIN jobs_job j ON j.id = h.job_id")
+        cursor.execute(
+            "SELECT count(*), count(DISTINCT h.job_id) FROM tests_hits h JOIN jobs_job j ON j.id = h.job_id"
+        )
         assert cursor.fetchone() == (JOBS, JOBS)
 
     by_pid = hits_by_pid()
@@ -113,8 +119,9 @@ def test_replacing_every_cluster_process_while_jobs_drain_runs_each_job_once(
     assert worker_names() == set().union(*(cluster.workers for cluster in new))
 
     released = JobEvent.objects.filter(kind=JobEvent.Kind.RELEASED).count()
-    per_process = ", ".join(f"{c.proc.name} {sum(by_pid.get(p, 0) for p in c.pids)}"
-                            for c in old + new)
-    print(f"\n{JOBS:,} jobs, {CLUSTERS} cluster processes replaced, in {seconds:.1f} s; "
-          f"unfinished at each replacement {due}; {released} handed back; "
-          f"hits per process: {per_process}")
+    per_process = ", ".join(f"{c.proc.name} {sum(by_pid.get(p, 0) for p in c.pids)}" for c in old + new)
+    print(
+        f"\n{JOBS:,} jobs, {CLUSTERS} cluster processes replaced, in {seconds:.1f} s; "
+        f"unfinished at each replacement {due}; {released} handed back; "
+        f"hits per process: {per_process}"
+    )

@@ -37,8 +37,7 @@ class StartCommand:
         env = self.processes.env(CONVEYOR_VAR_DIR=str(var_dir), PORT=str(port), JOBS_WORKERS="2")
         if embedded:
             del env["DATABASE_URL"]
-        command = self.processes.start("start", ["-m", "project.devserver", "--stop-timeout", "5"],
-                                       env=env)
+        command = self.processes.start("start", ["-m", "project.devserver", "--stop-timeout", "5"], env=env)
         wait_until(lambda: self._ready(command, port), READY_SECONDS, "the admin login page")
         assert not command.exited(), command.tail()
         return command
@@ -134,17 +133,20 @@ def engine_worker_pids(url: str, alive_in: dict[int, float]) -> set[int]:
     return pids & set(alive_in)
 
 
-def test_stopping_it_after_workers_died_leaves_no_process_and_stops_its_database(
-        start_command, var_dir):
+def test_stopping_it_after_workers_died_leaves_no_process_and_stops_its_database(start_command, var_dir):
     command = start_command.start(var_dir, embedded=True)
     server = embedded_db.find(var_dir / "pg")
     assert server is not None
-    first = wait_until(lambda: engine_worker_pids(server.url(), tree(command.pid)), 60,
-                       "the engine workers to register")
+    first = wait_until(
+        lambda: engine_worker_pids(server.url(), tree(command.pid)), 60, "the engine workers to register"
+    )
     for pid in first:
         os.kill(pid, signal.SIGKILL)  # the cluster's sentinel respawns them
-    wait_until(lambda: len(engine_worker_pids(server.url(), tree(command.pid)) - first) >= len(first),
-               60, "the cluster to respawn its workers")
+    wait_until(
+        lambda: len(engine_worker_pids(server.url(), tree(command.pid)) - first) >= len(first),
+        60,
+        "the cluster to respawn its workers",
+    )
     before = tree(command.pid)
     groups = {os.getpgid(pid) for pid in before} - {command.pid}
 

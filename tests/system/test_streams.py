@@ -100,9 +100,11 @@ def stream_and_reconnect(processes: Processes, **env: str) -> None:
         latencies.append(t - datetime.fromisoformat(data["at"]).timestamp())
     first.close()
     ms = sorted(x * 1000 for x in latencies)
-    print(f"SSE latency from JobEvent.at to receipt over {len(ms)} events: "
-          f"p50 {statistics.median(ms):.1f} ms, p95 {ms[max(0, math.ceil(0.95 * len(ms)) - 1)]:.1f} ms, "
-          f"max {ms[-1]:.1f} ms")
+    print(
+        f"SSE latency from JobEvent.at to receipt over {len(ms)} events: "
+        f"p50 {statistics.median(ms):.1f} ms, p95 {ms[max(0, math.ceil(0.95 * len(ms)) - 1)]:.1f} ms, "
+        f"max {ms[-1]:.1f} ms"
+    )
     assert max(latencies) < 2
     assert ended == {"pipeline": str(job.pipeline_id), "state": "succeeded"}
 
@@ -146,8 +148,12 @@ def test_a_websocket_over_the_web_process_delivers_a_jobs_events(processes):
     cookie = f"{settings.SESSION_COOKIE_NAME}={browser.cookies[settings.SESSION_COOKIE_NAME].value}"
     job = make_job("tests.noop")
 
-    with connect(f"ws://127.0.0.1:{port}/ws/jobs/", origin=f"http://127.0.0.1:{port}",
-                 additional_headers={"Cookie": cookie}, open_timeout=10) as ws:
+    with connect(
+        f"ws://127.0.0.1:{port}/ws/jobs/",
+        origin=f"http://127.0.0.1:{port}",
+        additional_headers={"Cookie": cookie},
+        open_timeout=10,
+    ) as ws:
         ws.send(json.dumps({"subscribe": {"job": job.pk}}))
         acknowledged = json.loads(ws.recv(10))
         run_next()  # commits the job's history here; the web process hears of it by NOTIFY

@@ -29,11 +29,20 @@ def var_dir(embedded_var_dir: Path) -> Iterator[Path]:
 
 def run_tests(var_dir: Path) -> subprocess.CompletedProcess[str]:
     """A test run of its own in ``var_dir``: nothing of this run's database or cache."""
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("CONVEYOR_", "JOBS_", "DJANGO_")) and key != "DATABASE_URL"}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("CONVEYOR_", "JOBS_", "DJANGO_")) and key != "DATABASE_URL"
+    }
     env["CONVEYOR_VAR_DIR"] = str(var_dir)
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", A_QUICK_TEST], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", A_QUICK_TEST],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def postmaster_pid(data_dir: Path) -> int:

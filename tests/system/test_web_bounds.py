@@ -40,8 +40,12 @@ def post_json(port: int, path: str, pieces: Iterator[bytes], length: int, token:
     """POST a ``length``-byte JSON body made of ``pieces``, stopping as soon as the server
     answers."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=60)
-    sock.sendall((f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
-                  f"\r\nContent-Length: {length}\r\nAuthorization: Token {token}\r\n\r\n").encode())
+    sock.sendall(
+        (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+            f"\r\nContent-Length: {length}\r\nAuthorization: Token {token}\r\n\r\n"
+        ).encode()
+    )
     sent = 0
     try:
         for piece in pieces:
@@ -76,12 +80,20 @@ def items_body(head: bytes, item: bytes, tail: bytes, total: int) -> tuple[Itera
 EMPTY_ITEMS = {
     # What a sync refuses at the first item past SCRAPE_MAX_REFERENCES (50,000).
     "references with empty payloads": (
-        b'{"scrape_run_id": "r", "references": [', b'{"external_id": "x", "payload": {}}', b"]}",
-        413, "at least 50,001 references"),
+        b'{"scrape_run_id": "r", "references": [',
+        b'{"external_id": "x", "payload": {}}',
+        b"]}",
+        413,
+        "at least 50,001 references",
+    ),
     # One reference whose payload is a list of 15 million empty objects.
     "one payload of empty objects": (
         b'{"scrape_run_id": "r", "references": [{"external_id": "x", "payload": {"a": [',
-        b"{}", b"]}}]}", 400, "more than 100,000 values"),
+        b"{}",
+        b"]}}]}",
+        400,
+        "more than 100,000 values",
+    ),
     # Not even an object: a top-level array of empty objects.
     "an array of empty objects": (b"[", b"{}", b"]", 400, "more than 100,000 values"),
 }
@@ -89,14 +101,19 @@ EMPTY_ITEMS = {
 
 @pytest.mark.parametrize("case", list(EMPTY_ITEMS))
 def test_a_30_mb_sync_of_empty_items_is_refused_with_the_web_process_growing_by_less_than_64_mb(
-        processes, case):
+    processes, case
+):
     head, item, tail, status, detail = EMPTY_ITEMS[case]
     acme = tenant("Acme")
     builders.source(acme, name="listings", kind="scraped_reference", config={})
     token = Token.objects.create(user=staff("scraper", of=acme)).key
     web, port = processes.web()
-    warm_up = json.dumps({"scrape_run_id": "warm", "references": [
-        {"external_id": str(n), "payload": {"n": n}} for n in range(100)]}).encode()
+    warm_up = json.dumps(
+        {
+            "scrape_run_id": "warm",
+            "references": [{"external_id": str(n), "payload": {"n": n}} for n in range(100)],
+        }
+    ).encode()
     answer = post_json(port, "/scraping/listings/sync", iter([warm_up]), len(warm_up), token)
     assert answer.status == 200, answer
     before = memory_kb(web.pid, "VmRSS")
@@ -107,8 +124,10 @@ def test_a_30_mb_sync_of_empty_items_is_refused_with_the_web_process_growing_by_
     seconds = time.monotonic() - started
     growth_mb = (memory_kb(web.pid, "VmHWM") - before) / 1024
 
-    print(f"{case}: {answer.status} after {answer.sent / MB:.1f} MB sent in {seconds:.1f} s; "
-          f"web RSS {before / 1024:.0f} MB, growth to its peak {growth_mb:.1f} MB")
+    print(
+        f"{case}: {answer.status} after {answer.sent / MB:.1f} MB sent in {seconds:.1f} s; "
+        f"web RSS {before / 1024:.0f} MB, growth to its peak {growth_mb:.1f} MB"
+    )
     assert answer.status == status, answer
     assert detail in answer.body.decode()
     assert growth_mb < RSS_GROWTH_BOUND_MB
@@ -124,8 +143,12 @@ WORKER_TOKEN = "t" * 43
 def worker_post(port: int, path: str, body: dict) -> tuple[int, dict]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     try:
-        conn.request("POST", path, body=json.dumps(body).encode(), headers={
-            "Authorization": f"Bearer {WORKER_TOKEN}", "Content-Type": "application/json"})
+        conn.request(
+            "POST",
+            path,
+            body=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {WORKER_TOKEN}", "Content-Type": "application/json"},
+        )
         response = conn.getresponse()
         return response.status, json.loads(response.read())
     finally:
@@ -133,8 +156,7 @@ def worker_post(port: int, path: str, body: dict) -> tuple[int, dict]:
 
 
 @pytest.mark.parametrize("files, length", [(1_500, 80), (MAX_REPORT_FILES, MAX_FILE_PATH)])
-def test_a_report_of_many_files_passes_the_body_limiter_and_completes_the_job(processes, files,
-                                                                             length):
+def test_a_report_of_many_files_passes_the_body_limiter_and_completes_the_job(processes, files, length):
     snapshot()
     _, port = processes.web(processes.env(EXPORTS_WORKER_TOKEN=WORKER_TOKEN))
     status, claimed = worker_post(port, "/internal/exports/claim", {"worker": "w", "limit": 1})
@@ -142,9 +164,15 @@ def test_a_report_of_many_files_passes_the_body_limiter_and_completes_the_job(pr
     spec = claimed["jobs"][0]
     prefix = spec["destination"] + "/part-"
     names = [prefix + str(n).rjust(length - len(prefix), "0") for n in range(files)]
-    report = {"status": "completed", "generation": spec["generation"], "worker": "w",
-              "claim_token": spec["claim_token"], "row_count": files, "size_bytes": files,
-              "files": names}
+    report = {
+        "status": "completed",
+        "generation": spec["generation"],
+        "worker": "w",
+        "claim_token": spec["claim_token"],
+        "row_count": files,
+        "size_bytes": files,
+        "files": names,
+    }
     assert len(json.dumps(report)) > settings.WEB_MAX_ANONYMOUS_BODY_BYTES
 
     status, answer = worker_post(port, f"/internal/exports/jobs/{spec['id']}/report", report)
@@ -191,8 +219,7 @@ class Conn:
             pass
 
 
-def until_closed(conns: list[Conn], deadline: float, *, trickle: list[Conn] | None = None
-                 ) -> None:
+def until_closed(conns: list[Conn], deadline: float, *, trickle: list[Conn] | None = None) -> None:
     """Reads every connection until each is closed by the server or ``deadline`` (a
     monotonic time) passes, sending one more header byte on each of ``trickle`` every
     TRICKLE_EVERY."""
@@ -224,8 +251,7 @@ def status_of(received: bytes) -> int | None:
     return int(received.split()[1]) if received.startswith(b"HTTP/1.1 ") else None
 
 
-def test_connections_sending_their_head_slowly_are_answered_408_and_closed_at_the_deadline(
-        processes):
+def test_connections_sending_their_head_slowly_are_answered_408_and_closed_at_the_deadline(processes):
     _, port = processes.web(processes.env(WEB_HEADER_TIMEOUT_SECONDS=str(HEAD_TIMEOUT)))
     started = time.monotonic()
     slow = [Conn(port, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ") for _ in range(100)]
@@ -237,8 +263,10 @@ def test_connections_sending_their_head_slowly_are_answered_408_and_closed_at_th
     assert min(c.closed_at for c in slow + idle) - started >= HEAD_TIMEOUT * 0.9
     assert {status_of(c.received) for c in slow} == {408}
     detail = json.loads(slow[0].received.partition(b"\r\n\r\n")[2])
-    assert detail == {"detail": "The request line and headers did not arrive within 1 s.",
-                      "limit": HEAD_TIMEOUT}
+    assert detail == {
+        "detail": "The request line and headers did not arrive within 1 s.",
+        "limit": HEAD_TIMEOUT,
+    }
     assert {c.received for c in idle} == {b""}
 
 
@@ -260,8 +288,11 @@ def test_the_next_request_on_a_kept_alive_connection_has_the_same_deadline(proce
 def test_a_complete_head_with_a_slow_body_is_not_cut_off_by_the_head_deadline(processes):
     _, port = processes.web(processes.env(WEB_HEADER_TIMEOUT_SECONDS=str(HEAD_TIMEOUT)))
     body = b'{"type": "tests.noop"}'
-    conn = Conn(port, b"POST /api/jobs/ HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                      b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+    conn = Conn(
+        port,
+        b"POST /api/jobs/ HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body),
+    )
     for byte in body[:-1]:  # over twice the head's deadline
         conn.sock.sendall(bytes([byte]))
         time.sleep(2 * HEAD_TIMEOUT / len(body))
@@ -279,19 +310,16 @@ def open_stream(port: int, path: str, token: str) -> tuple[int, socket.socket]:
     """GET an event stream; its status and its socket, held open (a 200 once the stream
     has sent its first bytes)."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Token {token}\r\n"
-                 f"\r\n".encode())
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Token {token}\r\n\r\n".encode())
     received = b""
-    while b"\r\n\r\n" not in received or (received.startswith(b"HTTP/1.1 200")
-                                          and b": open" not in received):
+    while b"\r\n\r\n" not in received or (received.startswith(b"HTTP/1.1 200") and b": open" not in received):
         chunk = sock.recv(65536)
         assert chunk, f"the stream closed: {received!r}"
         received += chunk
     return int(received.split()[1]), sock
 
 
-def test_the_cap_on_a_users_streams_holds_across_web_processes_and_a_dead_ones_slots_expire(
-        processes):
+def test_the_cap_on_a_users_streams_holds_across_web_processes_and_a_dead_ones_slots_expire(processes):
     acme = tenant("Acme")
     job = make_job("tests.noop", tenant=acme)
     token = Token.objects.create(user=staff("alice", of=acme)).key

@@ -60,8 +60,7 @@ def read_answer(sock: socket.socket, sent: int = 0) -> Answer:
     head, _, body = data.partition(b"\r\n\r\n")
     assert head, "the connection closed without an answer"
     headers = _headers(head)
-    return Answer(int(head.split()[1]), headers, body[:int(headers.get("content-length", len(body)))],
-                  sent)
+    return Answer(int(head.split()[1]), headers, body[: int(headers.get("content-length", len(body)))], sent)
 
 
 def _headers(head: bytes) -> dict[str, str]:
@@ -71,8 +70,10 @@ def _headers(head: bytes) -> dict[str, str]:
 
 def multipart_chunks(total: int) -> Iterator[bytes]:
     """A multipart body of exactly ``total`` bytes (a CSV file), made on the fly."""
-    head = (f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="big.csv"\r\n'
-            f"Content-Type: text/csv\r\n\r\nquantity,unit,haul,cabin\n").encode()
+    head = (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="big.csv"\r\n'
+        f"Content-Type: text/csv\r\n\r\nquantity,unit,haul,cabin\n"
+    ).encode()
     tail = f"\r\n--{BOUNDARY}--\r\n".encode()
     block = b"1.5,km,short,economy\n" * 12_000  # about 250 kB
     yield head
@@ -83,14 +84,18 @@ def multipart_chunks(total: int) -> Iterator[bytes]:
     yield tail
 
 
-def post_large(port: int, path: str, total: int, *, chunked: bool,
-               headers: dict[str, str] | None = None) -> Answer:
+def post_large(
+    port: int, path: str, total: int, *, chunked: bool, headers: dict[str, str] | None = None
+) -> Answer:
     """POST a ``total``-byte multipart body, stopping as soon as the server answers."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=60)
-    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1",
-             f"Content-Type: multipart/form-data; boundary={BOUNDARY}",
-             "Transfer-Encoding: chunked" if chunked else f"Content-Length: {total}",
-             *(f"{name}: {value}" for name, value in (headers or {}).items())]
+    lines = [
+        f"POST {path} HTTP/1.1",
+        "Host: 127.0.0.1",
+        f"Content-Type: multipart/form-data; boundary={BOUNDARY}",
+        "Transfer-Encoding: chunked" if chunked else f"Content-Length: {total}",
+        *(f"{name}: {value}" for name, value in (headers or {}).items()),
+    ]
     sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
     sent = 0
     try:
@@ -153,8 +158,10 @@ def test_a_200_mb_body_is_refused_with_the_web_process_growing_by_less_than_64_m
     seconds = time.monotonic() - started
     growth_mb = (memory_kb(web.pid, "VmHWM") - before) / 1024
 
-    print(f"{case}: {answer.status} after {answer.sent / MB:.1f} MB sent in {seconds:.1f} s; "
-          f"web RSS {before / 1024:.0f} MB, growth to its peak {growth_mb:.1f} MB")
+    print(
+        f"{case}: {answer.status} after {answer.sent / MB:.1f} MB sent in {seconds:.1f} s; "
+        f"web RSS {before / 1024:.0f} MB, growth to its peak {growth_mb:.1f} MB"
+    )
     assert answer.status == status, answer
     assert answer.headers["content-type"] == "application/json"
     assert "limit" in answer.json() and answer.json()["detail"]
@@ -182,17 +189,28 @@ def test_an_entries_upload_within_its_limit_goes_through_with_a_token(processes,
     token = Token.objects.create(user=staff("alice", of=acme)).key
     _, port = processes.web(processes.env(CONVEYOR_VAR_DIR=str(tmp_path)))
     fields = {"report": str(travel.report_id), "module": "travel", "data_entry_type": "plane"}
-    body = b"".join(f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'
-                    f"{value}\r\n".encode() for name, value in fields.items())
-    body += (f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="e.csv"\r\n'
-             f"Content-Type: text/csv\r\n\r\n").encode()
+    body = b"".join(
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+        for name, value in fields.items()
+    )
+    body += (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="e.csv"\r\n'
+        f"Content-Type: text/csv\r\n\r\n"
+    ).encode()
     body += csv_bytes(["quantity", "unit", "haul", "cabin"], plane_rows(5_000))
     body += f"\r\n--{BOUNDARY}--\r\n".encode()
     assert len(body) > settings.WEB_MAX_ANONYMOUS_BODY_BYTES  # the credential was looked up
 
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    conn.request("POST", "/sync/dispatch", body=body, headers={
-        "Authorization": f"Token {token}", "Content-Type": f"multipart/form-data; boundary={BOUNDARY}"})
+    conn.request(
+        "POST",
+        "/sync/dispatch",
+        body=body,
+        headers={
+            "Authorization": f"Token {token}",
+            "Content-Type": f"multipart/form-data; boundary={BOUNDARY}",
+        },
+    )
     response = conn.getresponse()
     answer = json.loads(response.read())
     conn.close()
@@ -208,10 +226,16 @@ def part(headers: str, content: str) -> bytes:
 
 MALFORMED = {
     "no boundary": ("", b"--x\r\ngarbage", "Invalid boundary in multipart: None"),
-    "part headers over 1 kB": ("; boundary=x", part(f'name="f"\r\nX-Pad: {"p" * 2000}', "1"),
-                               "Request max total header size exceeded."),
-    "bad base64": ("; boundary=x", part('name="f"; filename="e.csv"\r\nContent-Transfer-Encoding: '
-                                        "base64", "!!not base64!!"), "Could not decode base64 data."),
+    "part headers over 1 kB": (
+        "; boundary=x",
+        part(f'name="f"\r\nX-Pad: {"p" * 2000}', "1"),
+        "Request max total header size exceeded.",
+    ),
+    "bad base64": (
+        "; boundary=x",
+        part('name="f"; filename="e.csv"\r\nContent-Transfer-Encoding: base64', "!!not base64!!"),
+        "Could not decode base64 data.",
+    ),
 }
 
 
@@ -221,8 +245,12 @@ def test_a_malformed_multipart_is_answered_with_a_json_400_naming_the_problem(pr
     token = Token.objects.create(user=staff()).key
     _, port = processes.web()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    conn.request("POST", "/sync/dispatch", body=body, headers={
-        "Authorization": f"Token {token}", "Content-Type": "multipart/form-data" + parameters})
+    conn.request(
+        "POST",
+        "/sync/dispatch",
+        body=body,
+        headers={"Authorization": f"Token {token}", "Content-Type": "multipart/form-data" + parameters},
+    )
     response = conn.getresponse()
     body = response.read()
     conn.close()
@@ -235,8 +263,13 @@ def test_a_malformed_multipart_is_answered_with_a_json_400_naming_the_problem(pr
 
 
 def get(path: str, *headers: bytes) -> bytes:
-    return b"GET " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"".join(
-        h + b"\r\n" for h in headers) + b"Connection: close\r\n\r\n"
+    return (
+        b"GET "
+        + path.encode()
+        + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        + b"".join(h + b"\r\n" for h in headers)
+        + b"Connection: close\r\n\r\n"
+    )
 
 
 def test_an_oversized_url_is_answered_414_naming_the_limit(processes):

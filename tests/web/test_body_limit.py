@@ -60,13 +60,22 @@ async def not_looked_up(scope: dict[str, Any]) -> bool:
 class Exchange:
     """One request through the middleware: the client's body chunks in, the answer out."""
 
-    def __init__(self, path: str, headers: dict[str, str], chunks: list[bytes], *,
-                 has_credential: Any = signed_in, scope_type: str = "http") -> None:
+    def __init__(
+        self,
+        path: str,
+        headers: dict[str, str],
+        chunks: list[bytes],
+        *,
+        has_credential: Any = signed_in,
+        scope_type: str = "http",
+    ) -> None:
         self.app = Application()
         self.reads = 0
         self.sent: list[dict[str, Any]] = []
-        pending = [{"type": "http.request", "body": chunk, "more_body": n < len(chunks) - 1}
-                   for n, chunk in enumerate(chunks)]
+        pending = [
+            {"type": "http.request", "body": chunk, "more_body": n < len(chunks) - 1}
+            for n, chunk in enumerate(chunks)
+        ]
 
         async def receive() -> dict[str, Any]:
             self.reads += 1
@@ -75,8 +84,12 @@ class Exchange:
         async def send(message: dict[str, Any]) -> None:
             self.sent.append(message)
 
-        scope = {"type": scope_type, "method": "POST", "path": path,
-                 "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
+        scope = {
+            "type": scope_type,
+            "method": "POST",
+            "path": path,
+            "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        }
         async_to_sync(BodyLimit(self.app, LIMITS, has_credential))(scope, receive, send)
 
     @property
@@ -102,15 +115,20 @@ def test_a_declared_body_over_the_path_limit_is_refused_with_413_before_a_byte_i
     exchange = Exchange("/sync/dispatch", declared(5_001), [b"x" * 5_001])
 
     assert exchange.status == 413 and exchange.reads == 0 and not exchange.app.called
-    assert exchange.json() == {"detail": "The request body is 5 kB (5,001 bytes); the limit here "
-                                         "is 5 kB (5,000 bytes).", "limit": 5_000}
+    assert exchange.json() == {
+        "detail": "The request body is 5 kB (5,001 bytes); the limit here is 5 kB (5,000 bytes).",
+        "limit": 5_000,
+    }
     assert exchange.headers[b"connection"] == b"close"
     assert exchange.headers[b"content-type"] == b"application/json"
 
 
 def test_the_longest_matching_prefix_sets_the_limit():
     assert [LIMITS.for_path(p) for p in ("/sync/dispatch", "/sync/units", "/api/jobs/")] == [
-        5_000, 2_000, 1_000]
+        5_000,
+        2_000,
+        1_000,
+    ]
 
 
 def test_a_chunked_body_is_cut_off_with_413_as_soon_as_it_passes_the_limit():
@@ -159,8 +177,9 @@ def test_a_websocket_passes_untouched():
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         seen.append(scope["type"])
 
-    async_to_sync(BodyLimit(app, LIMITS, not_looked_up))({"type": "websocket", "path": "/ws/jobs/"},
-                                                         None, None)
+    async_to_sync(BodyLimit(app, LIMITS, not_looked_up))(
+        {"type": "websocket", "path": "/ws/jobs/"}, None, None
+    )
     assert seen == ["websocket"]
 
 
@@ -202,11 +221,14 @@ def test_a_signed_in_session_is_a_credential_and_a_signed_out_one_is_not():
 # --- the settings ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("kind", "paths"), [
-    ("entries", ["/sync/dispatch", reverse("admin:factors_dataentry_upload")]),
-    ("factors", ["/sync/factors/plane", reverse("admin:factors_emissionfactor_upload")]),
-    ("units", ["/sync/units", reverse("admin:factors_unit_upload")]),
-])
+@pytest.mark.parametrize(
+    ("kind", "paths"),
+    [
+        ("entries", ["/sync/dispatch", reverse("admin:factors_dataentry_upload")]),
+        ("factors", ["/sync/factors/plane", reverse("admin:factors_emissionfactor_upload")]),
+        ("units", ["/sync/units", reverse("admin:factors_unit_upload")]),
+    ],
+)
 def test_each_upload_address_allows_its_file_limit_plus_multipart_framing(kind, paths):
     limits = BodyLimits.from_settings()
 
@@ -242,15 +264,15 @@ class Trickle:
 
 def test_a_body_that_stops_arriving_is_answered_408_at_its_deadline():
     limits = BodyLimits.of(default=1_000, anonymous=500, by_prefix={}, body_seconds=0.2)
-    app, client = Application(), Trickle([{"type": "http.request", "body": b"x" * 10,
-                                           "more_body": True}])
-    scope = {"type": "http", "method": "POST", "path": "/api/jobs/",
-             "headers": [(b"content-length", b"100")]}
+    app, client = Application(), Trickle([{"type": "http.request", "body": b"x" * 10, "more_body": True}])
+    scope = {"type": "http", "method": "POST", "path": "/api/jobs/", "headers": [(b"content-length", b"100")]}
     async_to_sync(BodyLimit(app, limits, signed_in))(scope, client.receive, client.send)
 
     assert client.sent[0]["status"] == 408 and app.disconnected
     assert json.loads(client.sent[1]["body"]) == {
-        "detail": "The request body did not arrive within 0.2 s.", "limit": 0.2}
+        "detail": "The request body did not arrive within 0.2 s.",
+        "limit": 0.2,
+    }
     assert dict(client.sent[0]["headers"])[b"connection"] == b"close"
 
 

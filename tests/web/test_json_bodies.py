@@ -38,16 +38,21 @@ def test_a_lone_surrogate_as_an_ingest_runs_source_is_a_400_naming_it():
     answer = post(as_user(staff(of=acme)), "/api/ingest/runs/", '{"source": "\\ud800"}')
 
     assert answer.status_code == 400, answer.content
-    assert answer.json() == {"detail": 'JSON parse error - body["source"] holds a lone surrogate '
-                                       "(U+D800 at position 0), which is not Unicode text"}
+    assert answer.json() == {
+        "detail": 'JSON parse error - body["source"] holds a lone surrogate '
+        "(U+D800 at position 0), which is not Unicode text"
+    }
     assert not IngestRun.objects.exists()
 
 
-@pytest.mark.parametrize("text", [
-    '{"type": "tests.noop", "payload": {"\\udc00": 1}}',  # a key, one level down
-    '{"type": "tests.noop", "payload": {"a": [[{"b": "x\\ud83d"}]]}}',  # a high half, deep
-    '{"type": "tests.noop\\ud800"}',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"type": "tests.noop", "payload": {"\\udc00": 1}}',  # a key, one level down
+        '{"type": "tests.noop", "payload": {"a": [[{"b": "x\\ud83d"}]]}}',  # a high half, deep
+        '{"type": "tests.noop\\ud800"}',
+    ],
+)
 def test_a_lone_surrogate_anywhere_in_an_api_body_is_a_400(text):
     answer = post(as_user(staff(operator=True)), "/api/jobs/", text)
 
@@ -64,13 +69,17 @@ def test_a_surrogate_pair_is_text_and_passes_the_parser():
     assert IngestRun.objects.get().source.name == "orders \U0001f600"
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ('{"scrape_run_id": "r", "references": [{"external_id": "a", "payload": {"t": "\\udfff"}}]}',
-     LONE),
-    ('{"scrape_run_id": "\\ud800", "references": []}', LONE),
-    ('{"scrape_run_id": "r", "references": [{"external_id": "a", "payload": {"\\u0000": 1}}]}',
-     "NUL character"),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"scrape_run_id": "r", "references": [{"external_id": "a", "payload": {"t": "\\udfff"}}]}', LONE),
+        ('{"scrape_run_id": "\\ud800", "references": []}', LONE),
+        (
+            '{"scrape_run_id": "r", "references": [{"external_id": "a", "payload": {"\\u0000": 1}}]}',
+            "NUL character",
+        ),
+    ],
+)
 def test_the_streamed_scrape_sync_refuses_the_same_strings(text, problem):
     acme = tenant("Acme")
     builders.source(acme, name="listings", kind="scraped_reference", config={})
@@ -82,8 +91,12 @@ def test_the_streamed_scrape_sync_refuses_the_same_strings(text, problem):
 
 def test_a_lone_surrogate_from_an_export_worker_is_a_400(settings):
     settings.EXPORTS_WORKER_TOKEN = WORKER_TOKEN
-    answer = post(APIClient(), "/internal/exports/claim", '{"worker": "\\ud800", "limit": 1}',
-                  HTTP_AUTHORIZATION=f"Bearer {WORKER_TOKEN}")
+    answer = post(
+        APIClient(),
+        "/internal/exports/claim",
+        '{"worker": "\\ud800", "limit": 1}',
+        HTTP_AUTHORIZATION=f"Bearer {WORKER_TOKEN}",
+    )
 
     assert answer.status_code == 400 and LONE in answer.json()["detail"], answer.content
 
@@ -114,10 +127,13 @@ def test_a_websocket_message_with_a_lone_surrogate_is_answered_with_an_error():
     assert replies[3] == {"subscribed": {"type": "tests.noop"}}  # the socket still serves
 
 
-@pytest.mark.parametrize("extra", [
-    "".join(f', "k{n}": 0' for n in range(100_001)),  # many fields beside the references
-    ', "x": [' + ",".join(["[]"] * 100_001) + "]",  # one large field
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "".join(f', "k{n}": 0' for n in range(100_001)),  # many fields beside the references
+        ', "x": [' + ",".join(["[]"] * 100_001) + "]",  # one large field
+    ],
+)
 def test_the_streamed_parser_bounds_the_values_it_builds_outside_the_streamed_items(extra):
     acme = tenant("Acme")
     builders.source(acme, name="listings", kind="scraped_reference", config={})
@@ -128,16 +144,22 @@ def test_the_streamed_parser_bounds_the_values_it_builds_outside_the_streamed_it
     assert "the body holds more than 100,000 values" in answer.json()["detail"]
 
 
-@pytest.mark.parametrize(("field", "text", "where"), [
-    ("config", '{"batches": 2, "note": Infinity}', "a number JSON cannot hold"),
-    ("config", '{"batches": 2, "note": [NaN]}', "a number JSON cannot hold"),
-    ("config", '{"batches": 2, "note": {"a": -1e999}}', "a number JSON cannot hold"),
-    ("config", '{"batches": 2, "note": "\\ud800"}', 'the value["note"] holds a lone surrogate'),
-    ("hooks-0-parameters", '{"\\udc00": "1"}', "the value has a key that holds a lone surrogate"),
-    ("hooks-0-parameters", '{"level": ["x", "a\\u0000b"]}', 'the value["level"][1] holds a NUL character'),
-])
-def test_an_admin_json_field_with_a_string_postgresql_cannot_store_is_a_form_error(field, text,
-                                                                                  where):
+@pytest.mark.parametrize(
+    ("field", "text", "where"),
+    [
+        ("config", '{"batches": 2, "note": Infinity}', "a number JSON cannot hold"),
+        ("config", '{"batches": 2, "note": [NaN]}', "a number JSON cannot hold"),
+        ("config", '{"batches": 2, "note": {"a": -1e999}}', "a number JSON cannot hold"),
+        ("config", '{"batches": 2, "note": "\\ud800"}', 'the value["note"] holds a lone surrogate'),
+        ("hooks-0-parameters", '{"\\udc00": "1"}', "the value has a key that holds a lone surrogate"),
+        (
+            "hooks-0-parameters",
+            '{"level": ["x", "a\\u0000b"]}',
+            'the value["level"][1] holds a NUL character',
+        ),
+    ],
+)
+def test_an_admin_json_field_with_a_string_postgresql_cannot_store_is_a_form_error(field, text, where):
     browser = staff_browser("alice", tenant("Acme"))
     response = browser.post("/admin/ingest/ingestsource/add/", source_form(**{field: text}))
 

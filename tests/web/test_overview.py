@@ -28,8 +28,7 @@ INDEX = "admin:index"
 def breaker(target: str, state: str, of=None) -> RunnerBreaker:
     now = timezone.now()
     opened = {} if state == BreakerState.CLOSED else {"opened_at": now, "next_probe_at": now}
-    return RunnerBreaker.objects.create(target=target, tenant=of or tenant("Acme"), state=state,
-                                        **opened)
+    return RunnerBreaker.objects.create(target=target, tenant=of or tenant("Acme"), state=state, **opened)
 
 
 def figure(page: str, key: str) -> tuple[str, str]:
@@ -86,9 +85,9 @@ def test_the_oldest_due_job_of_each_queue_and_the_busiest_pipelines_are_shown(ad
     busy = running()
     page = admin_client.get(reverse(INDEX)).content.decode()
 
-    queues = page[page.index('id="overview-queues"'):page.index('id="overview-pipelines"')]
+    queues = page[page.index('id="overview-queues"') : page.index('id="overview-pipelines"')]
     assert f"#{first.pk}" in queues and "10 min" in queues
-    pipelines = page[page.index('id="overview-pipelines"'):]
+    pipelines = page[page.index('id="overview-pipelines"') :]
     assert reverse("admin:jobs_job_pipeline", args=[busy.pipeline_id]) in pipelines
 
 
@@ -148,8 +147,9 @@ def test_the_front_page_reads_a_bounded_number_of_queries(admin_client, clock):
         assert admin_client.get(reverse(INDEX)).status_code == 200
 
     assert len(queries) <= 30
-    assert not any(re.search(r'SELECT COUNT\(\*\) AS "__count" FROM "jobs_job"\s*$', q["sql"])
-                   for q in queries), "a whole-table count"
+    assert not any(
+        re.search(r'SELECT COUNT\(\*\) AS "__count" FROM "jobs_job"\s*$', q["sql"]) for q in queries
+    ), "a whole-table count"
 
 
 def test_the_outbox_backlog_and_failures_are_on_the_front_page(admin_client, clock):
@@ -184,9 +184,15 @@ def test_the_size_of_the_whole_jobs_table_is_for_platform_operators_only(client,
     assert 'data-figure="jobs"' in admin_client.get(reverse(INDEX)).content.decode()
 
 
-@pytest.mark.parametrize("url", ["/admin/jobs/job/?type=%00", "/admin/jobs/job/?q=a%00b",
-                                 "/admin/jobs/job/triage/%00/retry/",
-                                 "/admin/jobs/delivery/?subscriber=%00"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/jobs/job/?type=%00",
+        "/admin/jobs/job/?q=a%00b",
+        "/admin/jobs/job/triage/%00/retry/",
+        "/admin/jobs/delivery/?subscriber=%00",
+    ],
+)
 def test_a_nul_character_in_an_address_is_a_400_not_a_500(admin_client, url):
     response = admin_client.get(url)
     assert response.status_code == 400

@@ -26,8 +26,9 @@ def test_ready_is_503_while_the_database_does_not_answer():
     saved = dict(connection.settings_dict)
     connection.close()
     # A port nothing listens on: the database is really unreachable, not pretended.
-    connection.settings_dict.update(HOST="127.0.0.1", PORT="9",
-                                    OPTIONS={**saved.get("OPTIONS", {}), "connect_timeout": 2})
+    connection.settings_dict.update(
+        HOST="127.0.0.1", PORT="9", OPTIONS={**saved.get("OPTIONS", {}), "connect_timeout": 2}
+    )
     try:
         answer = Client().get("/ready")
         assert answer.status_code == 503

@@ -17,8 +17,7 @@ def test_a_browser_at_the_root_is_sent_to_the_admin(client):
 def test_an_api_client_at_the_root_gets_the_apis_addresses(client):
     response = client.get("/", HTTP_ACCEPT="application/json")
     assert response.status_code == 200
-    assert response.json() == {"admin": "/admin/", "api_docs": "/api/docs/",
-                               "api_schema": "/api/schema/"}
+    assert response.json() == {"admin": "/admin/", "api_docs": "/api/docs/", "api_schema": "/api/schema/"}
 
 
 @pytest.mark.parametrize("debug", [True, False])
@@ -50,6 +49,9 @@ def test_the_admins_front_page_links_the_console(admin_client):
     page = admin_client.get(reverse("admin:index")).content.decode()
     assert 'id="console-links"' in page
     changelist = reverse("admin:jobs_job_changelist")
-    for link in (reverse("admin:jobs_job_dashboard"), f"{changelist}?failed_within=1h",
-                 f"{changelist}?rescued=yes"):
+    for link in (
+        reverse("admin:jobs_job_dashboard"),
+        f"{changelist}?failed_within=1h",
+        f"{changelist}?rescued=yes",
+    ):
         assert f'href="{link}"' in page

@@ -16,10 +16,18 @@ from tenancy.models import Tenant
 
 MAPPING = "demo-export"
 ENTITIES = [
-    {"kind": "node", "name": "factors", "dataset": "emission_factors",
-     "columns": ["id", "data_entry_type", "year", "classification", "value", "unit"]},
-    {"kind": "node", "name": "daily_bars", "dataset": "daily_bars",
-     "columns": ["feed", "ts_code", "trade_date", "close", "vol"]},
+    {
+        "kind": "node",
+        "name": "factors",
+        "dataset": "emission_factors",
+        "columns": ["id", "data_entry_type", "year", "classification", "value", "unit"],
+    },
+    {
+        "kind": "node",
+        "name": "daily_bars",
+        "dataset": "daily_bars",
+        "columns": ["feed", "ts_code", "trade_date", "close", "vol"],
+    },
 ]
 
 
@@ -34,11 +42,12 @@ class Command(BaseCommand):
 
         actor = get_user_model().objects.filter(username=user).first() if user else None
         with transaction.atomic():
-            tenant, _ = Tenant.objects.get_or_create(slug="demo",
-                                                     defaults={"name": "Demo organisation"})
+            tenant, _ = Tenant.objects.get_or_create(slug="demo", defaults={"name": "Demo organisation"})
             mapping, created = Mapping.objects.get_or_create(
-                tenant=tenant, name=MAPPING,
-                defaults={"description": "The emission factors and the demo feed's daily bars."})
+                tenant=tenant,
+                name=MAPPING,
+                defaults={"description": "The emission factors and the demo feed's daily bars."},
+            )
             if created:
                 for position, entity in enumerate(ENTITIES):
                     MappingEntity.objects.create(mapping=mapping, position=position, **entity)
@@ -46,5 +55,7 @@ class Command(BaseCommand):
                 self.stdout.write("The export demo is already queued.")
                 return
             snapshot = services.create_snapshot(mapping, user=actor)
-        self.stdout.write(f"Export demo: snapshot {snapshot.pk} of mapping {MAPPING} is queued; "
-                          f"the export worker writes it under {conf.storage_url()}.")
+        self.stdout.write(
+            f"Export demo: snapshot {snapshot.pk} of mapping {MAPPING} is queued; "
+            f"the export worker writes it under {conf.storage_url()}."
+        )

@@ -38,30 +38,39 @@ class Command(BaseCommand):
     requires_migrations_checks = False
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--control-plane", default=os.environ.get(
-            "EXPORTS_CONTROL_PLANE_URL", "http://127.0.0.1:8000"),
-            help="The control plane's base URL (default: $EXPORTS_CONTROL_PLANE_URL).")
-        parser.add_argument("--name", default=os.environ.get("HOSTNAME") or
-                            f"{socket.gethostname()}-{os.getpid()}",
-                            help="This worker's name in claims (default: the pod's name).")
+        parser.add_argument(
+            "--control-plane",
+            default=os.environ.get("EXPORTS_CONTROL_PLANE_URL", "http://127.0.0.1:8000"),
+            help="The control plane's base URL (default: $EXPORTS_CONTROL_PLANE_URL).",
+        )
+        parser.add_argument(
+            "--name",
+            default=os.environ.get("HOSTNAME") or f"{socket.gethostname()}-{os.getpid()}",
+            help="This worker's name in claims (default: the pod's name).",
+        )
         parser.add_argument("--host", default="0.0.0.0", help="Where /health and /ready listen.")
-        parser.add_argument("--port", type=int, default=int(os.environ.get("EXPORTS_WORKER_PORT",
-                                                                            "8080")),
-                            help="Their port; 0 picks a free one (printed).")
+        parser.add_argument(
+            "--port",
+            type=int,
+            default=int(os.environ.get("EXPORTS_WORKER_PORT", "8080")),
+            help="Their port; 0 picks a free one (printed).",
+        )
         parser.add_argument("--pass-seconds", type=float, default=5.0)
         parser.add_argument("--idle-seconds", type=float, default=10.0)
-        parser.add_argument("--grace-seconds", type=float, default=240.0,
-                            help="How long running exports may finish after SIGTERM.")
-        parser.add_argument("--threads", type=int, default=4,
-                            help="Exports and engine calls at once.")
+        parser.add_argument(
+            "--grace-seconds",
+            type=float,
+            default=240.0,
+            help="How long running exports may finish after SIGTERM.",
+        )
+        parser.add_argument("--threads", type=int, default=4, help="Exports and engine calls at once.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         # One line per control-plane call every few seconds says nothing an operator needs.
         logging.getLogger("httpx").setLevel(logging.WARNING)
         token = conf.get("WORKER_TOKEN")
         if not token:
-            raise CommandError("EXPORTS_WORKER_TOKEN is not set: the control plane would refuse "
-                               "this worker")
+            raise CommandError("EXPORTS_WORKER_TOKEN is not set: the control plane would refuse this worker")
         if options["threads"] < 1 or options["pass_seconds"] <= 0 or options["idle_seconds"] <= 0:
             raise CommandError("--threads, --pass-seconds and --idle-seconds must be positive")
         if not conf.get("POSTGRES_URL") and not os.environ.get("DATABASE_URL"):
@@ -70,14 +79,22 @@ class Command(BaseCommand):
 
             embedded_db.ensure_started()
         settings = WorkerSettings(
-            name=options["name"][:200], direct_export=bool(conf.get("DIRECT_EXPORT")),
-            claim_limit=int(conf.get("CLAIM_LIMIT")), poll_limit=int(conf.get("POLL_LIMIT")),
-            threads=options["threads"], pass_seconds=options["pass_seconds"],
-            idle_seconds=options["idle_seconds"], grace_seconds=options["grace_seconds"],
-            storage_options=dict(conf.get("STORAGE_OPTIONS")))
+            name=options["name"][:200],
+            direct_export=bool(conf.get("DIRECT_EXPORT")),
+            claim_limit=int(conf.get("CLAIM_LIMIT")),
+            poll_limit=int(conf.get("POLL_LIMIT")),
+            threads=options["threads"],
+            pass_seconds=options["pass_seconds"],
+            idle_seconds=options["idle_seconds"],
+            grace_seconds=options["grace_seconds"],
+            storage_options=dict(conf.get("STORAGE_OPTIONS")),
+        )
         asyncio.run(self._run(settings, options))
-        if any(thread.is_alive() and not thread.daemon for thread in threading.enumerate()
-               if thread is not threading.main_thread()):
+        if any(
+            thread.is_alive() and not thread.daemon
+            for thread in threading.enumerate()
+            if thread is not threading.main_thread()
+        ):
             # Exports abandoned at the grace period's end (handed back already) must not
             # hold the exit: their threads cannot be interrupted.
             sys.stdout.flush()
@@ -85,8 +102,9 @@ class Command(BaseCommand):
             os._exit(0)
 
     async def _run(self, settings: WorkerSettings, options: dict[str, Any]) -> None:
-        worker = ExportWorker(ControlPlane(options["control_plane"], conf.get("WORKER_TOKEN")),
-                              settings, engine_for=engine_for)
+        worker = ExportWorker(
+            ControlPlane(options["control_plane"], conf.get("WORKER_TOKEN")), settings, engine_for=engine_for
+        )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stopping.set)

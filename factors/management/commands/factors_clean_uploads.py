@@ -14,9 +14,11 @@ from factors.models import Upload
 
 
 class Command(BaseCommand):
-    help = ("Delete staged uploads older than --days (default 30), with their records. An "
-            "ingest deletes its file when it succeeds; files of failed jobs stay so that a "
-            "retry can run.")
+    help = (
+        "Delete staged uploads older than --days (default 30), with their records. An "
+        "ingest deletes its file when it succeeds; files of failed jobs stay so that a "
+        "retry can run."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--days", type=float, default=30.0)
@@ -37,5 +39,7 @@ class Command(BaseCommand):
         else:
             removed = (records | Upload.objects.filter(pk__in=stale_ids)).count()
         verb = "Would delete" if dry_run else "Deleted"
-        self.stdout.write(f"{verb} {len(old)} staged upload(s) and {removed} record(s) older "
-                          f"than {days:g} days in {store.url}.")
+        self.stdout.write(
+            f"{verb} {len(old)} staged upload(s) and {removed} record(s) older "
+            f"than {days:g} days in {store.url}."
+        )

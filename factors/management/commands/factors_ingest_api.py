@@ -11,8 +11,10 @@ from factors.management.commanding import actor, add_user_argument, module_of, r
 
 
 class Command(BaseCommand):
-    help = ("Start an api_ingest: the job reads the URL's JSON entries, validates them as an "
-            "upload would be, and replaces the earlier API entries of the module and type.")
+    help = (
+        "Start an api_ingest: the job reads the URL's JSON entries, validates them as an "
+        "upload would be, and replaces the earlier API entries of the module and type."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("report", type=int, help="The carbon report's id.")
@@ -21,7 +23,15 @@ class Command(BaseCommand):
         parser.add_argument("url", help="An http or https URL answering JSON.")
         add_user_argument(parser)
 
-    def handle(self, *args: Any, report: int, module: str, data_entry_type: str, url: str,
-               user: str | None, **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        report: int,
+        module: str,
+        data_entry_type: str,
+        url: str,
+        user: str | None,
+        **options: Any,
+    ) -> None:
         target, who = module_of(report, module), actor(user)
         run(self, lambda: services.ingest_from_api(target, data_entry_type, url, actor=who))

@@ -12,14 +12,17 @@ from factors.models import EntryLoad
 
 
 class Command(BaseCommand):
-    help = ("Delete the rows of replaced loads, and of loads that will never become current "
-            "(their ingest or its closing recalculation failed or was cancelled) once every "
-            "job of their pipeline has been finished for --hours (default "
-            "FACTORS_ABANDONED_LOAD_HOURS). The factors.prune_loads job does this hourly.")
+    help = (
+        "Delete the rows of replaced loads, and of loads that will never become current "
+        "(their ingest or its closing recalculation failed or was cancelled) once every "
+        "job of their pipeline has been finished for --hours (default "
+        "FACTORS_ABANDONED_LOAD_HOURS). The factors.prune_loads job does this hourly."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--hours", type=float, default=None,
-                            help="Age of an abandoned load before it goes (0: now).")
+        parser.add_argument(
+            "--hours", type=float, default=None, help="Age of an abandoned load before it goes (0: now)."
+        )
         parser.add_argument("--dry-run", action="store_true", help="List, delete nothing.")
 
     def handle(self, *args: Any, hours: float | None, dry_run: bool, **options: Any) -> None:
@@ -30,8 +33,9 @@ class Command(BaseCommand):
             ids = entry_loads.removable(older_than=age)
             loads = EntryLoad.objects.filter(job_id__in=ids).order_by("job_id")
             for load in loads:
-                self.stdout.write(f"would remove {load} of module {load.module_id} "
-                                  f"({load.data_entry_type}, {load.source})")
+                self.stdout.write(
+                    f"would remove {load} of module {load.module_id} ({load.data_entry_type}, {load.source})"
+                )
             self.stdout.write(f"Would remove {len(ids)} load(s).")
             return
         pruned = entry_loads.prune(older_than=age)

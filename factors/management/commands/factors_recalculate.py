@@ -11,15 +11,18 @@ from factors.management.commanding import actor, add_user_argument, run
 
 
 class Command(BaseCommand):
-    help = ("Start an emission_recalc of every entry of a type (of one year with --year); "
-            "the modules touched are then re-aggregated.")
+    help = (
+        "Start an emission_recalc of every entry of a type (of one year with --year); "
+        "the modules touched are then re-aggregated."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("data_entry_type", help="plane, train, car, electricity …")
         parser.add_argument("--year", type=int)
         add_user_argument(parser)
 
-    def handle(self, *args: Any, data_entry_type: str, year: int | None, user: str | None,
-               **options: Any) -> None:
+    def handle(
+        self, *args: Any, data_entry_type: str, year: int | None, user: str | None, **options: Any
+    ) -> None:
         who = actor(user)
         run(self, lambda: services.recalculate_emissions(data_entry_type, year=year, actor=who))

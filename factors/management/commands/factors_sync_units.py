@@ -12,8 +12,10 @@ from factors.management.commanding import actor, add_user_argument, opened, run
 
 
 class Command(BaseCommand):
-    help = ("Start a unit_sync for a year from a directory file (CSV or JSON) or a JSON "
-            "endpoint (default FACTORS_UNITS_URL). Listed units get that year's report.")
+    help = (
+        "Start a unit_sync for a year from a directory file (CSV or JSON) or a JSON "
+        "endpoint (default FACTORS_UNITS_URL). Listed units get that year's report."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("year", type=int)
@@ -22,12 +24,15 @@ class Command(BaseCommand):
         source.add_argument("--url", help="A JSON endpoint (http or https).")
         add_user_argument(parser)
 
-    def handle(self, *args: Any, year: int, file: str | None, url: str | None,
-               user: str | None, **options: Any) -> None:
+    def handle(
+        self, *args: Any, year: int, file: str | None, url: str | None, user: str | None, **options: Any
+    ) -> None:
         who = actor(user)
         url = url or (None if file else conf.units_url() or None)
         if not file and not url:
             raise CommandError("give --file or --url (no FACTORS_UNITS_URL is configured)")
         with opened(file) if file else nullcontext() as handle:
-            run(self, lambda: services.sync_units(year, source=handle, filename=file or "",
-                                                  url=url, actor=who))
+            run(
+                self,
+                lambda: services.sync_units(year, source=handle, filename=file or "", url=url, actor=who),
+            )

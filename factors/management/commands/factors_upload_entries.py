@@ -11,8 +11,10 @@ from factors.management.commanding import actor, add_user_argument, module_of, o
 
 
 class Command(BaseCommand):
-    help = ("Validate an entries CSV and start its pipeline (csv_ingest → emission_recalc → "
-            "aggregation). It replaces the earlier CSV entries of the module and type.")
+    help = (
+        "Validate an entries CSV and start its pipeline (csv_ingest → emission_recalc → "
+        "aggregation). It replaces the earlier CSV entries of the module and type."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("report", type=int, help="The carbon report's id.")
@@ -21,9 +23,18 @@ class Command(BaseCommand):
         parser.add_argument("file", help="Path of the CSV file (UTF-8).")
         add_user_argument(parser)
 
-    def handle(self, *args: Any, report: int, module: str, data_entry_type: str, file: str,
-               user: str | None, **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        report: int,
+        module: str,
+        data_entry_type: str,
+        file: str,
+        user: str | None,
+        **options: Any,
+    ) -> None:
         target, who = module_of(report, module), actor(user)
         with opened(file) as handle:
-            run(self, lambda: services.dispatch_csv(target, data_entry_type, handle,
-                                                    filename=file, actor=who))
+            run(
+                self, lambda: services.dispatch_csv(target, data_entry_type, handle, filename=file, actor=who)
+            )

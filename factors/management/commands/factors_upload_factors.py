@@ -11,17 +11,17 @@ from factors.management.commanding import actor, add_user_argument, opened, run
 
 
 class Command(BaseCommand):
-    help = ("Validate a factor CSV and start factor_ingest: factors are upserted in place, "
-            "those left out become stale, and the type's emissions are recalculated.")
+    help = (
+        "Validate a factor CSV and start factor_ingest: factors are upserted in place, "
+        "those left out become stale, and the type's emissions are recalculated."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("data_entry_type", help="plane, train, car, electricity …")
         parser.add_argument("file", help="Path of the CSV file (UTF-8).")
         add_user_argument(parser)
 
-    def handle(self, *args: Any, data_entry_type: str, file: str, user: str | None,
-               **options: Any) -> None:
+    def handle(self, *args: Any, data_entry_type: str, file: str, user: str | None, **options: Any) -> None:
         who = actor(user)
         with opened(file) as handle:
-            run(self, lambda: services.upload_factors(data_entry_type, handle, filename=file,
-                                                      actor=who))
+            run(self, lambda: services.upload_factors(data_entry_type, handle, filename=file, actor=who))

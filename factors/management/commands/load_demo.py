@@ -22,30 +22,54 @@ from factors.models import CarbonReport, DataEntry, ReportModule
 DEMO = Path(__file__).resolve().parent.parent.parent / "demo"
 YEAR = 2024
 MANUAL = [  # (unit, module, entry): a few edits made by hand in the UI
-    ("DEMO-CHEM", "travel", {"data_entry_type": "plane", "quantity": "9350",
-                             "classification": {"haul": "long", "cabin": "economy"}}),
-    ("DEMO-CHEM", "travel", {"data_entry_type": "train", "quantity": "612.5",
-                             "classification": {"network": "international"}}),
-    ("DEMO-PHYS", "purchases", {"data_entry_type": "goods", "quantity": "18400",
-                                "classification": {"category": "it_equipment"}}),
+    (
+        "DEMO-CHEM",
+        "travel",
+        {
+            "data_entry_type": "plane",
+            "quantity": "9350",
+            "classification": {"haul": "long", "cabin": "economy"},
+        },
+    ),
+    (
+        "DEMO-CHEM",
+        "travel",
+        {"data_entry_type": "train", "quantity": "612.5", "classification": {"network": "international"}},
+    ),
+    (
+        "DEMO-PHYS",
+        "purchases",
+        {"data_entry_type": "goods", "quantity": "18400", "classification": {"category": "it_equipment"}},
+    ),
 ]
-MODULE_OF = {"plane": "travel", "train": "travel", "car": "travel", "electricity": "energy",
-             "heating": "energy", "goods": "purchases", "services": "purchases"}
+MODULE_OF = {
+    "plane": "travel",
+    "train": "travel",
+    "car": "travel",
+    "electricity": "energy",
+    "heating": "energy",
+    "goods": "purchases",
+    "services": "purchases",
+}
 
 
 class Command(BaseCommand):
-    help = ("Load the demo organisation, factors and several thousand entries for 2024 "
-            "through the real pipelines (idempotent).")
+    help = (
+        "Load the demo organisation, factors and several thousand entries for 2024 "
+        "through the real pipelines (idempotent)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         add_user_argument(parser)
-        parser.add_argument("--timeout", type=float, default=300.0,
-                            help="Seconds to wait for each step's jobs.")
+        parser.add_argument(
+            "--timeout", type=float, default=300.0, help="Seconds to wait for each step's jobs."
+        )
 
     def handle(self, *args: Any, user: str | None, timeout: float, **options: Any) -> None:
         self.who, self.timeout = actor(user), timeout
-        if DataEntry.objects.filter(module__report__unit__code__startswith="DEMO-",
-                                    source=DataEntry.Source.MANUAL).exists():
+        if DataEntry.objects.filter(
+            module__report__unit__code__startswith="DEMO-", source=DataEntry.Source.MANUAL
+        ).exists():
             self.stdout.write("The demo is already loaded.")
             return
         self._units()
@@ -56,32 +80,37 @@ class Command(BaseCommand):
 
     def _units(self) -> None:
         with (DEMO / "units.json").open("rb") as handle:
-            self._wait([services.sync_units(YEAR, source=handle, filename="units.json",
-                                            actor=self.who).job])
+            self._wait([services.sync_units(YEAR, source=handle, filename="units.json", actor=self.who).job])
 
     def _factors(self) -> None:
         started = []
         for path in sorted((DEMO / "factors").glob("*.csv")):
             with path.open("rb") as handle:
-                started.append(services.upload_factors(path.stem, handle, filename=path.name,
-                                                        actor=self.who).job)
+                started.append(
+                    services.upload_factors(path.stem, handle, filename=path.name, actor=self.who).job
+                )
         self._wait(started)
 
     def _entries(self) -> None:
         started = []
         for path in sorted((DEMO / "entries").glob("*.csv")):
             code, data_entry_type = path.stem.split("_")
-            module = ReportModule.objects.get(report__unit__code=code, report__year=YEAR,
-                                              module_type=MODULE_OF[data_entry_type])
+            module = ReportModule.objects.get(
+                report__unit__code=code, report__year=YEAR, module_type=MODULE_OF[data_entry_type]
+            )
             with path.open("rb") as handle:
-                started.append(services.dispatch_csv(module, data_entry_type, handle,
-                                                     filename=path.name, actor=self.who).job)
+                started.append(
+                    services.dispatch_csv(
+                        module, data_entry_type, handle, filename=path.name, actor=self.who
+                    ).job
+                )
         self._wait(started)
 
     def _manual_entries(self) -> None:
         for code, module_type, entry in MANUAL:
-            module = ReportModule.objects.get(report__unit__code=code, report__year=YEAR,
-                                              module_type=module_type)
+            module = ReportModule.objects.get(
+                report__unit__code=code, report__year=YEAR, module_type=module_type
+            )
             services.create_entry(module.pk, entry, actor=self.who)
 
     def _wait(self, started: list[jobs.Job]) -> None:
@@ -93,15 +122,20 @@ class Command(BaseCommand):
                 time.sleep(0.2)
             if time.monotonic() > deadline:
                 raise CommandError("the demo's jobs did not finish in time; see manage.py jobs_status")
-        failed = [job for pipeline in sorted(pipelines) for job in jobs.pipeline_jobs(pipeline)
-                  if job.state == "failed"]
+        failed = [
+            job
+            for pipeline in sorted(pipelines)
+            for job in jobs.pipeline_jobs(pipeline)
+            if job.state == "failed"
+        ]
         if failed:
-            raise CommandError(f"demo job {failed[0].pk} ({failed[0].type}) failed: "
-                               f"{failed[0].last_error}")
+            raise CommandError(f"demo job {failed[0].pk} ({failed[0].type}) failed: {failed[0].last_error}")
 
     def _summary(self) -> None:
         for report in CarbonReport.objects.filter(unit__code__startswith="DEMO-", year=YEAR):
             stats = report.stats
-            self.stdout.write(f"{report}: {stats['entries']:,} entries, {stats['kg_co2e']} kg CO2e"
-                              f" ({stats['without_factor']} without factor)")
+            self.stdout.write(
+                f"{report}: {stats['entries']:,} entries, {stats['kg_co2e']} kg CO2e"
+                f" ({stats['without_factor']} without factor)"
+            )
         self.stdout.write(self.style.SUCCESS("Demo loaded: see /admin/factors/carbonreport/"))

@@ -24,19 +24,22 @@ USAGE = 2  # argparse's code for a bad option; Django's CommandError would exit 
 
 
 class Command(BaseCommand):
-    help = ("Check the market data: the latest daily date is recent, no source's last "
-            "attempt failed, the latest trading day has enough rows. Exit 0 OK, 1 ALERT.")
+    help = (
+        "Check the market data: the latest daily date is recent, no source's last "
+        "attempt failed, the latest trading day has enough rows. Exit 0 OK, 1 ALERT."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--tenant", metavar="SLUG", help="Only this tenant's feeds.")
         parser.add_argument("--feed", metavar="NAME", help="Only the feeds of this name.")
-        parser.add_argument("--log", metavar="FILE", type=Path,
-                            help="Also append the findings to FILE.")
+        parser.add_argument("--log", metavar="FILE", type=Path, help="Also append the findings to FILE.")
 
-    def handle(self, *args: Any, tenant: str | None, feed: str | None, log: Path | None,
-               **options: Any) -> None:
-        feeds = (MarketFeed.objects.filter(enabled=True).select_related("tenant")
-                 .order_by("tenant__slug", "name"))
+    def handle(
+        self, *args: Any, tenant: str | None, feed: str | None, log: Path | None, **options: Any
+    ) -> None:
+        feeds = (
+            MarketFeed.objects.filter(enabled=True).select_related("tenant").order_by("tenant__slug", "name")
+        )
         if tenant:
             try:
                 feeds = feeds.filter(tenant=tenant_named(tenant))
@@ -46,21 +49,26 @@ class Command(BaseCommand):
             feeds = feeds.filter(name=feed)
         feeds = list(feeds)
         if not feeds:
-            raise CommandError("no enabled market feed" + (f" named {feed!r}" if feed else "")
-                               + (f" of tenant {tenant!r}" if tenant else ""), returncode=USAGE)
+            raise CommandError(
+                "no enabled market feed"
+                + (f" named {feed!r}" if feed else "")
+                + (f" of tenant {tenant!r}" if tenant else ""),
+                returncode=USAGE,
+            )
         now = jobs.now()
         findings = services.check(feeds, now)
         lines = [finding.line() for finding in findings]
         alert = not all(finding.ok for finding in findings)
-        lines.append(f"{'ALERT' if alert else 'OK'}: {sum(not f.ok for f in findings)} "
-                     f"alert(s) in {len(findings)} check(s)")
+        lines.append(
+            f"{'ALERT' if alert else 'OK'}: {sum(not f.ok for f in findings)} "
+            f"alert(s) in {len(findings)} check(s)"
+        )
         self.stdout.write("\n".join(lines))  # first: a log that fails loses no finding
         if log is not None:
             try:
                 with log.open("a", encoding="utf-8") as out:
                     out.writelines(f"{now:%Y-%m-%dT%H:%M:%SZ} {line}\n" for line in lines)
             except OSError as exc:
-                raise CommandError(f"cannot append to {log}: {exc.strerror}",
-                                   returncode=USAGE) from exc
+                raise CommandError(f"cannot append to {log}: {exc.strerror}", returncode=USAGE) from exc
         if alert:
             sys.exit(1)

@@ -47,9 +47,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--user", help="Who starts the run (a username).")
-        parser.add_argument("--wait", type=float, default=WAIT_SECONDS, metavar="SECONDS",
-                            help="With a cluster running: how long to wait for it to finish the "
-                                 f"run (default {WAIT_SECONDS}).")
+        parser.add_argument(
+            "--wait",
+            type=float,
+            default=WAIT_SECONDS,
+            metavar="SECONDS",
+            help="With a cluster running: how long to wait for it to finish the "
+            f"run (default {WAIT_SECONDS}).",
+        )
 
     def handle(self, *args: Any, user: str | None, wait: float, **options: Any) -> None:
         from django.contrib.auth import get_user_model
@@ -66,9 +71,11 @@ class Command(BaseCommand):
         if jobs.live_workers():
             run = self._wait_for_the_cluster(run, wait)
             if not run.finished:
-                self.stdout.write(f"Ingest demo: run {run.pk} of {SOURCE} is still running after "
-                                  f"{wait:g} s; the cluster carries it on. Follow it with "
-                                  f"`manage.py ingest_status {run.pk}`.")
+                self.stdout.write(
+                    f"Ingest demo: run {run.pk} of {SOURCE} is still running after "
+                    f"{wait:g} s; the cluster carries it on. Follow it with "
+                    f"`manage.py ingest_status {run.pk}`."
+                )
                 return
         else:
             while jobs.run_until_idle():
@@ -76,14 +83,18 @@ class Command(BaseCommand):
             run = IngestRun.objects.get(pk=run.pk)
         if run.status != IngestRun.Status.SUCCEEDED:
             raise CommandError(f"the demo run {run.pk} {run.status}: {run.failure_reason}")
-        self.stdout.write(f"Ingest demo: run {run.pk} of {SOURCE} published "
-                          f"{run.records_published} records in {run.batches_published} batches.")
+        self.stdout.write(
+            f"Ingest demo: run {run.pk} of {SOURCE} published "
+            f"{run.records_published} records in {run.batches_published} batches."
+        )
 
     def _wait_for_the_cluster(self, run: IngestRun, wait: float) -> IngestRun:
         """The run once it ended, or as it stands after ``wait`` seconds."""
         deadline = time.monotonic() + wait
-        self.stdout.write(f"Ingest demo: run {run.pk} started; a cluster is running, waiting for "
-                          f"it to finish the run (at most {wait:g} s).")
+        self.stdout.write(
+            f"Ingest demo: run {run.pk} started; a cluster is running, waiting for "
+            f"it to finish the run (at most {wait:g} s)."
+        )
         while not run.finished and time.monotonic() < deadline:
             time.sleep(min(POLL_SECONDS, max(deadline - time.monotonic(), 0)))
             run = IngestRun.objects.get(pk=run.pk)
@@ -101,24 +112,58 @@ class Command(BaseCommand):
             shutil.copyfile(path, target / path.name)
         tenant, _ = Tenant.objects.get_or_create(slug=DEMO_TENANT, defaults={"name": "Demo organisation"})
         source = IngestSource.objects.create(
-            tenant=tenant, name=SOURCE, kind="files", batch_size=25, max_failures=3,
-            config={"url": str(target), "pattern": "*.jsonl", "format": "jsonl"})
-        Hook.objects.create(source=source, name="check-records", template=self._entry(),
-                            parameters={"require": "id,amount", "unique": "id"})
+            tenant=tenant,
+            name=SOURCE,
+            kind="files",
+            batch_size=25,
+            max_failures=3,
+            config={"url": str(target), "pattern": "*.jsonl", "format": "jsonl"},
+        )
+        Hook.objects.create(
+            source=source,
+            name="check-records",
+            template=self._entry(),
+            parameters={"require": "id,amount", "unique": "id"},
+        )
         return source
 
     def _entry(self) -> HookTemplate:
         """The demo's catalogue entry, as a platform operator would define it."""
-        entry, _ = HookTemplate.objects.update_or_create(name=ENTRY, defaults={
-            "description": "Every record a JSON object with the required fields; no value of "
-                           "the unique field twice.",
-            "image": "conveyor:latest",
-            "command": [sys.executable, "-m", "ingest.hookkit.check_records", "--require",
-                        "{require}", "--unique", "{unique}"],
-            "parameters": [
-                {"name": "require", "type": "string", "required": True, "max_length": 500,
-                 "pattern": FIELDS, "description": "Fields every record must have."},
-                {"name": "unique", "type": "string", "default": "id", "max_length": 100,
-                 "pattern": FIELD, "description": "A field no two records share."}],
-            "timeout_seconds": 120, "enabled": True})
+        entry, _ = HookTemplate.objects.update_or_create(
+            name=ENTRY,
+            defaults={
+                "description": "Every record a JSON object with the required fields; no value of "
+                "the unique field twice.",
+                "image": "conveyor:latest",
+                "command": [
+                    sys.executable,
+                    "-m",
+                    "ingest.hookkit.check_records",
+                    "--require",
+                    "{require}",
+                    "--unique",
+                    "{unique}",
+                ],
+                "parameters": [
+                    {
+                        "name": "require",
+                        "type": "string",
+                        "required": True,
+                        "max_length": 500,
+                        "pattern": FIELDS,
+                        "description": "Fields every record must have.",
+                    },
+                    {
+                        "name": "unique",
+                        "type": "string",
+                        "default": "id",
+                        "max_length": 100,
+                        "pattern": FIELD,
+                        "description": "A field no two records share.",
+                    },
+                ],
+                "timeout_seconds": 120,
+                "enabled": True,
+            },
+        )
         return entry

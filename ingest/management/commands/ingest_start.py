@@ -18,27 +18,35 @@ MAX_PAUSE_SECONDS = 5.0
 
 
 class Command(BaseCommand):
-    help = ("Start an ingest run of a source (by name; --tenant when several tenants have "
-            "one of that name). With --wait, run its jobs in this process until the run "
-            "ends, and exit non-zero unless it succeeded.")
+    help = (
+        "Start an ingest run of a source (by name; --tenant when several tenants have "
+        "one of that name). With --wait, run its jobs in this process until the run "
+        "ends, and exit non-zero unless it succeeded."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("source", help="The source's name.")
         parser.add_argument("--tenant", metavar="SLUG", help="The source's tenant.")
-        parser.add_argument("--wait", action="store_true",
-                            help="Run the jobs here (no cluster needed) until the run ends.")
-        parser.add_argument("--user", metavar="USERNAME",
-                            help="Record this (existing) user as the one who started it.")
+        parser.add_argument(
+            "--wait", action="store_true", help="Run the jobs here (no cluster needed) until the run ends."
+        )
+        parser.add_argument(
+            "--user", metavar="USERNAME", help="Record this (existing) user as the one who started it."
+        )
 
-    def handle(self, *args: Any, source: str, tenant: str | None, wait: bool, user: str | None,
-               **options: Any) -> None:
+    def handle(
+        self, *args: Any, source: str, tenant: str | None, wait: bool, user: str | None, **options: Any
+    ) -> None:
         found, who = source_named(source, tenant_named(tenant)), actor(user)
         try:
             run = services.start_ingest(found, actor=who, via="command")
         except services.RunRefused as exc:
             raise CommandError(f"not started: {exc}") from exc
-        self.stdout.write(self.style.SUCCESS(
-            f"Started run {run.pk} of {found.name} ({found.tenant.slug}), pipeline {run.pipeline}"))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Started run {run.pk} of {found.name} ({found.tenant.slug}), pipeline {run.pipeline}"
+            )
+        )
         if not wait:
             self.stdout.write(f"Follow it: manage.py ingest_status {run.pk}")
             return
@@ -56,17 +64,18 @@ class Command(BaseCommand):
             self.report_batches(run, reported)
             if run.finished:
                 return run
-            waiting = [job for job in jobs.pipeline_jobs(run.pipeline)
-                       if job.state in ("pending", "running")]
+            waiting = [job for job in jobs.pipeline_jobs(run.pipeline) if job.state in ("pending", "running")]
             if not waiting:
                 raise CommandError(f"run {run.pk} is stalled: nothing of it is queued or running")
-            due = min((job.run_after for job in waiting if job.state == "pending"),
-                      default=jobs.now())
+            due = min((job.run_after for job in waiting if job.state == "pending"), default=jobs.now())
             time.sleep(min(max((due - jobs.now()).total_seconds(), 0.05), MAX_PAUSE_SECONDS))
 
     def report_batches(self, run: IngestRun, reported: set[int]) -> None:
-        settled = (run.batches.filter(status__in=[BatchStatus.PUBLISHED, BatchStatus.HOOKS_FAILED])
-                   .order_by("sequence").values_list("sequence", "records", "status"))
+        settled = (
+            run.batches.filter(status__in=[BatchStatus.PUBLISHED, BatchStatus.HOOKS_FAILED])
+            .order_by("sequence")
+            .values_list("sequence", "records", "status")
+        )
         labels = dict(BatchStatus.choices)
         for sequence, records, status in settled:
             if sequence not in reported:

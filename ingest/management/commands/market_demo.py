@@ -33,8 +33,7 @@ class Command(BaseCommand):
         parser.add_argument("--token", default="demo-token", help="The API's token.")
         parser.add_argument("--user", help="Who asks for the gap-fill (a username).")
 
-    def handle(self, *args: Any, api_url: str, token: str, user: str | None,
-               **options: Any) -> None:
+    def handle(self, *args: Any, api_url: str, token: str, user: str | None, **options: Any) -> None:
         from django.contrib.auth import get_user_model
 
         actor = get_user_model().objects.filter(username=user).first() if user else None
@@ -50,17 +49,18 @@ class Command(BaseCommand):
         self._run()
         lookback = int(conf.get("MARKET_GAP_LOOKBACK_DAYS"))
         try:
-            _, loads = services.gap_fill(feed, today - timedelta(days=lookback), today,
-                                         actor=actor, via="command")
+            _, loads = services.gap_fill(
+                feed, today - timedelta(days=lookback), today, actor=actor, via="command"
+            )
         except services.GapFillRefused as refused:
             raise CommandError(f"the demo's gap-fill was refused: {refused}") from refused
         self._run()
         days = DailyBar.objects.filter(feed=feed).values("trade_date").distinct().count()
         if not days:
-            raise CommandError(f"the demo feed loaded no bars from {api_url}: see its freshness "
-                               "in the admin")
-        self.stdout.write(f"Market demo: feed {FEED} has {days} trading day(s) of bars "
-                          f"({len(loads)} filled by a gap-fill).")
+            raise CommandError(f"the demo feed loaded no bars from {api_url}: see its freshness in the admin")
+        self.stdout.write(
+            f"Market demo: feed {FEED} has {days} trading day(s) of bars ({len(loads)} filled by a gap-fill)."
+        )
 
     @staticmethod
     def _run() -> None:
@@ -69,10 +69,10 @@ class Command(BaseCommand):
 
     @staticmethod
     def _feed(api_url: str, token: str) -> MarketFeed:
-        tenant, _ = Tenant.objects.get_or_create(slug="demo",
-                                                 defaults={"name": "Demo organisation"})
+        tenant, _ = Tenant.objects.get_or_create(slug="demo", defaults={"name": "Demo organisation"})
         feed, created = MarketFeed.objects.get_or_create(
-            tenant=tenant, name=FEED, defaults={"api_url": api_url, "token": token})
+            tenant=tenant, name=FEED, defaults={"api_url": api_url, "token": token}
+        )
         if not created and (feed.api_url, feed.token) != (api_url, token):
             MarketFeed.objects.filter(pk=feed.pk).update(api_url=api_url, token=token)
             feed.refresh_from_db()

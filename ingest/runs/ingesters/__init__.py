@@ -13,5 +13,4 @@ from ingest.runs.ingesters.base import (
     validate_config,
 )
 
-__all__ = ["Fetched", "Ingester", "get", "kinds", "problems", "register", "usable_config",
-           "validate_config"]
+__all__ = ["Fetched", "Ingester", "get", "kinds", "problems", "register", "usable_config", "validate_config"]

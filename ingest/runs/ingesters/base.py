@@ -32,8 +32,9 @@ class Ingester(ABC):
     config_serializer: ClassVar[type[serializers.Serializer]]
 
     @abstractmethod
-    def fetch(self, config: dict[str, Any], session: dict[str, Any], batch_size: int, *,
-              tenant: str) -> Fetched:
+    def fetch(
+        self, config: dict[str, Any], session: dict[str, Any], batch_size: int, *, tenant: str
+    ) -> Fetched:
         """The next batch after ``session`` for the source of ``tenant`` (its slug: what
         the source may reach can depend on whose it is). Raises
         ``ingest.runs.errors.SourceError`` (transient or not) when the source cannot give it."""
@@ -81,17 +82,19 @@ def usable_config(kind: str, config: Any, *, tenant: str) -> dict[str, Any]:
     try:
         return validate_config(kind, config, tenant=tenant)
     except serializers.ValidationError as exc:
-        raise SourceError("the source's config cannot be used: " + "; ".join(problems(exc.detail)),
-                          transient=False) from None
+        raise SourceError(
+            "the source's config cannot be used: " + "; ".join(problems(exc.detail)), transient=False
+        ) from None
 
 
 def problems(detail: Any, prefix: str = "") -> list[str]:
     """A DRF error detail (nested dicts and lists) as lines naming each field."""
     if isinstance(detail, dict):
-        return [line for name, inner in detail.items()
-                for line in problems(inner, prefix if name == "non_field_errors" else f"{prefix}{name}: ")]
+        return [
+            line
+            for name, inner in detail.items()
+            for line in problems(inner, prefix if name == "non_field_errors" else f"{prefix}{name}: ")
+        ]
     if isinstance(detail, list):
         return [line for inner in detail for line in problems(inner, prefix)]
     return [f"{prefix}{detail}"]
-
-

@@ -16,8 +16,7 @@ from ingest.runs.errors import SourceError
 DOTTED_PATH = re.compile(r"^[^.\s]+(\.[^.\s]+)*$")
 
 
-JSON_TYPES = ((bool, "true or false"), ((int, float), "a number"), (list, "a list"),
-              (dict, "an object"))
+JSON_TYPES = ((bool, "true or false"), ((int, float), "a number"), (list, "a list"), (dict, "an object"))
 
 
 class StrictConfig(serializers.Serializer):
@@ -28,27 +27,39 @@ class StrictConfig(serializers.Serializer):
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, Mapping):
-            wrong = {str(key): ["is not a setting of this kind of source"]
-                     for key in data if key not in self.fields}
-            wrong.update({key: [f"must be text, not {_json_type(value)}"] for key, value in data.items()
-                          if isinstance(self.fields.get(key), serializers.CharField)
-                          and value is not None and not isinstance(value, str)})
+            wrong = {
+                str(key): ["is not a setting of this kind of source"]
+                for key in data
+                if key not in self.fields
+            }
+            wrong.update(
+                {
+                    key: [f"must be text, not {_json_type(value)}"]
+                    for key, value in data.items()
+                    if isinstance(self.fields.get(key), serializers.CharField)
+                    and value is not None
+                    and not isinstance(value, str)
+                }
+            )
             if wrong:
                 raise serializers.ValidationError(dict(sorted(wrong.items())))
         return super().to_internal_value(data)
 
 
 def _json_type(value: Any) -> str:
-    return next((name for types, name in JSON_TYPES if isinstance(value, types)),
-                type(value).__name__)
+    return next((name for types, name in JSON_TYPES if isinstance(value, types)), type(value).__name__)
 
 
 def dotted_path(default: str | None = None, **kwargs: Any) -> serializers.RegexField:
     """A field naming a value inside a JSON object: ``"items"`` or ``"data.items"``."""
     if default is not None:
         kwargs["default"] = default
-    return serializers.RegexField(DOTTED_PATH, max_length=200, error_messages={
-        "invalid": "must be a field name or a dotted path such as data.items"}, **kwargs)
+    return serializers.RegexField(
+        DOTTED_PATH,
+        max_length=200,
+        error_messages={"invalid": "must be a field name or a dotted path such as data.items"},
+        **kwargs,
+    )
 
 
 MISSING = object()
@@ -69,6 +80,8 @@ def bounded(session: dict[str, Any], where: str) -> dict[str, Any]:
     limit = int(conf.get("MAX_SESSION_BYTES"))
     size = len(json.dumps(session).encode())
     if size > limit:
-        raise SourceError(f"{where}: the state to continue from takes {size} bytes, more than "
-                          f"the {limit} allowed", transient=False)
+        raise SourceError(
+            f"{where}: the state to continue from takes {size} bytes, more than the {limit} allowed",
+            transient=False,
+        )
     return session

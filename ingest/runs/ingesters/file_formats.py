@@ -51,8 +51,11 @@ def format_of(name: str, configured: str | None) -> str:
     for extension, known in EXTENSIONS.items():
         if name.lower().endswith(extension):
             return known
-    raise SourceError(f"{name}: cannot tell its format from its name; set the source's format "
-                      f"or a pattern that matches only {', '.join(EXTENSIONS)} files", transient=False)
+    raise SourceError(
+        f"{name}: cannot tell its format from its name; set the source's format "
+        f"or a pattern that matches only {', '.join(EXTENSIONS)} files",
+        transient=False,
+    )
 
 
 def records(handle: BinaryIO, fmt: str, name: str, start: Mark, max_bytes: int) -> Iterator[Record]:
@@ -90,20 +93,26 @@ class Lines:
             pending += chunk
             begin = 0
             while (end := pending.find(b"\n", max(begin, scanned))) >= 0:
-                yield self._hand_out(bytes(pending[begin:end + 1]))
+                yield self._hand_out(bytes(pending[begin : end + 1]))
                 begin = end + 1
             del pending[:begin]
             scanned = len(pending)
             if scanned > self.max_bytes:
-                raise malformed(self.name, f"line {self.line + 1}",
-                                f"a line longer than the {self.max_bytes} bytes a record may take")
+                raise malformed(
+                    self.name,
+                    f"line {self.line + 1}",
+                    f"a line longer than the {self.max_bytes} bytes a record may take",
+                )
         if pending:
             yield self._hand_out(bytes(pending))
 
     def _hand_out(self, line: bytes) -> bytes:
         if len(line) > self.max_bytes:
-            raise malformed(self.name, f"line {self.line + 1}",
-                            f"a line longer than the {self.max_bytes} bytes a record may take")
+            raise malformed(
+                self.name,
+                f"line {self.line + 1}",
+                f"a line longer than the {self.max_bytes} bytes a record may take",
+            )
         self.position += len(line)
         self.line += 1
         return line
@@ -140,14 +149,16 @@ def _csv(handle: BinaryIO, name: str, start: Mark, max_bytes: int) -> Iterator[R
     offset = start.offset
     for row, size, first_line in rows:
         if len(row) != len(header):
-            raise malformed(name, f"line {first_line}",
-                            f"{len(row)} fields where the header has {len(header)}")
+            raise malformed(
+                name, f"line {first_line}", f"{len(row)} fields where the header has {len(header)}"
+            )
         offset += 1
         yield Record(dict(zip(header, row, strict=True)), size, Mark(offset, lines.position, lines.line))
 
 
 def _csv_rows(lines: Lines, name: str, max_bytes: int) -> Iterator[tuple[list[str], int, int]]:
     """Each non-empty row, the bytes it took and the line it began on."""
+
     def text() -> Iterator[str]:
         for line in lines:
             try:
@@ -166,23 +177,27 @@ def _csv_rows(lines: Lines, name: str, max_bytes: int) -> Iterator[tuple[list[st
             return
         size = lines.position - before
         if size > max_bytes:
-            raise malformed(name, f"line {first_line}",
-                            f"a row longer than the {max_bytes} bytes a record may take")
+            raise malformed(
+                name, f"line {first_line}", f"a row longer than the {max_bytes} bytes a record may take"
+            )
         if row:
             yield row, size, first_line
 
 
 def _check_header(header: list[str], name: str) -> None:
     if not all(column.strip() for column in header) or len(set(header)) != len(header):
-        raise malformed(name, "line 1", "the header row needs a distinct, non-empty name for "
-                        "each column")
+        raise malformed(name, "line 1", "the header row needs a distinct, non-empty name for each column")
 
 
 def _json(handle: BinaryIO, name: str, start: Mark, max_bytes: int) -> Iterator[Record]:
     body = handle.read(max_bytes + 1)
     if len(body) > max_bytes:
-        raise malformed(name, "the whole file", f"over the {max_bytes} bytes a .json file may "
-                        "take (it is read whole): use JSON Lines for bigger files")
+        raise malformed(
+            name,
+            "the whole file",
+            f"over the {max_bytes} bytes a .json file may "
+            "take (it is read whole): use JSON Lines for bigger files",
+        )
     try:
         items = json_document(body)
     except FetchError as exc:

@@ -117,8 +117,7 @@ def allowed(url: str, tenant: str) -> Location:
     if not permitted:
         raise Refused("cannot be used: no directory is open to file sources (INGEST_FILE_ROOTS)")
     if not any(location.within(area) for area in permitted):
-        raise Refused("must lie in this tenant's directory: "
-                      + ", ".join(area.url for area in permitted))
+        raise Refused("must lie in this tenant's directory: " + ", ".join(area.url for area in permitted))
     return location
 
 
@@ -126,8 +125,9 @@ def filesystem_class(location: Location) -> type[AbstractFileSystem]:
     try:
         return get_filesystem_class(location.protocol)
     except (ImportError, ValueError) as exc:
-        raise Refused(f"needs the {location.protocol}:// filesystem, which this deployment does not "
-                      f"have ({exc})") from None
+        raise Refused(
+            f"needs the {location.protocol}:// filesystem, which this deployment does not have ({exc})"
+        ) from None
 
 
 def check_pattern(pattern: str) -> str:
@@ -164,20 +164,21 @@ class Files(Ingester):
     label = "Files in a directory or an fsspec URL"
     config_serializer = FilesConfig
 
-    def fetch(self, config: dict[str, Any], session: dict[str, Any], batch_size: int, *,
-              tenant: str) -> Fetched:
+    def fetch(
+        self, config: dict[str, Any], session: dict[str, Any], batch_size: int, *, tenant: str
+    ) -> Fetched:
         source = Source.of(config, tenant)
         start = _start_of(session, source.url)
         try:
             return source.batch(start, batch_size)
         except FileNotFoundError as exc:
-            raise SourceError(f"{source.url}: a file went missing while it was read ({exc})",
-                              transient=True) from exc
+            raise SourceError(
+                f"{source.url}: a file went missing while it was read ({exc})", transient=True
+            ) from exc
         except PermissionError as exc:
             raise SourceError(f"{source.url}: permission denied ({exc})", transient=False) from exc
         except OSError as exc:
-            raise SourceError(f"{source.url}: the store could not be read ({exc})",
-                              transient=True) from exc
+            raise SourceError(f"{source.url}: the store could not be read ({exc})", transient=True) from exc
 
 
 def _start_of(session: dict[str, Any], where: str) -> tuple[str, Mark] | None:
@@ -186,10 +187,14 @@ def _start_of(session: dict[str, Any], where: str) -> tuple[str, Mark] | None:
     file, offset = session.get("file"), session.get("offset")
     position, line = session.get("position"), session.get("line", 0)
     counts = (offset, line) + ((position,) if position is not None else ())
-    if (set(session) - {"file", "offset", "position", "line"} or not isinstance(file, str)
-            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts)):
-        raise SourceError(f"{where}: cannot continue from {session!r}, which this source did not "
-                          "write", transient=False)
+    if (
+        set(session) - {"file", "offset", "position", "line"}
+        or not isinstance(file, str)
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts)
+    ):
+        raise SourceError(
+            f"{where}: cannot continue from {session!r}, which this source did not write", transient=False
+        )
     return file, Mark(offset, position, line)
 
 
@@ -230,8 +235,9 @@ class Source:
                 last = (name, record.after)
         return Fetched(taken, {}, has_more=False)
 
-    def _records(self, start: tuple[str, Mark] | None, max_bytes: int
-                 ) -> Iterator[tuple[str, file_formats.Record]]:
+    def _records(
+        self, start: tuple[str, Mark] | None, max_bytes: int
+    ) -> Iterator[tuple[str, file_formats.Record]]:
         names = self._names()
         if start is not None:
             if start[0] not in names:
@@ -240,8 +246,10 @@ class Source:
         for name in names:
             mark = start[1] if start is not None and name == start[0] else Mark()
             fmt = file_formats.format_of(name, self.format)
-            with self.fs.open(f"{self.root}/{name}", "rb") as handle, \
-                    contextlib.closing(file_formats.records(handle, fmt, name, mark, max_bytes)) as found:
+            with (
+                self.fs.open(f"{self.root}/{name}", "rb") as handle,
+                contextlib.closing(file_formats.records(handle, fmt, name, mark, max_bytes)) as found,
+            ):
                 for record in found:
                     yield name, record
 
@@ -257,9 +265,12 @@ class Source:
             if not is_file or not path.startswith(f"{self.root}/"):
                 continue
             if local and not _inside(path, self.root):
-                raise SourceError(f"{self.url}: {path[len(self.root) + 1:]} links to a file outside "
-                                  "the source's directory", transient=False)
-            names.append(path[len(self.root) + 1:])
+                raise SourceError(
+                    f"{self.url}: {path[len(self.root) + 1 :]} links to a file outside "
+                    "the source's directory",
+                    transient=False,
+                )
+            names.append(path[len(self.root) + 1 :])
         return sorted(names)
 
 

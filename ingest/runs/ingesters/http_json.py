@@ -23,8 +23,12 @@ from ingest.runs.ingesters.base import Fetched, Ingester, register
 from ingest.runs.ingesters.config import MISSING, StrictConfig, bounded, dig, dotted_path
 from intake.http_sources import FetchError, Limits, check, fetch_json
 
-DEFAULTS = {"items_field": "items", "cursor_field": "next_cursor", "cursor_param": "cursor",
-            "limit_param": "limit"}
+DEFAULTS = {
+    "items_field": "items",
+    "cursor_field": "next_cursor",
+    "cursor_param": "cursor",
+    "limit_param": "limit",
+}
 
 
 class HttpJsonConfig(StrictConfig):
@@ -61,8 +65,9 @@ class HttpJson(Ingester):
     label = "HTTP JSON with cursor pagination"
     config_serializer = HttpJsonConfig
 
-    def fetch(self, config: dict[str, Any], session: dict[str, Any], batch_size: int, *,
-              tenant: str) -> Fetched:
+    def fetch(
+        self, config: dict[str, Any], session: dict[str, Any], batch_size: int, *, tenant: str
+    ) -> Fetched:
         option = {**DEFAULTS, **config}
         where = shown(config["url"])
         cursor = _cursor_of(session, where)
@@ -72,16 +77,19 @@ class HttpJson(Ingester):
         if following is None:
             return Fetched(records, {}, has_more=False)
         if following == cursor:
-            raise SourceError(f"{where} answered the cursor {cursor!r} with the same cursor again: "
-                              "its pages would loop", transient=False)
+            raise SourceError(
+                f"{where} answered the cursor {cursor!r} with the same cursor again: its pages would loop",
+                transient=False,
+            )
         return Fetched(records, bounded({"cursor": following}, where), has_more=True)
 
 
 def _cursor_of(session: dict[str, Any], where: str) -> str | None:
     cursor = session.get("cursor")
     if set(session) - {"cursor"} or not (cursor is None or (isinstance(cursor, str) and cursor)):
-        raise SourceError(f"{where}: cannot continue from {session!r}, which this source did not "
-                          "write", transient=False)
+        raise SourceError(
+            f"{where}: cannot continue from {session!r}, which this source did not write", transient=False
+        )
     return cursor
 
 
@@ -93,9 +101,11 @@ def _page_url(option: dict[str, Any], cursor: str | None, batch_size: int) -> st
 
 
 def _get(url: str, where: str) -> Any:
-    limits = Limits(connect_seconds=float(conf.get("HTTP_CONNECT_SECONDS")),
-                    deadline_seconds=float(conf.get("HTTP_DEADLINE_SECONDS")),
-                    max_bytes=int(conf.get("MAX_BATCH_BYTES")))
+    limits = Limits(
+        connect_seconds=float(conf.get("HTTP_CONNECT_SECONDS")),
+        deadline_seconds=float(conf.get("HTTP_DEADLINE_SECONDS")),
+        max_bytes=int(conf.get("MAX_BATCH_BYTES")),
+    )
     try:
         return fetch_json(url, limits)
     except FetchError as exc:
@@ -114,14 +124,15 @@ def _items(page: Any, option: dict[str, Any], batch_size: int, where: str) -> li
     if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
         raise refuse(f"sent a {option['items_field']!r} that is not a list of JSON objects")
     if len(items) > batch_size:
-        raise refuse(f"sent {len(items)} items when asked for at most {batch_size} "
-                     f"(with the {option['limit_param']!r} parameter)")
+        raise refuse(
+            f"sent {len(items)} items when asked for at most {batch_size} "
+            f"(with the {option['limit_param']!r} parameter)"
+        )
     key = option.get("key_field")
     if key:
         for index, item in enumerate(items):
             if dig(item, key) in (MISSING, None):
-                raise refuse(f"sent an item without its key field {key!r} (item {index + 1} of "
-                             f"{len(items)})")
+                raise refuse(f"sent an item without its key field {key!r} (item {index + 1} of {len(items)})")
     return items
 
 

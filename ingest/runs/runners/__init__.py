@@ -22,11 +22,26 @@ def current() -> HookRunner:
     kind = conf.get("HOOK_RUNNER")
     if kind not in KINDS:
         raise ImproperlyConfigured(f"INGEST_HOOK_RUNNER={kind!r}: must be one of {', '.join(KINDS)}")
-    settings = tuple(conf.get(name) for name in (
-        "KUBECONFIG", "KUBE_CONTEXT", "KUBE_NAMESPACE", "KUBE_SCHEDULE_TIMEOUT_SECONDS",
-        "KUBE_TTL_SECONDS_AFTER_FINISHED", "KUBE_REQUEST_TIMEOUT_SECONDS", "KUBE_SERVICE_ACCOUNT",
-        "KUBE_RUN_AS_USER", "KUBE_SCRATCH_LIMIT", "HOOK_LOG_TAIL_CHARS", "HOOK_PATH", "HOOK_USER",
-        "HOOK_MAX_FILE_BYTES", "HOOK_MAX_OPEN_FILES", "HOOK_MAX_PROCESSES"))
+    settings = tuple(
+        conf.get(name)
+        for name in (
+            "KUBECONFIG",
+            "KUBE_CONTEXT",
+            "KUBE_NAMESPACE",
+            "KUBE_SCHEDULE_TIMEOUT_SECONDS",
+            "KUBE_TTL_SECONDS_AFTER_FINISHED",
+            "KUBE_REQUEST_TIMEOUT_SECONDS",
+            "KUBE_SERVICE_ACCOUNT",
+            "KUBE_RUN_AS_USER",
+            "KUBE_SCRATCH_LIMIT",
+            "HOOK_LOG_TAIL_CHARS",
+            "HOOK_PATH",
+            "HOOK_USER",
+            "HOOK_MAX_FILE_BYTES",
+            "HOOK_MAX_OPEN_FILES",
+            "HOOK_MAX_PROCESSES",
+        )
+    )
     return _build(kind, settings)
 
 
@@ -39,8 +54,12 @@ def _build(kind: str, settings: tuple) -> HookRunner:
     from ingest.runs.runners.local import Limits, LocalRunner
 
     return LocalRunner(
-        log_tail_chars=int(conf.get("HOOK_LOG_TAIL_CHARS")), path=str(conf.get("HOOK_PATH")),
+        log_tail_chars=int(conf.get("HOOK_LOG_TAIL_CHARS")),
+        path=str(conf.get("HOOK_PATH")),
         user=str(conf.get("HOOK_USER") or ""),
-        limits=Limits(max_file_bytes=int(conf.get("HOOK_MAX_FILE_BYTES")),
-                      max_open_files=int(conf.get("HOOK_MAX_OPEN_FILES")),
-                      max_processes=int(conf.get("HOOK_MAX_PROCESSES"))))
+        limits=Limits(
+            max_file_bytes=int(conf.get("HOOK_MAX_FILE_BYTES")),
+            max_open_files=int(conf.get("HOOK_MAX_OPEN_FILES")),
+            max_processes=int(conf.get("HOOK_MAX_PROCESSES")),
+        ),
+    )

@@ -44,10 +44,16 @@ MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "conveyor"
 # A container waiting for one of these will wait for ever: its image or configuration is
 # wrong, and trying again elsewhere cannot help.
-HOPELESS_WAITING = frozenset({
-    "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
-    "CreateContainerConfigError", "CreateContainerError",
-})
+HOPELESS_WAITING = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
 # The emptyDir volume mounted at /tmp, the only place a hook may write.
 SCRATCH = "scratch"
 SCRATCH_PATH = "/tmp"
@@ -61,11 +67,19 @@ class KubernetesRunner:
 
     blocks = False  # a launch creates the Job; poll follows it
 
-    def __init__(self, api_client: client.ApiClient, *, namespace: str,
-                 schedule_timeout_seconds: float = 120.0, ttl_seconds_after_finished: int = 3600,
-                 request_timeout_seconds: float = 10.0, log_tail_chars: int = 4000,
-                 service_account: str = "", run_as_user: int = 65534,
-                 scratch_limit: str = "1Gi") -> None:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        namespace: str,
+        schedule_timeout_seconds: float = 120.0,
+        ttl_seconds_after_finished: int = 3600,
+        request_timeout_seconds: float = 10.0,
+        log_tail_chars: int = 4000,
+        service_account: str = "",
+        run_as_user: int = 65534,
+        scratch_limit: str = "1Gi",
+    ) -> None:
         if int(run_as_user) <= 0:
             raise ValueError(f"hooks run as a non-root user, not {run_as_user}")
         _without_client_retries(api_client)
@@ -92,28 +106,36 @@ class KubernetesRunner:
         kubeconfig = conf.get("KUBECONFIG")
         if kubeconfig:
             api_client = config.new_client_from_config(
-                config_file=str(kubeconfig), context=conf.get("KUBE_CONTEXT") or None,
-                persist_config=False)
+                config_file=str(kubeconfig), context=conf.get("KUBE_CONTEXT") or None, persist_config=False
+            )
         else:
             configuration = client.Configuration()
             config.load_incluster_config(client_configuration=configuration)
             api_client = client.ApiClient(configuration)
-        return cls(api_client, namespace=conf.get("KUBE_NAMESPACE"),
-                   schedule_timeout_seconds=conf.get("KUBE_SCHEDULE_TIMEOUT_SECONDS"),
-                   ttl_seconds_after_finished=conf.get("KUBE_TTL_SECONDS_AFTER_FINISHED"),
-                   request_timeout_seconds=conf.get("KUBE_REQUEST_TIMEOUT_SECONDS"),
-                   log_tail_chars=conf.get("HOOK_LOG_TAIL_CHARS"),
-                   service_account=conf.get("KUBE_SERVICE_ACCOUNT"),
-                   run_as_user=conf.get("KUBE_RUN_AS_USER"),
-                   scratch_limit=conf.get("KUBE_SCRATCH_LIMIT"))
+        return cls(
+            api_client,
+            namespace=conf.get("KUBE_NAMESPACE"),
+            schedule_timeout_seconds=conf.get("KUBE_SCHEDULE_TIMEOUT_SECONDS"),
+            ttl_seconds_after_finished=conf.get("KUBE_TTL_SECONDS_AFTER_FINISHED"),
+            request_timeout_seconds=conf.get("KUBE_REQUEST_TIMEOUT_SECONDS"),
+            log_tail_chars=conf.get("HOOK_LOG_TAIL_CHARS"),
+            service_account=conf.get("KUBE_SERVICE_ACCOUNT"),
+            run_as_user=conf.get("KUBE_RUN_AS_USER"),
+            scratch_limit=conf.get("KUBE_SCRATCH_LIMIT"),
+        )
 
     # -- the contract -------------------------------------------------------------
 
     def launch(self, spec: HookSpec) -> HookStatus:
         try:
-            self._call(f"creating Job {spec.name}", self._batch.create_namespaced_job,
-                       self.namespace, self.manifest(spec), passthrough=(409,),
-                       creating=True)
+            self._call(
+                f"creating Job {spec.name}",
+                self._batch.create_namespaced_job,
+                self.namespace,
+                self.manifest(spec),
+                passthrough=(409,),
+                creating=True,
+            )
         except ApiException:  # 409: a worker created it and died before recording that
             return self._adopt(spec)
         return HookStatus(Phase.PENDING, reason="Job created")
@@ -133,22 +155,38 @@ class KubernetesRunner:
     def stop(self, name: str) -> None:
         """Delete the Job and, in the background, its Pod; a Job already gone is fine."""
         with contextlib.suppress(ApiException):  # 404 only: passed through below
-            self._call(f"deleting Job {name}", self._batch.delete_namespaced_job, name,
-                       self.namespace, propagation_policy="Background", passthrough=(404,))
+            self._call(
+                f"deleting Job {name}",
+                self._batch.delete_namespaced_job,
+                name,
+                self.namespace,
+                propagation_policy="Background",
+                passthrough=(404,),
+            )
 
     def stop_labelled(self, labels: Mapping[str, str]) -> int:
         if not labels:
             raise ValueError("stop_labelled needs labels: it never deletes every hook")
-        selector = ",".join(f"{key}={value}" for key, value in
-                            sorted({**labels, MANAGED_BY: MANAGER}.items()))
-        jobs = self._call(f"listing Jobs {selector}", self._batch.list_namespaced_job,
-                          self.namespace, label_selector=selector)
+        selector = ",".join(
+            f"{key}={value}" for key, value in sorted({**labels, MANAGED_BY: MANAGER}.items())
+        )
+        jobs = self._call(
+            f"listing Jobs {selector}",
+            self._batch.list_namespaced_job,
+            self.namespace,
+            label_selector=selector,
+        )
         stopped = 0
         for job in jobs.items:
             try:
-                self._call(f"deleting Job {job.metadata.name}", self._batch.delete_namespaced_job,
-                           job.metadata.name, self.namespace, propagation_policy="Background",
-                           passthrough=(404,))
+                self._call(
+                    f"deleting Job {job.metadata.name}",
+                    self._batch.delete_namespaced_job,
+                    job.metadata.name,
+                    self.namespace,
+                    propagation_policy="Background",
+                    passthrough=(404,),
+                )
             except ApiException:
                 continue  # gone meanwhile (its TTL, another worker): not ours to count
             stopped += 1
@@ -161,41 +199,66 @@ class KubernetesRunner:
         retries."""
         labels = {**spec.labels, MANAGED_BY: MANAGER}
         fixed = {"HOME": SCRATCH_PATH, "TMPDIR": SCRATCH_PATH, "INGEST_BATCH_URL": spec.batch_location}
-        env = [client.V1EnvVar(name=key, value=value) for key, value in spec.env.items()
-               if key not in fixed]
+        env = [client.V1EnvVar(name=key, value=value) for key, value in spec.env.items() if key not in fixed]
         env.extend(client.V1EnvVar(name=key, value=value) for key, value in fixed.items())
         container = client.V1Container(
-            name=CONTAINER, image=spec.image, command=list(spec.command) or None, env=env,
+            name=CONTAINER,
+            image=spec.image,
+            command=list(spec.command) or None,
+            env=env,
             resources=_resources(spec.resources),
             security_context=client.V1SecurityContext(
-                allow_privilege_escalation=False, privileged=False, read_only_root_filesystem=True,
-                run_as_non_root=True, capabilities=client.V1Capabilities(drop=["ALL"])),
-            volume_mounts=[client.V1VolumeMount(name=SCRATCH, mount_path=SCRATCH_PATH)])
+                allow_privilege_escalation=False,
+                privileged=False,
+                read_only_root_filesystem=True,
+                run_as_non_root=True,
+                capabilities=client.V1Capabilities(drop=["ALL"]),
+            ),
+            volume_mounts=[client.V1VolumeMount(name=SCRATCH, mount_path=SCRATCH_PATH)],
+        )
         pod = client.V1PodSpec(
-            containers=[container], restart_policy="Never",
-            automount_service_account_token=False, enable_service_links=False,
-            host_network=False, host_pid=False, host_ipc=False,
+            containers=[container],
+            restart_policy="Never",
+            automount_service_account_token=False,
+            enable_service_links=False,
+            host_network=False,
+            host_pid=False,
+            host_ipc=False,
             service_account_name=self.service_account or None,
             security_context=client.V1PodSecurityContext(
-                run_as_non_root=True, run_as_user=self.run_as_user, run_as_group=self.run_as_user,
+                run_as_non_root=True,
+                run_as_user=self.run_as_user,
+                run_as_group=self.run_as_user,
                 fs_group=self.run_as_user,
-                seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault")),
-            volumes=[client.V1Volume(name=SCRATCH, empty_dir=client.V1EmptyDirVolumeSource(
-                size_limit=self.scratch_limit or None))])
+                seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault"),
+            ),
+            volumes=[
+                client.V1Volume(
+                    name=SCRATCH,
+                    empty_dir=client.V1EmptyDirVolumeSource(size_limit=self.scratch_limit or None),
+                )
+            ],
+        )
         return client.V1Job(
-            api_version="batch/v1", kind="Job",
+            api_version="batch/v1",
+            kind="Job",
             metadata=client.V1ObjectMeta(name=spec.name, labels=labels),
             spec=client.V1JobSpec(
-                backoff_limit=0, active_deadline_seconds=spec.timeout_seconds,
+                backoff_limit=0,
+                active_deadline_seconds=spec.timeout_seconds,
                 ttl_seconds_after_finished=self.ttl_seconds_after_finished,
                 template=client.V1PodTemplateSpec(
-                    metadata=client.V1ObjectMeta(labels=dict(labels)), spec=pod)))
+                    metadata=client.V1ObjectMeta(labels=dict(labels)), spec=pod
+                ),
+            ),
+        )
 
     def _adopt(self, spec: HookSpec) -> HookStatus:
         job = self._read_job(spec.name)
         if (job.metadata.labels or {}).get(MANAGED_BY) != MANAGER:
-            raise PermanentRunnerError(f"a Job named {spec.name} exists in {self.namespace} "
-                                       "and is not Conveyor's")
+            raise PermanentRunnerError(
+                f"a Job named {spec.name} exists in {self.namespace} and is not Conveyor's"
+            )
         if job.metadata.deletion_timestamp is not None:
             raise TransientResourceError(f"Job {spec.name} is still being deleted")
         created = job.metadata.creation_timestamp
@@ -203,19 +266,28 @@ class KubernetesRunner:
         return self._status(spec, job, self._pod_of(job), created, created)
 
     def _read_job(self, name: str) -> client.V1Job:
-        return self._call(f"reading Job {name}", self._batch.read_namespaced_job, name,
-                          self.namespace)
+        return self._call(f"reading Job {name}", self._batch.read_namespaced_job, name, self.namespace)
 
     def _pod_of(self, job: client.V1Job) -> client.V1Pod | None:
         """The Job's newest Pod (its controller's, by ownerReference), or None."""
         return _newest_of(job, self._pods_of(job.metadata.name))
 
     def _pods_of(self, name: str) -> list[client.V1Pod]:
-        return self._call(f"listing the Pods of Job {name}", self._core.list_namespaced_pod,
-                          self.namespace, label_selector=f"job-name={name}").items
+        return self._call(
+            f"listing the Pods of Job {name}",
+            self._core.list_namespaced_pod,
+            self.namespace,
+            label_selector=f"job-name={name}",
+        ).items
 
-    def _status(self, spec: HookSpec, job: client.V1Job | None, pod: client.V1Pod | None,
-                launched_at: datetime, now: datetime) -> HookStatus:
+    def _status(
+        self,
+        spec: HookSpec,
+        job: client.V1Job | None,
+        pod: client.V1Pod | None,
+        launched_at: datetime,
+        now: datetime,
+    ) -> HookStatus:
         """What ``job`` and its ``pod`` say; ``job`` None when only a Pod neither ended
         nor being deleted was looked at (its Job has not finished then)."""
         finished = _finished(job)
@@ -224,13 +296,15 @@ class KubernetesRunner:
         if pod is not None:
             eviction = _eviction(pod)
             if eviction:
-                raise TransientResourceError(f"the Pod of hook {spec.name} was evicted: {eviction}",
-                                             try_ended=self._remove(spec.name))
+                raise TransientResourceError(
+                    f"the Pod of hook {spec.name} was evicted: {eviction}", try_ended=self._remove(spec.name)
+                )
             waiting = _waiting(pod)
             if waiting is not None and waiting.reason in HOPELESS_WAITING:
                 self._remove(spec.name)
-                raise PermanentRunnerError(f"hook {spec.name} cannot start: {waiting.reason}: "
-                                           f"{waiting.message or 'no message'}")
+                raise PermanentRunnerError(
+                    f"hook {spec.name} cannot start: {waiting.reason}: {waiting.message or 'no message'}"
+                )
         if finished is not None:
             return self._outcome(spec, finished, pod)
         phase = pod.status.phase if pod is not None and pod.status else ""
@@ -239,8 +313,9 @@ class KubernetesRunner:
             # An admission policy (Pod Security, an image policy, a LimitRange) refuses
             # the Job's Pod: the spec's fault, which no wait or retry can mend.
             self._remove(spec.name)
-            raise PermanentRunnerError(f"hook {spec.name} cannot start: the cluster refuses "
-                                       f"its Pod: {refusal}")
+            raise PermanentRunnerError(
+                f"hook {spec.name} cannot start: the cluster refuses its Pod: {refusal}"
+            )
         if pod is None or not _scheduled(pod):
             why = refusal or _unscheduled_reason(pod)
             waited = (now - launched_at).total_seconds()
@@ -248,29 +323,43 @@ class KubernetesRunner:
                 raise TransientResourceError(
                     f"hook {spec.name} not scheduled {waited:.0f}s after its launch "
                     f"(schedule timeout {self.schedule_timeout:.0f}s): {why}",
-                    try_ended=self._remove(spec.name))
+                    try_ended=self._remove(spec.name),
+                )
             return HookStatus(Phase.PENDING, pod_phase=phase, reason=why)
         if phase == "Running":
             return HookStatus(Phase.RUNNING, pod_phase=phase, scheduled=True)
         waiting = _waiting(pod)
-        return HookStatus(Phase.PENDING, pod_phase=phase, scheduled=True,
-                          reason=waiting.reason if waiting is not None else "")
+        return HookStatus(
+            Phase.PENDING,
+            pod_phase=phase,
+            scheduled=True,
+            reason=waiting.reason if waiting is not None else "",
+        )
 
     def _pod_create_failure(self, job: client.V1Job) -> str:
         """Why the job controller could not create the Job's Pod, as its latest
         FailedCreate Event says, or "" (none, or Events cannot be read here)."""
         name = job.metadata.name
-        selector = (f"involvedObject.kind=Job,involvedObject.name={name},"
-                    f"involvedObject.uid={job.metadata.uid},reason=FailedCreate")
+        selector = (
+            f"involvedObject.kind=Job,involvedObject.name={name},"
+            f"involvedObject.uid={job.metadata.uid},reason=FailedCreate"
+        )
         try:
-            events = self._call(f"listing the Events of Job {name}", self._core.list_namespaced_event,
-                                self.namespace, field_selector=selector)
+            events = self._call(
+                f"listing the Events of Job {name}",
+                self._core.list_namespaced_event,
+                self.namespace,
+                field_selector=selector,
+            )
         except InfrastructureError as error:
             # Without them the Pod is waited for as before, up to the schedule timeout.
             logger.warning("cannot read the Events of Job %s: %s", name, error)
             return ""
-        latest = max(events.items, default=None, key=lambda event: (
-            event.last_timestamp or event.event_time or event.metadata.creation_timestamp))
+        latest = max(
+            events.items,
+            default=None,
+            key=lambda event: event.last_timestamp or event.event_time or event.metadata.creation_timestamp,
+        )
         return (latest.message or "")[:1000] if latest is not None else ""
 
     def _outcome(self, spec: HookSpec, finished: Any, pod: client.V1Pod | None) -> HookStatus:
@@ -280,19 +369,34 @@ class KubernetesRunner:
         exit_code = terminated.exit_code if terminated is not None else None
         log_tail = self._log_tail(pod.metadata.name, spec.env) if pod is not None else ""
         if finished.type == "Complete":
-            return HookStatus(Phase.SUCCEEDED, pod_phase=phase,
-                              exit_code=0 if exit_code is None else exit_code, log_tail=log_tail)
+            return HookStatus(
+                Phase.SUCCEEDED,
+                pod_phase=phase,
+                exit_code=0 if exit_code is None else exit_code,
+                log_tail=log_tail,
+            )
         if finished.reason == "DeadlineExceeded":
-            return HookStatus(Phase.FAILED, pod_phase=phase, exit_code=exit_code,
-                              reason="DeadlineExceeded", log_tail=log_tail)
+            return HookStatus(
+                Phase.FAILED,
+                pod_phase=phase,
+                exit_code=exit_code,
+                reason="DeadlineExceeded",
+                log_tail=log_tail,
+            )
         if terminated is None or terminated.started_at is None:
             # Failed without its container having run: the Pod was deleted or lost.
             raise TransientResourceError(
                 f"the Pod of hook {spec.name} vanished: Job failed ({finished.reason}: "
                 f"{finished.message}) without the hook having run",
-                try_ended=self._remove(spec.name))
-        return HookStatus(Phase.FAILED, pod_phase=phase, exit_code=exit_code,
-                          reason=terminated.reason or finished.reason or "", log_tail=log_tail)
+                try_ended=self._remove(spec.name),
+            )
+        return HookStatus(
+            Phase.FAILED,
+            pod_phase=phase,
+            exit_code=exit_code,
+            reason=terminated.reason or finished.reason or "",
+            log_tail=log_tail,
+        )
 
     def _log_tail(self, pod_name: str, env: Mapping[str, str]) -> str:
         """The last ``log_tail_chars`` characters of the hook's log ("" if unavailable).
@@ -309,9 +413,15 @@ class KubernetesRunner:
         while True:
             try:
                 response = self._call(
-                    f"reading the log of Pod {pod_name}", self._core.read_namespaced_pod_log,
-                    pod_name, self.namespace, container=CONTAINER, tail_lines=lines,
-                    limit_bytes=limit + 1, _preload_content=False)
+                    f"reading the log of Pod {pod_name}",
+                    self._core.read_namespaced_pod_log,
+                    pod_name,
+                    self.namespace,
+                    container=CONTAINER,
+                    tail_lines=lines,
+                    limit_bytes=limit + 1,
+                    _preload_content=False,
+                )
                 try:
                     data = response.read(limit + 1)  # bounded whatever the server sends
                 finally:
@@ -324,8 +434,9 @@ class KubernetesRunner:
                 break
             lines = max(1, min(lines // 2, data[:limit].count(b"\n") // 2))
         # Redacted before it is cut, so that a secret near the cut is still whole.
-        return jobs.redact_secrets(data[:limit].decode("utf-8", errors="replace"),
-                                   env)[-self.log_tail_chars:]
+        return jobs.redact_secrets(data[:limit].decode("utf-8", errors="replace"), env)[
+            -self.log_tail_chars :
+        ]
 
     def _remove(self, name: str) -> bool:
         """Delete a Job the poll gave up on, so that nothing of it stays pending; whether
@@ -339,9 +450,15 @@ class KubernetesRunner:
 
     # -- the API ------------------------------------------------------------------
 
-    def _call(self, doing: str, method: Callable[..., T], *args: Any,
-              passthrough: tuple[int, ...] = (), creating: bool = False,
-              **kwargs: Any) -> T:
+    def _call(
+        self,
+        doing: str,
+        method: Callable[..., T],
+        *args: Any,
+        passthrough: tuple[int, ...] = (),
+        creating: bool = False,
+        **kwargs: Any,
+    ) -> T:
         """Call the API with the request timeout; its failures as the runner's errors,
         except the ``passthrough`` statuses, raised as they are. ``creating``: the call
         creates the try's Job (a 404 then means its namespace is missing)."""
@@ -350,8 +467,7 @@ class KubernetesRunner:
 
 
 @contextlib.contextmanager
-def _translated(doing: str, passthrough: tuple[int, ...],
-                creating: bool) -> Iterator[None]:
+def _translated(doing: str, passthrough: tuple[int, ...], creating: bool) -> Iterator[None]:
     try:
         yield
     except ApiException as error:
@@ -360,9 +476,9 @@ def _translated(doing: str, passthrough: tuple[int, ...],
         raise _classified(error, doing, creating) from error
     except (urllib3.exceptions.HTTPError, OSError) as error:
         # Refused, reset, timed out, cut mid-answer: the API server is away or overloaded.
-        raise TransientResourceError(f"Kubernetes API unreachable while {doing}: "
-                                     f"{type(error).__name__}: {error}",
-                                     try_ended=False) from error
+        raise TransientResourceError(
+            f"Kubernetes API unreachable while {doing}: {type(error).__name__}: {error}", try_ended=False
+        ) from error
 
 
 def _classified(error: ApiException, doing: str, creating: bool) -> InfrastructureError:
@@ -396,7 +512,8 @@ def _refused_for_good(message: str) -> bool:
     invalid, denied by an admission webhook) rather than a full quota or a webhook that
     did not answer, which pass."""
     return "exceeded quota" not in message and any(
-        word in message for word in ("is forbidden", "is invalid", "denied the request"))
+        word in message for word in ("is forbidden", "is invalid", "denied the request")
+    )
 
 
 def _status_message(error: ApiException) -> str:
@@ -424,10 +541,16 @@ def _without_client_retries(api_client: client.ApiClient) -> None:
 
 
 def _resources(resources: Resources) -> client.V1ResourceRequirements | None:
-    requests = {key: value for key, value in (("cpu", resources.cpu_request),
-                                              ("memory", resources.memory_request)) if value}
-    limits = {key: value for key, value in (("cpu", resources.cpu_limit),
-                                            ("memory", resources.memory_limit)) if value}
+    requests = {
+        key: value
+        for key, value in (("cpu", resources.cpu_request), ("memory", resources.memory_request))
+        if value
+    }
+    limits = {
+        key: value
+        for key, value in (("cpu", resources.cpu_limit), ("memory", resources.memory_limit))
+        if value
+    }
     if not requests and not limits:
         return None
     return client.V1ResourceRequirements(requests=requests or None, limits=limits or None)
@@ -436,14 +559,17 @@ def _resources(resources: Resources) -> client.V1ResourceRequirements | None:
 def _newest_of(job: client.V1Job, pods: list[client.V1Pod]) -> client.V1Pod | None:
     """The newest of ``pods`` that ``job`` owns (by uid: a Job of the same name before
     it owns none), or None."""
-    mine = [pod for pod in pods
-            if any(ref.uid == job.metadata.uid for ref in pod.metadata.owner_references or ())]
+    mine = [
+        pod for pod in pods if any(ref.uid == job.metadata.uid for ref in pod.metadata.owner_references or ())
+    ]
     return max(mine, key=lambda pod: pod.metadata.creation_timestamp, default=None)
 
 
 def _controlled_by(pod: client.V1Pod, job_name: str) -> bool:
-    return any(ref.kind == "Job" and ref.name == job_name and ref.controller
-               for ref in pod.metadata.owner_references or ())
+    return any(
+        ref.kind == "Job" and ref.name == job_name and ref.controller
+        for ref in pod.metadata.owner_references or ()
+    )
 
 
 def _settling(pod: client.V1Pod) -> bool:

@@ -128,8 +128,9 @@ class LocalRunner:
 
     blocks = True  # a launch returns when the hook has ended
 
-    def __init__(self, *, log_tail_chars: int = 4000, path: str = os.defpath, user: str = "",
-                 limits: Limits = Limits()) -> None:
+    def __init__(
+        self, *, log_tail_chars: int = 4000, path: str = os.defpath, user: str = "", limits: Limits = Limits()
+    ) -> None:
         self.target = f"local:{socket.gethostname()}"
         self.log_tail_chars = log_tail_chars
         self.path = path
@@ -141,17 +142,31 @@ class LocalRunner:
 
     def launch(self, spec: HookSpec) -> HookStatus:
         identity = self._identity()
-        with tempfile.TemporaryDirectory(prefix="conveyor-hook-") as scratch, \
-                tempfile.TemporaryFile() as output:
+        with (
+            tempfile.TemporaryDirectory(prefix="conveyor-hook-") as scratch,
+            tempfile.TemporaryFile() as output,
+        ):
             batch = _copy_batch(spec, Path(scratch))
             if identity is not None:
                 os.chown(scratch, identity.uid, identity.gid)
-            env = {"LANG": "C.UTF-8", **spec.env, "PATH": self.path, "HOME": scratch,
-                   "TMPDIR": scratch, "INGEST_BATCH_URL": batch}
-            plan = {"parent": os.getpid(), "command": list(spec.command), "env": env,
-                    "cwd": scratch, "timeout": spec.timeout_seconds, "output": output.fileno(),
-                    "rlimits": _rlimits(spec, self.limits, identity),
-                    "user": None if identity is None else (identity.uid, identity.gid)}
+            env = {
+                "LANG": "C.UTF-8",
+                **spec.env,
+                "PATH": self.path,
+                "HOME": scratch,
+                "TMPDIR": scratch,
+                "INGEST_BATCH_URL": batch,
+            }
+            plan = {
+                "parent": os.getpid(),
+                "command": list(spec.command),
+                "env": env,
+                "cwd": scratch,
+                "timeout": spec.timeout_seconds,
+                "output": output.fileno(),
+                "rlimits": _rlimits(spec, self.limits, identity),
+                "user": None if identity is None else (identity.uid, identity.gid),
+            }
             report = _supervise(spec, plan, identity)
             return self._status(spec, report, output, identity)
 
@@ -176,30 +191,37 @@ class LocalRunner:
         try:
             entry = pwd.getpwnam(self.user)
         except KeyError:
-            raise PermanentRunnerError(f"INGEST_HOOK_USER={self.user!r}: no such user on "
-                                       f"{socket.gethostname()}") from None
+            raise PermanentRunnerError(
+                f"INGEST_HOOK_USER={self.user!r}: no such user on {socket.gethostname()}"
+            ) from None
         if entry.pw_uid == 0:
-            raise PermanentRunnerError(f"INGEST_HOOK_USER={self.user!r} is root: hooks never "
-                                       "run as root")
+            raise PermanentRunnerError(f"INGEST_HOOK_USER={self.user!r} is root: hooks never run as root")
         return Identity(self.user, entry.pw_uid, entry.pw_gid)
 
-    def _status(self, spec: HookSpec, report: dict[str, Any], output: IO[bytes],
-                identity: Identity | None) -> HookStatus:
+    def _status(
+        self, spec: HookSpec, report: dict[str, Any], output: IO[bytes], identity: Identity | None
+    ) -> HookStatus:
         """The supervisor's report as the hook's status, or the error a start failure is."""
         if report.get("left"):
-            logger.warning("hook %s: %s of its processes outlived its cleanup", spec.name,
-                           report["left"])
+            logger.warning("hook %s: %s of its processes outlived its cleanup", spec.name, report["left"])
         outcome = report.get("outcome")
         if outcome == "exit":
             code = int(report["code"])
             if code == 0:
-                return HookStatus(Phase.SUCCEEDED, pod_phase="Succeeded", exit_code=0,
-                                  log_tail=self._tail(spec, output))
-            return HookStatus(Phase.FAILED, pod_phase="Failed", exit_code=code,
-                              reason=_reason(code), log_tail=self._tail(spec, output))
+                return HookStatus(
+                    Phase.SUCCEEDED, pod_phase="Succeeded", exit_code=0, log_tail=self._tail(spec, output)
+                )
+            return HookStatus(
+                Phase.FAILED,
+                pod_phase="Failed",
+                exit_code=code,
+                reason=_reason(code),
+                log_tail=self._tail(spec, output),
+            )
         if outcome == "deadline":
-            return HookStatus(Phase.FAILED, pod_phase="Failed", reason="DeadlineExceeded",
-                              log_tail=self._tail(spec, output))
+            return HookStatus(
+                Phase.FAILED, pod_phase="Failed", reason="DeadlineExceeded", log_tail=self._tail(spec, output)
+            )
         raise _start_error(spec, report, identity)
 
     def _tail(self, spec: HookSpec, output: IO[bytes]) -> str:
@@ -208,7 +230,7 @@ class LocalRunner:
         output.seek(max(0, size - LOG_READ_BYTES))
         # Redacted before it is cut, so that a secret near the cut is still whole.
         text = jobs.redact_secrets(output.read().decode("utf-8", errors="replace"), spec.env)
-        return text[-self.log_tail_chars:] if self.log_tail_chars > 0 else ""
+        return text[-self.log_tail_chars :] if self.log_tail_chars > 0 else ""
 
 
 def _reason(code: int) -> str:
@@ -219,8 +241,9 @@ def _reason(code: int) -> str:
     return f"killed by {name}" + (f" ({limits[name]})" if name in limits else "")
 
 
-def _launch_error(spec: HookSpec, exc: OSError, identity: Identity | None = None
-                  ) -> PermanentRunnerError | TransientResourceError:
+def _launch_error(
+    spec: HookSpec, exc: OSError, identity: Identity | None = None
+) -> PermanentRunnerError | TransientResourceError:
     """A failed start, sorted: the host short of processes, memory or descriptors is
     pressure; anything else (E2BIG, ENAMETOOLONG, ENOEXEC, EACCES, ENOENT) is the spec's
     and no retry can help."""
@@ -240,18 +263,20 @@ def _copy_batch(spec: HookSpec, scratch: Path) -> str:
     target = scratch / BATCH_FILE
     bound = intake_conf.staging_max_bytes()
     try:
-        with fsspec.open(spec.batch_location, "rb", **intake_conf.staging_options()) as source, \
-                open(target, "wb") as copy:
+        with (
+            fsspec.open(spec.batch_location, "rb", **intake_conf.staging_options()) as source,
+            open(target, "wb") as copy,
+        ):
             copied = 0
             while chunk := source.read(1024 * 1024):
                 copied += len(chunk)
                 if copied > bound:
-                    raise PermanentRunnerError(f"hook {spec.name}: the batch is larger than "
-                                               f"INTAKE_STAGING_MAX_BYTES ({bound})")
+                    raise PermanentRunnerError(
+                        f"hook {spec.name}: the batch is larger than INTAKE_STAGING_MAX_BYTES ({bound})"
+                    )
                 copy.write(chunk)
     except FileNotFoundError:
-        raise PermanentRunnerError(f"hook {spec.name}: its batch is gone "
-                                   f"({spec.batch_location})") from None
+        raise PermanentRunnerError(f"hook {spec.name}: its batch is gone ({spec.batch_location})") from None
     except OSError as exc:  # the staging store is away: the host's trouble, not the spec's
         raise TransientResourceError(f"hook {spec.name}: cannot copy its batch: {exc}") from exc
     target.chmod(0o444)
@@ -268,15 +293,16 @@ def memory_bytes(quantity: str) -> int | None:
     return int(value)
 
 
-def _rlimits(spec: HookSpec, limits: Limits, identity: Identity | None
-             ) -> list[tuple[int, int, int]]:
+def _rlimits(spec: HookSpec, limits: Limits, identity: Identity | None) -> list[tuple[int, int, int]]:
     """``(resource, soft, hard)`` for each limit the hook's process gets."""
     memory = memory_bytes(spec.resources.memory_limit)
     cpu = max(1, int(spec.timeout_seconds))
-    wanted = [(resource.RLIMIT_FSIZE, limits.max_file_bytes, limits.max_file_bytes),
-              (resource.RLIMIT_NOFILE, limits.max_open_files, limits.max_open_files),
-              (resource.RLIMIT_CORE, 0, 0),
-              (resource.RLIMIT_CPU, cpu, cpu + CPU_GRACE_SECONDS)]
+    wanted = [
+        (resource.RLIMIT_FSIZE, limits.max_file_bytes, limits.max_file_bytes),
+        (resource.RLIMIT_NOFILE, limits.max_open_files, limits.max_open_files),
+        (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_CPU, cpu, cpu + CPU_GRACE_SECONDS),
+    ]
     if memory is not None:
         wanted.append((resource.RLIMIT_AS, memory, memory))
     if identity is not None:
@@ -284,8 +310,7 @@ def _rlimits(spec: HookSpec, limits: Limits, identity: Identity | None
     return [(kind, *_within_hard_limit(kind, soft, hard)) for kind, soft, hard in wanted]
 
 
-def _supervise(spec: HookSpec, plan: dict[str, Any], identity: Identity | None
-               ) -> dict[str, Any]:
+def _supervise(spec: HookSpec, plan: dict[str, Any], identity: Identity | None) -> dict[str, Any]:
     """Run the hook under its supervisor (``supervisor.py``) and wait for the report,
     at most the hook's time limit and ``BACKSTOP_SECONDS``. Interrupted (the engine's
     time limit for the handler raises in here), or past that bound, the supervisor is
@@ -293,9 +318,14 @@ def _supervise(spec: HookSpec, plan: dict[str, Any], identity: Identity | None
     report_read, report_write = os.pipe()
     try:
         supervisor = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(SUPERVISOR)], stdin=subprocess.PIPE,
-            stdout=report_write, env={}, start_new_session=True, close_fds=True,
-            pass_fds=(plan["output"],))
+            [sys.executable, "-I", "-S", str(SUPERVISOR)],
+            stdin=subprocess.PIPE,
+            stdout=report_write,
+            env={},
+            start_new_session=True,
+            close_fds=True,
+            pass_fds=(plan["output"],),
+        )
     except OSError as exc:
         os.close(report_read)
         raise _launch_error(spec, exc, identity) from exc
@@ -350,8 +380,7 @@ def _stop(supervisor: subprocess.Popen) -> None:
         supervisor.send_signal(signal.SIGTERM)
         supervisor.wait(STOP_SECONDS)
     except subprocess.TimeoutExpired:
-        logger.warning("hook supervisor %s did not stop in %ss: killed", supervisor.pid,
-                       STOP_SECONDS)
+        logger.warning("hook supervisor %s did not stop in %ss: killed", supervisor.pid, STOP_SECONDS)
         try:
             os.killpg(supervisor.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -359,8 +388,9 @@ def _stop(supervisor: subprocess.Popen) -> None:
         supervisor.wait()
 
 
-def _start_error(spec: HookSpec, report: dict[str, Any], identity: Identity | None
-                 ) -> PermanentRunnerError | TransientResourceError:
+def _start_error(
+    spec: HookSpec, report: dict[str, Any], identity: Identity | None
+) -> PermanentRunnerError | TransientResourceError:
     """A report that is no outcome of the hook: why it did not start, or why its
     supervisor ended without saying."""
     if report.get("outcome") == "failed":
@@ -370,10 +400,12 @@ def _start_error(spec: HookSpec, report: dict[str, Any], identity: Identity | No
             return PermanentRunnerError(f"hook {spec.name}: cannot confine it: {why}")
         return _launch_error(spec, OSError(number, os.strerror(number)), identity)
     if report.get("outcome") == "stopped":
-        return TransientResourceError(f"hook {spec.name}: its supervisor was stopped by "
-                                      f"signal {report.get('signal')}")
-    return TransientResourceError(f"hook {spec.name}: its supervisor ended without a report "
-                                  f"(exit status {report.get('code')})")
+        return TransientResourceError(
+            f"hook {spec.name}: its supervisor was stopped by signal {report.get('signal')}"
+        )
+    return TransientResourceError(
+        f"hook {spec.name}: its supervisor ended without a report (exit status {report.get('code')})"
+    )
 
 
 def _within_hard_limit(kind: int, soft: int, hard: int) -> tuple[int, int]:
@@ -399,7 +431,6 @@ def _prctl() -> Callable[..., int] | None:
         return None
     libc = ctypes.CDLL(None, use_errno=True)
     prctl = libc.prctl
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                      ctypes.c_ulong]
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
     return prctl

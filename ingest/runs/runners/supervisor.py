@@ -249,8 +249,10 @@ def _read_all(fd: int, bound: int) -> bytes:
 
 def report_line(outcome: dict) -> bytes:
     """The outcome as one JSON line, of numbers and fixed words (no json module to import)."""
-    fields = ", ".join(f'"{key}": ' + (f'"{value}"' if isinstance(value, str) else str(int(value)))
-                       for key, value in outcome.items())
+    fields = ", ".join(
+        f'"{key}": ' + (f'"{value}"' if isinstance(value, str) else str(int(value)))
+        for key, value in outcome.items()
+    )
     return ("{" + fields + "}\n").encode()
 
 

@@ -56,8 +56,9 @@ class Chart:
     def __post_init__(self) -> None:
         for series in self.series:
             if len(series.values) != len(self.labels):
-                raise ValueError(f"series {series.name!r} has {len(series.values)} values "
-                                 f"for {len(self.labels)} labels")
+                raise ValueError(
+                    f"series {series.name!r} has {len(series.values)} values for {len(self.labels)} labels"
+                )
 
     @property
     def has_data(self) -> bool:
@@ -65,8 +66,9 @@ class Chart:
 
     @property
     def peak(self) -> float:
-        return max((value for series in self.series for value in series.values
-                    if value is not None), default=0.0)
+        return max(
+            (value for series in self.series for value in series.values if value is not None), default=0.0
+        )
 
 
 def nice_ceiling(value: float) -> float:
@@ -116,8 +118,9 @@ def render(chart: Chart, chart_id: str) -> str:
     ident = re.sub(r"[^A-Za-z0-9_-]", "", chart_id) or "chart"
     scale = Scale(top=nice_ceiling(chart.peak), slots=len(chart.labels))
     if not chart.has_data:
-        body = [_text(WIDTH / 2, (TOP + BOTTOM) / 2, "No data in this window",
-                      css="chart-empty", anchor="middle")]
+        body = [
+            _text(WIDTH / 2, (TOP + BOTTOM) / 2, "No data in this window", css="chart-empty", anchor="middle")
+        ]
     elif chart.kind == "line":
         body = _lines(chart, scale)
     else:
@@ -141,10 +144,10 @@ def _colour(chart: Chart, index: int) -> str:
     return chart.series[index].colour or PALETTE[index % len(PALETTE)]
 
 
-def _text(x: float, y: float, content: str, *, css: str, anchor: str = "start",
-          extra: str = "") -> str:
-    return (f'<text class="{css}" x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{extra}>'
-            f"{escape(content)}</text>")
+def _text(x: float, y: float, content: str, *, css: str, anchor: str = "start", extra: str = "") -> str:
+    return (
+        f'<text class="{css}" x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{extra}>{escape(content)}</text>'
+    )
 
 
 def _axes(chart: Chart, scale: Scale) -> list[str]:
@@ -156,22 +159,38 @@ def _axes(chart: Chart, scale: Scale) -> list[str]:
         value = scale.top * tick / ticks
         y = scale.y(value)
         parts.append(f'<line x1="{LEFT}" x2="{RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>')
-        parts.append(_text(LEFT - 6, y + 4, chart.value_format(value), css="tick",
-                           anchor="end", extra=' stroke="none" fill="#444"'))
+        parts.append(
+            _text(
+                LEFT - 6,
+                y + 4,
+                chart.value_format(value),
+                css="tick",
+                anchor="end",
+                extra=' stroke="none" fill="#444"',
+            )
+        )
     parts.append("</g>")
     every = max(1, math.ceil(len(chart.labels) / MAX_X_LABELS))
     parts.append('<g class="axis axis-x" fill="#444">')
     parts.append(f'<line x1="{LEFT}" x2="{RIGHT}" y1="{BOTTOM}" y2="{BOTTOM}" stroke="#666"/>')
     for index, label in enumerate(chart.labels):
         if index % every == 0:
-            parts.append(_text(scale.x_centre(index), BOTTOM + 14, label, css="tick",
-                               anchor="middle"))
+            parts.append(_text(scale.x_centre(index), BOTTOM + 14, label, css="tick", anchor="middle"))
     parts.append("</g>")
-    parts.append(_text((LEFT + RIGHT) / 2, BOTTOM + 32, chart.x_label, css="axis-label x-label",
-                       anchor="middle"))
+    parts.append(
+        _text((LEFT + RIGHT) / 2, BOTTOM + 32, chart.x_label, css="axis-label x-label", anchor="middle")
+    )
     middle = (TOP + BOTTOM) / 2
-    parts.append(_text(14, middle, chart.y_label, css="axis-label y-label", anchor="middle",
-                       extra=f' transform="rotate(-90 14 {middle:.1f})"'))
+    parts.append(
+        _text(
+            14,
+            middle,
+            chart.y_label,
+            css="axis-label y-label",
+            anchor="middle",
+            extra=f' transform="rotate(-90 14 {middle:.1f})"',
+        )
+    )
     return parts
 
 
@@ -181,8 +200,10 @@ def _bars(chart: Chart, scale: Scale) -> list[str]:
     width = group / max(len(chart.series), 1)
     parts = []
     for number, series in enumerate(chart.series):
-        parts.append(f'<g class="series series-{number}" fill="{_colour(chart, number)}" '
-                     f'data-series="{escape(series.name)}">')
+        parts.append(
+            f'<g class="series series-{number}" fill="{_colour(chart, number)}" '
+            f'data-series="{escape(series.name)}">'
+        )
         for index, value in enumerate(series.values):
             if value is None:
                 continue
@@ -205,8 +226,9 @@ def _lines(chart: Chart, scale: Scale) -> list[str]:
         parts.append(f'<g class="series series-{number}" data-series="{escape(series.name)}">')
         for run in _runs(series.values):
             points = " ".join(f"{scale.x_centre(i):.2f},{scale.y(v):.2f}" for i, v in run)
-            parts.append(f'<polyline class="line" fill="none" stroke="{colour}" '
-                         f'stroke-width="2" points="{points}"/>')
+            parts.append(
+                f'<polyline class="line" fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>'
+            )
         for index, value in enumerate(series.values):
             if value is not None:
                 parts.append(
@@ -237,8 +259,7 @@ def _legend(chart: Chart) -> list[str]:
     parts = ['<g class="legend">']
     x, y = LEFT, HEIGHT - 14
     for number, series in enumerate(chart.series):
-        parts.append(f'<rect x="{x}" y="{y - 9}" width="10" height="10" '
-                     f'fill="{_colour(chart, number)}"/>')
+        parts.append(f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{_colour(chart, number)}"/>')
         parts.append(_text(x + 14, y, series.name, css="legend-label"))
         x += 24 + 7 * len(series.name)
     parts.append("</g>")

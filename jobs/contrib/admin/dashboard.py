@@ -93,8 +93,7 @@ def dashboard_view(model_admin: ModelAdmin[Job], request: HttpRequest) -> Templa
         "board": board,
         "panels": panels(board),
         "queue_lags": [(lag, format_duration(lag.lag_seconds)) for lag in board.figures.queues],
-        "oldest_due": [ListedJob(row.job, format_duration(row.age_seconds))
-                       for row in board.oldest_due],
+        "oldest_due": [ListedJob(row.job, format_duration(row.age_seconds)) for row in board.oldest_due],
         "stuck": [ListedJob(row.job, format_duration(row.overdue_seconds)) for row in board.stuck],
         "refresh_seconds": REFRESH_SECONDS,
     }
@@ -105,8 +104,12 @@ def dashboard_view(model_admin: ModelAdmin[Job], request: HttpRequest) -> Templa
 def throttled(model_admin: ModelAdmin[Job], request: HttpRequest, wait: float) -> TemplateResponse:
     """429 with Retry-After: this user loaded dashboards (page or API) over their rate."""
     seconds = max(1, math.ceil(wait))
-    context = {**model_admin.admin_site.each_context(request), "title": "Jobs dashboard",
-               "opts": model_admin.model._meta, "wait_seconds": seconds}
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": "Jobs dashboard",
+        "opts": model_admin.model._meta,
+        "wait_seconds": seconds,
+    }
     response = TemplateResponse(request, "admin/jobs/dashboard_throttled.html", context, status=429)
     response["Retry-After"] = str(seconds)
     return response
@@ -124,8 +127,10 @@ def panels(board: dashboard.Board) -> list[TypePanel]:
             duration_chart(series, labels, stride),
             incident_chart(series, labels, stride),
         ]
-        svgs = [mark_safe(charts.render(chart, f"chart-{number}-{index}"))  # charts.render escapes all text
-                for index, chart in enumerate(built)]
+        svgs = [
+            mark_safe(charts.render(chart, f"chart-{number}-{index}"))  # charts.render escapes all text
+            for index, chart in enumerate(built)
+        ]
         result.append(_panel(series.type, figures.get(series.type), svgs))
     return result
 
@@ -133,7 +138,8 @@ def panels(board: dashboard.Board) -> list[TypePanel]:
 def _panel(name: str, figures: dashboard.TypeFigures | None, svgs: list[SafeString]) -> TypePanel:
     rate = figures.failure_rate if figures else None
     return TypePanel(
-        type=name, figures=figures,
+        type=name,
+        figures=figures,
         p50=format_duration(figures.p50_seconds if figures else None),
         p95=format_duration(figures.p95_seconds if figures else None),
         failure_rate="—" if rate is None else f"{100 * rate:.1f} %",
@@ -161,12 +167,14 @@ def bucket_label(start: datetime, board: dashboard.Board) -> str:
 def throughput_chart(series: dashboard.TypeSeries, labels: list[str], stride: str) -> charts.Chart:
     return charts.Chart(
         title=f"{series.type}: jobs finished per {stride}",
-        description=(f"Bars per {stride} interval: {sum(series.finished)} jobs finished, "
-                     f"{sum(series.failed)} of them failed."),
+        description=(
+            f"Bars per {stride} interval: {sum(series.finished)} jobs finished, "
+            f"{sum(series.failed)} of them failed."
+        ),
         labels=labels,
-        series=[charts.Series("finished", series.finished),
-                charts.Series("failed", series.failed, FAILED)],
-        x_label=f"interval start ({stride} each)", y_label="jobs finished",
+        series=[charts.Series("finished", series.finished), charts.Series("failed", series.failed, FAILED)],
+        x_label=f"interval start ({stride} each)",
+        y_label="jobs finished",
     )
 
 
@@ -174,23 +182,34 @@ def duration_chart(series: dashboard.TypeSeries, labels: list[str], stride: str)
     ran = [value for value in series.p95_seconds if value is not None]
     return charts.Chart(
         title=f"{series.type}: duration per {stride} (p50 and p95)",
-        description=(f"Median and 95th percentile run time, first start to finish, of the "
-                     f"jobs finished in each {stride}; the slowest interval's p95 was "
-                     f"{format_duration(max(ran)) if ran else 'not measured'}."),
+        description=(
+            f"Median and 95th percentile run time, first start to finish, of the "
+            f"jobs finished in each {stride}; the slowest interval's p95 was "
+            f"{format_duration(max(ran)) if ran else 'not measured'}."
+        ),
         labels=labels,
-        series=[charts.Series("p50", series.p50_seconds, MEDIAN),
-                charts.Series("p95", series.p95_seconds, RETRIED)],
-        x_label=f"interval start ({stride} each)", y_label="seconds", kind="line",
+        series=[
+            charts.Series("p50", series.p50_seconds, MEDIAN),
+            charts.Series("p95", series.p95_seconds, RETRIED),
+        ],
+        x_label=f"interval start ({stride} each)",
+        y_label="seconds",
+        kind="line",
     )
 
 
 def incident_chart(series: dashboard.TypeSeries, labels: list[str], stride: str) -> charts.Chart:
     return charts.Chart(
         title=f"{series.type}: retries and rescues per {stride}",
-        description=(f"{sum(series.retries)} retries scheduled and {sum(series.rescues)} jobs "
-                     f"rescued from dead workers in this window."),
+        description=(
+            f"{sum(series.retries)} retries scheduled and {sum(series.rescues)} jobs "
+            f"rescued from dead workers in this window."
+        ),
         labels=labels,
-        series=[charts.Series("retries", series.retries, RETRIED),
-                charts.Series("rescues", series.rescues, RESCUED)],
-        x_label=f"interval start ({stride} each)", y_label="events",
+        series=[
+            charts.Series("retries", series.retries, RETRIED),
+            charts.Series("rescues", series.rescues, RESCUED),
+        ],
+        x_label=f"interval start ({stride} each)",
+        y_label="events",
     )

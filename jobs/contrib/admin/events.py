@@ -22,8 +22,7 @@ from tenancy.scoping import scope_queryset
 
 class DeliveryInline(ReadOnlyMixin, admin.TabularInline):
     model = Delivery
-    fields = ["delivery_link", "job_link", "job_state", "deliver_after", "job_attempts",
-              "job_last_error"]
+    fields = ["delivery_link", "job_link", "job_state", "deliver_after", "job_attempts", "job_last_error"]
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -77,10 +76,18 @@ class EventAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Event]:
         # A correlated count runs for the rows of the page only, where a JOIN ... GROUP BY
         # would aggregate the whole events table before the LIMIT.
-        counts = (Delivery.objects.filter(event=OuterRef("pk")).order_by()
-                  .values("event").annotate(n=Count("*")).values("n"))
-        qs = super().get_queryset(request).annotate(
-            delivery_count=Coalesce(Subquery(counts, output_field=IntegerField()), 0))
+        counts = (
+            Delivery.objects.filter(event=OuterRef("pk"))
+            .order_by()
+            .values("event")
+            .annotate(n=Count("*"))
+            .values("n")
+        )
+        qs = (
+            super()
+            .get_queryset(request)
+            .annotate(delivery_count=Coalesce(Subquery(counts, output_field=IntegerField()), 0))
+        )
         return scope_queryset(qs, request.user)
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -117,19 +117,40 @@ class JobAdmin(admin.ModelAdmin):
     # Narrow enough for 1,440 px beside the filters: the queue and the creation and start
     # times are on the job's page (the queue is a filter); the error says why a row needs
     # a look. Long values are cut with an ellipsis and shown whole on hover (states.css).
-    list_display = ["id", "type", "state_display", "attempts_display", "progress_display",
-                    "error_display", "pipeline", "tenant_display", "finished", "duration"]
+    list_display = [
+        "id",
+        "type",
+        "state_display",
+        "attempts_display",
+        "progress_display",
+        "error_display",
+        "pipeline",
+        "tenant_display",
+        "finished",
+        "duration",
+    ]
     list_display_links = ["id", "type"]
-    list_filter = ["state", TypeFilter, QueueFilter, DueFilter, FailedRecentlyFilter,
-                   RescuedFilter, StuckFilter, PipelineFilter, FailureGroupFilter, "tenant"]
+    list_filter = [
+        "state",
+        TypeFilter,
+        QueueFilter,
+        DueFilter,
+        FailedRecentlyFilter,
+        RescuedFilter,
+        StuckFilter,
+        PipelineFilter,
+        FailureGroupFilter,
+        "tenant",
+    ]
     list_select_related = ["tenant"]
     # Only the primary key: any other ordering would sort the whole matching set.
     sortable_by = ["id"]
     # Facet counts would be a COUNT per choice over the whole table.
     show_facets = admin.ShowFacets.NEVER
     search_fields = ["id", "type", "unique_key", "concurrency_key", "pipeline_id"]
-    search_help_text = ("A job id, a pipeline id, or an exact type, concurrency key or "
-                        "unique key (of an unfinished job).")
+    search_help_text = (
+        "A job id, a pipeline id, or an exact type, concurrency key or unique key (of an unfinished job)."
+    )
     list_per_page = 50
     show_full_result_count = False
     paginator = CappedCountPaginator
@@ -141,16 +162,21 @@ class JobAdmin(admin.ModelAdmin):
         css = {"all": [STATES_CSS]}
 
     fieldsets = [
-        (None, {"fields": ["id", "type", "queue", "priority", "state_display", "tenant",
-                           "created_by"]}),
-        ("Attempts", {"fields": ["attempts_display", "run_after", "rescues",
-                                 "error_kind", "last_error_display"]}),
+        (None, {"fields": ["id", "type", "queue", "priority", "state_display", "tenant", "created_by"]}),
+        (
+            "Attempts",
+            {"fields": ["attempts_display", "run_after", "rescues", "error_kind", "last_error_display"]},
+        ),
         ("Progress", {"fields": ["progress_display", "progress_message"]}),
         ("Data", {"fields": ["payload_display", "result_display"]}),
-        ("Keys", {"fields": ["pipeline", "concurrency_key", "is_current", "unique_key",
-                            "pending_key"]}),
-        ("Lease", {"fields": ["locked_by", "locked_at", "heartbeat_at", "lease_expires_at"],
-                   "classes": ["collapse"]}),
+        ("Keys", {"fields": ["pipeline", "concurrency_key", "is_current", "unique_key", "pending_key"]}),
+        (
+            "Lease",
+            {
+                "fields": ["locked_by", "locked_at", "heartbeat_at", "lease_expires_at"],
+                "classes": ["collapse"],
+            },
+        ),
         ("Times", {"fields": ["created_at", "started_at", "finished_at", "duration"]}),
     ]
     readonly_fields = [name for _, options in fieldsets for name in options["fields"]]
@@ -192,8 +218,9 @@ class JobAdmin(admin.ModelAdmin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList
 
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job],
-                           search_term: str) -> tuple[QuerySet[Job], bool]:
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
+    ) -> tuple[QuerySet[Job], bool]:
         if not search_term.strip():
             return queryset, False
         return queryset.filter(job_search(search_term)), False
@@ -237,8 +264,9 @@ class JobAdmin(admin.ModelAdmin):
     def pipeline(self, job: Job) -> SafeString:
         """The pipeline page, and the list filtered to the pipeline."""
         page = reverse("admin:jobs_job_pipeline", args=[job.pipeline_id])
-        return format_html('<a href="{}" title="The pipeline page">graph</a> · {}', page,
-                           pipeline_link(job.pipeline_id))
+        return format_html(
+            '<a href="{}" title="The pipeline page">graph</a> · {}', page, pipeline_link(job.pipeline_id)
+        )
 
     @admin.display(description="duration")
     def duration(self, job: Job) -> str:
@@ -263,8 +291,13 @@ class JobAdmin(admin.ModelAdmin):
 
     # -- the detail page --
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         job = self.get_object(request, unquote(object_id))
         context = dict(extra_context or {})
         if job is not None:
@@ -294,9 +327,16 @@ class JobAdmin(admin.ModelAdmin):
             "timeline_hidden": (changes.count() - len(newest)) if len(newest) == TIMELINE_LIMIT else 0,
             "progress_steps": progress.count(),
             "last_progress": last,
-            "last_progress_text": last and " ".join(filter(None, [
-                f"{last.progress_done:,}/{last.progress_total:,}" if last.progress_total else "",
-                last.message[:200]])),
+            "last_progress_text": last
+            and " ".join(
+                filter(
+                    None,
+                    [
+                        f"{last.progress_done:,}/{last.progress_total:,}" if last.progress_total else "",
+                        last.message[:200],
+                    ],
+                )
+            ),
             "last_event_id": job.events.order_by("-id").values_list("id", flat=True).first() or 0,
         }
 
@@ -319,17 +359,22 @@ class JobAdmin(admin.ModelAdmin):
         view = self.admin_site.admin_view
         pipelines = [
             path("pipeline/<uuid:pipeline_id>/", view(self.pipeline_view), name="jobs_job_pipeline"),
-            path("pipeline/<uuid:pipeline_id>/graph/", view(self.pipeline_graph_view),
-                 name="jobs_job_pipeline_graph"),
+            path(
+                "pipeline/<uuid:pipeline_id>/graph/",
+                view(self.pipeline_graph_view),
+                name="jobs_job_pipeline_graph",
+            ),
         ]
         operations = [
-            path(f"<path:object_id>/{op.name}/",
-                 self.admin_site.admin_view(self.operation_view), {"operation": op.name},
-                 name=f"jobs_job_{op.name}")
+            path(
+                f"<path:object_id>/{op.name}/",
+                self.admin_site.admin_view(self.operation_view),
+                {"operation": op.name},
+                name=f"jobs_job_{op.name}",
+            )
             for op in OPERATIONS.values()
         ]
-        return (dashboard.urls(self) + triage_pages.urls(self) + pipelines + operations
-                + super().get_urls())
+        return dashboard.urls(self) + triage_pages.urls(self) + pipelines + operations + super().get_urls()
 
     def pipeline_view(self, request: HttpRequest, pipeline_id: Any) -> HttpResponse:
         return pipeline_page.page_view(self, request, pipeline_id)
@@ -337,8 +382,7 @@ class JobAdmin(admin.ModelAdmin):
     def pipeline_graph_view(self, request: HttpRequest, pipeline_id: Any) -> HttpResponse:
         return pipeline_page.graph_view(self, request, pipeline_id)
 
-    def operation_view(self, request: HttpRequest, object_id: str,
-                       operation: str) -> HttpResponse:
+    def operation_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
         """A job's button (detail or pipeline page): one engine transition, reported back
         on the page named by ``next`` (or the job's own), or as JSON to a script asking
         for it, which then shows the change from the job's event stream."""
@@ -351,8 +395,12 @@ class JobAdmin(admin.ModelAdmin):
             raise Http404(f"No job {object_id} here.")
         op = OPERATIONS[operation]
         health = lease_health(job)
-        if (op.name in TAKES_FROM_WORKER and health is not None and health.alive
-                and request.POST.get("confirm") != "yes"):
+        if (
+            op.name in TAKES_FROM_WORKER
+            and health is not None
+            and health.alive
+            and request.POST.get("confirm") != "yes"
+        ):
             return self.confirm_operation(request, op, job, health.text)
         try:
             self.apply(request, op, job, request.POST.get("reason", ""))
@@ -361,31 +409,38 @@ class JobAdmin(admin.ModelAdmin):
         else:
             done, text = True, f"Job {job.pk} {op.past}."
         if "application/json" in request.headers.get("Accept", ""):
-            return JsonResponse({"job": job.pk, "ok": done, "message": text},
-                                status=200 if done else 409)
+            return JsonResponse({"job": job.pk, "ok": done, "message": text}, status=200 if done else 409)
         self.message_user(request, text, messages.SUCCESS if done else messages.ERROR)
         return redirect(self.next_url(request) or reverse("admin:jobs_job_change", args=[job.pk]))
 
-    def confirm_operation(self, request: HttpRequest, op: Operation, job: Job,
-                          lease: str) -> HttpResponse:
+    def confirm_operation(self, request: HttpRequest, op: Operation, job: Job, lease: str) -> HttpResponse:
         """The job's worker is alive: say so, and ask again (a page, or a 409 a script
         turns into a confirm dialog and posts again with ``confirm=yes``)."""
-        text = (f"Job {job.pk} is running: {lease}. {op.label} it anyway? The worker is not "
-                f"stopped; its result, if it comes, will be refused.")
+        text = (
+            f"Job {job.pk} is running: {lease}. {op.label} it anyway? The worker is not "
+            f"stopped; its result, if it comes, will be refused."
+        )
         if "application/json" in request.headers.get("Accept", ""):
-            return JsonResponse({"job": job.pk, "ok": False, "confirm": True, "message": text},
-                                status=409)
-        context = {**self.admin_site.each_context(request), "title": f"{op.label} job {job.pk}?",
-                   "opts": self.model._meta, "original": job, "operation": op, "message": text,
-                   "reason": request.POST.get("reason", ""), "next": self.next_url(request) or ""}
+            return JsonResponse({"job": job.pk, "ok": False, "confirm": True, "message": text}, status=409)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"{op.label} job {job.pk}?",
+            "opts": self.model._meta,
+            "original": job,
+            "operation": op,
+            "message": text,
+            "reason": request.POST.get("reason", ""),
+            "next": self.next_url(request) or "",
+        }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/jobs/job/operation_confirmation.html", context)
 
     def next_url(self, request: HttpRequest) -> str | None:
         """The page to return to after an operation, if it is one of this site's."""
         target = request.POST.get("next", "")
-        safe = url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
-                                               require_https=request.is_secure())
+        safe = url_has_allowed_host_and_scheme(
+            target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        )
         return target if target and safe else None
 
     def apply(self, request: HttpRequest, op: Operation, job: Job, reason: str) -> Job:
@@ -416,8 +471,7 @@ class JobAdmin(admin.ModelAdmin):
     def run_jobs_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
         return self.bulk(request, queryset, "run_jobs_now")
 
-    def bulk(self, request: HttpRequest, queryset: QuerySet[Job],
-             action: str) -> HttpResponse | None:
+    def bulk(self, request: HttpRequest, queryset: QuerySet[Job], action: str) -> HttpResponse | None:
         """Preview first (what will be touched, what is skipped and why); on confirmation
         run the engine job by job, each with its own history row and log entry."""
         op = ACTION_OPERATIONS[action]
@@ -430,15 +484,22 @@ class JobAdmin(admin.ModelAdmin):
         self.carry_out(request, op, touch, skipped=len(skip))
         return None
 
-    def confirmation(self, request: HttpRequest, action: str, touch: list[Job],
-                     skip: list[Job]) -> TemplateResponse:
+    def confirmation(
+        self, request: HttpRequest, action: str, touch: list[Job], skip: list[Job]
+    ) -> TemplateResponse:
         op = ACTION_OPERATIONS[action]
-        return action_preview(self, request, "admin/jobs/job/action_confirmation.html",
-                              title=f"{op.label} jobs", operation=op, action=action,
-                              touch=touch, skip=skip)
+        return action_preview(
+            self,
+            request,
+            "admin/jobs/job/action_confirmation.html",
+            title=f"{op.label} jobs",
+            operation=op,
+            action=action,
+            touch=touch,
+            skip=skip,
+        )
 
-    def carry_out(self, request: HttpRequest, op: Operation, jobs: list[Job], *,
-                  skipped: int) -> None:
+    def carry_out(self, request: HttpRequest, op: Operation, jobs: list[Job], *, skipped: int) -> None:
         reason = request.POST.get("reason", "")
         done = refused = 0
         for job in jobs:
@@ -447,9 +508,13 @@ class JobAdmin(admin.ModelAdmin):
                 done += 1
             except IllegalTransition:
                 refused += 1  # its state changed since the preview
-        self.message_user(request, f"{done} job(s) {op.past}.",
-                          messages.SUCCESS if done else messages.WARNING)
+        self.message_user(
+            request, f"{done} job(s) {op.past}.", messages.SUCCESS if done else messages.WARNING
+        )
         if skipped or refused:
             since = f" ({refused} changed state since the preview)" if refused else ""
-            self.message_user(request, f"{skipped + refused} job(s) skipped: their state does "
-                                       f"not allow {op.label.lower()}{since}.", messages.WARNING)
+            self.message_user(
+                request,
+                f"{skipped + refused} job(s) skipped: their state does not allow {op.label.lower()}{since}.",
+                messages.WARNING,
+            )

@@ -33,9 +33,10 @@ class StoredJSONField(forms.JSONField):
                 raise forms.ValidationError(problem, code="unstorable")
         if isinstance(value, str) and not _finite(converted):
             # Python's json reads NaN, Infinity and an overflowing 1e999; JSON has none.
-            raise forms.ValidationError("the value holds a number JSON cannot hold (NaN, "
-                                        "Infinity, or one too large such as 1e999)",
-                                        code="unstorable")
+            raise forms.ValidationError(
+                "the value holds a number JSON cannot hold (NaN, Infinity, or one too large such as 1e999)",
+                code="unstorable",
+            )
         return converted
 
     def bound_data(self, data: Any, initial: Any) -> Any:
@@ -77,5 +78,4 @@ def use_everywhere(site: AdminSite) -> None:
 
 
 def _prefer(overrides: dict[Any, dict[str, Any]]) -> None:
-    overrides[models.JSONField] = {"form_class": StoredJSONField,
-                                   **overrides.get(models.JSONField, {})}
+    overrides[models.JSONField] = {"form_class": StoredJSONField, **overrides.get(models.JSONField, {})}

@@ -76,8 +76,12 @@ ERROR_HEAD_CHARS = 300
 
 class JobChangeList(ChangeList):
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet:
-        return (super().get_queryset(request, exclude_parameters).defer(*HEAVY_JOB_FIELDS)
-                .annotate(error_head=Left("last_error", ERROR_HEAD_CHARS)))
+        return (
+            super()
+            .get_queryset(request, exclude_parameters)
+            .defer(*HEAVY_JOB_FIELDS)
+            .annotate(error_head=Left("last_error", ERROR_HEAD_CHARS))
+        )
 
 
 # --- list filters ------------------------------------------------------------------------
@@ -117,8 +121,10 @@ class QueueFilter(admin.SimpleListFilter):
 class FailedRecentlyFilter(admin.SimpleListFilter):
     title = "failed recently"
     parameter_name = "failed_within"
-    windows = {"1h": ("in the last hour", timedelta(hours=1)),
-               "24h": ("in the last 24 hours", timedelta(days=1))}
+    windows = {
+        "1h": ("in the last hour", timedelta(hours=1)),
+        "24h": ("in the last 24 hours", timedelta(days=1)),
+    }
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [(key, label) for key, (label, _) in self.windows.items()]
@@ -148,7 +154,8 @@ class ChoiceFilter(admin.SimpleListFilter):
             return queryset
         if value not in self.options:
             raise IncorrectLookupParameters(
-                f"{self.parameter_name}={value!r}: the choices are {', '.join(self.options)}")
+                f"{self.parameter_name}={value!r}: the choices are {', '.join(self.options)}"
+            )
         return self.narrow(queryset, value)
 
     def narrow(self, queryset: QuerySet, value: str) -> QuerySet:
@@ -166,8 +173,9 @@ class RescuedFilter(ChoiceFilter):
 
     def narrow(self, queryset: QuerySet, value: str) -> QuerySet:
         if value == "1h":
-            recent = JobEvent.objects.filter(kind=JobEvent.Kind.RESCUED,
-                                             at__gte=clock.now() - timedelta(hours=1))
+            recent = JobEvent.objects.filter(
+                kind=JobEvent.Kind.RESCUED, at__gte=clock.now() - timedelta(hours=1)
+            )
             return queryset.filter(rescues__gt=0, pk__in=recent.values("job_id"))
         return queryset.filter(rescues__gt=0)
 
@@ -245,7 +253,8 @@ class FailureGroupFilter(admin.SimpleListFilter):
         if window not in triage.WINDOWS or not re.fullmatch("[0-9a-f]{32}", group):
             raise IncorrectLookupParameters(
                 f"failure={self.value()!r}: expected <window>:<fingerprint>, a window being "
-                f"one of {', '.join(triage.WINDOWS)}")
+                f"one of {', '.join(triage.WINDOWS)}"
+            )
         return triage.members(queryset, triage.window_start(window), group)
 
 
@@ -270,8 +279,9 @@ def job_search(term: str) -> Q:
 
 
 def pretty_json(value: Any) -> SafeString:
-    return format_html('<pre class="job-json">{}</pre>',
-                       json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+    return format_html(
+        '<pre class="job-json">{}</pre>', json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    )
 
 
 def change_link(job_id: int, text: str = "") -> SafeString:
@@ -283,5 +293,10 @@ def pipeline_link(pipeline_id: uuid.UUID | None) -> SafeString:
     if pipeline_id is None:
         return format_html("{}", "—")
     url = reverse("admin:jobs_job_changelist")
-    return format_html('<a href="{}?pipeline={}" title="All jobs of pipeline {}">{}…</a>',
-                       url, pipeline_id, pipeline_id, str(pipeline_id)[:8])
+    return format_html(
+        '<a href="{}?pipeline={}" title="All jobs of pipeline {}">{}…</a>',
+        url,
+        pipeline_id,
+        pipeline_id,
+        str(pipeline_id)[:8],
+    )

@@ -74,7 +74,8 @@ class Operation:
 
 
 OPERATIONS: dict[str, Operation] = {
-    op.name: op for op in (
+    op.name: op
+    for op in (
         Operation("replay", "Replay", "replayed", outbox.replay),
         Operation("quarantine", "Quarantine", "quarantined", outbox.quarantine),
         Operation("release", "Release", "released", outbox.release),
@@ -114,9 +115,12 @@ class StatusFilter(ChoiceFilter):
 class DeliveryChangeList(ChangeList):
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet:
         # A page of rows reads neither payload nor whole tracebacks.
-        return (super().get_queryset(request, exclude_parameters)
-                .defer("event__payload", "job__payload", "job__result", "job__last_error")
-                .annotate(error_head=Left("job__last_error", ERROR_HEAD_CHARS)))
+        return (
+            super()
+            .get_queryset(request, exclude_parameters)
+            .defer("event__payload", "job__payload", "job__result", "job__last_error")
+            .annotate(error_head=Left("job__last_error", ERROR_HEAD_CHARS))
+        )
 
 
 def filtered_url(**params: str) -> str:
@@ -129,26 +133,36 @@ def lag_rows(deliveries: QuerySet[Delivery]) -> list[dict[str, Any]]:
     now = clock.now()
     rows = []
     for lag in outbox.lag(deliveries):
+
         def link(status: str, subscriber: str = lag.subscriber) -> str:
             return filtered_url(subscriber=subscriber, status=status)
 
-        rows.append({
-            "subscriber": lag.subscriber,
-            "figures": [
-                ("undelivered", lag.undelivered, link(Status.UNDELIVERED)),
-                ("oldest", outbox.age(lag.oldest_seconds(now)), link(Status.UNDELIVERED)),
-                ("failing", lag.failing, link(Status.FAILING)),
-                ("failed", lag.failed, link(Status.FAILED)),
-                ("quarantined", lag.quarantined, link(Status.QUARANTINED)),
-            ],
-        })
+        rows.append(
+            {
+                "subscriber": lag.subscriber,
+                "figures": [
+                    ("undelivered", lag.undelivered, link(Status.UNDELIVERED)),
+                    ("oldest", outbox.age(lag.oldest_seconds(now)), link(Status.UNDELIVERED)),
+                    ("failing", lag.failing, link(Status.FAILING)),
+                    ("failed", lag.failed, link(Status.FAILED)),
+                    ("quarantined", lag.quarantined, link(Status.QUARANTINED)),
+                ],
+            }
+        )
     return rows
 
 
 @admin.register(Delivery)
 class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["id", "event_link", "subscriber", "status_display", "attempts_display",
-                    "age_display", "error_display"]
+    list_display = [
+        "id",
+        "event_link",
+        "subscriber",
+        "status_display",
+        "attempts_display",
+        "age_display",
+        "error_display",
+    ]
     list_filter = [SubscriberFilter, StatusFilter]
     list_select_related = ["event", "job"]
     sortable_by = ["id"]  # any other order would sort the whole matching set
@@ -159,9 +173,20 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
     change_list_template = "admin/jobs/delivery/change_list.html"
     change_form_template = "admin/jobs/delivery/change_form.html"
     actions = ["replay_deliveries", "quarantine_deliveries", "release_deliveries"]
-    fields = ["event_link", "subscriber", "status_display", "job_link", "attempts_display",
-              "deliver_after", "age_display", "last_error_display", "quarantined_at",
-              "quarantined_by", "quarantine_reason", "history_display"]
+    fields = [
+        "event_link",
+        "subscriber",
+        "status_display",
+        "job_link",
+        "attempts_display",
+        "deliver_after",
+        "age_display",
+        "last_error_display",
+        "quarantined_at",
+        "quarantined_by",
+        "quarantine_reason",
+        "history_display",
+    ]
     readonly_fields = fields
 
     class Media:
@@ -222,28 +247,52 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description="history")
     def history_display(self, delivery: Delivery) -> SafeString:
         """The job's latest state changes and actions, by whom and why."""
-        events = (delivery.job.events.exclude(kind=JobEvent.Kind.PROGRESS)
-                  .select_related("actor").order_by("-id")[:HISTORY_LIMIT])
+        events = (
+            delivery.job.events.exclude(kind=JobEvent.Kind.PROGRESS)
+            .select_related("actor")
+            .order_by("-id")[:HISTORY_LIMIT]
+        )
         rows = format_html_join(
-            "", "<tr><td>{}</td><td>{}</td><td>{} → {}</td><td>{}</td><td>{}</td></tr>",
-            ((f"{event.at:%Y-%m-%d %H:%M:%S}", event.get_kind_display(),
-              state_badge(event.from_state), state_badge(event.to_state),
-              event.actor.get_username() if event.actor else event.worker or "engine",
-              event.message[:300]) for event in reversed(list(events))))
-        return format_html('<table class="delivery-history"><thead><tr><th>When</th>'
-                           '<th>What</th><th>From → to</th><th>By</th><th>Message</th></tr>'
-                           '</thead><tbody>{}</tbody></table>', rows)
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{} → {}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    f"{event.at:%Y-%m-%d %H:%M:%S}",
+                    event.get_kind_display(),
+                    state_badge(event.from_state),
+                    state_badge(event.to_state),
+                    event.actor.get_username() if event.actor else event.worker or "engine",
+                    event.message[:300],
+                )
+                for event in reversed(list(events))
+            ),
+        )
+        return format_html(
+            '<table class="delivery-history"><thead><tr><th>When</th>'
+            "<th>What</th><th>From → to</th><th>By</th><th>Message</th></tr>"
+            "</thead><tbody>{}</tbody></table>",
+            rows,
+        )
 
     # -- the console and the delivery's page --
 
-    def changelist_view(self, request: HttpRequest,
-                        extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        context = {"title": "Outbox: deliveries", "lag": lag_rows(self.get_queryset(request)),
-                   **(extra_context or {})}
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        context = {
+            "title": "Outbox: deliveries",
+            "lag": lag_rows(self.get_queryset(request)),
+            **(extra_context or {}),
+        }
         return super().changelist_view(request, context)
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         delivery = self.get_object(request, unquote(object_id))
         context = dict(extra_context or {})
         if delivery is not None and self.has_operate_permission(request):
@@ -253,14 +302,17 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def get_urls(self) -> list[URLPattern]:
         # Ahead of the defaults: "<path:object_id>/" would otherwise swallow them.
         operations = [
-            path(f"<path:object_id>/{op.name}/", self.admin_site.admin_view(self.operation_view),
-                 {"operation": op.name}, name=f"jobs_delivery_{op.name}")
+            path(
+                f"<path:object_id>/{op.name}/",
+                self.admin_site.admin_view(self.operation_view),
+                {"operation": op.name},
+                name=f"jobs_delivery_{op.name}",
+            )
             for op in OPERATIONS.values()
         ]
         return operations + super().get_urls()
 
-    def operation_view(self, request: HttpRequest, object_id: str,
-                       operation: str) -> HttpResponse:
+    def operation_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
         """A delivery's button: the confirmation page asking for the reason, then the
         action, reported on the delivery's page (a refusal names why)."""
         if not self.has_operate_permission(request):
@@ -271,19 +323,18 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
         op = OPERATIONS[operation]
         if request.method != "POST" or request.POST.get("post") != "yes":
             allowed = op.allows(delivery)
-            return self.confirmation(request, op, [delivery] if allowed else [],
-                                     [] if allowed else [delivery])
+            return self.confirmation(
+                request, op, [delivery] if allowed else [], [] if allowed else [delivery]
+            )
         try:
             self.apply(request, op, delivery, request.POST.get("reason", ""))
         except (IllegalTransition, InvalidArgument) as exc:
-            self.message_user(request, f"Delivery {delivery.pk} was not {op.past}: {exc}.",
-                              messages.ERROR)
+            self.message_user(request, f"Delivery {delivery.pk} was not {op.past}: {exc}.", messages.ERROR)
         else:
             self.message_user(request, f"Delivery {delivery.pk} {op.past}.", messages.SUCCESS)
         return redirect(reverse("admin:jobs_delivery_change", args=[delivery.pk]))
 
-    def apply(self, request: HttpRequest, op: Operation, delivery: Delivery,
-              reason: str) -> Delivery:
+    def apply(self, request: HttpRequest, op: Operation, delivery: Delivery, reason: str) -> Delivery:
         """The outbox action (its job's history names the actor and the reason) and the
         admin log entry, committed together."""
         with transaction.atomic():
@@ -294,26 +345,23 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
     # -- bulk actions --
 
     @admin.action(description="Replay selected finished deliveries", permissions=["operate"])
-    def replay_deliveries(self, request: HttpRequest,
-                          queryset: QuerySet[Delivery]) -> HttpResponse | None:
+    def replay_deliveries(self, request: HttpRequest, queryset: QuerySet[Delivery]) -> HttpResponse | None:
         return self.bulk(request, queryset, OPERATIONS["replay"])
 
     @admin.action(description="Quarantine selected deliveries", permissions=["operate"])
-    def quarantine_deliveries(self, request: HttpRequest,
-                              queryset: QuerySet[Delivery]) -> HttpResponse | None:
+    def quarantine_deliveries(
+        self, request: HttpRequest, queryset: QuerySet[Delivery]
+    ) -> HttpResponse | None:
         return self.bulk(request, queryset, OPERATIONS["quarantine"])
 
     @admin.action(description="Release selected quarantined deliveries", permissions=["operate"])
-    def release_deliveries(self, request: HttpRequest,
-                           queryset: QuerySet[Delivery]) -> HttpResponse | None:
+    def release_deliveries(self, request: HttpRequest, queryset: QuerySet[Delivery]) -> HttpResponse | None:
         return self.bulk(request, queryset, OPERATIONS["release"])
 
-    def bulk(self, request: HttpRequest, queryset: QuerySet[Delivery],
-             op: Operation) -> HttpResponse | None:
+    def bulk(self, request: HttpRequest, queryset: QuerySet[Delivery], op: Operation) -> HttpResponse | None:
         """Preview first (what will be touched, what is skipped and why) with the reason
         asked; on confirmation, one transaction per delivery."""
-        selection = bulk_selection(self, request, queryset.select_related("event", "job"), op,
-                                   "deliveries")
+        selection = bulk_selection(self, request, queryset.select_related("event", "job"), op, "deliveries")
         if selection is None:
             return None
         touch, skip = selection
@@ -321,8 +369,7 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
             return self.confirmation(request, op, touch, skip, action=f"{op.name}_deliveries")
         reason = request.POST.get("reason", "")
         if not reason.strip():
-            self.message_user(request, f"{op.label} needs a reason; nothing was changed.",
-                              messages.ERROR)
+            self.message_user(request, f"{op.label} needs a reason; nothing was changed.", messages.ERROR)
             return None
         done, refused = 0, []
         for delivery in touch:
@@ -331,20 +378,39 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
                 done += 1
             except IllegalTransition as exc:  # changed since the preview
                 refused.append(str(exc))
-        self.message_user(request, f"{done} deliver{'y' if done == 1 else 'ies'} {op.past}.",
-                          messages.SUCCESS if done else messages.WARNING)
+        self.message_user(
+            request,
+            f"{done} deliver{'y' if done == 1 else 'ies'} {op.past}.",
+            messages.SUCCESS if done else messages.WARNING,
+        )
         if skip:
-            self.message_user(request, f"{len(skip)} skipped: {op.label.lower()} needs a delivery "
-                                       f"that is {' or '.join(op.states)}.", messages.WARNING)
+            self.message_user(
+                request,
+                f"{len(skip)} skipped: {op.label.lower()} needs a delivery that is {' or '.join(op.states)}.",
+                messages.WARNING,
+            )
         for why in refused:
             self.message_user(request, f"Refused: {why}.", messages.WARNING)
         return None
 
-    def confirmation(self, request: HttpRequest, op: Operation, touch: list[Delivery],
-                     skip: list[Delivery], action: str = "") -> TemplateResponse:
+    def confirmation(
+        self,
+        request: HttpRequest,
+        op: Operation,
+        touch: list[Delivery],
+        skip: list[Delivery],
+        action: str = "",
+    ) -> TemplateResponse:
         """The job actions' confirmation page, over deliveries, with a required reason."""
         for delivery in (*touch, *skip):
             delivery.status = outbox.status_of(delivery)  # type: ignore[attr-defined]
-        return action_preview(self, request, "admin/jobs/delivery/action_confirmation.html",
-                              title=f"{op.label} deliveries", operation=op, action=action,
-                              touch=touch, skip=skip)
+        return action_preview(
+            self,
+            request,
+            "admin/jobs/delivery/action_confirmation.html",
+            title=f"{op.label} deliveries",
+            operation=op,
+            action=action,
+            touch=touch,
+            skip=skip,
+        )

@@ -42,22 +42,43 @@ def outbox_figures(request: HttpRequest) -> list[Figure]:
         return []
     lags = outbox.lag(delivery_admin.get_queryset(request))
     oldest = min((lag.oldest for lag in lags if lag.oldest), default=None)
-    waited = ("" if oldest is None else
-              f"the oldest waits for {outbox.age((clock.now() - oldest).total_seconds())}")
+    waited = (
+        "" if oldest is None else f"the oldest waits for {outbox.age((clock.now() - oldest).total_seconds())}"
+    )
     url = reverse("admin:jobs_delivery_changelist")
     undelivered = sum(lag.undelivered for lag in lags)
     failing = sum(lag.failing for lag in lags)
     failed = sum(lag.failed for lag in lags)
     quarantined = sum(lag.quarantined for lag in lags)
     return [
-        Figure("outbox-undelivered", "event deliveries waiting", undelivered,
-               f"{url}?status=undelivered", note=waited),
-        Figure("outbox-failing", "event deliveries retrying after an error", failing,
-               f"{url}?status=failing", tone="warn" if failing else ""),
-        Figure("outbox-failed", "event deliveries failed", failed,
-               f"{url}?status=failed", tone="bad" if failed else ""),
-        Figure("outbox-quarantined", "event deliveries quarantined", quarantined,
-               f"{url}?status=quarantined", tone="warn" if quarantined else ""),
+        Figure(
+            "outbox-undelivered",
+            "event deliveries waiting",
+            undelivered,
+            f"{url}?status=undelivered",
+            note=waited,
+        ),
+        Figure(
+            "outbox-failing",
+            "event deliveries retrying after an error",
+            failing,
+            f"{url}?status=failing",
+            tone="warn" if failing else "",
+        ),
+        Figure(
+            "outbox-failed",
+            "event deliveries failed",
+            failed,
+            f"{url}?status=failed",
+            tone="bad" if failed else "",
+        ),
+        Figure(
+            "outbox-quarantined",
+            "event deliveries quarantined",
+            quarantined,
+            f"{url}?status=quarantined",
+            tone="warn" if quarantined else "",
+        ),
     ]
 
 
@@ -70,32 +91,72 @@ def section(request: HttpRequest) -> dict[str, Any] | None:
     state = overview.engine(
         scope_queryset(Job.objects.all(), request.user),
         scope_queryset(JobEvent.objects.all(), request.user, field="job__tenant"),
-        known_queues())
+        known_queues(),
+    )
     figures = [
-        Figure("failed", "failed in the last hour", state.failed,
-               _jobs_url(failed_within="1h"), tone="bad" if state.failed else "",
-               capped=state.failed_capped),
-        Figure("rescued", "rescued in the last hour", state.rescued,
-               _jobs_url(rescued="1h"), tone="warn" if state.rescued else ""),
-        Figure("stuck", "stuck past their lease", state.stuck, _jobs_url(stuck="yes"),
-               tone="bad" if state.stuck else "",
-               note="the reaper takes these back within seconds; lasting ones mean it is not running"),
+        Figure(
+            "failed",
+            "failed in the last hour",
+            state.failed,
+            _jobs_url(failed_within="1h"),
+            tone="bad" if state.failed else "",
+            capped=state.failed_capped,
+        ),
+        Figure(
+            "rescued",
+            "rescued in the last hour",
+            state.rescued,
+            _jobs_url(rescued="1h"),
+            tone="warn" if state.rescued else "",
+        ),
+        Figure(
+            "stuck",
+            "stuck past their lease",
+            state.stuck,
+            _jobs_url(stuck="yes"),
+            tone="bad" if state.stuck else "",
+            note="the reaper takes these back within seconds; lasting ones mean it is not running",
+        ),
         Figure("running", "running now", state.running, _jobs_url(state__exact="running")),
     ]
     if state.jobs_estimate is not None and tenant_scope(request.user) is True:
-        figures.append(Figure("jobs", "jobs kept (estimate)", state.jobs_estimate, _jobs_url(),
-                              note="PostgreSQL's estimate of the table's size"))
+        figures.append(
+            Figure(
+                "jobs",
+                "jobs kept (estimate)",
+                state.jobs_estimate,
+                _jobs_url(),
+                note="PostgreSQL's estimate of the table's size",
+            )
+        )
     figures += outbox_figures(request)
-    queues = [{"head": head, "waited": format_duration(head.waited_seconds),
-               "url": _jobs_url(queue=head.queue, due="yes")}
-              for head in state.queues]
+    queues = [
+        {
+            "head": head,
+            "waited": format_duration(head.waited_seconds),
+            "url": _jobs_url(queue=head.queue, due="yes"),
+        }
+        for head in state.queues
+    ]
     window = triage.DEFAULT_WINDOW
-    groups = [{"group": group, "url": triage_pages.list_url(group, window),
-               "retry_url": triage_pages.retry_url(group, window)}
-              for group in state.failure_groups]
-    pipelines = [{"pipeline": pipeline,
-                  "url": reverse("admin:jobs_job_pipeline", args=[pipeline.pipeline_id])}
-                 for pipeline in state.pipelines]
-    return {"figures": figures, "queues": queues, "failure_groups": groups,
-            "pipelines": pipelines, "can_retry": job_admin.has_operate_permission(request),
-            "triage_url": reverse("admin:jobs_job_triage"), "as_of": state.now}
+    groups = [
+        {
+            "group": group,
+            "url": triage_pages.list_url(group, window),
+            "retry_url": triage_pages.retry_url(group, window),
+        }
+        for group in state.failure_groups
+    ]
+    pipelines = [
+        {"pipeline": pipeline, "url": reverse("admin:jobs_job_pipeline", args=[pipeline.pipeline_id])}
+        for pipeline in state.pipelines
+    ]
+    return {
+        "figures": figures,
+        "queues": queues,
+        "failure_groups": groups,
+        "pipelines": pipelines,
+        "can_retry": job_admin.has_operate_permission(request),
+        "triage_url": reverse("admin:jobs_job_triage"),
+        "as_of": state.now,
+    }

@@ -29,9 +29,23 @@ from jobs.models import Dependency, Job, JobEvent
 
 # A pipeline page draws at most this many jobs (a huge fan-out is read in the job list).
 MAX_JOBS = 300
-GRAPH_FIELDS = ("id", "type", "state", "parent_id", "pipeline_id", "attempts", "max_attempts",
-                "progress_done", "progress_total", "progress_message", "last_error",
-                "created_at", "started_at", "finished_at", "tenant_id")
+GRAPH_FIELDS = (
+    "id",
+    "type",
+    "state",
+    "parent_id",
+    "pipeline_id",
+    "attempts",
+    "max_attempts",
+    "progress_done",
+    "progress_total",
+    "progress_message",
+    "last_error",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "tenant_id",
+)
 
 
 # Siblings (a parent's children, a fan-in's prerequisites, the roots) beyond this many
@@ -39,8 +53,13 @@ GRAPH_FIELDS = ("id", "type", "state", "parent_id", "pipeline_id", "attempts", "
 FOLD_AT = 12
 SHOWN_WHEN_FOLDED = 8
 # The order siblings are drawn in: what needs a look first.
-STATE_ORDER = {Job.State.FAILED: 0, Job.State.RUNNING: 1, Job.State.PENDING: 2,
-               Job.State.CANCELLED: 3, Job.State.SUCCEEDED: 4}
+STATE_ORDER = {
+    Job.State.FAILED: 0,
+    Job.State.RUNNING: 1,
+    Job.State.PENDING: 2,
+    Job.State.CANCELLED: 3,
+    Job.State.SUCCEEDED: 4,
+}
 
 
 class Operation(Protocol):
@@ -153,24 +172,29 @@ def state_counts(states: Iterable[str]) -> list[tuple[str, int]]:
 
 def pipeline_jobs(jobs: QuerySet[Job], pipeline_id: uuid.UUID) -> list[Job]:
     """The pipeline's jobs (the first MAX_JOBS + 1 by id); payloads stay in the table."""
-    return list(jobs.filter(pipeline_id=pipeline_id).only(*GRAPH_FIELDS)
-                .order_by("id")[: MAX_JOBS + 1])
+    return list(jobs.filter(pipeline_id=pipeline_id).only(*GRAPH_FIELDS).order_by("id")[: MAX_JOBS + 1])
 
 
 def fan_in_edges(job_ids: list[int]) -> dict[int, list[int]]:
     """For each of these jobs that waited on others, the ids it waited on."""
     edges: dict[int, list[int]] = {}
-    for waiter, prerequisite in (Dependency.objects.filter(waiter__in=job_ids)
-                                 .order_by("waiter", "prerequisite")
-                                 .values_list("waiter", "prerequisite")):
+    for waiter, prerequisite in (
+        Dependency.objects.filter(waiter__in=job_ids)
+        .order_by("waiter", "prerequisite")
+        .values_list("waiter", "prerequisite")
+    ):
         edges.setdefault(waiter, []).append(prerequisite)
     return edges
 
 
 def newest_events(job_ids: list[int]) -> dict[int, int]:
     """The newest history row of each job (the job/id index answers each group)."""
-    rows = (JobEvent.objects.filter(job_id__in=job_ids).values("job_id")
-            .annotate(newest=Max("id")).values_list("job_id", "newest"))
+    rows = (
+        JobEvent.objects.filter(job_id__in=job_ids)
+        .values("job_id")
+        .annotate(newest=Max("id"))
+        .values_list("job_id", "newest")
+    )
     return dict(rows)
 
 
@@ -183,9 +207,12 @@ def build_graph(pipeline_id: uuid.UUID, jobs: list[Job], operations: list[Operat
     jobs = jobs[:MAX_JOBS]
     newest = newest_events([job.pk for job in jobs])
     edges = fan_in_edges([job.pk for job in jobs])
-    nodes = {job.pk: Node(job, newest.get(job.pk, 0),
-                          [(op, op.allows(job)) for op in operations],
-                          edges.get(job.pk, [])) for job in jobs}
+    nodes = {
+        job.pk: Node(
+            job, newest.get(job.pk, 0), [(op, op.allows(job)) for op in operations], edges.get(job.pk, [])
+        )
+        for job in jobs
+    }
     waited_by: dict[int, int] = {}
     for waiter in sorted(edges):
         for prerequisite in edges[waiter]:
@@ -228,8 +255,7 @@ def graph_context(request: HttpRequest, graph: Graph) -> dict[str, Any]:
     return {"graph": graph, "page_url": page_url}
 
 
-def page_view(model_admin: PipelineAdmin, request: HttpRequest,
-              pipeline_id: uuid.UUID) -> HttpResponse:
+def page_view(model_admin: PipelineAdmin, request: HttpRequest, pipeline_id: uuid.UUID) -> HttpResponse:
     """The whole page; the script keeps it live."""
     graph = load_graph(model_admin, request, pipeline_id)
     context = {
@@ -245,8 +271,7 @@ def page_view(model_admin: PipelineAdmin, request: HttpRequest,
     return TemplateResponse(request, "admin/jobs/pipeline.html", context)
 
 
-def graph_view(model_admin: PipelineAdmin, request: HttpRequest,
-               pipeline_id: uuid.UUID) -> HttpResponse:
+def graph_view(model_admin: PipelineAdmin, request: HttpRequest, pipeline_id: uuid.UUID) -> HttpResponse:
     """The graph alone, for the script to swap in when a job it does not show appears."""
     graph = load_graph(model_admin, request, pipeline_id)
     return TemplateResponse(request, "admin/jobs/pipeline_graph.html", graph_context(request, graph))

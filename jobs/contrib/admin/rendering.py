@@ -63,22 +63,33 @@ def error_block(error: str) -> str | SafeString:
     return format_html('<pre class="job-error">{}</pre>', error) if error else "—"
 
 
-def bulk_selection(model_admin: Any, request: HttpRequest, queryset: QuerySet, op: Any,
-                   noun: str) -> tuple[list[Any], list[Any]] | None:
+def bulk_selection(
+    model_admin: Any, request: HttpRequest, queryset: QuerySet, op: Any, noun: str
+) -> tuple[list[Any], list[Any]] | None:
     """A bulk action's selection in id order, split into what ``op`` allows and what it
     skips; None, with a message saying to narrow the list, past ``MAX_BULK`` rows."""
     selected = list(queryset.order_by("id")[: MAX_BULK + 1])
     if len(selected) > MAX_BULK:
-        model_admin.message_user(request, f"{op.label} acts on at most {MAX_BULK} {noun} at "
-                                          "once; narrow the list with filters first.",
-                                 messages.WARNING)
+        model_admin.message_user(
+            request,
+            f"{op.label} acts on at most {MAX_BULK} {noun} at once; narrow the list with filters first.",
+            messages.WARNING,
+        )
         return None
-    return ([row for row in selected if op.allows(row)],
-            [row for row in selected if not op.allows(row)])
+    return ([row for row in selected if op.allows(row)], [row for row in selected if not op.allows(row)])
 
 
-def action_preview(model_admin: Any, request: HttpRequest, template_name: str, *, title: str,
-                   operation: Any, action: str, touch: list[Any], skip: list[Any]) -> TemplateResponse:
+def action_preview(
+    model_admin: Any,
+    request: HttpRequest,
+    template_name: str,
+    *,
+    title: str,
+    operation: Any,
+    action: str,
+    touch: list[Any],
+    skip: list[Any],
+) -> TemplateResponse:
     """A bulk action's preview page (what it will touch, what it skips, a reason), for the
     job and the delivery lists alike."""
     context = {

@@ -49,8 +49,7 @@ def urls(model_admin: JobAdmin) -> list[URLPattern]:
 
     return [
         path("triage/", view(groups), name="jobs_job_triage"),
-        re_path(r"^triage/(?P<group>[0-9a-f]{32})/retry/$", view(retry),
-                name="jobs_job_triage_retry"),
+        re_path(r"^triage/(?P<group>[0-9a-f]{32})/retry/$", view(retry), name="jobs_job_triage_retry"),
     ]
 
 
@@ -69,16 +68,19 @@ def retry_url(group: triage.FailureGroup, window: str) -> str:
 def _window(request: HttpRequest) -> str:
     window = request.GET.get("window") or request.POST.get("window") or triage.DEFAULT_WINDOW
     if window not in triage.WINDOWS:
-        messages.warning(request, f"Unknown window {window!r}: showing the last "
-                                  f"{triage.DEFAULT_WINDOW}.")
+        messages.warning(request, f"Unknown window {window!r}: showing the last {triage.DEFAULT_WINDOW}.")
         return triage.DEFAULT_WINDOW
     return window
 
 
 def _context(model_admin: JobAdmin, request: HttpRequest, title: str) -> dict[str, Any]:
     request.current_app = model_admin.admin_site.name
-    return {**model_admin.admin_site.each_context(request), "title": title,
-            "opts": Job._meta, "windows": list(triage.WINDOWS)}
+    return {
+        **model_admin.admin_site.each_context(request),
+        "title": title,
+        "opts": Job._meta,
+        "windows": list(triage.WINDOWS),
+    }
 
 
 def groups_view(model_admin: JobAdmin, request: HttpRequest) -> TemplateResponse:
@@ -87,13 +89,19 @@ def groups_view(model_admin: JobAdmin, request: HttpRequest) -> TemplateResponse
     window = _window(request)
     jobs = scope_queryset(Job.objects.all(), request.user)
     found = triage.groups(jobs, triage.window_start(window))
-    rows = [{"group": group, "list_url": list_url(group, window),
-             "retry_url": retry_url(group, window)} for group in found]
-    context = {**_context(model_admin, request, "Failures by cause"), "window": window,
-               "rows": rows, "newest": triage.NEWEST,
-               "more": triage.more_than(jobs, triage.window_start(window)),
-               "can_retry": model_admin.has_operate_permission(request),
-               "limit": triage.GROUP_LIMIT}
+    rows = [
+        {"group": group, "list_url": list_url(group, window), "retry_url": retry_url(group, window)}
+        for group in found
+    ]
+    context = {
+        **_context(model_admin, request, "Failures by cause"),
+        "window": window,
+        "rows": rows,
+        "newest": triage.NEWEST,
+        "more": triage.more_than(jobs, triage.window_start(window)),
+        "can_retry": model_admin.has_operate_permission(request),
+        "limit": triage.GROUP_LIMIT,
+    }
     return TemplateResponse(request, "admin/jobs/triage.html", context)
 
 
@@ -107,8 +115,7 @@ def retry_view(model_admin: JobAdmin, request: HttpRequest, group: str) -> HttpR
     jobs = scope_queryset(Job.objects.all(), request.user)
     found = triage.find(jobs, since, group)
     if found is None:
-        raise Http404("No failure of this group is left in the window: it may have been "
-                      "retried already.")
+        raise Http404("No failure of this group is left in the window: it may have been retried already.")
     members = triage.members(jobs, since, group).order_by("-id")
     reason = request.POST.get("reason", "").strip()[:REASON_CHARS]
     if request.method == "POST" and reason:
@@ -122,16 +129,23 @@ def retry_view(model_admin: JobAdmin, request: HttpRequest, group: str) -> HttpR
         return redirect(f"{reverse('admin:jobs_job_triage')}?{urlencode({'window': window})}")
     if request.method == "POST":
         messages.error(request, "Say why: the reason goes into each job's history.")
-    tenants = list(members.filter(tenant__isnull=False).order_by()
-                   .values_list("tenant__name", flat=True).distinct()[:20])
-    preview = list(members.select_related("tenant").defer("payload", "result", "last_error")
-                   [:PREVIEW_ROWS])
+    tenants = list(
+        members.filter(tenant__isnull=False).order_by().values_list("tenant__name", flat=True).distinct()[:20]
+    )
+    preview = list(members.select_related("tenant").defer("payload", "result", "last_error")[:PREVIEW_ROWS])
     context = {
-        **_context(model_admin, request, f"Retry {min(found.count, MAX_RETRY):,} failed "
-                                         f"{found.type} job(s)?"),
-        "group": found, "window": window, "preview": preview, "upto": found.sample.pk,
-        "touch": min(found.count, MAX_RETRY), "left": max(found.count - MAX_RETRY, 0),
-        "tenants": tenants, "list_url": list_url(found, window), "reason": reason,
+        **_context(
+            model_admin, request, f"Retry {min(found.count, MAX_RETRY):,} failed {found.type} job(s)?"
+        ),
+        "group": found,
+        "window": window,
+        "preview": preview,
+        "upto": found.sample.pk,
+        "touch": min(found.count, MAX_RETRY),
+        "left": max(found.count - MAX_RETRY, 0),
+        "tenants": tenants,
+        "list_url": list_url(found, window),
+        "reason": reason,
         "span": format_duration((found.last_seen - found.first_seen).total_seconds()),
     }
     return TemplateResponse(request, "admin/jobs/triage_retry.html", context)
@@ -141,8 +155,9 @@ def _int(value: str | None) -> int | None:
     return int(value) if value and value.isdigit() and len(value) < 19 else None
 
 
-def _retry_all(model_admin: JobAdmin, request: HttpRequest, chosen: list[Job],
-               found: triage.FailureGroup, reason: str) -> tuple[int, dict[str, int]]:
+def _retry_all(
+    model_admin: JobAdmin, request: HttpRequest, chosen: list[Job], found: triage.FailureGroup, reason: str
+) -> tuple[int, dict[str, int]]:
     """Each job retried by the engine; the refusals counted by their reason (retried by
     someone else since the preview, a key another job holds now)."""
     retry = model_admin.operations["retry"]

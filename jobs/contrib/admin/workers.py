@@ -15,10 +15,17 @@ from tenancy.scoping import tenant_scope
 
 @admin.register(Worker)
 class WorkerAdmin(admin.ModelAdmin):
-    list_display = ["name", "alive", "hostname", "pid", "queues_display", "started_at",
-                    "last_seen_at", "jobs_done"]
-    fields = ["name", "alive", "hostname", "pid", "queues_display", "started_at",
-              "last_seen_at", "jobs_done"]
+    list_display = [
+        "name",
+        "alive",
+        "hostname",
+        "pid",
+        "queues_display",
+        "started_at",
+        "last_seen_at",
+        "jobs_done",
+    ]
+    fields = ["name", "alive", "hostname", "pid", "queues_display", "started_at", "last_seen_at", "jobs_done"]
     readonly_fields = fields
     search_fields = ["name", "hostname"]
 

@@ -47,12 +47,15 @@ class StorableDateTimeField(filter_fields.IsoDateTimeField):
         if abs(offset) > MAX_UTC_OFFSET:
             raise DjangoValidationError(
                 f"UTC offset {_offset_text(offset)} is out of range: use one between "
-                "-15:59 and +15:59 (or Z)", code="invalid")
+                "-15:59 and +15:59 (or Z)",
+                code="invalid",
+            )
         if not MIN_YEAR <= parsed.year <= MAX_YEAR:
             # Years 1 and 9999 can leave Python's range once moved to UTC; refusing them
             # whole keeps the rule one the schema's pattern can state.
-            raise DjangoValidationError(f"year {parsed.year} is out of range: use one from "
-                                        f"{MIN_YEAR} to {MAX_YEAR}", code="invalid")
+            raise DjangoValidationError(
+                f"year {parsed.year} is out of range: use one from {MIN_YEAR} to {MAX_YEAR}", code="invalid"
+            )
         return parsed.astimezone(UTC)
 
 
@@ -67,9 +70,11 @@ def _offset_text(offset: timedelta) -> str:
 STORABLE_DATETIME_PATTERN = (
     r"^(000[2-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]"
     r"|999[0-8])-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.][0-9]+)?)?"
-    r"([Zz]|[+-](0[0-9]|1[0-5]):[0-5][0-9])?$")
-STORABLE_DATETIME_DESCRIPTION = ("An ISO 8601 date-time from year 2 to 9998 with a UTC offset "
-                                 "within ±15:59 (or Z).")
+    r"([Zz]|[+-](0[0-9]|1[0-5]):[0-5][0-9])?$"
+)
+STORABLE_DATETIME_DESCRIPTION = (
+    "An ISO 8601 date-time from year 2 to 9998 with a UTC offset within ±15:59 (or Z)."
+)
 
 
 class DateTimeFilter(filters.IsoDateTimeFilter):
@@ -81,10 +86,15 @@ class DateTimeFilter(filters.IsoDateTimeFilter):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # An override replaces the generated schema, help text included: carry it over.
-        description = " ".join(filter(None, [kwargs.get("help_text"),
-                                             STORABLE_DATETIME_DESCRIPTION]))
-        extend_schema_field({"type": "string", "format": "date-time", "description": description,
-                             "pattern": STORABLE_DATETIME_PATTERN})(self)
+        description = " ".join(filter(None, [kwargs.get("help_text"), STORABLE_DATETIME_DESCRIPTION]))
+        extend_schema_field(
+            {
+                "type": "string",
+                "format": "date-time",
+                "description": description,
+                "pattern": STORABLE_DATETIME_PATTERN,
+            }
+        )(self)
 
 
 class StrictOrderingFilter(OrderingFilter):
@@ -95,25 +105,37 @@ class StrictOrderingFilter(OrderingFilter):
     def get_ordering(self, request: Request, queryset: QuerySet, view: Any) -> Any:
         requested = request.query_params.get(self.ordering_param)
         if requested:
-            valid = {name for field, _ in self.get_valid_fields(queryset, view,
-                                                                 {"request": request})
-                     for name in (field, f"-{field}")}
+            valid = {
+                name
+                for field, _ in self.get_valid_fields(queryset, view, {"request": request})
+                for name in (field, f"-{field}")
+            }
             bad = [term for term in requested.split(",") if term not in valid]
             if bad:
-                raise ValidationError({self.ordering_param: [
-                    f"cannot order by {', '.join(bad)}; use one of {', '.join(sorted(valid))}"]})
+                raise ValidationError(
+                    {
+                        self.ordering_param: [
+                            f"cannot order by {', '.join(bad)}; use one of {', '.join(sorted(valid))}"
+                        ]
+                    }
+                )
         return super().get_ordering(request, queryset, view)
 
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
-        fields = [name for name in getattr(view, "ordering_fields", None) or []
-                  if isinstance(name, str)]
+        fields = [name for name in getattr(view, "ordering_fields", None) or [] if isinstance(name, str)]
         if not fields or fields == ["__all__"]:
             return super().get_schema_operation_parameters(view)
         term = f"-?({'|'.join(re.escape(name) for name in fields)})"
-        return [{"name": self.ordering_param, "required": False, "in": "query",
-                 "description": "Comma-separated fields to order by, each optionally "
-                                f"preceded by - for descending: {', '.join(fields)}.",
-                 "schema": {"type": "string", "pattern": f"^({term}(,{term})*)?$"}}]
+        return [
+            {
+                "name": self.ordering_param,
+                "required": False,
+                "in": "query",
+                "description": "Comma-separated fields to order by, each optionally "
+                f"preceded by - for descending: {', '.join(fields)}.",
+                "schema": {"type": "string", "pattern": f"^({term}(,{term})*)?$"},
+            }
+        ]
 
 
 def passthrough_parameters(view: Any) -> set[str]:
@@ -122,17 +144,21 @@ def passthrough_parameters(view: Any) -> set[str]:
     reads itself (its ``query_parameters``, e.g. the tenant that tells a name apart)."""
     names = {api_settings.URL_FORMAT_OVERRIDE, *getattr(view, "query_parameters", ())}
     paginator = getattr(view, "paginator", None)
-    names |= {getattr(paginator, "cursor_query_param", None),
-              getattr(paginator, "page_size_query_param", None),
-              getattr(paginator, "limit_query_param", None),
-              getattr(paginator, "offset_query_param", None)}
+    names |= {
+        getattr(paginator, "cursor_query_param", None),
+        getattr(paginator, "page_size_query_param", None),
+        getattr(paginator, "limit_query_param", None),
+        getattr(paginator, "offset_query_param", None),
+    }
     names |= {getattr(backend, "ordering_param", None) for backend in view.filter_backends}
     return {name for name in names if name}
 
 
 def reject_unknown(params: Iterable[str], known: set[str]) -> dict[str, list[str]]:
-    return {name: [f"unknown query parameter; use {', '.join(sorted(known))}"]
-            for name in sorted(set(params) - known)}
+    return {
+        name: [f"unknown query parameter; use {', '.join(sorted(known))}"]
+        for name in sorted(set(params) - known)
+    }
 
 
 def reject_empty(filterset: filters.FilterSet, params: Any) -> dict[str, list[str]]:
@@ -140,10 +166,12 @@ def reject_empty(filterset: filters.FilterSet, params: Any) -> dict[str, list[st
     form reads ``?year=`` as no filter, but the schema calls an empty string no number,
     so the client that sent one gets the 400 the schema promises. Free-text filters take
     an empty string like any other."""
-    return {name: ["empty: give a value, or leave the parameter out"]
-            for name, found in filterset.filters.items()
-            if not isinstance(found, filters.CharFilter)
-            and any(not value.strip() for value in params.getlist(name))}
+    return {
+        name: ["empty: give a value, or leave the parameter out"]
+        for name, found in filterset.filters.items()
+        if not isinstance(found, filters.CharFilter)
+        and any(not value.strip() for value in params.getlist(name))
+    }
 
 
 class StrictFilterBackend(filters.DjangoFilterBackend):
@@ -172,27 +200,29 @@ class IdFilter(filters.Filter):
 
 
 class JobFilter(filters.FilterSet):
-    state = filters.MultipleChoiceFilter(choices=Job.State.choices,
-                                         help_text="Repeat to match any of several states.")
+    state = filters.MultipleChoiceFilter(
+        choices=Job.State.choices, help_text="Repeat to match any of several states."
+    )
     type = filters.CharFilter(help_text="The job type (handler name), exactly.")
     queue = filters.CharFilter()
     pipeline = filters.UUIDFilter(field_name="pipeline_id")
-    tenant = IdFilter(field_name="tenant_id",
-                      help_text="A tenant id; only platform operators see several tenants.")
+    tenant = IdFilter(
+        field_name="tenant_id", help_text="A tenant id; only platform operators see several tenants."
+    )
     parent = IdFilter(field_name="parent_id", help_text="The parent job's id.")
     created_after = DateTimeFilter(field_name="created_at", lookup_expr="gte")
     created_before = DateTimeFilter(field_name="created_at", lookup_expr="lt")
     finished_after = DateTimeFilter(field_name="finished_at", lookup_expr="gte")
     finished_before = DateTimeFilter(field_name="finished_at", lookup_expr="lt")
     failed_since = DateTimeFilter(
-        method="filter_failed_since", help_text="Failed jobs that finished at or after this time.")
+        method="filter_failed_since", help_text="Failed jobs that finished at or after this time."
+    )
 
     class Meta:
         model = Job
         fields: list[str] = []
 
-    def filter_failed_since(self, queryset: QuerySet[Job], name: str,
-                            value: datetime) -> QuerySet[Job]:
+    def filter_failed_since(self, queryset: QuerySet[Job], name: str, value: datetime) -> QuerySet[Job]:
         return queryset.filter(state=Job.State.FAILED, finished_at__gte=value)
 
 

@@ -35,8 +35,13 @@ def whole_number(request: Request, name: str, default: int, low: int, high: int)
 
 def bounded_integer(name: str, low: int, high: int, description: str) -> dict[str, Any]:
     """The OpenAPI description of a query parameter that ``whole_number`` reads."""
-    return {"name": name, "required": False, "in": "query", "description": description,
-            "schema": {"type": "integer", "minimum": low, "maximum": high}}
+    return {
+        "name": name,
+        "required": False,
+        "in": "query",
+        "description": description,
+        "schema": {"type": "integer", "minimum": low, "maximum": high},
+    }
 
 
 class CheckedCursorPagination(CursorPagination):
@@ -49,18 +54,25 @@ class CheckedCursorPagination(CursorPagination):
     max_page_size = MAX_PAGE_SIZE
 
     def get_page_size(self, request: Request) -> int:
-        return whole_number(request, self.page_size_query_param, self.page_size, 1,
-                            self.max_page_size)
+        return whole_number(request, self.page_size_query_param, self.page_size, 1, self.max_page_size)
 
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
         return [
-            {"name": self.cursor_query_param, "required": False, "in": "query",
-             "description": "Where the page starts: only a value taken from this list's "
-                            "own next or previous link; any other value is a 400 naming "
-                            "the cursor.",
-             "schema": {"type": "string"}},
-            bounded_integer(self.page_size_query_param, 1, self.max_page_size,
-                            f"Rows per page (default {self.page_size})."),
+            {
+                "name": self.cursor_query_param,
+                "required": False,
+                "in": "query",
+                "description": "Where the page starts: only a value taken from this list's "
+                "own next or previous link; any other value is a 400 naming "
+                "the cursor.",
+                "schema": {"type": "string"},
+            },
+            bounded_integer(
+                self.page_size_query_param,
+                1,
+                self.max_page_size,
+                f"Rows per page (default {self.page_size}).",
+            ),
         ]
 
     def paginate_queryset(self, queryset: QuerySet, request: Request, view: Any = None) -> Any:
@@ -97,18 +109,19 @@ class StrictLimitOffset(LimitOffsetPagination):
     max_offset = 10**9
 
     def get_limit(self, request: Request) -> int:
-        return whole_number(request, self.limit_query_param, self.default_limit, 1,
-                            self.max_limit)
+        return whole_number(request, self.limit_query_param, self.default_limit, 1, self.max_limit)
 
     def get_offset(self, request: Request) -> int:
         return whole_number(request, self.offset_query_param, 0, 0, self.max_offset)
 
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
         return [
-            bounded_integer(self.limit_query_param, 1, self.max_limit,
-                            f"Rows per page (default {self.default_limit})."),
-            bounded_integer(self.offset_query_param, 0, self.max_offset,
-                            "Rows to skip before the page starts."),
+            bounded_integer(
+                self.limit_query_param, 1, self.max_limit, f"Rows per page (default {self.default_limit})."
+            ),
+            bounded_integer(
+                self.offset_query_param, 0, self.max_offset, "Rows to skip before the page starts."
+            ),
         ]
 
 

@@ -29,8 +29,9 @@ class BoundedJSONParser(JSONParser):
 
     max_depth = MAX_JSON_DEPTH
 
-    def parse(self, stream: Any, media_type: str | None = None,
-              parser_context: dict[str, Any] | None = None) -> Any:
+    def parse(
+        self, stream: Any, media_type: str | None = None, parser_context: dict[str, Any] | None = None
+    ) -> Any:
         encoding = get_encoding(parser_context or {})  # refuses non-text codecs (bz2 …)
         raw = stream.read() if stream is not None else b""
         try:
@@ -45,8 +46,9 @@ class BoundedJSONParser(JSONParser):
         except ValueError as exc:
             raise ParseError(f"JSON parse error - {exc}") from None
         if "\\u0000" in text and holds_nul(data):
-            raise ParseError("JSON parse error - a string holds a NUL character (\\u0000), "
-                             "which cannot be stored")
+            raise ParseError(
+                "JSON parse error - a string holds a NUL character (\\u0000), which cannot be stored"
+            )
         if may_not_store(text):
             problem = stored_text_problem(data, "body")
             if problem:
@@ -71,12 +73,19 @@ def object_body(request: Request) -> Mapping[str, Any]:
     400 rather than an AttributeError in the view that reads fields from it."""
     data = request.data
     if not isinstance(data, Mapping):
-        raise ValidationError({"non_field_errors": [
-            f"the body must be a JSON object, got {_json_type(data)}"]})
+        raise ValidationError(
+            {"non_field_errors": [f"the body must be a JSON object, got {_json_type(data)}"]}
+        )
     return data
 
 
 def _json_type(value: Any) -> str:
-    names = {list: "an array", str: "a string", bool: "a boolean", int: "a number",
-             float: "a number", type(None): "null"}
+    names = {
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+    }
     return names.get(type(value), type(value).__name__)

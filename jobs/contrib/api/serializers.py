@@ -38,8 +38,9 @@ class ClosedSerializer(serializers.Serializer):
         known = set(self.fields)
         unknown = sorted(name for name in getattr(data, "keys", dict)() if name not in known)
         if unknown:
-            raise ValidationError({name: [self.refused_fields.get(name, "unknown field")]
-                                   for name in unknown})
+            raise ValidationError(
+                {name: [self.refused_fields.get(name, "unknown field")] for name in unknown}
+            )
         return super().to_internal_value(data)
 
 
@@ -89,8 +90,19 @@ class JobEventSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = JobEvent
-        fields = ["id", "at", "kind", "from_state", "to_state", "message", "attempt",
-                  "progress_done", "progress_total", "worker", "actor"]
+        fields = [
+            "id",
+            "at",
+            "kind",
+            "from_state",
+            "to_state",
+            "message",
+            "attempt",
+            "progress_done",
+            "progress_total",
+            "worker",
+            "actor",
+        ]
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -100,20 +112,38 @@ class JobSerializer(serializers.ModelSerializer):
     pipeline = serializers.UUIDField(source="pipeline_id", read_only=True)
     parent = serializers.IntegerField(source="parent_id", read_only=True, allow_null=True)
     tenant = serializers.IntegerField(source="tenant_id", read_only=True, allow_null=True)
-    created_by = serializers.CharField(source="created_by.username", read_only=True,
-                                       allow_null=True)
+    created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True)
     duration_seconds = serializers.FloatField(read_only=True, allow_null=True)
     # Declared: a read-only model field loses allow_blank, and the schema's enum then
     # lacks the "" that every job that has not failed answers.
-    error_kind = serializers.ChoiceField(Job.ErrorKind.choices, allow_blank=True, read_only=True,
-                                         help_text="Empty unless the job failed.")
+    error_kind = serializers.ChoiceField(
+        Job.ErrorKind.choices, allow_blank=True, read_only=True, help_text="Empty unless the job failed."
+    )
 
     class Meta:
         model = Job
-        fields = ["id", "type", "queue", "priority", "state", "progress", "attempts",
-                  "max_attempts", "run_after", "pipeline", "parent", "tenant",
-                  "concurrency_key", "unique_key", "error_kind", "created_at", "started_at",
-                  "finished_at", "duration_seconds", "created_by"]
+        fields = [
+            "id",
+            "type",
+            "queue",
+            "priority",
+            "state",
+            "progress",
+            "attempts",
+            "max_attempts",
+            "run_after",
+            "pipeline",
+            "parent",
+            "tenant",
+            "concurrency_key",
+            "unique_key",
+            "error_kind",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "duration_seconds",
+            "created_by",
+        ]
         read_only_fields = fields
 
 
@@ -127,9 +157,21 @@ class JobDetailSerializer(JobSerializer):
     history_truncated = serializers.SerializerMethodField()
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "payload", "result", "locked_by", "locked_at",
-                  "heartbeat_at", "lease_expires_at", "rescues", "is_current", "last_error",
-                  "why", "history", "history_truncated"]
+        fields = [
+            *JobSerializer.Meta.fields,
+            "payload",
+            "result",
+            "locked_by",
+            "locked_at",
+            "heartbeat_at",
+            "lease_expires_at",
+            "rescues",
+            "is_current",
+            "last_error",
+            "why",
+            "history",
+            "history_truncated",
+        ]
         read_only_fields = fields
 
     def get_why(self, job: Job) -> str:
@@ -147,14 +189,21 @@ class JobDetailSerializer(JobSerializer):
         (one query per job, shared by both fields)."""
         cache = self.context.setdefault("_history", {})
         if job.pk not in cache:
-            newest = list(job.events.select_related("actor").order_by("-id")[:HISTORY_LIMIT + 1])
+            newest = list(job.events.select_related("actor").order_by("-id")[: HISTORY_LIMIT + 1])
             cache[job.pk] = (newest[:HISTORY_LIMIT][::-1], len(newest) > HISTORY_LIMIT)
         return cache[job.pk]
 
 
 def _json_type(value: Any) -> str:
-    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number",
-             float: "number", type(None): "null"}
+    names = {
+        dict: "object",
+        list: "array",
+        str: "string",
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        type(None): "null",
+    }
     return names.get(type(value), type(value).__name__)
 
 
@@ -169,8 +218,7 @@ class OpenJobType(serializers.ChoiceField):
     lists them (the choices are read from the registry each time the field is made)."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(choices=[h.name for h in registry.all_handlers() if h.api_payload],
-                         **kwargs)
+        super().__init__(choices=[h.name for h in registry.all_handlers() if h.api_payload], **kwargs)
 
     def to_internal_value(self, data: Any) -> str:
         value = str(data)[:100]
@@ -178,10 +226,11 @@ class OpenJobType(serializers.ChoiceField):
             return value
         open_types = ", ".join(self.choices) or "none"
         if registry.get(value) is None:
-            raise ValidationError(f"unknown job type {value!r}; API clients may enqueue: "
-                                  f"{open_types}")
-        raise ValidationError(f"{value!r} cannot be enqueued through the API: its own endpoint "
-                              f"or admin page starts it. API clients may enqueue: {open_types}")
+            raise ValidationError(f"unknown job type {value!r}; API clients may enqueue: {open_types}")
+        raise ValidationError(
+            f"{value!r} cannot be enqueued through the API: its own endpoint "
+            f"or admin page starts it. API clients may enqueue: {open_types}"
+        )
 
 
 class EnqueueSerializer(ClosedSerializer):
@@ -192,23 +241,35 @@ class EnqueueSerializer(ClosedSerializer):
     object it names found through the job's tenant.
     """
 
-    type = OpenJobType(help_text="A job type open to API clients; the others start from "
-                                 "their own endpoints.")
-    payload = JSONObjectField(required=False, default=dict,
-                              help_text="A JSON object, validated by the job type.")
-    queue = serializers.CharField(min_length=1, max_length=50, required=False,
-                                  help_text="Platform operators only; defaults to the "
-                                            "handler's queue.")
+    type = OpenJobType(help_text="A job type open to API clients; the others start from their own endpoints.")
+    payload = JSONObjectField(
+        required=False, default=dict, help_text="A JSON object, validated by the job type."
+    )
+    queue = serializers.CharField(
+        min_length=1,
+        max_length=50,
+        required=False,
+        help_text="Platform operators only; defaults to the handler's queue.",
+    )
     priority = serializers.IntegerField(min_value=-32768, max_value=32767, default=0)
     run_after = serializers.DateTimeField(required=False, allow_null=True)
-    unique_key = serializers.CharField(min_length=1, max_length=200, required=False, allow_null=True,
-                                       help_text="Per tenant: enqueueing again while a job "
-                                                 "with this key is unfinished returns it.")
-    concurrency_key = serializers.CharField(min_length=1, max_length=200, required=False, allow_null=True,
-                                            help_text="Per tenant: jobs sharing a key never "
-                                                      "run at the same time.")
-    tenant = serializers.IntegerField(required=False, allow_null=True,
-                                      help_text="Platform operators only; others get their own.")
+    unique_key = serializers.CharField(
+        min_length=1,
+        max_length=200,
+        required=False,
+        allow_null=True,
+        help_text="Per tenant: enqueueing again while a job with this key is unfinished returns it.",
+    )
+    concurrency_key = serializers.CharField(
+        min_length=1,
+        max_length=200,
+        required=False,
+        allow_null=True,
+        help_text="Per tenant: jobs sharing a key never run at the same time.",
+    )
+    tenant = serializers.IntegerField(
+        required=False, allow_null=True, help_text="Platform operators only; others get their own."
+    )
 
     def validate_payload(self, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -238,16 +299,18 @@ class EnqueueSerializer(ClosedSerializer):
         """The job type's own validation of the payload, for the job's tenant."""
         handler = registry.get(name)
         assert handler is not None and handler.api_payload is not None  # validate_type
-        form = handler.api_payload(data=payload, context={"tenant": tenant,
-                                                          "request": self.context.get("request")})
+        form = handler.api_payload(
+            data=payload, context={"tenant": tenant, "request": self.context.get("request")}
+        )
         if not form.is_valid():
             raise ValidationError({"payload": form.errors})
         return dict(form.data)
 
 
 class ActionSerializer(serializers.Serializer):
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=1000,
-                                   help_text="Recorded in the job's history.")
+    reason = serializers.CharField(
+        required=False, allow_blank=True, max_length=1000, help_text="Recorded in the job's history."
+    )
 
 
 class TypeFiguresSerializer(serializers.Serializer):
@@ -257,8 +320,7 @@ class TypeFiguresSerializer(serializers.Serializer):
     failed = serializers.IntegerField()
     cancelled = serializers.IntegerField()
     throughput_per_min = serializers.FloatField(help_text="Finished jobs per minute.")
-    failure_rate = serializers.FloatField(allow_null=True,
-                                          help_text="failed / (succeeded + failed).")
+    failure_rate = serializers.FloatField(allow_null=True, help_text="failed / (succeeded + failed).")
     p50_seconds = serializers.FloatField(allow_null=True)
     p95_seconds = serializers.FloatField(allow_null=True)
     retries = serializers.IntegerField(help_text="Retries scheduled in the window.")
@@ -279,7 +341,8 @@ class DashboardSerializer(serializers.Serializer):
     types = TypeFiguresSerializer(many=True)
     queues = QueueLagSerializer(many=True)
     expired_leases = serializers.IntegerField(
-        help_text="Running jobs whose lease expired (the reaper has not caught up).")
+        help_text="Running jobs whose lease expired (the reaper has not caught up)."
+    )
 
 
 class DeliveryCountsSerializer(serializers.Serializer):
@@ -298,26 +361,32 @@ class DeliverySerializer(serializers.ModelSerializer):
     attempts = serializers.IntegerField(source="job.attempts", read_only=True)
     max_attempts = serializers.IntegerField(source="job.max_attempts", read_only=True)
     last_error = ErrorTextField(source="job.last_error")
-    finished_at = serializers.DateTimeField(source="job.finished_at", read_only=True,
-                                            allow_null=True)
+    finished_at = serializers.DateTimeField(source="job.finished_at", read_only=True, allow_null=True)
 
     class Meta:
         model = Delivery
-        fields = ["id", "subscriber", "job", "state", "deliver_after", "attempts",
-                  "max_attempts", "last_error", "finished_at"]
+        fields = [
+            "id",
+            "subscriber",
+            "job",
+            "state",
+            "deliver_after",
+            "attempts",
+            "max_attempts",
+            "last_error",
+            "finished_at",
+        ]
 
 
 class EventSerializer(serializers.ModelSerializer):
     tenant = serializers.IntegerField(source="tenant_id", read_only=True, allow_null=True)
     pipeline = serializers.UUIDField(source="pipeline_id", read_only=True, allow_null=True)
-    created_by = serializers.CharField(source="created_by.username", read_only=True,
-                                       allow_null=True)
+    created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True)
     deliveries = DeliveryCountsSerializer(source="*", read_only=True)
 
     class Meta:
         model = Event
-        fields = ["id", "name", "payload", "tenant", "pipeline", "created_at", "created_by",
-                  "deliveries"]
+        fields = ["id", "name", "payload", "tenant", "pipeline", "created_at", "created_by", "deliveries"]
 
 
 class EventDetailSerializer(EventSerializer):

@@ -112,16 +112,17 @@ def _escape_boundary(data: bytes) -> int:
 
 
 def _lone() -> ParseError:
-    return ParseError("JSON parse error - a string holds a lone surrogate (a \\ud800–\\udfff "
-                      "escape without its other half), which is not Unicode text")
+    return ParseError(
+        "JSON parse error - a string holds a lone surrogate (a \\ud800–\\udfff "
+        "escape without its other half), which is not Unicode text"
+    )
 
 
 class BoundedReader:
     """The request's body as a file for ijson: counts its bytes (413 past ``limit``) and
     checks its surrogate escapes on the way."""
 
-    def __init__(self, stream: Any, limit: int, setting: str, copy: BinaryIO | None = None
-                 ) -> None:
+    def __init__(self, stream: Any, limit: int, setting: str, copy: BinaryIO | None = None) -> None:
         self.stream, self.limit, self.setting = stream, limit, setting
         self.copy = copy  # where what was read is kept, for a second parse
         self.read_bytes = 0
@@ -131,8 +132,9 @@ class BoundedReader:
         piece = self.stream.read(min(size, CHUNK_BYTES)) if self.stream is not None else b""
         self.read_bytes += len(piece)
         if self.read_bytes > self.limit:
-            raise BodyTooLarge(f"the body is over {self.limit:,} bytes, the limit of this "
-                               f"endpoint ({self.setting})")
+            raise BodyTooLarge(
+                f"the body is over {self.limit:,} bytes, the limit of this endpoint ({self.setting})"
+            )
         self.surrogates.feed(piece, final=not piece)
         if self.copy is not None:
             self.copy.write(piece)
@@ -154,8 +156,10 @@ class Builder:
     def counted(self) -> None:
         self.count += 1
         if self.count > self.max_values:
-            raise ParseError(f"JSON parse error - {self.what} holds more than "
-                             f"{self.max_values:,} values, the limit of this endpoint")
+            raise ParseError(
+                f"JSON parse error - {self.what} holds more than "
+                f"{self.max_values:,} values, the limit of this endpoint"
+            )
 
     def build(self, events: Iterator[Event], event: str, value: Any) -> Any:
         self.counted()
@@ -175,8 +179,11 @@ class Builder:
                     return root
                 continue
             self.counted()
-            child = self.scalar(value) if event not in ("start_map", "start_array") else (
-                {} if event == "start_map" else [])
+            child = (
+                self.scalar(value)
+                if event not in ("start_map", "start_array")
+                else ({} if event == "start_map" else [])
+            )
             parent = stack[-1]
             if isinstance(parent, dict):
                 parent[keys[-1]] = child
@@ -184,16 +191,17 @@ class Builder:
                 parent.append(child)
             if isinstance(child, dict | list):
                 if len(stack) >= MAX_JSON_DEPTH:
-                    raise ParseError(f"JSON parse error - nested deeper than {MAX_JSON_DEPTH} "
-                                     "levels")
+                    raise ParseError(f"JSON parse error - nested deeper than {MAX_JSON_DEPTH} levels")
                 stack.append(child)
                 keys.append("")
         raise ParseError("JSON parse error - the body ends inside a value")
 
     def scalar(self, value: Any) -> Any:
         if isinstance(value, str) and "\x00" in value:
-            raise ParseError(f"JSON parse error - a string in {self.what} holds a NUL character "
-                             "(\\u0000), which cannot be stored")
+            raise ParseError(
+                f"JSON parse error - a string in {self.what} holds a NUL character "
+                "(\\u0000), which cannot be stored"
+            )
         return value
 
 
@@ -212,8 +220,9 @@ class StreamedJSONParser(BaseParser):
         to refuse it, or to refuse an index past the endpoint's bound)."""
         return item
 
-    def parse(self, stream: Any, media_type: str | None = None,
-              parser_context: dict[str, Any] | None = None) -> Any:
+    def parse(
+        self, stream: Any, media_type: str | None = None, parser_context: dict[str, Any] | None = None
+    ) -> Any:
         encoding = get_encoding(parser_context or {})
         if codecs.lookup(encoding).name != "utf-8":
             raise ParseError(f"JSON parse error - this endpoint reads UTF-8 only, not {encoding}")
@@ -240,8 +249,10 @@ class StreamedJSONParser(BaseParser):
                 raise WiderThanFast from None
             raise ParseError(f"JSON parse error - {str(exc).splitlines()[0]}") from None
         except UnicodeDecodeError:
-            raise ParseError("JSON parse error - the body is not UTF-8, or a string holds a lone "
-                             "surrogate (a \\udc00–\\udfff escape)") from None
+            raise ParseError(
+                "JSON parse error - the body is not UTF-8, or a string holds a lone "
+                "surrogate (a \\udc00–\\udfff escape)"
+            ) from None
         return data
 
     def _document(self, events: Iterator[Event]) -> Any:
@@ -271,6 +282,7 @@ class StreamedJSONParser(BaseParser):
             if event == "end_array":
                 return items
             where = f"{self.streamed_field}[{len(items)}]"
-            items.append(self.read_item(len(items), Builder(self.max_values, where).build(
-                events, event, value)))
+            items.append(
+                self.read_item(len(items), Builder(self.max_values, where).build(events, event, value))
+            )
         raise ParseError("JSON parse error - the body ends inside a value")

@@ -74,9 +74,11 @@ CONFLICT = OpenApiResponse(ErrorSerializer, description="The job's state does no
 
 
 def _action_schema(summary: str) -> Callable[[Any], Any]:
-    return extend_schema(summary=summary, request=ActionSerializer,
-                         responses={200: JobDetailSerializer, 403: FORBIDDEN, 404: NOT_FOUND,
-                                    409: CONFLICT})
+    return extend_schema(
+        summary=summary,
+        request=ActionSerializer,
+        responses={200: JobDetailSerializer, 403: FORBIDDEN, 404: NOT_FOUND, 409: CONFLICT},
+    )
 
 
 class ScopedViewSet(viewsets.GenericViewSet):
@@ -98,8 +100,10 @@ class ScopedViewSet(viewsets.GenericViewSet):
 @extend_schema(tags=["jobs"])
 @extend_schema_view(
     list=extend_schema(summary="List jobs, newest first"),
-    retrieve=extend_schema(summary="One job with its 'why' line and history",
-                           responses={200: JobDetailSerializer, 404: NOT_FOUND}),
+    retrieve=extend_schema(
+        summary="One job with its 'why' line and history",
+        responses={200: JobDetailSerializer, 404: NOT_FOUND},
+    ),
 )
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
     """Jobs of the caller's tenant (every tenant's for platform operators)."""
@@ -114,9 +118,17 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
         return JobSerializer if self.action == "list" else JobDetailSerializer
 
     # JSON only: a form can carry neither the payload object nor a null.
-    @extend_schema(summary="Enqueue a job (staff)", request={"application/json": EnqueueSerializer},
-                   responses={201: JobDetailSerializer, 200: JobDetailSerializer,
-                              400: OpenApiTypes.OBJECT, 403: FORBIDDEN, 409: CONFLICT})
+    @extend_schema(
+        summary="Enqueue a job (staff)",
+        request={"application/json": EnqueueSerializer},
+        responses={
+            201: JobDetailSerializer,
+            200: JobDetailSerializer,
+            400: OpenApiTypes.OBJECT,
+            403: FORBIDDEN,
+            409: CONFLICT,
+        },
+    )
     def create(self, request: Request) -> Response:
         """201 with the new job; 200 with the unfinished job already holding
         ``unique_key`` (idempotent enqueue; keys are per tenant)."""
@@ -131,14 +143,19 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
     def _enqueue(self, data: dict[str, Any], request: Request) -> tuple[Job, bool]:
         """The job and whether this request created it: with a unique key held by an
         unfinished job, that job (the database decides, under concurrency too)."""
-        options = {"queue": data.get("queue"), "priority": data["priority"],
-                   "run_after": data.get("run_after"),
-                   "concurrency_key": data.get("concurrency_key"), "tenant": data["tenant"],
-                   "created_by": request.user}
+        options = {
+            "queue": data.get("queue"),
+            "priority": data["priority"],
+            "run_after": data.get("run_after"),
+            "concurrency_key": data.get("concurrency_key"),
+            "tenant": data["tenant"],
+            "created_by": request.user,
+        }
         try:
             if data.get("unique_key"):
-                done = engine.enqueue_once(data["type"], data["payload"],
-                                           unique_key=data["unique_key"], **options)
+                done = engine.enqueue_once(
+                    data["type"], data["payload"], unique_key=data["unique_key"], **options
+                )
                 return done.job, done.created
             return engine.enqueue(data["type"], data["payload"], **options), True
         except UnknownJobType as exc:
@@ -181,16 +198,20 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
 
     @extend_schema(
         summary="Per-type throughput, durations and failures over a window; queue lag",
-        parameters=[OpenApiParameter("window", str, enum=list(dashboard.WINDOWS),
-                                     default="1h")],
-        responses={200: DashboardSerializer, 400: OpenApiTypes.OBJECT,
-                   429: OpenApiResponse(ErrorSerializer, description="Over the dashboard rate: "
-                                        "wait the seconds its Retry-After says.")},
+        parameters=[OpenApiParameter("window", str, enum=list(dashboard.WINDOWS), default="1h")],
+        responses={
+            200: DashboardSerializer,
+            400: OpenApiTypes.OBJECT,
+            429: OpenApiResponse(
+                ErrorSerializer, description="Over the dashboard rate: wait the seconds its Retry-After says."
+            ),
+        },
     )
     # Its own, tighter rate per user (THROTTLE_DASHBOARD_RATE): each call aggregates a
     # window of the job history; the admin's dashboard page shares the count.
-    @action(detail=False, methods=["get"], pagination_class=None, filter_backends=[],
-            throttle_scope="dashboard")
+    @action(
+        detail=False, methods=["get"], pagination_class=None, filter_backends=[], throttle_scope="dashboard"
+    )
     def dashboard(self, request: Request) -> Response:
         window = request.query_params.get("window", "1h")
         errors = reject_unknown(request.query_params, {"window", api_settings.URL_FORMAT_OVERRIDE})
@@ -201,14 +222,18 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
         if errors:
             raise ValidationError(errors)
         figures = dashboard.figures(
-            window, jobs=visible_jobs(request.user),
+            window,
+            jobs=visible_jobs(request.user),
             events=scope_queryset(JobEvent.objects.all(), request.user, field="job__tenant"),
         )
         return Response(DashboardSerializer(figures).data)
 
 
-@extend_schema_view(recover=extend_schema(operation_id="sync_jobs_recover",
-                                          summary="Recover a stuck job at the manual recovery route (staff)"))
+@extend_schema_view(
+    recover=extend_schema(
+        operation_id="sync_jobs_recover", summary="Recover a stuck job at the manual recovery route (staff)"
+    )
+)
 class SyncJobViewSet(JobViewSet):
     """``POST /sync/jobs/{id}/recover``: the manual recovery route operators' scripts already call; the
     same view as ``/api/jobs/{id}/recover/``."""
@@ -217,16 +242,16 @@ class SyncJobViewSet(JobViewSet):
 def _delivery_counts() -> dict[str, Count]:
     counts = {"deliveries_total": Count("deliveries")}
     for state in Job.State.values:
-        counts[f"deliveries_{state}"] = Count("deliveries",
-                                              filter=Q(deliveries__job__state=state))
+        counts[f"deliveries_{state}"] = Count("deliveries", filter=Q(deliveries__job__state=state))
     return counts
 
 
 @extend_schema(tags=["events"])
 @extend_schema_view(
     list=extend_schema(summary="List published events with delivery counts"),
-    retrieve=extend_schema(summary="One event with its deliveries",
-                           responses={200: EventDetailSerializer, 404: NOT_FOUND}),
+    retrieve=extend_schema(
+        summary="One event with its deliveries", responses={200: EventDetailSerializer, 404: NOT_FOUND}
+    ),
 )
 class EventViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
     """Published events of the caller's tenant and how their deliveries are doing."""

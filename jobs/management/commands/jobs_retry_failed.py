@@ -17,34 +17,60 @@ RETRYABLE = (Job.State.FAILED, Job.State.CANCELLED)
 
 
 class Command(BaseCommand):
-    help = ("Retry failed jobs from scratch (attempts reset), chosen by --type and/or --id, "
-            "optionally only those that finished --since a time. Each retry is recorded in "
-            "the job's history, with --user as the staff member who asked.")
+    help = (
+        "Retry failed jobs from scratch (attempts reset), chosen by --type and/or --id, "
+        "optionally only those that finished --since a time. Each retry is recorded in "
+        "the job's history, with --user as the staff member who asked."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--type", dest="type_name", metavar="NAME",
-                            help="Retry the failed jobs of this registered job type.")
-        parser.add_argument("--id", dest="ids", metavar="N", type=positive_int, nargs="+",
-                            help="Retry these jobs (failed or cancelled).")
-        parser.add_argument("--since", type=since, metavar="WHEN",
-                            help="Only jobs that finished since then: 30m, 2h, 7d or an ISO "
-                                 "datetime.")
-        parser.add_argument("--user", metavar="USERNAME",
-                            help="Record this (existing) user as the one who retried.")
+        parser.add_argument(
+            "--type",
+            dest="type_name",
+            metavar="NAME",
+            help="Retry the failed jobs of this registered job type.",
+        )
+        parser.add_argument(
+            "--id",
+            dest="ids",
+            metavar="N",
+            type=positive_int,
+            nargs="+",
+            help="Retry these jobs (failed or cancelled).",
+        )
+        parser.add_argument(
+            "--since",
+            type=since,
+            metavar="WHEN",
+            help="Only jobs that finished since then: 30m, 2h, 7d or an ISO datetime.",
+        )
+        parser.add_argument(
+            "--user", metavar="USERNAME", help="Record this (existing) user as the one who retried."
+        )
         parser.add_argument("--reason", default="", help="A note for the job's history.")
-        parser.add_argument("--limit", type=positive_int,
-                            help="Retry at most this many jobs, oldest first.")
-        parser.add_argument("--dry-run", action="store_true",
-                            help="List what would be retried; change nothing.")
+        parser.add_argument("--limit", type=positive_int, help="Retry at most this many jobs, oldest first.")
+        parser.add_argument(
+            "--dry-run", action="store_true", help="List what would be retried; change nothing."
+        )
 
-    def handle(self, *args: Any, type_name: str | None, ids: list[int] | None,
-               since: datetime | None, user: str | None, reason: str, limit: int | None,
-               dry_run: bool, **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        type_name: str | None,
+        ids: list[int] | None,
+        since: datetime | None,
+        user: str | None,
+        reason: str,
+        limit: int | None,
+        dry_run: bool,
+        **options: Any,
+    ) -> None:
         if not type_name and not ids:
             raise CommandError("say which jobs to retry: --type NAME and/or --id N [N ...]")
         if type_name and registry.get(type_name) is None:
-            raise CommandError(f"unknown job type {type_name!r}; registered types: "
-                               f"{', '.join(registry.names()) or '(none)'}")
+            raise CommandError(
+                f"unknown job type {type_name!r}; registered types: {', '.join(registry.names()) or '(none)'}"
+            )
         actor = self._actor(user)
         jobs = self._select(type_name, ids, since)
         chosen = list(jobs[:limit] if limit else jobs)
@@ -67,8 +93,7 @@ class Command(BaseCommand):
         except get_user_model().DoesNotExist:
             raise CommandError(f"no user named {username!r}") from None
 
-    def _select(self, type_name: str | None, ids: list[int] | None,
-                since: datetime | None) -> Any:
+    def _select(self, type_name: str | None, ids: list[int] | None, since: datetime | None) -> Any:
         jobs = Job.objects.order_by("id")
         if ids:
             self._check_ids(ids)
@@ -91,8 +116,7 @@ class Command(BaseCommand):
         if busy:
             raise CommandError(f"only failed or cancelled jobs can be retried; not {', '.join(busy)}")
 
-    def _retry(self, jobs: list[Job], actor: Any, reason: str
-               ) -> tuple[list[Job], list[tuple[Job, str]]]:
+    def _retry(self, jobs: list[Job], actor: Any, reason: str) -> tuple[list[Job], list[tuple[Job, str]]]:
         retried: list[Job] = []
         skipped: list[tuple[Job, str]] = []
         for job in jobs:

@@ -28,28 +28,56 @@ logger = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
-    help = ("Run engine workers in the foreground (outside the django-q2 cluster). "
-            "SIGTERM/SIGINT stop them after their current job.")
+    help = (
+        "Run engine workers in the foreground (outside the django-q2 cluster). "
+        "SIGTERM/SIGINT stop them after their current job."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--queues", type=name_list, metavar="A,B",
-                            help="Serve only these queues (default: JOBS_QUEUES, or all).")
-        parser.add_argument("--batch-size", type=positive_int, metavar="N",
-                            help="Jobs taken per claim (default: JOBS_CLAIM_BATCH).")
-        parser.add_argument("--concurrency", type=positive_int, default=1, metavar="N",
-                            help="Worker threads in this process (default 1).")
-        parser.add_argument("--exit-when-idle", action="store_true",
-                            help="Drain the due jobs, then exit (tests, benchmarks).")
+        parser.add_argument(
+            "--queues",
+            type=name_list,
+            metavar="A,B",
+            help="Serve only these queues (default: JOBS_QUEUES, or all).",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            metavar="N",
+            help="Jobs taken per claim (default: JOBS_CLAIM_BATCH).",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=positive_int,
+            default=1,
+            metavar="N",
+            help="Worker threads in this process (default 1).",
+        )
+        parser.add_argument(
+            "--exit-when-idle", action="store_true", help="Drain the due jobs, then exit (tests, benchmarks)."
+        )
 
-    def handle(self, *args: Any, queues: list[str] | None, batch_size: int | None,
-               concurrency: int, exit_when_idle: bool, **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        queues: list[str] | None,
+        batch_size: int | None,
+        concurrency: int,
+        exit_when_idle: bool,
+        **options: Any,
+    ) -> None:
         base = default_worker_name()
-        workers = [EngineWorker(name=f"{base}-{n}" if concurrency > 1 else base,
-                                queues=queues, batch_size=batch_size, exit_when_stuck=True)
-                   for n in range(1, concurrency + 1)]
+        workers = [
+            EngineWorker(
+                name=f"{base}-{n}" if concurrency > 1 else base,
+                queues=queues,
+                batch_size=batch_size,
+                exit_when_stuck=True,
+            )
+            for n in range(1, concurrency + 1)
+        ]
         mode = "until idle" if exit_when_idle else "until stopped"
-        self.stdout.write(f"Running {len(workers)} worker(s) {mode}: "
-                          f"{', '.join(w.name for w in workers)}")
+        self.stdout.write(f"Running {len(workers)} worker(s) {mode}: {', '.join(w.name for w in workers)}")
         with _stop_on_signals(workers):
             self._run(workers, exit_when_idle)
         done = sum(w.jobs_done for w in workers)
@@ -57,8 +85,10 @@ class Command(BaseCommand):
 
     def _run(self, workers: list[EngineWorker], exit_when_idle: bool) -> None:
         errors: list[str] = []
-        threads = [threading.Thread(target=_run_worker, args=(w, exit_when_idle, errors),
-                                    name=w.name) for w in workers]
+        threads = [
+            threading.Thread(target=_run_worker, args=(w, exit_when_idle, errors), name=w.name)
+            for w in workers
+        ]
         for thread in threads:
             thread.start()
         # Short joins keep the main thread free to run the signal handlers.

@@ -24,8 +24,10 @@ logger = logging.getLogger(__name__)
 
 
 class Command(QClusterCommand):
-    help = "Start the django-q2 cluster (and an engine worker in each of its processes) " \
-           "once the database answers."
+    help = (
+        "Start the django-q2 cluster (and an engine worker in each of its processes) "
+        "once the database answers."
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         wait_for_database()
@@ -41,9 +43,12 @@ def wait_for_database() -> None:
             connection.ensure_connection()
         except OperationalError as error:
             delay = failures.failed()
-            logger.warning("waiting for the database before starting the cluster (%d tries: "
-                           "%s); trying again in %.2f s", failures.failures, str(error).strip(),
-                           delay)
+            logger.warning(
+                "waiting for the database before starting the cluster (%d tries: %s); trying again in %.2f s",
+                failures.failures,
+                str(error).strip(),
+                delay,
+            )
             time.sleep(delay)
         else:
             break

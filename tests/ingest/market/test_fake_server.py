@@ -22,8 +22,19 @@ from jobs.testing import wait_until
 ROOT = Path(__file__).resolve().parents[3]
 TODAY = date(2026, 11, 2)  # a Monday
 INSTRUMENTS = 200
-DAILY_FIELDS = ["ts_code", "trade_date", "open", "high", "low", "close", "pre_close", "change",
-                "pct_chg", "vol", "amount"]
+DAILY_FIELDS = [
+    "ts_code",
+    "trade_date",
+    "open",
+    "high",
+    "low",
+    "close",
+    "pre_close",
+    "change",
+    "pct_chg",
+    "vol",
+    "amount",
+]
 
 
 @pytest.fixture
@@ -32,15 +43,25 @@ def market():
         yield server
 
 
-def post(market: FakeMarket, api_name: str, params: dict[str, Any] | None = None,
-         fields: str = "", *, token: str = "demo-token", timeout: float = 5.0) -> httpx.Response:
-    return httpx.post(market.url, json={"api_name": api_name, "token": token,
-                                        "params": params or {}, "fields": fields},
-                      timeout=timeout)
+def post(
+    market: FakeMarket,
+    api_name: str,
+    params: dict[str, Any] | None = None,
+    fields: str = "",
+    *,
+    token: str = "demo-token",
+    timeout: float = 5.0,
+) -> httpx.Response:
+    return httpx.post(
+        market.url,
+        json={"api_name": api_name, "token": token, "params": params or {}, "fields": fields},
+        timeout=timeout,
+    )
 
 
-def table(market: FakeMarket, api_name: str, params: dict[str, Any] | None = None,
-          fields: str = "") -> dict[str, Any]:
+def table(
+    market: FakeMarket, api_name: str, params: dict[str, Any] | None = None, fields: str = ""
+) -> dict[str, Any]:
     response = post(market, api_name, params, fields)
     assert response.status_code == 200
     answer = response.json()
@@ -58,15 +79,19 @@ def test_a_call_is_answered_with_a_table_in_the_protocol_shape(market):
     assert (answer["code"], answer["msg"]) == (0, "")
     assert answer["data"] == {
         "fields": ["exchange", "cal_date", "is_open", "pretrade_date"],
-        "items": [["SSE", "20261030", 1, "20261029"], ["SSE", "20261029", 1, "20261028"],
-                  ["SSE", "20261028", 1, "20261027"], ["SSE", "20261027", 1, "20261026"],
-                  ["SSE", "20261026", 1, "20261023"]],
-        "has_more": False}
+        "items": [
+            ["SSE", "20261030", 1, "20261029"],
+            ["SSE", "20261029", 1, "20261028"],
+            ["SSE", "20261028", 1, "20261027"],
+            ["SSE", "20261027", 1, "20261026"],
+            ["SSE", "20261026", 1, "20261023"],
+        ],
+        "has_more": False,
+    }
 
 
 def test_the_calendar_closes_weekends_and_the_listed_holidays_newest_first(market):
-    data = table(market, "trade_cal", {"exchange": "SSE", "start_date": "20260925",
-                                       "end_date": "20261012"})
+    data = table(market, "trade_cal", {"exchange": "SSE", "start_date": "20260925", "end_date": "20261012"})
     days = {cal_date: (is_open, pretrade) for _, cal_date, is_open, pretrade in data["items"]}
     assert [item[1] for item in data["items"]] == sorted(days, reverse=True)
     assert days["20260926"][0] == 0 and days["20260927"][0] == 0  # Saturday, Sunday
@@ -74,8 +99,7 @@ def test_the_calendar_closes_weekends_and_the_listed_holidays_newest_first(marke
     assert days["20261008"] == (1, "20260930")
     assert days["20260928"] == (1, "20260925")
     new_year = table(market, "trade_cal", {"start_date": "20260101", "end_date": "20260102"})
-    assert new_year["items"] == [["SSE", "20260102", 1, "20251231"],
-                                 ["SSE", "20260101", 0, "20251231"]]
+    assert new_year["items"] == [["SSE", "20260102", 1, "20251231"], ["SSE", "20260101", 0, "20251231"]]
     may_day = table(market, "trade_cal", {"start_date": "20260501", "end_date": "20260501"})
     assert may_day["items"][0][2] == 0  # a Friday
 
@@ -91,8 +115,17 @@ def test_fields_choose_the_columns_and_their_order(market):
 
 def test_instruments_by_list_status_and_exchange(market):
     listed = table(market, "stock_basic", {"exchange": "", "list_status": "L"})
-    assert listed["fields"] == ["ts_code", "symbol", "name", "area", "industry", "market",
-                                "list_status", "list_date", "delist_date"]
+    assert listed["fields"] == [
+        "ts_code",
+        "symbol",
+        "name",
+        "area",
+        "industry",
+        "market",
+        "list_status",
+        "list_date",
+        "delist_date",
+    ]
     delisted = table(market, "stock_basic", {"list_status": "D"})["items"]
     paused = table(market, "stock_basic", {"list_status": "P"})["items"]
     assert (len(listed["items"]), len(delisted), len(paused)) == (194, 4, 2)
@@ -101,8 +134,7 @@ def test_instruments_by_list_status_and_exchange(market):
     assert all(item[7] < "20261102" and item[8] is None for item in listed["items"])
     assert all(item[6] == "D" and item[7] < item[8] <= "20261102" for item in delisted)
     shanghai = table(market, "stock_basic", {"exchange": "SSE"}, "ts_code,symbol")["items"]
-    assert shanghai and all(code.endswith(".SH") and code[:6] == symbol
-                            for code, symbol in shanghai)
+    assert shanghai and all(code.endswith(".SH") and code[:6] == symbol for code, symbol in shanghai)
     assert table(market, "stock_basic", {}) == listed  # list_status L by default
 
 
@@ -112,8 +144,11 @@ def test_a_day_has_one_bar_per_instrument_trading_that_day(market):
     listed = table(market, "stock_basic", {"list_status": "L"}, "ts_code")["items"]
     assert sorted(item[0] for item in data["items"]) == sorted(code for (code,) in listed)
     # Early in 1991 only the instruments listed by then trade.
-    everyone = [item for status in "LDP" for item in table(
-        market, "stock_basic", {"list_status": status}, "list_date")["items"]]
+    everyone = [
+        item
+        for status in "LDP"
+        for item in table(market, "stock_basic", {"list_status": status}, "list_date")["items"]
+    ]
     early = table(market, "daily", {"trade_date": "19910301"})["items"]
     assert 0 < len(early) == sum(list_date <= "19910301" for (list_date,) in everyone)
 
@@ -123,8 +158,7 @@ def test_bars_are_consistent_and_deterministic(market):
     assert table(market, "daily", {"trade_date": "20261030"})["items"] == first
     with FakeMarket(instruments=INSTRUMENTS, today=TODAY) as other:
         assert table(other, "daily", {"trade_date": "20261030"})["items"] == first
-    before = {item[0]: item for item in table(market, "daily",
-                                              {"trade_date": "20261029"})["items"]}
+    before = {item[0]: item for item in table(market, "daily", {"trade_date": "20261029"})["items"]}
     for code, day, open_, high, low, close, pre_close, change, pct_chg, vol, amount in first:
         assert day == "20261030"
         assert high >= max(open_, close) and low <= min(open_, close) and low > 0
@@ -136,16 +170,27 @@ def test_bars_are_consistent_and_deterministic(market):
 
 
 def test_one_instruments_bars_come_newest_first(market):
-    data = table(market, "daily", {"ts_code": "600000.SH", "start_date": "20261026",
-                                   "end_date": "20261103"}, "trade_date,close")
-    assert [day for day, _ in data["items"]] == ["20261102", "20261030", "20261029",
-                                                 "20261028", "20261027", "20261026"]
+    data = table(
+        market,
+        "daily",
+        {"ts_code": "600000.SH", "start_date": "20261026", "end_date": "20261103"},
+        "trade_date,close",
+    )
+    assert [day for day, _ in data["items"]] == [
+        "20261102",
+        "20261030",
+        "20261029",
+        "20261028",
+        "20261027",
+        "20261026",
+    ]
     on_the_day = table(market, "daily", {"trade_date": "20261028"}, "ts_code,close")["items"]
     assert dict(on_the_day)["600000.SH"] == data["items"][3][1]
 
 
-@pytest.mark.parametrize("day", ["20261031", "20261001", "20261103"],
-                         ids=["saturday", "holiday", "after-today"])
+@pytest.mark.parametrize(
+    "day", ["20261031", "20261001", "20261103"], ids=["saturday", "holiday", "after-today"]
+)
 def test_no_bars_on_a_closed_day_nor_after_today(market, day):
     data = table(market, "daily", {"trade_date": day})
     assert data["items"] == [] and data["fields"] == DAILY_FIELDS
@@ -167,16 +212,19 @@ def test_the_servers_today_bounds_the_data(market):
     assert calendar[0][1] == "20261231"  # the calendar runs to the end of today's year
 
 
-@pytest.mark.parametrize(("api_name", "params", "token", "code", "words"), [
-    ("daily", {"trade_date": "20261030"}, "wrong", -2001, AUTH_MESSAGE),
-    ("daily", {"trade_date": "20261030"}, None, -2001, AUTH_MESSAGE),
-    ("weekly", {}, "demo-token", -2002, "weekly"),
-    ("daily", {"trade_date": "2026-10-30"}, "demo-token", 40301, "trade_date"),
-    ("trade_cal", {"end_date": "20261340"}, "demo-token", 40301, "end_date"),
-    ("trade_cal", {"is_open": "yes"}, "demo-token", 40301, "is_open"),
-    ("stock_basic", {"list_status": "X"}, "demo-token", 40301, "list_status"),
-    ("daily", {}, "demo-token", 40301, "trade_date"),
-])
+@pytest.mark.parametrize(
+    ("api_name", "params", "token", "code", "words"),
+    [
+        ("daily", {"trade_date": "20261030"}, "wrong", -2001, AUTH_MESSAGE),
+        ("daily", {"trade_date": "20261030"}, None, -2001, AUTH_MESSAGE),
+        ("weekly", {}, "demo-token", -2002, "weekly"),
+        ("daily", {"trade_date": "2026-10-30"}, "demo-token", 40301, "trade_date"),
+        ("trade_cal", {"end_date": "20261340"}, "demo-token", 40301, "end_date"),
+        ("trade_cal", {"is_open": "yes"}, "demo-token", 40301, "is_open"),
+        ("stock_basic", {"list_status": "X"}, "demo-token", 40301, "list_status"),
+        ("daily", {}, "demo-token", 40301, "trade_date"),
+    ],
+)
 def test_application_errors_come_with_http_200(market, api_name, params, token, code, words):
     response = post(market, api_name, params, token=token)
     assert response.status_code == 200
@@ -256,8 +304,9 @@ def test_faults_are_taken_in_order_each_by_the_next_call_of_its_api(market):
 
 def test_the_control_endpoint_queues_faults_and_shows_the_state(market):
     control = market.url + "_control"
-    state = httpx.post(control, json={"action": "fail", "api_name": "daily", "kind": "503",
-                                      "times": 2}, timeout=5).json()
+    state = httpx.post(
+        control, json={"action": "fail", "api_name": "daily", "kind": "503", "times": 2}, timeout=5
+    ).json()
     assert state["faults"] == [{"api_name": "daily", "kind": "503"}] * 2
     httpx.post(control, json={"action": "hold_seconds", "seconds": 1.5}, timeout=5)
     httpx.post(control, json={"action": "today", "date": "2026-11-03"}, timeout=5)
@@ -265,8 +314,7 @@ def test_the_control_endpoint_queues_faults_and_shows_the_state(market):
     assert post(market, "daily", {"trade_date": "20261103"}).status_code == 503
     state = httpx.get(control, timeout=5).json()
     assert state["faults"] == [{"api_name": "daily", "kind": "503"}]
-    assert (state["today"], state["hold_seconds"], state["calls"]) == (
-        "2026-11-03", 1.5, {"daily": 1})
+    assert (state["today"], state["hold_seconds"], state["calls"]) == ("2026-11-03", 1.5, {"daily": 1})
     assert state["missing_days"] == ["2026-10-29"]
     assert httpx.post(control, json={"action": "clear"}, timeout=5).json()["faults"] == []
     assert table(market, "daily", {"trade_date": "20261103"})["items"]
@@ -298,15 +346,32 @@ def test_stopping_ends_a_held_request_at_once():
 
 def test_the_command_serves_until_sigterm():
     process = subprocess.Popen(
-        [sys.executable, "-m", "ingest.market.fake_server", "--host", "127.0.0.1", "--port",
-         "0", "--instruments", "50", "--today", "2026-11-02"],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "ingest.market.fake_server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--instruments",
+            "50",
+            "--today",
+            "2026-11-02",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = process.stdout.readline().strip()
         assert line.startswith("listening on http://127.0.0.1:") and line.endswith("/")
         url = line.removeprefix("listening on ")
-        answer = httpx.post(url, json={"api_name": "daily", "token": "demo-token",
-                                       "params": {"trade_date": "20261030"}}, timeout=5).json()
+        answer = httpx.post(
+            url,
+            json={"api_name": "daily", "token": "demo-token", "params": {"trade_date": "20261030"}},
+            timeout=5,
+        ).json()
         assert answer["code"] == 0 and len(answer["data"]["items"]) == 48
         process.send_signal(signal.SIGTERM)
         assert process.wait(5) == 0

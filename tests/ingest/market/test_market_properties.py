@@ -12,22 +12,32 @@ from hypothesis import strategies as st
 
 from ingest.market import client, datasets
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
-                    | st.text(max_size=20),
-                    lambda inner: st.lists(inner, max_size=4)
-                    | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=20)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
 
 DAY = st.dates(min_value=date(1990, 1, 1), max_value=date(2100, 12, 31)).map(
-    lambda day: day.strftime("%Y%m%d"))
+    lambda day: day.strftime("%Y%m%d")
+)
 PRICE = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
+
 
 def _bar(values: tuple) -> list:
     code, day, a, b, c, d, *rest = values
     return [code, day, a, max(a, b, c, d), min(a, b, c, d), d, *rest]
 
 
-BAR = st.tuples(st.text(min_size=1, max_size=20).filter(lambda text: "\x00" not in text), DAY,
-                PRICE, PRICE, PRICE, PRICE, *[st.none() | PRICE] * 5).map(_bar)
+BAR = st.tuples(
+    st.text(min_size=1, max_size=20).filter(lambda text: "\x00" not in text),
+    DAY,
+    PRICE,
+    PRICE,
+    PRICE,
+    PRICE,
+    *[st.none() | PRICE] * 5,
+).map(_bar)
 BARS = st.lists(BAR, max_size=20, unique_by=lambda bar: bar[0])
 
 
@@ -57,8 +67,7 @@ def test_well_formed_bars_are_taken_whole(rows):
     assert json.loads(taken) == rows
 
 
-@given(rows=st.lists(BAR, min_size=1, max_size=10, unique_by=lambda bar: bar[0]),
-       data=st.data())
+@given(rows=st.lists(BAR, min_size=1, max_size=10, unique_by=lambda bar: bar[0]), data=st.data())
 def test_one_bad_value_refuses_the_rows_naming_it(rows, data):
     index = data.draw(st.integers(0, len(rows) - 1))
     field = data.draw(st.sampled_from(["trade_date", "open", "ts_code"]))

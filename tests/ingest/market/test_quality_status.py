@@ -28,16 +28,25 @@ HOUR, DAY = timedelta(hours=1), timedelta(days=1)
 
 
 def feed_of(tenant, name: str = "cn-equities", **fields) -> MarketFeed:
-    return MarketFeed.objects.create(tenant=tenant, name=name, api_url="http://127.0.0.1:9/",
-                                     token="t", **fields)
+    return MarketFeed.objects.create(
+        tenant=tenant, name=name, api_url="http://127.0.0.1:9/", token="t", **fields
+    )
 
 
-def record(feed: MarketFeed, *, success: datetime | None = None, failure: datetime | None = None,
-           error: str = "", datasets=tuple(Dataset.values), **fields) -> None:
+def record(
+    feed: MarketFeed,
+    *,
+    success: datetime | None = None,
+    failure: datetime | None = None,
+    error: str = "",
+    datasets=tuple(Dataset.values),
+    **fields,
+) -> None:
     """The same freshness for each of ``datasets`` of ``feed``."""
     for dataset in datasets:
-        SourceFreshness.objects.create(feed=feed, dataset=dataset, last_success=success,
-                                       last_failure=failure, last_error=error, **fields)
+        SourceFreshness.objects.create(
+            feed=feed, dataset=dataset, last_success=success, last_failure=failure, last_error=error, **fields
+        )
 
 
 def anonymous() -> dict:
@@ -56,24 +65,31 @@ def seen_by(user) -> dict:
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("success", "failure", "expected"), [
-    pytest.param(HOUR, None, "healthy", id="success-1h-ago"),
-    pytest.param(3 * DAY, None, "stale", id="success-3d-ago"),
-    pytest.param(8 * DAY, None, "error", id="success-over-7d-ago"),
-    pytest.param(2 * HOUR, HOUR, "error", id="failure-after-success"),
-    pytest.param(None, HOUR, "error", id="failure-and-no-success"),
-    pytest.param(HOUR, 2 * HOUR, "healthy", id="success-after-failure"),
-])
-def test_each_row_of_the_rule_is_the_status_the_api_answers(acme, clock, success, failure,
-                                                            expected):
+@pytest.mark.parametrize(
+    ("success", "failure", "expected"),
+    [
+        pytest.param(HOUR, None, "healthy", id="success-1h-ago"),
+        pytest.param(3 * DAY, None, "stale", id="success-3d-ago"),
+        pytest.param(8 * DAY, None, "error", id="success-over-7d-ago"),
+        pytest.param(2 * HOUR, HOUR, "error", id="failure-after-success"),
+        pytest.param(None, HOUR, "error", id="failure-and-no-success"),
+        pytest.param(HOUR, 2 * HOUR, "healthy", id="success-after-failure"),
+    ],
+)
+def test_each_row_of_the_rule_is_the_status_the_api_answers(acme, clock, success, failure, expected):
     now = clock.now()
     feed = feed_of(acme)
-    record(feed, success=success and now - success, failure=failure and now - failure,
-           error="HTTP 503" if failure else "")
+    record(
+        feed,
+        success=success and now - success,
+        failure=failure and now - failure,
+        error="HTTP 503" if failure else "",
+    )
     assert anonymous()["status"] == expected
     sources = seen_by(staff("olga", operator=True))["sources"]
     assert [(s["source"], s["status"]) for s in sources] == [
-        (dataset, expected) for dataset in Dataset.values]
+        (dataset, expected) for dataset in Dataset.values
+    ]
 
 
 @pytest.mark.django_db
@@ -82,9 +98,17 @@ def test_a_feed_never_ingested_shows_each_dataset_as_never_ingested(acme, clock)
     body = seen_by(staff("alice", of=acme))
     assert body["status"] == "never_ingested"
     assert body["sources"] == [
-        {"feed": "cn-equities", "source": dataset, "status": "never_ingested",
-         "last_success": None, "last_failure": None, "last_error": "", "rows_today": 0}
-        for dataset in ["trade_cal", "stock_basic", "daily"]]
+        {
+            "feed": "cn-equities",
+            "source": dataset,
+            "status": "never_ingested",
+            "last_success": None,
+            "last_failure": None,
+            "last_error": "",
+            "rows_today": 0,
+        }
+        for dataset in ["trade_cal", "stock_basic", "daily"]
+    ]
     assert anonymous() == {"status": "never_ingested", "checked_at": "2026-11-02T09:00:00Z"}
 
 
@@ -114,15 +138,28 @@ def test_a_source_shows_its_times_its_error_and_only_todays_rows(acme, clock):
     today's, even though they are less than 24 hours old."""
     now = clock.now()
     feed = feed_of(acme)
-    record(feed, success=now - 2 * HOUR, failure=now - HOUR, error="daily: HTTP 503 from the API",
-           rows_today=5100, rows_date=date(2026, 11, 2), datasets=[Dataset.DAILY])
-    record(feed, success=now - 10 * HOUR, rows_today=7, rows_date=date(2026, 11, 1),
-           datasets=[Dataset.CALENDAR])
+    record(
+        feed,
+        success=now - 2 * HOUR,
+        failure=now - HOUR,
+        error="daily: HTTP 503 from the API",
+        rows_today=5100,
+        rows_date=date(2026, 11, 2),
+        datasets=[Dataset.DAILY],
+    )
+    record(
+        feed, success=now - 10 * HOUR, rows_today=7, rows_date=date(2026, 11, 1), datasets=[Dataset.CALENDAR]
+    )
     sources = {s["source"]: s for s in seen_by(staff("alice", of=acme))["sources"]}
     assert sources["daily"] == {
-        "feed": "cn-equities", "source": "daily", "status": "error",
-        "last_success": "2026-11-02T07:00:00Z", "last_failure": "2026-11-02T08:00:00Z",
-        "last_error": "daily: HTTP 503 from the API", "rows_today": 5100}
+        "feed": "cn-equities",
+        "source": "daily",
+        "status": "error",
+        "last_success": "2026-11-02T07:00:00Z",
+        "last_failure": "2026-11-02T08:00:00Z",
+        "last_error": "daily: HTTP 503 from the API",
+        "rows_today": 5100,
+    }
     assert (sources["trade_cal"]["status"], sources["trade_cal"]["rows_today"]) == ("healthy", 0)
 
 
@@ -131,17 +168,20 @@ def test_a_source_shows_its_times_its_error_and_only_todays_rows(acme, clock):
 T = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 
 
-@pytest.mark.parametrize(("success", "failure", "expected"), [
-    (None, None, "never_ingested"),
-    (None, T - 30 * DAY, "error"),
-    (T - HOUR, T - HOUR + timedelta(microseconds=1), "error"),
-    (T - HOUR, T - HOUR, "healthy"),  # a failure at the same instant is not after it
-    (T - 48 * HOUR, None, "healthy"),
-    (T - 48 * HOUR - timedelta(microseconds=1), None, "stale"),
-    (T - 7 * DAY, None, "stale"),
-    (T - 7 * DAY - timedelta(microseconds=1), None, "error"),
-    (T + HOUR, None, "healthy"),  # a clock skewed ahead is no reason to alarm
-])
+@pytest.mark.parametrize(
+    ("success", "failure", "expected"),
+    [
+        (None, None, "never_ingested"),
+        (None, T - 30 * DAY, "error"),
+        (T - HOUR, T - HOUR + timedelta(microseconds=1), "error"),
+        (T - HOUR, T - HOUR, "healthy"),  # a failure at the same instant is not after it
+        (T - 48 * HOUR, None, "healthy"),
+        (T - 48 * HOUR - timedelta(microseconds=1), None, "stale"),
+        (T - 7 * DAY, None, "stale"),
+        (T - 7 * DAY - timedelta(microseconds=1), None, "error"),
+        (T + HOUR, None, "healthy"),  # a clock skewed ahead is no reason to alarm
+    ],
+)
 def test_status_follows_the_rule_first_match_wins(success, failure, expected):
     assert freshness.status(success, failure, T) == expected
 
@@ -153,8 +193,9 @@ def test_the_overall_status_is_the_worst_and_none_is_never_ingested():
     assert freshness.overall(["never_ingested", "error", "stale"]) == "error"
 
 
-instants = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1),
-                        timezones=st.just(UTC))
+instants = st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
+)
 maybe = st.none() | instants
 ages = st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=60))
 
@@ -164,8 +205,7 @@ def test_status_is_always_one_of_the_four(success, failure, now):
     assert freshness.status(success, failure, now) in STATUSES
 
 
-@given(instants, st.timedeltas(min_value=timedelta(microseconds=1), max_value=timedelta(days=60)),
-       instants)
+@given(instants, st.timedeltas(min_value=timedelta(microseconds=1), max_value=timedelta(days=60)), instants)
 def test_a_failure_after_the_last_success_is_never_healthy(success, later, now):
     assert freshness.status(success, success + later, now) == "error"
 
@@ -173,8 +213,10 @@ def test_a_failure_after_the_last_success_is_never_healthy(success, later, now):
 @given(instants, ages, ages)
 def test_a_success_only_source_only_gets_worse_as_it_ages(success, first, second):
     younger, older = sorted([first, second])
-    assert (freshness.SEVERITY[freshness.status(success, None, success + younger)]
-            <= freshness.SEVERITY[freshness.status(success, None, success + older)])
+    assert (
+        freshness.SEVERITY[freshness.status(success, None, success + younger)]
+        <= freshness.SEVERITY[freshness.status(success, None, success + older)]
+    )
     assert freshness.status(success, None, success + older) != "never_ingested"
 
 
@@ -186,8 +228,12 @@ def two_tenants(acme, globex, clock):
     """Acme's feed healthy; Globex's failing with an error that names its host."""
     now = clock.now()
     record(feed_of(acme, "acme-equities"), success=now - HOUR)
-    record(feed_of(globex, "globex-futures"), success=now - 2 * HOUR, failure=now - HOUR,
-           error="connect to globex-internal.example:8443 refused")
+    record(
+        feed_of(globex, "globex-futures"),
+        success=now - 2 * HOUR,
+        failure=now - HOUR,
+        error="connect to globex-internal.example:8443 refused",
+    )
 
 
 @pytest.mark.django_db
@@ -216,7 +262,8 @@ def test_a_platform_operator_sees_every_tenants_feeds_and_the_worst_of_all(two_t
     body = seen_by(staff("olga", operator=True))
     assert body["status"] == "error"
     assert [(s["feed"], s["status"]) for s in body["sources"]] == (
-        [("acme-equities", "healthy")] * 3 + [("globex-futures", "error")] * 3)
+        [("acme-equities", "healthy")] * 3 + [("globex-futures", "error")] * 3
+    )
     assert body["sources"][-1]["last_error"] == "connect to globex-internal.example:8443 refused"
 
 
@@ -244,8 +291,7 @@ def test_a_disabled_feed_does_not_count(acme, clock):
     record(feed_of(acme), success=clock.now() - HOUR)
     record(feed_of(acme, "retired", enabled=False), failure=clock.now() - HOUR, error="gone")
     assert anonymous()["status"] == "healthy"
-    assert {s["feed"] for s in seen_by(staff("olga", operator=True))["sources"]} == {
-        "cn-equities"}
+    assert {s["feed"] for s in seen_by(staff("olga", operator=True))["sources"]} == {"cn-equities"}
 
 
 # --- bad requests ------------------------------------------------------------------------
@@ -261,14 +307,18 @@ def test_a_write_is_405_for_anyone(method, acme, clock):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("query", "headers", "expected"), [
-    ({"format": "yaml"}, {}, 404),  # a format the view does not render
-    ({}, {"HTTP_ACCEPT": "application/xml"}, 406),
-    ({}, {"HTTP_AUTHORIZATION": "Token not-a-token"}, 401),  # a bad token is not anonymous
-    ({"feed": "'; DROP TABLE x; --", "status": ["a", "b"], "limit": "-1"}, {}, 200),
-])
+@pytest.mark.parametrize(
+    ("query", "headers", "expected"),
+    [
+        ({"format": "yaml"}, {}, 404),  # a format the view does not render
+        ({}, {"HTTP_ACCEPT": "application/xml"}, 406),
+        ({}, {"HTTP_AUTHORIZATION": "Token not-a-token"}, 401),  # a bad token is not anonymous
+        ({"feed": "'; DROP TABLE x; --", "status": ["a", "b"], "limit": "-1"}, {}, 200),
+    ],
+)
 def test_a_bad_query_or_header_is_refused_or_ignored_never_a_server_error(
-        acme, clock, query, headers, expected):
+    acme, clock, query, headers, expected
+):
     feed_of(acme)
     answer = APIClient().get(URL, query, **headers)
     assert answer.status_code == expected, answer.content
@@ -293,8 +343,7 @@ def test_answers_with_sources_of_every_kind_keep_the_openapi_contract(two_tenant
     here each identity's answer lists healthy, failing and never-ingested ones (null
     times included) and is checked against the schema the same way."""
     feed_of(acme, "never")
-    schema = schemathesis.openapi.from_dict(SchemaGenerator().get_schema(request=None,
-                                                                         public=True))
+    schema = schemathesis.openapi.from_dict(SchemaGenerator().get_schema(request=None, public=True))
     schema.app = WSGIHandler()
     operation = schema["/quality/status"]["GET"]
     users = [staff("olga", operator=True), staff("alice", of=acme), staff("mallory")]

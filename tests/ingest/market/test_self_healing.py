@@ -47,8 +47,7 @@ def market():
 
 @pytest.fixture
 def feed(acme, market) -> MarketFeed:
-    return MarketFeed.objects.create(tenant=acme, name="cn-equities", api_url=market.url,
-                                     token="demo-token")
+    return MarketFeed.objects.create(tenant=acme, name="cn-equities", api_url=market.url, token="demo-token")
 
 
 @pytest.fixture(autouse=True)
@@ -68,8 +67,9 @@ def calendar(feed: MarketFeed, clock) -> None:
 
 
 def days_with_bars(feed: MarketFeed) -> list[date]:
-    return sorted(DailyBar.objects.filter(feed=feed).order_by()
-                  .values_list("trade_date", flat=True).distinct())
+    return sorted(
+        DailyBar.objects.filter(feed=feed).order_by().values_list("trade_date", flat=True).distinct()
+    )
 
 
 def run_batch(clock, market: FakeMarket, at: datetime) -> None:
@@ -98,8 +98,7 @@ def test_a_fetch_that_fails_twice_then_succeeds_is_retried_by_the_engine(clock, 
     assert freshness.status(row.last_success, row.last_failure, clock.now()) == "healthy"
 
 
-def test_three_transient_failures_fail_the_load_naming_the_api_and_the_last_error(
-        clock, feed, market):
+def test_three_transient_failures_fail_the_load_naming_the_api_and_the_last_error(clock, feed, market):
     calendar(feed, clock)
     market.fail("daily", "timeout", times=1)
     market.fail("daily", "reset", times=1)
@@ -115,9 +114,10 @@ def test_three_transient_failures_fail_the_load_naming_the_api_and_the_last_erro
     assert row.last_error == queued.error
 
 
-@pytest.mark.parametrize(("kind", "why"), [("401", "authentication refused"),
-                                           ("429", "rate limited"),
-                                           ("rate_limit", "rate limited")])
+@pytest.mark.parametrize(
+    ("kind", "why"),
+    [("401", "authentication refused"), ("429", "rate limited"), ("rate_limit", "rate limited")],
+)
 def test_authentication_errors_and_rate_limits_are_not_retried(clock, feed, market, kind, why):
     calendar(feed, clock)
     market.fail("daily", kind, times=1)
@@ -143,8 +143,7 @@ def test_the_first_batch_on_an_empty_table_fills_at_most_three_days(clock, feed,
     assert done.status == BatchStatus.SUCCEEDED
     # The look-back's open days are Oct 26-30 (Mon-Fri); the three newest are filled.
     assert done.gaps == ["2026-10-30", "2026-10-29", "2026-10-28"]
-    assert days_with_bars(feed) == [date(2026, 10, 28), date(2026, 10, 29), date(2026, 10, 30),
-                                    MONDAY]
+    assert days_with_bars(feed) == [date(2026, 10, 28), date(2026, 10, 29), date(2026, 10, 30), MONDAY]
     assert Instrument.objects.filter(feed=feed).count() == INSTRUMENTS
     assert TradingDay.objects.filter(feed=feed, cal_date=MONDAY, is_open=True).exists()
     # The next day's batch heals what is left of its own 7 days (from Oct 27); Oct 26 is
@@ -168,7 +167,11 @@ def test_a_closed_day_in_the_calendar_is_no_gap(clock, feed, market):
     calendar(feed, clock)
     TradingDay.objects.filter(feed=feed, cal_date=date(2026, 10, 29)).update(is_open=False)
     assert batch.gaps(feed, since=date(2026, 10, 26), before=MONDAY) == [
-        date(2026, 10, 30), date(2026, 10, 28), date(2026, 10, 27), date(2026, 10, 26)]
+        date(2026, 10, 30),
+        date(2026, 10, 28),
+        date(2026, 10, 27),
+        date(2026, 10, 26),
+    ]
 
 
 def test_the_same_day_loaded_twice_leaves_the_same_rows(clock, feed, market):
@@ -184,14 +187,12 @@ def test_the_same_day_loaded_twice_leaves_the_same_rows(clock, feed, market):
 
 def test_a_day_already_being_loaded_is_not_queued_twice(clock, feed):
     first = batch.queue_loads(feed, [date(2026, 10, 30)], LoadTrigger.OPERATOR)
-    again = batch.queue_loads(feed, [date(2026, 10, 30), date(2026, 10, 29)],
-                              LoadTrigger.OPERATOR)
+    again = batch.queue_loads(feed, [date(2026, 10, 30), date(2026, 10, 29)], LoadTrigger.OPERATOR)
     assert [load.trade_date for load in again] == [date(2026, 10, 29)]
     assert batch.covering(feed, [date(2026, 10, 30)]) == {date(2026, 10, 30): first[0]}
 
 
-def test_a_batch_not_yet_published_is_retried_then_fails_and_heals_the_next_day(
-        clock, feed, market):
+def test_a_batch_not_yet_published_is_retried_then_fails_and_heals_the_next_day(clock, feed, market):
     market.set_missing_day(MONDAY)
     run_batch(clock, market, DUE)
     done = DailyBatch.objects.get(market_date=MONDAY)
@@ -228,31 +229,32 @@ def test_a_reload_makes_the_day_what_the_api_says_it_is(clock, feed, market):
     calendar(feed, clock)
     load(feed, date(2026, 10, 30))
     drain(clock)
-    DailyBar.objects.create(feed=feed, ts_code="999999.SH", trade_date=date(2026, 10, 30),
-                            open=1, high=1, low=1, close=1)
+    DailyBar.objects.create(
+        feed=feed, ts_code="999999.SH", trade_date=date(2026, 10, 30), open=1, high=1, low=1, close=1
+    )
     DailyBar.objects.filter(feed=feed, ts_code="600000.SH").update(close=0.01)
     again = load(feed, date(2026, 10, 30))
     drain(clock)
     result = Job.objects.get(pk=again.job_id).result
     assert (result["written"], result["removed"]) == (1, 1)
     assert not DailyBar.objects.filter(ts_code="999999.SH").exists()
-    assert DailyBar.objects.filter(feed=feed, trade_date=date(2026, 10, 30)).count() == (
-        INSTRUMENTS - 2)
+    assert DailyBar.objects.filter(feed=feed, trade_date=date(2026, 10, 30)).count() == (INSTRUMENTS - 2)
 
 
 def test_a_bad_row_from_the_api_fails_the_load_naming_it_and_writes_nothing(clock, feed):
     from ingest.market import datasets
     from ingest.market.client import BadAnswer, Table
 
-    items = [["600000.SH", "20261030", 1.0, 2.0, 0.5, 1.5, None, None, None, None, None],
-             ["600001.SH", "2026-10-30", 1.0, 2.0, 0.5, 1.5, None, None, None, None, None]]
+    items = [
+        ["600000.SH", "20261030", 1.0, 2.0, 0.5, 1.5, None, None, None, None, None],
+        ["600001.SH", "2026-10-30", 1.0, 2.0, 0.5, 1.5, None, None, None, None, None],
+    ]
     with pytest.raises(BadAnswer, match="item 1's trade_date is not a YYYYMMDD date"):
         datasets.upsert_daily(feed, date(2026, 10, 30), Table(datasets.DAILY.fields, items))
     assert not DailyBar.objects.exists()
 
 
-def test_a_feed_at_an_address_the_outbound_rules_refuse_is_never_called(clock, feed, market,
-                                                                         settings):
+def test_a_feed_at_an_address_the_outbound_rules_refuse_is_never_called(clock, feed, market, settings):
     settings.INTAKE_HTTP_ALLOW = []
     calendar(feed, clock)
     assert sum(market.calls.values()) == 0
@@ -268,13 +270,15 @@ def test_a_load_whose_job_ended_without_it_is_failed_by_the_next_tick(clock, fee
     stuck.refresh_from_db()
     assert stuck.status == LoadStatus.FAILED
     assert stuck.error == f"its job {stuck.job_id} ended without finishing the load"
-    assert [again.trade_date for again in batch.queue_loads(
-        feed, [date(2026, 10, 30)], LoadTrigger.OPERATOR)] == [date(2026, 10, 30)]
+    assert [
+        again.trade_date for again in batch.queue_loads(feed, [date(2026, 10, 30)], LoadTrigger.OPERATOR)
+    ] == [date(2026, 10, 30)]
 
 
 def test_a_batch_whose_plan_never_ran_is_settled_hours_later(clock, feed, market):
-    stalled = DailyBatch.objects.create(feed=feed, market_date=MONDAY, status=BatchStatus.RUNNING,
-                                        due_at=DUE, started_at=DUE)
+    stalled = DailyBatch.objects.create(
+        feed=feed, market_date=MONDAY, status=BatchStatus.RUNNING, due_at=DUE, started_at=DUE
+    )
     run_batch(clock, market, DUE + timedelta(hours=6, minutes=5))
     stalled.refresh_from_db()
     assert stalled.status == BatchStatus.FAILED
@@ -284,8 +288,9 @@ def test_a_batch_whose_plan_never_ran_is_settled_hours_later(clock, feed, market
 def test_a_closed_day_answered_empty_leaves_its_bars_alone(clock, feed, market):
     calendar(feed, clock)
     saturday = date(2026, 10, 31)
-    DailyBar.objects.create(feed=feed, ts_code="600000.SH", trade_date=saturday, open=1,
-                            high=1, low=1, close=1)
+    DailyBar.objects.create(
+        feed=feed, ts_code="600000.SH", trade_date=saturday, open=1, high=1, low=1, close=1
+    )
     done = load(feed, saturday)
     drain(clock)
     done.refresh_from_db()
@@ -299,6 +304,5 @@ def test_an_answer_over_the_size_bound_fails_the_load_at_once(clock, feed, marke
     over = load(feed, date(2026, 10, 30))
     drain(clock)
     over.refresh_from_db()
-    assert (over.status, over.error) == (LoadStatus.FAILED,
-                                         "daily: the answer is over 1,000 bytes")
+    assert (over.status, over.error) == (LoadStatus.FAILED, "daily: the answer is over 1,000 bytes")
     assert market.calls["daily"] == 1

@@ -32,14 +32,16 @@ STAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (OK|ALERT)[ :]")
 
 
 def feed_of(tenant, name: str = "cn-equities", **fields) -> MarketFeed:
-    return MarketFeed.objects.create(tenant=tenant, name=name, api_url="http://127.0.0.1:9/",
-                                     token="t", **fields)
+    return MarketFeed.objects.create(
+        tenant=tenant, name=name, api_url="http://127.0.0.1:9/", token="t", **fields
+    )
 
 
 def bars(feed: MarketFeed, day: date, count: int = ENOUGH) -> None:
     DailyBar.objects.bulk_create(
-        DailyBar(feed=feed, ts_code=f"{n:06d}.SZ", trade_date=day, open=10.0, high=10.5,
-                 low=9.5, close=10.2) for n in range(count))
+        DailyBar(feed=feed, ts_code=f"{n:06d}.SZ", trade_date=day, open=10.0, high=10.5, low=9.5, close=10.2)
+        for n in range(count)
+    )
 
 
 def check(*args: str) -> tuple[int, list[str]]:
@@ -65,13 +67,13 @@ def feed(acme) -> MarketFeed:
 @pytest.mark.django_db
 def test_all_ok_exits_0_with_a_line_per_check_and_a_summary(feed, clock):
     bars(feed, FRIDAY)
-    SourceFreshness.objects.create(feed=feed, dataset=Dataset.DAILY,
-                                   last_success=clock.now() - timedelta(hours=3))
+    SourceFreshness.objects.create(
+        feed=feed, dataset=Dataset.DAILY, last_success=clock.now() - timedelta(hours=3)
+    )
     code, lines = check()
     assert code == 0
     assert lines == [
-        "OK acme/cn-equities latest-daily: latest trade date 2026-10-30, 3 day(s) ago "
-        "(at most 3)",
+        "OK acme/cn-equities latest-daily: latest trade date 2026-10-30, 3 day(s) ago (at most 3)",
         "OK acme/cn-equities last-attempts: no source's last attempt failed",
         "OK acme/cn-equities row-count: 4,000 rows on 2026-10-30 (at least 4,000)",
         "OK: 0 alert(s) in 3 check(s)",
@@ -83,8 +85,9 @@ def test_a_latest_daily_date_too_old_is_an_alert(feed, clock):
     bars(feed, FRIDAY - timedelta(days=1))
     code, lines = check()
     assert code == 1
-    assert lines[0] == ("ALERT acme/cn-equities latest-daily: latest trade date 2026-10-29, "
-                        "4 day(s) ago (at most 3)")
+    assert lines[0] == (
+        "ALERT acme/cn-equities latest-daily: latest trade date 2026-10-29, 4 day(s) ago (at most 3)"
+    )
     assert lines[-1] == "ALERT: 1 alert(s) in 3 check(s)"
 
 
@@ -92,9 +95,11 @@ def test_a_latest_daily_date_too_old_is_an_alert(feed, clock):
 def test_no_bars_at_all_is_an_alert_and_no_row_count_is_made_up(feed, clock):
     code, lines = check()
     assert code == 1
-    assert lines == ["ALERT acme/cn-equities latest-daily: no daily bars at all",
-                     "OK acme/cn-equities last-attempts: no source's last attempt failed",
-                     "ALERT: 1 alert(s) in 2 check(s)"]
+    assert lines == [
+        "ALERT acme/cn-equities latest-daily: no daily bars at all",
+        "OK acme/cn-equities last-attempts: no source's last attempt failed",
+        "ALERT: 1 alert(s) in 2 check(s)",
+    ]
 
 
 @pytest.mark.django_db
@@ -103,18 +108,24 @@ def test_a_source_whose_last_attempt_failed_is_an_alert_on_one_line(feed, clock)
     finding per line."""
     now = clock.now()
     bars(feed, FRIDAY)
-    SourceFreshness.objects.create(feed=feed, dataset=Dataset.DAILY,
-                                   last_success=now - timedelta(hours=2),
-                                   last_failure=now - timedelta(hours=1),
-                                   last_error="daily: HTTP 503 from the API\nTraceback:\n  boom")
-    SourceFreshness.objects.create(feed=feed, dataset=Dataset.CALENDAR,  # recovered since
-                                   last_success=now - timedelta(hours=1),
-                                   last_failure=now - timedelta(hours=2), last_error="timeout")
+    SourceFreshness.objects.create(
+        feed=feed,
+        dataset=Dataset.DAILY,
+        last_success=now - timedelta(hours=2),
+        last_failure=now - timedelta(hours=1),
+        last_error="daily: HTTP 503 from the API\nTraceback:\n  boom",
+    )
+    SourceFreshness.objects.create(
+        feed=feed,
+        dataset=Dataset.CALENDAR,  # recovered since
+        last_success=now - timedelta(hours=1),
+        last_failure=now - timedelta(hours=2),
+        last_error="timeout",
+    )
     code, lines = check()
     assert code == 1
     assert lines == [
-        "OK acme/cn-equities latest-daily: latest trade date 2026-10-30, 3 day(s) ago "
-        "(at most 3)",
+        "OK acme/cn-equities latest-daily: latest trade date 2026-10-30, 3 day(s) ago (at most 3)",
         "ALERT acme/cn-equities daily: last attempt failed at 2026-11-02 08:00 UTC: "
         "daily: HTTP 503 from the API Traceback: boom",
         "OK acme/cn-equities row-count: 4,000 rows on 2026-10-30 (at least 4,000)",
@@ -125,12 +136,12 @@ def test_a_source_whose_last_attempt_failed_is_an_alert_on_one_line(feed, clock)
 @pytest.mark.django_db
 def test_a_source_that_only_ever_failed_is_an_alert(feed, clock):
     bars(feed, FRIDAY)
-    SourceFreshness.objects.create(feed=feed, dataset=Dataset.INSTRUMENTS,
-                                   last_failure=clock.now(), last_error="401")
+    SourceFreshness.objects.create(
+        feed=feed, dataset=Dataset.INSTRUMENTS, last_failure=clock.now(), last_error="401"
+    )
     code, lines = check()
     assert code == 1
-    assert "ALERT acme/cn-equities stock_basic: last attempt failed at 2026-11-02 09:00 UTC: " \
-           "401" in lines
+    assert "ALERT acme/cn-equities stock_basic: last attempt failed at 2026-11-02 09:00 UTC: 401" in lines
 
 
 @pytest.mark.django_db
@@ -170,10 +181,13 @@ def test_each_tenants_feed_is_checked_and_named_with_its_tenant(two_tenants):
     code, lines = check()
     assert code == 1
     assert [line.split(":")[0] for line in lines] == [
-        "OK acme/cn-equities latest-daily", "OK acme/cn-equities last-attempts",
+        "OK acme/cn-equities latest-daily",
+        "OK acme/cn-equities last-attempts",
         "OK acme/cn-equities row-count",
-        "ALERT globex/cn-equities latest-daily", "OK globex/cn-equities last-attempts",
-        "ALERT"]
+        "ALERT globex/cn-equities latest-daily",
+        "OK globex/cn-equities last-attempts",
+        "ALERT",
+    ]
 
 
 @pytest.mark.django_db
@@ -185,11 +199,14 @@ def test_tenant_and_feed_narrow_the_check(two_tenants):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("args", "message"), [
-    (["--feed", "nope"], "no enabled market feed named 'nope'"),
-    (["--feed", "retired"], "no enabled market feed named 'retired'"),
-    (["--tenant", "initech"], "no tenant 'initech'"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--feed", "nope"], "no enabled market feed named 'nope'"),
+        (["--feed", "retired"], "no enabled market feed named 'retired'"),
+        (["--tenant", "initech"], "no tenant 'initech'"),
+    ],
+)
 def test_nothing_to_check_is_a_usage_error_exit_2_not_an_alert(two_tenants, args, message):
     with pytest.raises(CommandError) as error:
         check(*args)
@@ -198,8 +215,7 @@ def test_nothing_to_check_is_a_usage_error_exit_2_not_an_alert(two_tenants, args
 
 
 @pytest.mark.django_db
-def test_a_log_it_cannot_append_to_is_exit_2_after_the_findings_are_printed(
-        two_tenants, tmp_path):
+def test_a_log_it_cannot_append_to_is_exit_2_after_the_findings_are_printed(two_tenants, tmp_path):
     out = StringIO()
     with pytest.raises(CommandError) as error:
         call_command("ingest_check", "--tenant", "acme", "--log", str(tmp_path), stdout=out)
@@ -227,20 +243,21 @@ def test_a_healthy_feed_exits_0_from_a_real_process(processes, acme):  # noqa: F
     now = timezone.now()
     feed = feed_of(acme)
     bars(feed, freshness.market_date(now))
-    SourceFreshness.objects.create(feed=feed, dataset=Dataset.DAILY,
-                                   last_success=now - timedelta(hours=1))
+    SourceFreshness.objects.create(feed=feed, dataset=Dataset.DAILY, last_success=now - timedelta(hours=1))
     code, lines, stderr = ingest_check(processes, "ok")
     assert code == 0, stderr
     assert [line.split(":")[0] for line in lines] == [
-        "OK acme/cn-equities latest-daily", "OK acme/cn-equities last-attempts",
-        "OK acme/cn-equities row-count", "OK"]
+        "OK acme/cn-equities latest-daily",
+        "OK acme/cn-equities last-attempts",
+        "OK acme/cn-equities row-count",
+        "OK",
+    ]
     assert lines[-1] == "OK: 0 alert(s) in 3 check(s)"
 
 
 @pytest.mark.system
 @pytest.mark.django_db(transaction=True)
-def test_an_alert_exits_1_from_a_real_process_and_each_run_appends_to_the_log(
-        processes, acme, tmp_path):  # noqa: F811 (the fixture)
+def test_an_alert_exits_1_from_a_real_process_and_each_run_appends_to_the_log(processes, acme, tmp_path):  # noqa: F811 (the fixture)
     now = timezone.now()
     feed = feed_of(acme)
     bars(feed, freshness.market_date(now) - timedelta(days=10), 10)

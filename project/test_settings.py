@@ -20,8 +20,8 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast log
 # some send wrong tokens on purpose. The throttle tests set their own rates.
 REST_FRAMEWORK = {
     **REST_FRAMEWORK,  # noqa: F405
-    "DEFAULT_THROTTLE_RATES": dict.fromkeys(THROTTLE_RATES, "100000/s"),
-}  # noqa: F405
+    "DEFAULT_THROTTLE_RATES": dict.fromkeys(THROTTLE_RATES, "100000/s"),  # noqa: F405
+}
 
 # This test run's own throttle counts (its subprocesses inherit the name): never those of
 # another run or of the development server.

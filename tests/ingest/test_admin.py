@@ -515,7 +515,8 @@ def test_an_operator_adds_an_entry_offered_to_some_tenants(admin_client, acme):
     [
         (
             {"parameters": '[{"name": "max", "type": "float"}]'},
-            "parameter &#x27;max&#x27;: type &#x27;float&#x27; is not one of string, integer, boolean, choice",
+            "parameter &#x27;max&#x27;: type &#x27;float&#x27; is not one of "
+            "string, integer, boolean, choice",
         ),
         (
             {"parameters": '[{"name": "max", "type": "integer", "min": 1, "max": 100, "default": 500}]'},

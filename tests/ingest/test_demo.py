@@ -48,8 +48,10 @@ def test_check_records_names_what_is_wrong(tmp_path, monkeypatch, capsys):
 @pytest.mark.system
 @pytest.mark.django_db(transaction=True)
 def test_the_demo_leaves_its_run_to_a_running_cluster_and_reports_when_it_finished(
-    settings, tmp_path, processes
-):  # noqa: F811 (the fixture)
+    settings,
+    tmp_path,
+    processes,  # noqa: F811 (the fixture)
+):
     settings.INGEST_FILE_ROOTS = [str(tmp_path)]
     settings.INTAKE_STAGING_URL = str(tmp_path / "staging")
     worker = processes.manage(

@@ -45,7 +45,7 @@ from tests.factors.builders import (
     plane_rows,
     report,
 )
-from tests.system.conftest import Proc, Processes, processes  # noqa: F401 (fixture)
+from tests.system.conftest import Proc, Processes
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
@@ -250,7 +250,7 @@ def pipeline_over(job: Job) -> bool:
 @pytest.mark.parametrize("ending", ["failed", "cancelled"])
 def test_an_abandoned_upload_is_never_read_and_retention_removes_only_its_rows(
     processes, gates, first, ending
-):  # noqa: F811 (the fixture)
+):
     gate = Gate()
     gates.append(gate)
     second = dispatch(first.travel, csv_bytes(HEADER, plane_rows(SECOND, start=FIRST))).job
@@ -313,7 +313,7 @@ def test_an_abandoned_upload_is_never_read_and_retention_removes_only_its_rows(
 # --- an upload that gets through -----------------------------------------------------------------
 
 
-def test_an_upload_killed_while_loading_and_while_switching_is_read_whole_once_done(processes, gates, first):  # noqa: F811 (the fixture)
+def test_an_upload_killed_while_loading_and_while_switching_is_read_whole_once_done(processes, gates, first):
     entries, load_row, job_row = Gate(), Gate(), Gate()
     gates.extend([entries, load_row, job_row])
     rows = plane_rows(SECOND, start=FIRST)

@@ -15,7 +15,6 @@ from jobs.testing import wait_until
 from tests.base import tenant
 from tests.ingest import builders
 from tests.kube_api import Behaviour, FakeCluster
-from tests.system.conftest import processes  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
@@ -32,7 +31,7 @@ BATCHES = 4
 
 def test_a_worker_killed_inside_run_hooks_leaves_each_hook_run_once_and_each_batch_published_once(
     processes, tmp_path
-):  # noqa: F811 (the fixture)
+):
     with FakeCluster() as cluster:
         cluster.behaviours[IMAGE] = Behaviour(run_seconds=0.5, create_seconds=0.2, log="ok\n")
         config = cluster.kubeconfig(tmp_path / "kubeconfig")

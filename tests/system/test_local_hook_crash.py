@@ -24,7 +24,6 @@ from jobs.testing import wait_until
 from tests.base import tenant
 from tests.ingest import builders
 from tests.ingest.hook_processes import kill_marked, marked
-from tests.system.conftest import processes  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
@@ -66,7 +65,7 @@ def hook_script(folder: Path, body: str) -> list[str]:
 
 def test_a_worker_killed_while_its_local_hook_runs_leaves_none_of_the_hooks_processes(
     processes, shared, token
-):  # noqa: F811 (the fixture)
+):
     # Each copy logs its start and end. The first also starts a ticking loop in a session
     # of its own, a background sleep and a double-forked one, and waits for them; the
     # second (the rescuer's) passes.
@@ -116,7 +115,7 @@ def test_a_worker_killed_while_its_local_hook_runs_leaves_none_of_the_hooks_proc
 
 def test_a_worker_that_lost_its_lease_while_its_local_hook_ran_cannot_write_its_late_result(
     processes, shared, token
-):  # noqa: F811 (the fixture)
+):
     # The first copy waits for the test's word, then says so; the second passes at once.
     release = shared / "release"
     command = hook_script(
@@ -163,7 +162,7 @@ def test_a_worker_that_lost_its_lease_while_its_local_hook_ran_cannot_write_its_
     assert IngestRecord.objects.filter(batch__run=run).count() == 2
 
 
-def test_a_local_hook_does_not_hold_up_the_next_batch_claimed_with_it(processes, shared, token):  # noqa: F811 (the fixture)
+def test_a_local_hook_does_not_hold_up_the_next_batch_claimed_with_it(processes, shared, token):
     """Batch 1's hooks and batch 2's fetch are due together, and one worker claims both:
     while batch 1's hook runs on it, the idle worker fetches batch 2."""
     command = hook_script(

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
+from tests import typecheck
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -23,6 +25,29 @@ def test_import_contracts_hold():
     lint = Path(sys.executable).with_name("lint-imports")
     result = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_code_is_linted_and_formatted():
+    """ruff's rules ([tool.ruff] in pyproject.toml) hold and ``ruff format`` has nothing to
+    change: run ``ruff format .`` and ``ruff check --fix .`` to put a change right."""
+    ruff = Path(sys.executable).with_name("ruff")
+    lint = subprocess.run([str(ruff), "check", "."], cwd=ROOT, capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    layout = subprocess.run([str(ruff), "format", "--check", "."], cwd=ROOT, capture_output=True, text=True)
+    assert layout.returncode == 0, layout.stdout + layout.stderr
+
+
+def test_type_errors_only_fall():
+    """No module has more mypy errors than tests/mypy-baseline.json allows, and a module
+    that has fewer has its count lowered there (``python -m tests.typecheck --update``)."""
+    found, lines = typecheck.run_mypy()
+    allowed = typecheck.baseline()
+    worse = typecheck.grown(found, allowed)
+    assert not worse, "more type errors than the baseline allows:\n" + "\n".join(
+        line for line in lines if typecheck.ERROR.match(line)["path"] in worse
+    )
+    better = typecheck.shrunk(found, allowed)
+    assert not better, f"fewer type errors than the baseline: lower it ({better})"
 
 
 def test_system_checks_pass():

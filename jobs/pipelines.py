@@ -56,6 +56,12 @@ def jobs_of(pipeline_id: uuid.UUID | str, within: QuerySet[Job] | None = None) -
     )
 
 
+def state_of(jobs: Iterable[Job]) -> str:
+    """A pipeline's state from its ``jobs``: running while any is unfinished; then failed,
+    cancelled, or succeeded."""
+    return summary(job.state for job in jobs)
+
+
 def summary(states: Iterable[str]) -> str:
     """A pipeline's state from its jobs' states: running while any job is unfinished, then
     failed, cancelled, or succeeded when all did."""

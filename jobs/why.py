@@ -91,6 +91,13 @@ def live_workers(now: datetime) -> QuerySet[Worker]:
     return Worker.objects.filter(last_seen_at__gte=now - timedelta(seconds=WORKER_STALE_SECONDS))
 
 
+def live_worker_count() -> int:
+    """How many engine workers heartbeat now; 0 when no cluster runs. For commands that
+    run jobs inline when alone: with a cluster running, they hand their jobs to it
+    instead of racing its workers for them."""
+    return live_workers(clock.now()).count()
+
+
 def _why_running(job: Job, now: datetime) -> str:
     """Running as it should, or held by a dead worker: then who will take it back, if
     anyone. Every live worker runs the reaper, whatever queues it serves; with none

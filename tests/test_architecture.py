@@ -1,12 +1,13 @@
-"""The engine's public API (``import jobs``) and how it is wired: explicit names that
-import while Django loads its apps, and functions that match the engine's. The import
-rules themselves (no cycles in ``jobs``, the core's layers, a core that imports none of
-the operator surfaces) are import-linter contracts, checked by ``tests/test_project.py``;
-here, that the core's contract names every module of the core."""
+"""The engine's public API (``import jobs``) and how it is wired: names that import while
+Django loads its apps, and are the engine's own objects once read. The import rules
+themselves (no cycles in ``jobs`` or a pipeline, the core's layers, a core that imports
+none of the operator surfaces) are import-linter contracts, checked by
+``tests/test_project.py``; here, that the core's contract names every module of the core."""
 
 from __future__ import annotations
 
-import inspect
+import ast
+import importlib
 import json
 import os
 import pkgutil
@@ -18,34 +19,89 @@ from pathlib import Path
 import pytest
 
 import jobs
-from jobs import engine, events, pipelines, public, sql, why
+from jobs import engine, events, pipelines, sql, why, worker
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The names whose modules need no model: they may be read before the apps are loaded.
+BEFORE_APPS = {
+    "ApiPayload",
+    "Backoff",
+    "Enqueued",
+    "Exponential",
+    "Fibonacci",
+    "Fixed",
+    "Handler",
+    "IllegalTransition",
+    "InvalidArgument",
+    "InvalidPayload",
+    "JobContext",
+    "LeaseLost",
+    "PermanentError",
+    "Prerequisite",
+    "Schedule",
+    "Snooze",
+    "TenantObject",
+    "TransientError",
+    "UnknownJobType",
+    "handler",
+    "now",
+    "redact_secrets",
+    "storable_json",
+    "without_traceback",
+}
+
+IMPORT_ALONE = """
+import json, sys
+before = set(sys.modules)
+import jobs
+print(json.dumps({"loaded": sorted(set(sys.modules) - before), "dir": dir(jobs)}))
+"""
+
 BEFORE_APPS_LOAD = """
 import json, sys
-import django.conf
+import django.apps, django.conf
 django.conf.settings.INSTALLED_APPS  # settings read, apps not loaded: as when Django imports jobs
+asked = []
+for check in ("check_apps_ready", "check_models_ready"):
+    real = getattr(django.apps.apps, check)
+    setattr(django.apps.apps, check, lambda real=real, check=check: asked.append(check) or real())
 import jobs
-print(json.dumps({"missing": [n for n in jobs.__all__ if not hasattr(jobs, n)],
-                  "loaded": sorted(m for m in sys.modules if m.startswith("jobs."))}))
+loaded = sorted(m for m in sys.modules if m.startswith("jobs."))
+read = {name: repr(getattr(jobs, name)) for name in sys.argv[1:]}
+print(json.dumps({"loaded": loaded, "asked": asked, "read": sorted(read),
+                  "models": "jobs.models" in sys.modules}))
 """
 
 
-def test_import_jobs_works_before_the_apps_are_loaded_and_reads_no_model():
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "project.test_settings"}
+def _python(code: str, *args: str, settings: bool = True) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    if settings:
+        env["DJANGO_SETTINGS_MODULE"] = "project.test_settings"
     result = subprocess.run(
-        [sys.executable, "-c", BEFORE_APPS_LOAD],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+        [sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout.splitlines()[-1])
-    assert report["missing"] == []
-    assert not {"jobs.models", "jobs.engine", "jobs.events", "jobs.why"} & set(report["loaded"])
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_import_jobs_imports_nothing_but_itself_and_lists_the_public_names():
+    """Without Django set up at all: nothing of the engine, nothing of Django."""
+    report = _python(IMPORT_ALONE, settings=False)
+    assert [m for m in report["loaded"] if m.startswith(("jobs", "django"))] == ["jobs"]
+    assert set(jobs.__all__) <= set(report["dir"])
+
+
+def test_import_jobs_works_before_the_apps_are_loaded_and_reads_no_model():
+    """As Django imports it, settings read and apps not loaded: the names of modules
+    without models can be read then too, and the registry is never asked for."""
+    report = _python(BEFORE_APPS_LOAD, *sorted(BEFORE_APPS))
+    assert report["read"] == sorted(BEFORE_APPS)
+    assert report["asked"] == []
+    assert report["models"] is False
+    assert not {"jobs.engine", "jobs.events", "jobs.why", "jobs.pipelines", "jobs.worker"} & set(
+        report["loaded"]
+    )
 
 
 def test_the_public_api_names_every_documented_name():
@@ -113,12 +169,47 @@ def test_the_public_api_names_every_documented_name():
         ("busy_pipelines", pipelines.busy),
         ("pipeline_jobs", pipelines.jobs_of),
         ("pipelines_over", pipelines.over),
+        ("pipeline_state", pipelines.state_of),
+        ("live_workers", why.live_worker_count),
+        ("run_until_idle", worker.run_until_idle),
         ("wake", engine.wake),
     ],
 )
-def test_each_public_function_has_the_signature_of_the_one_it_calls(name, target):
-    assert getattr(jobs, name) is getattr(public, name)
-    assert str(inspect.signature(getattr(public, name))) == str(inspect.signature(target))
+def test_each_public_function_is_the_engine_function_itself(name, target):
+    assert getattr(jobs, name) is target
+    assert vars(jobs)[name] is target  # kept: the next read is a plain attribute
+
+
+def test_type_checkers_see_the_objects_that_run_time_imports():
+    """The imports under TYPE_CHECKING in jobs/__init__.py name, for each public name,
+    the module and name that ``jobs.__getattr__`` imports."""
+    tree = ast.parse((ROOT / "jobs" / "__init__.py").read_text())
+    block = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+    )
+    imported = {
+        alias.asname or alias.name: (node.module, alias.name)
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    imported.pop("Job")  # for annotations only
+    assert imported == jobs._SOURCES
+    assert sorted(jobs.__all__) == sorted(jobs._SOURCES)
+    for name, (module, attribute) in jobs._SOURCES.items():
+        assert getattr(jobs, name) is getattr(importlib.import_module(module), attribute)
+
+
+def test_a_name_that_is_not_public_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'Job'"):
+        jobs.Job  # noqa: B018
+    assert not hasattr(jobs, "enqueu")
+
+
+def test_dir_lists_the_public_names():
+    assert set(jobs.__all__) <= set(dir(jobs))
 
 
 # The modules of jobs that are not its core: the operator surfaces, and the hooks through

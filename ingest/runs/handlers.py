@@ -186,15 +186,3 @@ def stop_hooks(ctx: jobs.JobContext) -> dict[str, Any]:
     except InfrastructureError as exc:
         raise jobs.TransientError(str(exc)) from exc
     return {"removed": removed}
-
-
-@jobs.handler("ingest.ReconcileRuns", max_attempts=1)
-def reconcile_runs(ctx: jobs.JobContext) -> dict[str, Any]:
-    """The safety net: a running run with nothing of its pipeline pending or running
-    (its last delivery failed, or died with its worker past its attempts) is failed,
-    with the reason its last failed job gave, instead of looking busy forever; and so
-    is a handoff whose ingestion job ended without starting its run."""
-    from ingest.scraping import services as scraping
-
-    settled = scraping.settle_stuck_handoffs() if scraping.handoffs_available() else 0
-    return {"failed": services.fail_stalled_runs(), "handoffs_settled": settled}

@@ -307,3 +307,19 @@ def test_text_postgresql_cannot_store_is_refused_by_name(listings):
         listings, "scrape-1", [{"external_id": "a", "payload": {"t": "a literal \\u0000"}}]
     )
     assert result.created == 1  # the text of an escape is not a NUL
+
+
+def test_the_scheduled_sweep_fails_stalled_runs_and_settles_stuck_handoffs(clock, acme, listings):
+    stalled = run_services.start_ingest(builders.source(acme, batches=1))
+    services.sync(listings, "scrape-1", refs(("a", 10)))
+    handoff = IngestionHandoff.objects.get()
+    for job in Job.objects.filter(state="pending"):
+        jobs.cancel(job, reason="lost")
+    clock.advance(120)
+    sweep = jobs.enqueue("ingest.ReconcileRuns")
+    assert run_next() == "succeeded"
+    sweep.refresh_from_db()
+    assert sweep.result == {"failed": [stalled.pk], "handoffs_settled": 1}
+    stalled.refresh_from_db()
+    handoff.refresh_from_db()
+    assert (stalled.status, handoff.status) == (RunStatus.FAILED, HandoffStatus.FAILED)

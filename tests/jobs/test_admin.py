@@ -24,8 +24,7 @@ from django.utils import timezone
 import jobs
 from ingest.runs.models import HookTemplate
 from jobs import engine
-from jobs.contrib.admin import CappedCountPaginator, rendering
-from jobs.contrib.admin import job as job_admin
+from jobs.contrib.admin import CappedCountPaginator, operations, rendering
 from jobs.models import Job, JobEvent, Worker
 from tests.base import make_job, staff, tenant
 from tests.jobs.builders import failed, grant, messages_of, operator, rows, running
@@ -322,7 +321,7 @@ def test_a_detail_button_changes_the_job_through_the_engine(client, clock, name)
     assert (event.actor, event.message) == (olga, "ticket 12")
     entry = LogEntry.objects.get(object_id=str(job.pk), action_flag=CHANGE)
     assert entry.user == olga and "via the admin: ticket 12" in entry.change_message
-    assert f"Job {job.pk} {job_admin.OPERATIONS[name].past}." in messages_of(response)
+    assert f"Job {job.pk} {operations.OPERATIONS[name].past}." in messages_of(response)
 
 
 def alive(worker: str, clock) -> None:
@@ -476,7 +475,7 @@ def test_confirming_a_bulk_action_changes_each_job_as_the_staff_user(client, clo
         assert job.events.get(kind=kind).actor == olga
         entry = LogEntry.objects.get(object_id=str(job.pk))
         assert (entry.user, entry.action_flag) == (olga, CHANGE)
-        assert entry.change_message.startswith(job_admin.ACTION_OPERATIONS[action].label)
+        assert entry.change_message.startswith(operations.ACTION_OPERATIONS[action].label)
     skipped.refresh_from_db()
     assert skipped.state == skipped_state
     assert not LogEntry.objects.filter(object_id=str(skipped.pk)).exists()

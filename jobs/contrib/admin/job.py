@@ -3,15 +3,13 @@ cancel, run now) that call the engine with the staff user as actor."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import redirect
@@ -22,7 +20,7 @@ from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import SafeString
 
-from jobs import clock, engine
+from jobs import clock
 from jobs.contrib.admin import dashboard
 from jobs.contrib.admin import pipeline as pipeline_page
 from jobs.contrib.admin import triage as triage_pages
@@ -40,6 +38,14 @@ from jobs.contrib.admin.lists import (
     job_search,
     pipeline_link,
     pretty_json,
+)
+from jobs.contrib.admin.operations import (
+    ACTION_OPERATIONS,
+    OPERATIONS,
+    TAKES_FROM_WORKER,
+    Operation,
+    may_operate,
+    operate,
 )
 from jobs.contrib.admin.rendering import (
     STATES_CSS,
@@ -59,45 +65,6 @@ State = Job.State
 
 TIMELINE_LIMIT = 200
 RELATED_LIMIT = 50
-
-
-# --- operator actions ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Operation:
-    """An operator transition offered by the admin. ``states`` only decides which buttons
-    and previews to show: the engine checks the state again under a row lock."""
-
-    name: str
-    label: str
-    past: str
-    states: tuple[str, ...]
-    apply: Callable[..., Job]
-
-    def allows(self, job: Job) -> bool:
-        return job.state in self.states
-
-
-OPERATIONS: dict[str, Operation] = {
-    op.name: op
-    for op in (
-        Operation("recover", "Recover", "recovered", engine.ACTION_STATES["recover"], engine.recover),
-        Operation("retry", "Retry", "retried", engine.ACTION_STATES["retry"], engine.retry),
-        Operation("cancel", "Cancel", "cancelled", engine.ACTION_STATES["cancel"], engine.cancel),
-        Operation("run_now", "Run now", "made due now", engine.ACTION_STATES["run_now"], engine.run_now),
-    )
-}
-# The bulk actions of the job list, by action name.
-ACTION_OPERATIONS: dict[str, Operation] = {
-    "recover_jobs": OPERATIONS["recover"],
-    "retry_jobs": OPERATIONS["retry"],
-    "cancel_jobs": OPERATIONS["cancel"],
-    "run_jobs_now": OPERATIONS["run_now"],
-}
-# Operations that take a running job from its worker: asked twice while that worker is
-# alive, since the job then really runs (its late result will be refused).
-TAKES_FROM_WORKER = {"recover", "cancel"}
 
 
 def _short_time(moment: Any) -> str:
@@ -156,7 +123,6 @@ class JobAdmin(admin.ModelAdmin):
     paginator = CappedCountPaginator
     change_form_template = "admin/jobs/job/change_form.html"
     actions = ["recover_jobs", "retry_jobs", "cancel_jobs", "run_jobs_now"]
-    operations = OPERATIONS
 
     class Media:
         css = {"all": [STATES_CSS]}
@@ -198,8 +164,7 @@ class JobAdmin(admin.ModelAdmin):
         return False
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        """Recover, retry, cancel and run now: staff granted the model's change permission."""
-        return request.user.has_perm("jobs.change_job")
+        return may_operate(request)
 
     def permitted_operations(self, request: HttpRequest) -> list[Operation]:
         return list(OPERATIONS.values()) if self.has_operate_permission(request) else []
@@ -403,7 +368,7 @@ class JobAdmin(admin.ModelAdmin):
         ):
             return self.confirm_operation(request, op, job, health.text)
         try:
-            self.apply(request, op, job, request.POST.get("reason", ""))
+            operate(self, request, op, job, request.POST.get("reason", ""))
         except IllegalTransition as exc:
             done, text = False, f"Job {job.pk} was not {op.past}: {exc}."
         else:
@@ -442,16 +407,6 @@ class JobAdmin(admin.ModelAdmin):
             target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
         )
         return target if target and safe else None
-
-    def apply(self, request: HttpRequest, op: Operation, job: Job, reason: str) -> Job:
-        """The engine transition (its JobEvent names the actor) and the admin log entry,
-        committed together."""
-        reason = reason.strip()[:500]
-        with transaction.atomic():
-            changed = op.apply(job, actor=request.user, reason=reason)
-            message = f"{op.label} via the admin" + (f": {reason}" if reason else "")
-            self.log_change(request, changed, message)
-        return changed
 
     # -- bulk actions --
 
@@ -504,7 +459,7 @@ class JobAdmin(admin.ModelAdmin):
         done = refused = 0
         for job in jobs:
             try:
-                self.apply(request, op, job, reason)
+                operate(self, request, op, job, reason)
                 done += 1
             except IllegalTransition:
                 refused += 1  # its state changed since the preview

@@ -21,23 +21,23 @@ from django.urls import URLPattern, path, re_path, reverse
 from django.utils.http import urlencode
 
 from jobs.contrib import triage
+from jobs.contrib.admin.operations import OPERATIONS, REASON_CHARS, may_operate, operate
 from jobs.contrib.admin.rendering import MAX_BULK, format_duration
 from jobs.errors import IllegalTransition
 from jobs.models import Job
 from tenancy.scoping import scope_queryset
 
 if TYPE_CHECKING:
-    from jobs.contrib.admin.job import JobAdmin
+    from django.contrib.admin import ModelAdmin
 
 # Jobs retried by one confirmation, newest first: the bulk actions' bound (one engine
 # transition per job; a page that took minutes to answer would be submitted twice).
 MAX_RETRY = MAX_BULK
 # Jobs named on the preview, beside the counts.
 PREVIEW_ROWS = 20
-REASON_CHARS = 500
 
 
-def urls(model_admin: JobAdmin) -> list[URLPattern]:
+def urls(model_admin: ModelAdmin[Job]) -> list[URLPattern]:
     """``admin:jobs_job_triage`` and ``admin:jobs_job_triage_retry``, for ``get_urls``."""
     view = model_admin.admin_site.admin_view
 
@@ -73,7 +73,7 @@ def _window(request: HttpRequest) -> str:
     return window
 
 
-def _context(model_admin: JobAdmin, request: HttpRequest, title: str) -> dict[str, Any]:
+def _context(model_admin: ModelAdmin[Job], request: HttpRequest, title: str) -> dict[str, Any]:
     request.current_app = model_admin.admin_site.name
     return {
         **model_admin.admin_site.each_context(request),
@@ -83,7 +83,7 @@ def _context(model_admin: JobAdmin, request: HttpRequest, title: str) -> dict[st
     }
 
 
-def groups_view(model_admin: JobAdmin, request: HttpRequest) -> TemplateResponse:
+def groups_view(model_admin: ModelAdmin[Job], request: HttpRequest) -> TemplateResponse:
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
     window = _window(request)
@@ -99,16 +99,16 @@ def groups_view(model_admin: JobAdmin, request: HttpRequest) -> TemplateResponse
         "rows": rows,
         "newest": triage.NEWEST,
         "more": triage.more_than(jobs, triage.window_start(window)),
-        "can_retry": model_admin.has_operate_permission(request),
+        "can_retry": may_operate(request),
         "limit": triage.GROUP_LIMIT,
     }
     return TemplateResponse(request, "admin/jobs/triage.html", context)
 
 
-def retry_view(model_admin: JobAdmin, request: HttpRequest, group: str) -> HttpResponse:
+def retry_view(model_admin: ModelAdmin[Job], request: HttpRequest, group: str) -> HttpResponse:
     """GET: the preview (how many jobs, which tenants, the first of them). POST with a
     reason: each job retried by the engine, as the staff user."""
-    if not model_admin.has_operate_permission(request):
+    if not may_operate(request):
         raise PermissionDenied
     window = _window(request)
     since = triage.window_start(window)
@@ -156,16 +156,20 @@ def _int(value: str | None) -> int | None:
 
 
 def _retry_all(
-    model_admin: JobAdmin, request: HttpRequest, chosen: list[Job], found: triage.FailureGroup, reason: str
+    model_admin: ModelAdmin[Job],
+    request: HttpRequest,
+    chosen: list[Job],
+    found: triage.FailureGroup,
+    reason: str,
 ) -> tuple[int, dict[str, int]]:
     """Each job retried by the engine; the refusals counted by their reason (retried by
     someone else since the preview, a key another job holds now)."""
-    retry = model_admin.operations["retry"]
+    retry = OPERATIONS["retry"]
     note = f"retried with its failure group “{found.pattern}”: {reason}"[:REASON_CHARS]
     done, refusals = 0, Counter[str]()
     for job in chosen:
         try:
-            model_admin.apply(request, retry, job, note)
+            operate(model_admin, request, retry, job, note)
         except IllegalTransition as exc:
             refusals[_cause(str(exc), job.pk)] += 1
             continue

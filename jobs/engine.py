@@ -404,7 +404,7 @@ def claim(
     SKIP LOCKED`` (concurrent claimers skip each other's rows instead of waiting), the
     update of state and lease, and the history rows, all or nothing. A job
     with a concurrency key also becomes ``is_current`` for its key, in a transaction of
-    its own; a concurrent claimer of the same key trips ``job_one_current_per_key`` and
+    its own; a concurrent claimer of the same key trips ``jobs_job_one_current_per_key`` and
     leaves the job alone. A tenant holding its share of the workers (``TENANT_SHARE``)
     has its jobs taken only after every other tenant's due ones.
     """
@@ -836,7 +836,7 @@ def wake(key: str) -> int:
     wake. Each gets a ``woken`` history row, and the workers serving its queue a NOTIFY.
     Runs in the caller's transaction, and takes effect when it commits (NOTIFY is
     delivered on commit). A key nobody waits on costs one probe of an almost empty
-    index (``job_wake_key_idx``).
+    index (``jobs_job_wake_key_idx``).
     """
     params = {
         "key": errors.wake_key(key, "key"),

@@ -1,9 +1,9 @@
 """The engine's tables. Only ``jobs.engine`` changes a job's state; see its docstring.
 
 The invariants the engine relies on are enforced here, by PostgreSQL:
-- one running job per concurrency key and key scope (``job_one_current_per_key``),
-- one unfinished job per unique key and tenant (``job_one_active_per_unique_key``),
-- one job waiting to start per pending key and tenant (``job_one_pending_per_key``),
+- one running job per concurrency key and key scope (``jobs_job_one_current_per_key``),
+- one unfinished job per unique key and tenant (``jobs_job_one_active_per_unique_key``),
+- one job waiting to start per pending key and tenant (``jobs_job_one_pending_per_key``),
 - a running job always carries a lease, a finished one a finish time,
 - a job waits on another at most once, and never on itself (``Dependency``).
 """
@@ -29,7 +29,7 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def waiting_to_start(self) -> JobQuerySet:
         """Pending jobs never claimed: the ones a pending key can name (keep in step with
-        ``job_one_pending_per_key``)."""
+        ``jobs_job_one_pending_per_key``)."""
         return self.filter(state=Job.State.PENDING, started_at__isnull=True)
 
     def due(self, now: datetime) -> JobQuerySet:
@@ -136,7 +136,7 @@ class Job(models.Model):
         null=True,
         blank=True,
         related_name="children",
-        db_index=False,  # job_parent_idx holds the jobs that have one
+        db_index=False,  # jobs_job_parent_idx holds the jobs that have one
     )
     # NULL, not "", means "no key": the partial unique indexes below ignore NULLs.
     concurrency_key = models.CharField(  # noqa: DJ001
@@ -196,7 +196,7 @@ class Job(models.Model):
         null=True,
         blank=True,
         related_name="jobs",
-        db_index=False,  # job_tenant_idx leads with it
+        db_index=False,  # jobs_job_tenant_idx leads with it
     )
 
     error_kind = models.CharField("error kind", max_length=20, choices=ErrorKind.choices, blank=True)
@@ -211,7 +211,7 @@ class Job(models.Model):
         null=True,
         blank=True,
         related_name="+",
-        db_index=False,  # job_created_by_idx holds the jobs that have one
+        db_index=False,  # jobs_job_created_by_idx holds the jobs that have one
     )
 
     objects = JobQuerySet.as_manager()
@@ -220,34 +220,34 @@ class Job(models.Model):
         ordering = ["-id"]
         constraints = [
             models.CheckConstraint(
-                name="job_state_valid",
+                name="jobs_job_state_valid",
                 condition=Q(state__in=["pending", "running", "succeeded", "failed", "cancelled"]),
             ),
             models.CheckConstraint(
-                name="job_attempts_within_max", condition=Q(attempts__lte=models.F("max_attempts"))
+                name="jobs_job_attempts_within_max", condition=Q(attempts__lte=models.F("max_attempts"))
             ),
-            models.CheckConstraint(name="job_max_attempts_positive", condition=Q(max_attempts__gte=1)),
+            models.CheckConstraint(name="jobs_job_max_attempts_positive", condition=Q(max_attempts__gte=1)),
             models.CheckConstraint(
-                name="job_running_has_lease",
+                name="jobs_job_running_has_lease",
                 condition=~Q(state="running")
                 | Q(lease_token__isnull=False, locked_at__isnull=False, lease_expires_at__isnull=False),
             ),
             models.CheckConstraint(
-                name="job_finished_has_time",
+                name="jobs_job_finished_has_time",
                 condition=~Q(state__in=["succeeded", "failed", "cancelled"]) | Q(finished_at__isnull=False),
             ),
-            models.CheckConstraint(name="job_progress_nonnegative", condition=Q(progress_done__gte=0)),
+            models.CheckConstraint(name="jobs_job_progress_nonnegative", condition=Q(progress_done__gte=0)),
             models.CheckConstraint(
-                name="job_current_needs_key",
+                name="jobs_job_current_needs_key",
                 condition=Q(is_current=False) | Q(concurrency_key__isnull=False),
             ),
-            models.CheckConstraint(name="job_key_scope_nonnegative", condition=Q(key_scope__gte=0)),
+            models.CheckConstraint(name="jobs_job_key_scope_nonnegative", condition=Q(key_scope__gte=0)),
             # The claim moves is_current to the new job in the same transaction; a second
             # claimer for the same key (in the same scope) trips this index and loses.
             models.UniqueConstraint(
                 fields=["key_scope", "concurrency_key"],
                 condition=Q(is_current=True),
-                name="job_one_current_per_key",
+                name="jobs_job_one_current_per_key",
             ),
             # Idempotent enqueue: while a keyed job is unfinished, a second insert conflicts.
             # Keys are per tenant (NULL, the platform, counts as one tenant), so one
@@ -256,7 +256,7 @@ class Job(models.Model):
                 fields=["tenant", "unique_key"],
                 condition=Q(state__in=["pending", "running"], unique_key__isnull=False),
                 nulls_distinct=False,
-                name="job_one_active_per_unique_key",
+                name="jobs_job_one_active_per_unique_key",
             ),
             # Coalesced requests: while a keyed job waits to start, a second insert
             # conflicts; its claim frees the key, so a request arriving while it runs
@@ -267,7 +267,7 @@ class Job(models.Model):
                 fields=["tenant", "pending_key"],
                 condition=Q(state="pending", started_at__isnull=True, pending_key__isnull=False),
                 nulls_distinct=False,
-                name="job_one_pending_per_key",
+                name="jobs_job_one_pending_per_key",
             ),
         ]
         indexes = [
@@ -275,55 +275,59 @@ class Job(models.Model):
             models.Index(
                 fields=["queue", "-priority", "id"],
                 condition=Q(state="pending"),
-                name="job_claim_idx",
+                name="jobs_job_claim_idx",
             ),
             # The reaper: running jobs whose lease ran out.
-            models.Index(fields=["lease_expires_at"], condition=Q(state="running"), name="job_lease_idx"),
+            models.Index(
+                fields=["lease_expires_at"], condition=Q(state="running"), name="jobs_job_lease_idx"
+            ),
             # Admin/API filters and the dashboard: by type and state, newest first.
-            models.Index(fields=["type", "state", "-id"], name="job_type_state_idx"),
-            models.Index(fields=["state", "-id"], name="job_state_idx"),
+            models.Index(fields=["type", "state", "-id"], name="jobs_job_type_state_idx"),
+            models.Index(fields=["state", "-id"], name="jobs_job_state_idx"),
             # Dashboard windows and retention: finished jobs by finish time.
             models.Index(
                 fields=["finished_at"],
                 condition=Q(finished_at__isnull=False),
-                name="job_finished_idx",
+                name="jobs_job_finished_idx",
             ),
             # Keyed lookups: "who holds this key" (the claim's check, the "why" line), and
             # tenant-scoped listings.
             models.Index(
                 fields=["concurrency_key", "key_scope", "state"],
-                name="job_key_idx",
+                name="jobs_job_key_idx",
                 condition=Q(concurrency_key__isnull=False),
             ),
             # The claim's "head of its key" check: the earliest pending jobs of a key.
             models.Index(
                 fields=["concurrency_key", "key_scope", "id"],
-                name="job_key_queue_idx",
+                name="jobs_job_key_queue_idx",
                 condition=Q(state="pending", concurrency_key__isnull=False),
             ),
-            models.Index(fields=["tenant", "-id"], name="job_tenant_idx"),
+            models.Index(fields=["tenant", "-id"], name="jobs_job_tenant_idx"),
             # Fair claims: which tenants' running jobs hold how many workers. Partial, so
             # that it stays empty (and free to probe) while no tenant's job runs.
             models.Index(
                 fields=["tenant", "locked_by"],
-                name="job_running_tenant_idx",
+                name="jobs_job_running_tenant_idx",
                 condition=Q(state="running", tenant__isnull=False),
             ),
             # A parent's children, a user's jobs (and deleting either): partial, because
             # most jobs have neither, and each index entry is paid by every enqueue.
-            models.Index(fields=["parent"], condition=Q(parent__isnull=False), name="job_parent_idx"),
+            models.Index(fields=["parent"], condition=Q(parent__isnull=False), name="jobs_job_parent_idx"),
             models.Index(
-                fields=["created_by"], condition=Q(created_by__isnull=False), name="job_created_by_idx"
+                fields=["created_by"], condition=Q(created_by__isnull=False), name="jobs_job_created_by_idx"
             ),
             # Failures in a window (the console's figures and failure triage): the
             # failed among the finished, which are mostly successes.
-            models.Index(fields=["finished_at"], condition=Q(state="failed"), name="job_failed_idx"),
+            models.Index(fields=["finished_at"], condition=Q(state="failed"), name="jobs_job_failed_idx"),
             # The admin's "rescued" filter, newest first: rescued jobs are rare, and
             # without it finding 50 of them would walk the whole table by id.
-            models.Index(fields=["-id"], condition=Q(rescues__gt=0), name="job_rescued_idx"),
+            models.Index(fields=["-id"], condition=Q(rescues__gt=0), name="jobs_job_rescued_idx"),
             # jobs.wake: the few jobs snoozed on a key. Empty while nothing waits, so a
             # wake that finds nothing costs one probe of an empty index.
-            models.Index(fields=["wake_key"], condition=Q(wake_key__isnull=False), name="job_wake_key_idx"),
+            models.Index(
+                fields=["wake_key"], condition=Q(wake_key__isnull=False), name="jobs_job_wake_key_idx"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -358,14 +362,14 @@ class Dependency(models.Model):
     class Meta:
         constraints = [
             # Also the claim's index: "does this job still wait on an unfinished one?"
-            models.UniqueConstraint(fields=["waiter", "prerequisite"], name="dependency_once"),
+            models.UniqueConstraint(fields=["waiter", "prerequisite"], name="jobs_dependency_once"),
             models.CheckConstraint(
-                name="dependency_not_on_itself", condition=~Q(waiter=models.F("prerequisite"))
+                name="jobs_dependency_not_on_itself", condition=~Q(waiter=models.F("prerequisite"))
             ),
         ]
         indexes = [
             # The pipeline graph and "who waits on this job".
-            models.Index(fields=["prerequisite"], name="dependency_prerequisite_idx"),
+            models.Index(fields=["prerequisite"], name="jobs_dependency_prereq_idx"),
         ]
 
     def __str__(self) -> str:
@@ -418,12 +422,12 @@ class JobEvent(models.Model):
         ordering = ["id"]
         indexes = [
             # A job's timeline, and stream replay after Last-Event-ID.
-            models.Index(fields=["job", "id"], name="jobevent_job_idx"),
+            models.Index(fields=["job", "id"], name="jobs_jobevent_job_idx"),
             # The dashboard's retries and rescues in a window (jobs/contrib/dashboard.py).
             models.Index(
                 fields=["at"],
                 condition=Q(kind__in=["retry_scheduled", "rescued"]),
-                name="jobevent_incident_idx",
+                name="jobs_jobevent_incident_idx",
             ),
         ]
 
@@ -477,7 +481,7 @@ class Delivery(models.Model):
         blank=True,
         related_name="+",
         verbose_name="quarantined by",
-        db_index=False,  # delivery_quarantined_by_idx holds the deliveries that have one
+        db_index=False,  # jobs_delivery_quarantiner_idx holds the deliveries that have one
     )
     # A default in the table too: publishing inserts deliveries with its own SQL.
     quarantine_reason = models.TextField("quarantine reason", blank=True, default="", db_default="")
@@ -485,9 +489,9 @@ class Delivery(models.Model):
     class Meta:
         verbose_name_plural = "deliveries"
         constraints = [
-            models.UniqueConstraint(fields=["event", "subscriber"], name="delivery_once_per_subscriber"),
+            models.UniqueConstraint(fields=["event", "subscriber"], name="jobs_delivery_once_per_subscriber"),
             models.CheckConstraint(
-                name="delivery_quarantine_has_reason",
+                name="jobs_delivery_quarantine_has_reason",
                 condition=Q(quarantined_at__isnull=True) | ~Q(quarantine_reason=""),
             ),
         ]
@@ -497,12 +501,12 @@ class Delivery(models.Model):
             models.Index(
                 fields=["subscriber"],
                 condition=Q(quarantined_at__isnull=False),
-                name="delivery_quarantined_idx",
+                name="jobs_delivery_quarantined_idx",
             ),
             models.Index(
                 fields=["quarantined_by"],
                 condition=Q(quarantined_by__isnull=False),
-                name="delivery_quarantined_by_idx",
+                name="jobs_delivery_quarantiner_idx",
             ),
         ]
 

@@ -88,8 +88,8 @@ def lag(deliveries: QuerySet[Delivery] | None = None) -> list[Lag]:
     """Per subscriber: undelivered, the oldest undelivered, failing, failed, quarantined.
 
     Two GROUP BYs that never read a delivered or cancelled delivery: the first starts from
-    the jobs that are pending, running or failed (job_claim_idx, job_lease_idx,
-    job_state_idx), the second from the quarantined deliveries (delivery_quarantined_idx).
+    the jobs that are pending, running or failed (jobs_job_claim_idx, jobs_job_lease_idx,
+    jobs_job_state_idx), the second from the quarantined deliveries (jobs_delivery_quarantined_idx).
     ``deliveries`` narrows both (a tenant's, say).
     """
     base = (Delivery.objects.all() if deliveries is None else deliveries).order_by()

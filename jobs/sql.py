@@ -110,8 +110,8 @@ def insert_jobs(
     references named in ``checked`` (those the caller gives) are looked up: a check that
     is not needed still costs its planning, a third of a small insert.
 
-    With keys, ``ON CONFLICT DO NOTHING`` lets ``job_one_active_per_unique_key`` and
-    ``job_one_pending_per_key`` skip the payloads whose key another job holds. Without
+    With keys, ``ON CONFLICT DO NOTHING`` lets ``jobs_job_one_active_per_unique_key`` and
+    ``jobs_job_one_pending_per_key`` skip the payloads whose key another job holds. Without
     them nothing can conflict (NULL keys are distinct, ids come from the sequence, no new
     row is ``is_current``), and a plain INSERT skips PostgreSQL's speculative insertion:
     about a quarter faster on large batches.
@@ -196,7 +196,7 @@ FROM event
 """
 
 
-# Every queue that has pending jobs, found by a "loose index scan" of job_claim_idx: one
+# Every queue that has pending jobs, found by a "loose index scan" of jobs_job_claim_idx: one
 # index probe per queue (then a NULL row, which ends the recursion), where SELECT DISTINCT
 # would read every pending row. One CTE of a WITH RECURSIVE.
 _PENDING_QUEUES_CTE = """
@@ -292,7 +292,7 @@ WHERE {_CLAIMABLE}
 
 
 # Per served queue, the best due jobs meeting ``condition``, read in the order of
-# job_claim_idx and locked so that concurrent claimers pass over each other's rows.
+# jobs_job_claim_idx and locked so that concurrent claimers pass over each other's rows.
 _PER_QUEUE = """
     SELECT c.id, c.priority, c.concurrency_key, {tier} AS tier
     FROM served CROSS JOIN LATERAL (
@@ -326,7 +326,7 @@ def claim(*, named_queues: bool, fair: bool = False) -> str:
     """Take up to ``%(limit)s`` due jobs and start the unkeyed ones, in one statement.
 
     ``picked``: per served queue, the due pending jobs in priority order, read from
-    ``job_claim_idx`` (queue, priority DESC, id WHERE pending) and locked with
+    ``jobs_job_claim_idx`` (queue, priority DESC, id WHERE pending) and locked with
     ``FOR UPDATE SKIP LOCKED`` so that concurrent claimers pass over each other's rows;
     then the best ``limit`` of them across queues. Walking the index per queue matters:
     ordering all pending rows by priority without a queue would sort the whole backlog
@@ -415,7 +415,7 @@ def wake() -> str:
     write their ``woken`` history rows (numbered with the attempt that snoozed, which
     runs again) and signal each of their queues; returns how many.
     Only those still asleep (pending, ``run_after`` ahead); read through
-    ``job_wake_key_idx``."""
+    ``jobs_job_wake_key_idx``."""
     return """
 WITH woken AS (
     UPDATE jobs_job SET run_after = %(now)s, wake_key = NULL

@@ -53,7 +53,7 @@ BUCKETS: dict[str, timedelta] = {
 # How many jobs the oldest-due and stuck lists show.
 LIST_LIMIT = 10
 
-# Counted from the history; this order matches the partial index jobevent_incident_idx.
+# Counted from the history; this order matches the partial index jobs_jobevent_incident_idx.
 INCIDENT_KINDS = [JobEvent.Kind.RETRY_SCHEDULED, JobEvent.Kind.RESCUED]
 
 
@@ -123,7 +123,7 @@ def parse_window(name: str) -> timedelta:
 
 def finished_by_type(since: datetime, until: datetime, *, jobs: QuerySet[Job] | None = None) -> QuerySet[Job]:
     """One GROUP BY over jobs finished in ``[since, until]`` (a range scan of
-    ``job_finished_idx``): per type the outcome counts and both duration percentiles.
+    ``jobs_job_finished_idx``): per type the outcome counts and both duration percentiles.
 
     Durations span first start to finish, retries included, and cover succeeded and
     failed jobs only: a cancellation's timing is an operator's, not the handler's.
@@ -153,7 +153,7 @@ def incidents_by_type(
     since: datetime, until: datetime, *, events: QuerySet[JobEvent] | None = None
 ) -> QuerySet[JobEvent]:
     """Retries scheduled and rescues per job type, from the history rows in the window
-    (a range scan of the partial index ``jobevent_incident_idx``)."""
+    (a range scan of the partial index ``jobs_jobevent_incident_idx``)."""
     return _incidents_in(since, until, events).values("job__type").annotate(**_incident_counts())
 
 

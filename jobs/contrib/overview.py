@@ -103,7 +103,7 @@ def queue_heads(jobs: QuerySet[Job], queues: Iterable[str], now: datetime) -> li
     """Per queue, the pending jobs due now and the longest-waiting of them; queues with
     nothing due are left out.
 
-    Both read the queue's next CAP jobs in claim order (job_claim_idx): an index by
+    Both read the queue's next CAP jobs in claim order (jobs_job_claim_idx): an index by
     ``run_after`` would answer "the oldest" over any backlog, but every enqueue would pay
     for it. Below CAP due jobs the answer is exact; past it, it is the longest-waiting of
     the next CAP to be claimed, which (claims go by priority, then age) is the oldest
@@ -119,7 +119,7 @@ def queue_heads(jobs: QuerySet[Job], queues: Iterable[str], now: datetime) -> li
         )
         inner, params = next_up.query.sql_with_params()
         with connections[jobs.db].cursor() as cursor:
-            # One walk of job_claim_idx: how many (up to CAP + 1), and the longest-waiting.
+            # One walk of jobs_job_claim_idx: how many (up to CAP + 1), and the longest-waiting.
             cursor.execute(
                 f"SELECT count(*), (array_agg(id ORDER BY run_after, id))[1], "
                 f"min(run_after) FROM ({inner}) AS next_up",
@@ -136,7 +136,7 @@ def queue_heads(jobs: QuerySet[Job], queues: Iterable[str], now: datetime) -> li
 
 
 def busiest_pipelines(jobs: QuerySet[Job], limit: int = TOP) -> list[BusyPipeline]:
-    """The pipelines holding the most workers now: running jobs (job_lease_idx keeps them
+    """The pipelines holding the most workers now: running jobs (jobs_job_lease_idx keeps them
     apart, and there are only as many as there are workers) grouped by pipeline."""
     rows = list(
         jobs.filter(state=Job.State.RUNNING)
@@ -161,7 +161,7 @@ def engine(jobs: QuerySet[Job], events: QuerySet[JobEvent], queues: Iterable[str
     since = now - RECENT
     failed, failed_capped = capped_count(jobs.filter(state=Job.State.FAILED, finished_at__gte=since))
     rescued = (
-        events.filter(kind=JobEvent.Kind.RESCUED, at__gte=since)  # jobevent_incident_idx
+        events.filter(kind=JobEvent.Kind.RESCUED, at__gte=since)  # jobs_jobevent_incident_idx
         .values("job_id")
         .distinct()
         .count()

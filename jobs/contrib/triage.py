@@ -27,7 +27,7 @@ from django.db.models.functions import MD5, Concat, Left
 from jobs import clock
 from jobs.models import Delivery, Job
 
-# The windows a triage page looks back over; the partial index job_finished_idx bounds
+# The windows a triage page looks back over; the partial index jobs_job_finished_idx bounds
 # the rows read to the failures of the window.
 WINDOWS: dict[str, timedelta] = {
     "1h": timedelta(hours=1),
@@ -106,7 +106,7 @@ def window_start(window: str, now: datetime | None = None) -> datetime:
 
 
 def failed_since(jobs: QuerySet[Job], since: datetime) -> QuerySet[Job]:
-    """Jobs that failed since ``since`` (job_failed_idx) and may be retried: not the job
+    """Jobs that failed since ``since`` (jobs_job_failed_idx) and may be retried: not the job
     of a quarantined delivery, which waits for its release. ``jobs`` is already narrowed
     to what the caller may see."""
     quarantined = Delivery.objects.filter(job=OuterRef("pk"), quarantined_at__isnull=False)
@@ -122,7 +122,7 @@ def groups(
     jobs: QuerySet[Job], since: datetime, *, limit: int = GROUP_LIMIT, newest: int = NEWEST
 ) -> list[FailureGroup]:
     """The failure groups of the newest ``newest`` failures since ``since``, biggest first."""
-    # From the newest-th failure's time on: a range of job_failed_idx, where "the ids of
+    # From the newest-th failure's time on: a range of jobs_job_failed_idx, where "the ids of
     # the newest N" as a subquery would have PostgreSQL hash them against the whole table.
     cutoff = (
         failed_since(jobs, since)

@@ -31,7 +31,7 @@ WHERE e.id IN (SELECT generate_series(r.lo, r.hi)
 ORDER BY e.id
 """
 )
-# Replay after Last-Event-ID: a job's timeline (jobevent_job_idx), or a pipeline's, within
+# Replay after Last-Event-ID: a job's timeline (jobs_jobevent_job_idx), or a pipeline's, within
 # the reader's tenant scope (%(all)s: every tenant). Rows can commit out of id order
 # (concurrent transactions, e.g. parallel recalculation chunks), so with %(overlap)s the
 # replay also resends the rows up to ``after`` written within that many seconds before row

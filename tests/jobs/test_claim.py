@@ -204,7 +204,7 @@ def test_claimable_and_the_claim_statement_agree(clock):
 
 def test_the_unique_index_refuses_a_second_current_job_of_a_key(clock):
     """The last line behind the claim's checks: were two claimers ever to hold different
-    jobs of one key, the second hand-over trips job_one_current_per_key and loses."""
+    jobs of one key, the second hand-over trips jobs_job_one_current_per_key and loses."""
     first = make_job("tests.keyed", concurrency_key="k")
     second = make_job("tests.keyed", concurrency_key="k")
     engine.claim("w1", limit=1)

@@ -207,17 +207,17 @@ def test_the_finished_figures_query_is_served_by_job_finished_idx(clock):
     until = clock.now()
     plan = _plan(
         dashboard.finished_by_type(until - timedelta(hours=1), until),
-        index="job_finished_idx",
+        index="jobs_job_finished_idx",
         table="jobs_job",
     )
-    assert "job_finished_idx" in plan
+    assert "jobs_job_finished_idx" in plan
 
 
 def test_the_retry_and_rescue_counts_are_served_by_jobevent_incident_idx(clock):
     until = clock.now()
     plan = _plan(
         dashboard.incidents_by_type(until - timedelta(hours=1), until),
-        index="jobevent_incident_idx",
+        index="jobs_jobevent_incident_idx",
         table="jobs_jobevent",
     )
-    assert "jobevent_incident_idx" in plan
+    assert "jobs_jobevent_incident_idx" in plan

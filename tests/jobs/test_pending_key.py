@@ -209,7 +209,7 @@ def test_a_caller_that_cannot_see_an_uncommitted_holder_still_does_not_insert():
 
 def test_the_index_refuses_a_second_waiting_job_however_it_is_written():
     first = once().job
-    with pytest.raises(IntegrityError, match="job_one_pending_per_key"), transaction.atomic():
+    with pytest.raises(IntegrityError, match="jobs_job_one_pending_per_key"), transaction.atomic():
         Job.objects.create(
             type="tests.noop",
             pending_key=first.pending_key,

@@ -3,7 +3,7 @@
 For each round it waits at a starting gate (a PostgreSQL advisory lock that the test
 holds and releases when both claimers are waiting on it), claims one ``tests.keyed``
 job and prints one JSON line: the jobs it won and whether the unique index
-``job_one_current_per_key`` turned it away.
+``jobs_job_one_current_per_key`` turned it away.
 
     python -m tests.system.keyed_claimer ROUNDS GATE
 """

@@ -98,7 +98,7 @@ class TypeFilter(admin.SimpleListFilter):
         return [(name, name) for name in registry.names()]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        # job_type_state_idx (type, state, -id)
+        # jobs_job_type_state_idx (type, state, -id)
         return queryset.filter(type=self.value()) if self.value() else queryset
 
 
@@ -113,7 +113,7 @@ class QueueFilter(admin.SimpleListFilter):
         return [(name, name) for name in sorted(known_queues())]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        # Pending jobs of a queue are served by job_claim_idx; finished ones are found by
+        # Pending jobs of a queue are served by jobs_job_claim_idx; finished ones are found by
         # walking the primary key newest first, which stops at a page for common queues.
         return queryset.filter(queue=self.value()) if self.value() else queryset
 
@@ -133,7 +133,7 @@ class FailedRecentlyFilter(admin.SimpleListFilter):
         window = self.windows.get(self.value() or "")
         if window is None:
             return queryset
-        # job_finished_idx (finished_at, partial on finished jobs); the engine's clock, so
+        # jobs_job_finished_idx (finished_at, partial on finished jobs); the engine's clock, so
         # "the last hour" is the same hour the engine stamped finished_at with.
         return queryset.filter(state=State.FAILED, finished_at__gte=clock.now() - window[1])
 
@@ -164,8 +164,8 @@ class ChoiceFilter(admin.SimpleListFilter):
 
 
 class RescuedFilter(ChoiceFilter):
-    """Jobs the reaper took back from a dead worker: at least once (job_rescued_idx), or
-    in the last hour (their rescue events, by jobevent_incident_idx)."""
+    """Jobs the reaper took back from a dead worker: at least once (jobs_job_rescued_idx), or
+    in the last hour (their rescue events, by jobs_jobevent_incident_idx)."""
 
     title = "rescued"
     parameter_name = "rescued"
@@ -182,7 +182,7 @@ class RescuedFilter(ChoiceFilter):
 
 class StuckFilter(ChoiceFilter):
     """Running jobs whose lease ran out and that the reaper has not taken back yet
-    (job_lease_idx): more than a few seconds of these means the reaper is not running."""
+    (jobs_job_lease_idx): more than a few seconds of these means the reaper is not running."""
 
     title = "lease"
     parameter_name = "stuck"
@@ -194,7 +194,7 @@ class StuckFilter(ChoiceFilter):
 
 class DueFilter(ChoiceFilter):
     """Pending jobs whose time has come: a queue's backlog, without the ones waiting out
-    a backoff or scheduled for later (job_claim_idx, with the queue filter)."""
+    a backoff or scheduled for later (jobs_job_claim_idx, with the queue filter)."""
 
     title = "due"
     parameter_name = "due"
@@ -260,8 +260,8 @@ class FailureGroupFilter(admin.SimpleListFilter):
 
 def job_search(term: str) -> Q:
     """Exact matches only, each served by an index: a job id (primary key), a pipeline id
-    (its index), a type (job_type_state_idx), a concurrency key (job_key_idx) or the
-    unique key of an unfinished job (job_one_active_per_unique_key; finished jobs' unique
+    (its index), a type (jobs_job_type_state_idx), a concurrency key (jobs_job_key_idx) or the
+    unique key of an unfinished job (jobs_job_one_active_per_unique_key; finished jobs' unique
     keys have no index). A substring match would scan every row."""
     term = term.strip()
     query = Q(type=term) | Q(concurrency_key=term) | Q(unique_key=term, state__in=Job.UNFINISHED)

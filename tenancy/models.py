@@ -42,7 +42,7 @@ class Membership(models.Model):
         constraints = [
             # A member is either scoped to one tenant or a platform operator, never both.
             models.CheckConstraint(
-                name="membership_tenant_xor_operator",
+                name="tenancy_membership_tenant_xor_operator",
                 condition=(
                     models.Q(tenant__isnull=False, is_platform_operator=False)
                     | models.Q(tenant__isnull=True, is_platform_operator=True)

@@ -228,7 +228,7 @@ def real_table_copy_baseline(path: Path, rows: int, work: Path) -> dict[str, Any
     """The file's rows in one COPY into ``factors_dataentry``, in one transaction.
 
     The rows are the ingest's own (``CopyRows``: module, type, year, the classification as
-    JSON, source ``csv``, a job and the row number, as ``entry_provenance`` requires),
+    JSON, source ``csv``, a job and the row number, as ``factors_entry_provenance`` requires),
     written to a file first so that the timed part is the database's alone: the COPY,
     its constraints and trigger, and the commit. Then the rows go (with the job), and the
     table is vacuumed before the end to end starts."""

@@ -94,7 +94,7 @@ class Unit(models.Model):
 
     class Meta:
         ordering = ["code"]
-        constraints = [models.CheckConstraint(name="unit_code_not_empty", condition=~Q(code=""))]
+        constraints = [models.CheckConstraint(name="factors_unit_code_not_empty", condition=~Q(code=""))]
 
     def __str__(self) -> str:
         return f"{self.code} {self.name}"
@@ -125,8 +125,8 @@ class CarbonReport(models.Model):
     class Meta:
         ordering = ["-year", "unit__code"]
         constraints = [
-            models.UniqueConstraint(fields=["unit", "year"], name="report_one_per_unit_and_year"),
-            models.CheckConstraint(name="report_year_in_range", condition=YEAR_RANGE),
+            models.UniqueConstraint(fields=["unit", "year"], name="factors_report_one_per_unit_and_year"),
+            models.CheckConstraint(name="factors_report_year_in_range", condition=YEAR_RANGE),
         ]
 
     def __str__(self) -> str:
@@ -151,8 +151,10 @@ class ReportModule(models.Model):
     class Meta:
         ordering = ["report", "module_type"]
         constraints = [
-            models.UniqueConstraint(fields=["report", "module_type"], name="module_one_per_type"),
-            models.CheckConstraint(name="module_type_valid", condition=Q(module_type__in=ModuleType.values)),
+            models.UniqueConstraint(fields=["report", "module_type"], name="factors_module_one_per_type"),
+            models.CheckConstraint(
+                name="factors_module_type_valid", condition=Q(module_type__in=ModuleType.values)
+            ),
         ]
 
     def __str__(self) -> str:
@@ -176,7 +178,7 @@ class DataEntry(models.Model):
         API = "api", "API source"
 
     id = models.BigAutoField(primary_key=True)
-    # Indexed by entry_module_type_idx (its first column). Checked per statement by
+    # Indexed by factors_entry_module_type_idx (its first column). Checked per statement by
     # migration 0002's trigger rather than per row (see the module docstring).
     module = models.ForeignKey(
         ReportModule,
@@ -238,18 +240,18 @@ class DataEntry(models.Model):
         verbose_name_plural = "data entries"
         ordering = ["id"]
         constraints = [
-            models.CheckConstraint(name="entry_quantity_nonnegative", condition=Q(quantity__gte=0)),
+            models.CheckConstraint(name="factors_entry_quantity_nonnegative", condition=Q(quantity__gte=0)),
             models.CheckConstraint(
-                name="entry_type_valid", condition=Q(data_entry_type__in=DataEntryType.values)
+                name="factors_entry_type_valid", condition=Q(data_entry_type__in=DataEntryType.values)
             ),
-            models.CheckConstraint(name="entry_year_in_range", condition=YEAR_RANGE),
+            models.CheckConstraint(name="factors_entry_year_in_range", condition=YEAR_RANGE),
             models.CheckConstraint(
-                name="entry_classification_is_object", condition=_is_object("classification")
+                name="factors_entry_classification_is_object", condition=_is_object("classification")
             ),
             # Bulk entries always name their job and row (exactly-once rests on it);
             # manual ones never do.
             models.CheckConstraint(
-                name="entry_provenance",
+                name="factors_entry_provenance",
                 condition=Q(source="manual", job__isnull=True, row_number__isnull=True)
                 | Q(source__in=["csv", "api"], job__isnull=False, row_number__isnull=False),
             ),
@@ -263,7 +265,7 @@ class DataEntry(models.Model):
             # chose when statistics said the table was empty (migration 0005).
             models.Index(
                 fields=["module", "data_entry_type", "id"],
-                name="entry_module_type_idx",
+                name="factors_entry_module_type_idx",
                 condition=Q(module__isnull=False),
             ),
         ]
@@ -324,17 +326,17 @@ class EntryLoad(models.Model):
             models.UniqueConstraint(
                 fields=["module", "data_entry_type", "source"],
                 condition=Q(state="current"),
-                name="load_one_current",
+                name="factors_load_one_current",
             ),
             models.CheckConstraint(
-                name="load_state_valid", condition=Q(state__in=["loading", "current", "replaced"])
+                name="factors_load_state_valid", condition=Q(state__in=["loading", "current", "replaced"])
             ),
-            models.CheckConstraint(name="load_source_bulk", condition=Q(source__in=["csv", "api"])),
+            models.CheckConstraint(name="factors_load_source_bulk", condition=Q(source__in=["csv", "api"])),
             models.CheckConstraint(
-                name="load_type_valid", condition=Q(data_entry_type__in=DataEntryType.values)
+                name="factors_load_type_valid", condition=Q(data_entry_type__in=DataEntryType.values)
             ),
             models.CheckConstraint(
-                name="load_dates_follow_state",
+                name="factors_load_dates_follow_state",
                 condition=Q(state="loading", current_since__isnull=True)
                 | Q(state="current", current_since__isnull=False, replaced_at__isnull=True)
                 # A replaced load may never have been current: a later upload's load
@@ -344,7 +346,9 @@ class EntryLoad(models.Model):
         ]
         indexes = [
             # Retention's scan: what is not current.
-            models.Index(fields=["created_at"], name="load_not_current_idx", condition=~Q(state="current")),
+            models.Index(
+                fields=["created_at"], name="factors_load_not_current_idx", condition=~Q(state="current")
+            ),
         ]
 
     def __str__(self) -> str:
@@ -376,9 +380,9 @@ class LoadChunk(models.Model):
     class Meta:
         ordering = ["load", "after"]
         constraints = [
-            models.CheckConstraint(name="chunk_not_empty", condition=Q(upto__gt=F("after"))),
+            models.CheckConstraint(name="factors_chunk_not_empty", condition=Q(upto__gt=F("after"))),
             # Chunks of a load are contiguous and disjoint: one starts where one ended.
-            models.UniqueConstraint(fields=["load", "after"], name="chunk_one_per_start"),
+            models.UniqueConstraint(fields=["load", "after"], name="factors_chunk_one_per_start"),
         ]
 
     def __str__(self) -> str:
@@ -423,15 +427,15 @@ class EmissionFactor(models.Model):
             # One factor per key. JSONB equality ignores key order, so {"a":1,"b":2} and
             # {"b":2,"a":1} collide here. The recalculation joins on it.
             models.UniqueConstraint(
-                fields=["data_entry_type", "year", "classification"], name="factor_one_per_key"
+                fields=["data_entry_type", "year", "classification"], name="factors_factor_one_per_key"
             ),
-            models.CheckConstraint(name="factor_value_nonnegative", condition=Q(value__gte=0)),
-            models.CheckConstraint(name="factor_year_in_range", condition=YEAR_RANGE),
+            models.CheckConstraint(name="factors_factor_value_nonnegative", condition=Q(value__gte=0)),
+            models.CheckConstraint(name="factors_factor_year_in_range", condition=YEAR_RANGE),
             models.CheckConstraint(
-                name="factor_type_valid", condition=Q(data_entry_type__in=DataEntryType.values)
+                name="factors_factor_type_valid", condition=Q(data_entry_type__in=DataEntryType.values)
             ),
             models.CheckConstraint(
-                name="factor_classification_is_object", condition=_is_object("classification")
+                name="factors_factor_classification_is_object", condition=_is_object("classification")
             ),
         ]
 
@@ -469,7 +473,7 @@ class Emission(models.Model):
 
     class Meta:
         constraints = [
-            models.CheckConstraint(name="emission_nonnegative", condition=Q(kg_co2e__gte=0)),
+            models.CheckConstraint(name="factors_emission_nonnegative", condition=Q(kg_co2e__gte=0)),
         ]
 
     def __str__(self) -> str:
@@ -495,7 +499,7 @@ class PipelineModule(models.Model):
     class Meta:
         constraints = [
             # Also the index of "which pipelines touch this module".
-            models.UniqueConstraint(fields=["module", "pipeline_id"], name="pipeline_module_once"),
+            models.UniqueConstraint(fields=["module", "pipeline_id"], name="factors_pipeline_module_once"),
         ]
 
     def __str__(self) -> str:
@@ -543,10 +547,10 @@ class Upload(models.Model):
         ordering = ["-created_at"]
         constraints = [
             models.CheckConstraint(
-                name="upload_kind_valid", condition=Q(kind__in=["entries", "factors", "units"])
+                name="factors_upload_kind_valid", condition=Q(kind__in=["entries", "factors", "units"])
             ),
             models.CheckConstraint(
-                name="upload_columns_are_a_list",
+                name="factors_upload_columns_are_a_list",
                 condition=Exact(
                     Func(F("columns"), function="jsonb_typeof", output_field=models.CharField()),
                     Value("array"),
@@ -554,7 +558,7 @@ class Upload(models.Model):
             ),
             # Entries belong to a module, so to its tenant; factors and units are global.
             models.CheckConstraint(
-                name="upload_platform_files_have_no_tenant",
+                name="factors_upload_platform_files_have_no_tenant",
                 condition=Q(kind="entries") | Q(tenant__isnull=True),
             ),
         ]

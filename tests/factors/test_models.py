@@ -41,7 +41,7 @@ def entry(mod, **fields) -> DataEntry:
 
 def test_a_factor_key_in_another_order_is_the_same_key():
     factor("plane", 2024, {"haul": "short", "cabin": "economy"}, "0.1")
-    with pytest.raises(IntegrityError, match="factor_one_per_key"):
+    with pytest.raises(IntegrityError, match="factors_factor_one_per_key"):
         factor("plane", 2024, {"cabin": "economy", "haul": "short"}, "0.2")
 
 
@@ -175,34 +175,34 @@ def test_the_id_lookup_of_the_references_never_uses_the_module_index():
     rows = [entry(travel) for _ in range(3)]
     sql(
         "UPDATE pg_class SET reltuples = 0, relpages = greatest(relpages, 10) WHERE relname IN "
-        "('factors_dataentry', 'factors_dataentry_pkey', 'entry_module_type_idx')"
+        "('factors_dataentry', 'factors_dataentry_pkey', 'factors_entry_module_type_idx')"
     )
-    before = _index_scans("entry_module_type_idx"), _index_scans("factors_dataentry_pkey")
+    before = _index_scans("factors_entry_module_type_idx"), _index_scans("factors_dataentry_pkey")
 
     Emission.objects.bulk_create(
         Emission(data_entry=row, factor=used, kg_co2e=1, computed_at=clock.now()) for row in rows
     )
 
-    after = _index_scans("entry_module_type_idx"), _index_scans("factors_dataentry_pkey")
+    after = _index_scans("factors_entry_module_type_idx"), _index_scans("factors_dataentry_pkey")
     assert after[0] == before[0] and after[1] > before[1]
 
 
 def test_a_module_with_entries_still_cannot_be_deleted_and_the_guard_uses_the_index():
     travel = module(report())
     entry(travel)
-    before = _index_scans("entry_module_type_idx")
+    before = _index_scans("factors_entry_module_type_idx")
     with pytest.raises(IntegrityError, match="still has data entries"), transaction.atomic():
         sql("DELETE FROM factors_reportmodule WHERE id = %s", [travel.pk])
-    assert _index_scans("entry_module_type_idx") > before
+    assert _index_scans("factors_entry_module_type_idx") > before
 
 
 @pytest.mark.parametrize(
     ("fields", "constraint"),
     [
-        ({"quantity": "-1"}, "entry_quantity_nonnegative"),
-        ({"source": "csv"}, "entry_provenance"),
-        ({"classification": ["short"]}, "entry_classification_is_object"),
-        ({"year": 1999}, "entry_year_in_range"),
+        ({"quantity": "-1"}, "factors_entry_quantity_nonnegative"),
+        ({"source": "csv"}, "factors_entry_provenance"),
+        ({"classification": ["short"]}, "factors_entry_classification_is_object"),
+        ({"year": 1999}, "factors_entry_year_in_range"),
     ],
 )
 def test_check_constraints_refuse_impossible_entries(fields, constraint):

@@ -156,7 +156,7 @@ class IngestionHandoff(models.Model):
     Status = HandoffStatus
     Reason = HandoffReason
 
-    # Checked together by ingestion_handoffs_reference_of_source; the indexes below serve
+    # Checked together by ingest_handoff_reference_of_source; the indexes below serve
     # lookups by source and by reference.
     tenant = models.ForeignKey(
         "tenancy.Tenant",
@@ -235,36 +235,34 @@ class IngestionHandoff(models.Model):
         ordering = ["-id"]
         verbose_name = "ingestion handoff"
         indexes = [
-            models.Index(fields=["source", "status"], name="ingestion_handoffs_by_status"),
-            models.Index(fields=["scrape_run"], name="ingestion_handoffs_by_scrape"),
+            models.Index(fields=["source", "status"], name="ingest_handoff_by_status"),
+            models.Index(fields=["scrape_run"], name="ingest_handoff_by_scrape"),
+            models.Index(fields=["reference"], condition=Q(status="queued"), name="ingest_handoff_waiting"),
             models.Index(
-                fields=["reference"], condition=Q(status="queued"), name="ingestion_handoffs_waiting"
-            ),
-            models.Index(
-                fields=["ingest_run"], condition=Q(ingest_run__isnull=False), name="ingestion_handoffs_by_run"
+                fields=["ingest_run"], condition=Q(ingest_run__isnull=False), name="ingest_handoff_by_run"
             ),
             models.Index(
                 fields=["created_by"],
                 condition=Q(created_by__isnull=False),
-                name="ingestion_handoffs_by_user",
+                name="ingest_handoff_by_user",
             ),
         ]
         constraints = [
             models.UniqueConstraint(
-                fields=["reference", "payload_hash"], name="ingestion_handoffs_reference_payload_unique"
+                fields=["reference", "payload_hash"], name="ingest_handoff_reference_payload_unique"
             ),
             models.CheckConstraint(
-                name="ingestion_handoffs_status_valid", condition=Q(status__in=HandoffStatus.values)
+                name="ingest_handoff_status_valid", condition=Q(status__in=HandoffStatus.values)
             ),
             models.CheckConstraint(
-                name="ingestion_handoffs_reason_valid", condition=Q(reason_code__in=HandoffReason.values)
+                name="ingest_handoff_reason_valid", condition=Q(reason_code__in=HandoffReason.values)
             ),
             models.CheckConstraint(
-                name="ingestion_handoffs_hash_is_sha256", condition=Q(payload_hash__regex=r"^[0-9a-f]{64}$")
+                name="ingest_handoff_hash_is_sha256", condition=Q(payload_hash__regex=r"^[0-9a-f]{64}$")
             ),
             # Running and after: the ingest run it is about is named (until retention).
             models.CheckConstraint(
-                name="ingestion_handoffs_queued_has_no_run",
+                name="ingest_handoff_queued_has_no_run",
                 condition=~Q(status="queued") | Q(ingest_run__isnull=True),
             ),
         ]
@@ -302,15 +300,15 @@ class HandoffTransition(models.Model):
         indexes = [
             # Most moves are the system's own (no actor): only a person's are indexed.
             models.Index(
-                fields=["actor"], condition=Q(actor__isnull=False), name="handoff_transition_by_actor"
+                fields=["actor"], condition=Q(actor__isnull=False), name="ingest_transition_by_actor"
             ),
         ]
         constraints = [
             models.CheckConstraint(
-                name="ingestion_handoff_transition_to_valid", condition=Q(to_status__in=HandoffStatus.values)
+                name="ingest_handoff_transition_to_valid", condition=Q(to_status__in=HandoffStatus.values)
             ),
             models.CheckConstraint(
-                name="ingestion_handoff_transition_reason_valid",
+                name="ingest_handoff_transition_reason_valid",
                 condition=Q(reason_code__in=HandoffReason.values),
             ),
         ]

@@ -30,7 +30,7 @@ def checked(statement: str, params: list) -> None:
 
 def test_a_reference_cannot_name_another_tenants_tenant(synced):
     other = tenant("Globex")
-    with pytest.raises(IntegrityError, match="ingestion_handoffs_reference_of_source"):
+    with pytest.raises(IntegrityError, match="ingest_handoff_reference_of_source"):
         checked("UPDATE ingest_scrapereference SET tenant_id = %s", [other.pk])  # its handoff's
     IngestionHandoff.objects.all().delete()
     with pytest.raises(IntegrityError, match="ingest_reference_source_of_tenant"):
@@ -39,12 +39,12 @@ def test_a_reference_cannot_name_another_tenants_tenant(synced):
 
 def test_a_handoff_cannot_name_another_source_than_its_references(synced, acme):
     elsewhere = builders.source(acme, name="elsewhere", kind="scraped_reference", config={})
-    with pytest.raises(IntegrityError, match="ingestion_handoffs_reference_of_source"):
+    with pytest.raises(IntegrityError, match="ingest_handoff_reference_of_source"):
         checked("UPDATE ingestion_handoffs SET source_id = %s", [elsewhere.pk])
 
 
 def test_a_handoff_cannot_name_a_reference_that_is_not_there(synced):
     missing = ScrapeReference.objects.order_by("-pk").first().pk + 1
-    with pytest.raises(IntegrityError, match="ingestion_handoffs_reference_of_source"):
+    with pytest.raises(IntegrityError, match="ingest_handoff_reference_of_source"):
         checked("UPDATE ingestion_handoffs SET reference_id = %s", [missing])
     assert IngestionHandoff.objects.filter(reference__external_id="a").count() == 1

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.apps import apps
 from django.core.management import call_command
+from django.db import connection, models
 
 from tests import typecheck
 
@@ -17,6 +21,74 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.django_db
 def test_migrations_match_the_models():
     call_command("makemigrations", "--check", "--dry-run", verbosity=0)
+
+
+# The apps whose constraints and indexes are named ``<app label>_…``: one namespace per
+# app in PostgreSQL, where every index shares the schema with every table.
+PRODUCT_APPS = ["jobs", "tenancy", "intake", "factors", "ingest", "exports"]
+
+
+def _product_models() -> Iterator[tuple[str, type[models.Model]]]:
+    for label in PRODUCT_APPS:
+        for model in apps.get_app_config(label).get_models(include_auto_created=True):
+            # The market data moves out of ingest into an app of its own, which names its
+            # tables, constraints and indexes with its own label.
+            if not model.__module__.startswith("ingest.market."):
+                yield label, model
+
+
+def test_every_constraint_and_index_of_a_model_is_named_for_its_app():
+    unprefixed = [
+        f"{model._meta.label}: {item.name}"
+        for label, model in _product_models()
+        for item in [*model._meta.constraints, *model._meta.indexes]
+        if not item.name.startswith(f"{label}_")
+    ]
+    assert not unprefixed, "named without their app's label:\n" + "\n".join(unprefixed)
+
+
+# Django's own names end in a hash of the table and columns (a foreign key's index and
+# constraint, a pattern index, a unique constraint added later), after the table's name,
+# cut to no fewer than 20 characters when the whole would pass PostgreSQL's 63.
+HASHED = re.compile(r"_[0-9a-f]{8}(_like|_uniq|_check|_fk_\w+)?$")
+
+
+def _generated(name: str, model: type[models.Model]) -> bool:
+    """A name Django or PostgreSQL chose from the table's: the primary key, a column's
+    UNIQUE or CHECK written in CREATE TABLE, or one of Django's hashed names."""
+    table = model._meta.db_table
+    columns = [field.column for field in model._meta.local_concrete_fields]
+    written = {f"{table}_pkey"} | {
+        f"{table}_{column}_{kind}" for column in columns for kind in ("key", "check")
+    }
+    return name in written or (name.startswith(table[:20]) and HASHED.search(name) is not None)
+
+
+@pytest.mark.django_db
+def test_every_constraint_and_index_in_the_database_is_named_for_its_app():
+    """What the migrations built, SQL written by hand included, on the apps' tables."""
+    tables = {model._meta.db_table: (label, model) for label, model in _product_models()}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT t.relname, i.relname FROM pg_index x
+            JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid
+            WHERE t.relnamespace = current_schema()::regnamespace AND t.relname = ANY(%(tables)s)
+            UNION
+            SELECT t.relname, c.conname FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid
+            WHERE t.relnamespace = current_schema()::regnamespace AND t.relname = ANY(%(tables)s)
+            ORDER BY 1, 2
+            """,
+            {"tables": list(tables)},
+        )
+        found = cursor.fetchall()
+    assert {table for table, _ in found} == set(tables)
+    unprefixed = [
+        f"{table}: {name}"
+        for table, name in found
+        if not name.startswith(f"{tables[table][0]}_") and not _generated(name, tables[table][1])
+    ]
+    assert not unprefixed, "named without their app's label:\n" + "\n".join(unprefixed)
 
 
 def test_import_contracts_hold():

@@ -23,7 +23,7 @@ from django.db import IntegrityError
 
 import jobs
 from ingest import conf
-from ingest.runs import events, hooks, ingesters, runners, services, sql
+from ingest.runs import events, hooks, ingesters, reconciling, runners, services, sql
 from ingest.runs.errors import InfrastructureError, SourceError
 from ingest.runs.models import IngestBatch, IngestRun
 from intake import staging
@@ -192,9 +192,8 @@ def stop_hooks(ctx: jobs.JobContext) -> dict[str, Any]:
 def reconcile_runs(ctx: jobs.JobContext) -> dict[str, Any]:
     """The safety net: a running run with nothing of its pipeline pending or running
     (its last delivery failed, or died with its worker past its attempts) is failed,
-    with the reason its last failed job gave, instead of looking busy forever; and so
-    is a handoff whose ingestion job ended without starting its run."""
-    from ingest.scraping import services as scraping
-
-    settled = scraping.settle_stuck_handoffs() if scraping.handoffs_available() else 0
-    return {"failed": services.fail_stalled_runs(), "handoffs_settled": settled}
+    with the reason its last failed job gave, instead of looking busy forever; and the
+    sweeps the app's other parts add run too (``reconciling``: the scraper's, for a
+    handoff whose ingestion job ended without starting its run)."""
+    swept = reconciling.sweep_all()
+    return {"failed": services.fail_stalled_runs(), **swept}

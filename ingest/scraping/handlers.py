@@ -2,6 +2,9 @@
 
 ingest.IngestReference  (queued by a sync, one per handoff: starts the reference's run)
 IngestRunFinished → ingest.SettleHandoff  (the run's outcome becomes the handoff's)
+
+and the sweep ``ingest.ReconcileRuns`` runs each minute for the handoffs that fell
+through (added to the runs' reconciler: the runs know nothing of handoffs).
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import jobs
-from ingest.runs import events
+from ingest.runs import events, reconciling
 from ingest.runs.models import IngestRun
 from ingest.scraping import services
 
@@ -45,3 +48,12 @@ def settle_handoff(ctx: jobs.JobContext) -> dict[str, Any]:
     if run.reference_id is None or not services.handoffs_available():
         return {"run": run.pk, "skipped": "no handoff follows this run"}
     return {"run": run.pk, "done": services.settle_for_run(run)}
+
+
+def settle_stuck_handoffs() -> int:
+    """The handoffs whose ingestion ended without settling them; none while the handoff
+    tables are migrated away."""
+    return services.settle_stuck_handoffs() if services.handoffs_available() else 0
+
+
+reconciling.add_sweep("handoffs_settled", settle_stuck_handoffs)

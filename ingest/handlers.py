@@ -1,6 +1,5 @@
 """The app's job types, registered from its parts (the engine imports every app's
 ``handlers`` module at start-up)."""
 
-from ingest.market import handlers as market_handlers  # noqa: F401
 from ingest.runs import handlers  # noqa: F401
 from ingest.scraping import handlers as scraping_handlers  # noqa: F401

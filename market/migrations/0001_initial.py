@@ -31,8 +31,9 @@ MODELS = [
 
 def _content_types_to(apps, source, target):
     """Give the models' content types of app ``source`` to app ``target``. Where
-    ``target`` has one already (made after a migrate while the models were away), its
-    grants and log entries are folded into the one that moves, and it goes."""
+    ``target`` has one already (made by code that asked for it before this migration
+    ran: the admin logging a change, say), its grants and log entries are folded into
+    the one that moves, and it goes."""
     content_type = apps.get_model("contenttypes", "ContentType")
     for model in MODELS:
         moving = content_type.objects.filter(app_label=source, model=model).first()

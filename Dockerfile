@@ -22,6 +22,7 @@ COPY tenancy tenancy
 COPY intake intake
 COPY factors factors
 COPY ingest ingest
+COPY market market
 COPY exports exports
 COPY templates templates
 COPY manage.py ./
@@ -47,6 +48,7 @@ COPY --chown=conveyor:conveyor tenancy tenancy
 COPY --chown=conveyor:conveyor intake intake
 COPY --chown=conveyor:conveyor factors factors
 COPY --chown=conveyor:conveyor ingest ingest
+COPY --chown=conveyor:conveyor market market
 COPY --chown=conveyor:conveyor exports exports
 COPY --chown=conveyor:conveyor templates templates
 # The admin's CSS and JS, collected once into the image (a front proxy or SERVE_STATIC

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/market.py [--instruments 5000] [--repeat 3] [--json]
 
-The fake market-data API runs as its own process (``python -m ingest.market.fake_server``,
+The fake market-data API runs as its own process (``python -m market.fake_server``,
 real HTTP on 127.0.0.1), the loads as engine jobs in this process, on a scratch database
 created (and dropped) on the project's server (the embedded PostgreSQL, or
 ``DATABASE_URL``). Each case is timed from queueing to the last job done:
@@ -53,7 +53,7 @@ def fake_api(instruments: int) -> Iterator[str]:
         [
             sys.executable,
             "-m",
-            "ingest.market.fake_server",
+            "market.fake_server",
             "--host",
             "127.0.0.1",
             "--port",
@@ -91,8 +91,8 @@ def timed(action: Callable[[], Any]) -> float:
 
 def run(url: str, instruments: int, repeat: int) -> list[dict[str, Any]]:
     import jobs
-    from ingest.market import batch, freshness, services
-    from ingest.market.models import (
+    from market import batch, freshness, services
+    from market.models import (
         DailyBar,
         DailyBatch,
         DayLoad,

@@ -5,7 +5,6 @@ registers them."""
 
 from __future__ import annotations
 
-from ingest.market import admin as market_admin  # noqa: F401
 from ingest.runs import admin as runs_admin
 from ingest.scraping import admin as scraping_admin
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 import jobs
-from ingest.market import handlers as market_handlers  # noqa: F401
 from ingest.runs import handlers  # noqa: F401
 from ingest.runs import services as runs
 from ingest.scraping import handlers as scraping_handlers  # noqa: F401

@@ -1,16 +1,6 @@
-"""The app's models, defined in its parts (``ingest.runs``, ``ingest.scraping``,
-``ingest.market``) and gathered here for Django."""
+"""The app's models, defined in its parts (``ingest.runs``, ``ingest.scraping``) and
+gathered here for Django."""
 
-from ingest.market.models import (
-    DailyBar,
-    DailyBatch,
-    DayLoad,
-    Instrument,
-    MarketAction,
-    MarketFeed,
-    SourceFreshness,
-    TradingDay,
-)
 from ingest.runs.models import (
     Hook,
     HookExecution,
@@ -43,12 +33,4 @@ __all__ = [
     "IngestionHandoff",
     "ScrapeReference",
     "ScrapeRun",
-    "DailyBar",
-    "DailyBatch",
-    "DayLoad",
-    "Instrument",
-    "MarketAction",
-    "MarketFeed",
-    "SourceFreshness",
-    "TradingDay",
 ]

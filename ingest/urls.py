@@ -1,13 +1,11 @@
 """Routes of the ingest app: its runs in the REST API (``/api/ingest/runs/``), and the
-scraper's sync and handoffs (``/scraping/{source}/…``, the addresses scrapers call), and
-the market data's freshness (``/quality/status``, for monitors)."""
+scraper's sync and handoffs (``/scraping/{source}/…``, the addresses scrapers call)."""
 
 from __future__ import annotations
 
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
-from ingest.market import api as market
 from ingest.runs.api import RunViewSet
 from ingest.scraping import api as scraping
 
@@ -18,5 +16,4 @@ urlpatterns = [
     path("api/", include(router.urls)),
     path("scraping/<str:source>/sync", scraping.Sync.as_view(), name="scraping-sync"),
     path("scraping/<str:source>/handoffs", scraping.Handoffs.as_view(), name="scraping-handoffs"),
-    path("quality/status", market.QualityStatus.as_view(), name="quality-status"),
 ]

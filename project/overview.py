@@ -16,9 +16,11 @@ from exports import overview as exports_overview
 from ingest import overview as ingest_overview
 from jobs.contrib.admin import overview as jobs_overview
 from jobs.contrib.overview import Figure
+from market import overview as market_overview
 
 # The apps' figure providers, in the order their figures appear after the engine's.
 PROVIDERS: tuple[Callable[[HttpRequest], list[Figure]], ...] = (
+    market_overview.figures,
     ingest_overview.figures,
     exports_overview.figures,
 )

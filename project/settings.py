@@ -85,6 +85,7 @@ INSTALLED_APPS = [
     "intake",
     "factors",
     "ingest",
+    "market",
     "exports",
     "django.contrib.admin",
     "django.contrib.auth",
@@ -419,7 +420,7 @@ SPECTACULAR_SETTINGS = {
         "IngestRunStatusEnum": "ingest.runs.models.RunStatus",
         "IngestBatchStatusEnum": "ingest.runs.models.BatchStatus",
         "HookExecutionStatusEnum": "ingest.runs.models.ExecutionStatus",
-        "FreshnessStatusEnum": "ingest.market.api.STATUSES",
+        "FreshnessStatusEnum": "market.api.STATUSES",
         "ModuleTypeEnum": "factors.catalog.ModuleType",
     },
 }
@@ -459,7 +460,7 @@ JOBS_SCHEDULES = {
     # Fails ingest runs that nothing moves any more (ingest/runs/services.py).
     "ingest-reconcile-runs": {"job": "ingest.ReconcileRuns", "cron": "* * * * *"},
     # Starts each market feed's daily batch when it is due in the market's timezone, or
-    # records it missed past the misfire grace (ingest/market/batch.py).
+    # records it missed past the misfire grace (market/batch.py).
     "market-daily-batch": {"job": "market.Tick", "cron": "*/5 * * * *"},
     # Recovers what crashed export workers left, a pass every few seconds (exports/reconcile.py).
     "exports-reconcile": {"job": "exports.Reconcile", "cron": "* * * * *"},

@@ -18,6 +18,7 @@ urlpatterns = [
     path("", include("jobs.urls")),
     path("", include("factors.urls")),
     path("", include("ingest.urls")),
+    path("", include("market.urls")),
     path("", include("exports.urls")),
     # Last: whatever the routes above did not take under an API prefix is a JSON 404.
     re_path(rf"^(?:{'|'.join(API_PREFIXES)})/", api_not_found),

@@ -30,7 +30,6 @@ from exports import services as export_services
 from exports.models import ExportJob, Mapping, MappingEntity, Snapshot, TrinoBinding
 from factors import csv_schemas, staging
 from factors.models import CarbonReport, DataEntry, Emission, ReportModule, Upload
-from ingest.market.models import MarketFeed, SourceFreshness
 from ingest.runs import breaker
 from ingest.runs import services as ingest_services
 from ingest.runs.models import HookTemplate, IngestRun, RunAction, RunnerBreaker
@@ -40,6 +39,7 @@ from jobs.models import Delivery, Event, Job
 from jobs.streams.hub import get_hub
 from jobs.streams.ws import JobEventsConsumer
 from jobs.worker import run_until_idle
+from market.models import MarketFeed, SourceFreshness
 from tests.base import make_job, staff, tenant
 from tests.exports.builders import binding, claim_jobs
 from tests.factors.builders import csv_bytes, dispatch, module, plane_factors, plane_rows, report
@@ -371,7 +371,9 @@ def test_listings_show_none_of_acmes_rows(acme, globex, who):
 def test_the_admin_shows_globex_staff_none_of_acmes_objects(acme):
     gina = staff("gina", of=tenant("Globex"))
     gina.user_permissions.set(
-        Permission.objects.filter(content_type__app_label__in=["jobs", "factors", "ingest", "exports"])
+        Permission.objects.filter(
+            content_type__app_label__in=["jobs", "factors", "ingest", "market", "exports"]
+        )
     )
     browser = Client()
     browser.force_login(gina)

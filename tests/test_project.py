@@ -25,16 +25,13 @@ def test_migrations_match_the_models():
 
 # The apps whose constraints and indexes are named ``<app label>_…``: one namespace per
 # app in PostgreSQL, where every index shares the schema with every table.
-PRODUCT_APPS = ["jobs", "tenancy", "intake", "factors", "ingest", "exports"]
+PRODUCT_APPS = ["jobs", "tenancy", "intake", "factors", "ingest", "market", "exports"]
 
 
 def _product_models() -> Iterator[tuple[str, type[models.Model]]]:
     for label in PRODUCT_APPS:
         for model in apps.get_app_config(label).get_models(include_auto_created=True):
-            # The market data moves out of ingest into an app of its own, which names its
-            # tables, constraints and indexes with its own label.
-            if not model.__module__.startswith("ingest.market."):
-                yield label, model
+            yield label, model
 
 
 def test_every_constraint_and_index_of_a_model_is_named_for_its_app():

@@ -1,5 +1,12 @@
 """Market data: feeds, their normalised datasets (calendar, instruments, daily bars),
-source freshness, daily batches, day loads and operators' actions."""
+source freshness, daily batches, day loads and operators' actions.
+
+The market app owns these tables now (``market/migrations/0001_initial.py`` takes the
+models, ``0010_market_data_moves_out`` lets them go); this migration still creates them
+on a new database. It depends on nothing of ingest, as nothing here needs ingest's
+tables: migrating ingest back to any of its migrations (the handoffs' 0003, say) leaves
+it applied and the market data in place. Only ``migrate ingest zero`` reverses it.
+"""
 
 import django.db.models.deletion
 from django.conf import settings
@@ -9,7 +16,6 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ingest', '0004_composite_tenant_keys'),
         ('tenancy', '0001_initial'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

@@ -55,7 +55,8 @@ def entries_to_hooks(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ingest', '0005_market_data'),
+        # Not 0005_market_data: the hooks never needed the market tables.
+        ('ingest', '0004_composite_tenant_keys'),
         ('tenancy', '0001_initial'),
     ]
 

@@ -12,8 +12,8 @@ from datetime import timedelta
 import pytest
 
 import jobs
-from ingest.market import freshness
-from ingest.market.models import (
+from market import freshness
+from market.models import (
     DailyBar,
     Dataset,
     DayLoad,
@@ -72,11 +72,11 @@ def test_an_operator_previews_and_confirms_a_gap_fill_from_the_board(site: Site,
     ]
 
     operator = log_in(page, site)
-    page.goto(f"{site.url}/admin/ingest/marketfeed/")
+    page.goto(f"{site.url}/admin/market/marketfeed/")
     page.click("#market-board-link")
     board = page.locator(f"#feed-{feed.pk}")
-    healthy = board.locator('tr[data-dataset="trade_cal"] .ingest-status')
-    failing = board.locator('tr[data-dataset="daily"] .ingest-status')
+    healthy = board.locator('tr[data-dataset="trade_cal"] .market-status')
+    failing = board.locator('tr[data-dataset="daily"] .market-status')
     assert (healthy.inner_text(), failing.inner_text()) == ("healthy", "error")
     assert healthy.evaluate("el => getComputedStyle(el).backgroundColor") == GREEN
     assert failing.evaluate("el => getComputedStyle(el).backgroundColor") == RED

@@ -18,7 +18,7 @@ from django.db import connection
 from exports import engines, parquet, services
 from exports.models import ExportJob, JobStatus, SnapshotStatus
 from exports.worker import MISSING_ROLE, ControlPlane, ExportWorker, WorkerSettings
-from ingest.market.models import DailyBar, MarketFeed
+from market.models import DailyBar, MarketFeed
 from tests.base import tenant
 from tests.exports.builders import CATALOG, mapping
 

@@ -16,7 +16,7 @@ from ingest.runs.models import Hook, HookExecution, HookTemplate, RunnerBreaker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BEFORE_CATALOGUE = "0005_market_data"
+BEFORE_CATALOGUE = "0004_composite_tenant_keys"  # the catalogue's parent; market data is beside it
 AT = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 STEAL = ["/bin/sh", "-c", "tr '\\0' '\\n' </proc/$PPID/environ"]
 

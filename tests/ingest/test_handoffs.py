@@ -256,6 +256,20 @@ def test_the_sweep_fails_a_handoff_whose_job_ended_without_starting_its_run(cloc
     assert waiting.status == HandoffStatus.COMPLETED
 
 
+def test_the_runs_reconciler_runs_the_handoff_sweep(clock, listings):
+    services.sync(listings, "scrape-1", refs(("a", 10)))
+    stuck = IngestionHandoff.objects.get()
+    jobs.cancel(Job.objects.get(pk=stuck.job_id), reason="an operator stopped it")
+    reconcile = jobs.enqueue("ingest.ReconcileRuns", {})
+
+    assert run_next() == "succeeded"
+
+    reconcile.refresh_from_db()
+    stuck.refresh_from_db()
+    assert reconcile.result == {"failed": [], "handoffs_settled": 1}
+    assert (stuck.status, stuck.reason_code) == (HandoffStatus.FAILED, HandoffReason.INGESTION_FAILED)
+
+
 def test_the_sweep_settles_a_running_handoff_whose_run_ended_unannounced(clock, listings):
     services.sync(listings, "scrape-1", refs(("a", 10)))
     assert run_next() == "succeeded"  # the handoff's job: it starts the run

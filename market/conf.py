@@ -1,0 +1,45 @@
+"""Settings of the market app, read lazily from Django settings.
+
+They keep the names they had while market data was a part of the ingest app
+(``INGEST_MARKET_*``), so that a deployment's settings still apply; the connect timeout
+is ingest's ``INGEST_HTTP_CONNECT_SECONDS``, one setting for every outbound HTTP source.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+MB = 1024 * 1024
+
+DEFAULTS: dict[str, Any] = {
+    # Market data: the market's timezone (its dates and the batch's hour), when the daily
+    # batch is due on a trading day, and how late a returning cluster may still run it.
+    "MARKET_TIMEZONE": "Asia/Shanghai",
+    "MARKET_BATCH_AT": "18:30",
+    "MARKET_MISFIRE_GRACE_SECONDS": 7200.0,
+    # The batch's gap-fill: days it looks back, and the most missing days it loads per run.
+    "MARKET_GAP_LOOKBACK_DAYS": 7,
+    "MARKET_GAP_MAX_DAYS": 3,
+    # An operator's gap-fill: its longest range, and its loads' priority (below the daily
+    # batch's 10, so that a long backfill yields to it).
+    "MARKET_BACKFILL_MAX_DAYS": 366,
+    "MARKET_BACKFILL_PRIORITY": -10,
+    # One API call: its deadline, from connecting to the answer's end (connecting alone
+    # is HTTP_CONNECT_SECONDS), and the answer's largest size and row count (a day of 5,000
+    # bars is under 1 MB).
+    "MARKET_TIMEOUT_SECONDS": 30.0,
+    "MARKET_MAX_BYTES": 16 * MB,
+    "MARKET_MAX_ROWS": 100_000,
+    # The watchdog (``manage.py ingest_check``): the latest daily date at most this many
+    # days old, and at least this many rows on it.
+    "MARKET_CHECK_MAX_AGE_DAYS": 3,
+    "MARKET_CHECK_MIN_ROWS": 4000,
+    # Seconds to connect to the API (the same setting as ingest's HTTP JSON sources').
+    "HTTP_CONNECT_SECONDS": 10.0,
+}
+
+
+def get(name: str) -> Any:
+    return getattr(settings, f"INGEST_{name}", DEFAULTS[name])

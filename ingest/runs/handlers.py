@@ -188,7 +188,7 @@ def stop_hooks(ctx: jobs.JobContext) -> dict[str, Any]:
     return {"removed": removed}
 
 
-@jobs.handler("ingest.ReconcileRuns", max_attempts=1)
+@jobs.handler("ingest.ReconcileRuns", max_attempts=1, maintenance=True)
 def reconcile_runs(ctx: jobs.JobContext) -> dict[str, Any]:
     """The safety net: a running run with nothing of its pipeline pending or running
     (its last delivery failed, or died with its worker past its attempts) is failed,

@@ -19,7 +19,7 @@ from exports.models import Engine, ExportJob
 RECONCILE_WINDOW_SECONDS = 55.0
 
 
-@jobs.handler("exports.Reconcile", max_attempts=1, atomic=False, timeout=120)
+@jobs.handler("exports.Reconcile", max_attempts=1, atomic=False, timeout=120, maintenance=True)
 def reconcile_exports(ctx: jobs.JobContext) -> dict[str, Any]:
     every = float(conf.get("RECONCILE_EVERY_SECONDS"))
     started, totals = time.monotonic(), reconcile.Pass()

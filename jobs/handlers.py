@@ -9,7 +9,7 @@ from jobs.context import JobContext
 from jobs.registry import handler
 
 
-@handler("jobs.prune", queue="maintenance", max_attempts=3, atomic=False)
+@handler("jobs.prune", queue="maintenance", max_attempts=3, atomic=False, maintenance=True)
 def prune(ctx: JobContext) -> dict[str, Any]:
     """Delete finished jobs past their retention (scheduled hourly)."""
     return retention.prune().as_dict()

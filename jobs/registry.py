@@ -46,6 +46,8 @@ class Handler:
     # The serializer an API client's payload must pass (``jobs.ApiPayload``); None: the
     # type cannot be enqueued through the API at all.
     api_payload: type[Serializer] | None = None
+    # The platform's housekeeping (reconciliation loops, retention), not a pipeline's work.
+    maintenance: bool = False
 
     def __call__(self, ctx: Any) -> Any:
         return self.func(ctx)
@@ -82,6 +84,7 @@ def handler(
     subscribes: tuple[str, ...] | list[str] = (),
     api_payload: type[Serializer] | None = None,
     global_keys: bool = False,
+    maintenance: bool = False,
 ) -> Callable[[F], F]:
     """Register the decorated function as the handler of job type ``name``. It is called
     with the run's ``jobs.JobContext``, and returned unchanged (its type too).
@@ -96,7 +99,8 @@ def handler(
     run past it is interrupted and retried like a transient failure. A concurrency key
     applies within the job's tenant; ``global_keys=True`` makes this type's keys one
     across tenants (a resource every tenant shares, such as an outside system that takes
-    one caller at a time).
+    one caller at a time). ``maintenance=True`` marks the platform's housekeeping (a
+    reconciliation loop, retention), which the console's busiest pipelines leave out.
 
     A payload is untrusted input: only a type that names an ``api_payload`` serializer
     (a ``jobs.ApiPayload``) may be enqueued through ``POST /api/jobs/``, and what reaches
@@ -118,6 +122,7 @@ def handler(
                 subscribes=tuple(subscribes),
                 api_payload=api_payload,
                 global_keys=global_keys,
+                maintenance=maintenance,
             )
         )
         return func
@@ -135,6 +140,10 @@ def names() -> list[str]:
 
 def all_handlers() -> list[Handler]:
     return [_handlers[name] for name in names()]
+
+
+def maintenance_names() -> list[str]:
+    return [h.name for h in all_handlers() if h.maintenance]
 
 
 def subscribers(event_name: str) -> list[Handler]:

@@ -28,7 +28,7 @@ def _feed(ctx: jobs.JobContext) -> MarketFeed:
     return feed
 
 
-@jobs.handler("market.Tick", max_attempts=1)
+@jobs.handler("market.Tick", max_attempts=1, maintenance=True)
 def market_tick(ctx: jobs.JobContext) -> dict[str, Any]:
     return {"done": batch.tick(jobs.now())}
 

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from django.db import connections
 from django.db.models import Count, Model, QuerySet
 
-from jobs import clock
+from jobs import clock, registry
 from jobs.contrib import triage
 from jobs.models import Job, JobEvent
 
@@ -137,7 +137,10 @@ def queue_heads(jobs: QuerySet[Job], queues: Iterable[str], now: datetime) -> li
 
 def busiest_pipelines(jobs: QuerySet[Job], limit: int = TOP) -> list[BusyPipeline]:
     """The pipelines holding the most workers now: running jobs (jobs_job_lease_idx keeps them
-    apart, and there are only as many as there are workers) grouped by pipeline."""
+    apart, and there are only as many as there are workers) grouped by pipeline. The
+    maintenance types are left out: a reconciliation loop that runs most of every minute
+    would head the list for good."""
+    jobs = jobs.exclude(type__in=registry.maintenance_names())
     rows = list(
         jobs.filter(state=Job.State.RUNNING)
         .order_by()

@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import uuid
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from django.core.management import call_command
-from django_q.models import Schedule
+from django.urls import reverse
+from django.utils import formats, timezone
+from django_q.models import Schedule, Task
 
 import jobs
 from jobs import schedules
@@ -28,6 +33,32 @@ def test_a_scheduled_run_enqueues_one_job_until_it_has_finished():
     again = schedules.enqueue_scheduled("tests.noop", "nightly")
     assert first == again
     assert Job.objects.get(pk=first).payload == {"schedule": "nightly"}
+
+
+@pytest.mark.parametrize("success", [True, False])
+def test_the_schedule_list_shows_when_each_schedule_last_ran(admin_client, success):
+    """django-q2's own list links a last run to its task lists, which this admin does not
+    have: the list shows when the schedule's task ran instead."""
+    schedule = Schedule.objects.get(name="conveyor:prune-finished-jobs")
+    stopped = datetime(2026, 11, 27, 10, 17, 2, tzinfo=UTC)
+    # What django-q2 records once the scheduler's task has run.
+    task = Task.objects.create(
+        id=uuid.uuid4().hex,
+        name="hotel-xray-sixteen-lima",
+        func="jobs.schedules.enqueue_scheduled",
+        args=("jobs.prune", "prune-finished-jobs"),
+        result=42 if success else "OperationalError: the database is down",
+        started=stopped - timedelta(seconds=1),
+        stopped=stopped,
+        success=success,
+    )
+    Schedule.objects.filter(pk=schedule.pk).update(task=task.id)
+
+    response = admin_client.get(reverse("admin:django_q_schedule_changelist"))
+
+    assert response.status_code == 200
+    row = next(line for line in response.content.decode().splitlines() if "prune-finished-jobs" in line)
+    assert formats.localize(timezone.localtime(stopped)) in row
 
 
 def test_the_public_api_is_importable_from_the_package():

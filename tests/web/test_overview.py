@@ -91,6 +91,23 @@ def test_the_oldest_due_job_of_each_queue_and_the_busiest_pipelines_are_shown(ad
     assert reverse("admin:jobs_job_pipeline", args=[busy.pipeline_id]) in pipelines
 
 
+def test_maintenance_jobs_are_not_among_the_busiest_pipelines(admin_client, clock):
+    """The loops that keep the platform in order (the exports' reconciliation runs most of
+    every minute) and retention are not a pipeline's work: they never fill the list."""
+    maintenance = ("exports.Reconcile", "ingest.ReconcileRuns", "jobs.prune", "factors.prune_loads")
+    for name in maintenance:
+        running(name)
+    busy = running("factors.csv_ingest")
+
+    page = admin_client.get(reverse(INDEX)).content.decode()
+
+    pipelines = page[page.index('id="overview-pipelines"') :]
+    pipelines = pipelines[: pipelines.index("</section>")]
+    assert reverse("admin:jobs_job_pipeline", args=[busy.pipeline_id]) in pipelines
+    assert pipelines.count("/pipeline/") == 1
+    assert not [name for name in maintenance if name in pipelines]
+
+
 def test_a_tenants_staff_see_only_their_tenants_figures(client, clock):
     acme, globex = tenant("Acme"), tenant("Globex")
     failed(error="ValueError: mine", tenant=acme)

@@ -129,7 +129,6 @@ def section(request: HttpRequest) -> dict[str, Any] | None:
                 note="PostgreSQL's estimate of the table's size",
             )
         )
-    figures += outbox_figures(request)
     queues = [
         {
             "head": head,
@@ -153,6 +152,7 @@ def section(request: HttpRequest) -> dict[str, Any] | None:
     ]
     return {
         "figures": figures,
+        "outbox": outbox_figures(request),
         "queues": queues,
         "failure_groups": groups,
         "pipelines": pipelines,

@@ -412,9 +412,9 @@ def write_junit(identity: str, results: list[OperationResult]) -> Path:
             time=f"{result.seconds:.3f}",
         )
         statuses = ", ".join(f"{code}: {n}" for code, n in sorted(result.statuses.items()))
-        ET.SubElement(case, "system-out").text = (
-            f"answers by status: {statuses}; refused by a rule the schema cannot state: {result.waived}"
-        )
+        ET.SubElement(
+            case, "system-out"
+        ).text = f"answers by status: {statuses}; refused by a rule the schema cannot state: {result.waived}"
         if result.failure is not None:
             failure = xml_text(result.failure)
             ET.SubElement(case, "failure", message=failure.splitlines()[0][:200]).text = failure

@@ -93,7 +93,7 @@ class ScrapeRunAdmin(ReadOnlyAdmin):
     list_select_related = ["source", "last_synced_by"]
     search_fields = ["=run_id"]
     search_help_text = "A scrape run's exact id."
-    fields = [
+    fields = readonly_fields = (
         "run_id",
         "tenant",
         "source",
@@ -104,8 +104,7 @@ class ScrapeRunAdmin(ReadOnlyAdmin):
         "last_sync_at",
         "last_synced_by",
         "handoffs",
-    ]
-    readonly_fields = fields
+    )
 
     @admin.display(description="handoffs")
     def handoffs(self, run: ScrapeRun) -> SafeString:
@@ -136,8 +135,15 @@ class HandoffColumns:
 
 class ReferenceHandoffInline(HandoffColumns, ReadOnlyInline):
     model = IngestionHandoff
-    fields = ["status_display", "reason", "hash", "scrape_run", "attempts", "ingest_run_link", "updated_at"]
-    readonly_fields = fields
+    fields = readonly_fields = (
+        "status_display",
+        "reason",
+        "hash",
+        "scrape_run",
+        "attempts",
+        "ingest_run_link",
+        "updated_at",
+    )
     ordering = ["-id"]
     show_change_link = True
 
@@ -157,7 +163,7 @@ class ScrapeReferenceAdmin(ReadOnlyAdmin):
     list_select_related = ["source", "changed_in"]
     search_fields = ["=external_id"]
     search_help_text = "A reference's exact external id."
-    fields = [
+    fields = readonly_fields = (
         "external_id",
         "tenant",
         "source",
@@ -166,8 +172,7 @@ class ScrapeReferenceAdmin(ReadOnlyAdmin):
         "first_seen_at",
         "changed_at",
         "changed_in",
-    ]
-    readonly_fields = fields
+    )
     inlines = [ReferenceHandoffInline]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ScrapeReference]:
@@ -209,8 +214,7 @@ class ScrapeRunFilter(admin.SimpleListFilter):
 class TransitionInline(ReadOnlyInline):
     model = HandoffTransition
     verbose_name_plural = "history"
-    fields = ["at_display", "change", "reason", "note", "actor"]
-    readonly_fields = fields
+    fields = readonly_fields = ("at_display", "change", "reason", "note", "actor")
     ordering = ["at", "id"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[HandoffTransition]:
@@ -252,7 +256,7 @@ class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
     sortable_by = ["id", "updated_at"]  # what the list orders by cheaply
     search_fields = ["=reference__external_id", "=scrape_run__run_id"]
     search_help_text = "A reference's exact external id, or a scrape run's exact id."
-    fields = [
+    fields = readonly_fields = (
         "id",
         "tenant",
         "source",
@@ -268,8 +272,7 @@ class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
         "created_by",
         "created_at",
         "updated_at",
-    ]
-    readonly_fields = fields
+    )
     inlines = [TransitionInline]
     actions = ["retry_handoffs"]
 

@@ -173,7 +173,7 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
     change_list_template = "admin/jobs/delivery/change_list.html"
     change_form_template = "admin/jobs/delivery/change_form.html"
     actions = ["replay_deliveries", "quarantine_deliveries", "release_deliveries"]
-    fields = [
+    fields = readonly_fields = (
         "event_link",
         "subscriber",
         "status_display",
@@ -186,8 +186,7 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "quarantined_by",
         "quarantine_reason",
         "history_display",
-    ]
-    readonly_fields = fields
+    )
 
     class Media:
         css = {"all": [STATES_CSS]}

@@ -28,6 +28,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, Prefetch, Q, QuerySet, Sum
 from django.forms.models import BaseInlineFormSet
@@ -700,7 +701,7 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
             self.cancel(request, snapshot)
         return None
 
-    def file_view(self, request: HttpRequest, object_id: str, job_id: int, index: int) -> HttpResponse:
+    def file_view(self, request: HttpRequest, object_id: str, job_id: int, index: int) -> FileResponse:
         """A local file of a job, as an attachment: only one its job lists, lying under
         its destination, of a snapshot the user may see."""
         if not self.has_view_permission(request):
@@ -788,6 +789,7 @@ class TrinoBindingAdmin(PlatformWritesAdmin, admin.ModelAdmin):
         return ", ".join(binding.catalogs) if isinstance(binding.catalogs, list) else "—"
 
     def save_model(self, request: HttpRequest, obj: TrinoBinding, form: Any, change: bool) -> None:
+        assert isinstance(request.user, User)  # the admin lets only signed-in staff in
         obj.updated_by = request.user
         super().save_model(request, obj, form, change)
 
@@ -838,5 +840,6 @@ class ExportConfigAdmin(admin.ModelAdmin):
         return super().change_view(request, object_id, form_url, extra_context)
 
     def save_model(self, request: HttpRequest, obj: ExportConfig, form: Any, change: bool) -> None:
+        assert isinstance(request.user, User)  # the admin lets only signed-in staff in
         obj.updated_by = request.user
         super().save_model(request, obj, form, change)

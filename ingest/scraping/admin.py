@@ -10,7 +10,7 @@ handoff's history like any other transition. Staff of a tenant see their tenant'
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.contrib import admin, messages
 from django.db.models import F, QuerySet
@@ -26,6 +26,9 @@ from ingest.scraping import services
 from ingest.scraping.models import HandoffTransition, IngestionHandoff, ScrapeReference, ScrapeRun
 from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
 from tenancy.scoping import scope_queryset, tenant_scope
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
 
 CSS = "ingest/runs.css"
 OPERATE_HANDOFFS = "ingest.change_ingestionhandoff"
@@ -108,7 +111,11 @@ class ScrapeRunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="handoffs")
     def handoffs(self, run: ScrapeRun) -> SafeString:
-        query = urlencode({ScrapeRunFilter.parameter_name: run.run_id, "source__id__exact": run.source_id})
+        params: dict[str, str | int] = {
+            ScrapeRunFilter.parameter_name: run.run_id,
+            "source__id__exact": run.source_id,
+        }
+        query = urlencode(params)
         url = reverse("admin:ingest_ingestionhandoff_changelist")
         return format_html('<a href="{}?{}">its handoffs</a>', url, query)
 
@@ -238,6 +245,11 @@ class TransitionInline(ReadOnlyInline):
         return transition.get_reason_code_display()
 
 
+class _HandoffIds(TypedDict):
+    reference_external_id: str
+    scraper_run_id: str
+
+
 @admin.register(IngestionHandoff)
 class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
     list_display = [
@@ -291,11 +303,11 @@ class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
         return request.user.has_perm(OPERATE_HANDOFFS)
 
     @admin.display(description="external id")
-    def external_id(self, handoff: IngestionHandoff) -> str:
+    def external_id(self, handoff: WithAnnotations[IngestionHandoff, _HandoffIds]) -> str:
         return handoff.reference_external_id
 
     @admin.display(description="scrape run")
-    def scrape_run_id_display(self, handoff: IngestionHandoff) -> str:
+    def scrape_run_id_display(self, handoff: WithAnnotations[IngestionHandoff, _HandoffIds]) -> str:
         return handoff.scraper_run_id
 
     @admin.display(description="last error")

@@ -95,8 +95,9 @@ class SubscriberFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         names = {handler.name for handler in registry.all_handlers() if handler.subscribes}
-        if self.value():
-            names.add(self.value())
+        value = self.value()
+        if value:
+            names.add(value)
         return [(name, name) for name in sorted(names)]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:

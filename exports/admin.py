@@ -22,12 +22,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, Prefetch, Q, QuerySet, Sum
 from django.forms.models import BaseInlineFormSet
@@ -63,6 +64,24 @@ from exports.models import (
 from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
 from tenancy.owned_admin import PlatformWritesAdmin, TenantOwnedAdmin, is_platform_operator
 from tenancy.scoping import scope_queryset
+
+if TYPE_CHECKING:
+    from django.contrib.admin.options import _FieldGroups, _FieldsetSpec, _ListDisplayT
+    from django.utils.datastructures import _ListOrTuple
+    from django_stubs_ext import WithAnnotations
+
+
+class _MappingCounts(TypedDict):
+    entity_total: int
+    snapshot_total: int
+
+
+class _SnapshotTotals(TypedDict):
+    job_total: int
+    job_done: int
+    row_total: int | None
+    job_bytes: int | None
+
 
 OPERATE_SNAPSHOTS = "exports.change_snapshot"
 TAKE_SNAPSHOTS = "exports.add_snapshot"
@@ -114,7 +133,8 @@ class MappingForm(forms.ModelForm):
             self.instance.tenant_id = self.fixed_tenant
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         tenant = self.fixed_tenant or getattr(data.get("tenant"), "pk", None) or self.instance.tenant_id
         name = data.get("name")
         if (
@@ -179,7 +199,8 @@ class MappingEntityForm(forms.ModelForm):
         return sql
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         dataset, sql = data.get("dataset"), (data.get("sql") or "").strip()
         if dataset and sql:
             self.add_error("sql", "a dataset entity has no SQL: empty it, or choose no dataset")
@@ -247,7 +268,7 @@ class MappingAdmin(TenantOwnedAdmin, admin.ModelAdmin):
         )
         return scope_queryset(mappings, request.user)
 
-    def get_list_display(self, request: HttpRequest) -> list[str]:
+    def get_list_display(self, request: HttpRequest) -> _ListDisplayT[Any]:
         shown = list(self.list_display)
         return [shown[0], "tenant", *shown[1:]] if is_platform_operator(request) else shown
 
@@ -255,11 +276,11 @@ class MappingAdmin(TenantOwnedAdmin, admin.ModelAdmin):
         return request.user.has_perm(TAKE_SNAPSHOTS)
 
     @admin.display(description="entities", ordering="entity_total")
-    def entity_count(self, mapping: Mapping) -> int:
+    def entity_count(self, mapping: WithAnnotations[Mapping, _MappingCounts]) -> int:
         return mapping.entity_total
 
     @admin.display(description="snapshots", ordering="snapshot_total")
-    def latest_snapshots(self, mapping: Mapping) -> SafeString:
+    def latest_snapshots(self, mapping: WithAnnotations[Mapping, _MappingCounts]) -> SafeString:
         url = reverse("admin:exports_snapshot_changelist") + f"?mapping__id__exact={mapping.pk}"
         return format_html('<a href="{}">{}</a>', url, mapping.snapshot_total)
 
@@ -445,7 +466,7 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
     paginator = CappedCountPaginator
     change_form_template = "admin/exports/snapshot/change_form.html"
     actions = ["cancel_snapshots"]
-    fields = [
+    fields = readonly_fields = (
         "id",
         "mapping",
         "tenant",
@@ -458,8 +479,7 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "node_counts",
         "edge_counts",
         "error",
-    ]
-    readonly_fields = fields
+    )
 
     # -- who may do what --
 
@@ -476,7 +496,7 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
         )
         return scope_queryset(snapshots, request.user)
 
-    def get_list_display(self, request: HttpRequest) -> list[str]:
+    def get_list_display(self, request: HttpRequest) -> _ListDisplayT[Any]:
         shown = list(self.list_display)
         return [*shown[:2], "tenant", *shown[2:]] if is_platform_operator(request) else shown
 
@@ -490,11 +510,11 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
     # -- the list --
 
     @admin.display(description="jobs done / total")
-    def jobs_done(self, snapshot: Snapshot) -> str:
+    def jobs_done(self, snapshot: WithAnnotations[Snapshot, _SnapshotTotals]) -> str:
         return f"{snapshot.job_done} / {snapshot.job_total}"
 
     @admin.display(description="rows", ordering="row_total")
-    def rows(self, snapshot: Snapshot) -> str:
+    def rows(self, snapshot: WithAnnotations[Snapshot, _SnapshotTotals]) -> str:
         return "—" if snapshot.row_total is None else f"{snapshot.row_total:,}"
 
     @admin.display(description="size")
@@ -681,7 +701,7 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
             self.cancel(request, snapshot)
         return None
 
-    def file_view(self, request: HttpRequest, object_id: str, job_id: int, index: int) -> HttpResponse:
+    def file_view(self, request: HttpRequest, object_id: str, job_id: int, index: int) -> FileResponse:
         """A local file of a job, as an attachment: only one its job lists, lying under
         its destination, of a snapshot the user may see."""
         if not self.has_view_permission(request):
@@ -746,10 +766,10 @@ class TrinoBindingAdmin(PlatformWritesAdmin, admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[TrinoBinding]:
         return scope_queryset(super().get_queryset(request), request.user)
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> _FieldGroups:
         return ["tenant", "role", "catalogs", "updated_at", "updated_by"]
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> _ListOrTuple[str]:
         if not is_platform_operator(request):
             return ["tenant", "role", "catalog_list", "updated_at", "updated_by"]
         return ["tenant", *self.readonly_fields] if obj is not None else list(self.readonly_fields)
@@ -759,7 +779,7 @@ class TrinoBindingAdmin(PlatformWritesAdmin, admin.ModelAdmin):
             kwargs["fields"] = []
         return super().get_form(request, obj, change, **kwargs)
 
-    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> _FieldsetSpec:
         if not is_platform_operator(request):
             return [(None, {"fields": ["tenant", "role", "catalog_list", "updated_at", "updated_by"]})]
         return super().get_fieldsets(request, obj)
@@ -769,6 +789,7 @@ class TrinoBindingAdmin(PlatformWritesAdmin, admin.ModelAdmin):
         return ", ".join(binding.catalogs) if isinstance(binding.catalogs, list) else "—"
 
     def save_model(self, request: HttpRequest, obj: TrinoBinding, form: Any, change: bool) -> None:
+        assert isinstance(request.user, User)  # the admin lets only signed-in staff in
         obj.updated_by = request.user
         super().save_model(request, obj, form, change)
 
@@ -819,5 +840,6 @@ class ExportConfigAdmin(admin.ModelAdmin):
         return super().change_view(request, object_id, form_url, extra_context)
 
     def save_model(self, request: HttpRequest, obj: ExportConfig, form: Any, change: bool) -> None:
+        assert isinstance(request.user, User)  # the admin lets only signed-in staff in
         obj.updated_by = request.user
         super().save_model(request, obj, form, change)

@@ -36,7 +36,10 @@ def reconcile_exports(ctx: jobs.JobContext) -> dict[str, Any]:
 
 @jobs.handler("exports.CancelQuery", max_attempts=3, backoff=jobs.Fixed(30))
 def cancel_query(ctx: jobs.JobContext) -> dict[str, Any]:
-    job = ExportJob.objects.filter(pk=ctx.payload.get("job"), tenant_id=ctx.tenant_id).first()
+    job_id = ctx.payload.get("job")
+    job = None
+    if isinstance(job_id, int) and ctx.tenant_id is not None:
+        job = ExportJob.objects.filter(pk=job_id, tenant_id=ctx.tenant_id).first()
     if job is None:
         raise jobs.PermanentError(f"export job {ctx.payload.get('job')!r} is not one of this job's tenant's")
     if job.engine != Engine.TRINO or not job.query_id:

@@ -367,7 +367,8 @@ class Report:
     note_kind: str = ""
 
 
-_FROM = {
+# Keyed by the status a report asks for, which is text until checked against these.
+_FROM: dict[str, set[JobStatus]] = {
     # A worker shutting down hands back a job it has not finished.
     JobStatus.PENDING: {JobStatus.CLAIMED},
     # A heartbeat; or a submitted job whose engine lacks system.unload, taken back by the

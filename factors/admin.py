@@ -11,7 +11,7 @@ uploading them (or syncing units) is for platform operators.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms as django_forms
 from django.contrib import admin, messages
@@ -37,6 +37,15 @@ from factors.models import (
 )
 from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
 from tenancy.scoping import scope_queryset, tenant_scope
+
+if TYPE_CHECKING:
+    from django.contrib.admin.options import _FieldGroups
+    from django.utils.datastructures import _ListOrTuple
+
+    # A mixin goes before ``admin.ModelAdmin``: what it calls through ``super()`` is its.
+    _ModelAdmin = admin.ModelAdmin[Any]
+else:
+    _ModelAdmin = object
 
 
 def _badge(recalculating: bool, module: ReportModule) -> SafeString:
@@ -77,12 +86,12 @@ def _is_operator(request: HttpRequest) -> bool:
     return bool(request.user.is_staff and tenant_scope(request.user) is True)
 
 
-class ClassificationShown:
+class ClassificationShown(_ModelAdmin):
     """A classification as ``key: value`` lines (keys sorted, every part escaped) on the
     list and the change page: operators read codes, not a JSON dump."""
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        fields = super().get_fields(request, obj)  # type: ignore[misc]
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> _FieldGroups:
+        fields = super().get_fields(request, obj)
         return ["classification_shown" if name == "classification" else name for name in fields]
 
     @admin.display(description="classification")
@@ -188,8 +197,16 @@ class UnitAdmin(UploadViews):
     list_filter = ["last_synced_year", "tenant"]
     list_select_related = ["parent", "tenant"]
     search_fields = ["code", "name"]
-    fields = ["code", "name", "parent", "tenant", "last_synced_year", "synced_by", "created_at", "updated_at"]
-    readonly_fields = fields
+    fields = readonly_fields = (
+        "code",
+        "name",
+        "parent",
+        "tenant",
+        "last_synced_year",
+        "synced_by",
+        "created_at",
+        "updated_at",
+    )
     change_list_template = "admin/factors/unit/change_list.html"
     upload_label = "Sync units"
     upload_intro = (
@@ -227,8 +244,14 @@ def _totals(stats: dict[str, Any]) -> str:
 
 class ModuleInline(admin.TabularInline):
     model = ReportModule
-    fields = ["module_type", "entries", "kg_co2e", "without_factor", "status", "stats_updated_at"]
-    readonly_fields = fields
+    fields = readonly_fields = (
+        "module_type",
+        "entries",
+        "kg_co2e",
+        "without_factor",
+        "status",
+        "stats_updated_at",
+    )
     extra = 0
     can_delete = False
 
@@ -283,15 +306,18 @@ class CarbonReportAdmin(admin.ModelAdmin):
     def get_inlines(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         return [] if obj is None else [ModuleInline]  # a new report's modules come with it
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> _FieldGroups:
+        return [*self._fields(obj)]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> _ListOrTuple[str]:
+        return [] if obj is None else self._fields(obj)
+
+    def _fields(self, obj: CarbonReport | None) -> list[str]:
         return (
             ["unit", "year"]
             if obj is None
             else ["unit", "year", "stats_table", "stats_updated_at", "created_by"]
         )
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [] if obj is None else self.get_fields(request, obj)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # a report holds entries: they are replaced by uploads, not deleted here

@@ -198,14 +198,21 @@ class ById(CheckedCursorPagination):
     ordering = "id"
 
 
-def _page(view: APIView, request: Request, queryset: QuerySet) -> list[Any]:
+class PagedView(APIView):
+    """A view that answers one cursor page of its rows (``_page``)."""
+
+    pagination_class: type[CheckedCursorPagination]
+    paginator: CheckedCursorPagination
+
+
+def _page(view: PagedView, request: Request, queryset: QuerySet) -> list[Any]:
     """Strictly filtered (an unknown parameter is a 400), then one cursor page."""
     view.paginator = view.pagination_class()  # per request: it keeps the request's cursor
     queryset = StrictFilterBackend().filter_queryset(request, queryset, view)
     return view.paginator.paginate_queryset(queryset, request, view=view)
 
 
-class ReportList(APIView):
+class ReportList(PagedView):
     permission_classes = [IsAuthenticated]
     queryset = CarbonReport.objects.none()  # the schema's model; requests scope their own
     pagination_class = ById  # what the schema documents: a cursor page (``_page``)
@@ -270,7 +277,7 @@ def _change_body(change: services.EntryChange) -> dict[str, Any]:
     }
 
 
-class EntryList(APIView):
+class EntryList(PagedView):
     permission_classes = [IsAuthenticated]
     queryset = DataEntry.objects.none()  # the schema's model; requests scope their own
     pagination_class = ById  # what the schema documents: a cursor page (``_page``)
@@ -398,7 +405,8 @@ class StrictBooleanField(forms.NullBooleanField):
 
     TRUE, FALSE = ("true", "1"), ("false", "0")
 
-    def to_python(self, value: Any) -> bool | None:
+    # NullBooleanField.to_python returns None for "no value"; the stubs give it BooleanField's.
+    def to_python(self, value: Any) -> bool | None:  # type: ignore[override]
         if value in (None, "") or isinstance(value, bool):
             return value if isinstance(value, bool) else None
         text = str(value).strip().lower()
@@ -446,7 +454,7 @@ def visible_factors(request: Request) -> QuerySet[EmissionFactor]:
     return EmissionFactor.objects.all()
 
 
-class FactorList(APIView):
+class FactorList(PagedView):
     permission_classes = [IsAuthenticated]
     queryset = EmissionFactor.objects.none()  # the schema's model; requests scope their own
     pagination_class = ById  # what the schema documents: a cursor page (``_page``)

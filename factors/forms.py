@@ -72,7 +72,8 @@ class EntriesUploadForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         """An entry type of another module is refused here, before the file is read."""
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         module, entry_type = data.get("module_type"), data.get("data_entry_type")
         if module and entry_type and catalog.spec(entry_type).module_type != module:
             self.add_error(

@@ -11,7 +11,7 @@ units and recalculations by type are global and need a platform operator.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.http import QueryDict
 from drf_spectacular.types import OpenApiTypes
@@ -44,6 +44,9 @@ from jobs.contrib.api import (
     visible_jobs,
 )
 from tenancy.scoping import scope_queryset, tenant_scope
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrPromise
 
 
 class PipelineJobSerializer(JobSerializer):
@@ -123,7 +126,7 @@ def _require_staff(request: Request) -> None:
 
 # --- request bodies: each endpoint's fields, checked before anything is looked up -----------
 
-FILE_REQUIRED = {"required": "required: the CSV file, as multipart/form-data"}
+FILE_REQUIRED: dict[str, str | StrPromise] = {"required": "required: the CSV file, as multipart/form-data"}
 
 
 def _id() -> serializers.IntegerField:

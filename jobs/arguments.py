@@ -180,14 +180,20 @@ def reference(
     checks it); one that no row can have is refused here."""
     if value is None:
         return None
+    anonymous = not isinstance(value, models.Model) and getattr(value, "is_anonymous", False) is True
+    if anonymous_is_none and anonymous:
+        return None  # the user of a request nobody logged in to
+    return _reference(argument, value, model)
+
+
+def _reference(argument: str, value: Any, model: type[models.Model]) -> int:
+    """``reference`` of something other than None."""
     if isinstance(value, models.Model):
         if not isinstance(value, model):
             raise _not_a(argument, value, model)
         if value.pk is None:
             raise InvalidArgument(argument, f"{argument} is an unsaved {model._meta.verbose_name}")
         value = value.pk
-    elif anonymous_is_none and getattr(value, "is_anonymous", False) is True:
-        return None  # the user of a request nobody logged in to
     if not _is_int(value):
         raise _not_a(argument, value, model)
     if not 1 <= value <= _largest_id(model):
@@ -212,8 +218,16 @@ def references(argument: str, value: Any, model: type[models.Model], *, limit: i
     for i, item in enumerate(value):
         if item is None:
             raise _not_a(f"{argument}[{i}]", item, model)
-        ids.append(reference(f"{argument}[{i}]", item, model))
+        ids.append(_reference(f"{argument}[{i}]", item, model))
     return list(dict.fromkeys(ids))
+
+
+def max_length(model: type[models.Model], field: str) -> int:
+    """The ``max_length`` of one of ``model``'s text fields, which every field named here has."""
+    found = model._meta.get_field(field)
+    if not isinstance(found, models.Field) or found.max_length is None:
+        raise TypeError(f"{model.__name__}.{field} has no max_length")
+    return found.max_length
 
 
 @cache

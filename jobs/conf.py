@@ -6,13 +6,14 @@ settings (project/settings.py sets it only when the environment variable is set)
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 
 # A worker row not refreshed for this long belongs to a dead process.
 WORKER_STALE_SECONDS = 30
 
-DEFAULTS: dict[str, object] = {
+DEFAULTS: dict[str, Any] = {
     # Seconds without a heartbeat before a running job is presumed dead and rescued.
     "LEASE_SECONDS": 6,
     # How often a worker renews its leases (and flushes throttled progress at 4× that).
@@ -70,52 +71,53 @@ DEFAULTS: dict[str, object] = {
 }
 
 
-def get(name: str) -> object:
+def get(name: str) -> Any:
+    """A setting as the deployment gave it: what it holds is for its reader to convert."""
     return getattr(settings, f"JOBS_{name}", DEFAULTS[name])
 
 
 def lease_seconds() -> float:
-    return float(get("LEASE_SECONDS"))  # type: ignore[arg-type]
+    return float(get("LEASE_SECONDS"))
 
 
 def heartbeat_seconds() -> float:
-    return float(get("HEARTBEAT_SECONDS"))  # type: ignore[arg-type]
+    return float(get("HEARTBEAT_SECONDS"))
 
 
 def poll_seconds() -> float:
-    return float(get("POLL_SECONDS"))  # type: ignore[arg-type]
+    return float(get("POLL_SECONDS"))
 
 
 def reaper_seconds() -> float:
-    return float(get("REAPER_SECONDS"))  # type: ignore[arg-type]
+    return float(get("REAPER_SECONDS"))
 
 
 def claim_batch() -> int:
-    return int(get("CLAIM_BATCH"))  # type: ignore[arg-type]
+    return int(get("CLAIM_BATCH"))
 
 
 def claim_batch_max() -> int:
-    return int(get("CLAIM_BATCH_MAX"))  # type: ignore[arg-type]
+    return int(get("CLAIM_BATCH_MAX"))
 
 
 def claim_hold_seconds() -> float:
-    return float(get("CLAIM_HOLD_SECONDS"))  # type: ignore[arg-type]
+    return float(get("CLAIM_HOLD_SECONDS"))
 
 
 def group_commit_seconds() -> float:
-    return float(get("GROUP_COMMIT_SECONDS"))  # type: ignore[arg-type]
+    return float(get("GROUP_COMMIT_SECONDS"))
 
 
 def group_commit_jobs() -> int:
-    return int(get("GROUP_COMMIT_JOBS"))  # type: ignore[arg-type]
+    return int(get("GROUP_COMMIT_JOBS"))
 
 
 def group_fast_job_seconds() -> float:
-    return float(get("GROUP_FAST_JOB_SECONDS"))  # type: ignore[arg-type]
+    return float(get("GROUP_FAST_JOB_SECONDS"))
 
 
 def worker_connection_max_age() -> float:
-    return float(get("WORKER_CONNECTION_MAX_AGE"))  # type: ignore[arg-type]
+    return float(get("WORKER_CONNECTION_MAX_AGE"))
 
 
 def prepared_statements() -> bool:
@@ -123,11 +125,11 @@ def prepared_statements() -> bool:
 
 
 def handler_timeout_seconds() -> float:
-    return float(get("HANDLER_TIMEOUT_SECONDS"))  # type: ignore[arg-type]
+    return float(get("HANDLER_TIMEOUT_SECONDS"))
 
 
 def stuck_grace_seconds() -> float:
-    return float(get("STUCK_GRACE_SECONDS"))  # type: ignore[arg-type]
+    return float(get("STUCK_GRACE_SECONDS"))
 
 
 def drain_file() -> str:
@@ -135,14 +137,14 @@ def drain_file() -> str:
 
 
 def tenant_share() -> float:
-    return float(get("TENANT_SHARE"))  # type: ignore[arg-type]
+    return float(get("TENANT_SHARE"))
 
 
 def queues() -> list[str]:
-    return list(get("QUEUES"))  # type: ignore[call-overload]
+    return list(get("QUEUES"))
 
 
 def retention() -> dict[str, timedelta]:
-    configured = dict(DEFAULTS["RETENTION"])  # type: ignore[call-overload]
-    configured.update(get("RETENTION"))  # type: ignore[call-overload]
+    configured: dict[str, timedelta] = dict(DEFAULTS["RETENTION"])
+    configured.update(get("RETENTION"))
     return configured

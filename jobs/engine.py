@@ -37,8 +37,8 @@ State = Job.State
 Kind = JobEvent.Kind
 
 # What enqueue checks its arguments against.
-QUEUE_LENGTH = Job._meta.get_field("queue").max_length
-KEY_LENGTH = Job._meta.get_field("unique_key").max_length
+QUEUE_LENGTH = arguments.max_length(Job, "queue")
+KEY_LENGTH = arguments.max_length(Job, "unique_key")
 REFERENCES = ("parent", "tenant", "created_by")  # the order of sql.references()'s columns
 # How many jobs one job may wait on (``after``): a fan-in over the parts of a large load is a
 # few hundred.
@@ -332,7 +332,7 @@ def _insert_params(
 
 
 @contextlib.contextmanager
-def _waiting(params: dict[str, Any]) -> Iterator[Callable[[list[int]], None]]:
+def _waiting(params: dict[str, Any]) -> Iterator[Callable[[list[int]], object]]:
     """For an insert with ``after``: check and lock the prerequisites first (refusing the
     call before anything is written), and give the caller the function that makes the
     jobs it inserted wait on them, all in one transaction, so that no worker can see a
@@ -364,7 +364,7 @@ def _check_references(params: dict[str, Any]) -> None:
     named = {argument: params[argument] for argument in REFERENCES}
     if all(pk is None for pk in named.values()):
         return
-    exists = sql.execute(sql.references(), named).fetchone()
+    exists = sql.one_row(sql.execute(sql.references(), named))
     for (argument, pk), found in zip(named.items(), exists, strict=True):
         if not found:
             raise InvalidArgument(argument, f"{argument} {pk} does not exist")
@@ -463,7 +463,8 @@ def _claim_keyed_jobs(
         )
         keyed: dict[tuple[int, str], int] = {}
         for pk, _, key, scope in picked:
-            keyed.setdefault((scope, key), pk)  # at most one job per key in one batch
+            if key is not None:  # all of them: the claim leaves only keyed jobs to this
+                keyed.setdefault((scope, key), pk)  # at most one job per key in one batch
         won = [
             pk
             for (scope, key), pk in keyed.items()
@@ -555,7 +556,7 @@ def start(jobs: Sequence[Job], token: uuid.UUID) -> set[int]:
     # Inside a caller's transaction (a test's), relaxing would relax the caller's commit.
     statement = sql.start(relaxed=not connection.in_atomic_block)
     rows = sql.execute(statement, {"ids": [job.pk for job in jobs], "token": token}).fetchall()
-    attempts = dict(rows)
+    attempts: dict[int, int] = dict(rows)
     for job in jobs:
         if job.pk in attempts:
             job.attempts = attempts[job.pk]
@@ -696,7 +697,7 @@ def lock_running(jobs: Sequence[Job], token: uuid.UUID) -> set[int]:
         sql.lock_running(),
         {"ids": [job.pk for job in jobs], "token": token, "idle_ms": int(group_idle_bound(jobs) * 1000)},
     )
-    return set(cursor.fetchone()[1])
+    return set(sql.one_row(cursor)[1])
 
 
 def group_idle_bound(jobs: Sequence[Job]) -> float:
@@ -844,7 +845,7 @@ def wake(key: str) -> int:
         "channel": CHANNEL,
         "message": f"woken by {key!r}",
     }
-    return sql.execute(sql.wake(), params).fetchone()[0]
+    return sql.one_row(sql.execute(sql.wake(), params))[0]
 
 
 def release(

@@ -12,7 +12,7 @@ from jobs import arguments, clock, engine, registry, sql
 from jobs.models import Event
 from jobs.notify import CHANNEL
 
-NAME_LENGTH = Event._meta.get_field("name").max_length
+NAME_LENGTH = arguments.max_length(Event, "name")
 
 
 def publish(

@@ -65,7 +65,7 @@ def status_of(delivery: Delivery) -> str:
         State.SUCCEEDED: Status.DELIVERED,
         State.FAILED: Status.FAILED,
         State.CANCELLED: Status.CANCELLED,
-    }[job.state]
+    }[State(job.state)]
 
 
 # --- lag per subscriber -------------------------------------------------------------------

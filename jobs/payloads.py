@@ -50,6 +50,7 @@ class TenantObject(serializers.PrimaryKeyRelatedField):
 
     def get_queryset(self) -> QuerySet:
         queryset = super().get_queryset()
+        assert queryset is not None  # a writable related field is given one
         tenant = self.context.get("tenant")
         if tenant is None:
             return queryset

@@ -53,6 +53,15 @@ def execute(statement: str, params: dict[str, Any], *, binary: bool = False) -> 
     return cursor
 
 
+def one_row(cursor: psycopg.Cursor) -> tuple[Any, ...]:
+    """The row of a statement that returns exactly one (an aggregate, a SELECT without
+    FROM, an UPDATE … RETURNING of a CTE's single row)."""
+    row = cursor.fetchone()
+    if row is None:
+        raise RuntimeError("a one-row statement returned no row")
+    return row
+
+
 _INSERT_COLUMNS = """
     type, queue, priority, state, payload, progress_done, progress_message, attempts,
     max_attempts, run_after, locked_by, rescues, pipeline_id, parent_id, concurrency_key,

@@ -23,6 +23,7 @@ from rest_framework.throttling import (
     AnonRateThrottle,
     BaseThrottle,
     ScopedRateThrottle,
+    SimpleRateThrottle,
     UserRateThrottle,
 )
 
@@ -35,16 +36,25 @@ def client_address(request: HttpRequest | Request) -> str | None:
     the address the outermost of them saw (from the right of X-Forwarded-For). A header
     the client wrote itself is never believed beyond that count, or every request could
     claim a new address and start a fresh count."""
-    return BaseThrottle().get_ident(request) or None
+    # DRF's get_ident reads only ``META``, which a Django request has too; its stubs want DRF's.
+    return BaseThrottle().get_ident(request) or None  # type: ignore[arg-type]
 
 
-class RatesFromSettings:
+def throttle_rates() -> dict[str, str]:
+    """The current ``DEFAULT_THROTTLE_RATES``: each a rate such as ``"10/min"``
+    (``project/settings.py`` sets every one)."""
+    # DRF's stubs type the rates as numbers; DRF parses strings.
+    return api_settings.DEFAULT_THROTTLE_RATES  # type: ignore[return-value]
+
+
+class RatesFromSettings(SimpleRateThrottle):
     """DRF reads ``DEFAULT_THROTTLE_RATES`` once, when its throttle module is imported;
-    this reads the current settings on every request instead."""
+    this reads the current settings on every request instead (DRF makes a throttle per
+    request)."""
 
-    @property
-    def THROTTLE_RATES(self) -> dict[str, str | None]:  # noqa: N802 (DRF's attribute name)
-        return api_settings.DEFAULT_THROTTLE_RATES
+    def __init__(self) -> None:
+        self.THROTTLE_RATES = dict(throttle_rates())
+        super().__init__()
 
 
 class AnonThrottle(RatesFromSettings, AnonRateThrottle):
@@ -75,7 +85,7 @@ class FailedAuthentications:
     """
 
     def __init__(self, request: HttpRequest | Request, now: float | None = None) -> None:
-        self.limit, self.window = parse_rate(api_settings.DEFAULT_THROTTLE_RATES[FAILED_AUTH_SCOPE])
+        self.limit, self.window = parse_rate(throttle_rates()[FAILED_AUTH_SCOPE])
         self.now = time.time() if now is None else now
         bucket = int(self.now // self.window)
         self.key = f"throttle_{FAILED_AUTH_SCOPE}_{client_address(request) or 'unknown'}_{bucket}"

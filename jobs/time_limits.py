@@ -147,7 +147,7 @@ class Watcher:
     def _next_wait(self, limit: Limit | None) -> float | None:
         if limit is None or limit.done or limit.reported_stuck:
             return None
-        due = limit.deadline if not limit.fired else limit.interrupted_at + self.grace  # type: ignore[operator]
+        due = limit.deadline if limit.interrupted_at is None else limit.interrupted_at + self.grace
         return max(due - time.monotonic(), 0.0)
 
     def _enforce(self, limit: Limit) -> None:
@@ -161,10 +161,10 @@ class Watcher:
                 _raise_in_thread(limit.thread_id, HandlerTimeout)
             stuck = (
                 not interrupted
-                and limit.fired
+                and limit.interrupted_at is not None  # it fired
                 and not limit.reported_stuck
                 and now >= limit.interrupted_at + self.grace
-            )  # type: ignore[operator]
+            )
             if stuck:
                 limit.reported_stuck = True
         # Outside the lock: a slow log handler must not hold up the handler's own thread

@@ -33,7 +33,7 @@ def explain(job: Job) -> str:
         return {
             Job.State.SUCCEEDED: "finished successfully",
             Job.State.CANCELLED: "cancelled; retry it to run again",
-        }[job.state]
+        }[Job.State(job.state)]
     return _why_pending(job, now)
 
 
@@ -62,8 +62,7 @@ def lease_health(job: Job, now: datetime | None = None) -> LeaseHealth | None:
         return None
     now = now or clock.now()
     seen, fresh = _worker_seen(job, now)
-    alive = fresh and not _lease_expired(job, now)
-    if alive:
+    if seen is not None and fresh and not _lease_expired(job, now):  # fresh: seen lately
         ago = max(0, int((now - seen).total_seconds()))
         return LeaseHealth(
             True,

@@ -138,7 +138,9 @@ class BodyLimit:
         try:
             signed_in = not may_be_large or await self.has_credential(scope)
         except Throttled as exc:
-            await refuse(scope, send, 429, str(exc.detail), self.limits.anonymous, retry_after=exc.wait)
+            # DRF sets ``wait`` on the exception; its stubs leave the attribute out.
+            wait = exc.wait  # type: ignore[attr-defined]
+            await refuse(scope, send, 429, str(exc.detail), self.limits.anonymous, retry_after=wait)
             return
         if not signed_in:
             credentials = (

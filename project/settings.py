@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from csp.constants import NONCE, NONE, SELF
@@ -152,13 +154,14 @@ TEMPLATES = [
 EMBEDDED_POSTGRES_DIR = None if os.environ.get("DATABASE_URL") else VAR_DIR / "pg"
 
 
-def _database() -> dict:
+def _database() -> dict[str, Any]:
     url = os.environ.get("DATABASE_URL")
     if url:
         config = dj_database_url.parse(url, conn_max_age=env_int("CONN_MAX_AGE", 0))
         if config["ENGINE"] != "django.db.backends.postgresql":
             raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL; nothing else is supported.")
-        return config
+        return dict(config)
+    assert EMBEDDED_POSTGRES_DIR is not None  # there is one without DATABASE_URL
     return {
         **embedded_db.database_settings(EMBEDDED_POSTGRES_DIR),
         "CONN_MAX_AGE": env_int("CONN_MAX_AGE", 0),
@@ -293,6 +296,7 @@ THROTTLE_RATES = {
 # on several machines sets REDIS_URL (as it does for the channel layer). Files, not
 # Django's database cache: that would add queries (and a table outside migrations) to
 # every API request.
+CACHES: dict[str, dict[str, Any]]
 if REDIS_URL:
     CACHES = {
         "default": {
@@ -438,15 +442,16 @@ PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
 
 # The job engine's knobs (jobs/conf.py holds their defaults and meaning): set here only
 # when the environment names them, so that each default lives in one place.
-for _name, _read in (
-    ("LEASE_SECONDS", env_int),
-    ("HEARTBEAT_SECONDS", env_float),
-    ("REAPER_SECONDS", env_float),
-    ("QUEUES", env_list),
-    ("TENANT_SHARE", env_float),
-    ("HANDLER_TIMEOUT_SECONDS", env_float),
-    ("STUCK_GRACE_SECONDS", env_float),
-):
+_jobs_readers: dict[str, Callable[[str, Any], object]] = {
+    "LEASE_SECONDS": env_int,
+    "HEARTBEAT_SECONDS": env_float,
+    "REAPER_SECONDS": env_float,
+    "QUEUES": env_list,
+    "TENANT_SHARE": env_float,
+    "HANDLER_TIMEOUT_SECONDS": env_float,
+    "STUCK_GRACE_SECONDS": env_float,
+}
+for _name, _read in _jobs_readers.items():
     if f"JOBS_{_name}" in os.environ:
         globals()[f"JOBS_{_name}"] = _read(f"JOBS_{_name}", None)
 if "JOBS_DRAIN_FILE" in os.environ:

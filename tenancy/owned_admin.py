@@ -10,52 +10,62 @@ annotate or prefetch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from django.contrib import admin
 from django.db import models
 from django.http import HttpRequest
 
 from tenancy.scoping import tenant_scope
+
+if TYPE_CHECKING:
+    from django.contrib.admin.options import _FieldGroups
+    from django.utils.datastructures import _ListOrTuple
+
+    # The mixins go before ``admin.ModelAdmin``: what they call through ``super()`` is its.
+    _ModelAdmin = admin.ModelAdmin[Any]
+else:
+    _ModelAdmin = object
 
 
 def is_platform_operator(request: HttpRequest) -> bool:
     return tenant_scope(request.user) is True
 
 
-class PlatformWritesAdmin:
+class PlatformWritesAdmin(_ModelAdmin):
     """Mix in before ``admin.ModelAdmin`` for rows that are the platform's to give (a
     hook catalogue entry, a tenant's engine identity): only platform operators add,
     change or delete them; a tenant's staff may at most view what their queryset shows."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
-        return is_platform_operator(request) and super().has_add_permission(request)  # type: ignore[misc]
+        return is_platform_operator(request) and super().has_add_permission(request)
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return is_platform_operator(request) and super().has_change_permission(request, obj)  # type: ignore[misc]
+        return is_platform_operator(request) and super().has_change_permission(request, obj)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return is_platform_operator(request) and super().has_delete_permission(request, obj)  # type: ignore[misc]
+        return is_platform_operator(request) and super().has_delete_permission(request, obj)
 
 
-class TenantOwnedAdmin:
+class TenantOwnedAdmin(_ModelAdmin):
     """Mix in before ``admin.ModelAdmin``; ``form`` is a ModelForm with ``fixed_tenant``."""
 
     def get_list_filter(self, request: HttpRequest) -> list[Any]:
-        own = list(self.list_filter)  # type: ignore[attr-defined]
+        own = list(self.list_filter)
         return [*own, "tenant"] if is_platform_operator(request) else own
 
     def has_add_permission(self, request: HttpRequest) -> bool:
-        return tenant_scope(request.user) not in (False, None) and super().has_add_permission(request)  # type: ignore[misc]
+        return tenant_scope(request.user) not in (False, None) and super().has_add_permission(request)
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        fields = list(self.form.Meta.fields)  # type: ignore[attr-defined]
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> _FieldGroups:
+        fields = list(self.form.Meta.fields)  # type: ignore[attr-defined]  # a ModelForm's Meta
         return fields if is_platform_operator(request) else [f for f in fields if f != "tenant"]
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> _ListOrTuple[str]:
         return ["tenant"] if obj is not None and is_platform_operator(request) else []
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
-        form = super().get_form(request, obj, change, **kwargs)  # type: ignore[misc]
+        form = super().get_form(request, obj, change, **kwargs)
         scope = tenant_scope(request.user)
         fixed = scope if isinstance(scope, int) and not isinstance(scope, bool) else None
         return type(form.__name__, (form,), {"fixed_tenant": fixed})
@@ -63,4 +73,4 @@ class TenantOwnedAdmin:
     def save_model(self, request: HttpRequest, obj: models.Model, form: Any, change: bool) -> None:
         if form.fixed_tenant is not None:
             obj.tenant_id = form.fixed_tenant  # type: ignore[attr-defined]
-        super().save_model(request, obj, form, change)  # type: ignore[misc]
+        super().save_model(request, obj, form, change)

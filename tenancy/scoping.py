@@ -2,33 +2,32 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Model, QuerySet
+from django.contrib.auth.models import AnonymousUser, User
+from django.db.models import QuerySet
 
 from tenancy.models import Membership
 
-M = TypeVar("M", bound=Model)
+# The caller's own queryset class comes back, with its named methods.
+Q = TypeVar("Q", bound=QuerySet[Any, Any])
 
 
-def tenant_scope(user: AbstractBaseUser | AnonymousUser) -> int | None | bool:
+def tenant_scope(user: User | AnonymousUser) -> int | None | bool:
     """The tenant id the user is limited to; True for all tenants, False for none."""
-    if not user.is_authenticated:
+    if isinstance(user, AnonymousUser) or not user.is_authenticated:
         return False
     try:
-        membership = user.membership  # type: ignore[union-attr]
+        membership = user.membership
     except Membership.DoesNotExist:
         # Superusers without a membership are platform operators by construction.
-        return True if user.is_superuser else False  # type: ignore[union-attr]
+        return True if user.is_superuser else False
     if membership.is_platform_operator:
         return True
     return membership.tenant_id
 
 
-def scope_queryset(
-    queryset: QuerySet[M], user: AbstractBaseUser | AnonymousUser, field: str = "tenant"
-) -> QuerySet[M]:
+def scope_queryset(queryset: Q, user: User | AnonymousUser, field: str = "tenant") -> Q:
     """Narrow ``queryset`` to the rows ``user`` may see through ``field``."""
     scope = tenant_scope(user)
     if scope is True:

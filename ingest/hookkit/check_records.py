@@ -35,8 +35,11 @@ def problems(lines: Iterator[bytes], required: list[str], unique: str | None) ->
             continue
         try:
             record = json.loads(line)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             yield f"line {number}: not JSON ({exc.msg})"
+            continue
+        except UnicodeDecodeError as exc:  # json.loads decodes the bytes first
+            yield f"line {number}: not JSON (not UTF-8: {exc.reason})"
             continue
         if not isinstance(record, dict):
             yield f"line {number}: not a JSON object"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
@@ -44,6 +44,10 @@ from ingest.runs.rendering import countdown, status_badge
 from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
 from tenancy.owned_admin import PlatformWritesAdmin, TenantOwnedAdmin, is_platform_operator
 from tenancy.scoping import scope_queryset, tenant_scope
+
+if TYPE_CHECKING:
+    from django.contrib.admin.options import _FieldsetSpec, _ListDisplayT
+    from django_stubs_ext import WithAnnotations
 
 CSS = "ingest/runs.css"
 SCRIPT = "ingest/run_live.js"
@@ -85,6 +89,11 @@ class HookInline(admin.StackedInline):
         return type(formset.__name__, (formset,), {"fixed_tenant": fixed})
 
 
+class _SourceCounts(TypedDict):
+    hook_count: int
+    running_run: int | None
+
+
 @admin.register(IngestSource)
 class IngestSourceAdmin(TenantOwnedAdmin, admin.ModelAdmin):
     list_display = ["name", "tenant", "kind", "hooks", "batch_size", "max_failures", "enabled", "running"]
@@ -105,11 +114,11 @@ class IngestSourceAdmin(TenantOwnedAdmin, admin.ModelAdmin):
         return scope_queryset(sources, request.user)
 
     @admin.display(description="hooks", ordering="hook_count")
-    def hooks(self, source: IngestSource) -> int:
+    def hooks(self, source: WithAnnotations[IngestSource, _SourceCounts]) -> int:
         return source.hook_count
 
     @admin.display(description="running")
-    def running(self, source: IngestSource) -> SafeString:
+    def running(self, source: WithAnnotations[IngestSource, _SourceCounts]) -> SafeString:
         if source.running_run is None:
             return format_html("{}", "—")
         url = reverse("admin:ingest_ingestrun_change", args=[source.running_run])
@@ -142,6 +151,10 @@ def _tenant_of(request: HttpRequest) -> int | None:
     return scope if isinstance(scope, int) and not isinstance(scope, bool) else None
 
 
+class _EntryUse(TypedDict):
+    used_by: int
+
+
 @admin.register(HookTemplate)
 class HookTemplateAdmin(PlatformWritesAdmin, admin.ModelAdmin):
     """The catalogue is the platform's: platform operators define its entries. A tenant's
@@ -172,12 +185,12 @@ class HookTemplateAdmin(PlatformWritesAdmin, admin.ModelAdmin):
         tenant = _tenant_of(request)
         return entries.none() if tenant is None else entries.offered_to(tenant)
 
-    def get_list_display(self, request: HttpRequest) -> list[str]:
+    def get_list_display(self, request: HttpRequest) -> _ListDisplayT[Any]:
         if is_platform_operator(request):
             return self.list_display
         return [name for name in self.list_display if name not in ("offered", "hook_count")]
 
-    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> _FieldsetSpec:
         if is_platform_operator(request):
             return self.fieldsets
         return [
@@ -196,7 +209,7 @@ class HookTemplateAdmin(PlatformWritesAdmin, admin.ModelAdmin):
         return ", ".join(names) if names else "every tenant"
 
     @admin.display(description="hooks", ordering="used_by")
-    def hook_count(self, entry: HookTemplate) -> int:
+    def hook_count(self, entry: WithAnnotations[HookTemplate, _EntryUse]) -> int:
         return entry.used_by
 
     @admin.display(description="parameters, in words")
@@ -297,8 +310,7 @@ class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
     change_form_template = "admin/ingest/ingestrun/change_form.html"
     actions = ["cancel_runs", "retry_failed_hooks", "retry_from_failed_batch"]
     # What never changes; where the run stands is the live timeline's (timeline.html).
-    fields = ["id", "source", "tenant", "started_by", "started_at", "pipeline"]
-    readonly_fields = fields
+    fields = readonly_fields = ("id", "source", "tenant", "started_by", "started_at", "pipeline")
 
     class Media:
         css = {"all": [CSS]}
@@ -466,7 +478,7 @@ class RunnerBreakerAdmin(ReadOnlyMixin, admin.ModelAdmin):
     ]
     list_filter = ["state"]
     list_select_related = ["tenant"]
-    fields = [
+    fields = readonly_fields = (
         "target",
         "tenant",
         "state_display",
@@ -482,8 +494,7 @@ class RunnerBreakerAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "denied",
         "last_failure",
         "updated_at",
-    ]
-    readonly_fields = fields
+    )
     actions = ["close_breakers"]
 
     class Media:

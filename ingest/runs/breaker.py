@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import F
@@ -166,7 +167,7 @@ def _share(window: int, others: int) -> int:
     return max(1, window // (others + 1))
 
 
-def _count(sql: str, target: str, tenant: int, **more: object) -> tuple:
+def _count(sql: str, target: str, tenant: int, **more: Any) -> tuple:
     with connection.cursor() as cursor:
         cursor.execute(
             sql,
@@ -213,6 +214,7 @@ def admit(target: str, tenant: int, job_id: int, now: datetime) -> Admission:
         breaker = _row(target, tenant)
         if breaker.state == BreakerState.CLOSED:
             return Admission(allowed=True)
+        assert breaker.next_probe_at is not None  # every breaker not closed has one (a check constraint)
         if breaker.state == BreakerState.HALF_OPEN and breaker.probe_job == job_id:
             return Admission(allowed=True, probe=True, state=breaker.state)
         probe_abandoned = (

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, TypeGuard
 
 import regex
 
@@ -123,7 +123,7 @@ KEYS = {
 COMMON_KEYS = {"name", "type", "required", "default", "description"}
 # Kubernetes quantities: a decimal number and an optional suffix.
 QUANTITY = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
-SUFFIXES = {
+SUFFIXES: dict[str, int | Decimal] = {
     "": 1,
     "m": Decimal("0.001"),
     "k": 10**3,
@@ -196,7 +196,7 @@ def _range(low: int | None, high: int | None) -> str:
     return f"{low} to {high}"
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -318,7 +318,7 @@ def _misfit(parameter: Parameter, value: Any) -> str:
             return "must be text"
         if "\x00" in value:
             return "must not hold a NUL character"
-        if len(value) > parameter.max_length:
+        if parameter.max_length is not None and len(value) > parameter.max_length:
             return f"is longer than {parameter.max_length} characters"
         return _pattern_misfit(parameter.pattern, value) if parameter.pattern else ""
     if parameter.type == "integer":

@@ -39,10 +39,13 @@ class SourceForm(forms.ModelForm):
         current = self.instance.kind if self.instance.pk else ""
         if current and current not in dict(choices):
             choices.append((current, f"{current} (not installed)"))
-        self.fields["kind"].choices = [("", "---------"), *choices]
+        kind = self.fields["kind"]
+        assert isinstance(kind, forms.ChoiceField)  # declared above
+        kind.choices = [("", "---------"), *choices]
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         tenant = self.fixed_tenant or getattr(data.get("tenant"), "pk", None) or self.instance.tenant_id
         name = data.get("name")
         if (
@@ -105,7 +108,8 @@ class HookTemplateForm(forms.ModelForm):
         ]
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         for field, default in (("parameters", []), ("env", {})):
             if field in data and data[field] in (None, ""):
                 data[field] = default
@@ -151,11 +155,14 @@ class HookForm(forms.ModelForm):
             entries = HookTemplate.objects.filter(
                 Q(pk__in=entries.values("pk")) | Q(pk=self.instance.template_id)
             )
-        self.fields["template"].queryset = entries.order_by("name")
+        template = self.fields["template"]
+        assert isinstance(template, forms.ModelChoiceField)  # the foreign key's field
+        template.queryset = entries.order_by("name")
         self.fields["parameters"].help_text = entries_help(offered_entries(tenant).order_by("name"))
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if data.get("parameters") in (None, ""):
             data["parameters"] = {}
         entry = data.get("template")

@@ -80,9 +80,9 @@ def run_ingester(ctx: jobs.JobContext) -> dict[str, Any]:
         return {"skipped": f"run {run.status}"}
     if run.batch_fetched:  # an earlier attempt wrote it
         return {"batch": sequence, "already": "fetched"}
-    if sequence > 1 and run.previous_session is None:
+    session = run.first_session() if sequence == 1 else run.previous_session
+    if session is None:
         return _ingester_failed(ctx, run, sequence, f"batch {sequence - 1} is missing")
-    session: dict[str, Any] = run.previous_session if sequence > 1 else run.first_session()
     source = run.source
     try:
         ingester = ingesters.get(source.kind)
@@ -178,7 +178,10 @@ def publish_batch(ctx: jobs.JobContext) -> dict[str, Any]:
 def stop_hooks(ctx: jobs.JobContext) -> dict[str, Any]:
     """Remove every hook labelled with the ended run. The run is not reopened while
     this job is to do (``services._reopen``), so nothing it removes is a new try's."""
-    run = IngestRun.objects.filter(pk=ctx.payload.get("run"), tenant_id=ctx.tenant_id).first()
+    run_id = ctx.payload.get("run")
+    run = None
+    if isinstance(run_id, int) and ctx.tenant_id is not None:
+        run = IngestRun.objects.filter(pk=run_id, tenant_id=ctx.tenant_id).first()
     if run is None:
         raise jobs.PermanentError("the job names no run of its tenant")
     try:

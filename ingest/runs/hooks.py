@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 import jobs
@@ -79,9 +79,8 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner)
     tenant = execution.batch.run.tenant_id
     admission = None
     if execution.status == ExecutionStatus.RUNNING:
-        status = _call(
-            ctx, execution, runner, lambda spec: runner.poll(spec, execution.launched_at, ctx.now())
-        )
+        launched_at = _launched_at(execution)
+        status = _call(ctx, execution, runner, lambda spec: runner.poll(spec, launched_at, ctx.now()))
     else:
         admission = breaker.admit(runner.target, tenant, ctx.job.pk, ctx.now())
         if not admission.allowed:
@@ -106,7 +105,7 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner)
     if (
         not scheduled
         and admission is None
-        and breaker.withdraw(runner.target, tenant, execution.pk, execution.launched_at)
+        and breaker.withdraw(runner.target, tenant, execution.pk, _launched_at(execution))
     ):
         _withdraw(ctx, execution, runner)  # unless its Job cannot be deleted now
     # The target had room for it; nothing to record if the breaker was settled when it
@@ -140,8 +139,14 @@ def _advance(ctx: jobs.JobContext, execution: HookExecution, runner: HookRunner)
             scheduled=scheduled,
         )
     raise jobs.Snooze(
-        _poll_interval(ctx.now() - execution.launched_at), f"hook {execution.hook_name} is {status.phase}"
+        _poll_interval(ctx.now() - _launched_at(execution)), f"hook {execution.hook_name} is {status.phase}"
     )
+
+
+def _launched_at(execution: HookExecution) -> datetime:
+    """When the execution's current try was launched, which every try past waiting has."""
+    assert execution.launched_at is not None, f"execution {execution.pk} has no launch time"
+    return execution.launched_at
 
 
 def _held_back(target: str, admission: breaker.Admission) -> str:
@@ -344,6 +349,8 @@ def spec_for(execution: HookExecution) -> HookSpec:
     their places. ``HookRefused`` when the entry is disabled, no longer offered to the
     run's tenant, or no longer fits the values (or the catalogue's rules)."""
     hook = execution.hook
+    if hook is None:
+        raise HookRefused(f"hook {execution.hook_name} was removed from its source")
     entry = hook.template
     batch = execution.batch
     run = batch.run

@@ -86,7 +86,7 @@ class IngestSource(models.Model):
         return self.name
 
 
-class HookTemplateQuerySet(models.QuerySet):
+class HookTemplateQuerySet(models.QuerySet["HookTemplate"]):
     def offered_to(self, tenant: int) -> HookTemplateQuerySet:
         """The enabled entries ``tenant``'s hooks may use: those restricted to no tenant,
         and those restricted to a list that names it."""
@@ -152,6 +152,9 @@ class HookTemplate(models.Model):
     updated_at = models.DateTimeField("updated", auto_now=True)
 
     objects = HookTemplateQuerySet.as_manager()
+
+    # Not a column: set on the entries ``ingest.runs.sql.batch_with_hooks`` loads, and only there.
+    offered: bool
 
     class Meta:
         ordering = ["name"]
@@ -252,6 +255,10 @@ class IngestRun(models.Model):
     hooks and published. All its jobs share ``pipeline``."""
 
     Status = RunStatus
+
+    # Not columns: set on the run ``ingest.runs.sql.run_for_fetch`` loads, and only there.
+    batch_fetched: bool
+    previous_session: dict[str, Any] | None
 
     tenant = models.ForeignKey(
         "tenancy.Tenant", verbose_name="tenant", on_delete=models.PROTECT, related_name="+"

@@ -197,28 +197,28 @@ def publish_batch(
     batch = sql.batch_to_publish(batch=batch_id, run=run, tenant=tenant)
     if batch is None:
         raise IngestBatch.DoesNotExist(f"batch {batch_id} of run {run} (tenant {tenant})")
-    run = batch.run
-    if batch.status == BatchStatus.PUBLISHED or run.finished:
+    ingest_run = batch.run
+    if batch.status == BatchStatus.PUBLISHED or ingest_run.finished:
         return Published(batch.sequence, None)
-    key_field = run.source.config.get("key_field") or ""
+    key_field = ingest_run.source.config.get("key_field") or ""
     count = 0
     keys: list[str] = []
     data: list[str] = []
-    slug = run.tenant.slug
+    slug = ingest_run.tenant.slug
     for line in staged_lines(batch.location, tenant=slug):
         # The line goes to PostgreSQL as it was staged; it is read here only for its key.
         keys.append(str(json.loads(line).get(key_field, ""))[:255] if key_field else "")
         data.append(line)
         if len(keys) >= PUBLISH_CHUNK:
-            sql.insert_records(source=run.source_id, batch=batch.pk, first=count, keys=keys, data=data)
+            sql.insert_records(source=ingest_run.source_id, batch=batch.pk, first=count, keys=keys, data=data)
             count += len(keys)
             keys, data = [], []
     if keys:
-        sql.insert_records(source=run.source_id, batch=batch.pk, first=count, keys=keys, data=data)
+        sql.insert_records(source=ingest_run.source_id, batch=batch.pk, first=count, keys=keys, data=data)
         count += len(keys)
     sql.mark_published(batch=batch.pk, count=count, now=jobs.now())
-    if run.ingest_done:
-        settle(run, current_job=current_job)
+    if ingest_run.ingest_done:
+        settle(ingest_run, current_job=current_job)
     staged = batch.location
     transaction.on_commit(lambda: batches_store(slug).delete(staged))
     return Published(batch.sequence, count)

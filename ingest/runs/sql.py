@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from django.db import connection
 from django.db.models import Model
@@ -36,13 +36,16 @@ from ingest.runs.models import (
 )
 from tenancy.models import Tenant
 
+M = TypeVar("M", bound=Model)
+
 
 def _columns(model: type[Model], alias: str) -> str:
     quote = connection.ops.quote_name
-    return ", ".join(f"{alias}.{quote(field.column)}" for field in model._meta.concrete_fields)
+    # A concrete field is one with a column.
+    return ", ".join(f"{alias}.{quote(cast(str, field.column))}" for field in model._meta.concrete_fields)
 
 
-def _instance(model: type[Model], row: tuple[Any, ...], start: int) -> tuple[Model | None, int]:
+def _instance(model: type[M], row: tuple[Any, ...], start: int) -> tuple[M | None, int]:
     """The ``model`` instance whose columns begin at ``row[start]`` (None if they are all
     NULL, as an outer join leaves them), and where the next model's begin."""
     fields = model._meta.concrete_fields
@@ -51,6 +54,14 @@ def _instance(model: type[Model], row: tuple[Any, ...], start: int) -> tuple[Mod
     if all(value is None for value in values):
         return None, end
     return model.from_db(connection.alias, [field.attname for field in fields], values), end
+
+
+def _joined(model: type[M], row: tuple[Any, ...], start: int) -> tuple[M, int]:
+    """``_instance`` for a model reached by an inner join, whose columns are never all NULL."""
+    found, end = _instance(model, row, start)
+    if found is None:
+        raise ValueError(f"no {model.__name__} in an inner-joined row")
+    return found, end
 
 
 def _tables() -> dict[str, str]:
@@ -96,9 +107,9 @@ def run_for_fetch(*, run: int, tenant: int | None, sequence: int) -> IngestRun |
     ).fetchone()
     if row is None:
         return None
-    found, at = _instance(IngestRun, row, 0)
-    found.source, at = _instance(IngestSource, row, at)
-    found.tenant, at = _instance(Tenant, row, at)
+    found, at = _joined(IngestRun, row, 0)
+    found.source, at = _joined(IngestSource, row, at)
+    found.tenant, at = _joined(Tenant, row, at)
     found.batch_fetched, found.previous_session = row[at], row[at + 1]
     return found
 
@@ -137,10 +148,10 @@ def batch_with_hooks(
     ).fetchall()
     if not rows:
         return None, []
-    found, at = _instance(IngestBatch, rows[0], 0)
-    found.run, at = _instance(IngestRun, rows[0], at)
-    found.run.source, at = _instance(IngestSource, rows[0], at)
-    found.run.tenant, at = _instance(Tenant, rows[0], at)
+    found, at = _joined(IngestBatch, rows[0], 0)
+    found.run, at = _joined(IngestRun, rows[0], at)
+    found.run.source, at = _joined(IngestSource, rows[0], at)
+    found.run.tenant, at = _joined(Tenant, rows[0], at)
     executions = []
     for row in rows:
         execution, after = _instance(HookExecution, row, at)
@@ -148,7 +159,7 @@ def batch_with_hooks(
             continue
         execution.hook, after = _instance(Hook, row, after)
         if execution.hook is not None:
-            execution.hook.template, after = _instance(HookTemplate, row, after)
+            execution.hook.template, after = _joined(HookTemplate, row, after)
             execution.hook.template.offered = row[after]
         execution.batch = found
         executions.append(execution)
@@ -178,10 +189,10 @@ def batch_to_publish(*, batch: int, run: int, tenant: int | None) -> IngestBatch
     ).fetchone()
     if row is None:
         return None
-    found, at = _instance(IngestBatch, row, 0)
-    found.run, at = _instance(IngestRun, row, at)
-    found.run.source, at = _instance(IngestSource, row, at)
-    found.run.tenant, _ = _instance(Tenant, row, at)
+    found, at = _joined(IngestBatch, row, 0)
+    found.run, at = _joined(IngestRun, row, at)
+    found.run.source, at = _joined(IngestSource, row, at)
+    found.run.tenant, _ = _joined(Tenant, row, at)
     return found
 
 

@@ -10,7 +10,7 @@ handoff's history like any other transition. Staff of a tenant see their tenant'
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.contrib import admin, messages
 from django.db.models import F, QuerySet
@@ -26,6 +26,9 @@ from ingest.scraping import services
 from ingest.scraping.models import HandoffTransition, IngestionHandoff, ScrapeReference, ScrapeRun
 from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
 from tenancy.scoping import scope_queryset, tenant_scope
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
 
 CSS = "ingest/runs.css"
 OPERATE_HANDOFFS = "ingest.change_ingestionhandoff"
@@ -93,7 +96,7 @@ class ScrapeRunAdmin(ReadOnlyAdmin):
     list_select_related = ["source", "last_synced_by"]
     search_fields = ["=run_id"]
     search_help_text = "A scrape run's exact id."
-    fields = [
+    fields = readonly_fields = (
         "run_id",
         "tenant",
         "source",
@@ -104,12 +107,15 @@ class ScrapeRunAdmin(ReadOnlyAdmin):
         "last_sync_at",
         "last_synced_by",
         "handoffs",
-    ]
-    readonly_fields = fields
+    )
 
     @admin.display(description="handoffs")
     def handoffs(self, run: ScrapeRun) -> SafeString:
-        query = urlencode({ScrapeRunFilter.parameter_name: run.run_id, "source__id__exact": run.source_id})
+        params: dict[str, str | int] = {
+            ScrapeRunFilter.parameter_name: run.run_id,
+            "source__id__exact": run.source_id,
+        }
+        query = urlencode(params)
         url = reverse("admin:ingest_ingestionhandoff_changelist")
         return format_html('<a href="{}?{}">its handoffs</a>', url, query)
 
@@ -136,8 +142,15 @@ class HandoffColumns:
 
 class ReferenceHandoffInline(HandoffColumns, ReadOnlyInline):
     model = IngestionHandoff
-    fields = ["status_display", "reason", "hash", "scrape_run", "attempts", "ingest_run_link", "updated_at"]
-    readonly_fields = fields
+    fields = readonly_fields = (
+        "status_display",
+        "reason",
+        "hash",
+        "scrape_run",
+        "attempts",
+        "ingest_run_link",
+        "updated_at",
+    )
     ordering = ["-id"]
     show_change_link = True
 
@@ -157,7 +170,7 @@ class ScrapeReferenceAdmin(ReadOnlyAdmin):
     list_select_related = ["source", "changed_in"]
     search_fields = ["=external_id"]
     search_help_text = "A reference's exact external id."
-    fields = [
+    fields = readonly_fields = (
         "external_id",
         "tenant",
         "source",
@@ -166,8 +179,7 @@ class ScrapeReferenceAdmin(ReadOnlyAdmin):
         "first_seen_at",
         "changed_at",
         "changed_in",
-    ]
-    readonly_fields = fields
+    )
     inlines = [ReferenceHandoffInline]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ScrapeReference]:
@@ -209,8 +221,7 @@ class ScrapeRunFilter(admin.SimpleListFilter):
 class TransitionInline(ReadOnlyInline):
     model = HandoffTransition
     verbose_name_plural = "history"
-    fields = ["at_display", "change", "reason", "note", "actor"]
-    readonly_fields = fields
+    fields = readonly_fields = ("at_display", "change", "reason", "note", "actor")
     ordering = ["at", "id"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[HandoffTransition]:
@@ -234,6 +245,11 @@ class TransitionInline(ReadOnlyInline):
         return transition.get_reason_code_display()
 
 
+class _HandoffIds(TypedDict):
+    reference_external_id: str
+    scraper_run_id: str
+
+
 @admin.register(IngestionHandoff)
 class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
     list_display = [
@@ -252,7 +268,7 @@ class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
     sortable_by = ["id", "updated_at"]  # what the list orders by cheaply
     search_fields = ["=reference__external_id", "=scrape_run__run_id"]
     search_help_text = "A reference's exact external id, or a scrape run's exact id."
-    fields = [
+    fields = readonly_fields = (
         "id",
         "tenant",
         "source",
@@ -268,8 +284,7 @@ class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
         "created_by",
         "created_at",
         "updated_at",
-    ]
-    readonly_fields = fields
+    )
     inlines = [TransitionInline]
     actions = ["retry_handoffs"]
 
@@ -288,11 +303,11 @@ class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
         return request.user.has_perm(OPERATE_HANDOFFS)
 
     @admin.display(description="external id")
-    def external_id(self, handoff: IngestionHandoff) -> str:
+    def external_id(self, handoff: WithAnnotations[IngestionHandoff, _HandoffIds]) -> str:
         return handoff.reference_external_id
 
     @admin.display(description="scrape run")
-    def scrape_run_id_display(self, handoff: IngestionHandoff) -> str:
+    def scrape_run_id_display(self, handoff: WithAnnotations[IngestionHandoff, _HandoffIds]) -> str:
         return handoff.scraper_run_id
 
     @admin.display(description="last error")

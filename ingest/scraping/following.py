@@ -158,11 +158,13 @@ def settle_stuck_handoffs() -> int:
     settled = 0
     # The longest-queued first, a bounded number a sweep: a backlog of queued jobs is
     # not stuck, and the next sweep goes on from here.
-    queued = dict(
-        IngestionHandoff.objects.filter(status=HandoffStatus.QUEUED, job_id__isnull=False)
+    queued = {
+        job_id: pk
+        for job_id, pk in IngestionHandoff.objects.filter(status=HandoffStatus.QUEUED, job_id__isnull=False)
         .order_by("updated_at", "id")
         .values_list("job_id", "pk")[:SWEEP_LIMIT]
-    )
+        if job_id is not None  # all of them: the filter says so
+    }
     for job_id in jobs.pipelines_over(list(queued), before=jobs.now()):
         with transaction.atomic():
             handoff = IngestionHandoff.objects.get(pk=queued[job_id])

@@ -39,7 +39,9 @@ def ingest_reference(ctx: jobs.JobContext) -> dict[str, Any]:
 def settle_handoff(ctx: jobs.JobContext) -> dict[str, Any]:
     event = ctx.payload.get("payload")
     run_id = event.get("run") if isinstance(event, dict) else None
-    run = IngestRun.objects.filter(pk=run_id, tenant_id=ctx.tenant_id).first()
+    run = None
+    if isinstance(run_id, int) and ctx.tenant_id is not None:
+        run = IngestRun.objects.filter(pk=run_id, tenant_id=ctx.tenant_id).first()
     if run is None:
         raise jobs.PermanentError(f"run {run_id!r} is not one of this job's tenant's")
     if run.reference_id is None or not services.handoffs_available():

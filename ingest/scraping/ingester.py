@@ -40,23 +40,26 @@ class ScrapedReference(Ingester):
         if not isinstance(reference_id, int):
             raise SourceError(
                 "a scraped-reference source is ingested one reference at a time, "
-                "through its handoffs; start it from a sync, not as a whole"
+                "through its handoffs; start it from a sync, not as a whole",
+                transient=False,
             )
         reference = ScrapeReference.objects.filter(pk=reference_id).first()
         if reference is None:
-            raise SourceError(f"reference {reference_id} is gone")
+            raise SourceError(f"reference {reference_id} is gone", transient=False)
         field = config.get("records_field") or ""
         if not field:
             return Fetched([reference.payload], {}, False)
         items = reference.payload.get(field)
         if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
             raise SourceError(
-                f"reference {reference.external_id!r}: its payload's {field!r} is not a list of objects"
+                f"reference {reference.external_id!r}: its payload's {field!r} is not a list of objects",
+                transient=False,
             )
         if len(items) > batch_size:
             raise SourceError(
                 f"reference {reference.external_id!r}: {len(items):,} records "
                 f"under {field!r}, more than the source's batch size "
-                f"({batch_size:,})"
+                f"({batch_size:,})",
+                transient=False,
             )
         return Fetched(items, {}, False)

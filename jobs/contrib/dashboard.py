@@ -14,6 +14,7 @@ due jobs and the running jobs stuck past their lease.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -33,7 +34,7 @@ from django.db.models import (
 from django.db.models.functions import Least
 
 from jobs import clock, registry
-from jobs.models import Job, JobEvent
+from jobs.models import Job, JobEvent, JobQuerySet
 
 # The windows an operator can pick; anything else is refused rather than guessed.
 WINDOWS: dict[str, timedelta] = {
@@ -121,7 +122,9 @@ def parse_window(name: str) -> timedelta:
         raise ValueError(f"unknown window {name!r}; use one of {', '.join(WINDOWS)}") from None
 
 
-def finished_by_type(since: datetime, until: datetime, *, jobs: QuerySet[Job] | None = None) -> QuerySet[Job]:
+def finished_by_type(
+    since: datetime, until: datetime, *, jobs: JobQuerySet | None = None
+) -> QuerySet[Job, Mapping[str, Any]]:
     """One GROUP BY over jobs finished in ``[since, until]`` (a range scan of
     ``jobs_job_finished_idx``): per type the outcome counts and both duration percentiles.
 
@@ -131,7 +134,7 @@ def finished_by_type(since: datetime, until: datetime, *, jobs: QuerySet[Job] | 
     return _finished_in(since, until, jobs).values("type").annotate(**_finished_aggregates())
 
 
-def _finished_in(since: datetime, until: datetime, jobs: QuerySet[Job] | None) -> QuerySet[Job]:
+def _finished_in(since: datetime, until: datetime, jobs: JobQuerySet | None) -> JobQuerySet:
     jobs = Job.objects.all() if jobs is None else jobs
     return jobs.filter(finished_at__gte=since, finished_at__lte=until).order_by()
 
@@ -151,7 +154,7 @@ def _finished_aggregates() -> dict[str, Aggregate]:
 
 def incidents_by_type(
     since: datetime, until: datetime, *, events: QuerySet[JobEvent] | None = None
-) -> QuerySet[JobEvent]:
+) -> QuerySet[JobEvent, Mapping[str, Any]]:
     """Retries scheduled and rescues per job type, from the history rows in the window
     (a range scan of the partial index ``jobs_jobevent_incident_idx``)."""
     return _incidents_in(since, until, events).values("job__type").annotate(**_incident_counts())
@@ -173,7 +176,7 @@ def type_figures(
     since: datetime,
     until: datetime,
     *,
-    jobs: QuerySet[Job] | None = None,
+    jobs: JobQuerySet | None = None,
     events: QuerySet[JobEvent] | None = None,
 ) -> list[TypeFigures]:
     """Per job type seen in the window, finished or merely retried: counts, throughput
@@ -192,7 +195,7 @@ def type_figures(
 
 
 def _figures(
-    name: str, row: dict[str, Any] | None, incidents: tuple[int, int], minutes: float
+    name: str, row: Mapping[str, Any] | None, incidents: tuple[int, int], minutes: float
 ) -> TypeFigures:
     row = row or {"finished": 0, "succeeded": 0, "failed": 0, "cancelled": 0, "p50": None, "p95": None}
     outcomes = row["succeeded"] + row["failed"]
@@ -211,7 +214,7 @@ def _figures(
     )
 
 
-def queue_lag(now: datetime, *, jobs: QuerySet[Job] | None = None) -> list[QueueLag]:
+def queue_lag(now: datetime, *, jobs: JobQuerySet | None = None) -> list[QueueLag]:
     """Per queue, the jobs a worker could claim right now and how long the oldest of them
     has been due. Children waiting on their parent and jobs whose concurrency key is held
     are not lag (no worker could take them), so this uses the claim's own definition."""
@@ -234,7 +237,7 @@ def queue_lag(now: datetime, *, jobs: QuerySet[Job] | None = None) -> list[Queue
     ]
 
 
-def expired_leases(now: datetime, *, jobs: QuerySet[Job] | None = None) -> int:
+def expired_leases(now: datetime, *, jobs: JobQuerySet | None = None) -> int:
     """Running jobs whose worker stopped heartbeating; the reaper should take them back
     within seconds, so anything lasting here means the reaper is not running."""
     jobs = Job.objects.all() if jobs is None else jobs
@@ -242,7 +245,7 @@ def expired_leases(now: datetime, *, jobs: QuerySet[Job] | None = None) -> int:
 
 
 def figures(
-    window: str, *, jobs: QuerySet[Job] | None = None, events: QuerySet[JobEvent] | None = None
+    window: str, *, jobs: JobQuerySet | None = None, events: QuerySet[JobEvent] | None = None
 ) -> Dashboard:
     """Everything the dashboard shows for ``window`` (one of WINDOWS), ending now."""
     until = clock.now()
@@ -312,7 +315,9 @@ class TypeSeries:
     rescues: list[int]
 
 
-def finished_series(buckets: Buckets, until: datetime, *, jobs: QuerySet[Job] | None = None) -> QuerySet[Job]:
+def finished_series(
+    buckets: Buckets, until: datetime, *, jobs: JobQuerySet | None = None
+) -> QuerySet[Job, Mapping[str, Any]]:
     """The finished jobs' figures per type and bucket: one GROUP BY over the same rows
     (and the same definitions) as ``finished_by_type``."""
     return (
@@ -325,7 +330,7 @@ def finished_series(buckets: Buckets, until: datetime, *, jobs: QuerySet[Job] | 
 
 def incident_series(
     buckets: Buckets, until: datetime, *, events: QuerySet[JobEvent] | None = None
-) -> QuerySet[JobEvent]:
+) -> QuerySet[JobEvent, Mapping[str, Any]]:
     """Retries and rescues per type and bucket, one GROUP BY like ``incidents_by_type``."""
     return (
         _incidents_in(buckets.since, until, events)
@@ -339,7 +344,7 @@ def type_series(
     buckets: Buckets,
     until: datetime,
     *,
-    jobs: QuerySet[Job] | None = None,
+    jobs: JobQuerySet | None = None,
     events: QuerySet[JobEvent] | None = None,
 ) -> list[TypeSeries]:
     """Per job type seen in the window, its series; empty buckets hold zeros (or None
@@ -382,7 +387,7 @@ class StuckJob:
     overdue_seconds: float
 
 
-def oldest_due(now: datetime, *, jobs: QuerySet[Job] | None = None, limit: int = LIST_LIMIT) -> list[DueJob]:
+def oldest_due(now: datetime, *, jobs: JobQuerySet | None = None, limit: int = LIST_LIMIT) -> list[DueJob]:
     """The claimable jobs that have waited longest, oldest first: the head of the queue
     lag (the first one's age is the largest ``QueueLag.lag_seconds``)."""
     jobs = Job.objects.all() if jobs is None else jobs
@@ -390,11 +395,15 @@ def oldest_due(now: datetime, *, jobs: QuerySet[Job] | None = None, limit: int =
     return [DueJob(job, (now - job.run_after).total_seconds()) for job in rows]
 
 
-def stuck(now: datetime, *, jobs: QuerySet[Job] | None = None, limit: int = LIST_LIMIT) -> list[StuckJob]:
+def stuck(now: datetime, *, jobs: JobQuerySet | None = None, limit: int = LIST_LIMIT) -> list[StuckJob]:
     """The running jobs whose lease expired longest ago (``expired_leases`` counts them)."""
     jobs = Job.objects.all() if jobs is None else jobs
     rows = jobs.lease_expired(now).order_by("lease_expires_at", "id")[:limit]
-    return [StuckJob(job, (now - job.lease_expires_at).total_seconds()) for job in rows]
+    return [
+        StuckJob(job, (now - job.lease_expires_at).total_seconds())
+        for job in rows
+        if job.lease_expires_at is not None  # all of them: their lease lapsed
+    ]
 
 
 @dataclass(frozen=True)
@@ -412,7 +421,7 @@ class Board:
 def board(
     window: str,
     *,
-    jobs: QuerySet[Job] | None = None,
+    jobs: JobQuerySet | None = None,
     events: QuerySet[JobEvent] | None = None,
     limit: int = LIST_LIMIT,
 ) -> Board:

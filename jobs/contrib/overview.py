@@ -23,7 +23,7 @@ from django.db.models import Count, Model, QuerySet
 
 from jobs import clock, registry
 from jobs.contrib import triage
-from jobs.models import Job, JobEvent
+from jobs.models import Job, JobEvent, JobQuerySet
 
 CAP = 10_000
 RECENT = timedelta(hours=1)
@@ -99,7 +99,7 @@ def table_estimate(model: type[Model], using: str = "default") -> int | None:
     return int(row[0]) if row and row[0] >= 0 else None
 
 
-def queue_heads(jobs: QuerySet[Job], queues: Iterable[str], now: datetime) -> list[QueueHead]:
+def queue_heads(jobs: JobQuerySet, queues: Iterable[str], now: datetime) -> list[QueueHead]:
     """Per queue, the pending jobs due now and the longest-waiting of them; queues with
     nothing due are left out.
 
@@ -158,7 +158,7 @@ def busiest_pipelines(jobs: QuerySet[Job], limit: int = TOP) -> list[BusyPipelin
     ]
 
 
-def engine(jobs: QuerySet[Job], events: QuerySet[JobEvent], queues: Iterable[str]) -> Engine:
+def engine(jobs: JobQuerySet, events: QuerySet[JobEvent], queues: Iterable[str]) -> Engine:
     """The engine's figures as of one instant of the engine's clock."""
     now = clock.now()
     since = now - RECENT

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
 from django.http import HttpRequest
 from rest_framework.exceptions import AuthenticationFailed
@@ -40,7 +40,7 @@ def releasing_connection(fn: Callable[..., T]) -> Callable[..., T]:
     return run
 
 
-def authenticate(request: HttpRequest) -> AbstractBaseUser | AnonymousUser | None:
+def authenticate(request: HttpRequest) -> User | AnonymousUser | None:
     """The session's user, else the DRF token's; None for a bad token. Raises DRF's
     Throttled while the address is over its rate of failed tokens (as the API does)."""
     if request.user.is_authenticated:
@@ -70,7 +70,7 @@ def open_stream(request: HttpRequest, kind: str, key: Any) -> tuple[int, int | b
 
 
 @releasing_connection
-def user_scope(user: AbstractBaseUser | AnonymousUser) -> int | bool:
+def user_scope(user: User | AnonymousUser) -> int | bool:
     scope = tenant_scope(user)
     return False if scope is None else scope
 

@@ -37,4 +37,5 @@ class Source(Protocol):
     """Where a hub's batches come from: ``batches`` sets ``ready`` once it listens, then
     yields a batch at least every tick (an empty one if nothing happened)."""
 
-    async def batches(self, ready: asyncio.Event) -> AsyncIterator[Batch]: ...
+    # Not ``async def``: an implementation is an async generator, called without await.
+    def batches(self, ready: asyncio.Event) -> AsyncIterator[Batch]: ...

@@ -16,7 +16,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from rest_framework.exceptions import Throttled
 
 from jobs.streams import access, slots
@@ -28,11 +29,11 @@ def keepalive_seconds() -> float:
     return float(getattr(settings, "STREAMS_KEEPALIVE_SECONDS", 15))
 
 
-async def job_events(request: HttpRequest, pk: int) -> HttpResponse:
+async def job_events(request: HttpRequest, pk: int) -> HttpResponseBase:
     return await _stream(request, "job", pk)
 
 
-async def pipeline_events(request: HttpRequest, pipeline: uuid.UUID) -> HttpResponse:
+async def pipeline_events(request: HttpRequest, pipeline: uuid.UUID) -> HttpResponseBase:
     return await _stream(request, "pipeline", str(pipeline))
 
 
@@ -47,7 +48,7 @@ def last_event_id(request: HttpRequest) -> int | None:
     return value
 
 
-async def _stream(request: HttpRequest, kind: str, key: Any) -> HttpResponse:
+async def _stream(request: HttpRequest, kind: str, key: Any) -> HttpResponseBase:
     try:
         after = last_event_id(request)
     except ValueError:
@@ -56,7 +57,8 @@ async def _stream(request: HttpRequest, kind: str, key: Any) -> HttpResponse:
         status, scope, staff, user_id = await access.in_slot(access.open_stream, request, kind, key)
     except Throttled as exc:  # too many wrong tokens from this address
         response = JsonResponse({"detail": str(exc.detail)}, status=429)
-        response["Retry-After"] = str(math.ceil(exc.wait or 1))
+        # DRF sets ``wait`` on the exception; its stubs leave the attribute out.
+        response["Retry-After"] = str(math.ceil(exc.wait or 1))  # type: ignore[attr-defined]
         return response
     if status == 401:
         response = JsonResponse({"detail": "Authentication credentials were not provided."}, status=401)
@@ -70,10 +72,10 @@ async def _stream(request: HttpRequest, kind: str, key: Any) -> HttpResponse:
         response = JsonResponse({"detail": slots.refusal(cap), "limit": cap}, status=429)
         response["Retry-After"] = str(math.ceil(slots.renew_every()))
         return response
-    response = EventStream(_events(scope, staff, kind, key, after, slot), slot)
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"  # no buffering in a front proxy
-    return response
+    stream = EventStream(_events(scope, staff, kind, key, after, slot), slot)
+    stream["Cache-Control"] = "no-cache"
+    stream["X-Accel-Buffering"] = "no"  # no buffering in a front proxy
+    return stream
 
 
 class EventStream(StreamingHttpResponse):

@@ -181,4 +181,5 @@ def parse_target(what: Any) -> tuple[str, list[Any]]:
 
 
 def target_set(filter: Filter, kind: str) -> set[Any]:
-    return {"job": filter.jobs, "pipeline": filter.pipelines, "type": filter.types}[kind]
+    targets: dict[str, set[Any]] = {"job": filter.jobs, "pipeline": filter.pipelines, "type": filter.types}
+    return targets[kind]

@@ -45,6 +45,13 @@ def test_check_records_names_what_is_wrong(tmp_path, monkeypatch, capsys):
     assert check_records.main(["--require", "id,amount", "--unique", "id"]) == 0
 
 
+def test_check_records_names_a_line_that_is_not_utf8():
+    lines = iter([b'{"id": "\xff"}\n', b'{"id": "b"}\n'])
+    assert list(check_records.problems(lines, ["id"], "id")) == [
+        "line 1: not JSON (not UTF-8: invalid start byte)"
+    ]
+
+
 @pytest.mark.system
 @pytest.mark.django_db(transaction=True)
 def test_the_demo_leaves_its_run_to_a_running_cluster_and_reports_when_it_finished(

@@ -22,8 +22,14 @@ from tenancy.scoping import scope_queryset
 
 class DeliveryInline(ReadOnlyMixin, admin.TabularInline):
     model = Delivery
-    fields = ["delivery_link", "job_link", "job_state", "deliver_after", "job_attempts", "job_last_error"]
-    readonly_fields = fields
+    fields = readonly_fields = (
+        "delivery_link",
+        "job_link",
+        "job_state",
+        "deliver_after",
+        "job_attempts",
+        "job_last_error",
+    )
     extra = 0
     can_delete = False
 
@@ -66,8 +72,7 @@ class EventAdmin(admin.ModelAdmin):
     list_per_page = 50
     show_full_result_count = False
     paginator = CappedCountPaginator
-    fields = ["name", "payload_display", "tenant", "pipeline", "created_at", "created_by"]
-    readonly_fields = fields
+    fields = readonly_fields = ("name", "payload_display", "tenant", "pipeline", "created_at", "created_by")
     inlines = [DeliveryInline]
 
     class Media:

@@ -24,7 +24,7 @@ from django.utils.safestring import SafeString
 from jobs import clock, conf, registry
 from jobs.contrib import triage
 from jobs.contrib.overview import table_estimate
-from jobs.models import Job, JobEvent, Worker
+from jobs.models import Job, JobEvent, JobQuerySet, Worker
 
 State = Job.State
 
@@ -53,7 +53,7 @@ class CappedCountPaginator(Paginator):
         return self.object_list[: self.cap + 1].count()
 
     @cached_property
-    def count(self) -> int:  # type: ignore[override]
+    def count(self) -> int:
         return min(self._counted, self.cap)
 
     @property
@@ -189,6 +189,7 @@ class StuckFilter(ChoiceFilter):
     options = {"yes": "expired (stuck)"}
 
     def narrow(self, queryset: QuerySet, value: str) -> QuerySet:
+        assert isinstance(queryset, JobQuerySet)  # the job admin's
         return queryset.lease_expired(clock.now())
 
 
@@ -201,6 +202,7 @@ class DueFilter(ChoiceFilter):
     options = {"yes": "due now"}
 
     def narrow(self, queryset: QuerySet, value: str) -> QuerySet:
+        assert isinstance(queryset, JobQuerySet)  # the job admin's
         return queryset.due(clock.now())
 
 
@@ -247,9 +249,10 @@ class FailureGroupFilter(admin.SimpleListFilter):
         return [(value, f"{value.partition(':')[0]}: {value.partition(':')[2][:8]}…")] if value else []
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if not self.value():
+        value = self.value()
+        if not value:
             return queryset
-        window, _, group = self.value().partition(":")
+        window, _, group = value.partition(":")
         if window not in triage.WINDOWS or not re.fullmatch("[0-9a-f]{32}", group):
             raise IncorrectLookupParameters(
                 f"failure={self.value()!r}: expected <window>:<fingerprint>, a window being "

@@ -95,8 +95,9 @@ class SubscriberFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         names = {handler.name for handler in registry.all_handlers() if handler.subscribes}
-        if self.value():
-            names.add(self.value())
+        value = self.value()
+        if value:
+            names.add(value)
         return [(name, name) for name in sorted(names)]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
@@ -173,7 +174,7 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
     change_list_template = "admin/jobs/delivery/change_list.html"
     change_form_template = "admin/jobs/delivery/change_form.html"
     actions = ["replay_deliveries", "quarantine_deliveries", "release_deliveries"]
-    fields = [
+    fields = readonly_fields = (
         "event_link",
         "subscriber",
         "status_display",
@@ -186,8 +187,7 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "quarantined_by",
         "quarantine_reason",
         "history_display",
-    ]
-    readonly_fields = fields
+    )
 
     class Media:
         css = {"all": [STATES_CSS]}

@@ -53,7 +53,7 @@ GRAPH_FIELDS = (
 FOLD_AT = 12
 SHOWN_WHEN_FOLDED = 8
 # The order siblings are drawn in: what needs a look first.
-STATE_ORDER = {
+STATE_ORDER: dict[str, int] = {
     Job.State.FAILED: 0,
     Job.State.RUNNING: 1,
     Job.State.PENDING: 2,

@@ -25,8 +25,16 @@ class WorkerAdmin(admin.ModelAdmin):
         "last_seen_at",
         "jobs_done",
     ]
-    fields = ["name", "alive", "hostname", "pid", "queues_display", "started_at", "last_seen_at", "jobs_done"]
-    readonly_fields = fields
+    fields = readonly_fields = (
+        "name",
+        "alive",
+        "hostname",
+        "pid",
+        "queues_display",
+        "started_at",
+        "last_seen_at",
+        "jobs_done",
+    )
     search_fields = ["name", "hostname"]
 
     def has_view_permission(self, request: HttpRequest, obj: Worker | None = None) -> bool:

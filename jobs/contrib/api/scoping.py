@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
-
-from jobs.models import Job
+from jobs.models import Job, JobQuerySet
 from tenancy.scoping import scope_queryset
 
 
-def visible_jobs(user: Any) -> QuerySet[Job]:
+def visible_jobs(user: Any) -> JobQuerySet:
     """The jobs ``user`` may read, for a view to filter further."""
     return scope_queryset(Job.objects.all(), user)

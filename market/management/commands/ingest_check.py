@@ -49,8 +49,8 @@ class Command(BaseCommand):
             feeds = feeds.filter(tenant=found)
         if feed:
             feeds = feeds.filter(name=feed)
-        feeds = list(feeds)
-        if not feeds:
+        chosen = list(feeds)
+        if not chosen:
             raise CommandError(
                 "no enabled market feed"
                 + (f" named {feed!r}" if feed else "")
@@ -58,7 +58,7 @@ class Command(BaseCommand):
                 returncode=USAGE,
             )
         now = jobs.now()
-        findings = services.check(feeds, now)
+        findings = services.check(chosen, now)
         lines = [finding.line() for finding in findings]
         alert = not all(finding.ok for finding in findings)
         lines.append(

@@ -307,9 +307,10 @@ def _hook_failed(
         )
     if infrastructure:
         raise jobs.PermanentError(f"hook {execution.hook_name} cannot run: {status.reason}")
-    code = "" if status.exit_code is None else f" with exit code {status.exit_code}"
+    why = services.hook_failure_text(status.reason, status.exit_code, status.log_tail)
     raise jobs.PermanentError(
-        f"hook {execution.hook_name} failed{code}{': ' + status.reason if status.reason else ''}"
+        f"hook {execution.hook_name} failed "
+        + (f"with {why}" if status.exit_code is not None else f"({why})")
     )
 
 

@@ -272,18 +272,31 @@ def record_hook_failure(
             run,
             f"{failures} reached the run's limit of "
             f"{run.max_failures}; the last: {execution.hook_name} on batch "
-            f"{execution.batch.sequence}: {_failure_text(reason, exit_code)}",
+            f"{execution.batch.sequence}: {hook_failure_text(reason, exit_code, log_tail)}",
             current_job=current_job,
         )
     return settle(run, current_job=current_job)
 
 
-def _failure_text(reason: str, exit_code: int | None) -> str:
-    """Why a hook failed, in words: the exit code first when there is one, and the
-    runner's reason beside it unless it is the container's bare ``Error``."""
+def hook_failure_text(reason: str, exit_code: int | None, log_tail: str = "") -> str:
+    """Why a hook failed, in the words an operator acts on: the exit code (with the
+    runner's reason beside it unless it is the container's bare ``Error``), then the last
+    line the hook wrote, which is where a check says what it found."""
     if exit_code is None:
-        return reason
-    return f"exit code {exit_code}" + (f" ({reason})" if reason not in ("", "Error") else "")
+        head = reason or "failed"
+    else:
+        head = f"exit code {exit_code}" + (f" ({reason})" if reason not in ("", "Error") else "")
+    said = last_line(log_tail)
+    return f"{head}: {said}" if said else head
+
+
+def last_line(text: str, limit: int = 300) -> str:
+    """The last non-blank line of ``text``, stripped and cut to ``limit`` characters."""
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            line = line.strip()
+            return line if len(line) <= limit else line[: limit - 1] + "…"
+    return ""
 
 
 def _fail_execution(execution: HookExecution, reason: str, **fields: Any) -> IngestRun:

@@ -296,7 +296,7 @@ def test_a_failed_or_cancelled_ingest_run_fails_its_handoff_through_the_event(cl
     drain(clock)
     failed = IngestionHandoff.objects.get()
     assert (failed.status, failed.reason_code) == (HandoffStatus.FAILED, HandoffReason.INGESTION_FAILED)
-    assert failed.last_error.endswith("hook0 on batch 1: exit code 2")
+    assert failed.last_error.endswith("hook0 on batch 1: exit code 2: bad listing")
 
     services.sync(source, "scrape-2", refs(("a", 11)))
     assert run_next() == "succeeded"  # the new handoff's job starts its run

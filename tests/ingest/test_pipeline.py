@@ -75,7 +75,13 @@ def test_a_failing_hook_keeps_its_exit_code_and_log_and_fails_the_run_at_its_lim
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     assert run.hook_failures == 2
-    assert "reached the run's limit of 2" in run.failure_reason
+    # The hook's own last word is the cause, on the run and on the job alike.
+    assert run.failure_reason.startswith("2 hook failures reached the run's limit of 2; the last: ")
+    assert run.failure_reason.endswith(": exit code 3: bad row 7")
+    deliveries = Job.objects.filter(pipeline_id=run.pipeline, type="ingest.RunHooks", state="failed")
+    assert {job.last_error for job in deliveries} == {
+        "PermanentError: hook hook0 failed with exit code 3: bad row 7"
+    }
     failed = run.batches.filter(status=BatchStatus.HOOKS_FAILED).first()
     execution = failed.hook_executions.get()
     assert execution.exit_code == 3
@@ -257,3 +263,22 @@ def test_a_batch_larger_than_a_chunk_is_published_whole_in_order_with_its_keys(c
         .values_list("position", "key", "data")
     )
     assert records == [(n, f"1-{n}", {"id": f"1-{n}", "batch": 1}) for n in range(5)]
+
+
+@pytest.mark.parametrize(
+    ("reason", "exit_code", "log_tail", "expected"),
+    [
+        (
+            "Error",
+            3,
+            "reading\nrecord 17: price is negative\n\n",
+            "exit code 3: record 17: price is negative",
+        ),
+        ("OOMKilled", 137, "", "exit code 137 (OOMKilled)"),
+        ("DeadlineExceeded", None, "still going", "DeadlineExceeded: still going"),
+        ("", None, "  \n", "failed"),
+        ("Error", 1, "x" * 400, "exit code 1: " + "x" * 299 + "…"),
+    ],
+)
+def test_a_hook_failure_reads_as_its_exit_code_and_its_last_line(reason, exit_code, log_tail, expected):
+    assert services.hook_failure_text(reason, exit_code, log_tail) == expected

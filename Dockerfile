@@ -18,6 +18,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY project project
 COPY jobs jobs
+COPY console console
 COPY tenancy tenancy
 COPY intake intake
 COPY factors factors
@@ -44,6 +45,7 @@ WORKDIR /app
 COPY --chown=conveyor:conveyor manage.py ./
 COPY --chown=conveyor:conveyor project project
 COPY --chown=conveyor:conveyor jobs jobs
+COPY --chown=conveyor:conveyor console console
 COPY --chown=conveyor:conveyor tenancy tenancy
 COPY --chown=conveyor:conveyor intake intake
 COPY --chown=conveyor:conveyor factors factors

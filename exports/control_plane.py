@@ -29,10 +29,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from console.api import StreamedJSONParser, wrong_token
 from exports import conf, services
 from exports.models import ExportJob, JobStatus, Snapshot
 from exports.spec import JobSpec
-from jobs.contrib.api import StreamedJSONParser, wrong_token
 
 
 def worker_token_matches(authorization: str) -> bool:

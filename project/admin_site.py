@@ -2,7 +2,7 @@
 
 Every JSON field of every admin form refuses strings PostgreSQL cannot store (a lone
 surrogate, a NUL) with a form error naming where they are, as the API does
-(``jobs.contrib.admin.jsonfields``), rather than a 500 at the save.
+(``console.admin.jsonfields``), rather than a 500 at the save.
 
 django-q2 registers its task tables in the admin (successful and failed tasks, the ORM
 broker's queue). In Conveyor they hold only the scheduler's small tasks, which enqueue
@@ -22,7 +22,7 @@ from django.http import HttpRequest
 from django_q import admin as django_q_admin
 from django_q.models import Failure, OrmQ, Schedule, Success, Task
 
-from jobs.contrib.admin.jsonfields import use_everywhere
+from console.admin.jsonfields import use_everywhere
 
 
 class ScheduleAdmin(django_q_admin.ScheduleAdmin):

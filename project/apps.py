@@ -8,7 +8,7 @@ from django.apps import AppConfig
 
 class ConsoleConfig(AppConfig):
     name = "project"
-    label = "console"
+    label = "project"
     verbose_name = "Conveyor console"
 
     def ready(self) -> None:

@@ -1,6 +1,6 @@
 """The console's front page: what needs a person now, gathered from every app.
 
-The engine gives its figures and tables (``jobs.contrib.admin.overview``); each pipeline
+The engine gives its figures and tables (``console.admin.overview``); each pipeline
 app gives a list of figures (``<app>.overview.figures``). Every figure links to the
 admin list that explains it and counts the rows that list would show the same user.
 """
@@ -12,10 +12,10 @@ from typing import Any
 
 from django.http import HttpRequest
 
+from console.admin import overview as jobs_overview
+from console.overview import Figure
 from exports import overview as exports_overview
 from ingest import overview as ingest_overview
-from jobs.contrib.admin import overview as jobs_overview
-from jobs.contrib.overview import Figure
 from market import overview as market_overview
 
 # The apps' figure providers, in the order their figures appear after the engine's.

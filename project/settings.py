@@ -85,6 +85,9 @@ INSTALLED_APPS = [
     "jobs",
     "tenancy",
     "intake",
+    # The operators' floor, between the engine and the pipelines: the admin's pages over
+    # the engine, the API, /metrics, the live streams (console/).
+    "console",
     "factors",
     "ingest",
     "market",
@@ -383,10 +386,10 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     # Bad input is a 400 naming the problem: cursors checked against their ordering,
-    # JSON of bounded depth (jobs/contrib/api/pagination.py, jobs/contrib/api/parsers.py).
-    "DEFAULT_PAGINATION_CLASS": "jobs.contrib.api.pagination.NewestFirst",
+    # JSON of bounded depth (console/api/pagination.py, console/api/parsers.py).
+    "DEFAULT_PAGINATION_CLASS": "console.api.pagination.NewestFirst",
     "DEFAULT_PARSER_CLASSES": [
-        "jobs.contrib.api.parsers.BoundedJSONParser",
+        "console.api.parsers.BoundedJSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
@@ -430,7 +433,7 @@ SPECTACULAR_SETTINGS = {
 }
 
 # /metrics without credentials (a scraper on a private network); otherwise it needs
-# "Authorization: Bearer $METRICS_TOKEN" or a staff platform operator (jobs/contrib/prometheus.py).
+# "Authorization: Bearer $METRICS_TOKEN" or a staff platform operator (console/prometheus.py).
 METRICS_PUBLIC = env_bool("METRICS_PUBLIC", False)
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 # Apps' figures on the same page, read from the database at each scrape.

@@ -15,7 +15,7 @@ urlpatterns = [
     # assets come from drf-spectacular-sidecar, no CDN.
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", ApiDocsView.as_view(url_name="api-schema"), name="api-docs"),
-    path("", include("jobs.urls")),
+    path("", include("console.urls")),
     path("", include("factors.urls")),
     path("", include("ingest.urls")),
     path("", include("market.urls")),

@@ -13,7 +13,7 @@ holds a string PostgreSQL cannot store is answered with an ``{"error": ...}`` na
 
 There is no replay here: a consumer the hub cut loose (too slow, or the source was
 interrupted: events may have been missed) is closed with code 4000 (``LAGGED``); the
-page's script (jobs/static/jobs/live.js) reconnects and refreshes what it shows.
+page's script (console/static/console/live.js) reconnects and refreshes what it shows.
 """
 
 from __future__ import annotations

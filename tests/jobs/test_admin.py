@@ -22,9 +22,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 import jobs
+from console.admin import CappedCountPaginator, operations, rendering
 from ingest.runs.models import HookTemplate
 from jobs import engine
-from jobs.contrib.admin import CappedCountPaginator, operations, rendering
 from jobs.models import Job, JobEvent, Worker
 from tests.base import make_job, staff, tenant
 from tests.jobs.builders import failed, grant, messages_of, operator, rows, running

@@ -9,8 +9,8 @@ from django.core.management import call_command
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from console.api import serializers as api_serializers
 from jobs import engine
-from jobs.contrib.api import serializers as api_serializers
 from jobs.events import publish
 from jobs.models import Job, JobEvent
 from tests.base import as_user, claim_one, make_job, run_next, staff

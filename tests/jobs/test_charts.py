@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from jobs.contrib.admin import charts
+from console.admin import charts
 
 NS = {"svg": "http://www.w3.org/2000/svg"}
 

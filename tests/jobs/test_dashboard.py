@@ -6,8 +6,8 @@ import pytest
 from django.db import connection, transaction
 from rest_framework.test import APIClient
 
+from console import dashboard
 from jobs import engine
-from jobs.contrib import dashboard
 from jobs.models import Job
 from tests.base import make_job, staff, tenant
 

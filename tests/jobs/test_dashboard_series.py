@@ -11,8 +11,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from console import dashboard
 from jobs import engine
-from jobs.contrib import dashboard
 from jobs.models import Job
 from jobs.testing import T0
 from tests.base import make_job

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rest_framework.exceptions import ParseError
 
+from console.api import BoundedJSONParser
 from jobs.arguments import MAX_JSON_DEPTH, json_depth
-from jobs.contrib.api import BoundedJSONParser
 from jobs.redaction import without_traceback
 
 json_values = st.recursive(

@@ -10,8 +10,8 @@ import uuid
 import pytest
 from django.urls import reverse
 
+from console.admin.pipeline import MAX_JOBS
 from jobs import engine
-from jobs.contrib.admin.pipeline import MAX_JOBS
 from jobs.models import Job
 from jobs.pipelines import summary as pipeline_state
 from tests.base import claim_one, make_job, run_next, staff, tenant
@@ -168,7 +168,7 @@ def test_the_page_starts_the_stream_after_the_newest_event_it_shows(admin_client
     assert f'data-events-url="/sync/pipelines/{job.pipeline_id}/events"' in html
     assert f'data-last-event="{newest}"' in html and 'data-finished="1"' in html
     assert f'data-event="{newest}"' in box(html, job)
-    assert "jobs/pipeline.js" in html
+    assert "console/pipeline.js" in html
 
 
 def test_the_graph_fragment_is_the_graph_alone(admin_client):
@@ -241,7 +241,7 @@ def test_the_job_list_and_job_page_link_to_the_pipeline_page(admin_client):
     detail = admin_client.get(reverse("admin:jobs_job_change", args=[job.pk])).content.decode()
 
     assert page_url(job.pipeline_id) in listing and page_url(job.pipeline_id) in detail
-    assert "jobs/job_list.js" in listing and "jobs/states.css" in listing
+    assert "console/job_list.js" in listing and "console/states.css" in listing
 
 
 @pytest.mark.parametrize(

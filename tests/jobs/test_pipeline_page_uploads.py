@@ -73,4 +73,4 @@ def test_a_report_pages_badges_name_their_module_for_the_live_script(admin_clien
         f'<span class="recalc-badge" data-busy="0" data-report="{travel.report_id}" '
         f'data-module="{travel.pk}">Up to date</span>'
     ) in html
-    assert "factors/report_live.js" in html and "jobs/live.js" in html
+    assert "factors/report_live.js" in html and "console/live.js" in html

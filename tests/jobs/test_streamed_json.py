@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rest_framework.exceptions import ParseError
 
-from jobs.contrib.api.streaming import LoneSurrogates, StreamedJSONParser
+from console.api.streaming import LoneSurrogates, StreamedJSONParser
 
 # Pieces of a JSON string's text: surrogate halves, escaped backslashes (which make the
 # next "ud800" plain text), other escapes, plain characters.

@@ -12,7 +12,7 @@ from django.urls import reverse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.contrib import triage
+from console import triage
 from jobs.models import Job, JobEvent
 from tests.base import make_job, staff, tenant
 from tests.jobs.builders import failed, failed_delivery, grant, messages_of, operator, rows

@@ -9,7 +9,7 @@ from rest_framework.routers import SimpleRouter
 
 from console.api.views import EventViewSet, JobViewSet, SyncJobViewSet
 from console.prometheus import metrics_view
-from jobs.streams import sse
+from console.streams import sse
 
 router = SimpleRouter()
 router.register("jobs", JobViewSet, basename="job")

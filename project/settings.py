@@ -249,7 +249,7 @@ Q_CLUSTER = {
 
 # The Channels layer: channels_redis with REDIS_URL, else channels-postgres on the same
 # database (jobs/channel_layer.py), so group_send crosses processes in both modes. The
-# job event streams (jobs/streams/, docs/streams.md) use the layer only with Redis;
+# job event streams (console/streams/, docs/streams.md) use the layer only with Redis;
 # without it each web process LISTENs on PostgreSQL itself (one NOTIFY hop, not two).
 # socket_timeout keeps idle Redis receivers alive (redis-py's default is shorter than
 # the layer's blocking pop). group_expiry drops group rows of crashed consumers; expired
@@ -272,7 +272,7 @@ CHANNEL_LAYERS = {
 }
 STREAMS_KEEPALIVE_SECONDS = float(os.environ.get("STREAMS_KEEPALIVE_SECONDS", "15"))
 # Event streams (SSE and WebSocket) one user may hold open across every web process, else
-# 429 / close code 4429 (jobs/streams/slots.py: slots in the cache, renewed each keepalive).
+# 429 / close code 4429 (console/streams/slots.py: slots in the cache, renewed each keepalive).
 STREAMS_MAX_PER_USER = env_int("STREAMS_MAX_PER_USER", 20)
 
 # --- Security: request rates, the admin login's lockout, HTTPS, Content-Security-Policy ---

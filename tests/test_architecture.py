@@ -213,7 +213,7 @@ def test_dir_lists_the_public_names():
 
 
 # The modules of jobs that are not its core: its operator surfaces.
-SURFACES = {"jobs.streams", "jobs.management"}
+SURFACES = {"jobs.management"}
 
 
 def test_every_module_of_jobs_is_core_or_a_surface():

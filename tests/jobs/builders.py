@@ -16,9 +16,9 @@ from django.core.management import call_command
 from django.http import HttpResponse
 
 import jobs
+from console.streams.hub import get_hub
 from jobs import engine
 from jobs.models import Delivery, Job
-from jobs.streams.hub import get_hub
 from jobs.worker import run_until_idle
 from tests.base import claim_one, make_job, staff
 

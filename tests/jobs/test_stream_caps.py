@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import AsyncClient
 
-from jobs.streams.ws import TOO_MANY_STREAMS, JobEventsConsumer
+from console.streams.ws import TOO_MANY_STREAMS, JobEventsConsumer
 from tests.base import make_job, staff, tenant
 from tests.jobs.builders import run_streams
 

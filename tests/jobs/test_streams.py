@@ -24,9 +24,9 @@ from django.test import AsyncClient
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
+from console.streams.hub import Filter, Subscription, get_hub
+from console.streams.ws import JobEventsConsumer
 from jobs.models import Job, JobEvent
-from jobs.streams.hub import Filter, Subscription, get_hub
-from jobs.streams.ws import JobEventsConsumer
 from tests.base import make_job, run_next, staff, tenant
 from tests.jobs.builders import run_streams
 

@@ -3,7 +3,7 @@
 An async Django view returning a ``StreamingHttpResponse`` over an async generator: under
 the ASGI server (uvicorn) it holds no thread and no database connection while it waits (the hub queries);
 Django cancels the generator when the client goes away. Each stream holds one of its
-reader's ``STREAMS_MAX_PER_USER`` slots (jobs/streams/slots.py) until Django closes the
+reader's ``STREAMS_MAX_PER_USER`` slots (console/streams/slots.py) until Django closes the
 response; a reader with none free gets 429 naming the cap.
 """
 
@@ -20,9 +20,9 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from rest_framework.exceptions import Throttled
 
-from jobs.streams import access, slots
-from jobs.streams.hub import Filter, Lagged, Subscription, get_hub
-from jobs.streams.serialize import End, StreamEvent
+from console.streams import access, slots
+from console.streams.hub import Filter, Lagged, Subscription, get_hub
+from console.streams.serialize import End, StreamEvent
 
 
 def keepalive_seconds() -> float:

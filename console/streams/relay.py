@@ -23,9 +23,9 @@ from typing import Any
 from channels.layers import get_channel_layer
 from django.db import connections
 
-from jobs.streams.batch import Batch
-from jobs.streams.pgsource import TICK, PostgresSource, connect
-from jobs.streams.serialize import End, StreamEvent
+from console.streams.batch import Batch
+from console.streams.pgsource import TICK, PostgresSource, connect
+from console.streams.serialize import End, StreamEvent
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Messages are JSON. In: ``{"subscribe": {"job": id}}`` (or ``pipeline``, ``type``
 ``jobs``) and the same with ``unsubscribe``. Out: ``{"subscribed": ...}`` /
 ``{"unsubscribed": ...}``, ``{"error": ...}``, and ``{"event": <contract JSON>}``. An
 anonymous connection is closed with code 4401; a user's connection beyond their
-``STREAMS_MAX_PER_USER`` open streams (SSE ones included, jobs/streams/slots.py) gets an
+``STREAMS_MAX_PER_USER`` open streams (SSE ones included, console/streams/slots.py) gets an
 ``{"error": ..., "limit": <cap>}`` naming the cap and is closed with code 4429. A job
 or pipeline outside the user's tenant answers the same error as an unknown one;
 ``{"jobs": [...]}`` subscribes to the ids the user may see and names the others in the
@@ -26,10 +26,10 @@ from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from console.streams import access, slots
+from console.streams.hub import Filter, Lagged, Subscription, get_hub
 from jobs.arguments import MAX_JSON_DEPTH, json_depth, may_not_store, stored_text_problem
 from jobs.redaction import sees_tracebacks
-from jobs.streams import access, slots
-from jobs.streams.hub import Filter, Lagged, Subscription, get_hub
 
 UNAUTHENTICATED = 4401
 TOO_MANY_STREAMS = 4429  # the user holds STREAMS_MAX_PER_USER streams already

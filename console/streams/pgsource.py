@@ -11,9 +11,9 @@ from typing import Any
 import psycopg
 from django.db import connections
 
+from console.streams import serialize
+from console.streams.batch import Batch
 from jobs.notify import session_alias
-from jobs.streams import serialize
-from jobs.streams.batch import Batch
 
 CHANNEL = "conveyor_job_events"
 TICK = 1.0  # seconds between empty batches, so that the hub can notice it is idle

@@ -18,10 +18,10 @@ from django.db import connection
 from django.http import HttpRequest
 from rest_framework.exceptions import AuthenticationFailed
 
+from console.streams import serialize
+from console.streams.hub import get_hub
 from jobs.models import Job
 from jobs.redaction import sees_tracebacks
-from jobs.streams import serialize
-from jobs.streams.hub import get_hub
 from jobs.throttling import CountedTokenAuthentication
 from tenancy.scoping import scope_queryset, tenant_scope
 

@@ -5,7 +5,7 @@ Where batches come from (``Source``): without ``REDIS_URL`` the hub LISTENs on
 ``conveyor_job_events`` with its own psycopg connection and loads each batch of notified
 ids with one query on a second one (``PostgresSource``): two connections per web process,
 whatever the number of clients. With ``REDIS_URL`` the hub reads ready-made batches from
-a channels_redis group, filled by the one relay of the deployment (``jobs.streams.relay``).
+a channels_redis group, filled by the one relay of the deployment (``console.streams.relay``).
 
 The hub starts with its first subscriber and stops when it has had none for
 ``STREAMS_IDLE_SECONDS``. A subscriber that falls too far behind, or every subscriber when
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from jobs.streams import pgsource, relay
-from jobs.streams.batch import Batch, Source
-from jobs.streams.serialize import End, StreamEvent
+from console.streams import pgsource, relay
+from console.streams.batch import Batch, Source
+from console.streams.serialize import End, StreamEvent
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """A batch of job events as the streams pass it around, and what produces batches.
 
-The hub consumes batches; its sources (``jobs.streams.pgsource``, ``jobs.streams.relay``)
+The hub consumes batches; its sources (``console.streams.pgsource``, ``console.streams.relay``)
 produce them. Both sides import this module, and it imports neither.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from jobs.streams.serialize import End, StreamEvent
+from console.streams.serialize import End, StreamEvent
 
 
 @dataclass

@@ -45,7 +45,7 @@ def worker_token_matches(authorization: str) -> bool:
 class WorkerToken(BasePermission):
     """The caller sends ``Authorization: Bearer <EXPORTS_WORKER_TOKEN>``. A wrong one
     counts against its address as a wrong API token does, and past that rate is a 429
-    (``jobs.throttling.wrong_token``); the right one is never refused for the others."""
+    (``console.throttling.wrong_token``); the right one is never refused for the others."""
 
     message = "export workers send Authorization: Bearer <EXPORTS_WORKER_TOKEN>"
 

@@ -282,7 +282,7 @@ STREAMS_MAX_PER_USER = env_int("STREAMS_MAX_PER_USER", 20)
 # ignored (otherwise every request could claim a new address and escape its count).
 TRUSTED_PROXIES = env_int("TRUSTED_PROXIES", 0)
 
-# API rates (jobs/throttling.py): anonymous callers per address, users per account, the
+# API rates (console/throttling.py): anonymous callers per address, users per account, the
 # dashboards (a window of the job history aggregated per call) per user, and failed token
 # authentications per address (over it, the address gets 429 for every token).
 THROTTLE_RATES = {
@@ -330,7 +330,7 @@ AXES_COOLOFF_TIME = timedelta(minutes=env_int("ADMIN_LOGIN_COOLOFF_MINUTES", 15)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = True
-AXES_CLIENT_IP_CALLABLE = "jobs.throttling.client_address"
+AXES_CLIENT_IP_CALLABLE = "console.throttling.client_address"
 AXES_LOCKOUT_TEMPLATE = "admin/login_locked.html"
 AXES_LOCKOUT_CALLABLE = "project.lockout.lockout_response"  # 429 with Retry-After
 # Successful logins are not what the lockout needs, and nothing would prune their rows.
@@ -378,9 +378,9 @@ CONTENT_SECURITY_POLICY = {
 
 REST_FRAMEWORK = {
     # Token first: an anonymous API client gets 401 with a WWW-Authenticate challenge.
-    # Failed tokens are counted per address (jobs/throttling.py).
+    # Failed tokens are counted per address (console/throttling.py).
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "jobs.throttling.CountedTokenAuthentication",
+        "console.throttling.CountedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -396,9 +396,9 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": [
-        "jobs.throttling.AnonThrottle",
-        "jobs.throttling.UserThrottle",
-        "jobs.throttling.ScopedThrottle",  # only views that name a throttle_scope
+        "console.throttling.AnonThrottle",
+        "console.throttling.UserThrottle",
+        "console.throttling.ScopedThrottle",  # only views that name a throttle_scope
     ],
     "DEFAULT_THROTTLE_RATES": THROTTLE_RATES,
     "NUM_PROXIES": TRUSTED_PROXIES,

@@ -22,10 +22,9 @@ from django.urls import URLPattern, path
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
-from console import dashboard
+from console import dashboard, throttling
 from console.admin import charts
 from console.admin.rendering import format_duration
-from jobs import throttling
 from jobs.models import Job, JobEvent
 from tenancy.scoping import scope_queryset
 

@@ -25,7 +25,7 @@ from console.api.serializers import (
     JobSerializer,
 )
 from console.api.streaming import BodyTooLarge, StreamedJSONParser
-from jobs.throttling import wrong_token
+from console.throttling import wrong_token
 
 __all__ = [
     "BodyTooLarge",

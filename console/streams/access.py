@@ -20,9 +20,9 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from console.streams import serialize
 from console.streams.hub import get_hub
+from console.throttling import CountedTokenAuthentication
 from jobs.models import Job
 from jobs.redaction import sees_tracebacks
-from jobs.throttling import CountedTokenAuthentication
 from tenancy.scoping import scope_queryset, tenant_scope
 
 T = TypeVar("T")

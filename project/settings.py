@@ -92,7 +92,9 @@ INSTALLED_APPS = [
     "ingest",
     "market",
     "exports",
-    "django.contrib.admin",
+    # Django's admin: once it has discovered every app's registrations, the console names
+    # it and drops django-q2's task lists from it (console/apps.py, console/admin_site.py).
+    "console.apps.AdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -109,8 +111,6 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "axes",  # the admin login's lockout (see "Security" below)
     "csp",
-    # Last: names the admin and drops django-q2's task lists from it (project/admin_site.py).
-    "project.apps.ConsoleConfig",
 ]
 
 MIDDLEWARE = [
@@ -137,7 +137,7 @@ WSGI_APPLICATION = None
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -332,7 +332,7 @@ AXES_RESET_ON_SUCCESS = True
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = True
 AXES_CLIENT_IP_CALLABLE = "console.throttling.client_address"
 AXES_LOCKOUT_TEMPLATE = "admin/login_locked.html"
-AXES_LOCKOUT_CALLABLE = "project.lockout.lockout_response"  # 429 with Retry-After
+AXES_LOCKOUT_CALLABLE = "console.lockout.lockout_response"  # 429 with Retry-After
 # Successful logins are not what the lockout needs, and nothing would prune their rows.
 AXES_DISABLE_ACCESS_LOG = True
 
@@ -417,10 +417,10 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # The schema and its docs page are for logged-in users and token holders only.
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
-    # The 400/401/403/404 answers every endpoint can give, documented (project/api_schema.py).
+    # The 400/401/403/404 answers every endpoint can give, documented (console/api/schema.py).
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "project.api_schema.document_error_answers",
+        "console.api.schema.document_error_answers",
     ],
     # Several models have a "status": each its own enum, named for what it is.
     "ENUM_NAME_OVERRIDES": {

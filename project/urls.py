@@ -4,8 +4,8 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
-from project.api_docs import ApiDocsView
-from project.home import home
+from console.api.docs import ApiDocsView
+from console.home import home
 from project.not_found import API_PREFIXES, api_not_found, not_found
 
 urlpatterns = [

@@ -3,7 +3,7 @@
 drf-spectacular's split view: the page loads its start-up script from this same URL
 (``?script``) instead of inlining it, so the Content-Security-Policy needs no inline
 script; the page's one ``<style>`` carries the response's nonce
-(templates/drf_spectacular/swagger_ui.html).
+(console/templates/drf_spectacular/swagger_ui.html).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ class ScheduleAdmin(django_q_admin.ScheduleAdmin):
 
 
 def configure() -> None:
-    """Run once the admin has discovered every app's registrations (project/apps.py)."""
+    """Run once the admin has discovered every app's registrations (console/apps.py)."""
     admin.site.site_header = "Conveyor"
     admin.site.site_title = "Conveyor"
     admin.site.index_title = "Operations"

@@ -1,5 +1,5 @@
 """``{% operations_overview %}``: the front page's overview, rendered inside the admin's
-own index view (templates/admin/index.html), so the index keeps its app list."""
+own index view (console/templates/admin/index.html), so the index keeps its app list."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 
 from django import template
 
-from project import overview
+from console import front_page
 
 register = template.Library()
 
 
 @register.inclusion_tag("admin/console/overview.html", takes_context=True)
 def operations_overview(context: template.Context) -> dict[str, Any]:
-    return overview.build(context["request"])
+    return front_page.build(context["request"])

@@ -13,7 +13,7 @@ from django.test import AsyncClient
 
 from console.streams.ws import TOO_MANY_STREAMS, JobEventsConsumer
 from tests.base import make_job, staff, tenant
-from tests.jobs.builders import run_streams
+from tests.console.builders import run_streams
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

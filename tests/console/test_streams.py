@@ -28,7 +28,7 @@ from console.streams.hub import Filter, Subscription, get_hub
 from console.streams.ws import JobEventsConsumer
 from jobs.models import Job, JobEvent
 from tests.base import make_job, run_next, staff, tenant
-from tests.jobs.builders import run_streams
+from tests.console.builders import run_streams
 
 pytestmark = pytest.mark.django_db(transaction=True)
 T = TypeVar("T")

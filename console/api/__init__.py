@@ -24,11 +24,10 @@ from console.api.serializers import (
     ErrorTextField,
     JobSerializer,
 )
-from console.api.streaming import BodyTooLarge, StreamedJSONParser
+from console.api.streaming import StreamedJSONParser
 from console.throttling import wrong_token
 
 __all__ = [
-    "BodyTooLarge",
     "BoundedJSONParser",
     "CheckedCursorPagination",
     "ClosedSerializer",

@@ -18,13 +18,13 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY project project
 COPY jobs jobs
+COPY console console
 COPY tenancy tenancy
 COPY intake intake
 COPY factors factors
 COPY ingest ingest
 COPY market market
 COPY exports exports
-COPY templates templates
 COPY manage.py ./
 # The application and the object-store filesystems (s3://, gs://); no test tools.
 RUN pip install ".[s3,gcs]"
@@ -44,13 +44,13 @@ WORKDIR /app
 COPY --chown=conveyor:conveyor manage.py ./
 COPY --chown=conveyor:conveyor project project
 COPY --chown=conveyor:conveyor jobs jobs
+COPY --chown=conveyor:conveyor console console
 COPY --chown=conveyor:conveyor tenancy tenancy
 COPY --chown=conveyor:conveyor intake intake
 COPY --chown=conveyor:conveyor factors factors
 COPY --chown=conveyor:conveyor ingest ingest
 COPY --chown=conveyor:conveyor market market
 COPY --chown=conveyor:conveyor exports exports
-COPY --chown=conveyor:conveyor templates templates
 # The admin's CSS and JS, collected once into the image (a front proxy or SERVE_STATIC
 # serves them). collectstatic needs settings, not a database or a real secret.
 RUN CONVEYOR_ALLOW_DEV_SECRET=1 python manage.py collectstatic --noinput -v 0 \

@@ -160,7 +160,7 @@ def _measure(
 ) -> list[tuple[str, str, list[float]]]:
     from django.test import Client
 
-    from jobs.contrib import triage
+    from console import triage
     from jobs.models import Job
     from tenancy.scoping import scope_queryset
 

@@ -47,6 +47,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 import jobs
+from console.admin import CappedCountPaginator, ReadOnlyMixin
 from exports import entity_sql, services
 from exports.datasets import DATASETS
 from exports.models import (
@@ -61,7 +62,6 @@ from exports.models import (
     Snapshot,
     TrinoBinding,
 )
-from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
 from tenancy.owned_admin import PlatformWritesAdmin, TenantOwnedAdmin, is_platform_operator
 from tenancy.scoping import scope_queryset
 

@@ -29,17 +29,17 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from exports import services
-from exports.datasets import DATASETS, Dataset
-from exports.models import Engine, ExportJob, Mapping, MappingEntity, Snapshot, SnapshotStatus
-from jobs.contrib.api import (
+from console.api import (
     ClosedSerializer,
     DateTimeFilter,
     ErrorSerializer,
     StrictFilterBackend,
     object_body,
 )
-from jobs.contrib.api import StaffWrites as BaseStaffWrites
+from console.api import StaffWrites as BaseStaffWrites
+from exports import services
+from exports.datasets import DATASETS, Dataset
+from exports.models import Engine, ExportJob, Mapping, MappingEntity, Snapshot, SnapshotStatus
 from tenancy.scoping import scope_queryset, tenant_scope
 
 MAX_ID = 2**63 - 1

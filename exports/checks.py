@@ -14,7 +14,7 @@ MIN_WORKER_TOKEN_CHARS = 32
 @register(Tags.security, deploy=True)
 def check_worker_token(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     """The worker token's strength is all that stands against guessing it: a right token
-    is accepted whatever its address's count of wrong ones (jobs.throttling.wrong_token)."""
+    is accepted whatever its address's count of wrong ones (console.throttling.wrong_token)."""
     token = conf.get("WORKER_TOKEN")
     if token and len(token) < MIN_WORKER_TOKEN_CHARS:
         return [

@@ -29,10 +29,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from console.api import StreamedJSONParser, wrong_token
 from exports import conf, services
 from exports.models import ExportJob, JobStatus, Snapshot
 from exports.spec import JobSpec
-from jobs.contrib.api import StreamedJSONParser, wrong_token
 
 
 def worker_token_matches(authorization: str) -> bool:
@@ -45,7 +45,7 @@ def worker_token_matches(authorization: str) -> bool:
 class WorkerToken(BasePermission):
     """The caller sends ``Authorization: Bearer <EXPORTS_WORKER_TOKEN>``. A wrong one
     counts against its address as a wrong API token does, and past that rate is a 429
-    (``jobs.throttling.wrong_token``); the right one is never refused for the others."""
+    (``console.throttling.wrong_token``); the right one is never refused for the others."""
 
     message = "export workers send Authorization: Bearer <EXPORTS_WORKER_TOKEN>"
 

@@ -10,9 +10,8 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 import jobs
+from console.admin import Figure, viewable_admin
 from exports.models import Snapshot, SnapshotStatus
-from jobs.contrib.admin.overview import viewable_admin
-from jobs.contrib.overview import Figure
 from tenancy.scoping import scope_queryset
 
 

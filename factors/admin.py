@@ -23,6 +23,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from console.admin import CappedCountPaginator, ReadOnlyMixin
 from factors import queries, services
 from factors.forms import EntriesUploadForm, FactorsUploadForm, UnitSyncForm
 from factors.models import (
@@ -35,7 +36,6 @@ from factors.models import (
     Unit,
     Upload,
 )
-from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
 from tenancy.scoping import scope_queryset, tenant_scope
 
 if TYPE_CHECKING:
@@ -298,7 +298,7 @@ class CarbonReportAdmin(admin.ModelAdmin):
     class Media:
         # The modules' badges and figures follow the bulk jobs live (a report page only).
         css = {"all": ["factors/recalc.css"]}
-        js = ["jobs/live.js", "factors/report_live.js"]
+        js = ["console/live.js", "factors/report_live.js"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[CarbonReport]:
         return scope_queryset(super().get_queryset(request), request.user, field="unit__tenant")

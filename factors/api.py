@@ -27,16 +27,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from factors import queries, services
-from factors.catalog import DataEntryType, ModuleType
-from factors.models import CarbonReport, DataEntry, EmissionFactor, ReportModule
-from intake.csv_validation import shown
-from jobs.contrib.api import (
+from console.api import (
     BoundedJSONParser,
     CheckedCursorPagination,
     ClosedSerializer,
     StrictFilterBackend,
 )
+from factors import queries, services
+from factors.catalog import DataEntryType, ModuleType
+from factors.models import CarbonReport, DataEntry, EmissionFactor, ReportModule
+from intake.csv_validation import shown
 from tenancy.scoping import scope_queryset, tenant_scope
 
 # --- serializers ----------------------------------------------------------------------------------

@@ -30,12 +30,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 import jobs
-from factors import conf, queries, services
-from factors.api import invalid, visible_module
-from factors.catalog import DataEntryType, ModuleType
-from factors.models import ReportModule
-from intake import uploads
-from jobs.contrib.api import (
+from console.api import (
     BoundedJSONParser,
     ErrorSerializer,
     ErrorTextField,
@@ -43,6 +38,11 @@ from jobs.contrib.api import (
     object_body,
     visible_jobs,
 )
+from factors import conf, queries, services
+from factors.api import invalid, visible_module
+from factors.catalog import DataEntryType, ModuleType
+from factors.models import ReportModule
+from intake import uploads
 from tenancy.scoping import scope_queryset, tenant_scope
 
 if TYPE_CHECKING:

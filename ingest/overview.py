@@ -7,9 +7,8 @@ from __future__ import annotations
 from django.http import HttpRequest
 from django.urls import reverse
 
+from console.admin import Figure, viewable_admin
 from ingest.runs.models import BreakerState, RunnerBreaker
-from jobs.contrib.admin.overview import viewable_admin
-from jobs.contrib.overview import Figure
 
 
 def figures(request: HttpRequest) -> list[Figure]:

@@ -423,7 +423,7 @@ class JobEvent(models.Model):
         indexes = [
             # A job's timeline, and stream replay after Last-Event-ID.
             models.Index(fields=["job", "id"], name="jobs_jobevent_job_idx"),
-            # The dashboard's retries and rescues in a window (jobs/contrib/dashboard.py).
+            # The dashboard's retries and rescues in a window (console/dashboard.py).
             models.Index(
                 fields=["at"],
                 condition=Q(kind__in=["retry_scheduled", "rescued"]),

@@ -36,8 +36,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 import jobs
+from console.admin import CappedCountPaginator, ReadOnlyMixin
 from intake import http_sources
-from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
 from market import freshness, services
 from market.models import (
     ACTIVE_LOAD,

@@ -8,8 +8,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 import jobs
-from jobs.contrib.admin.overview import viewable_admin
-from jobs.contrib.overview import Figure
+from console.admin import Figure, viewable_admin
 from market import freshness, services
 from market.models import MarketFeed
 from tenancy.scoping import scope_queryset

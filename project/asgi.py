@@ -17,7 +17,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from jobs.streams.ws import JobEventsConsumer  # noqa: E402
+from console.streams.ws import JobEventsConsumer  # noqa: E402
 from project.bodylimit import BodyLimit  # noqa: E402
 
 if settings.DEBUG or settings.SERVE_STATIC:

@@ -17,7 +17,7 @@ size check comes after the bytes are in. This ASGI middleware stands in front of
   export workers' ``Authorization: Bearer <EXPORTS_WORKER_TOKEN>``. Small bodies (the
   admin's login form) pass without a look; credentials are looked up only for the
   others. A wrong token counts against the caller's address as it does in the API
-  (``jobs.throttling.wrong_token``), and past that rate the answer is 429 (to wrong
+  (``console.throttling.wrong_token``), and past that rate the answer is 429 (to wrong
   tokens only: a right one from the same address passes).
 
 Limits (``BodyLimits.from_settings``): ``WEB_BODY_LIMITS`` maps path prefixes to bytes
@@ -46,8 +46,8 @@ from django.http import HttpRequest
 from django.http.cookie import parse_cookie
 from rest_framework.exceptions import AuthenticationFailed, Throttled
 
+from console.throttling import CountedTokenAuthentication, wrong_token
 from exports.control_plane import worker_token_matches
-from jobs.throttling import CountedTokenAuthentication, wrong_token
 
 logger = logging.getLogger(__name__)
 

@@ -85,11 +85,16 @@ INSTALLED_APPS = [
     "jobs",
     "tenancy",
     "intake",
+    # The operators' floor, between the engine and the pipelines: the admin's pages over
+    # the engine, the API, /metrics, the live streams (console/).
+    "console",
     "factors",
     "ingest",
     "market",
     "exports",
-    "django.contrib.admin",
+    # Django's admin: once it has discovered every app's registrations, the console names
+    # it and drops django-q2's task lists from it (console/apps.py, console/admin_site.py).
+    "console.apps.AdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -106,8 +111,6 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "axes",  # the admin login's lockout (see "Security" below)
     "csp",
-    # Last: names the admin and drops django-q2's task lists from it (project/admin_site.py).
-    "project.apps.ConsoleConfig",
 ]
 
 MIDDLEWARE = [
@@ -134,7 +137,7 @@ WSGI_APPLICATION = None
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -246,7 +249,7 @@ Q_CLUSTER = {
 
 # The Channels layer: channels_redis with REDIS_URL, else channels-postgres on the same
 # database (jobs/channel_layer.py), so group_send crosses processes in both modes. The
-# job event streams (jobs/streams/, docs/streams.md) use the layer only with Redis;
+# job event streams (console/streams/, docs/streams.md) use the layer only with Redis;
 # without it each web process LISTENs on PostgreSQL itself (one NOTIFY hop, not two).
 # socket_timeout keeps idle Redis receivers alive (redis-py's default is shorter than
 # the layer's blocking pop). group_expiry drops group rows of crashed consumers; expired
@@ -269,7 +272,7 @@ CHANNEL_LAYERS = {
 }
 STREAMS_KEEPALIVE_SECONDS = float(os.environ.get("STREAMS_KEEPALIVE_SECONDS", "15"))
 # Event streams (SSE and WebSocket) one user may hold open across every web process, else
-# 429 / close code 4429 (jobs/streams/slots.py: slots in the cache, renewed each keepalive).
+# 429 / close code 4429 (console/streams/slots.py: slots in the cache, renewed each keepalive).
 STREAMS_MAX_PER_USER = env_int("STREAMS_MAX_PER_USER", 20)
 
 # --- Security: request rates, the admin login's lockout, HTTPS, Content-Security-Policy ---
@@ -279,7 +282,7 @@ STREAMS_MAX_PER_USER = env_int("STREAMS_MAX_PER_USER", 20)
 # ignored (otherwise every request could claim a new address and escape its count).
 TRUSTED_PROXIES = env_int("TRUSTED_PROXIES", 0)
 
-# API rates (jobs/throttling.py): anonymous callers per address, users per account, the
+# API rates (console/throttling.py): anonymous callers per address, users per account, the
 # dashboards (a window of the job history aggregated per call) per user, and failed token
 # authentications per address (over it, the address gets 429 for every token).
 THROTTLE_RATES = {
@@ -327,9 +330,9 @@ AXES_COOLOFF_TIME = timedelta(minutes=env_int("ADMIN_LOGIN_COOLOFF_MINUTES", 15)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = True
-AXES_CLIENT_IP_CALLABLE = "jobs.throttling.client_address"
+AXES_CLIENT_IP_CALLABLE = "console.throttling.client_address"
 AXES_LOCKOUT_TEMPLATE = "admin/login_locked.html"
-AXES_LOCKOUT_CALLABLE = "project.lockout.lockout_response"  # 429 with Retry-After
+AXES_LOCKOUT_CALLABLE = "console.lockout.lockout_response"  # 429 with Retry-After
 # Successful logins are not what the lockout needs, and nothing would prune their rows.
 AXES_DISABLE_ACCESS_LOG = True
 
@@ -375,27 +378,27 @@ CONTENT_SECURITY_POLICY = {
 
 REST_FRAMEWORK = {
     # Token first: an anonymous API client gets 401 with a WWW-Authenticate challenge.
-    # Failed tokens are counted per address (jobs/throttling.py).
+    # Failed tokens are counted per address (console/throttling.py).
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "jobs.throttling.CountedTokenAuthentication",
+        "console.throttling.CountedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     # Bad input is a 400 naming the problem: cursors checked against their ordering,
-    # JSON of bounded depth (jobs/contrib/api/pagination.py, jobs/contrib/api/parsers.py).
-    "DEFAULT_PAGINATION_CLASS": "jobs.contrib.api.pagination.NewestFirst",
+    # JSON of bounded depth (console/api/pagination.py, console/api/parsers.py).
+    "DEFAULT_PAGINATION_CLASS": "console.api.pagination.NewestFirst",
     "DEFAULT_PARSER_CLASSES": [
-        "jobs.contrib.api.parsers.BoundedJSONParser",
+        "console.api.parsers.BoundedJSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": [
-        "jobs.throttling.AnonThrottle",
-        "jobs.throttling.UserThrottle",
-        "jobs.throttling.ScopedThrottle",  # only views that name a throttle_scope
+        "console.throttling.AnonThrottle",
+        "console.throttling.UserThrottle",
+        "console.throttling.ScopedThrottle",  # only views that name a throttle_scope
     ],
     "DEFAULT_THROTTLE_RATES": THROTTLE_RATES,
     "NUM_PROXIES": TRUSTED_PROXIES,
@@ -414,10 +417,10 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # The schema and its docs page are for logged-in users and token holders only.
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
-    # The 400/401/403/404 answers every endpoint can give, documented (project/api_schema.py).
+    # The 400/401/403/404 answers every endpoint can give, documented (console/api/schema.py).
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "project.api_schema.document_error_answers",
+        "console.api.schema.document_error_answers",
     ],
     # Several models have a "status": each its own enum, named for what it is.
     "ENUM_NAME_OVERRIDES": {
@@ -430,7 +433,7 @@ SPECTACULAR_SETTINGS = {
 }
 
 # /metrics without credentials (a scraper on a private network); otherwise it needs
-# "Authorization: Bearer $METRICS_TOKEN" or a staff platform operator (jobs/contrib/prometheus.py).
+# "Authorization: Bearer $METRICS_TOKEN" or a staff platform operator (console/prometheus.py).
 METRICS_PUBLIC = env_bool("METRICS_PUBLIC", False)
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 # Apps' figures on the same page, read from the database at each scrape.

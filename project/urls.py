@@ -4,8 +4,8 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
-from project.api_docs import ApiDocsView
-from project.home import home
+from console.api.docs import ApiDocsView
+from console.home import home
 from project.not_found import API_PREFIXES, api_not_found, not_found
 
 urlpatterns = [
@@ -15,7 +15,7 @@ urlpatterns = [
     # assets come from drf-spectacular-sidecar, no CDN.
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", ApiDocsView.as_view(url_name="api-schema"), name="api-docs"),
-    path("", include("jobs.urls")),
+    path("", include("console.urls")),
     path("", include("factors.urls")),
     path("", include("ingest.urls")),
     path("", include("market.urls")),

@@ -1,8 +1,10 @@
 """The engine's public API (``import jobs``) and how it is wired: names that import while
 Django loads its apps, and are the engine's own objects once read. The import rules
-themselves (no cycles in ``jobs`` or a pipeline, the core's layers, a core that imports
-none of the operator surfaces) are import-linter contracts, checked by
-``tests/test_project.py``; here, that the core's contract names every module of the core."""
+themselves (no cycles in ``jobs``, the console or a pipeline, the core's layers, a core
+that imports none of its commands, pipelines that use only the public packages of the
+engine and the console) are import-linter contracts, checked by ``tests/test_project.py``;
+here, that the core's contract names every module of the core, and that the pipelines
+import only the names the console's public packages list."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+import console.admin
+import console.api
 import jobs
 from jobs import engine, events, pipelines, sql, why, worker
 
@@ -212,11 +216,8 @@ def test_dir_lists_the_public_names():
     assert set(jobs.__all__) <= set(dir(jobs))
 
 
-# The modules of jobs that are not its core: the operator surfaces, and the hooks through
-# which Django's discovery finds them (admin autodiscovery, template tag libraries, the
-# URL conf).
-SURFACES = {"jobs.contrib", "jobs.streams", "jobs.management"}
-HOOKS = {"jobs.admin", "jobs.templatetags", "jobs.urls"}
+# The modules of jobs that are not its core: its commands.
+SURFACES = {"jobs.management"}
 
 
 def test_every_module_of_jobs_is_core_or_a_surface():
@@ -225,10 +226,29 @@ def test_every_module_of_jobs_is_core_or_a_surface():
     free to import a surface without the contract noticing."""
     contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     core = next(
-        c
-        for c in contracts["contracts"]
-        if c["name"] == "The engine's core imports none of its operator surfaces"
+        c for c in contracts["contracts"] if c["name"] == "The engine's core imports none of its commands"
     )
     modules = {f"jobs.{m.name}" for m in pkgutil.iter_modules([str(ROOT / "jobs")])}
     assert set(core["forbidden_modules"]) == SURFACES
-    assert modules - SURFACES - HOOKS == set(core["source_modules"])
+    assert modules - SURFACES == set(core["source_modules"])
+
+
+PIPELINES = ["factors", "ingest", "market", "exports"]
+
+
+def test_pipelines_import_only_the_names_the_consoles_public_packages_list():
+    """import-linter holds the pipelines to ``console.admin`` and ``console.api``; their
+    ``__all__`` says which of the names defined there are the console's to offer."""
+    public = {"console.admin": set(console.admin.__all__), "console.api": set(console.api.__all__)}
+    imported = {
+        (node.module, alias.name)
+        for app in PIPELINES
+        for path in (ROOT / app).rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module in public
+        for alias in node.names
+    }
+    assert imported, "the pipelines build on the console's pieces"
+    assert {(module, name) for module, name in imported if name not in public[module]} == set()
+    for module, names in public.items():
+        assert all(hasattr(importlib.import_module(module), name) for name in names)

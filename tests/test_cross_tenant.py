@@ -26,6 +26,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 import jobs
+from console.streams.hub import get_hub
+from console.streams.ws import JobEventsConsumer
 from exports import services as export_services
 from exports.models import ExportJob, Mapping, MappingEntity, Snapshot, TrinoBinding
 from factors import csv_schemas, staging
@@ -36,8 +38,6 @@ from ingest.runs.models import HookTemplate, IngestRun, RunAction, RunnerBreaker
 from ingest.scraping import services as scraping
 from ingest.scraping.models import IngestionHandoff, ScrapeReference
 from jobs.models import Delivery, Event, Job
-from jobs.streams.hub import get_hub
-from jobs.streams.ws import JobEventsConsumer
 from jobs.worker import run_until_idle
 from market.models import MarketFeed, SourceFreshness
 from tests.base import make_job, staff, tenant

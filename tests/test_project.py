@@ -89,8 +89,9 @@ def test_every_constraint_and_index_in_the_database_is_named_for_its_app():
 
 
 def test_import_contracts_hold():
-    """jobs imports no pipeline; pipelines don't import each other; only jobs talks to
-    django-q2 and channels (pyproject.toml [tool.importlinter])."""
+    """jobs imports neither the console nor a pipeline; pipelines don't import each other;
+    only jobs and the console talk to django-q2 and channels (pyproject.toml
+    [tool.importlinter])."""
     lint = Path(sys.executable).with_name("lint-imports")
     result = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -27,6 +27,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 import jobs
+from console.admin import CappedCountPaginator, ReadOnlyMixin
 from ingest.runs import breaker, catalogue, services, timeline
 from ingest.runs.forms import HookForm, HookFormSet, HookTemplateForm, SourceForm
 from ingest.runs.models import (
@@ -41,7 +42,6 @@ from ingest.runs.models import (
     RunStatus,
 )
 from ingest.runs.rendering import countdown, status_badge
-from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
 from tenancy.owned_admin import PlatformWritesAdmin, TenantOwnedAdmin, is_platform_operator
 from tenancy.scoping import scope_queryset, tenant_scope
 

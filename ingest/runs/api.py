@@ -30,16 +30,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ingest.runs import services, timeline
-from ingest.runs.models import (
-    HookExecution,
-    IngestBatch,
-    IngestRun,
-    IngestSource,
-    RunAction,
-    RunStatus,
-)
-from jobs.contrib.api import (
+from console.api import (
     BoundedJSONParser,
     ClosedSerializer,
     DateTimeFilter,
@@ -49,7 +40,16 @@ from jobs.contrib.api import (
     StrictFilterBackend,
     object_body,
 )
-from jobs.contrib.api import StaffWrites as BaseStaffWrites
+from console.api import StaffWrites as BaseStaffWrites
+from ingest.runs import services, timeline
+from ingest.runs.models import (
+    HookExecution,
+    IngestBatch,
+    IngestRun,
+    IngestSource,
+    RunAction,
+    RunStatus,
+)
 from tenancy.scoping import scope_queryset
 
 MAX_ID = 2**63 - 1

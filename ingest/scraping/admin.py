@@ -21,10 +21,10 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
+from console.admin import CappedCountPaginator, ReadOnlyMixin
 from ingest.runs.rendering import status_badge
 from ingest.scraping import services
 from ingest.scraping.models import HandoffTransition, IngestionHandoff, ScrapeReference, ScrapeRun
-from jobs.contrib.admin import CappedCountPaginator, ReadOnlyMixin
 from tenancy.scoping import scope_queryset, tenant_scope
 
 if TYPE_CHECKING:

@@ -21,12 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ingest.runs.api import StaffWrites, sources_named
-from ingest.runs.models import IngestSource
-from ingest.scraping import reading, services
-from ingest.scraping.ingester import ScrapedReference
-from ingest.scraping.models import SCRAPE_RUN_ID_LENGTH, HandoffStatus, IngestionHandoff
-from jobs.contrib.api import (
+from console.api import (
     ClosedSerializer,
     ErrorSerializer,
     ErrorTextField,
@@ -35,6 +30,11 @@ from jobs.contrib.api import (
     StrictLimitOffset,
     object_body,
 )
+from ingest.runs.api import StaffWrites, sources_named
+from ingest.runs.models import IngestSource
+from ingest.scraping import reading, services
+from ingest.scraping.ingester import ScrapedReference
+from ingest.scraping.models import SCRAPE_RUN_ID_LENGTH, HandoffStatus, IngestionHandoff
 
 
 class Unavailable(APIException):

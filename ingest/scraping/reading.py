@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from console.api import holds_nul
 from ingest import conf
 from ingest.scraping.hashing import canonical_json, digest
 from ingest.scraping.models import EXTERNAL_ID_LENGTH, SCRAPE_RUN_ID_LENGTH
-from jobs.contrib.api import holds_nul
 
 
 class SyncRefused(Exception):

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from console import triage
 from jobs import engine
-from jobs.contrib import triage
 from jobs.models import Job, JobEvent
 from tests.base import claim_one, make_job
 from tests.browser.conftest import WIDTHS, Site, log_in, needs_chromium, screenshot

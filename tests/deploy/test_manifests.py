@@ -546,8 +546,8 @@ def test_the_scaler_queries_run_as_a_role_that_may_read_two_tables():
 
     from django.utils import timezone
 
+    from console.prometheus import metrics_registry
     from jobs import engine
-    from jobs.contrib.prometheus import metrics_registry
     from jobs.models import Job
 
     engine.enqueue_many("tests.record", [{"n": n} for n in range(3)])

@@ -1,14 +1,11 @@
 """What the engine's and the console's tests build and read, shared by their modules:
 staff with the jobs app's permissions, jobs and deliveries in a given state, the rows and
-messages of an admin response, a management command's output, and a stream test's event
-loop."""
+messages of an admin response, a management command's output."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from io import StringIO
-from typing import Any, TypeVar
+from typing import Any
 
 from django.contrib.auth.models import Permission, User
 from django.contrib.messages import get_messages
@@ -18,7 +15,6 @@ from django.http import HttpResponse
 import jobs
 from jobs import engine
 from jobs.models import Delivery, Job
-from jobs.streams.hub import get_hub
 from jobs.worker import run_until_idle
 from tests.base import claim_one, make_job, staff
 
@@ -118,19 +114,3 @@ def run_command(*args: str) -> str:
     out = StringIO()
     call_command(*args, stdout=out, stderr=StringIO())
     return out.getvalue()
-
-
-T = TypeVar("T")
-
-
-def run_streams(main: Callable[[], Awaitable[T]]) -> T:
-    """``main`` on a fresh event loop, bounded to 20 s, and the stream hub it started
-    stopped afterwards (each test's loop is its own)."""
-
-    async def bounded() -> T:
-        try:
-            return await asyncio.wait_for(main(), 20)
-        finally:
-            await get_hub().stop()
-
-    return asyncio.run(bounded())

@@ -3,29 +3,7 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from tests.base import as_user, staff, tenant
-
-
-@pytest.fixture
-def acme():
-    return tenant("Acme")
-
-
-@pytest.fixture
-def globex():
-    return tenant("Globex")
-
-
-@pytest.fixture
-def alice(acme) -> APIClient:
-    """Acme staff."""
-    return as_user(staff("alice", of=acme))
-
-
-@pytest.fixture
-def bob(acme) -> APIClient:
-    """An Acme member who is not staff: reads, never writes."""
-    return as_user(staff("bob", of=acme, is_staff=False))
+from tests.base import as_user, staff
 
 
 @pytest.fixture

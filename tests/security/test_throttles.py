@@ -123,7 +123,7 @@ def test_random_tokens_get_401_then_429_from_that_address(rates, address):
 
 def test_over_the_rate_wrong_tokens_get_429_and_a_right_one_from_the_same_address_passes(rates, address):
     # A shared address (a NAT) where one client sends wrong tokens must not lock the
-    # others out: only wrong tokens are refused (jobs.throttling.wrong_token says why
+    # others out: only wrong tokens are refused (console.throttling.wrong_token says why
     # that opens no door to guessing).
     rates(failed_auth="3/min")
     token = Token.objects.create(user=staff("alice", of=tenant())).key

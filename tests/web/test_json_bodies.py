@@ -13,11 +13,11 @@ import pytest
 from channels.testing import WebsocketCommunicator
 from rest_framework.test import APIClient
 
+from console.streams.hub import get_hub
+from console.streams.ws import JobEventsConsumer
 from ingest.runs.models import IngestRun, IngestSource
 from ingest.scraping.models import ScrapeReference
 from jobs.models import Job
-from jobs.streams.hub import get_hub
-from jobs.streams.ws import JobEventsConsumer
 from tests.base import as_user, staff, tenant
 from tests.ingest import builders
 from tests.ingest.test_admin import source_form, staff_browser

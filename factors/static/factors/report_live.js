@@ -1,5 +1,5 @@
 /* A report's modules kept live (factors/admin.py): any state change of a bulk job of the
-   calculator (over the engine's WebSocket, jobs/live.js) refreshes the "Recalculating…"
+   calculator (over the engine's WebSocket, console/live.js) refreshes the "Recalculating…"
    badges and the modules' figures from the report API, at most four times a second. */
 (function () {
   "use strict";

@@ -1,0 +1,29 @@
+"""The engine in the Django admin: the operators' window on jobs, events and workers.
+
+Jobs change state only through ``jobs.engine``: their pages are read-only, and the
+operator actions (recover, retry, cancel, run now) call the engine with the staff user
+as actor, so every one lands in the job's history and in the admin log. The lists must
+stay fast on millions of rows: counts are capped, every filter and search is served by an
+index declared on the models, and no filter's choices come from scanning the jobs table.
+
+``lists`` holds that list machinery; ``job``, ``events``, ``outbox`` (the deliveries:
+the outbox console) and ``workers`` register one model admin each, which this package
+imports: Django's admin autodiscovery imports ``console.admin``, and so do the other
+apps' admins that build on it. ``dashboard`` is the operators' dashboard page, routed
+through ``JobAdmin.get_urls``, drawing its charts with ``charts``; ``pipeline`` is the
+pipeline page; ``triage`` the failure groups; ``overview`` the engine's part of the front
+page; ``rendering`` holds the badges and durations shared by the pages' code and their
+templates.
+
+Other apps' admins build on the pieces listed in ``__all__``, and their front-page
+figures (``<app>/overview.py``) are ``Figure``s shown to whom ``viewable_admin`` lets in.
+"""
+
+from __future__ import annotations
+
+from console.admin import events, job, outbox, workers  # noqa: F401  (registers the model admins)
+from console.admin.lists import CappedCountPaginator
+from console.admin.overview import Figure, viewable_admin
+from console.admin.readonly import ReadOnlyMixin
+
+__all__ = ["CappedCountPaginator", "Figure", "ReadOnlyMixin", "viewable_admin"]

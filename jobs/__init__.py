@@ -32,6 +32,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from jobs.appsettings import AppSettings
     from jobs.arguments import storable_json
     from jobs.backoff import Backoff, Exponential, Fibonacci, Fixed, Schedule
     from jobs.clock import now
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ApiPayload",
+    "AppSettings",
     "Backoff",
     "Enqueued",
     "Exponential",
@@ -122,6 +124,7 @@ __all__ = [
 # the two to each other): the module, and the name there.
 _SOURCES: dict[str, tuple[str, str]] = {
     "ApiPayload": ("jobs.payloads", "ApiPayload"),
+    "AppSettings": ("jobs.appsettings", "AppSettings"),
     "Backoff": ("jobs.backoff", "Backoff"),
     "Enqueued": ("jobs.enqueueing", "Enqueued"),
     "Exponential": ("jobs.backoff", "Exponential"),

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The names whose modules need no model: they may be read before the apps are loaded.
 BEFORE_APPS = {
     "ApiPayload",
+    "AppSettings",
     "Backoff",
     "Enqueued",
     "Exponential",
@@ -136,6 +137,7 @@ def test_the_public_api_names_every_documented_name():
             "ApiPayload",
             "TenantObject",
             "Prerequisite",
+            "AppSettings",
             "now",
             "run_until_idle",
             "busy_pipelines",

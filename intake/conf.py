@@ -44,7 +44,7 @@ http_allow_list = SETTINGS.declare("HTTP_ALLOW", _allow_list, [])
 # Where validated uploads wait for the job that reads them: a local directory or any
 # fsspec URL ("s3://bucket/staging", "memory://staging" in tests). Every web and worker
 # process must see the same place. Empty: VAR_DIR / "staging".
-staging_url = SETTINGS.declare("STAGING_URL", _staging_root, None)
+staging_url = SETTINGS.declare("STAGING_URL", _staging_root, "")
 # Keyword arguments of the fsspec filesystem (credentials, endpoint, region).
 staging_options = SETTINGS.declare("STAGING_OPTIONS", _filesystem_arguments, {})
 # The most one staged file may hold, whatever its caller's own limit.

@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     from jobs.pipelines import over as pipelines_over
     from jobs.pipelines import state_of as pipeline_state
     from jobs.redaction import redact_secrets, without_traceback
-    from jobs.registry import Handler, handler
+    from jobs.registry import Cron, Handler, handler
     from jobs.sql import execute as execute_prepared
     from jobs.why import explain
     from jobs.why import live_worker_count as live_workers
@@ -79,6 +79,7 @@ __all__ = [
     "ApiPayload",
     "AppSettings",
     "Backoff",
+    "Cron",
     "Enqueued",
     "Exponential",
     "Fibonacci",
@@ -126,6 +127,7 @@ _SOURCES: dict[str, tuple[str, str]] = {
     "ApiPayload": ("jobs.payloads", "ApiPayload"),
     "AppSettings": ("jobs.appsettings", "AppSettings"),
     "Backoff": ("jobs.backoff", "Backoff"),
+    "Cron": ("jobs.registry", "Cron"),
     "Enqueued": ("jobs.enqueueing", "Enqueued"),
     "Exponential": ("jobs.backoff", "Exponential"),
     "Fibonacci": ("jobs.backoff", "Fibonacci"),

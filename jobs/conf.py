@@ -64,6 +64,10 @@ queues = SETTINGS.strings("QUEUES", [])
 # pod's preStop hook creates it, so that claims end before SIGTERM does anything else.
 # Empty: no such file.
 drain_file = SETTINGS.text("DRAIN_FILE", "")
+# Schedules a deployment retimes or turns off, by name: {"market-daily-batch": {"cron":
+# "*/10 * * * *"}} or {"exports-reconcile": None}. The schedules themselves are declared by
+# their handlers (jobs.Cron); the system check jobs.E002 refuses a name none declares.
+schedule_overrides = SETTINGS.given("SCHEDULE_OVERRIDES", {})
 # Modules besides each app's handlers.py that register handlers (users' own code, test
 # suites): JobsConfig.ready() imports them.
 handler_modules = SETTINGS.strings("HANDLER_MODULES", [])

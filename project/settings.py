@@ -465,17 +465,10 @@ JOBS_STUCK_GRACE_SECONDS = env_float("JOBS_STUCK_GRACE_SECONDS", 30.0)
 JOBS_DRAIN_FILE = os.environ.get("JOBS_DRAIN_FILE", "")
 # Extra modules that register handlers (jobs/apps.py imports them; none by default).
 JOBS_HANDLER_MODULES = env_list("JOBS_HANDLER_MODULES", [])
-# Periodic jobs besides the engine's own prune (jobs/schedules.py).
-JOBS_SCHEDULES = {
-    "prune-entry-loads": {"job": "factors.prune_loads", "cron": "47 * * * *"},
-    # Fails ingest runs that nothing moves any more (ingest/runs/services.py).
-    "ingest-reconcile-runs": {"job": "ingest.ReconcileRuns", "cron": "* * * * *"},
-    # Starts each market feed's daily batch when it is due in the market's timezone, or
-    # records it missed past the misfire grace (market/batch.py).
-    "market-daily-batch": {"job": "market.Tick", "cron": "*/5 * * * *"},
-    # Recovers what crashed export workers left, a pass every few seconds (exports/reconcile.py).
-    "exports-reconcile": {"job": "exports.Reconcile", "cron": "* * * * *"},
-}
+# Periodic jobs are declared by their handlers (jobs.Cron); a deployment may retime one,
+# {"market-daily-batch": {"cron": "*/10 * * * *"}}, or turn it off, {"exports-reconcile":
+# None} (jobs/schedules.py).
+JOBS_SCHEDULE_OVERRIDES: dict[str, dict[str, str] | None] = {}
 
 # The CO2 calculator's bulk path (factors/conf.py declares each with its meaning): batch
 # sizes and the HTTP sources' body bound can be tuned without a code change.

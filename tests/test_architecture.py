@@ -28,6 +28,7 @@ BEFORE_APPS = {
     "ApiPayload",
     "AppSettings",
     "Backoff",
+    "Cron",
     "Enqueued",
     "Exponential",
     "Fibonacci",
@@ -110,6 +111,7 @@ def test_the_public_api_names_every_documented_name():
         [
             "handler",
             "Handler",
+            "Cron",
             "enqueue",
             "enqueue_many",
             "enqueue_once",

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         UnknownJobType,
     )
     from jobs.events import publish
+    from jobs.metrics import register_collector
 
     # The job model, for apps' annotations (``def f(job: jobs.Job)``) only: code gets its
     # jobs from the functions here, so it is not a public name at run time.
@@ -113,6 +114,7 @@ __all__ = [
     "publish",
     "recover",
     "redact_secrets",
+    "register_collector",
     "retry",
     "run_now",
     "run_until_idle",
@@ -161,6 +163,7 @@ _SOURCES: dict[str, tuple[str, str]] = {
     "publish": ("jobs.events", "publish"),
     "recover": ("jobs.engine", "recover"),
     "redact_secrets": ("jobs.redaction", "redact_secrets"),
+    "register_collector": ("jobs.metrics", "register_collector"),
     "retry": ("jobs.engine", "retry"),
     "run_now": ("jobs.engine", "run_now"),
     "run_until_idle": ("jobs.worker", "run_until_idle"),

@@ -446,8 +446,6 @@ SPECTACULAR_SETTINGS = {
 # "Authorization: Bearer $METRICS_TOKEN" or a staff platform operator (jobs/contrib/prometheus.py).
 METRICS_PUBLIC = env_bool("METRICS_PUBLIC", False)
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
-# Apps' figures on the same page, read from the database at each scrape.
-METRICS_COLLECTORS = ["ingest.runs.metrics.BreakerCollector", "exports.metrics.ExportCollector"]
 # prometheus_client's multiprocess mode: the directory every web and cluster process
 # writes its counters to (the library reads the variable itself in the processes that
 # count; /metrics reads this setting to sum them).

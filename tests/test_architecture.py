@@ -148,6 +148,7 @@ def test_the_public_api_names_every_documented_name():
             "pipelines_over",
             "execute_prepared",
             "redact_secrets",
+            "register_collector",
             "storable_json",
             "wake",
             "without_traceback",

@@ -16,6 +16,7 @@ from jobs.contrib.overview import Figure
 from tenancy.scoping import scope_queryset
 
 
+@jobs.front_page_figures
 def figures(request: HttpRequest) -> list[Figure]:
     if viewable_admin(request, Snapshot) is None:
         return []

@@ -7,11 +7,13 @@ from __future__ import annotations
 from django.http import HttpRequest
 from django.urls import reverse
 
+import jobs
 from ingest.runs.models import BreakerState, RunnerBreaker
 from jobs.contrib.admin.overview import viewable_admin
 from jobs.contrib.overview import Figure
 
 
+@jobs.front_page_figures
 def figures(request: HttpRequest) -> list[Figure]:
     """Each figure over the rows its admin list shows this user, and only if they may
     see that list."""

@@ -43,6 +43,9 @@ worker_token = SETTINGS.text("WORKER_TOKEN", "")
 claim_timeout_seconds = SETTINGS.integer("CLAIM_TIMEOUT_SECONDS", 600)
 stale_submitted_seconds = SETTINGS.integer("STALE_SUBMITTED_SECONDS", 1800)
 reconcile_every_seconds = SETTINGS.number("RECONCILE_EVERY_SECONDS", 5.0)
+# An export worker's report: up to 10,000 file paths of 1,200 characters (the internal
+# API's body limit; exports/control_plane.py).
+report_max_bytes = SETTINGS.integer("REPORT_MAX_BYTES", 16 * 1024 * 1024)
 # How long a worker holds the jobs it fetched for one poll before another may.
 poll_lease_seconds = SETTINGS.integer("POLL_LEASE_SECONDS", 60)
 # The most jobs one claim and one poll pass may take.

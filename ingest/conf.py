@@ -90,8 +90,10 @@ http_deadline_seconds = SETTINGS.number("HTTP_DEADLINE_SECONDS", 60.0)
 # directories or fsspec URLs, a list or one comma-separated string, which their reader
 # checks): <root>/<tenant slug>/.
 file_roots = SETTINGS.given("FILE_ROOTS", [])
-# Scrape syncs: references one call may bring (more is a 400 naming the limit; the body
-# itself is bounded by WEB_BODY_LIMITS["/scraping/"]).
+# Scrape syncs: the bytes of a sync's JSON body (50,000 references of about 600 bytes
+# each: the scraper views' body limit), and the references one call may bring (more is a
+# 400 naming the limit).
+scrape_max_bytes = SETTINGS.integer("SCRAPE_MAX_BYTES", 32 * MB)
 scrape_max_references = SETTINGS.integer("SCRAPE_MAX_REFERENCES", 50_000)
 # Queueing a sync's ingestions: attempts on transient errors, the backoff base (each wait
 # is base × 2^(attempt − 1); 0 keeps the call fast), and how long it may wait for the

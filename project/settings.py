@@ -560,30 +560,18 @@ EXPORTS_CLAIM_TIMEOUT_SECONDS = env_int("EXPORTS_CLAIM_TIMEOUT_SECONDS", 600)
 EXPORTS_STALE_SUBMITTED_SECONDS = env_int("EXPORTS_STALE_SUBMITTED_SECONDS", 1800)
 
 # What one request may send the web process (python -m project.web; project/bodylimit.py
-# and project/http_limits.py). Bodies: the limit of the longest matching path prefix,
-# else WEB_MAX_BODY_BYTES; an upload path allows its file limit (factors/conf.py) plus
-# multipart framing. A body over WEB_MAX_ANONYMOUS_BODY_BYTES (or chunked) needs a valid
-# token or session before a byte of it is read.
+# and project/http_limits.py). Bodies: WEB_MAX_BODY_BYTES, unless the view serving the
+# path declares its own limit (intake.uploads.body_limit: an upload view takes its file
+# limit plus multipart framing). A body over WEB_MAX_ANONYMOUS_BODY_BYTES (or chunked)
+# needs a valid token or session before a byte of it is read.
 _MB = 1024 * 1024
-_MULTIPART_FRAMING = 64 * 1024  # as intake/uploads.py MULTIPART_SLACK
+# The upload views' file limits (factors/conf.py, ingest/conf.py, exports/conf.py): the
+# CO2 calculator's three CSVs, a scrape sync's JSON, an export worker's report.
 FACTORS_ENTRIES_MAX_BYTES = env_int("FACTORS_ENTRIES_MAX_BYTES", 100 * _MB)
 FACTORS_FACTORS_MAX_BYTES = env_int("FACTORS_FACTORS_MAX_BYTES", 20 * _MB)
 FACTORS_UNITS_MAX_BYTES = env_int("FACTORS_UNITS_MAX_BYTES", 20 * _MB)
-# A scrape sync's JSON body: 50,000 references of about 600 bytes each.
 INGEST_SCRAPE_MAX_BYTES = env_int("INGEST_SCRAPE_MAX_BYTES", 32 * _MB)
-# An export worker's report: up to 10,000 file paths of 1,200 characters (exports/control_plane.py).
 EXPORTS_REPORT_MAX_BYTES = env_int("EXPORTS_REPORT_MAX_BYTES", 16 * _MB)
-WEB_BODY_LIMITS = {
-    prefix: limit + _MULTIPART_FRAMING
-    for prefixes, limit in [
-        (("/sync/dispatch", "/admin/factors/dataentry/upload/"), FACTORS_ENTRIES_MAX_BYTES),
-        (("/sync/factors/", "/admin/factors/emissionfactor/upload/"), FACTORS_FACTORS_MAX_BYTES),
-        (("/sync/units", "/admin/factors/unit/upload/"), FACTORS_UNITS_MAX_BYTES),
-        (("/scraping/",), INGEST_SCRAPE_MAX_BYTES),
-        (("/internal/exports/",), EXPORTS_REPORT_MAX_BYTES),
-    ]
-    for prefix in prefixes
-}
 WEB_MAX_BODY_BYTES = env_int("WEB_MAX_BODY_BYTES", 1 * _MB)
 WEB_MAX_ANONYMOUS_BODY_BYTES = env_int("WEB_MAX_ANONYMOUS_BODY_BYTES", 64 * 1024)
 WEB_MAX_URL_BYTES = env_int("WEB_MAX_URL_BYTES", 8 * 1024)  # else 414

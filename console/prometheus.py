@@ -9,12 +9,11 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
-from django.utils.module_loading import import_string
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from jobs.metrics import JobStateCollector, OutboxCollector
+from jobs.metrics import JobStateCollector, OutboxCollector, app_collectors
 from tenancy.scoping import tenant_scope
 
 
@@ -36,10 +35,10 @@ def metrics_registry() -> CollectorRegistry:
         scrape.register(_ThisProcess())
     scrape.register(JobStateCollector())
     scrape.register(OutboxCollector())
-    # Apps' own figures read at scrape time (settings.METRICS_COLLECTORS: dotted paths of
-    # collector classes), named here so that the engine imports no app.
-    for path in getattr(settings, "METRICS_COLLECTORS", ()):
-        scrape.register(import_string(path)())
+    # Apps' own figures read at scrape time: each app registers its collectors in its
+    # AppConfig.ready() (jobs.register_collector), so that the engine imports no app.
+    for collector in app_collectors():
+        scrape.register(collector())
     return scrape
 
 

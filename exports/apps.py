@@ -1,5 +1,7 @@
 from django.apps import AppConfig
 
+import jobs
+
 
 class ExportsConfig(AppConfig):
     name = "exports"
@@ -8,3 +10,8 @@ class ExportsConfig(AppConfig):
 
     def ready(self) -> None:
         from exports import checks  # noqa: F401  (registers the system checks)
+
+        # The exports' jobs, snapshots and polls on /metrics.
+        from exports.metrics import ExportCollector
+
+        jobs.register_collector(ExportCollector)

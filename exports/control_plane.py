@@ -33,6 +33,7 @@ from console.api import StreamedJSONParser, wrong_token
 from exports import conf, services
 from exports.models import ExportJob, JobStatus, Snapshot
 from exports.spec import JobSpec
+from intake.uploads import body_limit
 
 
 def worker_token_matches(authorization: str) -> bool:
@@ -82,6 +83,8 @@ def spec_of(job: ExportJob, claim_token: str = "") -> dict[str, Any]:
     ).to_json()
 
 
+# The workers' reports are the largest bodies; every address of the internal API takes one.
+@body_limit(conf.report_max_bytes)
 class _Internal(APIView):
     authentication_classes: list[Any] = []
     permission_classes = [WorkerToken]
@@ -122,7 +125,7 @@ class Pollable(_Internal):
 # A report's file list: at most this many paths of at most this many characters (an
 # object store's key takes 1,024 bytes, and a path adds its scheme and bucket). Such a
 # report is about 12 MB of JSON, within EXPORTS_REPORT_MAX_BYTES (16 MB), the web
-# server's limit for /internal/exports/ too (WEB_BODY_LIMITS).
+# server's limit for the internal API's views too (their body_limit).
 MAX_REPORT_FILES = 10_000
 MAX_FILE_PATH = 1_200
 

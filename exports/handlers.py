@@ -19,7 +19,15 @@ from exports.models import Engine, ExportJob
 RECONCILE_WINDOW_SECONDS = 55.0
 
 
-@jobs.handler("exports.Reconcile", max_attempts=1, atomic=False, timeout=120, maintenance=True)
+@jobs.handler(
+    "exports.Reconcile",
+    max_attempts=1,
+    atomic=False,
+    timeout=120,
+    maintenance=True,
+    # Recovers what crashed export workers left, a pass every few seconds (exports/reconcile.py).
+    schedule=jobs.Cron("* * * * *", name="exports-reconcile"),
+)
 def reconcile_exports(ctx: jobs.JobContext) -> dict[str, Any]:
     every = float(conf.get("RECONCILE_EVERY_SECONDS"))
     started, totals = time.monotonic(), reconcile.Pass()

@@ -2,7 +2,7 @@
 process reports the same figures): jobs and snapshots by status, polls, the claims the
 reconciliation reset, and how long completed jobs took.
 
-Registered through ``settings.METRICS_COLLECTORS``.
+Registered in ``ExportsConfig.ready()`` (``jobs.register_collector``).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from exports.models import Snapshot, SnapshotStatus
 from tenancy.scoping import scope_queryset
 
 
+@jobs.front_page_figures
 def figures(request: HttpRequest) -> list[Figure]:
     if viewable_admin(request, Snapshot) is None:
         return []

@@ -11,6 +11,7 @@ uploading them (or syncing units) is for platform operators.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django import forms as django_forms
@@ -24,7 +25,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from console.admin import CappedCountPaginator, ReadOnlyMixin
-from factors import queries, services
+from factors import conf, queries, services
 from factors.forms import EntriesUploadForm, FactorsUploadForm, UnitSyncForm
 from factors.models import (
     CarbonReport,
@@ -36,6 +37,7 @@ from factors.models import (
     Unit,
     Upload,
 )
+from intake.uploads import body_limit
 from tenancy.scoping import scope_queryset, tenant_scope
 
 if TYPE_CHECKING:
@@ -117,15 +119,20 @@ class UploadViews(ReadOnly):
     """A changelist with an upload page that starts a pipeline through a service.
 
     Each admin below says how: ``upload_form(request)`` builds its bound form, and
-    ``start(request, cleaned_data)`` calls the service and returns what it dispatched.
+    ``start(request, cleaned_data)`` calls the service and returns what it dispatched;
+    ``upload_kind`` names the files it takes, whose size limit is its page's body limit.
     """
 
     upload_label = ""
     upload_intro = ""
+    upload_kind = ""
 
     def get_urls(self) -> list[URLPattern]:
         name = f"{self.model._meta.app_label}_{self.model._meta.model_name}_upload"
-        return [path("upload/", self.admin_site.admin_view(self.upload_view), name=name), *super().get_urls()]
+        view = body_limit(partial(conf.max_bytes, self.upload_kind))(
+            self.admin_site.admin_view(self.upload_view)
+        )
+        return [path("upload/", view, name=name), *super().get_urls()]
 
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> Any:
         context = dict(extra_context or {})
@@ -209,6 +216,7 @@ class UnitAdmin(UploadViews):
     )
     change_list_template = "admin/factors/unit/change_list.html"
     upload_label = "Sync units"
+    upload_kind = "units"
     upload_intro = (
         "Apply the organisation directory of a year: units are created or updated "
         "by code, and each listed unit gets its report for that year."
@@ -390,6 +398,7 @@ class DataEntryAdmin(ClassificationShown, UploadViews):
     search_help_text = "An entry id or an exact unit code."
     change_list_template = "admin/factors/dataentry/change_list.html"
     upload_label = "Upload entries CSV"
+    upload_kind = "entries"
     upload_intro = (
         "Starts csv_ingest → emission_recalc → aggregation. A file with any bad row "
         "is refused whole, with the first errors listed."
@@ -461,6 +470,7 @@ class EmissionFactorAdmin(ClassificationShown, UploadViews):
     actions = ["recalculate"]
     change_list_template = "admin/factors/emissionfactor/change_list.html"
     upload_label = "Upload factors CSV"
+    upload_kind = "factors"
     upload_intro = (
         "Factors are upserted in place (ids kept, entries stay linked); factors of "
         "the file's type and years that it leaves out become stale (other years are "

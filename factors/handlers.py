@@ -233,7 +233,14 @@ def aggregate(ctx: jobs.JobContext) -> dict[str, Any]:
 # --- retention ----------------------------------------------------------------------------------
 
 
-@jobs.handler("factors.prune_loads", queue="maintenance", max_attempts=3, atomic=False, maintenance=True)
+@jobs.handler(
+    "factors.prune_loads",
+    queue="maintenance",
+    max_attempts=3,
+    atomic=False,
+    maintenance=True,
+    schedule=jobs.Cron("47 * * * *", name="prune-entry-loads"),
+)
 def prune_loads(ctx: jobs.JobContext) -> dict[str, Any]:
     """Delete the rows of ingests nobody will read (scheduled hourly; an operator's
     admin action names loads and removes them without waiting out their age)."""

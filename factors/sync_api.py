@@ -234,6 +234,7 @@ def _fields(request: Request, body: type[serializers.Serializer]) -> dict[str, A
 NO_MODULE = OpenApiResponse(ErrorSerializer, description="No such report module visible to you.")
 
 
+@uploads.body_limit(conf.entries_max_bytes)
 class Dispatch(APIView):
     """``POST /sync/dispatch``: an entries CSV for one report module and type."""
 
@@ -293,6 +294,7 @@ class ApiIngest(APIView):
         )
 
 
+@uploads.body_limit(conf.factors_max_bytes)
 class FactorUpload(APIView):
     """``POST /sync/factors/{data_entry_type}``: a factor CSV of one type."""
 
@@ -320,6 +322,7 @@ class FactorUpload(APIView):
         )
 
 
+@uploads.body_limit(conf.units_max_bytes)
 class UnitSync(APIView):
     """``POST /sync/units``: a directory file (multipart ``file``, CSV or JSON) or a JSON
     endpoint (``url``, default ``FACTORS_UNITS_URL``), for one ``year``."""

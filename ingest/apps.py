@@ -1,5 +1,7 @@
 from django.apps import AppConfig
 
+import jobs
+
 
 class IngestConfig(AppConfig):
     name = "ingest"
@@ -8,7 +10,11 @@ class IngestConfig(AppConfig):
 
     def ready(self) -> None:
         # The hooks' system checks register on import.
+        # The hook runners' breakers on /metrics.
+        from ingest.runs.metrics import BreakerCollector
         from ingest.runs.runners import checks  # noqa: F401
 
         # The scraped-reference ingester reads its model: registered once the apps are.
         from ingest.scraping import ingester  # noqa: F401
+
+        jobs.register_collector(BreakerCollector)

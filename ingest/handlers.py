@@ -14,7 +14,13 @@ from ingest.scraping import handlers as scraping_handlers  # noqa: F401
 from ingest.scraping import services as scraping
 
 
-@jobs.handler("ingest.ReconcileRuns", max_attempts=1, maintenance=True)
+@jobs.handler(
+    "ingest.ReconcileRuns",
+    max_attempts=1,
+    maintenance=True,
+    # Fails ingest runs that nothing moves any more, every minute (ingest/runs/services.py).
+    schedule=jobs.Cron("* * * * *", name="ingest-reconcile-runs"),
+)
 def reconcile_runs(ctx: jobs.JobContext) -> dict[str, Any]:
     """The safety net: a running run with nothing of its pipeline pending or running
     (its last delivery failed, or died with its worker past its attempts) is failed,

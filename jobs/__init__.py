@@ -32,6 +32,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from jobs.appsettings import AppSettings
     from jobs.arguments import storable_json
     from jobs.backoff import Backoff, Exponential, Fibonacci, Fixed, Schedule
     from jobs.clock import now
@@ -58,6 +59,8 @@ if TYPE_CHECKING:
         UnknownJobType,
     )
     from jobs.events import publish
+    from jobs.figures import front_page_figures
+    from jobs.metrics import register_collector
 
     # The job model, for apps' annotations (``def f(job: jobs.Job)``) only: code gets its
     # jobs from the functions here, so it is not a public name at run time.
@@ -68,7 +71,7 @@ if TYPE_CHECKING:
     from jobs.pipelines import over as pipelines_over
     from jobs.pipelines import state_of as pipeline_state
     from jobs.redaction import redact_secrets, without_traceback
-    from jobs.registry import Handler, handler
+    from jobs.registry import Cron, Handler, handler
     from jobs.sql import execute as execute_prepared
     from jobs.why import explain
     from jobs.why import live_worker_count as live_workers
@@ -76,7 +79,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ApiPayload",
+    "AppSettings",
     "Backoff",
+    "Cron",
     "Enqueued",
     "Exponential",
     "Fibonacci",
@@ -101,6 +106,7 @@ __all__ = [
     "enqueue_once",
     "execute_prepared",
     "explain",
+    "front_page_figures",
     "handler",
     "live_workers",
     "now",
@@ -110,6 +116,7 @@ __all__ = [
     "publish",
     "recover",
     "redact_secrets",
+    "register_collector",
     "retry",
     "run_now",
     "run_until_idle",
@@ -122,7 +129,9 @@ __all__ = [
 # the two to each other): the module, and the name there.
 _SOURCES: dict[str, tuple[str, str]] = {
     "ApiPayload": ("jobs.payloads", "ApiPayload"),
+    "AppSettings": ("jobs.appsettings", "AppSettings"),
     "Backoff": ("jobs.backoff", "Backoff"),
+    "Cron": ("jobs.registry", "Cron"),
     "Enqueued": ("jobs.enqueueing", "Enqueued"),
     "Exponential": ("jobs.backoff", "Exponential"),
     "Fibonacci": ("jobs.backoff", "Fibonacci"),
@@ -147,6 +156,7 @@ _SOURCES: dict[str, tuple[str, str]] = {
     "enqueue_once": ("jobs.engine", "enqueue_once"),
     "execute_prepared": ("jobs.sql", "execute"),
     "explain": ("jobs.why", "explain"),
+    "front_page_figures": ("jobs.figures", "front_page_figures"),
     "handler": ("jobs.registry", "handler"),
     "live_workers": ("jobs.why", "live_worker_count"),
     "now": ("jobs.clock", "now"),
@@ -156,6 +166,7 @@ _SOURCES: dict[str, tuple[str, str]] = {
     "publish": ("jobs.events", "publish"),
     "recover": ("jobs.engine", "recover"),
     "redact_secrets": ("jobs.redaction", "redact_secrets"),
+    "register_collector": ("jobs.metrics", "register_collector"),
     "retry": ("jobs.engine", "retry"),
     "run_now": ("jobs.engine", "run_now"),
     "run_until_idle": ("jobs.worker", "run_until_idle"),

@@ -3,7 +3,6 @@ from __future__ import annotations
 from importlib import import_module
 
 from django.apps import AppConfig
-from django.conf import settings
 from django.utils.module_loading import autodiscover_modules
 
 
@@ -13,10 +12,12 @@ class JobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from jobs import checks, cluster, schedules  # noqa: F401  (registers checks and signals)
+        from jobs import checks, cluster, conf, schedules  # noqa: F401  (registers checks and signals)
 
         # Every app's handlers.py registers its job types with @jobs.handler, and so do
         # the extra modules named in JOBS_HANDLER_MODULES (users' own code, test suites).
         autodiscover_modules("handlers")
-        for module in getattr(settings, "JOBS_HANDLER_MODULES", []):
+        for module in conf.handler_modules():
             import_module(module)
+        # Every app's overview.py registers its front-page figures (@jobs.front_page_figures).
+        autodiscover_modules("overview")

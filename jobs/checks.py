@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
 from jobs import registry
@@ -20,14 +19,45 @@ def check_handlers(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         )
         for name, where in registry.duplicates()
     ]
-    for event_name, handler_name in _unknown_schedule_targets():
-        errors.append(
-            Error(
-                f"schedule {event_name!r} names unknown job type {handler_name!r}",
-                hint="Register the handler or fix JOBS_SCHEDULES.",
-                id="jobs.E002",
+    return errors + _schedule_errors()
+
+
+def _schedule_errors() -> list[Error]:
+    """Schedules two handlers declare under one name, and overrides that name no schedule
+    or say neither "off" (None) nor a new cron."""
+    from jobs import conf, schedules
+
+    errors = []
+    declaring: dict[str, list[str]] = {}
+    for handler in registry.scheduled():
+        declaring.setdefault(handler.schedule_name, []).append(handler.name)
+    for name, types in sorted(declaring.items()):
+        if len(types) > 1:
+            errors.append(
+                Error(
+                    f"schedule {name!r} is declared by {' and '.join(types)}",
+                    hint="Give each handler's jobs.Cron a name of its own.",
+                    id="jobs.E003",
+                )
             )
-        )
+    declared = schedules.declared()
+    for name, override in conf.schedule_overrides().items():
+        if name not in declared:
+            errors.append(
+                Error(
+                    f"JOBS_SCHEDULE_OVERRIDES names unknown schedule {name!r}",
+                    hint=f"The handlers declare: {', '.join(sorted(declared)) or 'none'}.",
+                    id="jobs.E002",
+                )
+            )
+        elif override is not None and (not isinstance(override, dict) or set(override) != {"cron"}):
+            errors.append(
+                Error(
+                    f"JOBS_SCHEDULE_OVERRIDES[{name!r}] is {override!r}",
+                    hint='Give None to turn the schedule off, or {"cron": "<expression>"} to retime it.',
+                    id="jobs.E004",
+                )
+            )
     return errors
 
 
@@ -45,8 +75,3 @@ def check_lease(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
             )
         ]
     return []
-
-
-def _unknown_schedule_targets() -> list[tuple[str, str]]:
-    schedules = getattr(settings, "JOBS_SCHEDULES", {})
-    return [(name, spec["job"]) for name, spec in schedules.items() if registry.get(spec["job"]) is None]

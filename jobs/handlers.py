@@ -6,10 +6,17 @@ from typing import Any
 
 from jobs import retention
 from jobs.context import JobContext
-from jobs.registry import handler
+from jobs.registry import Cron, handler
 
 
-@handler("jobs.prune", queue="maintenance", max_attempts=3, atomic=False, maintenance=True)
+@handler(
+    "jobs.prune",
+    queue="maintenance",
+    max_attempts=3,
+    atomic=False,
+    maintenance=True,
+    schedule=Cron("17 * * * *", name="prune-finished-jobs"),
+)
 def prune(ctx: JobContext) -> dict[str, Any]:
-    """Delete finished jobs past their retention (scheduled hourly)."""
+    """Delete finished jobs past their retention (hourly)."""
     return retention.prune().as_dict()

@@ -1,10 +1,12 @@
 """Prometheus metrics. Counters live in the worker processes (multiprocess mode when
 PROMETHEUS_MULTIPROC_DIR is set); job counts by state and type are read from the
-database at scrape time, so every web process reports the same truth."""
+database at scrape time, so every web process reports the same truth. Apps add figures
+of their own: each registers its collectors in its ``AppConfig.ready()``
+(``jobs.register_collector``), and ``/metrics`` reads them at each scrape."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -21,6 +23,23 @@ DURATION = Histogram(
     ["type"],
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120, 600, 3600),
 )
+
+
+# The apps' collectors, in the order their apps registered them: each called at every
+# scrape for a fresh collector (they read the database then).
+_app_collectors: list[Callable[[], Collector]] = []
+
+
+def register_collector(collector: Callable[[], Collector]) -> None:
+    """Have ``/metrics`` show what ``collector()`` (a collector class, most often) collects
+    at each scrape. An app calls this from its ``AppConfig.ready()``; registering one
+    twice changes nothing."""
+    if collector not in _app_collectors:
+        _app_collectors.append(collector)
+
+
+def app_collectors() -> list[Callable[[], Collector]]:
+    return list(_app_collectors)
 
 
 def claimed(count: int) -> None:

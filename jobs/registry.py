@@ -29,6 +29,17 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)+$")
 
 
 @dataclass(frozen=True)
+class Cron:
+    """When django-q2's scheduler enqueues a job of the handler that declares it: a cron
+    expression in the cluster's time zone. ``name`` is the schedule's (its django-q2 row
+    is ``conveyor:<name>``, and ``JOBS_SCHEDULE_OVERRIDES`` retimes or disables it by that
+    name); empty, the job type's."""
+
+    expression: str
+    name: str = ""
+
+
+@dataclass(frozen=True)
 class Handler:
     name: str
     func: HandlerFunc
@@ -48,9 +59,18 @@ class Handler:
     api_payload: type[Serializer] | None = None
     # The platform's housekeeping (reconciliation loops, retention), not a pipeline's work.
     maintenance: bool = False
+    # When the scheduler enqueues a job of this type on its own (jobs.schedules).
+    schedule: Cron | None = None
 
     def __call__(self, ctx: Any) -> Any:
         return self.func(ctx)
+
+    @property
+    def schedule_name(self) -> str:
+        """The name of the schedule this handler declares ("" for none)."""
+        if self.schedule is None:
+            return ""
+        return self.schedule.name or self.name
 
 
 _handlers: dict[str, Handler] = {}
@@ -85,6 +105,7 @@ def handler(
     api_payload: type[Serializer] | None = None,
     global_keys: bool = False,
     maintenance: bool = False,
+    schedule: Cron | None = None,
 ) -> Callable[[F], F]:
     """Register the decorated function as the handler of job type ``name``. It is called
     with the run's ``jobs.JobContext``, and returned unchanged (its type too).
@@ -101,6 +122,9 @@ def handler(
     across tenants (a resource every tenant shares, such as an outside system that takes
     one caller at a time). ``maintenance=True`` marks the platform's housekeeping (a
     reconciliation loop, retention), which the console's busiest pipelines leave out.
+    ``schedule=jobs.Cron("*/5 * * * *", name=...)`` has django-q2's scheduler enqueue one
+    job of this type on that cron (one at a time: a run that has not finished is not
+    doubled); ``JOBS_SCHEDULE_OVERRIDES`` may retime or disable it.
 
     A payload is untrusted input: only a type that names an ``api_payload`` serializer
     (a ``jobs.ApiPayload``) may be enqueued through ``POST /api/jobs/``, and what reaches
@@ -123,6 +147,7 @@ def handler(
                 api_payload=api_payload,
                 global_keys=global_keys,
                 maintenance=maintenance,
+                schedule=schedule,
             )
         )
         return func
@@ -144,6 +169,11 @@ def all_handlers() -> list[Handler]:
 
 def maintenance_names() -> list[str]:
     return [h.name for h in all_handlers() if h.maintenance]
+
+
+def scheduled() -> list[Handler]:
+    """The handlers that declare a schedule, by job type."""
+    return [h for h in all_handlers() if h.schedule is not None]
 
 
 def subscribers(event_name: str) -> list[Handler]:

@@ -1,4 +1,4 @@
-"""Settings of the market app, read lazily from Django settings.
+"""Settings of the market app, read from Django settings each time.
 
 They keep the names they had while market data was a part of the ingest app
 (``INGEST_MARKET_*``), so that a deployment's settings still apply; the connect timeout
@@ -7,39 +7,34 @@ is ingest's ``INGEST_HTTP_CONNECT_SECONDS``, one setting for every outbound HTTP
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.conf import settings
+from jobs import AppSettings
 
 MB = 1024 * 1024
 
-DEFAULTS: dict[str, Any] = {
-    # Market data: the market's timezone (its dates and the batch's hour), when the daily
-    # batch is due on a trading day, and how late a returning cluster may still run it.
-    "MARKET_TIMEZONE": "Asia/Shanghai",
-    "MARKET_BATCH_AT": "18:30",
-    "MARKET_MISFIRE_GRACE_SECONDS": 7200.0,
-    # The batch's gap-fill: days it looks back, and the most missing days it loads per run.
-    "MARKET_GAP_LOOKBACK_DAYS": 7,
-    "MARKET_GAP_MAX_DAYS": 3,
-    # An operator's gap-fill: its longest range, and its loads' priority (below the daily
-    # batch's 10, so that a long backfill yields to it).
-    "MARKET_BACKFILL_MAX_DAYS": 366,
-    "MARKET_BACKFILL_PRIORITY": -10,
-    # One API call: its deadline, from connecting to the answer's end (connecting alone
-    # is HTTP_CONNECT_SECONDS), and the answer's largest size and row count (a day of 5,000
-    # bars is under 1 MB).
-    "MARKET_TIMEOUT_SECONDS": 30.0,
-    "MARKET_MAX_BYTES": 16 * MB,
-    "MARKET_MAX_ROWS": 100_000,
-    # The watchdog (``manage.py ingest_check``): the latest daily date at most this many
-    # days old, and at least this many rows on it.
-    "MARKET_CHECK_MAX_AGE_DAYS": 3,
-    "MARKET_CHECK_MIN_ROWS": 4000,
-    # Seconds to connect to the API (the same setting as ingest's HTTP JSON sources').
-    "HTTP_CONNECT_SECONDS": 10.0,
-}
+SETTINGS = AppSettings("INGEST_")
+get = SETTINGS.get
 
-
-def get(name: str) -> Any:
-    return getattr(settings, f"INGEST_{name}", DEFAULTS[name])
+# Market data: the market's timezone (its dates and the batch's hour), when the daily
+# batch is due on a trading day, and how late a returning cluster may still run it.
+market_timezone = SETTINGS.text("MARKET_TIMEZONE", "Asia/Shanghai")
+market_batch_at = SETTINGS.text("MARKET_BATCH_AT", "18:30")
+market_misfire_grace_seconds = SETTINGS.number("MARKET_MISFIRE_GRACE_SECONDS", 7200.0)
+# The batch's gap-fill: days it looks back, and the most missing days it loads per run.
+market_gap_lookback_days = SETTINGS.integer("MARKET_GAP_LOOKBACK_DAYS", 7)
+market_gap_max_days = SETTINGS.integer("MARKET_GAP_MAX_DAYS", 3)
+# An operator's gap-fill: its longest range, and its loads' priority (below the daily
+# batch's 10, so that a long backfill yields to it).
+market_backfill_max_days = SETTINGS.integer("MARKET_BACKFILL_MAX_DAYS", 366)
+market_backfill_priority = SETTINGS.integer("MARKET_BACKFILL_PRIORITY", -10)
+# One API call: its deadline, from connecting to the answer's end (connecting alone is
+# HTTP_CONNECT_SECONDS), and the answer's largest size and row count (a day of 5,000 bars
+# is under 1 MB).
+market_timeout_seconds = SETTINGS.number("MARKET_TIMEOUT_SECONDS", 30.0)
+market_max_bytes = SETTINGS.integer("MARKET_MAX_BYTES", 16 * MB)
+market_max_rows = SETTINGS.integer("MARKET_MAX_ROWS", 100_000)
+# The watchdog (``manage.py ingest_check``): the latest daily date at most this many days
+# old, and at least this many rows on it.
+market_check_max_age_days = SETTINGS.integer("MARKET_CHECK_MAX_AGE_DAYS", 3)
+market_check_min_rows = SETTINGS.integer("MARKET_CHECK_MIN_ROWS", 4000)
+# Seconds to connect to the API (the same setting as ingest's HTTP JSON sources').
+http_connect_seconds = SETTINGS.number("HTTP_CONNECT_SECONDS", 10.0)

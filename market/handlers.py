@@ -18,7 +18,7 @@ import jobs
 from market import batch, loading
 from market.models import DailyBatch, DayLoad, ListStatus, MarketFeed
 
-LOAD_OPTIONS = {"max_attempts": loading.ATTEMPTS, "backoff": loading.RETRY, "atomic": False}
+LOAD_OPTIONS: dict[str, Any] = {"max_attempts": loading.ATTEMPTS, "backoff": loading.RETRY, "atomic": False}
 
 
 def _feed(ctx: jobs.JobContext) -> MarketFeed:
@@ -28,7 +28,14 @@ def _feed(ctx: jobs.JobContext) -> MarketFeed:
     return feed
 
 
-@jobs.handler("market.Tick", max_attempts=1, maintenance=True)
+@jobs.handler(
+    "market.Tick",
+    max_attempts=1,
+    maintenance=True,
+    # Starts each market feed's daily batch when it is due in the market's timezone, or
+    # records it missed past the misfire grace (market/batch.py).
+    schedule=jobs.Cron("*/5 * * * *", name="market-daily-batch"),
+)
 def market_tick(ctx: jobs.JobContext) -> dict[str, Any]:
     return {"done": batch.tick(jobs.now())}
 

@@ -14,6 +14,7 @@ from market.models import MarketFeed
 from tenancy.scoping import scope_queryset
 
 
+@jobs.front_page_figures
 def figures(request: HttpRequest) -> list[Figure]:
     """The sources in error and the stale ones, if the user may see the feeds' list."""
     if viewable_admin(request, MarketFeed) is None:

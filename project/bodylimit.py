@@ -20,8 +20,9 @@ size check comes after the bytes are in. This ASGI middleware stands in front of
   (``console.throttling.wrong_token``), and past that rate the answer is 429 (to wrong
   tokens only: a right one from the same address passes).
 
-Limits (``BodyLimits.from_settings``): ``WEB_BODY_LIMITS`` maps path prefixes to bytes
-(the longest matching prefix wins), ``WEB_MAX_BODY_BYTES`` is the limit everywhere else.
+Limits (``BodyLimits.from_settings``): a view that takes large bodies declares its limit
+(``intake.uploads.body_limit``), found by resolving the request's path to its view
+before Django does; ``WEB_MAX_BODY_BYTES`` is the limit of every other view.
 Every answer is JSON, ``{"detail": …, "limit": …}``, with ``Connection: close``: the
 rest of a refused body is not read.
 """
@@ -33,7 +34,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
@@ -44,10 +45,12 @@ from django.contrib.auth import get_user
 from django.db import connection
 from django.http import HttpRequest
 from django.http.cookie import parse_cookie
+from django.urls import Resolver404, resolve
 from rest_framework.exceptions import AuthenticationFailed, Throttled
 
 from console.throttling import CountedTokenAuthentication, wrong_token
 from exports.control_plane import worker_token_matches
+from intake.uploads import declared_body_limit
 
 logger = logging.getLogger(__name__)
 
@@ -69,14 +72,26 @@ DEFAULT_MAX_ANONYMOUS_BODY_BYTES = 64 * KB
 DEFAULT_BODY_TIMEOUT_SECONDS = 300.0
 
 
+def view_body_limit(path: str) -> int | None:
+    """The body limit the view serving ``path`` declares; None when it declares none (or
+    no view serves it). Resolving costs what Django's own resolving of the request does:
+    the URL conf's patterns are compiled once."""
+    try:
+        match = resolve(path)
+    except Resolver404:
+        return None
+    return declared_body_limit(match.func)
+
+
 @dataclass(frozen=True)
 class BodyLimits:
-    """How many body bytes a request may send: per path prefix (the longest match wins),
-    ``default`` elsewhere, and at most ``anonymous`` without a credential."""
+    """How many body bytes a request may send: what the view serving its path declares
+    (``declared``: the URL conf's views, unless a test says otherwise), ``default``
+    elsewhere, and at most ``anonymous`` without a credential."""
 
     default: int
     anonymous: int
-    by_prefix: tuple[tuple[str, int], ...] = ()
+    declared: Callable[[str], int | None] = view_body_limit
     # Seconds the whole body may take to arrive after its head; None: no deadline.
     body_seconds: float | None = None
 
@@ -85,24 +100,25 @@ class BodyLimits:
         return cls.of(
             getattr(settings, "WEB_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
             getattr(settings, "WEB_MAX_ANONYMOUS_BODY_BYTES", DEFAULT_MAX_ANONYMOUS_BODY_BYTES),
-            getattr(settings, "WEB_BODY_LIMITS", {}),
             body_seconds=getattr(settings, "WEB_BODY_TIMEOUT_SECONDS", DEFAULT_BODY_TIMEOUT_SECONDS),
         )
 
     @classmethod
     def of(
-        cls, default: int, anonymous: int, by_prefix: Mapping[str, int], *, body_seconds: float | None = None
+        cls,
+        default: int,
+        anonymous: int,
+        *,
+        declared: Callable[[str], int | None] = view_body_limit,
+        body_seconds: float | None = None,
     ) -> BodyLimits:
-        ordered = sorted(by_prefix.items(), key=lambda item: len(item[0]), reverse=True)
         return cls(
-            int(default),
-            int(anonymous),
-            tuple((p, int(n)) for p, n in ordered),
-            None if body_seconds is None else float(body_seconds),
+            int(default), int(anonymous), declared, None if body_seconds is None else float(body_seconds)
         )
 
     def for_path(self, path: str) -> int:
-        return next((limit for prefix, limit in self.by_prefix if path.startswith(prefix)), self.default)
+        limit = self.declared(path)
+        return self.default if limit is None else limit
 
 
 class BodyLimit:

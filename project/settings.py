@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,19 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if value is None:
         return default
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def env_json_object(name: str, default: dict[str, Any]) -> dict[str, Any]:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be a JSON object") from exc
+    if not isinstance(parsed, dict):
+        raise ImproperlyConfigured(f"{name} must be a JSON object")
+    return parsed
 
 
 def env_rate(name: str, default: str) -> str:
@@ -436,175 +449,132 @@ SPECTACULAR_SETTINGS = {
 # "Authorization: Bearer $METRICS_TOKEN" or a staff platform operator (console/prometheus.py).
 METRICS_PUBLIC = env_bool("METRICS_PUBLIC", False)
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
-# Apps' figures on the same page, read from the database at each scrape.
-METRICS_COLLECTORS = ["ingest.runs.metrics.BreakerCollector", "exports.metrics.ExportCollector"]
 # prometheus_client's multiprocess mode: the directory every web and cluster process
 # writes its counters to (the library reads the variable itself in the processes that
 # count; /metrics reads this setting to sum them).
 PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
 
-# The job engine's knobs (jobs/conf.py holds their defaults and meaning): set here only
-# when the environment names them, so that each default lives in one place.
-_jobs_readers: dict[str, Callable[[str, Any], object]] = {
-    "LEASE_SECONDS": env_int,
-    "HEARTBEAT_SECONDS": env_float,
-    "REAPER_SECONDS": env_float,
-    "QUEUES": env_list,
-    "TENANT_SHARE": env_float,
-    "HANDLER_TIMEOUT_SECONDS": env_float,
-    "STUCK_GRACE_SECONDS": env_float,
-}
-for _name, _read in _jobs_readers.items():
-    if f"JOBS_{_name}" in os.environ:
-        globals()[f"JOBS_{_name}"] = _read(f"JOBS_{_name}", None)
-if "JOBS_DRAIN_FILE" in os.environ:
-    JOBS_DRAIN_FILE = os.environ["JOBS_DRAIN_FILE"]
+# The job engine's knobs (jobs/conf.py declares each, with its meaning and the same
+# default; tests/test_settings.py holds the two defaults to each other).
+JOBS_LEASE_SECONDS = env_int("JOBS_LEASE_SECONDS", 6)
+JOBS_HEARTBEAT_SECONDS = env_float("JOBS_HEARTBEAT_SECONDS", 1.0)
+JOBS_REAPER_SECONDS = env_float("JOBS_REAPER_SECONDS", 2.0)
+JOBS_QUEUES = env_list("JOBS_QUEUES", [])
+JOBS_TENANT_SHARE = env_float("JOBS_TENANT_SHARE", 0.5)
+JOBS_HANDLER_TIMEOUT_SECONDS = env_float("JOBS_HANDLER_TIMEOUT_SECONDS", 1800.0)
+JOBS_STUCK_GRACE_SECONDS = env_float("JOBS_STUCK_GRACE_SECONDS", 30.0)
+JOBS_DRAIN_FILE = os.environ.get("JOBS_DRAIN_FILE", "")
 # Extra modules that register handlers (jobs/apps.py imports them; none by default).
-if "JOBS_HANDLER_MODULES" in os.environ:
-    JOBS_HANDLER_MODULES = env_list("JOBS_HANDLER_MODULES", [])
-# Periodic jobs besides the engine's own prune (jobs/schedules.py).
-JOBS_SCHEDULES = {
-    "prune-entry-loads": {"job": "factors.prune_loads", "cron": "47 * * * *"},
-    # Fails ingest runs that nothing moves any more (ingest/runs/services.py).
-    "ingest-reconcile-runs": {"job": "ingest.ReconcileRuns", "cron": "* * * * *"},
-    # Starts each market feed's daily batch when it is due in the market's timezone, or
-    # records it missed past the misfire grace (market/batch.py).
-    "market-daily-batch": {"job": "market.Tick", "cron": "*/5 * * * *"},
-    # Recovers what crashed export workers left, a pass every few seconds (exports/reconcile.py).
-    "exports-reconcile": {"job": "exports.Reconcile", "cron": "* * * * *"},
-}
+JOBS_HANDLER_MODULES = env_list("JOBS_HANDLER_MODULES", [])
+# Periodic jobs are declared by their handlers (jobs.Cron); a deployment may retime one,
+# {"market-daily-batch": {"cron": "*/10 * * * *"}}, or turn it off, {"exports-reconcile":
+# None} (jobs/schedules.py).
+JOBS_SCHEDULE_OVERRIDES: dict[str, dict[str, str] | None] = {}
 
-# The CO2 calculator's bulk path (factors/conf.py holds the defaults and their meaning):
-# batch sizes and the HTTP sources' body bound can be tuned without a code change.
-for _name in ("INGEST_BATCH_ROWS", "RECALC_BATCH_ROWS", "RECALC_CHUNK_ROWS", "HTTP_MAX_BYTES"):
-    if f"FACTORS_{_name}" in os.environ:
-        globals()[f"FACTORS_{_name}"] = env_int(f"FACTORS_{_name}", 0)
+# The CO2 calculator's bulk path (factors/conf.py declares each with its meaning): batch
+# sizes and the HTTP sources' body bound can be tuned without a code change.
+FACTORS_INGEST_BATCH_ROWS = env_int("FACTORS_INGEST_BATCH_ROWS", 5_000)
+FACTORS_RECALC_BATCH_ROWS = env_int("FACTORS_RECALC_BATCH_ROWS", 10_000)
+FACTORS_RECALC_CHUNK_ROWS = env_int("FACTORS_RECALC_CHUNK_ROWS", 50_000)
+FACTORS_HTTP_MAX_BYTES = env_int("FACTORS_HTTP_MAX_BYTES", 50 * 1024 * 1024)
 
 # Outbound HTTP to tenant-supplied URLs (intake/http_sources.py has the rules): only
 # public internet addresses, unless listed here (CIDRs and host names, comma-separated).
 INTAKE_HTTP_ALLOW = env_list("INTAKE_HTTP_ALLOW", [])
 # Validated uploads wait here for the job that reads them (intake/staging.py): a local
 # directory or any fsspec URL (s3://bucket/staging), one place every web and worker
-# process sees. Default: VAR_DIR/staging.
-if os.environ.get("INTAKE_STAGING_URL"):
-    INTAKE_STAGING_URL = os.environ["INTAKE_STAGING_URL"]
+# process sees. Empty: VAR_DIR/staging.
+INTAKE_STAGING_URL = os.environ.get("INTAKE_STAGING_URL", "")
 # The CO2 calculator's HTTP sources: connect timeout and total deadline (seconds), and
 # the body's size bound (FACTORS_HTTP_MAX_BYTES, above); hours a failed ingest's unread
 # rows are kept for a retry before retention deletes them.
-for _name in ("HTTP_CONNECT_SECONDS", "HTTP_DEADLINE_SECONDS", "ABANDONED_LOAD_HOURS"):
-    if f"FACTORS_{_name}" in os.environ:
-        globals()[f"FACTORS_{_name}"] = env_float(f"FACTORS_{_name}", 0.0)
+FACTORS_HTTP_CONNECT_SECONDS = env_float("FACTORS_HTTP_CONNECT_SECONDS", 10.0)
+FACTORS_HTTP_DEADLINE_SECONDS = env_float("FACTORS_HTTP_DEADLINE_SECONDS", 60.0)
+FACTORS_ABANDONED_LOAD_HOURS = env_float("FACTORS_ABANDONED_LOAD_HOURS", 24.0)
 
-# Ingest runs (ingest/conf.py holds the defaults and their meaning). Hooks run as local
+# Ingest runs (ingest/conf.py declares each with its meaning). Hooks run as local
 # processes unless INGEST_HOOK_RUNNER=kubernetes, which starts a batch/v1 Job per hook
 # and batch in INGEST_KUBE_NAMESPACE, through INGEST_KUBECONFIG (empty: the in-cluster
 # service account). File sources read only their tenant's directory, <root>/<tenant
 # slug>/, under INGEST_FILE_ROOTS (comma-separated directories or fsspec URLs); default:
 # VAR_DIR/ingest-files.
 INGEST_HOOK_RUNNER = os.environ.get("INGEST_HOOK_RUNNER", "local")
-for _name in ("KUBECONFIG", "KUBE_CONTEXT", "KUBE_NAMESPACE", "KUBE_SERVICE_ACCOUNT"):
-    if f"INGEST_{_name}" in os.environ:
-        globals()[f"INGEST_{_name}"] = os.environ[f"INGEST_{_name}"]
+INGEST_KUBECONFIG = os.environ.get("INGEST_KUBECONFIG", "")
+INGEST_KUBE_CONTEXT = os.environ.get("INGEST_KUBE_CONTEXT", "")
+INGEST_KUBE_NAMESPACE = os.environ.get("INGEST_KUBE_NAMESPACE", "conveyor-hooks")
+INGEST_KUBE_SERVICE_ACCOUNT = os.environ.get("INGEST_KUBE_SERVICE_ACCOUNT", "")
 # Hooks are sandboxed (docs/ingest.md). On Kubernetes: the namespace Conveyor's own pods
 # run in (POD_NAMESPACE, from the downward API), which must not be INGEST_KUBE_NAMESPACE;
-# the uid hook pods run as; the size of their /tmp emptyDir ("1Gi").
+# the uid hook pods run as; the size of their /tmp emptyDir.
 INGEST_APP_NAMESPACE = os.environ.get("POD_NAMESPACE", "")
-if "INGEST_KUBE_RUN_AS_USER" in os.environ:
-    INGEST_KUBE_RUN_AS_USER = env_int("INGEST_KUBE_RUN_AS_USER", 65534)
-if "INGEST_KUBE_SCRATCH_LIMIT" in os.environ:
-    INGEST_KUBE_SCRATCH_LIMIT = os.environ["INGEST_KUBE_SCRATCH_LIMIT"]
-# Local hooks: their PATH (default: this interpreter's directory, /usr/local/bin,
-# /usr/bin, /bin), the user a root worker runs them as (default nobody; empty: the
-# worker's own), the largest file they may write, the files they may hold open and the
-# processes the hook user may run at once.
-for _name in ("HOOK_PATH", "HOOK_USER"):
-    if f"INGEST_{_name}" in os.environ:
-        globals()[f"INGEST_{_name}"] = os.environ[f"INGEST_{_name}"]
-for _name in ("HOOK_MAX_FILE_BYTES", "HOOK_MAX_OPEN_FILES", "HOOK_MAX_PROCESSES"):
-    if f"INGEST_{_name}" in os.environ:
-        globals()[f"INGEST_{_name}"] = env_int(f"INGEST_{_name}", 0)
+INGEST_KUBE_RUN_AS_USER = env_int("INGEST_KUBE_RUN_AS_USER", 65534)
+INGEST_KUBE_SCRATCH_LIMIT = os.environ.get("INGEST_KUBE_SCRATCH_LIMIT", "1Gi")
+# Local hooks: their PATH (this interpreter's directory, /usr/local/bin, /usr/bin, /bin),
+# the user a root worker runs them as (empty: the worker's own), the largest file they
+# may write, the files they may hold open and the processes the hook user may run at once.
+INGEST_HOOK_PATH = os.environ.get(
+    "INGEST_HOOK_PATH",
+    os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+)
+INGEST_HOOK_USER = os.environ.get("INGEST_HOOK_USER", "nobody")
+INGEST_HOOK_MAX_FILE_BYTES = env_int("INGEST_HOOK_MAX_FILE_BYTES", 64 * 1024 * 1024)
+INGEST_HOOK_MAX_OPEN_FILES = env_int("INGEST_HOOK_MAX_OPEN_FILES", 256)
+INGEST_HOOK_MAX_PROCESSES = env_int("INGEST_HOOK_MAX_PROCESSES", 128)
 INGEST_FILE_ROOTS = env_list("INGEST_FILE_ROOTS", [str(VAR_DIR / "ingest-files")])
-for _name in (
-    "HOOK_POLL_SECONDS",
-    "HOOK_POLL_MAX_SECONDS",
-    "KUBE_SCHEDULE_TIMEOUT_SECONDS",
-    "QUEUE_WAIT_SECONDS",
-):
-    if f"INGEST_{_name}" in os.environ:
-        globals()[f"INGEST_{_name}"] = env_float(f"INGEST_{_name}", 0.0)
-# The hook catalogue's bounds (ingest/conf.py): the most CPU and memory an entry may
-# request or limit (Kubernetes quantities, default 4 and 16Gi), its longest time limit
-# (default 7200 s), the JSON bytes of one hook's parameters (8192), and the bytes of a
-# hook's argument list and environment once its values are in them (65536).
-for _name in ("HOOK_MAX_CPU", "HOOK_MAX_MEMORY"):
-    if f"INGEST_{_name}" in os.environ:
-        globals()[f"INGEST_{_name}"] = os.environ[f"INGEST_{_name}"]
-for _name in ("HOOK_MAX_TIMEOUT_SECONDS", "HOOK_MAX_PARAMETERS_BYTES", "HOOK_MAX_ARGUMENT_BYTES"):
-    if f"INGEST_{_name}" in os.environ:
-        globals()[f"INGEST_{_name}"] = env_int(f"INGEST_{_name}", 0)
+# Between two looks at a running hook, at first and at most; how long a hook's Pod may
+# wait for a node; how long a launch beyond its tenant's launch window waits.
+INGEST_HOOK_POLL_SECONDS = env_float("INGEST_HOOK_POLL_SECONDS", 2.0)
+INGEST_HOOK_POLL_MAX_SECONDS = env_float("INGEST_HOOK_POLL_MAX_SECONDS", 10.0)
+INGEST_KUBE_SCHEDULE_TIMEOUT_SECONDS = env_float("INGEST_KUBE_SCHEDULE_TIMEOUT_SECONDS", 120.0)
+INGEST_QUEUE_WAIT_SECONDS = env_float("INGEST_QUEUE_WAIT_SECONDS", 10.0)
+# The hook catalogue's bounds: the most CPU and memory an entry may request or limit
+# (Kubernetes quantities), its longest time limit (seconds), the JSON bytes of one
+# hook's parameters, and the bytes of a hook's argument list and environment once its
+# values are in them.
+INGEST_HOOK_MAX_CPU = os.environ.get("INGEST_HOOK_MAX_CPU", "4")
+INGEST_HOOK_MAX_MEMORY = os.environ.get("INGEST_HOOK_MAX_MEMORY", "16Gi")
+INGEST_HOOK_MAX_TIMEOUT_SECONDS = env_int("INGEST_HOOK_MAX_TIMEOUT_SECONDS", 7200)
+INGEST_HOOK_MAX_PARAMETERS_BYTES = env_int("INGEST_HOOK_MAX_PARAMETERS_BYTES", 8 * 1024)
+INGEST_HOOK_MAX_ARGUMENT_BYTES = env_int("INGEST_HOOK_MAX_ARGUMENT_BYTES", 64 * 1024)
 # Scrape syncs: references per call, and queueing their ingestions (attempts, backoff
 # base in seconds, wait for a reference's row in ms).
-for _name in ("SCRAPE_MAX_REFERENCES", "HANDOFF_MAX_ATTEMPTS", "HANDOFF_LOCK_TIMEOUT_MS"):
-    if f"INGEST_{_name}" in os.environ:
-        globals()[f"INGEST_{_name}"] = env_int(f"INGEST_{_name}", 0)
-if "INGEST_HANDOFF_BACKOFF_BASE_SECONDS" in os.environ:
-    INGEST_HANDOFF_BACKOFF_BASE_SECONDS = env_float("INGEST_HANDOFF_BACKOFF_BASE_SECONDS", 0.0)
+INGEST_SCRAPE_MAX_REFERENCES = env_int("INGEST_SCRAPE_MAX_REFERENCES", 50_000)
+INGEST_HANDOFF_MAX_ATTEMPTS = env_int("INGEST_HANDOFF_MAX_ATTEMPTS", 3)
+INGEST_HANDOFF_LOCK_TIMEOUT_MS = env_int("INGEST_HANDOFF_LOCK_TIMEOUT_MS", 5000)
+INGEST_HANDOFF_BACKOFF_BASE_SECONDS = env_float("INGEST_HANDOFF_BACKOFF_BASE_SECONDS", 0.0)
 
-# Snapshots exported to Parquet (exports/conf.py holds the defaults and their meaning).
-# Files go to EXPORTS_STORAGE_URL (a folder or an fsspec URL; default VAR_DIR/exports)
-# with EXPORTS_STORAGE_OPTIONS (JSON: credentials, endpoint_url). DIRECT_EXPORT=false
-# makes Trino write the files itself (system.unload), polled on a Fibonacci schedule.
-# Export workers reach the control plane with EXPORTS_WORKER_TOKEN.
-for _name in (
-    "STORAGE_URL",
-    "TRINO_URL",
-    "TRINO_USER",
-    "TRINO_PASSWORD",
-    "SOURCE",
-    "POSTGRES_URL",
-    "WORKER_TOKEN",
-):
-    if f"EXPORTS_{_name}" in os.environ:
-        globals()[f"EXPORTS_{_name}"] = os.environ[f"EXPORTS_{_name}"]
-if "EXPORTS_STORAGE_OPTIONS" in os.environ:
-    try:
-        EXPORTS_STORAGE_OPTIONS = json.loads(os.environ["EXPORTS_STORAGE_OPTIONS"])
-    except ValueError as exc:
-        raise ImproperlyConfigured("EXPORTS_STORAGE_OPTIONS must be a JSON object") from exc
-    if not isinstance(EXPORTS_STORAGE_OPTIONS, dict):
-        raise ImproperlyConfigured("EXPORTS_STORAGE_OPTIONS must be a JSON object")
+# Snapshots exported to Parquet (exports/conf.py declares each with its meaning). Files
+# go to EXPORTS_STORAGE_URL (a folder or an fsspec URL; empty: VAR_DIR/exports) with
+# EXPORTS_STORAGE_OPTIONS (JSON: credentials, endpoint_url). DIRECT_EXPORT=false makes
+# Trino write the files itself (system.unload), polled on a Fibonacci schedule. Export
+# workers reach the control plane with EXPORTS_WORKER_TOKEN.
+EXPORTS_STORAGE_URL = os.environ.get("EXPORTS_STORAGE_URL", "")
+EXPORTS_STORAGE_OPTIONS = env_json_object("EXPORTS_STORAGE_OPTIONS", {})
+EXPORTS_TRINO_URL = os.environ.get("EXPORTS_TRINO_URL", "")
+EXPORTS_TRINO_USER = os.environ.get("EXPORTS_TRINO_USER", "conveyor")
+EXPORTS_TRINO_PASSWORD = os.environ.get("EXPORTS_TRINO_PASSWORD", "")
+EXPORTS_SOURCE = os.environ.get("EXPORTS_SOURCE", "conveyor-export-worker")
+EXPORTS_POSTGRES_URL = os.environ.get("EXPORTS_POSTGRES_URL", "")
+EXPORTS_WORKER_TOKEN = os.environ.get("EXPORTS_WORKER_TOKEN", "")
 EXPORTS_DIRECT_EXPORT = env_bool("DIRECT_EXPORT", True)
 EXPORTS_TRINO_VERIFY = env_bool("EXPORTS_TRINO_VERIFY", True)
 EXPORTS_CLIENT_TAGS = env_list("EXPORTS_CLIENT_TAGS", ["conveyor-export"])
-for _name in ("CLAIM_TIMEOUT_SECONDS", "STALE_SUBMITTED_SECONDS"):
-    if f"EXPORTS_{_name}" in os.environ:
-        globals()[f"EXPORTS_{_name}"] = env_int(f"EXPORTS_{_name}", 0)
+EXPORTS_CLAIM_TIMEOUT_SECONDS = env_int("EXPORTS_CLAIM_TIMEOUT_SECONDS", 600)
+EXPORTS_STALE_SUBMITTED_SECONDS = env_int("EXPORTS_STALE_SUBMITTED_SECONDS", 1800)
 
 # What one request may send the web process (python -m project.web; project/bodylimit.py
-# and project/http_limits.py). Bodies: the limit of the longest matching path prefix,
-# else WEB_MAX_BODY_BYTES; an upload path allows its file limit (factors/conf.py) plus
-# multipart framing. A body over WEB_MAX_ANONYMOUS_BODY_BYTES (or chunked) needs a valid
-# token or session before a byte of it is read.
+# and project/http_limits.py). Bodies: WEB_MAX_BODY_BYTES, unless the view serving the
+# path declares its own limit (intake.uploads.body_limit: an upload view takes its file
+# limit plus multipart framing). A body over WEB_MAX_ANONYMOUS_BODY_BYTES (or chunked)
+# needs a valid token or session before a byte of it is read.
 _MB = 1024 * 1024
-_MULTIPART_FRAMING = 64 * 1024  # as intake/uploads.py MULTIPART_SLACK
+# The upload views' file limits (factors/conf.py, ingest/conf.py, exports/conf.py): the
+# CO2 calculator's three CSVs, a scrape sync's JSON, an export worker's report.
 FACTORS_ENTRIES_MAX_BYTES = env_int("FACTORS_ENTRIES_MAX_BYTES", 100 * _MB)
 FACTORS_FACTORS_MAX_BYTES = env_int("FACTORS_FACTORS_MAX_BYTES", 20 * _MB)
 FACTORS_UNITS_MAX_BYTES = env_int("FACTORS_UNITS_MAX_BYTES", 20 * _MB)
-# A scrape sync's JSON body: 50,000 references of about 600 bytes each.
 INGEST_SCRAPE_MAX_BYTES = env_int("INGEST_SCRAPE_MAX_BYTES", 32 * _MB)
-# An export worker's report: up to 10,000 file paths of 1,200 characters (exports/control_plane.py).
 EXPORTS_REPORT_MAX_BYTES = env_int("EXPORTS_REPORT_MAX_BYTES", 16 * _MB)
-WEB_BODY_LIMITS = {
-    prefix: limit + _MULTIPART_FRAMING
-    for prefixes, limit in [
-        (("/sync/dispatch", "/admin/factors/dataentry/upload/"), FACTORS_ENTRIES_MAX_BYTES),
-        (("/sync/factors/", "/admin/factors/emissionfactor/upload/"), FACTORS_FACTORS_MAX_BYTES),
-        (("/sync/units", "/admin/factors/unit/upload/"), FACTORS_UNITS_MAX_BYTES),
-        (("/scraping/",), INGEST_SCRAPE_MAX_BYTES),
-        (("/internal/exports/",), EXPORTS_REPORT_MAX_BYTES),
-    ]
-    for prefix in prefixes
-}
 WEB_MAX_BODY_BYTES = env_int("WEB_MAX_BODY_BYTES", 1 * _MB)
 WEB_MAX_ANONYMOUS_BODY_BYTES = env_int("WEB_MAX_ANONYMOUS_BODY_BYTES", 64 * 1024)
 WEB_MAX_URL_BYTES = env_int("WEB_MAX_URL_BYTES", 8 * 1024)  # else 414

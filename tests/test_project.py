@@ -138,11 +138,32 @@ def test_a_duplicate_handler_name_is_a_system_check_error():
         registry._duplicates.clear()
 
 
-def test_a_schedule_naming_an_unknown_job_type_is_a_system_check_error(settings):
+def test_an_override_naming_an_unknown_schedule_is_a_system_check_error(settings):
     from jobs import checks
 
-    settings.JOBS_SCHEDULES = {"nightly": {"job": "nope.missing", "cron": "0 3 * * *"}}
+    settings.JOBS_SCHEDULE_OVERRIDES = {"nightly": None, "market-daily-batch": {"cron": "0 * * * *"}}
     assert [error.id for error in checks.check_handlers()] == ["jobs.E002"]
+
+
+@pytest.mark.parametrize("override", [{"cron": "0 * * * *", "job": "tests.noop"}, {}, "0 * * * *"])
+def test_an_override_that_neither_retimes_nor_disables_is_a_system_check_error(settings, override):
+    from jobs import checks
+
+    settings.JOBS_SCHEDULE_OVERRIDES = {"market-daily-batch": override}
+    assert [error.id for error in checks.check_handlers()] == ["jobs.E004"]
+
+
+def test_a_schedule_name_two_handlers_declare_is_a_system_check_error():
+    from jobs import checks, registry
+
+    schedule = registry.Cron("0 3 * * *", name="market-daily-batch")
+    registry.register(registry.Handler(name="tests.impostor", func=lambda ctx: None, schedule=schedule))
+    try:
+        errors = checks.check_handlers()
+    finally:
+        registry.unregister("tests.impostor")
+    assert [error.id for error in errors] == ["jobs.E003"]
+    assert "market.Tick and tests.impostor" in errors[0].msg
 
 
 @pytest.mark.parametrize(("heartbeat", "warned"), [(1.5, False), (2, True)])

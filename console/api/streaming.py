@@ -207,8 +207,8 @@ class Builder:
 
 class StreamedJSONParser(BaseParser):
     """JSON read as it arrives (see the module docstring). Subclasses name the setting of
-    their byte bound (which should be the web server's limit for the endpoint's path,
-    ``WEB_BODY_LIMITS``), and may stream one top-level array field item by item."""
+    their byte bound (which should be the web server's limit for the endpoint's view,
+    its ``intake.uploads.body_limit``), and may stream one top-level array field item by item."""
 
     media_type = "application/json"
     max_bytes_setting: str

@@ -58,7 +58,7 @@ class SourceForm(forms.ModelForm):
             data["config"] = {}
         if data.get("kind") and "config" in data and tenant:
             data["config"] = self._check_config(data["kind"], data["config"], tenant)
-        most = conf.DEFAULTS["MAX_BATCH_RECORDS"]  # the check constraint's bound
+        most = conf.max_batch_records.default  # the check constraint's bound
         if data.get("batch_size") is not None and not 1 <= data["batch_size"] <= most:
             self.add_error("batch_size", f"between 1 and {most}")
         if data.get("max_failures") == 0:

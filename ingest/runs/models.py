@@ -51,7 +51,7 @@ class IngestSource(models.Model):
     config = models.JSONField(
         "configuration", default=dict, blank=True, help_text="The ingester's settings, checked when saved."
     )
-    batch_size = models.PositiveIntegerField("records per batch", default=conf.DEFAULTS["BATCH_RECORDS"])
+    batch_size = models.PositiveIntegerField("records per batch", default=conf.batch_records.default)
     max_failures = models.PositiveIntegerField(
         "hook failures before a run fails",
         default=3,
@@ -75,7 +75,7 @@ class IngestSource(models.Model):
             ),
             models.CheckConstraint(
                 name="ingest_source_batch_size_in_range",
-                condition=Q(batch_size__gte=1, batch_size__lte=conf.DEFAULTS["MAX_BATCH_RECORDS"]),
+                condition=Q(batch_size__gte=1, batch_size__lte=conf.max_batch_records.default),
             ),
             models.CheckConstraint(
                 name="ingest_source_max_failures_positive", condition=Q(max_failures__gte=1)

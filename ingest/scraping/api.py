@@ -30,11 +30,13 @@ from console.api import (
     StrictLimitOffset,
     object_body,
 )
+from ingest import conf
 from ingest.runs.api import StaffWrites, sources_named
 from ingest.runs.models import IngestSource
 from ingest.scraping import reading, services
 from ingest.scraping.ingester import ScrapedReference
 from ingest.scraping.models import SCRAPE_RUN_ID_LENGTH, HandoffStatus, IngestionHandoff
+from intake.uploads import body_limit
 
 
 class Unavailable(APIException):
@@ -127,6 +129,7 @@ class SyncResponseSerializer(serializers.Serializer):
     handoffs_unavailable = serializers.CharField(required=False)
 
 
+@body_limit(conf.scrape_max_bytes)
 class Sync(APIView):
     """``POST /scraping/{source}/sync``: store a scrape run's references and hand each new
     payload off to ingestion (``ingest.scraping.services.sync``), in one transaction."""
@@ -242,6 +245,8 @@ class HandoffFilter(filters.FilterSet):
         fields: list[str] = []
 
 
+# Every scraper address takes a sync's body, as the web server has always bounded them.
+@body_limit(conf.scrape_max_bytes)
 class Handoffs(generics.ListAPIView):
     """``GET /scraping/{source}/handoffs``: the source's handoffs, newest first."""
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 from prometheus_client import Counter, values
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobs import metrics
@@ -149,3 +150,38 @@ def test_metrics_show_each_subscribers_undelivered_and_oldest(clock, operator_cl
     label = (("subscriber", ON_ORDER),)
     assert samples(body)[("conveyor_outbox_undelivered", label)] == 1
     assert samples(body)[("conveyor_outbox_oldest_undelivered_seconds", label)] == 30
+
+
+class Scrapes:
+    """A collector an app would register: a gauge of how many times it was built."""
+
+    built = 0
+
+    def __init__(self) -> None:
+        Scrapes.built += 1
+
+    def collect(self):
+        yield GaugeMetricFamily("tests_scrapes", "Scrapes seen by this collector.", value=Scrapes.built)
+
+
+@pytest.fixture
+def registered_scrapes():
+    metrics.register_collector(Scrapes)
+    metrics.register_collector(Scrapes)  # once only: an app's ready() may run twice
+    yield
+    metrics._app_collectors.remove(Scrapes)
+
+
+def test_a_collector_an_app_registers_is_built_and_read_at_each_scrape(operator_client, registered_scrapes):
+    Scrapes.built = 0
+    first = samples(operator_client.get("/metrics").content)
+    second = samples(operator_client.get("/metrics").content)
+
+    assert (first[("tests_scrapes", ())], second[("tests_scrapes", ())]) == (1, 2)
+
+
+def test_the_apps_register_their_collectors_when_they_are_ready():
+    from exports.metrics import ExportCollector
+    from ingest.runs.metrics import BreakerCollector
+
+    assert metrics.app_collectors() == [BreakerCollector, ExportCollector]

@@ -321,8 +321,8 @@ def test_a_stopping_cluster_pod_outlasts_its_longest_atomic_job(overlay):
 
     for deployment in cluster_deployments(overlay):
         env = container_env(overlay, pod_spec(deployment)["containers"][0])
-        default = float(env.get("JOBS_HANDLER_TIMEOUT_SECONDS", conf.DEFAULTS["HANDLER_TIMEOUT_SECONDS"]))
-        grace = float(env.get("JOBS_STUCK_GRACE_SECONDS", conf.DEFAULTS["STUCK_GRACE_SECONDS"]))
+        default = float(env.get("JOBS_HANDLER_TIMEOUT_SECONDS", conf.handler_timeout_seconds.default))
+        grace = float(env.get("JOBS_STUCK_GRACE_SECONDS", conf.stuck_grace_seconds.default))
         longest = max(
             h.timeout or default
             for h in registry.all_handlers()

@@ -10,22 +10,69 @@ from django.utils import formats, timezone
 from django_q.models import Schedule, Task
 
 import jobs
-from jobs import schedules
+from jobs import registry, schedules
 from jobs.models import Job
 
 pytestmark = pytest.mark.django_db
 
 
-def test_migrate_keeps_django_q2_schedules_in_step_with_the_settings(settings):
-    settings.JOBS_SCHEDULES = {"nightly-noop": {"job": "tests.noop", "cron": "0 3 * * *"}}
+# The schedules as django-q2's table holds them since before handlers declared them: the
+# same names, so that an upgrade updates these rows rather than adding a second set.
+SHIPPED = {
+    "prune-finished-jobs": {"job": "jobs.prune", "cron": "17 * * * *"},
+    "prune-entry-loads": {"job": "factors.prune_loads", "cron": "47 * * * *"},
+    "ingest-reconcile-runs": {"job": "ingest.ReconcileRuns", "cron": "* * * * *"},
+    "market-daily-batch": {"job": "market.Tick", "cron": "*/5 * * * *"},
+    "exports-reconcile": {"job": "exports.Reconcile", "cron": "* * * * *"},
+}
+
+
+@pytest.fixture
+def nightly():
+    """A handler that declares its own schedule, for one test."""
+    registry.register(
+        registry.Handler(name="tests.nightly", func=lambda ctx: None, schedule=jobs.Cron("0 3 * * *"))
+    )
+    yield
+    registry.unregister("tests.nightly")
+
+
+def rows() -> dict[str, Schedule]:
+    return {s.name: s for s in Schedule.objects.filter(name__startswith="conveyor:")}
+
+
+def test_the_handlers_declare_the_schedules_under_the_names_django_q2_already_holds():
+    assert schedules.declared() == SHIPPED
+
+
+def test_migrate_keeps_django_q2_schedules_in_step_with_the_handlers(nightly):
     Schedule.objects.create(name="conveyor:retired", func="jobs.schedules.enqueue_scheduled")
 
     call_command("migrate", "jobs", verbosity=0)
 
-    rows = {s.name: s for s in Schedule.objects.filter(name__startswith="conveyor:")}
-    assert set(rows) == {"conveyor:prune-finished-jobs", "conveyor:nightly-noop"}
-    assert rows["conveyor:nightly-noop"].cron == "0 3 * * *"
-    assert rows["conveyor:nightly-noop"].args == "('tests.noop', 'nightly-noop')"
+    found = rows()
+    assert set(found) == {f"conveyor:{name}" for name in [*SHIPPED, "tests.nightly"]}
+    assert found["conveyor:tests.nightly"].cron == "0 3 * * *"  # named for its job type
+    assert found["conveyor:tests.nightly"].args == "('tests.nightly', 'tests.nightly')"
+    assert found["conveyor:market-daily-batch"].args == "('market.Tick', 'market-daily-batch')"
+
+
+def test_an_override_retimes_a_schedule_in_its_own_row(settings):
+    before = rows()["conveyor:market-daily-batch"].pk
+    settings.JOBS_SCHEDULE_OVERRIDES = {"market-daily-batch": {"cron": "*/10 * * * *"}}
+
+    call_command("migrate", "jobs", verbosity=0)
+
+    row = rows()["conveyor:market-daily-batch"]
+    assert (row.pk, row.cron, row.args) == (before, "*/10 * * * *", "('market.Tick', 'market-daily-batch')")
+
+
+def test_an_override_of_none_turns_a_schedule_off(settings):
+    settings.JOBS_SCHEDULE_OVERRIDES = {"exports-reconcile": None}
+
+    call_command("migrate", "jobs", verbosity=0)
+
+    assert set(rows()) == {f"conveyor:{name}" for name in SHIPPED if name != "exports-reconcile"}
 
 
 def test_a_scheduled_run_enqueues_one_job_until_it_has_finished():

@@ -213,9 +213,7 @@ def post_large_body(
 ) -> tuple[int, dict[bytes, bytes]]:
     """A 50 MB body declared to the body limiter; (status, headers) of its answer, or
     200 when it let the request through to the application."""
-    limits = BodyLimits.of(
-        default=1_000, anonymous=500, by_prefix={"/sync/dispatch": 10**8, "/internal/exports/": 10**8}
-    )
+    limits = BodyLimits.of(default=1_000, anonymous=500, declared=lambda path: 10**8)
     sent: list[dict[str, Any]] = []
 
     async def django(scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -20,6 +20,7 @@ from django.conf import settings
 from rest_framework.authtoken.models import Token
 
 from jobs.models import Job
+from project.bodylimit import view_body_limit
 from tests.base import staff, tenant
 from tests.factors.builders import csv_bytes, module, plane_factors, plane_rows, report
 
@@ -129,7 +130,8 @@ def memory_kb(pid: int, name: str) -> int:
 
 
 def entries_limit() -> int:
-    return settings.WEB_BODY_LIMITS["/sync/dispatch"]
+    """What /sync/dispatch declares: the entries CSV's limit and the multipart framing."""
+    return view_body_limit("/sync/dispatch")
 
 
 # --- request bodies ----------------------------------------------------------------------------------

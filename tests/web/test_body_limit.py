@@ -12,14 +12,18 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.test import Client
 from django.urls import reverse
+from django.views import View
 from rest_framework.authtoken.models import Token
 
 from factors import conf
-from intake.uploads import MULTIPART_SLACK
+from intake.uploads import MULTIPART_SLACK, body_limit, declared_body_limit
 from project.bodylimit import BodyLimit, BodyLimits, valid_credential
 from tests.base import staff
 
-LIMITS = BodyLimits.of(default=1_000, anonymous=500, by_prefix={"/sync/": 2_000, "/sync/dispatch": 5_000})
+# The limits the views of these paths declare, in place of the URL conf's.
+LIMITS = BodyLimits.of(
+    default=1_000, anonymous=500, declared={"/sync/units": 2_000, "/sync/dispatch": 5_000}.get
+)
 
 
 class Application:
@@ -123,7 +127,7 @@ def test_a_declared_body_over_the_path_limit_is_refused_with_413_before_a_byte_i
     assert exchange.headers[b"content-type"] == b"application/json"
 
 
-def test_the_longest_matching_prefix_sets_the_limit():
+def test_the_limit_the_paths_view_declares_sets_the_limit_else_the_default():
     assert [LIMITS.for_path(p) for p in ("/sync/dispatch", "/sync/units", "/api/jobs/")] == [
         5_000,
         2_000,
@@ -235,6 +239,59 @@ def test_each_upload_address_allows_its_file_limit_plus_multipart_framing(kind, 
     assert [limits.for_path(path) for path in paths] == [conf.max_bytes(kind) + MULTIPART_SLACK] * 2
 
 
+@pytest.mark.parametrize(
+    ("setting", "paths"),
+    [
+        ("INGEST_SCRAPE_MAX_BYTES", ["/scraping/listings/sync", "/scraping/listings/handoffs"]),
+        (
+            "EXPORTS_REPORT_MAX_BYTES",
+            [
+                "/internal/exports/claim",
+                "/internal/exports/pollable",
+                "/internal/exports/jobs/7/report",
+                "/internal/exports/snapshots/7/finalize",
+            ],
+        ),
+    ],
+)
+def test_the_scrapers_and_export_workers_addresses_allow_their_bodies_limit_plus_framing(setting, paths):
+    limits = BodyLimits.from_settings()
+
+    assert [limits.for_path(path) for path in paths] == [getattr(settings, setting) + MULTIPART_SLACK] * len(
+        paths
+    )
+
+
+def test_a_views_declared_limit_is_read_from_the_settings_at_each_request(settings):
+    limits = BodyLimits.from_settings()
+    settings.FACTORS_ENTRIES_MAX_BYTES = 10
+
+    assert limits.for_path("/sync/dispatch") == 10 + MULTIPART_SLACK
+    assert limits.for_path(reverse("admin:factors_dataentry_upload")) == 10 + MULTIPART_SLACK
+
+
+def test_a_path_beside_a_declaring_view_takes_the_default():
+    """A limit belongs to a view, not to a prefix of its address."""
+    limits = BodyLimits.from_settings()
+
+    assert limits.for_path("/sync/dispatch/more") == settings.WEB_MAX_BODY_BYTES
+    assert limits.for_path("/sync/recalculate-emissions/plane") == settings.WEB_MAX_BODY_BYTES
+
+
+def test_a_function_view_and_a_class_based_view_declare_a_limit_alike():
+    @body_limit(lambda: 100)
+    def upload(request):
+        raise AssertionError("not called")
+
+    @body_limit(lambda: 200)
+    class Upload(View):
+        pass
+
+    assert declared_body_limit(upload) == 100 + MULTIPART_SLACK
+    assert declared_body_limit(Upload.as_view()) == 200 + MULTIPART_SLACK
+    assert declared_body_limit(View.as_view()) is None
+
+
 def test_anything_else_allows_the_default_and_django_keeps_at_most_that_in_memory():
     limits = BodyLimits.from_settings()
 
@@ -263,7 +320,7 @@ class Trickle:
 
 
 def test_a_body_that_stops_arriving_is_answered_408_at_its_deadline():
-    limits = BodyLimits.of(default=1_000, anonymous=500, by_prefix={}, body_seconds=0.2)
+    limits = BodyLimits.of(default=1_000, anonymous=500, declared=lambda path: None, body_seconds=0.2)
     app, client = Application(), Trickle([{"type": "http.request", "body": b"x" * 10, "more_body": True}])
     scope = {"type": "http", "method": "POST", "path": "/api/jobs/", "headers": [(b"content-length", b"100")]}
     async_to_sync(BodyLimit(app, limits, signed_in))(scope, client.receive, client.send)
@@ -278,7 +335,7 @@ def test_a_body_that_stops_arriving_is_answered_408_at_its_deadline():
 
 def test_once_the_body_is_in_the_response_is_not_cut_by_the_body_deadline():
     """An event stream waits for its client's disconnect long after its body."""
-    limits = BodyLimits.of(default=1_000, anonymous=500, by_prefix={}, body_seconds=0.05)
+    limits = BodyLimits.of(default=1_000, anonymous=500, declared=lambda path: None, body_seconds=0.05)
     client = Trickle([{"type": "http.request", "body": b"", "more_body": False}])
     seen: list[dict[str, Any]] = []
 

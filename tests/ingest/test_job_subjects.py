@@ -85,7 +85,9 @@ def test_a_viewer_without_the_operate_permission_gets_the_link_but_no_button(acm
     run, job = failed_hook_run(acme, clock)
     user = staff("carol", of=acme)
     user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label__in=["jobs", "ingest"], codename__startswith="view_")
+        Permission.objects.filter(
+            content_type__app_label__in=["jobs", "ingest"], codename__startswith="view_"
+        )
     )
 
     text = page(browser(user), f"{JOBS}{job.pk}/change/")

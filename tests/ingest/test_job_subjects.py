@@ -4,6 +4,7 @@ failed hook's own words, and the run page's retry ahead of the job's."""
 from __future__ import annotations
 
 import html as html_lib
+import re
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -111,3 +112,16 @@ def test_a_run_of_another_tenant_is_no_subject(acme, globex, clock):
 
     assert "Works for" not in text
     assert f"/admin/ingest/ingestrun/{other.pk}/" not in text
+
+
+def test_the_failure_group_and_its_retry_preview_link_each_jobs_run(admin_client, acme, clock):
+    run, job = failed_hook_run(acme, clock)
+    label = f"Ingest run {run.pk} (acme/orders)"
+
+    groups = page(admin_client, f"{JOBS}triage/?window=24h")
+    group = next(row for row in re.findall(r'<tr class="failure-group".*?</tr>', groups, re.S) if "RunHooks" in row)
+    fingerprint = re.search(r'data-fingerprint="([^"]+)"', group).group(1)
+    preview = page(admin_client, f"{JOBS}triage/{fingerprint}/retry/?window=24h")
+
+    assert f'for <a href="/admin/ingest/ingestrun/{run.pk}/change/">{label}</a>' in group
+    assert f'<a href="/admin/ingest/ingestrun/{run.pk}/change/">{label}</a>' in preview

@@ -52,7 +52,7 @@ def test_a_failed_hooks_job_page_links_its_run_and_batch_says_the_hook_and_offer
     assert "Hook hook0 on batch 1 failed with exit code 3: record 17: price is negative" in text
     assert f'action="/admin/ingest/ingestrun/{run.pk}/retry-hooks/"' in text
     assert "Retry the failed hooks" in text
-    assert "Retrying this job alone would not reopen the run" in text
+    assert "Retrying this job alone would not reopen the run: use “Retry the failed hooks” above." in text
     # The why line points at the run's retry, not the job's.
     assert f"it works for Ingest run {run.pk} (acme/orders): use “Retry the failed hooks”" in text
     assert "retry it to run again" not in text
@@ -119,7 +119,9 @@ def test_the_failure_group_and_its_retry_preview_link_each_jobs_run(admin_client
     label = f"Ingest run {run.pk} (acme/orders)"
 
     groups = page(admin_client, f"{JOBS}triage/?window=24h")
-    group = next(row for row in re.findall(r'<tr class="failure-group".*?</tr>', groups, re.S) if "RunHooks" in row)
+    group = next(
+        row for row in re.findall(r'<tr class="failure-group".*?</tr>', groups, re.S) if "RunHooks" in row
+    )
     fingerprint = re.search(r'data-fingerprint="([^"]+)"', group).group(1)
     preview = page(admin_client, f"{JOBS}triage/{fingerprint}/retry/?window=24h")
 

@@ -38,7 +38,7 @@ def _int(value: Any) -> int | None:
 
 def run_subjects(request: HttpRequest, found: Sequence[jobs.Job], detail: bool) -> Mapping[int, Subject]:
     pipelines = {job.pipeline_id for job in found}
-    named = {run for job in found if (run := _int(_event(job).get("run"))) is not None}
+    named = {pk for job in found if (pk := _int(_event(job).get("run"))) is not None}
     runs = list(
         scope_queryset(IngestRun.objects.select_related("source", "tenant"), request.user).filter(
             Q(pipeline__in=pipelines) | Q(pk__in=named)
@@ -76,14 +76,14 @@ def _detail(request: HttpRequest, job: jobs.Job, run: IngestRun) -> Subject:
         batch = IngestBatch.objects.filter(pk=batch_id, run=run).first()
     parts = ((f"batch {batch.sequence}", f"{_url(run)}#batch-{batch.sequence}"),) if batch else ()
     message = ""
-    failed_hook = (
-        HookExecution.objects.filter(batch=batch, status=HookExecution.Status.FAILED)
-        .order_by("position")
-        .first()
-        if batch is not None
-        else None
-    )
-    if failed_hook is not None:
+    failed_hook = None
+    if batch is not None:
+        failed_hook = (
+            HookExecution.objects.filter(batch=batch, status=HookExecution.Status.FAILED)
+            .order_by("position")
+            .first()
+        )
+    if batch is not None and failed_hook is not None:
         said = services.hook_failure_text(failed_hook.reason, failed_hook.exit_code, failed_hook.log_tail)
         message = f"Hook {failed_hook.hook_name} on batch {batch.sequence} failed with {said}"
     elif run.failure_reason:

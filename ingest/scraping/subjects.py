@@ -44,7 +44,8 @@ def handoff_subjects(request: HttpRequest, found: Sequence[jobs.Job], detail: bo
     rows = scope_queryset(IngestionHandoff.objects.select_related("reference"), request.user).filter(
         Q(pk__in=handoffs["handoff"]) | Q(ingest_run__in=handoffs["run"])
     )
-    by_id, by_run = {}, {}
+    by_id: dict[int, IngestionHandoff] = {}
+    by_run: dict[int, IngestionHandoff] = {}
     for handoff in rows:
         by_id[handoff.pk] = handoff
         if handoff.ingest_run_id is not None:
@@ -52,16 +53,16 @@ def handoff_subjects(request: HttpRequest, found: Sequence[jobs.Job], detail: bo
     may_retry = detail and admin.site.get_model_admin(IngestionHandoff).has_operate_permission(request)  # type: ignore[attr-defined]
     subjects = {}
     for job, kind, pk in named:
-        handoff = (by_id if kind == "handoff" else by_run).get(pk or 0)
-        if handoff is None or handoff.tenant_id != job.tenant_id:
+        found_handoff = (by_id if kind == "handoff" else by_run).get(pk or 0)
+        if found_handoff is None or found_handoff.tenant_id != job.tenant_id:
             continue
-        subjects[job.pk] = _subject(job, handoff, may_retry)
+        subjects[job.pk] = _subject(job, found_handoff, may_retry)
     return subjects
 
 
 def _subject(job: jobs.Job, handoff: IngestionHandoff, may_retry: bool) -> Subject:
     url = reverse("admin:ingest_ingestionhandoff_change", args=[handoff.pk])
-    parts = ()
+    parts: tuple[tuple[str, str], ...] = ()
     if handoff.ingest_run_id is not None:
         parts = (
             (

@@ -162,7 +162,10 @@ def _summarise(failed: QuerySet[Job], limit: int) -> list[FailureGroup]:
         )
         .order_by("-count", "type", "pattern")[:limit]
     )
-    samples = Job.objects.only("id", "type", "last_error").in_bulk([row["sample_id"] for row in rows])
+    # The payload, tenant and pipeline say what the sample works for (its subject).
+    samples = Job.objects.only("id", "type", "last_error", "payload", "tenant_id", "pipeline_id").in_bulk(
+        [row["sample_id"] for row in rows]
+    )
     return [
         FailureGroup(
             type=row["type"],

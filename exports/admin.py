@@ -47,8 +47,8 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 import jobs
-from console.admin import CappedCountPaginator, ReadOnlyMixin
-from exports import entity_sql, services
+from console.admin import CappedCountPaginator, ReadOnlyMixin, register_job_subject
+from exports import entity_sql, services, subjects
 from exports.datasets import DATASETS
 from exports.models import (
     JOB_FINISHED,
@@ -843,3 +843,7 @@ class ExportConfigAdmin(admin.ModelAdmin):
         assert isinstance(request.user, User)  # the admin lets only signed-in staff in
         obj.updated_by = request.user
         super().save_model(request, obj, form, change)
+
+
+# What the exports' engine jobs work for, on the job pages and failure groups.
+register_job_subject(subjects.SNAPSHOT_JOBS, subjects.snapshot_subjects, permission="exports.view_snapshot")

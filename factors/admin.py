@@ -24,8 +24,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from console.admin import CappedCountPaginator, ReadOnlyMixin
-from factors import conf, queries, services
+from console.admin import CappedCountPaginator, ReadOnlyMixin, register_job_subject
+from factors import conf, queries, services, subjects
 from factors.forms import EntriesUploadForm, FactorsUploadForm, UnitSyncForm
 from factors.models import (
     CarbonReport,
@@ -603,3 +603,7 @@ class EntryLoadAdmin(ReadOnly):
         if not _is_operator(request):
             actions.pop("remove", None)
         return actions
+
+
+# What the factors jobs work for, on the job pages and failure groups.
+register_job_subject(subjects.MODULE_JOBS, subjects.module_subjects, permission="factors.view_carbonreport")

@@ -36,9 +36,9 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 import jobs
-from console.admin import CappedCountPaginator, ReadOnlyMixin
+from console.admin import CappedCountPaginator, ReadOnlyMixin, register_job_subject
 from intake import http_sources
-from market import freshness, services
+from market import freshness, services, subjects
 from market.models import (
     ACTIVE_LOAD,
     DailyBar,
@@ -654,3 +654,9 @@ class MarketActionAdmin(FeedRowsAdmin):
     @admin.display(description="detail")
     def detail_display(self, action: MarketAction) -> SafeString:
         return _pre(json.dumps(action.detail, indent=2, ensure_ascii=False, sort_keys=True))
+
+
+# What the market jobs work for, on the job pages and failure groups.
+register_job_subject(subjects.LOAD_JOBS, subjects.load_subjects, permission="market.view_dayload")
+register_job_subject(subjects.BATCH_JOBS, subjects.batch_subjects, permission="market.view_dailybatch")
+register_job_subject(subjects.FEED_JOBS, subjects.feed_subjects, permission="market.view_marketfeed")

@@ -16,7 +16,8 @@ page; ``rendering`` holds the badges and durations shared by the pages' code and
 templates.
 
 Other apps' admins build on the pieces listed in ``__all__``, and their front-page
-figures (``<app>/overview.py``) are ``Figure``s shown to whom ``viewable_admin`` lets in.
+figures (``<app>/overview.py``) are ``Figure``s shown to whom ``viewable_admin`` lets in;
+each says what its jobs work for with ``register_job_subject`` (``subjects``).
 """
 
 from __future__ import annotations
@@ -25,5 +26,14 @@ from console.admin import events, job, outbox, workers  # noqa: F401  (registers
 from console.admin.lists import CappedCountPaginator
 from console.admin.overview import Figure, viewable_admin
 from console.admin.readonly import ReadOnlyMixin
+from console.admin.subjects import Subject, SubjectAction, register_job_subject
 
-__all__ = ["CappedCountPaginator", "Figure", "ReadOnlyMixin", "viewable_admin"]
+__all__ = [
+    "CappedCountPaginator",
+    "Figure",
+    "ReadOnlyMixin",
+    "Subject",
+    "SubjectAction",
+    "register_job_subject",
+    "viewable_admin",
+]

@@ -55,6 +55,8 @@ from console.admin.rendering import (
     format_duration,
     state_badge,
 )
+from console.admin.subjects import subject as job_subject
+from console.admin.subjects import why_with_subject
 from jobs import clock
 from jobs.errors import IllegalTransition
 from jobs.models import Job, JobEvent
@@ -270,9 +272,12 @@ class JobAdmin(admin.ModelAdmin):
         return super().change_view(request, object_id, form_url, context)
 
     def detail_context(self, request: HttpRequest, job: Job) -> dict[str, Any]:
-        """The why line, the lease, the history, related jobs and the legal operations."""
+        """The why line, what the job works for, the lease, the history, related jobs and
+        the legal operations."""
+        subject = job_subject(request, job)
         return {
-            "why": explain(job),
+            "why": why_with_subject(job, explain(job), subject),
+            "subject": subject,
             "lease": lease_health(job),
             "operations": [op for op in self.permitted_operations(request) if op.allows(job)],
             **self.history(job),

@@ -23,6 +23,7 @@ from django.utils.http import urlencode
 from console import triage
 from console.admin.operations import OPERATIONS, REASON_CHARS, may_operate, operate
 from console.admin.rendering import MAX_BULK, format_duration
+from console.admin.subjects import subjects as job_subjects
 from jobs.errors import IllegalTransition
 from jobs.models import Job
 from tenancy.scoping import scope_queryset
@@ -89,8 +90,14 @@ def groups_view(model_admin: ModelAdmin[Job], request: HttpRequest) -> TemplateR
     window = _window(request)
     jobs = scope_queryset(Job.objects.all(), request.user)
     found = triage.groups(jobs, triage.window_start(window))
+    subjects = job_subjects(request, [group.sample for group in found])
     rows = [
-        {"group": group, "list_url": list_url(group, window), "retry_url": retry_url(group, window)}
+        {
+            "group": group,
+            "list_url": list_url(group, window),
+            "retry_url": retry_url(group, window),
+            "subject": subjects.get(group.sample.pk),
+        }
         for group in found
     ]
     context = {
@@ -132,7 +139,10 @@ def retry_view(model_admin: ModelAdmin[Job], request: HttpRequest, group: str) -
     tenants = list(
         members.filter(tenant__isnull=False).order_by().values_list("tenant__name", flat=True).distinct()[:20]
     )
-    preview = list(members.select_related("tenant").defer("payload", "result", "last_error")[:PREVIEW_ROWS])
+    preview = list(members.select_related("tenant").defer("result", "last_error")[:PREVIEW_ROWS])
+    subjects = job_subjects(request, preview)
+    for job in preview:
+        job.subject = subjects.get(job.pk)  # type: ignore[attr-defined]
     context = {
         **_context(
             model_admin, request, f"Retry {min(found.count, MAX_RETRY):,} failed {found.type} job(s)?"

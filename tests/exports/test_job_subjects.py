@@ -1,0 +1,32 @@
+"""An exports engine job's page says what it works for: the snapshot and its export job."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.models import Job
+from tests.base import make_job, page
+from tests.exports import builders
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_cancel_query_job_links_its_snapshot_and_export_job(admin_client, acme):
+    snap = builders.snapshot(of=acme)
+    export = builders.jobs_of(snap)[0]
+    job = make_job("exports.CancelQuery", {"job": export.pk}, tenant=acme.pk)
+
+    text = page(admin_client, f"/admin/jobs/job/{job.pk}/change/")
+
+    assert (
+        f'<a href="/admin/exports/snapshot/{snap.pk}/change/">Snapshot {snap.pk} of {snap.mapping}</a>'
+        in text
+    )
+    assert f'href="/admin/exports/snapshot/{snap.pk}/change/#job-{export.pk}">export job {export.pk}' in text
+
+
+def test_another_tenants_export_job_is_no_subject(admin_client, acme, globex):
+    snap = builders.snapshot(of=globex)
+    job = make_job("exports.CancelQuery", {"job": builders.jobs_of(snap)[0].pk}, tenant=acme.pk)
+
+    assert "Works for" not in page(admin_client, f"/admin/jobs/job/{Job.objects.get(pk=job.pk).pk}/change/")

@@ -6,7 +6,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from project import embedded_db
+from devtools import embedded_db
 
 pytest_plugins = ["jobs.testing"]  # the clock fixture
 

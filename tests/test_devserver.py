@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from project import devserver
+from devtools import devserver
 
 
 def test_an_interpreter_behind_a_private_directory_is_not_reachable_by_others(tmp_path):

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from trino.exceptions import TrinoQueryError
 
+from devtools.fakes.trino import FakeTrino
 from exports import entity_sql, parquet
 from exports.engines.trino import (
     ColdStartExhausted,
@@ -23,7 +24,6 @@ from exports.engines.trino import (
     is_unload_missing,
     retry_cold_start,
 )
-from exports.fake_trino import FakeTrino
 from exports.spec import JobSpec
 
 ROWS = 2500

@@ -181,7 +181,7 @@ ORDERS = [
 def trino(settings):
     import pyarrow as pa
 
-    from exports.fake_trino import FakeTrino
+    from devtools.fakes.trino import FakeTrino
 
     with FakeTrino(page_rows=100) as fake:
         fake.load_table(

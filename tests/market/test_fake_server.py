@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
+from devtools.fakes.market_api import AUTH_MESSAGE, RATE_LIMIT_MESSAGE, FakeMarket
 from jobs.testing import wait_until
-from market.fake_server import AUTH_MESSAGE, RATE_LIMIT_MESSAGE, FakeMarket
 
 ROOT = Path(__file__).resolve().parents[3]
 TODAY = date(2026, 11, 2)  # a Monday
@@ -349,7 +349,7 @@ def test_the_command_serves_until_sigterm():
         [
             sys.executable,
             "-m",
-            "market.fake_server",
+            "devtools.fakes.market_api",
             "--host",
             "127.0.0.1",
             "--port",

@@ -32,8 +32,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from devtools import embedded_db
 from jobs.testing import wait_until
-from project import embedded_db
 
 T = TypeVar("T")
 ROOT = Path(settings.BASE_DIR)

@@ -18,8 +18,8 @@ import urllib.request
 import pyarrow as pa
 import pytest
 
+from devtools.fakes.trino import FakeTrino
 from exports import parquet, reconcile, services
-from exports.fake_trino import FakeTrino
 from exports.models import (
     ExportJob,
     JobStatus,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from project import embedded_db
+from devtools import embedded_db
 from tests.system.conftest import ROOT
 
 pytestmark = pytest.mark.system

@@ -10,7 +10,7 @@ and outlives them all.
 Where it listens is a pure function of its data directory (``socket_dir``), so the
 settings name it without starting anything: importing settings, ``manage.py check`` or
 ``makemigrations`` never boots a server. What needs a database starts it
-(``ensure_running``): ``./conveyor start`` (project/devserver.py), a test run
+(``ensure_running``): ``./conveyor start`` (devtools/devserver.py), a test run
 (tests/conftest.py), ``manage.py`` before a command that may connect (manage.py), and
 the web process when run by hand (project/web.py). The first of them starts it, the
 others find it through ``postmaster.pid``; ``./conveyor start`` and a test run stop the
@@ -23,7 +23,9 @@ whatever first queries (a request, ``makemigrations``' history check), taking se
 and forking a postmaster there, and it would need a backend of its own in ``ENGINE``.
 
 The wheel is an optional dependency kept behind this one module so that it can be
-swapped out; production always sets ``DATABASE_URL``.
+swapped out. Production always sets ``DATABASE_URL``, and its image has neither the wheel
+nor this module: the product imports it only where ``DATABASE_URL`` is unset, in the
+functions that need it (the settings, ``manage.py``, ``project/web.py``).
 """
 
 from __future__ import annotations
@@ -184,7 +186,7 @@ def _require_pgserver() -> None:
 
         raise ImproperlyConfigured(
             "DATABASE_URL is unset and the embedded PostgreSQL is not installed: "
-            "pip install 'conveyor[embedded]' or set DATABASE_URL."
+            "pip install -e '.[dev]' (as ./conveyor does) or set DATABASE_URL."
         ) from exc
 
 

@@ -2,7 +2,7 @@
 for the tests, the benchmark and local trials. It is the one fake at the edge of the
 world for exports, so it answers as Trino does, its failures included.
 
-    python -m exports.fake_trino [--host 127.0.0.1] [--port 0]
+    python -m devtools.fakes.trino [--host 127.0.0.1] [--port 0]
 
 prints ``listening on http://HOST:PORT/`` and serves until SIGTERM or SIGINT.
 

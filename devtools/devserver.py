@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from project import embedded_db, process_groups
+from devtools import embedded_db, process_groups
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("CONVEYOR_VAR_DIR", BASE_DIR / "var"))
@@ -116,12 +116,12 @@ def _free_port() -> int:
 
 
 def _start_market_api(env: dict[str, str]) -> tuple[process_groups.Child, str]:
-    """The fake market-data API the demo feed calls (``market/fake_server.py``):
+    """The fake market-data API the demo feed calls (``devtools/fakes/market_api.py``):
     on ``MARKET_DEMO_PORT``, or a free port; its URL once it accepts connections."""
     port = int(env.get("MARKET_DEMO_PORT") or _free_port())
     child = process_groups.start(
         "market-api",
-        [PYTHON, "-m", "market.fake_server", "--host", "127.0.0.1", "--port", str(port)],
+        [PYTHON, "-m", "devtools.fakes.market_api", "--host", "127.0.0.1", "--port", str(port)],
         env,
     )
     deadline = time.monotonic() + 15.0

@@ -1683,9 +1683,10 @@ EVENT_FIELDS = frozenset(
 
 
 def _field(obj: dict[str, Any], path: str) -> Any:
+    value: Any = obj
     for part in path.split("."):
-        obj = obj.get(part) if isinstance(obj, dict) else None
-    return obj
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 ROUTES = [

@@ -2,7 +2,7 @@
 benchmark and the demo. It is the one fake at the edge of the world, so it answers as the
 real API does, its failures included.
 
-    python -m market.fake_server [--host 127.0.0.1] [--port 0] [--instruments 5000]
+    python -m devtools.fakes.market_api [--host 127.0.0.1] [--port 0] [--instruments 5000]
                                         [--token demo-token] [--today YYYY-MM-DD]
 
 prints ``listening on http://HOST:PORT/`` and serves until SIGTERM or SIGINT.
@@ -780,7 +780,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m market.fake_server", description=__doc__.split("\n\n")[0]
+        prog="python -m devtools.fakes.market_api", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 (the default): a free port")

@@ -1,15 +1,16 @@
 """``./conveyor start``: everything a new user needs, in one foreground command.
 
 Migrates, creates an admin login (printed once, when it is created), loads the demos
-(a CO2 report, an ingest run, a market-data feed fed by a fake market-data API that runs
-alongside, a queued snapshot), then runs the web process (uvicorn, ASGI: ``python -m
-project.web``), the django-q2 cluster and an export worker side by side, each with every
-process it spawns in a process group of its own. Ctrl-C (or SIGTERM) stops every group
-cleanly: the cluster lets running jobs finish, the web process gives requests in flight
-up to 10 s, the export worker hands back what it holds; whatever is still running after
-``--stop-timeout`` is terminated, then killed. When one exits on its own, the others
-are stopped the same way. The embedded PostgreSQL, if this command started it, is
-stopped last, once nothing of theirs is left to use it.
+(``manage.py demo``: a CO2 report, an ingest run, a market-data feed fed by a fake
+market-data API that runs alongside, a queued snapshot), then runs the web process
+(uvicorn, ASGI: ``python -m project.web``), the django-q2 cluster and an export worker
+side by side, each with every process it spawns in a process group of its own. Ctrl-C
+(or SIGTERM) stops every group cleanly: the cluster lets running jobs finish, the web
+process gives requests in flight up to 10 s, the export worker hands back what it
+holds; whatever is still running after ``--stop-timeout`` is terminated, then killed.
+When one exits on its own, the others are stopped the same way. The embedded
+PostgreSQL, if this command started it, is stopped last, once nothing of theirs is left
+to use it.
 """
 
 from __future__ import annotations
@@ -204,13 +205,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"Embedded PostgreSQL: {server.data_dir} (socket in {server.socket_dir})")
         _manage(env, "migrate", "--noinput", "-v", "0")
         _ensure_admin(env)
-        _manage(env, "load_demo", "--user", "admin")  # a filled CO2 report (idempotent)
-        _manage(env, "ingest_demo", "--user", "admin")  # a source and a finished run
         market_api, market_url = _start_market_api(env)
         children.append(market_api)
-        # A feed with a week of daily bars, healthy on the board.
-        _manage(env, "market_demo", "--api-url", market_url, "--user", "admin")
-        _manage(env, "export_demo", "--user", "admin")  # a snapshot for the worker below
+        # A filled CO2 report, a source with a finished run, a feed with a week of daily
+        # bars (healthy on the board) and a snapshot for the worker below; idempotent.
+        # The demo command exists with DEBUG only, whatever the servers run with.
+        _manage({**env, "DEBUG": "true"}, "demo", "--api-url", market_url, "--user", "admin")
         host = env.get("HOST", "127.0.0.1")
         children.append(
             process_groups.start("web", [PYTHON, "-m", "project.web", "--host", host, "--port", port], env)

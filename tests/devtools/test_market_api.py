@@ -19,7 +19,7 @@ import pytest
 from devtools.fakes.market_api import AUTH_MESSAGE, RATE_LIMIT_MESSAGE, FakeMarket
 from jobs.testing import wait_until
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]  # the checkout, whose root holds devtools
 TODAY = date(2026, 11, 2)  # a Monday
 INSTRUMENTS = 200
 DAILY_FIELDS = [

@@ -23,13 +23,22 @@ Protocol (what the official ``trino`` client uses):
 - ``DELETE`` of a ``nextUri`` or of ``/v1/query/{id}`` cancels: the query is FAILED
   with ``USER_CANCELED``; 204.
 
-SQL runs on an in-memory DuckDB database (``load_table`` fills it) that may not touch
-files (DuckDB's ``read_csv`` and the like are refused, as Trino has no such functions).
-A leading ``catalog.schema.`` on a table name is not understood: name tables as DuckDB
-does. As Trino does, a request holds one statement: a semicolon outside a literal is a
-``SYNTAX_ERROR``. ``EXECUTE IMMEDIATE '<statement>' USING <literals>`` (what the client
-sends for a query with parameters) runs the statement with its ``?`` bound to the
-values, their count checked (``INVALID_PARAMETER_USAGE``). Starburst's server-side
+SQL runs on an in-memory DuckDB database (``load_table`` fills it). A leading
+``catalog.schema.`` on a table name is not understood: name tables as DuckDB does. What
+Trino refuses, the fake refuses with Trino's error (``errorName``, ``errorType``,
+``errorCode``, and ``errorLocation`` with the ``line L:C:`` that starts the message): a
+request holds one statement, so a semicolon outside a literal is a ``SYNTAX_ERROR``
+(``mismatched input ';'``); DuckDB's own statements (``COPY``, ``ATTACH``, ``INSTALL``,
+``LOAD``, ``PRAGMA``, ``EXPORT``, ``SET`` of a DuckDB setting …) and a file named in
+place of a table are syntax errors too; DuckDB's functions that read files or hosts
+(``read_csv``, ``read_parquet``, ``read_json``, ``read_text``, ``read_blob``, ``glob``
+…) or run SQL held in a string (``query``) are ``FUNCTION_NOT_FOUND``, as Trino has
+none of them. Whatever slips past those names, DuckDB cannot reach the host's files:
+its external access is off and its configuration locked from the start.
+
+``EXECUTE IMMEDIATE '<statement>' USING <literals>`` (what the client sends for a query
+with parameters) runs the statement with its ``?`` bound to the values, their count
+checked (``INVALID_PARAMETER_USAGE``). Starburst's server-side
 unload, ``SELECT * FROM TABLE(system.unload(input => TABLE(<query>), location =>
 <url>, format => 'PARQUET'))``, its location and format literals or parameters, runs
 the inner query and writes its rows as a Parquet file into the location through
@@ -84,6 +93,100 @@ LITERAL = re.compile(
     r"\s*(?:'(?P<text>(?:[^']|'')*)'|(?P<number>-?\d+)|(?P<null>NULL))\s*(?:,|$)", re.IGNORECASE
 )
 MAX_BODY = 1 << 20
+# The tokens of a statement: blanks and comments, literals, quoted identifiers, words.
+TOKEN = re.compile(
+    r"""(?P<blank>\s+|--[^\n]*|/\*.*?(?:\*/|\Z))
+    |(?P<string>'(?:[^']|'')*'?)
+    |(?P<quoted>"(?:[^"]|"")*"?)
+    |(?P<word>[A-Za-z_][A-Za-z0-9_$]*)
+    |(?P<symbol>.)""",
+    re.VERBOSE | re.DOTALL,
+)
+# DuckDB's functions that read files or hosts, or run SQL held in a string (where a
+# reader's name would not show): Trino has none of them.
+HOST_FUNCTIONS = frozenset(
+    {
+        "read_csv",
+        "read_csv_auto",
+        "sniff_csv",
+        "read_parquet",
+        "parquet_scan",
+        "parquet_metadata",
+        "parquet_file_metadata",
+        "parquet_kv_metadata",
+        "parquet_schema",
+        "read_json",
+        "read_json_auto",
+        "read_json_objects",
+        "read_json_objects_auto",
+        "read_ndjson",
+        "read_ndjson_auto",
+        "read_ndjson_objects",
+        "read_text",
+        "read_blob",
+        "read_xlsx",
+        "glob",
+        "iceberg_scan",
+        "iceberg_metadata",
+        "iceberg_snapshots",
+        "delta_scan",
+        "sqlite_scan",
+        "sqlite_attach",
+        "postgres_scan",
+        "postgres_attach",
+        "postgres_query",
+        "mysql_scan",
+        "query",
+        "query_table",
+        "json_execute_serialized_sql",
+        "getenv",
+    }
+)
+# DuckDB's statements that Trino's grammar has no room for.
+DUCKDB_STATEMENTS = frozenset(
+    {
+        "attach",
+        "detach",
+        "copy",
+        "install",
+        "load",
+        "force",
+        "pragma",
+        "export",
+        "import",
+        "checkpoint",
+        "vacuum",
+        "summarize",
+        "pivot",
+        "unpivot",
+        "from",
+    }
+)
+# What Trino's SET is followed by; anything else is one of DuckDB's settings.
+TRINO_SET = frozenset({"session", "role", "path", "time"})
+STATEMENT_STARTS = (
+    "'ALTER', 'ANALYZE', 'CALL', 'COMMENT', 'COMMIT', 'CREATE', 'DEALLOCATE', 'DELETE', 'DENY', "
+    "'DESC', 'DESCRIBE', 'DROP', 'EXECUTE', 'EXPLAIN', 'GRANT', 'INSERT', 'MERGE', 'PREPARE', "
+    "'REFRESH', 'RESET', 'REVOKE', 'ROLLBACK', 'SET', 'SHOW', 'START', 'TRUNCATE', 'UPDATE', "
+    "'USE', <query>"
+)
+
+
+# Trino's codes (io.trino.spi.StandardErrorCode) for the errors the fake makes itself;
+# others get the first code of their type.
+ERROR_CODES = {
+    "GENERIC_USER_ERROR": 0,
+    "SYNTAX_ERROR": 1,
+    "USER_CANCELED": 3,
+    "FUNCTION_NOT_FOUND": 6,
+    "INVALID_FUNCTION_ARGUMENT": 7,
+}
+TYPE_CODES = {
+    "USER_ERROR": 0,
+    "INTERNAL_ERROR": 65536,
+    "INSUFFICIENT_RESOURCES": 131072,
+    "EXTERNAL": 16777216,
+}
 
 
 @dataclass
@@ -141,14 +244,16 @@ def _outside_literals(sql: str) -> list[int]:
 
 def read_request(sql: str) -> tuple[str, list[Any]]:
     """The statement a request runs and its parameters' values, as Trino reads them; a
-    ``_Failed`` for what Trino refuses (several statements, a parameter count that is
-    not the statement's)."""
+    ``_Failed`` for what Trino refuses (several statements, DuckDB's own statements and
+    functions, a parameter count that is not the statement's)."""
     _one_statement(sql)
     match = EXECUTE_IMMEDIATE.match(sql)
     if match is None:
+        _trino_only(sql)
         return sql, []
     statement = match["statement"].replace("''", "'")
     _one_statement(statement)
+    _trino_only(statement)
     values = _literals(match["values"] or "")
     wanted = sum(1 for index in _outside_literals(statement) if statement[index] == "?")
     if wanted != len(values):
@@ -163,11 +268,40 @@ def read_request(sql: str) -> tuple[str, list[Any]]:
 def _one_statement(sql: str) -> None:
     for index in _outside_literals(sql):
         if sql[index] == ";":
-            line = sql.count("\n", 0, index) + 1
-            column = index - sql.rfind("\n", 0, index)
-            raise _Failed(
-                "SYNTAX_ERROR", "USER_ERROR", f"line {line}:{column}: mismatched input ';'. Expecting: <EOF>"
-            )
+            raise _Failed.at(sql, index, "SYNTAX_ERROR", "mismatched input ';'. Expecting: <EOF>")
+
+
+def _tokens(sql: str) -> list[tuple[str, str, int]]:
+    """``(kind, text, offset)`` of each token but blanks and comments; a quoted
+    identifier's text is its name."""
+    found = []
+    for match in TOKEN.finditer(sql):
+        kind = match.lastgroup or "symbol"
+        if kind == "quoted":
+            found.append(("word", match[0].strip('"').replace('""', '"'), match.start()))
+        elif kind != "blank":
+            found.append((kind, match[0], match.start()))
+    return found
+
+
+def _trino_only(sql: str) -> None:
+    """Refuse, as Trino would, what only DuckDB understands: its statements, a file in
+    place of a table, and its functions that reach files, hosts or SQL in a string."""
+    tokens = _tokens(sql)
+    if tokens and tokens[0][0] == "word":
+        first = tokens[0][1].lower()
+        refused = tokens[0] if first in DUCKDB_STATEMENTS else None
+        if first == "set" and len(tokens) > 1 and tokens[1][1].lower() not in TRINO_SET:
+            refused = tokens[1]
+        if refused is not None:
+            message = f"mismatched input '{refused[1]}'. Expecting: {STATEMENT_STARTS}"
+            raise _Failed.at(sql, refused[2], "SYNTAX_ERROR", message)
+    for (kind, text, offset), (next_kind, next_text, next_offset) in itertools.pairwise(tokens):
+        if kind == "word" and text.lower() in ("from", "join") and next_kind == "string":
+            message = f"mismatched input '{next_text}'. Expecting: '(', 'LATERAL', 'UNNEST', <identifier>"
+            raise _Failed.at(sql, next_offset, "SYNTAX_ERROR", message)
+        if kind == "word" and next_text == "(" and text.lower() in HOST_FUNCTIONS:
+            raise _Failed.at(sql, offset, "FUNCTION_NOT_FOUND", f"Function '{text}' not registered")
 
 
 def _literals(text: str) -> list[Any]:
@@ -264,8 +398,11 @@ class FakeTrino:
         self.slow_polls = 0
         self.holding = False
         self.queries: dict[str, Query] = {}
-        # Trino reads catalogs, never the coordinator's files: neither does the fake.
-        self.duckdb = duckdb.connect(":memory:", config={"enable_external_access": False})
+        # Trino reads catalogs, never the coordinator's files: neither does the fake, nor
+        # can a query set it back to reading them (its own tables come from Arrow).
+        self.duckdb = duckdb.connect(
+            ":memory:", config={"enable_external_access": False, "lock_configuration": True}
+        )
         self._lock = threading.RLock()
         self._failures: deque[dict[str, Any]] = deque()
         self._http_errors: deque[int] = deque()
@@ -489,15 +626,9 @@ class FakeTrino:
 
     def _error(self, query: Query) -> dict[str, Any]:
         error = query.error or {}
-        codes = {
-            "USER_ERROR": 0,
-            "INTERNAL_ERROR": 65536,
-            "INSUFFICIENT_RESOURCES": 131072,
-            "EXTERNAL": 16777216,
-        }
-        return {
+        answer = {
             "message": error["message"],
-            "errorCode": codes.get(error["errorType"], 1),
+            "errorCode": ERROR_CODES.get(error["errorName"], TYPE_CODES.get(error["errorType"], 1)),
             "errorName": error["errorName"],
             "errorType": error["errorType"],
             "failureInfo": {
@@ -507,6 +638,10 @@ class FakeTrino:
                 "stack": [],
             },
         }
+        if error.get("location"):
+            line, column = error["location"]
+            answer["errorLocation"] = {"lineNumber": line, "columnNumber": column}
+        return answer
 
     def _page(self, query: Query, token: int) -> dict[str, Any] | None:
         with self._lock:
@@ -558,7 +693,7 @@ class FakeTrino:
                 query.unload_format = _argument(match, "format", query.statement, query.parameters)
         except _Failed as failed:
             # Reported on the first poll, as Trino reports a statement it cannot analyse.
-            query.error = {"errorName": failed.name, "errorType": failed.kind, "message": str(failed)}
+            query.error = failed.error()
 
     def _start(self, query: Query) -> None:
         """Run the query on DuckDB (an unload writes its files here and now)."""
@@ -598,7 +733,7 @@ class FakeTrino:
                 name, signature = trino_type(arrow_field.type)
                 query.columns.append({"name": arrow_field.name, "type": name, "typeSignature": signature})
         except _Failed as failed:
-            query.error = {"errorName": failed.name, "errorType": failed.kind, "message": str(failed)}
+            query.error = failed.error()
             query.state = "FAILED"
         except duckdb.Error as error:
             kind = "SYNTAX_ERROR" if isinstance(error, duckdb.ParserException) else "GENERIC_USER_ERROR"
@@ -661,9 +796,25 @@ def _argument(match: re.Match[str], name: str, statement: str, values: list[Any]
 
 
 class _Failed(Exception):
-    def __init__(self, name: str, kind: str, message: str) -> None:
+    def __init__(self, name: str, kind: str, message: str, location: tuple[int, int] | None = None) -> None:
         super().__init__(message)
-        self.name, self.kind = name, kind
+        self.name, self.kind, self.location = name, kind, location
+
+    @classmethod
+    def at(cls, sql: str, offset: int, name: str, message: str) -> _Failed:
+        """A user error at ``offset`` of ``sql``, its message led by Trino's ``line L:C``."""
+        line = sql.count("\n", 0, offset) + 1
+        column = offset - sql.rfind("\n", 0, offset)
+        return cls(name, "USER_ERROR", f"line {line}:{column}: {message}", (line, column))
+
+    def error(self) -> dict[str, Any]:
+        """As a query keeps its error."""
+        return {
+            "errorName": self.name,
+            "errorType": self.kind,
+            "message": str(self),
+            "location": self.location,
+        }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -164,22 +164,6 @@ def test_a_job_whose_query_is_not_one_query_is_refused_before_anything_is_sent(f
     assert fake.queries == {}
 
 
-def test_the_fake_refuses_several_statements_in_one_request_as_trino_does(fake, tmp_path):
-    import requests
-
-    for body in ("SELECT 1; SELECT 2", "EXECUTE IMMEDIATE 'SELECT 1; SELECT 2'", "SELECT 1;"):
-        first = requests.post(f"{fake.url}/v1/statement", data=body, timeout=5).json()
-        answer = requests.get(first["nextUri"], timeout=5).json()
-        assert answer["error"]["errorName"] == "SYNTAX_ERROR", body
-        assert "mismatched input ';'" in answer["error"]["message"]
-    counted = requests.post(
-        f"{fake.url}/v1/statement", timeout=5, data="EXECUTE IMMEDIATE 'SELECT ? AS a' USING 1, 2"
-    ).json()
-    assert requests.get(counted["nextUri"], timeout=5).json()["error"]["errorName"] == (
-        "INVALID_PARAMETER_USAGE"
-    )
-
-
 def test_a_missing_system_unload_answers_function_not_found(fake, tmp_path):
     fake.unload_available = False
     trino = engine(fake)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 # Tests run with the development secret; production refuses to start without one.
 os.environ.setdefault("CONVEYOR_ALLOW_DEV_SECRET", "1")
-os.environ.setdefault("JOBS_HANDLER_MODULES", "tests.handlers,tests.ingest.plugins")
+os.environ.setdefault("JOBS_HANDLER_MODULES", "tests.support.handlers,tests.support.ingest.plugins")
 
 from project import settings as _base  # noqa: E402
 from project.settings import *  # noqa: E402,F403

@@ -18,8 +18,7 @@ from jobs.models import Job, JobEvent, Worker
 from jobs.testing import wait_until
 from market import freshness
 from market.models import DailyBar, MarketFeed
-from tests.base import staff
-from tests.system.conftest import processes  # noqa: F401 (fixture)
+from tests.support.base import staff
 
 
 def demo(*args: str) -> str:
@@ -78,7 +77,7 @@ def test_the_ingest_demo_makes_a_source_and_a_finished_run_once():
 @pytest.mark.django_db(transaction=True)
 def test_the_ingest_demo_leaves_its_run_to_a_running_cluster_and_reports_when_it_finished(
     settings,
-    processes,  # noqa: F811 (the fixture)
+    processes,
 ):
     worker = processes.manage(
         "worker",

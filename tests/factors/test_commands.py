@@ -13,8 +13,8 @@ from factors import staging
 from factors.models import EmissionFactor, Unit, Upload
 from jobs.models import Job
 from jobs.worker import run_until_idle
-from tests.base import staff
-from tests.factors.builders import csv_bytes, module, plane_factors, plane_rows, report
+from tests.support.base import staff
+from tests.support.factors.builders import csv_bytes, module, plane_factors, plane_rows, report
 
 pytestmark = pytest.mark.django_db
 

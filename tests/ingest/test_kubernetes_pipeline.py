@@ -28,9 +28,9 @@ from ingest.runs.models import (
 )
 from jobs.models import Job, JobEvent
 from jobs.testing import T0
-from tests.base import tenant
-from tests.ingest import builders
-from tests.ingest.drive import drain
+from tests.support.base import tenant
+from tests.support.drive import drain
+from tests.support.ingest import builders
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

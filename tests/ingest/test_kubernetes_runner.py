@@ -15,7 +15,7 @@ from ingest.runs.runners.base import HookSpec, Phase, Resources
 from ingest.runs.runners.kubernetes import KubernetesRunner
 from jobs.redaction import REDACTED
 from jobs.testing import T0
-from tests import pod_security
+from tests.support import pod_security
 
 IMAGE = "registry.example/hooks/enrich:1.4"
 QUOTA = (

@@ -27,8 +27,8 @@ from rest_framework.authtoken.models import Token
 from jobs.models import Job, JobEvent
 from jobs.streams.hub import Filter, Subscription, get_hub
 from jobs.streams.ws import JobEventsConsumer
-from tests.base import make_job, run_next, staff, tenant
-from tests.jobs.builders import run_streams
+from tests.support.base import make_job, run_next, staff, tenant
+from tests.support.jobs.builders import run_streams
 
 pytestmark = pytest.mark.django_db(transaction=True)
 T = TypeVar("T")

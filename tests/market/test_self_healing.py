@@ -29,7 +29,7 @@ from market.models import (
     SourceFreshness,
     TradingDay,
 )
-from tests.ingest.drive import drain
+from tests.support.drive import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

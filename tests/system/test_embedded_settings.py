@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from devtools import embedded_db
-from tests.system.conftest import ROOT
+from tests.support.processes import ROOT
 
 pytestmark = pytest.mark.system
 

@@ -30,7 +30,7 @@ from exports.models import (
     TrinoBinding,
 )
 from jobs.testing import wait_until
-from tests.base import tenant
+from tests.support.base import tenant
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 TOKEN = "crash-test-token"

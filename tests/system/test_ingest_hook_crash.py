@@ -13,8 +13,8 @@ from devtools.fakes.kubernetes import Behaviour, FakeCluster
 from ingest.runs import services
 from ingest.runs.models import BatchStatus, ExecutionStatus, HookExecution, IngestRecord, IngestRun
 from jobs.testing import wait_until
-from tests.base import tenant
-from tests.ingest import builders
+from tests.support.base import tenant
+from tests.support.ingest import builders
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 

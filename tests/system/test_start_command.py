@@ -17,7 +17,7 @@ import pytest
 from devtools import embedded_db
 from jobs.models import Worker
 from jobs.testing import wait_until
-from tests.system.conftest import Proc, Processes, free_port
+from tests.support.processes import Proc, Processes, free_port
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 

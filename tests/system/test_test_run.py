@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from devtools import embedded_db
-from tests.system.conftest import ROOT
+from tests.support.processes import ROOT
 
 pytestmark = pytest.mark.system
 

@@ -20,8 +20,8 @@ from django.conf import settings
 from rest_framework.authtoken.models import Token
 
 from jobs.models import Job
-from tests.base import staff, tenant
-from tests.factors.builders import csv_bytes, module, plane_factors, plane_rows, report
+from tests.support.base import staff, tenant
+from tests.support.factors.builders import csv_bytes, module, plane_factors, plane_rows, report
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 

@@ -17,7 +17,7 @@ from rest_framework.authtoken.models import Token
 from factors import conf
 from intake.uploads import MULTIPART_SLACK
 from project.bodylimit import BodyLimit, BodyLimits, valid_credential
-from tests.base import staff
+from tests.support.base import staff
 
 LIMITS = BodyLimits.of(default=1_000, anonymous=500, by_prefix={"/sync/": 2_000, "/sync/dispatch": 5_000})
 

@@ -18,9 +18,9 @@ from ingest.scraping.models import ScrapeReference
 from jobs.models import Job
 from jobs.streams.hub import get_hub
 from jobs.streams.ws import JobEventsConsumer
-from tests.base import as_user, staff, tenant
-from tests.ingest import builders
 from tests.ingest.test_admin import source_form, staff_browser
+from tests.support.base import as_user, staff, tenant
+from tests.support.ingest import builders
 
 pytestmark = pytest.mark.django_db
 

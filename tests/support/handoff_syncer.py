@@ -6,7 +6,7 @@ holds and releases when both syncers are waiting on it), syncs the references
 ``round-R-NAME`` (so that each handoff says which process opened it), and prints one
 JSON line of the sync's handoff counts.
 
-    python -m tests.system.handoff_syncer NAME SOURCE_ID FIRST LAST ROUNDS GATE
+    python -m tests.support.handoff_syncer NAME SOURCE_ID FIRST LAST ROUNDS GATE
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from typing import Any
 
 from ingest.runs.models import Hook, HookTemplate, IngestSource
 from tenancy.models import Tenant
-from tests.ingest import plugins  # noqa: F401  (registers the test source)
+from tests.support.ingest import plugins  # noqa: F401  (registers the test source)
 
 PASS = ["true"]
 

@@ -11,7 +11,7 @@ from ingest.runs import services
 from ingest.runs.models import IngestRun
 from jobs.models import Job
 from tenancy.models import Tenant
-from tests.ingest import builders, plugins
+from tests.support.ingest import builders, plugins
 
 
 def drain(clock, rounds: int = 50) -> None:

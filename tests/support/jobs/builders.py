@@ -20,9 +20,9 @@ from jobs import engine
 from jobs.models import Delivery, Job
 from jobs.streams.hub import get_hub
 from jobs.worker import run_until_idle
-from tests.base import claim_one, make_job, staff
+from tests.support.base import claim_one, make_job, staff
 
-# The two subscribers to "OrderPlaced" in tests/handlers.py: ON_ORDER fails while
+# The two subscribers to "OrderPlaced" in tests/support/handlers.py: ON_ORDER fails while
 # the payload says "fail" (backoff 60 s); AUDIT always succeeds.
 ON_ORDER = "tests.on_order_placed"
 AUDIT = "tests.audit_order"

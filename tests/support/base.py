@@ -93,3 +93,10 @@ def row_locked(job: Job) -> Iterator[None]:
     finally:
         release.set()
         holder.join()
+
+
+def hit_count() -> int:
+    """Rows in ``tests_hits`` (the ``hits_table`` fixture): one per run of a handler."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM tests_hits")
+        return cursor.fetchone()[0]

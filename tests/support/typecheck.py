@@ -2,7 +2,7 @@
 packages, counted per module against ``tests/mypy-baseline.json``.
 
 The tree predates the type checker, so it starts with a known count of errors per
-module; the count may only fall. ``python -m tests.typecheck --update`` rewrites the
+module; the count may only fall. ``python -m tests.support.typecheck --update`` rewrites the
 baseline after errors were fixed (it refuses to raise any module's count).
 """
 
@@ -16,7 +16,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "tests" / "mypy-baseline.json"
 ERROR = re.compile(r"^(?P<path>[^:\s]+\.py):\d+: error: ")
 
@@ -48,7 +48,7 @@ def shrunk(found: Counter[str], allowed: Counter[str]) -> dict[str, tuple[int, i
 
 def main() -> int:
     if sys.argv[1:] != ["--update"]:
-        print("usage: python -m tests.typecheck --update", file=sys.stderr)
+        print("usage: python -m tests.support.typecheck --update", file=sys.stderr)
         return 2
     found, lines = run_mypy()
     worse = grown(found, baseline())

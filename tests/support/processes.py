@@ -1,4 +1,6 @@
 """Real OS processes against the test database: starting, watching and always killing them.
+A pytest plugin (``tests/conftest.py``): its fixtures (``processes``, ``embedded_var_dir``,
+``private_postgres``, ``private_database``) serve every test directory.
 
 Subprocesses reach the test database through a ``DATABASE_URL`` built from this
 process's connection, and run with ``project.test_settings`` so that they know the

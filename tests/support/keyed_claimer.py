@@ -5,7 +5,7 @@ holds and releases when both claimers are waiting on it), claims one ``tests.key
 job and prints one JSON line: the jobs it won and whether the unique index
 ``jobs_job_one_current_per_key`` turned it away.
 
-    python -m tests.system.keyed_claimer ROUNDS GATE
+    python -m tests.support.keyed_claimer ROUNDS GATE
 """
 
 from __future__ import annotations

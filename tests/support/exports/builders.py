@@ -6,7 +6,7 @@ from typing import Any
 
 from exports import services
 from exports.models import ExportJob, Mapping, MappingEntity, Snapshot, TrinoBinding
-from tests.base import tenant as make_tenant
+from tests.support.base import tenant as make_tenant
 
 CATALOG = "lake"
 

@@ -8,6 +8,8 @@ that holds it, installed only with ``DEBUG``).
 
 Not part of the product: the wheel leaves this package out and the image does not copy
 it. ``./conveyor start`` and ``./conveyor test`` find it because they run from the
-checkout, whose root is on ``sys.path``. The product imports one module of it, lazily and
-only where ``DATABASE_URL`` is unset: ``embedded_db`` (``project/settings.py``).
+checkout, whose root is on ``sys.path``. The product imports one module of it,
+``embedded_db``, and only inside the functions that run where ``DATABASE_URL`` is unset
+(the settings, ``manage.py``, ``project/web.py``); without this package there, the
+settings load and the database refuses every use (``project/no_database``).
 """

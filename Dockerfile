@@ -4,6 +4,10 @@
 #   export worker  python manage.py export_worker
 #   migrations     python manage.py migrate --noinput
 #
+# The product only: devtools/ (the dev server, the embedded PostgreSQL, the fakes, the
+# demo), tests/ and bench/ are not copied, and DATABASE_URL is required (without it the
+# settings still load, for an export worker, but nothing may use the database).
+#
 # Build: docker build -t conveyor:latest .
 
 # --- build: compile what needs compiling into a virtual environment ------------------

@@ -6,9 +6,9 @@ import sys
 
 # Commands that never need a connection: they must not start the embedded PostgreSQL
 # (makemigrations only checks the migration history when a server answers, and warns
-# otherwise; an export worker reaches Conveyor over HTTP, and starts the server itself
-# only when its datasets are read from it, in development). Every other command gets a
-# running server first.
+# otherwise). Every other command gets a running server first, an export worker too: it
+# reaches Conveyor over HTTP, but reads its datasets from the app's database unless
+# EXPORTS_POSTGRES_URL names another.
 WITHOUT_DATABASE = {
     "check",
     "makemigrations",
@@ -18,7 +18,6 @@ WITHOUT_DATABASE = {
     "collectstatic",
     "findstatic",
     "spectacular",
-    "export_worker",
 }
 
 
@@ -34,13 +33,23 @@ def main() -> None:
     from django.core.management import execute_from_command_line
 
     if needs_database(sys.argv):
-        # Here rather than on a connection's first use: starting a server takes seconds
-        # and forks a postmaster, which belongs at a command's start, not in the middle of
-        # whatever query first needs it; and settings stay free of side effects.
-        from project import embedded_db
+        start_embedded_database()
+    execute_from_command_line(sys.argv)
+
+
+def start_embedded_database() -> None:
+    """Start the embedded PostgreSQL if the settings name one (``DATABASE_URL`` unset, in
+    a checkout); in the image there is none, and nothing of devtools to import.
+
+    Here rather than on a connection's first use: starting a server takes seconds and
+    forks a postmaster, which belongs at a command's start, not in the middle of whatever
+    query first needs it; and settings stay free of side effects."""
+    from django.conf import settings
+
+    if settings.EMBEDDED_POSTGRES_DIR:
+        from devtools import embedded_db
 
         embedded_db.ensure_started()
-    execute_from_command_line(sys.argv)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ def setup_django(settings_module: str | None = None) -> None:
     when the process that started it ends), then the apps."""
     if settings_module is not None:
         os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
-    from project import embedded_db
+    from devtools import embedded_db
 
     embedded_db.ensure_started()
     atexit.register(_stop_what_this_process_started)
@@ -25,7 +25,7 @@ def setup_django(settings_module: str | None = None) -> None:
 
 
 def _stop_what_this_process_started() -> None:
-    from project import embedded_db
+    from devtools import embedded_db
 
     for data_dir in embedded_db.started_by_this_process():
         embedded_db.stop(data_dir)
@@ -71,7 +71,7 @@ def _scratch_urls(prefix: str) -> tuple[str, str, str]:
     name = f"{prefix}_{os.getpid()}"
     url = os.environ.get("DATABASE_URL")
     if url is None:
-        from project import embedded_db
+        from devtools import embedded_db
 
         server = embedded_db.ensure_running(Path(__file__).resolve().parent.parent / "var" / "pg")
         return server.url("postgres"), server.url(name), name

@@ -243,7 +243,7 @@ def polling(database: str, jobs_count: int) -> list[dict[str, Any]]:
 def fake_trino() -> Iterator[str]:
     """The fake Trino as a process of its own (its work is not the worker's CPU); its URL."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "exports.fake_trino", "--host", "127.0.0.1", "--port", "0"],
+        [sys.executable, "-m", "devtools.fakes.trino", "--host", "127.0.0.1", "--port", "0"],
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,

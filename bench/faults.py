@@ -43,7 +43,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.engine import cpu_model, kill_group  # noqa: E402
-from project import embedded_db  # noqa: E402
+from devtools import embedded_db  # noqa: E402
 
 T = TypeVar("T")
 DATABASE = "bench_faults"

@@ -12,7 +12,7 @@ PostgreSQL, or ``DATABASE_URL``):
   hook's process, publishing), p50 and p95; and the whole run's wall time, claims
   included, as batches per second.
 - pressure: 20 runs × 10 batches from 3 tenants (each run failing after 10 hook
-  failures) against the tests' fake Kubernetes API server (``tests/kube_api.py``)
+  failures) against the tests' fake Kubernetes API server (``devtools/fakes/kubernetes.py``)
   refusing every Job create (403 "exceeded quota", which the runner counts as cluster
   pressure), with and without the runner's breaker, for ``--pressure-minutes`` of the
   engine's clock moved from each due job to the next (no waiting): Job create calls per
@@ -207,12 +207,12 @@ def _refusal(label: str, threshold: int, minutes: float) -> dict[str, Any]:
     from django.test import override_settings
 
     import jobs
+    from devtools.fakes.kubernetes import FakeCluster
     from ingest.runs import services
     from ingest.runs.models import Hook, HookTemplate, IngestRun, IngestSource, RunnerBreaker
     from jobs.clock import ManualClock, use_clock
     from jobs.models import Job
     from tenancy.models import Tenant
-    from tests.kube_api import FakeCluster
 
     clock = ManualClock()
     start = clock.now()

@@ -6,7 +6,7 @@ in API calls.
 Run it as a module from the checkout's root (``bench/ingest.py`` would stand in for the
 ``ingest`` package if ``bench/`` were the script's directory). On a scratch database
 created (and dropped) on the project's server, against the tests' fake Kubernetes API
-(``tests/kube_api.py``), on the engine's manual clock moved from each due job to the next
+(``devtools/fakes/kubernetes.py``), on the engine's manual clock moved from each due job to the next
 (no waiting; every time below is on that clock, not the wall's):
 
 - fairness: tenant A starts a 12-batch run; 1 s and 2 s later tenants B and C start a
@@ -78,7 +78,7 @@ class Cluster:
     def __init__(self, clock: Any, capacity: int | None, run_seconds: float) -> None:
         from django.test import override_settings
 
-        from tests.kube_api import Behaviour, FakeCluster
+        from devtools.fakes.kubernetes import Behaviour, FakeCluster
 
         self.scratch = tempfile.TemporaryDirectory()
         self.fake = FakeCluster(clock=clock.now, capacity=capacity)

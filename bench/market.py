@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/market.py [--instruments 5000] [--repeat 3] [--json]
 
-The fake market-data API runs as its own process (``python -m market.fake_server``,
+The fake market-data API runs as its own process (``python -m devtools.fakes.market_api``,
 real HTTP on 127.0.0.1), the loads as engine jobs in this process, on a scratch database
 created (and dropped) on the project's server (the embedded PostgreSQL, or
 ``DATABASE_URL``). Each case is timed from queueing to the last job done:
@@ -53,7 +53,7 @@ def fake_api(instruments: int) -> Iterator[str]:
         [
             sys.executable,
             "-m",
-            "market.fake_server",
+            "devtools.fakes.market_api",
             "--host",
             "127.0.0.1",
             "--port",

@@ -7,6 +7,7 @@ django-q2 broker and the channel layer to Redis.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -18,8 +19,6 @@ from typing import Any
 import dj_database_url
 from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
-
-from project import embedded_db
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("CONVEYOR_VAR_DIR", BASE_DIR / "var"))
@@ -125,6 +124,12 @@ INSTALLED_APPS = [
     "axes",  # the admin login's lockout (see "Security" below)
     "csp",
 ]
+# The development tools (devtools/: the dev server, the embedded PostgreSQL, the fakes)
+# come with a checkout, never with the image. Their app, ``manage.py demo``, is installed
+# with DEBUG only, so that a deployment run from a checkout has no demo data to load.
+_devtools = importlib.util.find_spec("devtools") is not None
+if DEBUG and _devtools:
+    INSTALLED_APPS.append("devtools")
 
 MIDDLEWARE = [
     # First: /health and /ready answer a kubelet (pod IP, plain HTTP) before the host
@@ -164,10 +169,12 @@ TEMPLATES = [
 ]
 
 
-# Without DATABASE_URL: the embedded PostgreSQL of this checkout (project/embedded_db.py).
+# Without DATABASE_URL: the embedded PostgreSQL of this checkout (devtools/embedded_db.py).
 # Settings only say where it listens; what needs a database starts it (./conveyor start,
-# a test run, manage.py before a command that may connect).
-EMBEDDED_POSTGRES_DIR = None if os.environ.get("DATABASE_URL") else VAR_DIR / "pg"
+# a test run, manage.py before a command that may connect). Without the development tools
+# either (the image), there is no database: an export worker runs so, never opening
+# Conveyor's, and whatever tries to is told to set DATABASE_URL (project/no_database).
+EMBEDDED_POSTGRES_DIR = None if os.environ.get("DATABASE_URL") or not _devtools else VAR_DIR / "pg"
 
 
 def _database() -> dict[str, Any]:
@@ -177,7 +184,10 @@ def _database() -> dict[str, Any]:
         if config["ENGINE"] != "django.db.backends.postgresql":
             raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL; nothing else is supported.")
         return dict(config)
-    assert EMBEDDED_POSTGRES_DIR is not None  # there is one without DATABASE_URL
+    if EMBEDDED_POSTGRES_DIR is None:
+        return {"ENGINE": "project.no_database"}
+    from devtools import embedded_db  # here, not above: the image has no devtools
+
     return {
         **embedded_db.database_settings(EMBEDDED_POSTGRES_DIR),
         "CONN_MAX_AGE": env_int("CONN_MAX_AGE", 0),

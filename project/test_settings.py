@@ -10,8 +10,9 @@ from pathlib import Path
 
 # Tests run with the development secret; production refuses to start without one.
 os.environ.setdefault("CONVEYOR_ALLOW_DEV_SECRET", "1")
-os.environ.setdefault("JOBS_HANDLER_MODULES", "tests.handlers,tests.ingest.plugins")
+os.environ.setdefault("JOBS_HANDLER_MODULES", "tests.support.handlers,tests.support.ingest.plugins")
 
+from project import settings as _base  # noqa: E402
 from project.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests
@@ -36,3 +37,8 @@ if CACHES["default"]["BACKEND"].endswith("FileBasedCache"):
 INGEST_HOOK_USER = ""
 # ... which the system check warns about when the tests run as root: knowingly, here.
 SILENCED_SYSTEM_CHECKS = ["ingest.W101"]
+
+# The development tools' app (manage.py demo), which the settings install with DEBUG only:
+# the tests run from the checkout, without DEBUG, and test it too.
+if "devtools" not in _base.INSTALLED_APPS:
+    INSTALLED_APPS = [*_base.INSTALLED_APPS, "devtools"]

@@ -39,12 +39,15 @@ OPTIONS = [
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    # Without DATABASE_URL, the embedded PostgreSQL must run before the first request
-    # (./conveyor start has started it already; by hand, this does).
+    # Without DATABASE_URL, in a checkout, the embedded PostgreSQL must run before the
+    # first request (./conveyor start has started it already; by hand, this does).
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
-    from project import embedded_db
+    from django.conf import settings
 
-    embedded_db.ensure_started()
+    if settings.EMBEDDED_POSTGRES_DIR:
+        from devtools import embedded_db
+
+        embedded_db.ensure_started()
     uvicorn.main.main(args=[*OPTIONS, *args], prog_name="python -m project.web")
 
 

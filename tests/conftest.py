@@ -6,9 +6,10 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from project import embedded_db
+from devtools import embedded_db
 
-pytest_plugins = ["jobs.testing"]  # the clock fixture
+# The clock fixture; real processes (processes, private_database …) and their helpers.
+pytest_plugins = ["jobs.testing", "tests.support.processes"]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -42,9 +43,3 @@ def hits_table(django_db_blocker):
         )
         cursor.execute("TRUNCATE tests_hits")
     yield "tests_hits"
-
-
-def hit_count() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM tests_hits")
-        return cursor.fetchone()[0]

@@ -40,10 +40,10 @@ from ingest.scraping.models import IngestionHandoff, ScrapeReference
 from jobs.models import Delivery, Event, Job
 from jobs.worker import run_until_idle
 from market.models import MarketFeed, SourceFreshness
-from tests.base import make_job, staff, tenant
-from tests.exports.builders import binding, claim_jobs
-from tests.factors.builders import csv_bytes, dispatch, module, plane_factors, plane_rows, report
-from tests.ingest import builders as ingest_builders
+from tests.support.base import make_job, staff, tenant
+from tests.support.exports.builders import binding, claim_jobs
+from tests.support.factors.builders import csv_bytes, dispatch, module, plane_factors, plane_rows, report
+from tests.support.ingest import builders as ingest_builders
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from django.apps import apps
 from django.core.management import call_command
 from django.db import connection, models
 
-from tests import typecheck
+from tests.support import typecheck
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -109,7 +109,7 @@ def test_code_is_linted_and_formatted():
 
 def test_type_errors_only_fall():
     """No module has more mypy errors than tests/mypy-baseline.json allows, and a module
-    that has fewer has its count lowered there (``python -m tests.typecheck --update``)."""
+    that has fewer has its count lowered there (``python -m tests.support.typecheck --update``)."""
     found, lines = typecheck.run_mypy()
     allowed = typecheck.baseline()
     worse = typecheck.grown(found, allowed)

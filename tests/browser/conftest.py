@@ -17,7 +17,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connections
 
-from tests.system.conftest import ROOT, Proc, Processes, processes  # noqa: F401
+from tests.support.processes import ROOT, Proc, Processes
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "var" / "test-artifacts" / "browser"
@@ -46,7 +46,7 @@ class Site:
 
 
 @pytest.fixture
-def site(processes: Processes) -> Iterator[Site]:  # noqa: F811
+def site(processes: Processes) -> Iterator[Site]:
     """The web server now; the worker when the test says (so it sees the start)."""
     # Small batches and a fast heartbeat (progress is flushed every quarter beat), so that
     # a 20,000-row upload shows its progress on the way.

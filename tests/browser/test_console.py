@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from jobs import engine
 from jobs.models import Worker
-from tests.base import claim_one, make_job, tenant
 from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
+from tests.support.base import claim_one, make_job, tenant
 
 pytestmark = [
     pytest.mark.browser,

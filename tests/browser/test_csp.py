@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from jobs.events import publish
-from tests.base import make_job
 from tests.browser.conftest import CspViolations, Site, log_in, needs_chromium
-from tests.factors import builders
+from tests.support.base import make_job
+from tests.support.factors import builders
 
 pytestmark = [
     pytest.mark.browser,

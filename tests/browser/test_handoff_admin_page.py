@@ -8,9 +8,9 @@ import pytest
 from ingest.runs.models import IngestSource
 from ingest.scraping import services
 from ingest.scraping.models import HandoffReason, HandoffStatus, IngestionHandoff
-from tests.base import tenant
 from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
-from tests.ingest import builders
+from tests.support.base import tenant
+from tests.support.ingest import builders
 
 pytestmark = [
     pytest.mark.browser,

@@ -8,9 +8,9 @@ import pytest
 from django.contrib.auth.models import Permission
 
 from ingest.runs.models import Hook, HookTemplate, IngestSource
-from tests.base import staff, tenant
 from tests.browser.conftest import WIDTHS, log_in, needs_chromium, screenshot
-from tests.ingest.builders import entry
+from tests.support.base import staff, tenant
+from tests.support.ingest.builders import entry
 
 pytestmark = [
     pytest.mark.browser,

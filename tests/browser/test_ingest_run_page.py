@@ -10,9 +10,9 @@ import pytest
 import jobs
 from ingest.runs import services
 from ingest.runs.models import RunStatus
-from tests.base import tenant
 from tests.browser.conftest import WIDTHS, Site, log_in, needs_chromium, screenshot
-from tests.ingest import builders
+from tests.support.base import tenant
+from tests.support.ingest import builders
 
 pytestmark = [
     pytest.mark.browser,
@@ -49,7 +49,7 @@ def test_the_run_page_follows_the_batches_live_to_the_runs_end(site: Site, page)
     site.processes.manage(
         "worker",
         "jobs_worker",
-        env={**site.env, "JOBS_HANDLER_MODULES": "tests.handlers,tests.ingest.plugins"},
+        env={**site.env, "JOBS_HANDLER_MODULES": "tests.support.handlers,tests.support.ingest.plugins"},
     )
 
     page.wait_for_function(

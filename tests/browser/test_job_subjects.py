@@ -10,10 +10,10 @@ import jobs
 from ingest.runs import services
 from ingest.runs.models import RunStatus
 from jobs.models import Job
-from tests.base import tenant
 from tests.browser.conftest import WIDTHS, Site, log_in, needs_chromium, screenshot
 from tests.browser.test_operator_scenario import MAX_CLICKS, Clicks
-from tests.ingest import builders
+from tests.support.base import tenant
+from tests.support.ingest import builders
 
 pytestmark = [
     pytest.mark.browser,

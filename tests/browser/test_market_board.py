@@ -23,8 +23,8 @@ from market.models import (
     SourceFreshness,
     TradingDay,
 )
-from tests.base import tenant
 from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
+from tests.support.base import tenant
 
 pytestmark = [
     pytest.mark.browser,

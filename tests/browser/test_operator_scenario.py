@@ -14,9 +14,9 @@ from django.utils import timezone
 from console import triage
 from jobs import engine
 from jobs.models import Job, JobEvent
-from tests.base import claim_one, make_job
 from tests.browser.conftest import WIDTHS, Site, log_in, needs_chromium, screenshot
-from tests.jobs.builders import failed, running
+from tests.support.base import claim_one, make_job
+from tests.support.jobs.builders import failed, running
 
 pytestmark = [
     pytest.mark.browser,

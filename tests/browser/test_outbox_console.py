@@ -8,7 +8,7 @@ import pytest
 
 from jobs.models import JobEvent
 from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
-from tests.jobs.builders import ON_ORDER, failing
+from tests.support.jobs.builders import ON_ORDER, failing
 
 pytestmark = [
     pytest.mark.browser,

@@ -13,9 +13,9 @@ import pytest
 from factors.models import CarbonReport
 from jobs import engine
 from jobs.models import Job
-from tests.base import make_job
 from tests.browser.conftest import WATCH_BOXES, Site, log_in, needs_chromium, screenshot
-from tests.factors import builders
+from tests.support.base import make_job
+from tests.support.factors import builders
 
 pytestmark = [
     pytest.mark.browser,

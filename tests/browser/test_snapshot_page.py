@@ -8,9 +8,9 @@ import pytest
 
 from exports import services
 from exports.models import EventKind, JobStatus, SnapshotStatus
-from tests.base import tenant
 from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
-from tests.exports.builders import claim_jobs, mapping, report
+from tests.support.base import tenant
+from tests.support.exports.builders import claim_jobs, mapping, report
 
 pytestmark = [
     pytest.mark.browser,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.browser.conftest import log_in, needs_chromium
-from tests.factors import builders
+from tests.support.factors import builders
 
 pytestmark = [
     pytest.mark.browser,

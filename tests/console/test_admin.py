@@ -26,8 +26,8 @@ from console.admin import CappedCountPaginator, operations, rendering
 from ingest.runs.models import HookTemplate
 from jobs import engine
 from jobs.models import Job, JobEvent, Worker
-from tests.base import make_job, staff, tenant
-from tests.jobs.builders import failed, grant, messages_of, operator, rows, running
+from tests.support.base import make_job, staff, tenant
+from tests.support.jobs.builders import failed, grant, messages_of, operator, rows, running
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from console.api import serializers as api_serializers
 from jobs import engine
 from jobs.events import publish
 from jobs.models import Job, JobEvent
-from tests.base import as_user, claim_one, make_job, run_next, staff
+from tests.support.base import as_user, claim_one, make_job, run_next, staff
 
 pytestmark = pytest.mark.django_db
 

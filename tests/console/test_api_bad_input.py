@@ -11,7 +11,7 @@ from drf_spectacular.generators import SchemaGenerator
 
 from jobs.events import publish
 from jobs.models import Job
-from tests.base import make_job, run_next
+from tests.support.base import make_job, run_next
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from jobs import engine
 from jobs.models import Job
-from tests.base import make_job, staff, tenant
+from tests.support.base import make_job, staff, tenant
 
 pytestmark = pytest.mark.django_db
 

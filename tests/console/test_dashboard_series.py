@@ -15,7 +15,7 @@ from console import dashboard
 from jobs import engine
 from jobs.models import Job
 from jobs.testing import T0
-from tests.base import make_job
+from tests.support.base import make_job
 
 pytestmark = pytest.mark.django_db
 

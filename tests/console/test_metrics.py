@@ -7,8 +7,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobs import metrics
-from tests.base import make_job, run_next, staff, tenant
-from tests.jobs.builders import ON_ORDER, failing
+from tests.support.base import make_job, run_next, staff, tenant
+from tests.support.jobs.builders import ON_ORDER, failing
 
 pytestmark = pytest.mark.django_db
 

@@ -17,8 +17,8 @@ from django.utils import timezone
 from ingest.runs.models import BreakerState, RunnerBreaker
 from jobs import engine
 from jobs.models import Job
-from tests.base import make_job, staff, tenant
-from tests.jobs.builders import failed, failing, grant, operator, rows, running, undelivered
+from tests.support.base import make_job, staff, tenant
+from tests.support.jobs.builders import failed, failing, grant, operator, rows, running, undelivered
 
 pytestmark = pytest.mark.django_db
 

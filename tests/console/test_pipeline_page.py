@@ -14,8 +14,8 @@ from console.admin.pipeline import MAX_JOBS
 from jobs import engine
 from jobs.models import Job
 from jobs.pipelines import summary as pipeline_state
-from tests.base import claim_one, make_job, run_next, staff, tenant
-from tests.jobs.builders import grant, operator
+from tests.support.base import claim_one, make_job, run_next, staff, tenant
+from tests.support.jobs.builders import grant, operator
 
 pytestmark = pytest.mark.django_db
 

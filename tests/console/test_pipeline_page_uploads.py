@@ -9,8 +9,8 @@ from django.urls import reverse
 
 from factors import catalog
 from jobs.models import Job
-from tests.base import staff, tenant
-from tests.factors.builders import csv_bytes, module, plane_rows, report
+from tests.support.base import staff, tenant
+from tests.support.factors.builders import csv_bytes, module, plane_rows, report
 
 pytestmark = pytest.mark.django_db
 

@@ -12,8 +12,8 @@ from channels.testing import WebsocketCommunicator
 from django.test import AsyncClient
 
 from console.streams.ws import TOO_MANY_STREAMS, JobEventsConsumer
-from tests.base import make_job, staff, tenant
 from tests.console.builders import run_streams
+from tests.support.base import make_job, staff, tenant
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -27,8 +27,8 @@ from rest_framework.authtoken.models import Token
 from console.streams.hub import Filter, Subscription, get_hub
 from console.streams.ws import JobEventsConsumer
 from jobs.models import Job, JobEvent
-from tests.base import make_job, run_next, staff, tenant
 from tests.console.builders import run_streams
+from tests.support.base import make_job, run_next, staff, tenant
 
 pytestmark = pytest.mark.django_db(transaction=True)
 T = TypeVar("T")

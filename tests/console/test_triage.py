@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from console import triage
 from jobs.models import Job, JobEvent
-from tests.base import make_job, staff, tenant
-from tests.jobs.builders import failed, failed_delivery, grant, messages_of, operator, rows
+from tests.support.base import make_job, staff, tenant
+from tests.support.jobs.builders import failed, failed_delivery, grant, messages_of, operator, rows
 
 pytestmark = pytest.mark.django_db
 

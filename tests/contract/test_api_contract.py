@@ -61,9 +61,9 @@ from ingest.runs import services as ingest_services
 from ingest.scraping import services as scraping
 from jobs.events import publish
 from jobs.models import Job
-from tests.base import make_job, run_next, staff, tenant
-from tests.factors.builders import module, plane_factors, report
-from tests.ingest import builders as ingest_builders
+from tests.support.base import make_job, run_next, staff, tenant
+from tests.support.factors.builders import module, plane_factors, report
+from tests.support.ingest import builders as ingest_builders
 
 pytestmark = pytest.mark.django_db
 

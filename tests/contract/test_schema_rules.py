@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from drf_spectacular.generators import SchemaGenerator
 
-from tests.base import as_user, staff, tenant
-from tests.ingest import builders
+from tests.support.base import as_user, staff, tenant
+from tests.support.ingest import builders
 
 pytestmark = pytest.mark.django_db
 

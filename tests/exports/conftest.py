@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.base import tenant
+from tests.support.base import tenant
 
 
 @pytest.fixture

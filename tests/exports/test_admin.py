@@ -26,8 +26,8 @@ from exports.models import (
     SnapshotStatus,
     TrinoBinding,
 )
-from tests.base import page, staff
-from tests.exports.builders import CATALOG, binding, claim_jobs, complete, jobs_of, mapping, report
+from tests.support.base import page, staff
+from tests.support.exports.builders import CATALOG, binding, claim_jobs, complete, jobs_of, mapping, report
 
 pytestmark = pytest.mark.django_db
 

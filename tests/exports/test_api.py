@@ -11,8 +11,8 @@ import pytest
 from exports import services
 from exports.datasets import DATASETS
 from exports.models import EventKind, ExportEvent, JobStatus, MappingEntity, Snapshot, SnapshotStatus
-from tests.base import as_user, staff
-from tests.exports.builders import CATALOG, claim_jobs, complete, jobs_of, mapping, report
+from tests.support.base import as_user, staff
+from tests.support.exports.builders import CATALOG, claim_jobs, complete, jobs_of, mapping, report
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from exports.models import TrinoBinding
-from tests.base import tenant
+from tests.support.base import tenant
 
 BEFORE = [("exports", "0001_snapshots")]
 AFTER = [("exports", "0002_trino_binding_claim_token")]

@@ -7,8 +7,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from exports.models import ExportJob, JobStatus
-from tests.base import as_user, staff
-from tests.exports.builders import snapshot
+from tests.support.base import as_user, staff
+from tests.support.exports.builders import snapshot
 
 pytestmark = pytest.mark.django_db
 TOKEN = "worker-secret"

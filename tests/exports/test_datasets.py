@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 
 from exports.datasets import DATASETS
-from tests.base import tenant
+from tests.support.base import tenant
 
 pytestmark = pytest.mark.django_db
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from jobs.models import Job
-from tests.base import make_job, page
-from tests.exports import builders
+from tests.support.base import make_job, page
+from tests.support.exports import builders
 
 pytestmark = pytest.mark.django_db
 

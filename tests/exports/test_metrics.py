@@ -9,8 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exports import metrics, reconcile, services
 from exports.models import JobStatus, SnapshotStatus
-from tests.base import staff, tenant
-from tests.exports.builders import claim_jobs, complete, mapping, report
+from tests.support.base import staff, tenant
+from tests.support.exports.builders import claim_jobs, complete, mapping, report
 
 pytestmark = pytest.mark.django_db
 

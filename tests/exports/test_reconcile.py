@@ -12,7 +12,7 @@ import jobs
 from exports import reconcile, services
 from exports.handlers import reconcile_exports
 from exports.models import EventKind, ExportConfig, ExportEvent, JobStatus, Snapshot, SnapshotStatus
-from tests.exports.builders import claim_jobs, complete, report, snapshot
+from tests.support.exports.builders import claim_jobs, complete, report, snapshot
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from exports import services
 from exports.models import EventKind, ExportJob, JobStatus, Mapping, MappingEntity, SnapshotStatus
 from exports.spec import relative_inside
-from tests.exports.builders import (
+from tests.support.exports.builders import (
     CATALOG,
     binding,
     claim_jobs,

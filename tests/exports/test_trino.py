@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from trino.exceptions import TrinoQueryError
 
+from devtools.fakes.trino import FakeTrino
 from exports import entity_sql, parquet
 from exports.engines.trino import (
     ColdStartExhausted,
@@ -23,7 +24,6 @@ from exports.engines.trino import (
     is_unload_missing,
     retry_cold_start,
 )
-from exports.fake_trino import FakeTrino
 from exports.spec import JobSpec
 
 ROWS = 2500
@@ -162,22 +162,6 @@ def test_a_job_whose_query_is_not_one_query_is_refused_before_anything_is_sent(f
     with pytest.raises(InvalidQuery, match="the job's query is refused"):
         trino.export_direct(spec, "f.parquet")
     assert fake.queries == {}
-
-
-def test_the_fake_refuses_several_statements_in_one_request_as_trino_does(fake, tmp_path):
-    import requests
-
-    for body in ("SELECT 1; SELECT 2", "EXECUTE IMMEDIATE 'SELECT 1; SELECT 2'", "SELECT 1;"):
-        first = requests.post(f"{fake.url}/v1/statement", data=body, timeout=5).json()
-        answer = requests.get(first["nextUri"], timeout=5).json()
-        assert answer["error"]["errorName"] == "SYNTAX_ERROR", body
-        assert "mismatched input ';'" in answer["error"]["message"]
-    counted = requests.post(
-        f"{fake.url}/v1/statement", timeout=5, data="EXECUTE IMMEDIATE 'SELECT ? AS a' USING 1, 2"
-    ).json()
-    assert requests.get(counted["nextUri"], timeout=5).json()["error"]["errorName"] == (
-        "INVALID_PARAMETER_USAGE"
-    )
 
 
 def test_a_missing_system_unload_answers_function_not_found(fake, tmp_path):

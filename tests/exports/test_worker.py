@@ -19,8 +19,8 @@ from exports import engines, parquet, services
 from exports.models import ExportJob, JobStatus, SnapshotStatus
 from exports.worker import MISSING_ROLE, ControlPlane, ExportWorker, WorkerSettings
 from market.models import DailyBar, MarketFeed
-from tests.base import tenant
-from tests.exports.builders import CATALOG, mapping
+from tests.support.base import tenant
+from tests.support.exports.builders import CATALOG, mapping
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TOKEN = "worker-token"
@@ -181,7 +181,7 @@ ORDERS = [
 def trino(settings):
     import pyarrow as pa
 
-    from exports.fake_trino import FakeTrino
+    from devtools.fakes.trino import FakeTrino
 
     with FakeTrino(page_rows=100) as fake:
         fake.load_table(

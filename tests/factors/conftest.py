@@ -15,7 +15,7 @@ def upload_dir(tmp_path, settings):
 def source_server(settings):
     """A source on 127.0.0.1. The outbound rules refuse loopback addresses unless the
     allow-list names them, as a deployment names its internal sources."""
-    from tests.http_source import SourceServer
+    from tests.support.http_source import SourceServer
 
     settings.INTAKE_HTTP_ALLOW = ["127.0.0.1"]
     with SourceServer() as server:

@@ -14,8 +14,8 @@ from factors.models import CarbonReport, DataEntry, EmissionFactor
 from intake.csv_validation import validate
 from jobs.models import Job
 from jobs.worker import run_until_idle
-from tests.base import staff, tenant
-from tests.factors.builders import (
+from tests.support.base import staff, tenant
+from tests.support.factors.builders import (
     csv_bytes,
     dispatch,
     factor,

@@ -10,8 +10,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
 from jobs.models import Job
-from tests.base import as_user, make_job, run_next, staff, tenant
-from tests.factors.builders import csv_bytes, module, plane_factors, report
+from tests.support.base import as_user, make_job, run_next, staff, tenant
+from tests.support.factors.builders import csv_bytes, module, plane_factors, report
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""The CO2 calculator's management commands, and the demo loader."""
+"""The CO2 calculator's management commands."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from factors import aggregation, staging, stats
-from factors.models import CarbonReport, DataEntry, EmissionFactor, Unit, Upload
+from factors import staging
+from factors.models import EmissionFactor, Unit, Upload
 from jobs.models import Job
 from jobs.worker import run_until_idle
-from tests.base import staff
-from tests.factors.builders import csv_bytes, module, plane_factors, plane_rows, report
+from tests.support.base import staff
+from tests.support.factors.builders import csv_bytes, module, plane_factors, plane_rows, report
 
 pytestmark = pytest.mark.django_db
 
@@ -23,22 +23,6 @@ def command(*args: str) -> str:
     out = StringIO()
     call_command(*args, stdout=out)
     return out.getvalue()
-
-
-def test_the_demo_loads_a_filled_report_once(clock):
-    output = command("load_demo")
-
-    assert "Demo loaded" in output
-    chem = CarbonReport.objects.get(unit__code="DEMO-CHEM", year=2024)
-    assert chem.stats["entries"] > 3000 and chem.stats["without_factor"] > 0
-    assert set(chem.stats["by_module"]) == {"travel", "energy", "purchases"}
-    for mod in chem.modules.all():
-        assert mod.stats == stats.module_stats(aggregation.module_totals(mod.pk))
-    assert DataEntry.objects.count() > 6000
-    assert EmissionFactor.objects.values("data_entry_type").distinct().count() == 7
-    assert not Job.objects.exclude(state=Job.State.SUCCEEDED).exists()
-
-    assert command("load_demo") == "The demo is already loaded.\n"
 
 
 def test_upload_commands_start_pipelines_as_the_named_user(tmp_path, clock):

@@ -17,8 +17,8 @@ from factors import aggregation, stats
 from factors.models import DataEntry, Emission, ReportModule
 from jobs.models import Job
 from jobs.worker import run_until_idle
-from tests.base import staff, tenant
-from tests.factors.builders import (
+from tests.support.base import staff, tenant
+from tests.support.factors.builders import (
     PLANE_FACTORS,
     csv_bytes,
     expected_totals,
@@ -28,7 +28,6 @@ from tests.factors.builders import (
     plane_rows,
     report,
 )
-from tests.system.conftest import processes  # noqa: F401 (fixture)
 
 HEADER = ["quantity", "unit", "haul", "cabin"]
 FAST = {"JOBS_LEASE_SECONDS": "2", "JOBS_HEARTBEAT_SECONDS": "0.5", "JOBS_REAPER_SECONDS": "0.5"}
@@ -100,7 +99,7 @@ def electricity_rows(n: int) -> list[list[str]]:
 
 @pytest.mark.system
 @pytest.mark.django_db(transaction=True)
-def test_pipelines_on_two_modules_of_one_report_and_edits_meanwhile_end_with_right_stats(processes):  # noqa: F811 (the fixture)
+def test_pipelines_on_two_modules_of_one_report_and_edits_meanwhile_end_with_right_stats(processes):
     acme = tenant("Acme")
     plane_factors()
     for country, value in ELECTRICITY.items():

@@ -18,8 +18,8 @@ from factors.models import DataEntry, EntryLoad, ReportModule
 from jobs import engine
 from jobs.models import Job
 from jobs.worker import run_until_idle
-from tests.base import as_user, staff, tenant
-from tests.factors.builders import (
+from tests.support.base import as_user, staff, tenant
+from tests.support.factors.builders import (
     PLANE_FACTORS,
     csv_bytes,
     dispatch,

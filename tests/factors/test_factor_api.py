@@ -10,8 +10,8 @@ from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
 from factors.models import EmissionFactor
-from tests.base import as_user, staff, tenant
-from tests.factors.builders import factor, plane_factors
+from tests.support.base import as_user, staff, tenant
+from tests.support.factors.builders import factor, plane_factors
 
 pytestmark = pytest.mark.django_db
 

@@ -11,8 +11,8 @@ from rest_framework.test import APIClient
 from factors import aggregation, stats
 from factors.models import DataEntry, Emission
 from jobs.models import Job
-from tests.base import staff, tenant
-from tests.factors.builders import module, plane_factors, report
+from tests.support.base import staff, tenant
+from tests.support.factors.builders import module, plane_factors, report
 
 pytestmark = pytest.mark.django_db
 

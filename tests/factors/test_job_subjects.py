@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.base import make_job, page, tenant
-from tests.factors import builders
+from tests.support.base import make_job, page, tenant
+from tests.support.factors import builders
 
 pytestmark = pytest.mark.django_db
 

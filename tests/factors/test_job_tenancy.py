@@ -22,8 +22,8 @@ from factors.models import CarbonReport, DataEntry, Emission, ReportModule, Unit
 from jobs import engine, registry
 from jobs.models import Job
 from jobs.worker import run_until_idle
-from tests.base import staff, tenant
-from tests.factors.builders import csv_bytes, dispatch, module, plane_factors, plane_rows, report
+from tests.support.base import staff, tenant
+from tests.support.factors.builders import csv_bytes, dispatch, module, plane_factors, plane_rows, report
 
 pytestmark = pytest.mark.django_db
 

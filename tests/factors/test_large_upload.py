@@ -16,8 +16,8 @@ from factors import csv_schemas, services
 from factors.models import DataEntry
 from intake.csv_validation import validate
 from jobs.models import Job
-from tests.base import staff
-from tests.factors.builders import module, report
+from tests.support.base import staff
+from tests.support.factors.builders import module, report
 
 MB = 1024 * 1024
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from factors.models import DataEntry, EntryLoad
 from jobs import engine
 from jobs.models import Job
-from tests.factors.builders import module, report
+from tests.support.factors.builders import module, report
 
 BEFORE = [("factors", "0007_upload_payloads_by_id")]
 

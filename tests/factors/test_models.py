@@ -12,7 +12,7 @@ from django.db import IntegrityError, connection, transaction
 from factors.models import DataEntry, Emission, EmissionFactor
 from jobs import clock
 from jobs.notify import raw_connection
-from tests.factors.builders import factor, module, report
+from tests.support.factors.builders import factor, module, report
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from factors.models import DataEntry, Emission
 from factors.stats import amount
 from jobs.models import Job
 from jobs.worker import run_until_idle
-from tests.factors.builders import (
+from tests.support.factors.builders import (
     PLANE_FACTORS,
     csv_bytes,
     dispatch,

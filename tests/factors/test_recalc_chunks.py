@@ -12,7 +12,7 @@ from factors.stats import amount
 from jobs.models import Dependency, Job
 from jobs.testing import T0
 from jobs.worker import run_until_idle
-from tests.factors.builders import (
+from tests.support.factors.builders import (
     PLANE_FACTORS,
     csv_bytes,
     dispatch,

@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from jobs import engine
 from jobs.models import Job
-from tests.base import as_user, staff
+from tests.support.base import as_user, staff
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,8 +10,8 @@ from rest_framework.test import APIClient
 from factors.models import CarbonReport, DataEntry, Unit
 from jobs.models import Job
 from jobs.worker import run_until_idle
-from tests.base import staff, tenant
-from tests.factors.builders import module, plane_factors, report
+from tests.support.base import staff, tenant
+from tests.support.factors.builders import module, plane_factors, report
 
 pytestmark = pytest.mark.django_db
 

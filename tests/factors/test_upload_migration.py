@@ -11,7 +11,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from factors.models import Upload
 from jobs import engine
-from tests.base import tenant
+from tests.support.base import tenant
 
 BEFORE = [("factors", "0006_uploads_named_by_id")]
 

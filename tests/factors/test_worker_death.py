@@ -13,7 +13,7 @@ from factors.models import DataEntry, Emission
 from jobs.models import Job, JobEvent
 from jobs.notify import raw_connection
 from jobs.testing import wait_until
-from tests.factors.builders import (
+from tests.support.factors.builders import (
     PLANE_FACTORS,
     csv_bytes,
     dispatch,
@@ -23,7 +23,6 @@ from tests.factors.builders import (
     plane_rows,
     report,
 )
-from tests.system.conftest import processes  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
@@ -56,7 +55,7 @@ def blocked_on_a_lock() -> bool:
         conn.close()
 
 
-def test_a_worker_killed_mid_batch_leaves_each_row_exactly_once_after_recovery(processes, upload_dir):  # noqa: F811 (the fixture)
+def test_a_worker_killed_mid_batch_leaves_each_row_exactly_once_after_recovery(processes, upload_dir):
     plane_factors()
     travel = module(report())
     rows = plane_rows(ROWS)

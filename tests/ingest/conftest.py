@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.base import tenant
+from tests.support.base import tenant
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ from ingest.runs.errors import TransientResourceError
 from ingest.runs.models import ActionKind, IngestRun, RunStatus
 from ingest.runs.runners.local import LocalRunner
 from jobs.models import Job
-from tests.base import as_user, staff
-from tests.ingest import builders
-from tests.ingest.running import drain, stalled_after_a_crash
+from tests.support.base import as_user, staff
+from tests.support.ingest import builders
+from tests.support.ingest.running import drain, stalled_after_a_crash
 
 pytestmark = pytest.mark.django_db
 

@@ -29,8 +29,8 @@ from ingest.runs.models import (
 )
 from ingest.runs.runners.local import LocalRunner
 from jobs.testing import T0
-from tests.base import tenant
-from tests.ingest import builders
+from tests.support.base import tenant
+from tests.support.ingest import builders
 
 TARGET = "kubernetes:cluster.example/conveyor-hooks"
 RULES = {

@@ -14,8 +14,8 @@ from django.core.exceptions import ValidationError
 
 from ingest.runs import catalogue, services
 from ingest.runs.models import ExecutionStatus, HookExecution, HookTemplate, RunStatus
-from tests.ingest import builders
-from tests.ingest.drive import drain
+from tests.support.drive import drain
+from tests.support.ingest import builders
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,9 +10,9 @@ from django.core.management import CommandError, call_command
 
 from ingest.runs import services
 from ingest.runs.models import ActionKind, IngestRun, RunStatus
-from tests.base import staff
-from tests.ingest import builders
-from tests.ingest.running import drain
+from tests.support.base import staff
+from tests.support.ingest import builders
+from tests.support.ingest.running import drain
 
 pytestmark = pytest.mark.django_db
 

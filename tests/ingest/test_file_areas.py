@@ -12,9 +12,9 @@ import jobs
 from ingest.runs import services
 from ingest.runs.models import IngestRecord, IngestSource, RunStatus
 from jobs.models import Job
-from tests.ingest import builders
-from tests.ingest.running import drain
 from tests.ingest.test_admin import SOURCES, staff_browser
+from tests.support.ingest import builders
+from tests.support.ingest.running import drain
 
 pytestmark = pytest.mark.django_db
 

@@ -13,8 +13,8 @@ from django.test import Client
 from ingest.runs.models import IngestSource
 from ingest.scraping import services
 from ingest.scraping.models import HandoffReason, HandoffStatus, IngestionHandoff
-from tests.base import page, staff
-from tests.ingest import builders
+from tests.support.base import page, staff
+from tests.support.ingest import builders
 
 pytestmark = pytest.mark.django_db
 

@@ -13,9 +13,9 @@ from rest_framework.test import APIClient
 
 from ingest.runs.models import IngestSource
 from ingest.scraping.models import IngestionHandoff, ScrapeReference, ScrapeRun
-from tests.base import as_user, staff
-from tests.ingest import builders
-from tests.ingest.drive import drain
+from tests.support.base import as_user, staff
+from tests.support.drive import drain
+from tests.support.ingest import builders
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,9 +7,9 @@ import html as html_lib
 import pytest
 
 from ingest.scraping.models import IngestionHandoff
-from tests.base import make_job, page, staff
-from tests.ingest import builders
 from tests.ingest.test_handoff_admin import failed_sync
+from tests.support.base import make_job, page, staff
+from tests.support.ingest import builders
 
 pytestmark = pytest.mark.django_db
 

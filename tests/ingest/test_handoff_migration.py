@@ -11,9 +11,9 @@ from django.db import connection
 
 from ingest.runs.models import IngestRun
 from ingest.scraping.models import IngestionHandoff, ScrapeReference, ScrapeRun
-from tests.base import as_user, staff
-from tests.ingest import builders
-from tests.ingest.drive import drain
+from tests.support.base import as_user, staff
+from tests.support.drive import drain
+from tests.support.ingest import builders
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

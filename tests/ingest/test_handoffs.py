@@ -18,9 +18,9 @@ from ingest.scraping import retrying, services
 from ingest.scraping.hashing import payload_hash
 from ingest.scraping.models import HandoffReason, HandoffStatus, IngestionHandoff, ScrapeReference
 from jobs.models import Job
-from tests.base import run_next, staff
-from tests.ingest import builders
-from tests.ingest.drive import drain
+from tests.support.base import run_next, staff
+from tests.support.drive import drain
+from tests.support.ingest import builders
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

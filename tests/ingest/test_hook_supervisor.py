@@ -26,7 +26,7 @@ from ingest.runs.runners.base import HookSpec, Phase
 from ingest.runs.runners.local import SUPERVISOR, LocalRunner
 from jobs.testing import wait_until
 from jobs.time_limits import HandlerTimeout, Watcher
-from tests.ingest.hook_processes import kill_marked, leaving_processes, marked
+from tests.support.ingest.hook_processes import kill_marked, leaving_processes, marked
 
 PATH = {"PATH": "/usr/bin:/bin"}
 

@@ -23,7 +23,7 @@ from rest_framework.serializers import ValidationError
 
 from ingest.runs.errors import SourceError
 from ingest.runs.ingesters import Fetched, get, kinds, validate_config
-from tests.http_source import Route, SourceServer
+from tests.support.http_source import Route, SourceServer
 
 MEMORY_ROOT = "memory://ingest-tests"
 # The tenant whose sources these are: a files source reads only <root>/<tenant slug>/.

@@ -13,9 +13,9 @@ from django.test import Client
 from ingest.runs import services
 from ingest.runs.models import RunStatus
 from jobs.models import Job
-from tests.base import page, staff
-from tests.ingest import builders
-from tests.ingest.running import drain
+from tests.support.base import page, staff
+from tests.support.ingest import builders
+from tests.support.ingest.running import drain
 
 pytestmark = pytest.mark.django_db
 

@@ -13,6 +13,7 @@ from django.db.models import Sum
 from django.test import override_settings
 
 import jobs
+from devtools.fakes.kubernetes import Behaviour, FakeCluster
 from ingest.runs import breaker, runners, services
 from ingest.runs.models import (
     LIVE_EXECUTIONS,
@@ -27,10 +28,9 @@ from ingest.runs.models import (
 )
 from jobs.models import Job, JobEvent
 from jobs.testing import T0
-from tests.base import tenant
-from tests.ingest import builders
-from tests.ingest.drive import drain
-from tests.kube_api import Behaviour, FakeCluster
+from tests.support.base import tenant
+from tests.support.drive import drain
+from tests.support.ingest import builders
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

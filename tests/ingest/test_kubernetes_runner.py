@@ -1,4 +1,4 @@
-"""The Kubernetes hook runner against a fake API server (tests/kube_api.py) through the
+"""The Kubernetes hook runner against a fake API server (devtools/fakes/kubernetes.py) through the
 official client and a kubeconfig file, as against a cluster. The fake and ``poll`` share
 one manual clock: a test moves it instead of sleeping."""
 
@@ -9,13 +9,13 @@ import json
 import kubernetes
 import pytest
 
+from devtools.fakes.kubernetes import Behaviour, FakeCluster
 from ingest.runs.errors import PermanentRunnerError, TransientResourceError
 from ingest.runs.runners.base import HookSpec, Phase, Resources
 from ingest.runs.runners.kubernetes import KubernetesRunner
 from jobs.redaction import REDACTED
 from jobs.testing import T0
-from tests import pod_security
-from tests.kube_api import Behaviour, FakeCluster
+from tests.support import pod_security
 
 IMAGE = "registry.example/hooks/enrich:1.4"
 QUOTA = (

@@ -30,9 +30,9 @@ from ingest.runs.runners.base import HookSpec, Phase, Resources
 from ingest.runs.runners.local import Limits, LocalRunner, _launch_error, memory_bytes
 from jobs.redaction import REDACTED
 from jobs.testing import wait_until
-from tests.ingest import builders
-from tests.ingest.drive import drain
-from tests.ingest.hook_processes import alive
+from tests.support.drive import drain
+from tests.support.ingest import builders
+from tests.support.ingest.hook_processes import alive
 
 ROOT = Path(__file__).resolve().parents[2]
 # The hook's parent is its supervisor; the worker is the supervisor's parent.

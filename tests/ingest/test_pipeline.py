@@ -22,9 +22,9 @@ from ingest.runs.models import (
 from jobs import registry
 from jobs.models import Event, Job
 from jobs.testing import wait_until
-from tests.base import staff
-from tests.ingest import builders
-from tests.ingest.drive import drain
+from tests.support.base import staff
+from tests.support.drive import drain
+from tests.support.ingest import builders
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,8 +9,8 @@ from django.db import IntegrityError, connection, transaction
 
 from ingest.scraping import services
 from ingest.scraping.models import IngestionHandoff, ScrapeReference
-from tests.base import tenant
-from tests.ingest import builders
+from tests.support.base import tenant
+from tests.support.ingest import builders
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from ingest.runs.errors import SourceError
 from ingest.runs.models import IngestSource
 from ingest.scraping import services
 from ingest.scraping.models import ScrapeReference
-from tests.ingest import builders
+from tests.support.ingest import builders
 
 pytestmark = pytest.mark.django_db
 

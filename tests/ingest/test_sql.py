@@ -10,8 +10,8 @@ from django.forms.models import model_to_dict
 
 from ingest.runs import services, sql
 from ingest.runs.models import Hook, HookExecution, IngestBatch, IngestRun
-from tests.ingest import builders
-from tests.ingest.drive import drain
+from tests.support.drive import drain
+from tests.support.ingest import builders
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,7 +16,7 @@ from ingest.scraping import services
 from ingest.scraping.models import ScrapeReference, ScrapeRun
 from jobs.notify import raw_connection
 from jobs.testing import wait_until
-from tests.ingest import builders
+from tests.support.ingest import builders
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

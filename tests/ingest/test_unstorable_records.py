@@ -8,8 +8,8 @@ import pytest
 
 from ingest.runs import services
 from ingest.runs.models import IngestBatch, IngestRecord, RunStatus
-from tests.ingest import builders
-from tests.ingest.running import drain
+from tests.support.ingest import builders
+from tests.support.ingest.running import drain
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from intake.http_sources import FetchError, Limits, check, fetch
-from tests.http_source import SourceServer
+from tests.support.http_source import SourceServer
 
 
 @pytest.fixture

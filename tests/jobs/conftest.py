@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from tests.base import as_user, staff
+from tests.support.base import as_user, staff
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from jobs import retention
 from jobs.channel_layer import PostgresChannelLayer
-from tests.system.conftest import ROOT, database_url
+from tests.support.processes import ROOT, database_url
 
 GROUP = "conveyor-layer-test"
 # The sender: a separate Python process on the test database, with the settings' layer.

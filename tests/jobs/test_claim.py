@@ -8,7 +8,7 @@ from django.db import connection
 
 from jobs import engine, reaper
 from jobs.models import Job, JobEvent
-from tests.base import make_job, row_locked
+from tests.support.base import make_job, row_locked
 
 pytestmark = pytest.mark.django_db
 

@@ -23,7 +23,7 @@ from jobs import sql
 from jobs.models import Dependency, Job
 from jobs.testing import T0
 from tenancy.models import Tenant
-from tests.base import tenant
+from tests.support.base import tenant
 
 NOW = T0
 # Few values of each, so that jobs often share a queue, a type or a key.

@@ -8,8 +8,8 @@ from django.core.management import CommandError
 import jobs
 from jobs import engine, reaper
 from jobs.models import Event, Job, JobEvent, Worker
-from tests.base import claim_one, make_job, run_next, staff
-from tests.jobs.builders import run_command
+from tests.support.base import claim_one, make_job, run_next, staff
+from tests.support.jobs.builders import run_command
 
 pytestmark = pytest.mark.django_db
 

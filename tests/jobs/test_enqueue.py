@@ -8,7 +8,7 @@ from django.db import transaction
 from jobs import engine
 from jobs.errors import InvalidPayload, UnknownJobType
 from jobs.models import Job
-from tests.base import make_job
+from tests.support.base import make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -78,7 +78,7 @@ def test_a_future_run_after_is_kept(clock):
 
 
 def test_unique_keys_are_per_tenant():
-    from tests.base import tenant
+    from tests.support.base import tenant
 
     acme, globex = tenant("Acme"), tenant("Globex")
     a = make_job("tests.noop", unique_key="nightly", tenant=acme)

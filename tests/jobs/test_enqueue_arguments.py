@@ -18,7 +18,7 @@ from jobs.context import JobContext
 from jobs.errors import InvalidArgument, InvalidPayload, UnknownJobType
 from jobs.models import Event, Job
 from jobs.testing import T0
-from tests.base import make_job, staff, tenant
+from tests.support.base import make_job, staff, tenant
 
 pytestmark = pytest.mark.django_db
 

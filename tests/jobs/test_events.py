@@ -7,7 +7,7 @@ from django.db import transaction
 
 import jobs
 from jobs.models import Delivery, Event, Job
-from tests.base import run_next
+from tests.support.base import run_next
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ import pytest
 
 from jobs import engine
 from jobs.models import Job, Worker
-from tests.base import make_job, tenant
+from tests.support.base import make_job, tenant
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from jobs.errors import InvalidArgument
 from jobs.models import Dependency, Job
 from jobs.testing import run_until_idle
 from jobs.why import explain
-from tests.base import claim_one, make_job, run_next, tenant
+from tests.support.base import claim_one, make_job, run_next, tenant
 
 pytestmark = pytest.mark.django_db
 

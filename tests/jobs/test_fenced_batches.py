@@ -12,8 +12,7 @@ from jobs.context import JobContext
 from jobs.errors import LeaseLost
 from jobs.models import Job
 from jobs.testing import frozen_clock
-from tests.base import claim_one, make_job, run_next
-from tests.conftest import hit_count
+from tests.support.base import claim_one, hit_count, make_job, run_next
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,8 +10,7 @@ import jobs
 from jobs import engine, registry
 from jobs.models import Job, JobEvent
 from jobs.worker import EngineWorker
-from tests.base import row_locked
-from tests.conftest import hit_count
+from tests.support.base import hit_count, row_locked
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,7 +9,7 @@ from jobs import clock, engine
 from jobs.context import JobContext
 from jobs.models import Job, JobEvent
 from jobs.worker import EngineWorker, run_until_idle
-from tests.base import make_job
+from tests.support.base import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,7 +11,7 @@ from jobs import engine
 from jobs.leases import LeaseWatch
 from jobs.models import Job, JobEvent
 from jobs.worker import EngineWorker
-from tests.base import make_job
+from tests.support.base import make_job
 
 
 class Monotonic:

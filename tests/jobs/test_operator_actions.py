@@ -5,7 +5,7 @@ import pytest
 from jobs import engine
 from jobs.errors import IllegalTransition, LeaseLost
 from jobs.models import Job, JobEvent
-from tests.base import claim_one, make_job, run_next, staff
+from tests.support.base import claim_one, make_job, run_next, staff
 
 pytestmark = pytest.mark.django_db
 

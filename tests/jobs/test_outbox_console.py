@@ -16,8 +16,8 @@ from jobs import engine, outbox, retention
 from jobs.errors import IllegalTransition, InvalidArgument, LeaseLost
 from jobs.models import Delivery, Job, JobEvent
 from jobs.worker import run_until_idle
-from tests.base import as_user, staff, tenant
-from tests.jobs.builders import (
+from tests.support.base import as_user, staff, tenant
+from tests.support.jobs.builders import (
     AUDIT,
     ON_ORDER,
     delivered,

@@ -7,8 +7,7 @@ import pytest
 from jobs import engine
 from jobs.errors import LeaseLost
 from jobs.models import Job, JobEvent
-from tests.base import claim_one, make_job, run_next
-from tests.conftest import hit_count
+from tests.support.base import claim_one, hit_count, make_job, run_next
 
 pytestmark = pytest.mark.django_db
 

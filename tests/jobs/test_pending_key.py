@@ -15,7 +15,7 @@ from jobs.context import JobContext
 from jobs.errors import IllegalTransition, InvalidArgument
 from jobs.models import Job
 from jobs.testing import wait_until
-from tests.base import claim_one, make_job, tenant
+from tests.support.base import claim_one, make_job, tenant
 
 pytestmark = pytest.mark.django_db
 

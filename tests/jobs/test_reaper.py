@@ -4,7 +4,7 @@ import pytest
 
 from jobs import engine, reaper
 from jobs.models import Job, JobEvent
-from tests.base import claim_one, make_job
+from tests.support.base import claim_one, make_job
 
 pytestmark = pytest.mark.django_db
 

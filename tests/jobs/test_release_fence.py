@@ -11,7 +11,7 @@ from django.db import connection
 from jobs import engine
 from jobs.models import Job
 from jobs.notify import raw_connection
-from tests.base import claim_one, make_job
+from tests.support.base import claim_one, make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 import jobs
 from jobs import retention
 from jobs.models import Delivery, Event, Job, JobEvent
-from tests.base import make_job, run_next
+from tests.support.base import make_job, run_next
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from jobs import engine
 from jobs.models import Job, JobEvent
 from jobs.time_limits import HandlerTimeout, Watcher, _raise_in_thread
 from jobs.worker import EngineWorker
-from tests.base import make_job
+from tests.support.base import make_job
 
 pytestmark = pytest.mark.django_db
 

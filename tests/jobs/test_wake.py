@@ -14,8 +14,8 @@ from jobs import engine
 from jobs.models import Job, JobEvent
 from jobs.testing import wait_until
 from jobs.worker import run_until_idle
-from tests.base import claim_one, make_job
 from tests.jobs.test_worker import running_worker, state_of  # noqa: F401 (a fixture)
+from tests.support.base import claim_one, make_job
 
 BREAKER = "breaker:acme:api.example.com"
 

@@ -7,7 +7,7 @@ import pytest
 from jobs import engine
 from jobs.models import Job, Worker
 from jobs.why import error_line, explain
-from tests.base import claim_one, make_job, run_next, tenant
+from tests.support.base import claim_one, make_job, run_next, tenant
 
 pytestmark = pytest.mark.django_db
 

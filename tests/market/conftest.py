@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.base import tenant
+from tests.support.base import tenant
 
 
 @pytest.fixture

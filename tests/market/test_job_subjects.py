@@ -13,8 +13,8 @@ from django.test import Client
 from jobs.models import Job
 from market import batch
 from market.models import DayLoad, LoadStatus, LoadTrigger, MarketFeed, TradingDay
-from tests.base import page, staff
-from tests.ingest.drive import drain
+from tests.support.base import page, staff
+from tests.support.drive import drain
 
 pytestmark = pytest.mark.django_db
 

@@ -28,7 +28,7 @@ from market.models import (
     SourceFreshness,
     TradingDay,
 )
-from tests.base import page, staff
+from tests.support.base import page, staff
 
 pytestmark = pytest.mark.django_db
 

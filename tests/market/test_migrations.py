@@ -28,7 +28,7 @@ from market.models import (
     SourceFreshness,
     TradingDay,
 )
-from tests.base import staff
+from tests.support.base import staff
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

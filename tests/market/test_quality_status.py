@@ -19,8 +19,8 @@ from rest_framework.test import APIClient
 
 from market import freshness
 from market.models import Dataset, MarketFeed, SourceFreshness
-from tests.base import as_user, staff
 from tests.contract.test_api_contract import CHECKS, connection_kept_open  # noqa: F401
+from tests.support.base import as_user, staff
 
 URL = "/quality/status"
 STATUSES = {freshness.HEALTHY, freshness.STALE, freshness.ERROR, freshness.NEVER_INGESTED}

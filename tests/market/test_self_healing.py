@@ -13,9 +13,9 @@ import pytest
 from django.test import override_settings
 
 import jobs
+from devtools.fakes.market_api import FakeMarket
 from jobs.models import Job
 from market import batch, freshness
-from market.fake_server import FakeMarket
 from market.models import (
     BatchStatus,
     DailyBar,
@@ -29,7 +29,7 @@ from market.models import (
     SourceFreshness,
     TradingDay,
 )
-from tests.ingest.drive import drain
+from tests.support.drive import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

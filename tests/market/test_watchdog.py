@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from market import conf, freshness
 from market.models import DailyBar, Dataset, MarketFeed, SourceFreshness
-from tests.system.conftest import Processes, processes  # noqa: F401 (fixture)
+from tests.support.processes import Processes
 
 FRIDAY = date(2026, 10, 30)
 ENOUGH = 4000  # INGEST_MARKET_CHECK_MIN_ROWS' default
@@ -237,7 +237,7 @@ def ingest_check(procs: Processes, name: str, *args: str) -> tuple[int, list[str
 
 @pytest.mark.system
 @pytest.mark.django_db(transaction=True)
-def test_a_healthy_feed_exits_0_from_a_real_process(processes, acme):  # noqa: F811 (fixture)
+def test_a_healthy_feed_exits_0_from_a_real_process(processes, acme):
     """The process has the real clock: the data is as fresh as the real now."""
     now = timezone.now()
     feed = feed_of(acme)
@@ -256,7 +256,7 @@ def test_a_healthy_feed_exits_0_from_a_real_process(processes, acme):  # noqa: F
 
 @pytest.mark.system
 @pytest.mark.django_db(transaction=True)
-def test_an_alert_exits_1_from_a_real_process_and_each_run_appends_to_the_log(processes, acme, tmp_path):  # noqa: F811 (the fixture)
+def test_an_alert_exits_1_from_a_real_process_and_each_run_appends_to_the_log(processes, acme, tmp_path):
     now = timezone.now()
     feed = feed_of(acme)
     bars(feed, freshness.market_date(now) - timedelta(days=10), 10)
@@ -279,7 +279,7 @@ def test_an_alert_exits_1_from_a_real_process_and_each_run_appends_to_the_log(pr
 
 @pytest.mark.system
 @pytest.mark.django_db(transaction=True)
-def test_a_real_process_tells_a_usage_error_from_an_alert(processes, acme):  # noqa: F811
+def test_a_real_process_tells_a_usage_error_from_an_alert(processes, acme):
     feed_of(acme)
     code, lines, stderr = ingest_check(processes, "no-feed", "--feed", "nope")
     assert code == 2

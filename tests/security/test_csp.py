@@ -12,8 +12,8 @@ from rest_framework.test import APIClient
 
 from ingest.runs import services as ingest_services
 from jobs.events import publish
-from tests.base import make_job, staff, tenant
-from tests.ingest import builders as ingest_builders
+from tests.support.base import make_job, staff, tenant
+from tests.support.ingest import builders as ingest_builders
 
 pytestmark = pytest.mark.django_db
 

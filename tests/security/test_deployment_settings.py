@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from tests.system.conftest import ROOT, database_url
+from tests.support.processes import ROOT, database_url
 
 pytestmark = pytest.mark.django_db
 

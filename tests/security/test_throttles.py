@@ -22,7 +22,7 @@ from rest_framework.views import APIView
 from jobs.testing import T0
 from project.bodylimit import BodyLimit, BodyLimits
 from project.settings import env_rate
-from tests.base import staff, tenant
+from tests.support.base import staff, tenant
 
 pytestmark = pytest.mark.django_db
 

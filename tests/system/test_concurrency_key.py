@@ -36,7 +36,7 @@ def test_two_processes_claiming_one_key_at_once_never_both_run(processes):
         gates.execute("SELECT pg_advisory_lock(%s, %s)", [GATE, round_])
     claimers = [
         processes.start(
-            f"claimer-{n}", ["-m", "tests.system.keyed_claimer", str(ROUNDS), str(GATE)], stdout_pipe=True
+            f"claimer-{n}", ["-m", "tests.support.keyed_claimer", str(ROUNDS), str(GATE)], stdout_pipe=True
         )
         for n in range(2)
     ]

@@ -17,8 +17,8 @@ from websockets.sync.client import connect
 
 from jobs.models import Worker
 from jobs.testing import wait_until
-from tests.base import make_job, staff
-from tests.system.conftest import Processes
+from tests.support.base import make_job, staff
+from tests.support.processes import Processes
 from tests.system.test_streams import SSEClient
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]

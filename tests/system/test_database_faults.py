@@ -20,8 +20,8 @@ from jobs.clock import ManualClock, use_clock
 from jobs.models import Job, JobEvent, Worker
 from jobs.notify import raw_connection
 from jobs.testing import wait_until
-from tests.conftest import hit_count
-from tests.system.conftest import Proc, Processes, log_lines
+from tests.support.base import hit_count
+from tests.support.processes import Proc, Processes, log_lines
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from project import embedded_db
-from tests.system.conftest import ROOT
+from devtools import embedded_db
+from tests.support.processes import ROOT
 
 pytestmark = pytest.mark.system
 
@@ -115,9 +115,9 @@ def test_a_data_dir_too_deep_for_a_unix_socket_listens_under_tmp():
         (["manage.py", "migrate"], True),
         (["manage.py", "qcluster"], True),
         (["manage.py", "shell", "-c", "print(1)"], True),
-        # It reaches Conveyor over HTTP; it starts the server itself only for development's
-        # datasets (exports/management/commands/export_worker.py).
-        (["manage.py", "export_worker"], False),
+        # It reaches Conveyor over HTTP, but reads datasets from the app's database unless
+        # EXPORTS_POSTGRES_URL names another.
+        (["manage.py", "export_worker"], True),
     ],
 )
 def test_manage_py_starts_the_server_only_for_commands_that_may_connect(argv, needed):

@@ -18,8 +18,8 @@ import urllib.request
 import pyarrow as pa
 import pytest
 
+from devtools.fakes.trino import FakeTrino
 from exports import parquet, reconcile, services
-from exports.fake_trino import FakeTrino
 from exports.models import (
     ExportJob,
     JobStatus,
@@ -30,7 +30,7 @@ from exports.models import (
     TrinoBinding,
 )
 from jobs.testing import wait_until
-from tests.base import tenant
+from tests.support.base import tenant
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 TOKEN = "crash-test-token"

@@ -11,8 +11,8 @@ import pytest
 from jobs import engine
 from jobs.models import Job, JobEvent, Worker
 from jobs.testing import wait_until
-from tests.base import tenant
-from tests.system.conftest import Processes
+from tests.support.base import tenant
+from tests.support.processes import Processes
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 from jobs import engine
 from jobs.models import Job, JobEvent, Worker
 from jobs.testing import wait_until
-from tests.system.conftest import Processes
+from tests.support.processes import Processes
 from tests.system.test_worker_death import FAST, hits, started_attempt
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]

@@ -28,10 +28,10 @@ from jobs.clock import ManualClock
 from jobs.models import Job
 from jobs.notify import raw_connection
 from jobs.testing import wait_until
-from tests.base import tenant
-from tests.ingest import builders
-from tests.ingest.drive import drain
-from tests.system.handoff_syncer import payload, reference
+from tests.support.base import tenant
+from tests.support.drive import drain
+from tests.support.handoff_syncer import payload, reference
+from tests.support.ingest import builders
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
@@ -64,7 +64,7 @@ def test_two_scrapers_syncing_overlapping_references_hand_each_payload_off_once(
             f"syncer-{name}",
             [
                 "-m",
-                "tests.system.handoff_syncer",
+                "tests.support.handoff_syncer",
                 name,
                 str(source.pk),
                 str(first),

@@ -34,8 +34,8 @@ from jobs.models import Job
 from jobs.notify import raw_connection
 from jobs.testing import wait_until
 from jobs.worker import run_until_idle
-from tests.base import as_user, staff, tenant
-from tests.factors.builders import (
+from tests.support.base import as_user, staff, tenant
+from tests.support.factors.builders import (
     PLANE_FACTORS,
     csv_bytes,
     dispatch,
@@ -45,7 +45,7 @@ from tests.factors.builders import (
     plane_rows,
     report,
 )
-from tests.system.conftest import Proc, Processes
+from tests.support.processes import Proc, Processes
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 

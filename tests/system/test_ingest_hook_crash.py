@@ -9,12 +9,12 @@ import signal
 
 import pytest
 
+from devtools.fakes.kubernetes import Behaviour, FakeCluster
 from ingest.runs import services
 from ingest.runs.models import BatchStatus, ExecutionStatus, HookExecution, IngestRecord, IngestRun
 from jobs.testing import wait_until
-from tests.base import tenant
-from tests.ingest import builders
-from tests.kube_api import Behaviour, FakeCluster
+from tests.support.base import tenant
+from tests.support.ingest import builders
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 

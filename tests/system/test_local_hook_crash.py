@@ -21,9 +21,9 @@ from ingest.runs import services
 from ingest.runs.models import BatchStatus, ExecutionStatus, HookExecution, IngestRecord, IngestRun
 from jobs.models import Job, JobEvent
 from jobs.testing import wait_until
-from tests.base import tenant
-from tests.ingest import builders
-from tests.ingest.hook_processes import kill_marked, marked
+from tests.support.base import tenant
+from tests.support.ingest import builders
+from tests.support.ingest.hook_processes import kill_marked, marked
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from devtools import process_groups
 from jobs.testing import wait_until
-from project import process_groups
 
 pytestmark = pytest.mark.system
 

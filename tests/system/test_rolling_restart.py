@@ -20,7 +20,7 @@ from django.db import connection
 from jobs import engine
 from jobs.models import Job, JobEvent, Worker
 from jobs.testing import wait_until
-from tests.system.conftest import Proc, Processes
+from tests.support.processes import Proc, Processes
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 

@@ -1,4 +1,4 @@
-"""``./conveyor start`` (``python -m project.devserver``) stops whatever it started: every
+"""``./conveyor start`` (``python -m devtools.devserver``) stops whatever it started: every
 process of the web and cluster trees, even after a crash loop, and the embedded
 PostgreSQL only when it started it."""
 
@@ -14,10 +14,10 @@ import psutil
 import psycopg
 import pytest
 
+from devtools import embedded_db
 from jobs.models import Worker
 from jobs.testing import wait_until
-from project import embedded_db
-from tests.system.conftest import Proc, Processes, free_port
+from tests.support.processes import Proc, Processes, free_port
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
@@ -25,7 +25,7 @@ READY_SECONDS = 180  # a first start migrates a new database and loads the demo
 
 
 class StartCommand:
-    """One ``python -m project.devserver`` and, whatever happens, the end of its tree."""
+    """One ``python -m devtools.devserver`` and, whatever happens, the end of its tree."""
 
     def __init__(self, processes: Processes) -> None:
         self.processes = processes
@@ -37,7 +37,7 @@ class StartCommand:
         env = self.processes.env(CONVEYOR_VAR_DIR=str(var_dir), PORT=str(port), JOBS_WORKERS="2")
         if embedded:
             del env["DATABASE_URL"]
-        command = self.processes.start("start", ["-m", "project.devserver", "--stop-timeout", "5"], env=env)
+        command = self.processes.start("start", ["-m", "devtools.devserver", "--stop-timeout", "5"], env=env)
         wait_until(lambda: self._ready(command, port), READY_SECONDS, "the admin login page")
         assert not command.exited(), command.tail()
         return command

@@ -23,8 +23,8 @@ from websockets.sync.client import connect
 
 from jobs.models import Job, JobEvent
 from jobs.testing import wait_until
-from tests.base import make_job, run_next, staff
-from tests.system.conftest import Processes
+from tests.support.base import make_job, run_next, staff
+from tests.support.processes import Processes
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 REDIS = ("127.0.0.1", 6379)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from project import embedded_db
-from tests.system.conftest import ROOT
+from devtools import embedded_db
+from tests.support.processes import ROOT
 
 pytestmark = pytest.mark.system
 

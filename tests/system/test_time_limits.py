@@ -9,7 +9,7 @@ from jobs import engine
 from jobs.models import Job, Worker
 from jobs.testing import wait_until
 from jobs.worker import EXIT_STUCK_HANDLER
-from tests.system.conftest import Processes
+from tests.support.processes import Processes
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 

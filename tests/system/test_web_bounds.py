@@ -24,9 +24,9 @@ from exports.control_plane import MAX_FILE_PATH, MAX_REPORT_FILES
 from exports.models import ExportJob, JobStatus
 from ingest.scraping.models import ScrapeReference, ScrapeRun
 from jobs.testing import wait_until
-from tests.base import make_job, staff, tenant
-from tests.exports.builders import snapshot
-from tests.ingest import builders
+from tests.support.base import make_job, staff, tenant
+from tests.support.exports.builders import snapshot
+from tests.support.ingest import builders
 from tests.system.test_web_limits import Answer, _headers, memory_kb, read_answer
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]

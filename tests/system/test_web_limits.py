@@ -21,8 +21,8 @@ from rest_framework.authtoken.models import Token
 
 from jobs.models import Job
 from project.bodylimit import view_body_limit
-from tests.base import staff, tenant
-from tests.factors.builders import csv_bytes, module, plane_factors, plane_rows, report
+from tests.support.base import staff, tenant
+from tests.support.factors.builders import csv_bytes, module, plane_factors, plane_rows, report
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 

@@ -16,7 +16,7 @@ from jobs import engine, reaper
 from jobs.errors import LeaseLost
 from jobs.models import Job, JobEvent, Worker
 from jobs.testing import wait_until
-from tests.system.conftest import Proc, Processes
+from tests.support.processes import Proc, Processes
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 

@@ -18,7 +18,7 @@ from rest_framework.authtoken.models import Token
 from factors import conf
 from intake.uploads import MULTIPART_SLACK, body_limit, declared_body_limit
 from project.bodylimit import BodyLimit, BodyLimits, valid_credential
-from tests.base import staff
+from tests.support.base import staff
 
 # The limits the views of these paths declare, in place of the URL conf's.
 LIMITS = BodyLimits.of(

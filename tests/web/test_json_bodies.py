@@ -18,9 +18,9 @@ from console.streams.ws import JobEventsConsumer
 from ingest.runs.models import IngestRun, IngestSource
 from ingest.scraping.models import ScrapeReference
 from jobs.models import Job
-from tests.base import as_user, staff, tenant
-from tests.ingest import builders
 from tests.ingest.test_admin import source_form, staff_browser
+from tests.support.base import as_user, staff, tenant
+from tests.support.ingest import builders
 
 pytestmark = pytest.mark.django_db
 

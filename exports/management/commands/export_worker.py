@@ -73,11 +73,6 @@ class Command(BaseCommand):
             raise CommandError("EXPORTS_WORKER_TOKEN is not set: the control plane would refuse this worker")
         if options["threads"] < 1 or options["pass_seconds"] <= 0 or options["idle_seconds"] <= 0:
             raise CommandError("--threads, --pass-seconds and --idle-seconds must be positive")
-        if not conf.get("POSTGRES_URL") and not os.environ.get("DATABASE_URL"):
-            # Development: datasets are read from the embedded PostgreSQL, which must run.
-            from project import embedded_db
-
-            embedded_db.ensure_started()
         settings = WorkerSettings(
             name=options["name"][:200],
             direct_export=bool(conf.get("DIRECT_EXPORT")),

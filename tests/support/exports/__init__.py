@@ -1,0 +1,1 @@
+"""The exports tests' builders and helpers."""

@@ -1,0 +1,1 @@
+"""The factors tests' builders and helpers."""

@@ -1,0 +1,1 @@
+"""The jobs tests' builders and helpers."""

@@ -70,7 +70,7 @@ def test_the_commands_the_image_names_exist():
 
 # --- what the image leaves out: the development tools ------------------------------------
 
-PRODUCT = ["project", "jobs", "tenancy", "intake", "factors", "ingest", "market", "exports"]
+PRODUCT = ["project", "jobs", "console", "tenancy", "intake", "factors", "ingest", "market", "exports"]
 DEVELOPMENT = {"devtools", "tests", "bench"}
 
 

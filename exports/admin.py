@@ -48,6 +48,7 @@ from django.utils.safestring import SafeString
 
 import jobs
 from console.admin import CappedCountPaginator, ReadOnlyMixin
+from console.admin import sentence as _sentence
 from exports import entity_sql, services
 from exports.datasets import DATASETS
 from exports.models import (
@@ -62,6 +63,7 @@ from exports.models import (
     Snapshot,
     TrinoBinding,
 )
+from tenancy.operators import may_operate
 from tenancy.owned_admin import PlatformWritesAdmin, TenantOwnedAdmin, is_platform_operator
 from tenancy.scoping import scope_queryset
 
@@ -83,17 +85,12 @@ class _SnapshotTotals(TypedDict):
     job_bytes: int | None
 
 
-OPERATE_SNAPSHOTS = "exports.change_snapshot"
 TAKE_SNAPSHOTS = "exports.add_snapshot"
 ENTITY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")  # the model's constraint
 
 
 def _dash() -> SafeString:
     return format_html("{}", "—")
-
-
-def _sentence(text: str) -> str:
-    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
 def size_text(size: int | None) -> str:
@@ -505,7 +502,7 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return [*self.list_filter, *tenants]
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm(OPERATE_SNAPSHOTS)
+        return may_operate(request.user, Snapshot)
 
     # -- the list --
 

@@ -36,7 +36,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 import jobs
-from console.admin import CappedCountPaginator, ReadOnlyMixin
+from console.admin import JobLinks, ReadOnlyAdmin, ReadOnlyInline, job_cell
+from console.admin import sentence as _sentence
 from intake import http_sources
 from market import freshness, services
 from market.models import (
@@ -51,6 +52,7 @@ from market.models import (
     TradingDay,
 )
 from market.rendering import status_badge
+from tenancy.operators import may_operate
 from tenancy.owned_admin import TenantOwnedAdmin, is_platform_operator
 from tenancy.scoping import scope_queryset
 
@@ -68,13 +70,6 @@ def masked(token: str) -> str:
     return MASK + token[-4:] if len(token) >= 12 else MASK
 
 
-def _job_link(job_id: int | None) -> SafeString:
-    # No foreign key: the engine's retention may have pruned the job since.
-    if job_id is None:
-        return format_html("{}", "—")
-    return format_html('<a href="{}">#{}</a>', reverse("admin:jobs_job_change", args=[job_id]), job_id)
-
-
 def _pre(text: str) -> SafeString:
     return format_html('<pre class="market-pre">{}</pre>', text) if text else format_html("{}", "—")
 
@@ -82,10 +77,6 @@ def _pre(text: str) -> SafeString:
 def _first_line(text: str, most: int = 120) -> str:
     line = text.splitlines()[0] if text else "—"
     return line if len(line) <= most else line[: most - 1] + "…"
-
-
-def _sentence(text: str) -> str:
-    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
 def _days(days: Iterable[date]) -> str:
@@ -302,6 +293,10 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
         shown = list(self.list_display)
         return [shown[0], "tenant", *shown[1:]] if is_platform_operator(request) else shown
 
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        """A gap-fill: staff granted ``market.operate_marketfeed``."""
+        return may_operate(request.user, MarketFeed)
+
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         """Disable a feed instead: deleting one deletes its bars, which the admin's
         confirmation page would list one by one."""
@@ -372,7 +367,7 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
             F("created_at").desc(),
             F("id").desc(),
         )
-        may_fill = self.has_change_permission(request)
+        may_fill = self.has_operate_permission(request)
         boards = [
             FeedBoard(
                 feed,
@@ -402,7 +397,7 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
         nothing."""
         if request.method not in ("GET", "HEAD", "POST"):
             return HttpResponseNotAllowed(["GET", "POST"])
-        if not self.has_change_permission(request):
+        if not self.has_operate_permission(request):
             raise PermissionDenied
         feed = self.get_object(request, unquote(object_id))
         if feed is None:
@@ -480,11 +475,8 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
 # --- what the jobs and the services write -------------------------------------------------------
 
 
-class FeedRowsAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class FeedRowsAdmin(JobLinks, ReadOnlyAdmin):
     """Rows of a feed, shown to whoever may see the feed: scoped through its tenant."""
-
-    paginator = CappedCountPaginator
-    show_full_result_count = False
 
     class Media:
         css = {"all": CSS}
@@ -499,10 +491,8 @@ class StatusColumn:
         return status_badge(row.status, row.get_status_display())
 
 
-class BatchLoadInline(ReadOnlyMixin, admin.TabularInline):
+class BatchLoadInline(JobLinks, ReadOnlyInline):
     model = DayLoad
-    extra = 0
-    can_delete = False
     show_change_link = True
     verbose_name_plural = "loads"
     fields = ["trade_date", "status", "trigger", "job", "rows", "error", "finished_at"]
@@ -513,9 +503,7 @@ class BatchLoadInline(ReadOnlyMixin, admin.TabularInline):
         # The batch's own record: whoever may see the batch sees its loads.
         return self.admin_site.get_model_admin(DailyBatch).has_view_permission(request, obj)
 
-    @admin.display(description="job")
-    def job(self, load: DayLoad) -> SafeString:
-        return _job_link(load.job_id)
+    job = job_cell("job_id")
 
 
 @admin.register(DailyBatch)
@@ -583,9 +571,7 @@ class DayLoadAdmin(StatusColumn, FeedRowsAdmin):
     ]
     readonly_fields = fields
 
-    @admin.display(description="job")
-    def job(self, load: DayLoad) -> SafeString:
-        return _job_link(load.job_id)
+    job = job_cell("job_id")
 
     @admin.display(description="error")
     def error_line(self, load: DayLoad) -> str:

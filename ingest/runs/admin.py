@@ -27,7 +27,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 import jobs
-from console.admin import CappedCountPaginator, ReadOnlyMixin
+from console.admin import CappedCountPaginator, ReadOnlyMixin, job_link, may_view_jobs, sentence
 from ingest.runs import breaker, catalogue, services, timeline
 from ingest.runs.forms import HookForm, HookFormSet, HookTemplateForm, SourceForm
 from ingest.runs.models import (
@@ -42,6 +42,7 @@ from ingest.runs.models import (
     RunStatus,
 )
 from ingest.runs.rendering import countdown, status_badge
+from tenancy.operators import may_operate
 from tenancy.owned_admin import PlatformWritesAdmin, TenantOwnedAdmin, is_platform_operator
 from tenancy.scoping import scope_queryset, tenant_scope
 
@@ -51,22 +52,19 @@ if TYPE_CHECKING:
 
 CSS = "ingest/runs.css"
 SCRIPT = "ingest/run_live.js"
-OPERATE_RUNS = "ingest.change_ingestrun"
 
 
 def _may_operate(request: HttpRequest) -> bool:
-    """Start, cancel and retry runs: staff granted the run model's change permission."""
-    return request.user.has_perm(OPERATE_RUNS)
+    """Start, cancel and retry runs: staff granted ``ingest.operate_ingestrun``."""
+    return may_operate(request.user, IngestRun)
 
 
 def _job_link(request: HttpRequest, job: jobs.Job) -> SafeString:
-    if not request.user.has_perm("jobs.view_job"):
-        return format_html("#{}", job.pk)
-    return format_html('<a href="{}">#{}</a>', reverse("admin:jobs_job_change", args=[job.pk]), job.pk)
+    return job_link(job.pk, viewable=may_view_jobs(request))
 
 
 def _refusal(exc: services.RunRefused) -> str:
-    return str(exc)[:1].upper() + str(exc)[1:] + "."
+    return sentence(str(exc))
 
 
 # --- sources and their hooks --------------------------------------------------------------------
@@ -509,7 +507,7 @@ class RunnerBreakerAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return [*self.list_filter, *tenants]
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        return is_platform_operator(request) and request.user.has_perm("ingest.change_runnerbreaker")
+        return may_operate(request.user, RunnerBreaker, platform=True)
 
     @admin.display(description="state", ordering="state")
     def state_display(self, row: RunnerBreaker) -> SafeString:

@@ -25,13 +25,13 @@ from console.admin import CappedCountPaginator, ReadOnlyMixin
 from ingest.runs.rendering import status_badge
 from ingest.scraping import services
 from ingest.scraping.models import HandoffTransition, IngestionHandoff, ScrapeReference, ScrapeRun
+from tenancy.operators import may_operate
 from tenancy.scoping import scope_queryset, tenant_scope
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
 
 CSS = "ingest/runs.css"
-OPERATE_HANDOFFS = "ingest.change_ingestionhandoff"
 RECENT_SCRAPE_RUNS = 20
 
 
@@ -299,8 +299,8 @@ class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
         )
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        """Retry handoffs: staff granted the handoff model's change permission."""
-        return request.user.has_perm(OPERATE_HANDOFFS)
+        """Retry handoffs: staff granted ``ingest.operate_ingestionhandoff``."""
+        return may_operate(request.user, IngestionHandoff)
 
     @admin.display(description="external id")
     def external_id(self, handoff: WithAnnotations[IngestionHandoff, _HandoffIds]) -> str:

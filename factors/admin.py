@@ -23,7 +23,15 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from console.admin import CappedCountPaginator, JobLinks, ReadOnlyAdmin, job_cell, job_link, may_view_jobs
+from console.admin import (
+    CappedCountPaginator,
+    JobLinks,
+    Operation,
+    ReadOnlyAdmin,
+    job_cell,
+    job_link,
+    may_view_jobs,
+)
 from factors import queries, services
 from factors.forms import EntriesUploadForm, FactorsUploadForm, UnitSyncForm
 from factors.models import (
@@ -95,6 +103,35 @@ class ClassificationShown(_ModelAdmin):
             sorted((str(k), str(v)) for k, v in values.items()),
         )
         return format_html('<div class="classification">{}</div>', lines)
+
+
+# The admin actions, each logged on the rows it was asked for.
+RECOMPUTE_STATS = Operation(
+    "recompute_stats",
+    "Recompute the stats",
+    "recomputed",
+    lambda reports, actor, reason: services.recompute_stats([r.pk for r in reports], actor=actor),
+    CarbonReport,
+    applies=lambda reports: True,
+)
+RECALCULATE = Operation(
+    "recalculate",
+    "Recalculate the emissions",
+    "recalculated",
+    lambda types, actor, reason: [services.recalculate_emissions(t, actor=actor).job.pk for t in types],
+    EmissionFactor,
+    applies=lambda types: True,
+    platform=True,
+)
+REMOVE_LOADS = Operation(
+    "remove",
+    "Remove the rows",
+    "removed",
+    lambda ids, actor, reason: services.remove_loads(ids, actor=actor),
+    EntryLoad,
+    applies=lambda ids: True,
+    platform=True,
+)
 
 
 class ReadOnly(JobLinks, ReadOnlyAdmin):
@@ -312,7 +349,7 @@ class CarbonReportAdmin(admin.ModelAdmin):
         )
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        return may_operate(request.user, CarbonReport)
+        return RECOMPUTE_STATS.permitted(request)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # a report holds entries: they are replaced by uploads, not deleted here
@@ -355,7 +392,8 @@ class CarbonReportAdmin(admin.ModelAdmin):
         description="Recompute the stats of the selected reports (aggregation jobs)", permissions=["operate"]
     )
     def recompute_stats(self, request: HttpRequest, queryset: QuerySet[CarbonReport]) -> None:
-        started = services.recompute_stats(list(queryset.values_list("pk", flat=True)), actor=request.user)
+        reports = list(queryset)
+        started = RECOMPUTE_STATS.perform(self, request, reports, logged=reports)
         self.message_user(request, f"{started} aggregation job(s) queued.", messages.SUCCESS)
 
 
@@ -481,8 +519,9 @@ class EmissionFactorAdmin(ClassificationShown, UploadViews):
         description="Recalculate the emissions of the selected factors' types", permissions=["operate"]
     )
     def recalculate(self, request: HttpRequest, queryset: QuerySet[EmissionFactor]) -> None:
-        types = sorted(set(queryset.values_list("data_entry_type", flat=True)))
-        jobs = [services.recalculate_emissions(t, actor=request.user).job.pk for t in types]
+        factors = list(queryset)
+        types = sorted({factor.data_entry_type for factor in factors})
+        jobs = RECALCULATE.perform(self, request, types, logged=factors, detail=", ".join(types))
         self.message_user(
             request,
             f"Recalculation queued for {', '.join(types)} (jobs {', '.join(map(str, jobs))}).",
@@ -556,13 +595,14 @@ class EntryLoadAdmin(ReadOnly):
         description="Remove the rows of the selected loads now (unread ones only)", permissions=["operate"]
     )
     def remove(self, request: HttpRequest, queryset: QuerySet[EntryLoad]) -> None:
-        ids = list(queryset.exclude(state=EntryLoad.State.CURRENT).values_list("job_id", flat=True))
+        loads = list(queryset.exclude(state=EntryLoad.State.CURRENT))
+        ids = [load.job_id for load in loads]
         if not ids:
             self.message_user(
                 request, "Current loads are read by the reports: nothing to remove.", messages.WARNING
             )
             return
-        job = services.remove_loads(ids, actor=request.user)
+        job = REMOVE_LOADS.perform(self, request, ids, logged=loads)
         self.message_user(
             request,
             format_html(

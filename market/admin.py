@@ -36,7 +36,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 import jobs
-from console.admin import JobLinks, ReadOnlyAdmin, ReadOnlyInline, job_cell
+from console.admin import JobLinks, Operation, ReadOnlyAdmin, ReadOnlyInline, job_cell
 from console.admin import sentence as _sentence
 from intake import http_sources
 from market import freshness, services
@@ -52,7 +52,6 @@ from market.models import (
     TradingDay,
 )
 from market.rendering import status_badge
-from tenancy.operators import may_operate
 from tenancy.owned_admin import TenantOwnedAdmin, is_platform_operator
 from tenancy.scoping import scope_queryset
 
@@ -270,6 +269,17 @@ def recent(queryset: QuerySet, *order: OrderBy, per_feed: int = RECENT_PER_FEED)
     return grouped
 
 
+# Load a range of days a feed lacks, logged on the feed with the range asked for.
+GAP_FILL = Operation(
+    "gap_fill",
+    "Gap-fill",
+    "gap-filled",
+    lambda asked, actor, reason: services.gap_fill(*asked, actor=actor, via="admin"),
+    MarketFeed,
+    applies=lambda asked: True,
+)
+
+
 @admin.register(MarketFeed)
 class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
     list_display = ["name", "exchange", "api_url", "token_display", "enabled", "sources", "created_at"]
@@ -295,7 +305,7 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         """A gap-fill: staff granted ``market.operate_marketfeed``."""
-        return may_operate(request.user, MarketFeed)
+        return GAP_FILL.permitted(request)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         """Disable a feed instead: deleting one deletes its bars, which the admin's
@@ -408,12 +418,9 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
             form = gap_fill_form(feed, today, request.POST)
             if form.is_valid():
                 try:
-                    preview, loads = services.gap_fill(
-                        feed,
-                        form.cleaned_data["start"],
-                        form.cleaned_data["end"],
-                        actor=request.user,
-                        via="admin",
+                    start, end = form.cleaned_data["start"], form.cleaned_data["end"]
+                    preview, loads = GAP_FILL.perform(
+                        self, request, (feed, start, end), logged=feed, detail=f"{start} … {end}"
                     )
                 except services.GapFillRefused as exc:
                     self.message_user(

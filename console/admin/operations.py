@@ -43,7 +43,7 @@ class Operation:
     model: type[models.Model]
     states: tuple[str, ...] = ()
     applies: Callable[..., bool] | None = None
-    confirm: str = ""
+    confirm: str = ""  # the question asked first, if any
     platform: bool = False  # a power over every tenant: platform operators only
     done: Callable[[Any, Any], str] | None = None
 
@@ -73,16 +73,20 @@ class Operation:
         reason: str = "",
         *,
         logged: Any = None,
-        detail: str = "",
+        detail: str | Callable[[Any], str] = "",
     ) -> Any:
         """The call and the admin log entry (on ``logged``, else the object the call
-        returns or acted on), committed together."""
+        returns or acted on; one on each when ``logged`` is a list: a bulk call over a
+        selection), committed together. ``detail`` (or what it makes of the call's
+        result) is added to the entry in brackets."""
         reason = reason.strip()[:REASON_CHARS]
         with transaction.atomic():
             result = self.call(obj, request.user, reason)
-            target = logged or (result if isinstance(result, models.Model) else obj)
-            message = f"{self.label} via the admin" + (f" ({detail})" if detail else "")
-            model_admin.log_change(request, target, message + (f": {reason}" if reason else ""))
+            target = logged if logged is not None else (result if isinstance(result, models.Model) else obj)
+            said = detail(result) if callable(detail) else detail
+            message = f"{self.label} via the admin" + (f" ({said})" if said else "")
+            for each in target if isinstance(target, list) else [target]:
+                model_admin.log_change(request, each, message + (f": {reason}" if reason else ""))
         return result
 
 

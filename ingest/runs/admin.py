@@ -27,7 +27,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 import jobs
-from console.admin import CappedCountPaginator, ReadOnlyMixin, job_link, may_view_jobs, sentence
+from console.admin import CappedCountPaginator, Operation, ReadOnlyMixin, job_link, may_view_jobs, sentence
 from ingest.runs import breaker, catalogue, services, timeline
 from ingest.runs.forms import HookForm, HookFormSet, HookTemplateForm, SourceForm
 from ingest.runs.models import (
@@ -42,7 +42,6 @@ from ingest.runs.models import (
     RunStatus,
 )
 from ingest.runs.rendering import countdown, status_badge
-from tenancy.operators import may_operate
 from tenancy.owned_admin import PlatformWritesAdmin, TenantOwnedAdmin, is_platform_operator
 from tenancy.scoping import scope_queryset, tenant_scope
 
@@ -54,9 +53,26 @@ CSS = "ingest/runs.css"
 SCRIPT = "ingest/run_live.js"
 
 
-def _may_operate(request: HttpRequest) -> bool:
-    """Start, cancel and retry runs: staff granted ``ingest.operate_ingestrun``."""
-    return may_operate(request.user, IngestRun)
+# Start a run of a source: needs ``ingest.operate_ingestrun``, like the run's own actions;
+# logged on the run it started.
+START = Operation(
+    "start",
+    "Start a run",
+    "started",
+    lambda source, actor, reason: services.start_ingest(source, actor=actor, via="admin"),
+    IngestRun,
+    applies=lambda source: True,
+)
+# Close a breaker by hand: a platform operator's, who knows whether the cluster is back.
+CLOSE_BREAKER = Operation(
+    "close",
+    "Close the breaker",
+    "closed",
+    lambda row, actor, reason: breaker.reset(row.target, row.tenant_id, jobs.now()),
+    RunnerBreaker,
+    applies=lambda row: True,
+    platform=True,
+)
 
 
 def _job_link(request: HttpRequest, job: jobs.Job) -> SafeString:
@@ -123,13 +139,13 @@ class IngestSourceAdmin(TenantOwnedAdmin, admin.ModelAdmin):
         return format_html('<a href="{}">run {}</a>', url, source.running_run)
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        return _may_operate(request)
+        return START.permitted(request)
 
     @admin.action(description="Start a run of the selected sources", permissions=["operate"])
     def start_runs(self, request: HttpRequest, queryset: QuerySet[IngestSource]) -> None:
         for source in queryset:
             try:
-                run = services.start_ingest(source, actor=request.user, via="admin")
+                run = START.perform(self, request, source)
             except services.RunRefused as exc:
                 self.message_user(request, f"Not started: {exc}.", messages.ERROR)
                 continue
@@ -222,23 +238,8 @@ class HookTemplateAdmin(PlatformWritesAdmin, admin.ModelAdmin):
 # --- runs -----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Operation:
-    """An operator action on a run: the service it calls, when it applies, and what the
-    operator is told it did (from the service's answer)."""
-
-    name: str
-    label: str
-    call: Callable[..., Any]
-    applies: Callable[[IngestRun, dict[str, int]], bool]
-    done: Callable[[IngestRun, Any], str]
-
-    @property
-    def url_name(self) -> str:
-        return f"ingest_ingestrun_{self.name.replace('-', '_')}"
-
-    def url(self, run: IngestRun) -> str:
-        return reverse(f"admin:{self.url_name}", args=[run.pk])
+def _via_admin(action: Callable[..., Any]) -> Callable[[IngestRun, Any, str], Any]:
+    return lambda run, actor, reason: action(run, actor=actor, via="admin")
 
 
 OPERATIONS = {
@@ -247,14 +248,18 @@ OPERATIONS = {
         Operation(
             "cancel",
             "Cancel the run",
-            services.cancel_run,
+            "cancelled",
+            _via_admin(services.cancel_run),
+            IngestRun,
             applies=lambda run, batches: not run.finished,
             done=lambda run, _: f"Run {run.pk} cancelled.",
         ),
         Operation(
             "retry-hooks",
             "Retry the failed hooks",
-            services.retry_failed_hooks,
+            "retried",
+            _via_admin(services.retry_failed_hooks),
+            IngestRun,
             applies=lambda run, batches: (
                 run.status != RunStatus.CANCELLED and batches[BatchStatus.HOOKS_FAILED] > 0
             ),
@@ -263,12 +268,22 @@ OPERATIONS = {
         Operation(
             "retry-from-batch",
             "Fetch again from the failed batch",
-            services.retry_from_failed_batch,
+            "fetched again",
+            _via_admin(services.retry_from_failed_batch),
+            IngestRun,
             applies=lambda run, batches: run.status == RunStatus.FAILED and not run.ingest_done,
             done=lambda run, sequence: f"Run {run.pk}: fetching again from batch {sequence}.",
         ),
     ]
 }
+
+
+def _url_name(op: Operation) -> str:
+    return f"ingest_ingestrun_{op.name.replace('-', '_')}"
+
+
+def _url(op: Operation, run: IngestRun) -> str:
+    return reverse(f"admin:{_url_name(op)}", args=[run.pk])
 
 
 @dataclass
@@ -324,7 +339,7 @@ class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return [*self.list_filter, *tenants]
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        return _may_operate(request)
+        return OPERATIONS["cancel"].permitted(request)
 
     # -- the list --
 
@@ -347,7 +362,10 @@ class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
         own = [path("<path:object_id>/timeline/", view(self.timeline_view), name="ingest_ingestrun_timeline")]
         own += [
             path(
-                f"<path:object_id>/{name}/", view(self.operation_view), {"operation": name}, name=op.url_name
+                f"<path:object_id>/{name}/",
+                view(self.operation_view),
+                {"operation": name},
+                name=_url_name(op),
             )
             for name, op in OPERATIONS.items()
         ]
@@ -391,7 +409,7 @@ class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
                 )
             )
         operations = (
-            [(op.label, op.url(run)) for op in OPERATIONS.values() if op.applies(run, batch_counts)]
+            [(op.label, _url(op, run)) for op in OPERATIONS.values() if op.allows(run, batch_counts)]
             if self.has_operate_permission(request)
             else []
         )
@@ -426,11 +444,11 @@ class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     def carry_out(self, request: HttpRequest, op: Operation, run: IngestRun) -> None:
         try:
-            result = op.call(run, actor=request.user, via="admin")
+            result = op.perform(self, request, run, logged=run)
         except services.RunRefused as exc:
             self.message_user(request, f"Run {run.pk}: not done. {_refusal(exc)}", messages.ERROR)
         else:
-            self.message_user(request, op.done(run, result), messages.SUCCESS)
+            self.message_user(request, op.reported(run, result), messages.SUCCESS)
 
     # -- bulk actions --
 
@@ -507,7 +525,7 @@ class RunnerBreakerAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return [*self.list_filter, *tenants]
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        return may_operate(request.user, RunnerBreaker, platform=True)
+        return CLOSE_BREAKER.permitted(request)
 
     @admin.display(description="state", ordering="state")
     def state_display(self, row: RunnerBreaker) -> SafeString:
@@ -528,7 +546,7 @@ class RunnerBreakerAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def close_breakers(self, request: HttpRequest, queryset: QuerySet[RunnerBreaker]) -> None:
         rows = list(queryset.select_related("tenant").order_by("target", "tenant__name"))
         for row in rows:
-            breaker.reset(row.target, row.tenant_id, jobs.now())
+            CLOSE_BREAKER.perform(self, request, row)
         closed = ", ".join(f"{row.target} for {row.tenant}" for row in rows)
         self.message_user(
             request, f"Closed: {closed}. Held-back hooks launch at their next attempt.", messages.SUCCESS

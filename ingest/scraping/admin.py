@@ -21,11 +21,10 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from console.admin import CappedCountPaginator, ReadOnlyMixin
+from console.admin import CappedCountPaginator, Operation, ReadOnlyMixin
 from ingest.runs.rendering import status_badge
 from ingest.scraping import services
 from ingest.scraping.models import HandoffTransition, IngestionHandoff, ScrapeReference, ScrapeRun
-from tenancy.operators import may_operate
 from tenancy.scoping import scope_queryset, tenant_scope
 
 if TYPE_CHECKING:
@@ -250,6 +249,17 @@ class _HandoffIds(TypedDict):
     scraper_run_id: str
 
 
+# Retry a selection of failed handoffs, all or nothing; logged on each.
+RETRY_HANDOFFS = Operation(
+    "retry",
+    "Retry",
+    "retried",
+    lambda selected, actor, reason: services.retry_handoffs(selected, actor=actor),
+    IngestionHandoff,
+    applies=lambda selected: True,
+)
+
+
 @admin.register(IngestionHandoff)
 class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
     list_display = [
@@ -300,7 +310,7 @@ class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         """Retry handoffs: staff granted ``ingest.operate_ingestionhandoff``."""
-        return may_operate(request.user, IngestionHandoff)
+        return RETRY_HANDOFFS.permitted(request)
 
     @admin.display(description="external id")
     def external_id(self, handoff: WithAnnotations[IngestionHandoff, _HandoffIds]) -> str:
@@ -328,7 +338,8 @@ class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
         handoff it refuses leaves every one as it was."""
         try:
             # In the references' order, as the syncs lock them.
-            retried = services.retry_handoffs(queryset.order_by("reference_id", "id"), actor=request.user)
+            selected = queryset.order_by("reference_id", "id")
+            retried = RETRY_HANDOFFS.perform(self, request, selected, logged=list(selected))
         except services.HandoffRefused as exc:
             self.message_user(request, f"Nothing retried: {exc}.", messages.ERROR)
             return

@@ -7,7 +7,7 @@ from typing import Any
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 
-from tenancy.operators import may_operate
+from tenancy.operators import may_operate, operate_permission
 
 
 class StaffWrites(BasePermission):
@@ -22,8 +22,9 @@ class StaffWrites(BasePermission):
 
 class Operates(BasePermission):
     """Members read; an action (any other method) needs the ``operate_<model>``
-    permission of the view's ``operated_model``, as its admin button does, and a platform
-    operator when the view's ``platform_operation`` says so."""
+    permission of the view's ``operated_model``, as its admin button and its command do,
+    and a platform operator when the view's ``platform_operation`` says so. Put it on the
+    action endpoints (``@action(permission_classes=...)``), or on a view that only acts."""
 
     message = "You may not operate these."
 
@@ -31,4 +32,6 @@ class Operates(BasePermission):
         if request.method in SAFE_METHODS:
             return True
         platform = getattr(view, "platform_operation", False)
+        needed = operate_permission(view.operated_model)
+        self.message = f"Only {'platform operators' if platform else 'staff'} granted {needed} may do this."
         return may_operate(request.user, view.operated_model, platform=platform)

@@ -63,6 +63,13 @@ def granted(user: User, *permissions: str) -> User:
     return User.objects.get(pk=user.pk)  # a fresh permission cache
 
 
+def operating(user: User) -> User:
+    """``user`` holding every ``operate_*`` permission: staff who may act on anything
+    their scope shows them."""
+    user.user_permissions.add(*Permission.objects.filter(codename__startswith="operate_"))
+    return User.objects.get(pk=user.pk)
+
+
 def page(client: Client, url: str) -> str:
     """The HTML of a page that must answer 200."""
     response = client.get(url)

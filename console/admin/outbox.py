@@ -26,11 +26,11 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from console.admin.cells import JobLinks, job_cell
 from console.admin.lists import (
     ERROR_HEAD_CHARS,
     CappedCountPaginator,
     ChoiceFilter,
-    change_link,
 )
 from console.admin.operations import Operation
 from console.admin.readonly import ReadOnlyMixin
@@ -147,7 +147,7 @@ def lag_rows(deliveries: QuerySet[Delivery]) -> list[dict[str, Any]]:
 
 
 @admin.register(Delivery)
-class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class DeliveryAdmin(JobLinks, ReadOnlyMixin, admin.ModelAdmin):
     list_display = [
         "id",
         "event_link",
@@ -223,9 +223,7 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def error_display(self, delivery: Delivery) -> str | SafeString:
         return error_cut(getattr(delivery, "error_head", None) or "")
 
-    @admin.display(description="job")
-    def job_link(self, delivery: Delivery) -> SafeString:
-        return change_link(delivery.job_id)
+    job_link = job_cell("job_id")
 
     @admin.display(description="deliver after")
     def deliver_after(self, delivery: Delivery) -> str:

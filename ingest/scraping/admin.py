@@ -21,7 +21,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from console.admin import CappedCountPaginator, Operation, ReadOnlyMixin
+from console.admin import JobLinks, Operation, ReadOnlyAdmin, ReadOnlyInline, job_cell
 from ingest.runs.rendering import status_badge
 from ingest.scraping import services
 from ingest.scraping.models import HandoffTransition, IngestionHandoff, ScrapeReference, ScrapeRun
@@ -54,12 +54,9 @@ def _pre(text: str) -> SafeString:
     return format_html('<pre class="ingest-pre">{}</pre>', text) if text else format_html("{}", "—")
 
 
-class ReadOnlyAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class ScopedAdmin(ReadOnlyAdmin):
     """The syncs and the handlers write these rows; the admin shows them, scoped to the
     staff user's tenant."""
-
-    paginator = CappedCountPaginator
-    show_full_result_count = False
 
     class Media:
         css = {"all": [CSS]}
@@ -71,16 +68,11 @@ class ReadOnlyAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return [*self.list_filter, *_tenant_filter(request)]
 
 
-class ReadOnlyInline(ReadOnlyMixin, admin.TabularInline):
-    extra = 0
-    can_delete = False
-
-
 # --- scrape runs ----------------------------------------------------------------------------------
 
 
 @admin.register(ScrapeRun)
-class ScrapeRunAdmin(ReadOnlyAdmin):
+class ScrapeRunAdmin(ScopedAdmin):
     list_display = [
         "run_id",
         "source",
@@ -162,7 +154,7 @@ class ReferenceHandoffInline(HandoffColumns, ReadOnlyInline):
 
 
 @admin.register(ScrapeReference)
-class ScrapeReferenceAdmin(ReadOnlyAdmin):
+class ScrapeReferenceAdmin(ScopedAdmin):
     list_display = ["source", "external_id", "hash", "first_seen_at", "changed_at", "changed_in_run"]
     list_display_links = ["external_id"]
     list_filter = [("source", admin.RelatedOnlyFieldListFilter)]
@@ -261,7 +253,7 @@ RETRY_HANDOFFS = Operation(
 
 
 @admin.register(IngestionHandoff)
-class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
+class IngestionHandoffAdmin(JobLinks, HandoffColumns, ScopedAdmin):
     list_display = [
         "id",
         "source",
@@ -324,13 +316,7 @@ class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
     def last_error_display(self, handoff: IngestionHandoff) -> SafeString:
         return _pre(handoff.last_error)
 
-    @admin.display(description="ingestion job")
-    def job(self, handoff: IngestionHandoff) -> SafeString:
-        # No foreign key: the engine's retention may have pruned the job since.
-        if handoff.job_id is None:
-            return format_html("{}", "—")
-        url = reverse("admin:jobs_job_change", args=[handoff.job_id])
-        return format_html('<a href="{}">#{}</a>', url, handoff.job_id)
+    job = job_cell("job_id", "ingestion job")
 
     @admin.action(description="Retry the selected failed handoffs", permissions=["operate"])
     def retry_handoffs(self, request: HttpRequest, queryset: QuerySet[IngestionHandoff]) -> None:

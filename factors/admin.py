@@ -112,7 +112,6 @@ RECOMPUTE_STATS = Operation(
     "recomputed",
     lambda reports, actor, reason: services.recompute_stats([r.pk for r in reports], actor=actor),
     CarbonReport,
-    applies=lambda reports: True,
 )
 RECALCULATE = Operation(
     "recalculate",
@@ -120,7 +119,6 @@ RECALCULATE = Operation(
     "recalculated",
     lambda types, actor, reason: [services.recalculate_emissions(t, actor=actor).job.pk for t in types],
     EmissionFactor,
-    applies=lambda types: True,
     platform=True,
 )
 REMOVE_LOADS = Operation(
@@ -129,7 +127,6 @@ REMOVE_LOADS = Operation(
     "removed",
     lambda ids, actor, reason: services.remove_loads(ids, actor=actor),
     EntryLoad,
-    applies=lambda ids: True,
     platform=True,
 )
 

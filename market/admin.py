@@ -276,7 +276,6 @@ GAP_FILL = Operation(
     "gap-filled",
     lambda asked, actor, reason: services.gap_fill(*asked, actor=actor, via="admin"),
     MarketFeed,
-    applies=lambda asked: True,
 )
 
 

@@ -34,7 +34,9 @@ REASON_CHARS = 500
 class Operation:
     """``call(obj, actor, reason)`` does the work (the service records the actor in the
     object's own history); ``states``, or ``applies`` when a state is not enough, only
-    decide which buttons and previews to show: the service checks again under a lock."""
+    decide which buttons and previews to show: the service checks again under a lock.
+    With neither, it applies to anything (a selection, a form's values): the service
+    alone decides."""
 
     name: str
     label: str
@@ -54,7 +56,7 @@ class Operation:
     def allows(self, obj: Any, *context: Any) -> bool:
         if self.applies is not None:
             return self.applies(obj, *context)
-        return getattr(obj, "state", None) in self.states
+        return not self.states or getattr(obj, "state", None) in self.states
 
     def permitted(self, request: HttpRequest) -> bool:
         return user_may_operate(request.user, self.model, platform=self.platform)

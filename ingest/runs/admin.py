@@ -61,7 +61,6 @@ START = Operation(
     "started",
     lambda source, actor, reason: services.start_ingest(source, actor=actor, via="admin"),
     IngestRun,
-    applies=lambda source: True,
 )
 # Close a breaker by hand: a platform operator's, who knows whether the cluster is back.
 CLOSE_BREAKER = Operation(
@@ -70,7 +69,6 @@ CLOSE_BREAKER = Operation(
     "closed",
     lambda row, actor, reason: breaker.reset(row.target, row.tenant_id, jobs.now()),
     RunnerBreaker,
-    applies=lambda row: True,
     platform=True,
 )
 

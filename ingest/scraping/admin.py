@@ -248,7 +248,6 @@ RETRY_HANDOFFS = Operation(
     "retried",
     lambda selected, actor, reason: services.retry_handoffs(selected, actor=actor),
     IngestionHandoff,
-    applies=lambda selected: True,
 )
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -47,7 +46,8 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 import jobs
-from console.admin import CappedCountPaginator, ReadOnlyMixin, register_job_subject
+from console.admin import CappedCountPaginator, Operation, ReadOnlyMixin, register_job_subject
+from console.admin import sentence as _sentence
 from exports import entity_sql, services, subjects
 from exports.datasets import DATASETS
 from exports.models import (
@@ -83,17 +83,12 @@ class _SnapshotTotals(TypedDict):
     job_bytes: int | None
 
 
-OPERATE_SNAPSHOTS = "exports.change_snapshot"
 TAKE_SNAPSHOTS = "exports.add_snapshot"
 ENTITY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")  # the model's constraint
 
 
 def _dash() -> SafeString:
     return format_html("{}", "—")
-
-
-def _sentence(text: str) -> str:
-    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
 def size_text(size: int | None) -> str:
@@ -359,41 +354,54 @@ class MappingAdmin(TenantOwnedAdmin, admin.ModelAdmin):
 # --- snapshots and their jobs ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class JobOperation:
-    """An operator action on one job of a snapshot: the service it calls, the status it
-    applies to (its button shows then), and a question to confirm first, if any."""
-
-    name: str
-    label: str
-    call: Callable[[ExportJob, Any], Any]
-    applies_to: str
-    done: str
-    confirm: str = ""
-
-    @property
-    def url_name(self) -> str:
-        return f"exports_snapshot_{self.name.replace('-', '_')}"
-
-    def url(self, job: ExportJob) -> str:
-        return reverse(f"admin:{self.url_name}", args=[job.snapshot_id, job.pk])
+def job_label(job: ExportJob) -> str:
+    return f"Job {job.pk} ({job.job_type} {job.entity_name})"
 
 
+# A snapshot's operations need ``exports.operate_snapshot``, those on one of its jobs too.
 JOB_OPERATIONS = {
     op.name: op
     for op in [
-        JobOperation("retry", "Retry", services.retry_job, JobStatus.FAILED, done="{job} will run again."),
-        JobOperation(
+        Operation(
+            "retry",
+            "Retry",
+            "will run again",
+            lambda job, actor, reason: services.retry_job(job, actor),
+            Snapshot,
+            applies=lambda job: job.status == JobStatus.FAILED,
+            done=lambda job, _: f"{job_label(job)} will run again.",
+        ),
+        Operation(
             "reset-claim",
             "Reset the claim",
-            services.reset_claim,
-            JobStatus.CLAIMED,
-            done="{job} is pending again; its worker's reports will be refused.",
+            "is pending again",
+            lambda job, actor, reason: services.reset_claim(job, actor),
+            Snapshot,
+            applies=lambda job: job.status == JobStatus.CLAIMED,
+            done=lambda job, _: f"{job_label(job)} is pending again; its worker's reports will be refused.",
             confirm="Hand {job} back to pending now? Do this only when its worker is "
             "known to be gone: whatever it still reports is refused.",
         ),
     ]
 }
+CANCEL = Operation(
+    "cancel",
+    "Cancel the snapshot",
+    "cancelled",
+    lambda snapshot, actor, reason: services.cancel_snapshot(snapshot, actor),
+    Snapshot,
+    applies=lambda snapshot: snapshot.status not in SNAPSHOT_FINISHED,
+    confirm="Cancel snapshot {snapshot.pk} of {snapshot.mapping}? Its {open_jobs} unfinished job(s) "
+    "fail, and the queries they submitted are cancelled.",
+)
+
+
+def _job_url_name(op: Operation) -> str:
+    return f"exports_snapshot_{op.name.replace('-', '_')}"
+
+
+def _job_url(op: Operation, job: ExportJob) -> str:
+    return reverse(f"admin:{_job_url_name(op)}", args=[job.snapshot_id, job.pk])
 
 
 @dataclass(frozen=True)
@@ -409,7 +417,7 @@ class JobRow:
     size: str
     files: list[JobFile]
     events: list[ExportEvent]
-    operations: list[tuple[JobOperation, str]]  # each with its URL for this job
+    operations: list[tuple[Operation, str]]  # each with its URL for this job
 
 
 def is_local(location: str) -> bool:
@@ -505,7 +513,7 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return [*self.list_filter, *tenants]
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm(OPERATE_SNAPSHOTS)
+        return CANCEL.permitted(request)
 
     # -- the list --
 
@@ -540,7 +548,7 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
                 f"<path:object_id>/jobs/<int:job_id>/{name}/",
                 view(self.job_operation_view),
                 {"operation": name},
-                name=op.url_name,
+                name=_job_url_name(op),
             )
             for name, op in JOB_OPERATIONS.items()
         ]
@@ -561,9 +569,7 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
         rows = []
         for job in snapshot.jobs.order_by("position").prefetch_related(events):
             operations = [
-                (op, op.url(job))
-                for op in JOB_OPERATIONS.values()
-                if may_operate and job.status == op.applies_to
+                (op, _job_url(op, job)) for op in JOB_OPERATIONS.values() if may_operate and op.allows(job)
             ]
             rows.append(
                 JobRow(
@@ -575,7 +581,7 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
                     operations,
                 )
             )
-        cancellable = may_operate and snapshot.status not in SNAPSHOT_FINISHED
+        cancellable = may_operate and CANCEL.allows(snapshot)
         return {
             "job_rows": rows,
             "cancel_url": reverse("admin:exports_snapshot_cancel", args=[snapshot.pk]) if cancellable else "",
@@ -619,7 +625,7 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
         if job is None:
             raise Http404("No such job in this snapshot.")
         back = reverse("admin:exports_snapshot_change", args=[snapshot.pk])
-        label = f"Job {job.pk} ({job.job_type} {job.entity_name})"
+        label = job_label(job)
         if request.method != "POST":
             return self.confirmation(
                 request,
@@ -630,12 +636,13 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
                 back_url=back,
             )
         try:
-            op.call(job, request.user)
+            result = op.perform(
+                self, request, job, logged=snapshot, detail=f"job {job.pk}, {job.entity_name}"
+            )
         except services.ActionRefused as exc:
             self.message_user(request, f"{label}: not done. {_sentence(str(exc))}", messages.ERROR)
         else:
-            self.log_change(request, snapshot, f"{op.label}: job {job.pk} ({job.entity_name})")
-            self.message_user(request, op.done.format(job=label), messages.SUCCESS)
+            self.message_user(request, op.reported(job, result), messages.SUCCESS)
         return redirect(back)
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -648,8 +655,7 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
             return self.confirmation(
                 request,
                 f"Cancel snapshot {snapshot.pk}",
-                f"Cancel snapshot {snapshot.pk} of {snapshot.mapping}? Its {open_jobs.count()} "
-                "unfinished job(s) fail, and the queries they submitted are cancelled.",
+                CANCEL.confirm.format(snapshot=snapshot, open_jobs=open_jobs.count()),
                 "Yes, cancel the snapshot",
                 snapshot=snapshot,
                 back_url=back,
@@ -659,7 +665,9 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     def cancel(self, request: HttpRequest, snapshot: Snapshot) -> None:
         try:
-            cancelled = services.cancel_snapshot(snapshot, request.user)
+            cancelled = CANCEL.perform(
+                self, request, snapshot, logged=snapshot, detail=lambda done: f"{len(done)} job(s) failed"
+            )
         except services.ActionRefused as exc:
             self.message_user(
                 request, f"Snapshot {snapshot.pk}: not cancelled. {_sentence(str(exc))}", messages.ERROR
@@ -673,7 +681,6 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
                 messages.WARNING,
             )
             return
-        self.log_change(request, snapshot, f"Cancelled: {len(cancelled)} job(s) failed")
         self.message_user(
             request,
             f"Snapshot {snapshot.pk} cancelled: {len(cancelled)} unfinished job(s) failed.",

@@ -33,6 +33,7 @@ from console.api import (
     ClosedSerializer,
     DateTimeFilter,
     ErrorSerializer,
+    Operates,
     StrictFilterBackend,
     object_body,
 )
@@ -329,6 +330,7 @@ class SnapshotViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
 
     serializer_class = SnapshotSerializer
     permission_classes = [IsAuthenticated, StaffWrites]
+    operated_model = Snapshot  # its actions need exports.operate_snapshot
     filter_backends = [StrictFilterBackend]
     filterset_class = SnapshotFilter
     lookup_value_regex = r"\d+"
@@ -368,7 +370,7 @@ class SnapshotViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             409: OpenApiResponse(SnapshotRefusedSerializer, description="Nothing to cancel: says why."),
         },
     )
-    @action(detail=True, methods=["post"])
+    @action(detail=True, methods=["post"], permission_classes=[IsAuthenticated, Operates])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         snapshot = self.get_object()
         try:

@@ -187,6 +187,7 @@ class Snapshot(models.Model):
     finished_at = models.DateTimeField("finished", null=True, blank=True)
 
     class Meta:
+        permissions = [("operate_snapshot", "Can operate snapshots (retry, reset a claim, cancel)")]
         ordering = ["-created_at", "-id"]
         get_latest_by = "created_at"
         indexes = [

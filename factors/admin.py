@@ -24,7 +24,16 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from console.admin import CappedCountPaginator, ReadOnlyMixin, register_job_subject
+from console.admin import (
+    CappedCountPaginator,
+    JobLinks,
+    Operation,
+    ReadOnlyAdmin,
+    job_cell,
+    job_link,
+    may_view_jobs,
+    register_job_subject,
+)
 from factors import conf, queries, services, subjects
 from factors.forms import EntriesUploadForm, FactorsUploadForm, UnitSyncForm
 from factors.models import (
@@ -38,6 +47,7 @@ from factors.models import (
     Upload,
 )
 from intake.uploads import body_limit
+from tenancy.operators import may_operate
 from tenancy.scoping import scope_queryset, tenant_scope
 
 if TYPE_CHECKING:
@@ -63,13 +73,6 @@ def _badge(recalculating: bool, module: ReportModule) -> SafeString:
     )
 
 
-def _job_link(job_id: int | None) -> SafeString:
-    if job_id is None:
-        return format_html("{}", "—")
-    url = reverse("admin:jobs_job_change", args=[job_id])
-    return format_html('<a href="{}">#{}</a>', url, job_id)
-
-
 def _pipeline_url(result: services.Dispatched) -> str:
     return reverse("admin:jobs_job_pipeline", args=[result.pipeline_id])
 
@@ -82,10 +85,6 @@ def _pipeline_message(result: services.Dispatched) -> SafeString:
         rows,
         _pipeline_url(result),
     )
-
-
-def _is_operator(request: HttpRequest) -> bool:
-    return bool(request.user.is_staff and tenant_scope(request.user) is True)
 
 
 class ClassificationShown(_ModelAdmin):
@@ -109,10 +108,40 @@ class ClassificationShown(_ModelAdmin):
         return format_html('<div class="classification">{}</div>', lines)
 
 
-class ReadOnly(ReadOnlyMixin, admin.ModelAdmin):
-    """Rows written by the calculator's own paths: shown, not edited here."""
+# The admin actions, each logged on the rows it was asked for.
+RECOMPUTE_STATS = Operation(
+    "recompute_stats",
+    "Recompute the stats",
+    "recomputed",
+    lambda reports, actor, reason: services.recompute_stats([r.pk for r in reports], actor=actor),
+    CarbonReport,
+)
+RECALCULATE = Operation(
+    "recalculate",
+    "Recalculate the emissions",
+    "recalculated",
+    lambda types, actor, reason: [services.recalculate_emissions(t, actor=actor).job.pk for t in types],
+    EmissionFactor,
+    platform=True,
+)
+REMOVE_LOADS = Operation(
+    "remove",
+    "Remove the rows",
+    "removed",
+    lambda ids, actor, reason: services.remove_loads(ids, actor=actor),
+    EntryLoad,
+    platform=True,
+)
 
-    show_full_result_count = False
+
+class ReadOnly(JobLinks, ReadOnlyAdmin):
+    """Rows written by the calculator's own paths: shown, not edited here; the shared
+    factors and units are the platform's, so their actions are platform operators'."""
+
+    platform_operation = True
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        return may_operate(request.user, self.model, platform=self.platform_operation)
 
 
 class UploadViews(ReadOnly):
@@ -145,7 +174,7 @@ class UploadViews(ReadOnly):
         return super().changelist_view(request, context)
 
     def may_upload(self, request: HttpRequest) -> bool:
-        return _is_operator(request)
+        return self.has_operate_permission(request)
 
     def after_upload(self, request: HttpRequest, result: services.Dispatched) -> str:
         """The pipeline page, to watch the upload go through; the list for staff who may
@@ -225,9 +254,7 @@ class UnitAdmin(UploadViews):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Unit]:
         return scope_queryset(super().get_queryset(request), request.user)
 
-    @admin.display(description="synced by")
-    def synced_by(self, unit: Unit) -> SafeString:
-        return _job_link(unit.last_synced_job_id)
+    synced_by = job_cell("last_synced_job_id", "synced by")
 
     def upload_form(self, request: HttpRequest) -> django_forms.Form:
         return _bound(UnitSyncForm, request)
@@ -327,6 +354,9 @@ class CarbonReportAdmin(admin.ModelAdmin):
             else ["unit", "year", "stats_table", "stats_updated_at", "created_by"]
         )
 
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        return RECOMPUTE_STATS.permitted(request)
+
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # a report holds entries: they are replaced by uploads, not deleted here
 
@@ -365,10 +395,11 @@ class CarbonReportAdmin(admin.ModelAdmin):
         )
 
     @admin.action(
-        description="Recompute the stats of the selected reports (aggregation jobs)", permissions=["view"]
+        description="Recompute the stats of the selected reports (aggregation jobs)", permissions=["operate"]
     )
     def recompute_stats(self, request: HttpRequest, queryset: QuerySet[CarbonReport]) -> None:
-        started = services.recompute_stats(list(queryset.values_list("pk", flat=True)), actor=request.user)
+        reports = list(queryset)
+        started = RECOMPUTE_STATS.perform(self, request, reports, logged=reports)
         self.message_user(request, f"{started} aggregation job(s) queued.", messages.SUCCESS)
 
 
@@ -411,17 +442,17 @@ class DataEntryAdmin(ClassificationShown, UploadViews):
             super().get_queryset(request).current(), request.user, field="module__report__unit__tenant"
         )
 
+    platform_operation = False  # a tenant's staff upload their tenant's entries
+
     def may_upload(self, request: HttpRequest) -> bool:
-        return bool(request.user.is_staff and tenant_scope(request.user) is not False)
+        return tenant_scope(request.user) is not False and self.has_operate_permission(request)
 
     @admin.display(description="kg CO2e")
     def kg_co2e(self, entry: DataEntry) -> str:
         emission = getattr(entry, "emission", None)
         return "— (no factor)" if emission is None else str(emission.kg_co2e)
 
-    @admin.display(description="job")
-    def written_by(self, entry: DataEntry) -> SafeString:
-        return _job_link(entry.job_id)
+    written_by = job_cell("job_id")
 
     def upload_form(self, request: HttpRequest) -> django_forms.Form:
         reports = scope_queryset(CarbonReport.objects.all(), request.user, field="unit__tenant")
@@ -481,9 +512,7 @@ class EmissionFactorAdmin(ClassificationShown, UploadViews):
     def stale(self, factor: EmissionFactor) -> bool:
         return factor.is_stale
 
-    @admin.display(description="last seen in")
-    def seen_in(self, factor: EmissionFactor) -> SafeString:
-        return _job_link(factor.last_seen_job_id)
+    seen_in = job_cell("last_seen_job_id", "last seen in")
 
     def upload_form(self, request: HttpRequest) -> django_forms.Form:
         return _bound(FactorsUploadForm, request)
@@ -494,23 +523,18 @@ class EmissionFactorAdmin(ClassificationShown, UploadViews):
             data["data_entry_type"], upload, filename=upload.name, actor=request.user
         )
 
-    @admin.action(description="Recalculate the emissions of the selected factors' types")
+    @admin.action(
+        description="Recalculate the emissions of the selected factors' types", permissions=["operate"]
+    )
     def recalculate(self, request: HttpRequest, queryset: QuerySet[EmissionFactor]) -> None:
-        if not _is_operator(request):
-            raise PermissionDenied
-        types = sorted(set(queryset.values_list("data_entry_type", flat=True)))
-        jobs = [services.recalculate_emissions(t, actor=request.user).job.pk for t in types]
+        factors = list(queryset)
+        types = sorted({factor.data_entry_type for factor in factors})
+        jobs = RECALCULATE.perform(self, request, types, logged=factors, detail=", ".join(types))
         self.message_user(
             request,
             f"Recalculation queued for {', '.join(types)} (jobs {', '.join(map(str, jobs))}).",
             messages.SUCCESS,
         )
-
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions = super().get_actions(request)
-        if not _is_operator(request):
-            actions.pop("recalculate", None)
-        return actions
 
 
 @admin.register(Emission)
@@ -529,7 +553,9 @@ class EmissionAdmin(ReadOnly):
 
     @admin.display(description="computed by")
     def computed_by(self, emission: Emission) -> SafeString:
-        return _job_link(emission.job_id) if emission.job_id else format_html("{}", "an edit")
+        if not emission.job_id:
+            return format_html("{}", "an edit")
+        return job_link(emission.job_id, viewable=getattr(emission, "jobs_viewable", False))
 
 
 @admin.register(Upload)
@@ -571,38 +597,29 @@ class EntryLoadAdmin(ReadOnly):
             super().get_queryset(request), request.user, field="module__report__unit__tenant"
         )
 
-    @admin.display(description="ingest", ordering="job_id")
-    def ingest(self, load: EntryLoad) -> SafeString:
-        return _job_link(load.job_id)
+    ingest = job_cell("job_id", "ingest", ordering="job_id")
 
     @admin.action(
-        description="Remove the rows of the selected loads now (unread ones only)", permissions=["view"]
+        description="Remove the rows of the selected loads now (unread ones only)", permissions=["operate"]
     )
     def remove(self, request: HttpRequest, queryset: QuerySet[EntryLoad]) -> None:
-        if not _is_operator(request):
-            raise PermissionDenied
-        ids = list(queryset.exclude(state=EntryLoad.State.CURRENT).values_list("job_id", flat=True))
+        loads = list(queryset.exclude(state=EntryLoad.State.CURRENT))
+        ids = [load.job_id for load in loads]
         if not ids:
             self.message_user(
                 request, "Current loads are read by the reports: nothing to remove.", messages.WARNING
             )
             return
-        job = services.remove_loads(ids, actor=request.user)
+        job = REMOVE_LOADS.perform(self, request, ids, logged=loads)
         self.message_user(
             request,
             format_html(
                 "Removal of {} load(s) queued ({}); loads still being written are kept.",
                 len(ids),
-                _job_link(job.pk),
+                job_link(job.pk, viewable=may_view_jobs(request)),
             ),
             messages.SUCCESS,
         )
-
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions = super().get_actions(request)
-        if not _is_operator(request):
-            actions.pop("remove", None)
-        return actions
 
 
 # What the factors jobs work for, on the job pages and failure groups.

@@ -93,6 +93,7 @@ class Unit(models.Model):
     updated_at = models.DateTimeField("updated", auto_now=True)
 
     class Meta:
+        permissions = [("operate_unit", "Can sync units")]
         ordering = ["code"]
         constraints = [models.CheckConstraint(name="factors_unit_code_not_empty", condition=~Q(code=""))]
 
@@ -123,6 +124,7 @@ class CarbonReport(models.Model):
     )
 
     class Meta:
+        permissions = [("operate_carbonreport", "Can recompute report stats")]
         ordering = ["-year", "unit__code"]
         constraints = [
             models.UniqueConstraint(fields=["unit", "year"], name="factors_report_one_per_unit_and_year"),
@@ -237,6 +239,7 @@ class DataEntry(models.Model):
     objects = DataEntryQuerySet.as_manager()
 
     class Meta:
+        permissions = [("operate_dataentry", "Can upload data entries")]
         verbose_name_plural = "data entries"
         ordering = ["id"]
         constraints = [
@@ -319,6 +322,7 @@ class EntryLoad(models.Model):
     replaced_at = models.DateTimeField("replaced", null=True, blank=True)
 
     class Meta:
+        permissions = [("operate_entryload", "Can remove entry loads")]
         ordering = ["-job_id"]
         constraints = [
             # What makes a re-upload a replacement: one load read per module, type and
@@ -422,6 +426,7 @@ class EmissionFactor(models.Model):
     objects = EmissionFactorQuerySet.as_manager()
 
     class Meta:
+        permissions = [("operate_emissionfactor", "Can upload factors and recalculate emissions")]
         ordering = ["data_entry_type", "-year", "id"]
         constraints = [
             # One factor per key. JSONB equality ignores key order, so {"a":1,"b":2} and

@@ -22,7 +22,7 @@ from drf_spectacular.utils import (
     extend_schema_field,
 )
 from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
@@ -35,15 +35,16 @@ from console.api import (
     ErrorSerializer,
     ErrorTextField,
     JobSerializer,
+    Operates,
     object_body,
     visible_jobs,
 )
 from factors import conf, queries, services
 from factors.api import invalid, visible_module
 from factors.catalog import DataEntryType, ModuleType
-from factors.models import ReportModule
+from factors.models import DataEntry, EmissionFactor, ReportModule, Unit
 from intake import uploads
-from tenancy.scoping import scope_queryset, tenant_scope
+from tenancy.scoping import scope_queryset
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrPromise
@@ -112,16 +113,6 @@ def _answer(start: Callable[[], services.Dispatched]) -> Response:
 def _refuse_large_body(request: Request, kind: str) -> None:
     """413 before the body is read: a file over the limit is not streamed to disk first."""
     uploads.refuse_large_body(request, conf.max_bytes(kind), kind)
-
-
-def _require_operator(request: Request) -> None:
-    if not request.user.is_staff or tenant_scope(request.user) is not True:
-        raise PermissionDenied("Only platform operators (staff) run global syncs.")
-
-
-def _require_staff(request: Request) -> None:
-    if not request.user.is_staff:
-        raise PermissionDenied("Only staff start bulk pipelines.")
 
 
 # --- request bodies: each endpoint's fields, checked before anything is looked up -----------
@@ -238,7 +229,8 @@ NO_MODULE = OpenApiResponse(ErrorSerializer, description="No such report module 
 class Dispatch(APIView):
     """``POST /sync/dispatch``: an entries CSV for one report module and type."""
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [IsAuthenticated, Operates]
+    operated_model = DataEntry
     parser_classes = [MultiPartParser, FormParser]
 
     @extend_schema(
@@ -254,7 +246,6 @@ class Dispatch(APIView):
         },
     )
     def post(self, request: Request) -> Response:
-        _require_staff(request)
         _refuse_large_body(request, "entries")
         fields = _fields(request, DispatchBody)
         module = visible_module(request, fields["report"], fields["module"])
@@ -269,7 +260,8 @@ class Dispatch(APIView):
 class ApiIngest(APIView):
     """``POST /sync/api-ingest``: entries from an HTTP JSON source, same rules and chain."""
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [IsAuthenticated, Operates]
+    operated_model = DataEntry
     parser_classes = [BoundedJSONParser, FormParser]
 
     @extend_schema(
@@ -284,7 +276,6 @@ class ApiIngest(APIView):
         },
     )
     def post(self, request: Request) -> Response:
-        _require_staff(request)
         fields = _fields(request, ApiIngestBody)
         module = visible_module(request, fields["report"], fields["module"])
         return _answer(
@@ -298,7 +289,9 @@ class ApiIngest(APIView):
 class FactorUpload(APIView):
     """``POST /sync/factors/{data_entry_type}``: a factor CSV of one type."""
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [IsAuthenticated, Operates]
+    operated_model = EmissionFactor
+    platform_operation = True
     parser_classes = [MultiPartParser, FormParser]
 
     @extend_schema(
@@ -314,7 +307,6 @@ class FactorUpload(APIView):
         },
     )
     def post(self, request: Request, data_entry_type: str) -> Response:
-        _require_operator(request)
         _refuse_large_body(request, "factors")
         upload = _fields(request, FactorUploadBody)["file"]
         return _answer(
@@ -327,7 +319,9 @@ class UnitSync(APIView):
     """``POST /sync/units``: a directory file (multipart ``file``, CSV or JSON) or a JSON
     endpoint (``url``, default ``FACTORS_UNITS_URL``), for one ``year``."""
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [IsAuthenticated, Operates]
+    operated_model = Unit
+    platform_operation = True
     parser_classes = [MultiPartParser, FormParser, BoundedJSONParser]
 
     @extend_schema(
@@ -346,7 +340,6 @@ class UnitSync(APIView):
         },
     )
     def post(self, request: Request) -> Response:
-        _require_operator(request)
         _refuse_large_body(request, "units")
         fields = _fields(request, UnitSyncBody)
         upload = fields.get("file")
@@ -364,7 +357,9 @@ class UnitSync(APIView):
 class Recalculate(APIView):
     """``POST /sync/recalculate-emissions/{data_entry_type}`` (optional ``year``)."""
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [IsAuthenticated, Operates]
+    operated_model = EmissionFactor
+    platform_operation = True
     parser_classes = [BoundedJSONParser, FormParser]
 
     @extend_schema(
@@ -383,7 +378,6 @@ class Recalculate(APIView):
         responses={202: DispatchedSerializer, 200: DispatchedSerializer, 400: OpenApiTypes.OBJECT},
     )
     def post(self, request: Request, data_entry_type: str) -> Response:
-        _require_operator(request)
         year = _fields(request, RecalculateBody).get("year")
         if "year" in request.query_params:
             # Checked on its own, so a body's year never hides a bad ?year=; the body's,

@@ -217,6 +217,7 @@ class Job(models.Model):
     objects = JobQuerySet.as_manager()
 
     class Meta:
+        permissions = [("operate_job", "Can operate jobs (recover, retry, cancel, run now)")]
         ordering = ["-id"]
         constraints = [
             models.CheckConstraint(
@@ -487,6 +488,7 @@ class Delivery(models.Model):
     quarantine_reason = models.TextField("quarantine reason", blank=True, default="", db_default="")
 
     class Meta:
+        permissions = [("operate_delivery", "Can operate deliveries (replay, quarantine, release)")]
         verbose_name_plural = "deliveries"
         constraints = [
             models.UniqueConstraint(fields=["event", "subscriber"], name="jobs_delivery_once_per_subscriber"),

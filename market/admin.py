@@ -36,7 +36,15 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 import jobs
-from console.admin import CappedCountPaginator, ReadOnlyMixin, register_job_subject
+from console.admin import (
+    JobLinks,
+    Operation,
+    ReadOnlyAdmin,
+    ReadOnlyInline,
+    job_cell,
+    register_job_subject,
+)
+from console.admin import sentence as _sentence
 from intake import http_sources
 from market import freshness, services, subjects
 from market.models import (
@@ -68,13 +76,6 @@ def masked(token: str) -> str:
     return MASK + token[-4:] if len(token) >= 12 else MASK
 
 
-def _job_link(job_id: int | None) -> SafeString:
-    # No foreign key: the engine's retention may have pruned the job since.
-    if job_id is None:
-        return format_html("{}", "—")
-    return format_html('<a href="{}">#{}</a>', reverse("admin:jobs_job_change", args=[job_id]), job_id)
-
-
 def _pre(text: str) -> SafeString:
     return format_html('<pre class="market-pre">{}</pre>', text) if text else format_html("{}", "—")
 
@@ -82,10 +83,6 @@ def _pre(text: str) -> SafeString:
 def _first_line(text: str, most: int = 120) -> str:
     line = text.splitlines()[0] if text else "—"
     return line if len(line) <= most else line[: most - 1] + "…"
-
-
-def _sentence(text: str) -> str:
-    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
 def _days(days: Iterable[date]) -> str:
@@ -279,6 +276,16 @@ def recent(queryset: QuerySet, *order: OrderBy, per_feed: int = RECENT_PER_FEED)
     return grouped
 
 
+# Load a range of days a feed lacks, logged on the feed with the range asked for.
+GAP_FILL = Operation(
+    "gap_fill",
+    "Gap-fill",
+    "gap-filled",
+    lambda asked, actor, reason: services.gap_fill(*asked, actor=actor, via="admin"),
+    MarketFeed,
+)
+
+
 @admin.register(MarketFeed)
 class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
     list_display = ["name", "exchange", "api_url", "token_display", "enabled", "sources", "created_at"]
@@ -301,6 +308,10 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
     def get_list_display(self, request: HttpRequest) -> list[str]:
         shown = list(self.list_display)
         return [shown[0], "tenant", *shown[1:]] if is_platform_operator(request) else shown
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        """A gap-fill: staff granted ``market.operate_marketfeed``."""
+        return GAP_FILL.permitted(request)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         """Disable a feed instead: deleting one deletes its bars, which the admin's
@@ -372,7 +383,7 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
             F("created_at").desc(),
             F("id").desc(),
         )
-        may_fill = self.has_change_permission(request)
+        may_fill = self.has_operate_permission(request)
         boards = [
             FeedBoard(
                 feed,
@@ -402,7 +413,7 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
         nothing."""
         if request.method not in ("GET", "HEAD", "POST"):
             return HttpResponseNotAllowed(["GET", "POST"])
-        if not self.has_change_permission(request):
+        if not self.has_operate_permission(request):
             raise PermissionDenied
         feed = self.get_object(request, unquote(object_id))
         if feed is None:
@@ -413,12 +424,9 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
             form = gap_fill_form(feed, today, request.POST)
             if form.is_valid():
                 try:
-                    preview, loads = services.gap_fill(
-                        feed,
-                        form.cleaned_data["start"],
-                        form.cleaned_data["end"],
-                        actor=request.user,
-                        via="admin",
+                    start, end = form.cleaned_data["start"], form.cleaned_data["end"]
+                    preview, loads = GAP_FILL.perform(
+                        self, request, (feed, start, end), logged=feed, detail=f"{start} … {end}"
                     )
                 except services.GapFillRefused as exc:
                     self.message_user(
@@ -480,11 +488,8 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
 # --- what the jobs and the services write -------------------------------------------------------
 
 
-class FeedRowsAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class FeedRowsAdmin(JobLinks, ReadOnlyAdmin):
     """Rows of a feed, shown to whoever may see the feed: scoped through its tenant."""
-
-    paginator = CappedCountPaginator
-    show_full_result_count = False
 
     class Media:
         css = {"all": CSS}
@@ -499,10 +504,8 @@ class StatusColumn:
         return status_badge(row.status, row.get_status_display())
 
 
-class BatchLoadInline(ReadOnlyMixin, admin.TabularInline):
+class BatchLoadInline(JobLinks, ReadOnlyInline):
     model = DayLoad
-    extra = 0
-    can_delete = False
     show_change_link = True
     verbose_name_plural = "loads"
     fields = ["trade_date", "status", "trigger", "job", "rows", "error", "finished_at"]
@@ -513,9 +516,7 @@ class BatchLoadInline(ReadOnlyMixin, admin.TabularInline):
         # The batch's own record: whoever may see the batch sees its loads.
         return self.admin_site.get_model_admin(DailyBatch).has_view_permission(request, obj)
 
-    @admin.display(description="job")
-    def job(self, load: DayLoad) -> SafeString:
-        return _job_link(load.job_id)
+    job = job_cell("job_id")
 
 
 @admin.register(DailyBatch)
@@ -583,9 +584,7 @@ class DayLoadAdmin(StatusColumn, FeedRowsAdmin):
     ]
     readonly_fields = fields
 
-    @admin.display(description="job")
-    def job(self, load: DayLoad) -> SafeString:
-        return _job_link(load.job_id)
+    job = job_cell("job_id")
 
     @admin.display(description="error")
     def error_line(self, load: DayLoad) -> str:

@@ -62,6 +62,7 @@ class MarketFeed(models.Model):
     created_at = models.DateTimeField("created", auto_now_add=True)
 
     class Meta:
+        permissions = [("operate_marketfeed", "Can operate market feeds (gap-fill)")]
         db_table = "ingest_marketfeed"
         ordering = ["name"]
         constraints = [

@@ -34,7 +34,7 @@ def load_subjects(request: HttpRequest, found: Sequence[jobs.Job], detail: bool)
     named = _ids(found, "load")
     loads = scope_queryset(DayLoad.objects.select_related("feed"), request.user, "feed__tenant")
     by_id = {load.pk: load for load in loads.filter(pk__in=set(named.values()))}
-    may_fill = detail and admin.site.get_model_admin(MarketFeed).has_change_permission(request)
+    may_fill = detail and admin.site.get_model_admin(MarketFeed).has_operate_permission(request)  # type: ignore[attr-defined]
     subjects = {}
     for job in found:
         load = by_id.get(named.get(job.pk, 0))

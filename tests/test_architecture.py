@@ -22,6 +22,7 @@ import pytest
 
 import console.admin
 import console.api
+import console.cli
 import jobs
 from jobs import engine, events, pipelines, sql, why, worker
 
@@ -244,9 +245,14 @@ PIPELINES = ["factors", "ingest", "market", "exports"]
 
 
 def test_pipelines_import_only_the_names_the_consoles_public_packages_list():
-    """import-linter holds the pipelines to ``console.admin`` and ``console.api``; their
-    ``__all__`` says which of the names defined there are the console's to offer."""
-    public = {"console.admin": set(console.admin.__all__), "console.api": set(console.api.__all__)}
+    """import-linter holds the pipelines to ``console.admin``, ``console.api`` and
+    ``console.cli``; their ``__all__`` says which of the names defined there are the
+    console's to offer."""
+    public = {
+        "console.admin": set(console.admin.__all__),
+        "console.api": set(console.api.__all__),
+        "console.cli": set(console.cli.__all__),
+    }
     imported = {
         (node.module, alias.name)
         for app in PIPELINES

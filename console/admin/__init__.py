@@ -15,25 +15,40 @@ pipeline page; ``triage`` the failure groups; ``overview`` the engine's part of 
 page; ``rendering`` holds the badges and durations shared by the pages' code and their
 templates.
 
-Other apps' admins build on the pieces listed in ``__all__``, and their front-page
-figures (``<app>/overview.py``) are ``Figure``s shown to whom ``viewable_admin`` lets in;
-each says what its jobs work for with ``register_job_subject`` (``subjects``).
+Other apps' admins build on the pieces listed in ``__all__``: ``Operation`` for every
+operator action (``operations``), the ``job_link`` cell, the read-only bases, the capped
+paginator, choice filters and bulk selection; their front-page figures
+(``<app>/overview.py``) are ``Figure``s shown to whom ``viewable_admin`` lets in; and each
+says what its jobs work for with ``register_job_subject`` (``subjects``).
 """
 
 from __future__ import annotations
 
 from console.admin import events, job, outbox, workers  # noqa: F401  (registers the model admins)
-from console.admin.lists import CappedCountPaginator
+from console.admin.cells import JobLinks, job_cell, job_link, may_view_jobs, sentence
+from console.admin.lists import CappedCountPaginator, ChoiceFilter
+from console.admin.operations import Operation
 from console.admin.overview import Figure, viewable_admin
-from console.admin.readonly import ReadOnlyMixin
+from console.admin.readonly import ReadOnlyAdmin, ReadOnlyInline, ReadOnlyMixin
+from console.admin.rendering import bulk_selection
 from console.admin.subjects import Subject, SubjectAction, register_job_subject
 
 __all__ = [
     "CappedCountPaginator",
+    "ChoiceFilter",
     "Figure",
+    "JobLinks",
+    "Operation",
+    "ReadOnlyAdmin",
+    "ReadOnlyInline",
     "ReadOnlyMixin",
     "Subject",
     "SubjectAction",
+    "bulk_selection",
+    "job_cell",
+    "job_link",
+    "may_view_jobs",
     "register_job_subject",
+    "sentence",
     "viewable_admin",
 ]

@@ -13,14 +13,15 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from console.admin.lists import CappedCountPaginator, change_link, pipeline_link, pretty_json
+from console.admin.cells import JobLinks, job_cell
+from console.admin.lists import CappedCountPaginator, pipeline_link, pretty_json
 from console.admin.readonly import ReadOnlyMixin
 from console.admin.rendering import STATES_CSS, error_block, state_badge
 from jobs.models import Delivery, Event
 from tenancy.scoping import scope_queryset
 
 
-class DeliveryInline(ReadOnlyMixin, admin.TabularInline):
+class DeliveryInline(JobLinks, ReadOnlyMixin, admin.TabularInline):
     model = Delivery
     fields = readonly_fields = (
         "delivery_link",
@@ -41,9 +42,7 @@ class DeliveryInline(ReadOnlyMixin, admin.TabularInline):
         url = reverse("admin:jobs_delivery_change", args=[delivery.pk])
         return format_html('<a href="{}">{}</a>', url, delivery.subscriber)
 
-    @admin.display(description="job")
-    def job_link(self, delivery: Delivery) -> SafeString:
-        return change_link(delivery.job_id)
+    job_link = job_cell("job_id")
 
     @admin.display(description="job state")
     def job_state(self, delivery: Delivery) -> SafeString:

@@ -9,7 +9,6 @@ job history and the admin log. Deliveries are scoped by their event's tenant.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
@@ -17,7 +16,6 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.db.models import QuerySet
 from django.db.models.functions import Left
 from django.http import Http404, HttpRequest, HttpResponse
@@ -28,12 +26,13 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from console.admin.cells import JobLinks, job_cell
 from console.admin.lists import (
     ERROR_HEAD_CHARS,
     CappedCountPaginator,
     ChoiceFilter,
-    change_link,
 )
+from console.admin.operations import Operation
 from console.admin.readonly import ReadOnlyMixin
 from console.admin.rendering import (
     STATES_CSS,
@@ -55,30 +54,24 @@ HISTORY_LIMIT = 20
 # --- actions ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Operation:
-    """An outbox action as the console offers it; ``states`` (statuses, here) names what
-    it needs on the confirmation page the job actions share."""
-
-    name: str
-    label: str
-    past: str
-    apply: Callable[..., Delivery]
-
-    @property
-    def states(self) -> tuple[str, ...]:
-        return outbox.ACTION_STATUSES[self.name]
-
-    def allows(self, delivery: Delivery) -> bool:
-        return outbox.allows(self.name, delivery)
+def _outbox(name: str, past: str, action: Callable[..., Delivery]) -> Operation:
+    return Operation(
+        name,
+        name.capitalize(),
+        past,
+        action,
+        Delivery,
+        outbox.ACTION_STATUSES[name],
+        applies=lambda delivery: outbox.allows(name, delivery),
+    )
 
 
 OPERATIONS: dict[str, Operation] = {
     op.name: op
     for op in (
-        Operation("replay", "Replay", "replayed", outbox.replay),
-        Operation("quarantine", "Quarantine", "quarantined", outbox.quarantine),
-        Operation("release", "Release", "released", outbox.release),
+        _outbox("replay", "replayed", outbox.replay),
+        _outbox("quarantine", "quarantined", outbox.quarantine),
+        _outbox("release", "released", outbox.release),
     )
 }
 
@@ -154,7 +147,7 @@ def lag_rows(deliveries: QuerySet[Delivery]) -> list[dict[str, Any]]:
 
 
 @admin.register(Delivery)
-class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class DeliveryAdmin(JobLinks, ReadOnlyMixin, admin.ModelAdmin):
     list_display = [
         "id",
         "event_link",
@@ -199,9 +192,7 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return DeliveryChangeList
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        """Every outbox action is a transition of the delivery's job: staff who may
-        operate jobs may take them."""
-        return request.user.has_perm("jobs.change_job")
+        return OPERATIONS["replay"].permitted(request)
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         actions = super().get_actions(request)
@@ -232,9 +223,7 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def error_display(self, delivery: Delivery) -> str | SafeString:
         return error_cut(getattr(delivery, "error_head", None) or "")
 
-    @admin.display(description="job")
-    def job_link(self, delivery: Delivery) -> SafeString:
-        return change_link(delivery.job_id)
+    job_link = job_cell("job_id")
 
     @admin.display(description="deliver after")
     def deliver_after(self, delivery: Delivery) -> str:
@@ -337,9 +326,7 @@ class DeliveryAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def apply(self, request: HttpRequest, op: Operation, delivery: Delivery, reason: str) -> Delivery:
         """The outbox action (its job's history names the actor and the reason) and the
         admin log entry, committed together."""
-        with transaction.atomic():
-            changed = op.apply(delivery, request.user, reason)
-            self.log_change(request, changed, f"{op.label} via the admin: {reason.strip()}")
+        changed: Delivery = op.perform(self, request, delivery, reason)
         return changed
 
     # -- bulk actions --

@@ -24,6 +24,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from console.admin.operations import Operation
 from jobs import pipelines
 from jobs.models import Dependency, Job, JobEvent
 
@@ -60,14 +61,6 @@ STATE_ORDER: dict[str, int] = {
     Job.State.CANCELLED: 3,
     Job.State.SUCCEEDED: 4,
 }
-
-
-class Operation(Protocol):
-    name: str
-    label: str
-    states: tuple[str, ...]
-
-    def allows(self, job: Job) -> bool: ...
 
 
 class PipelineAdmin(Protocol):

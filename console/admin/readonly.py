@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib import admin
 from django.http import HttpRequest
+
+from console.admin.lists import CappedCountPaginator
 
 
 class ReadOnlyMixin:
@@ -20,3 +23,16 @@ class ReadOnlyMixin:
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class ReadOnlyAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    """A read-only list that may grow large: its count is capped, never a whole-table
+    ``COUNT(*)``."""
+
+    paginator = CappedCountPaginator
+    show_full_result_count = False
+
+
+class ReadOnlyInline(ReadOnlyMixin, admin.TabularInline):
+    extra = 0
+    can_delete = False

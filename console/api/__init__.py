@@ -16,7 +16,7 @@ from __future__ import annotations
 from console.api.filters import DateTimeFilter, StrictFilterBackend
 from console.api.pagination import CheckedCursorPagination, NewestFirst, StrictLimitOffset
 from console.api.parsers import BoundedJSONParser, holds_nul, object_body
-from console.api.permissions import StaffWrites
+from console.api.permissions import Operates, StaffWrites
 from console.api.scoping import visible_jobs
 from console.api.serializers import (
     ClosedSerializer,
@@ -36,6 +36,7 @@ __all__ = [
     "ErrorTextField",
     "JobSerializer",
     "NewestFirst",
+    "Operates",
     "StaffWrites",
     "StreamedJSONParser",
     "StrictFilterBackend",

@@ -38,7 +38,7 @@ from console.api.filters import (
     reject_unknown,
 )
 from console.api.pagination import NewestFirst
-from console.api.permissions import StaffWrites
+from console.api.permissions import Operates, StaffWrites
 from console.api.scoping import visible_jobs
 from console.api.serializers import (
     ActionSerializer,
@@ -81,6 +81,10 @@ def _action_schema(summary: str) -> Callable[[Any], Any]:
     )
 
 
+# The job actions need jobs.operate_job, as the admin's buttons and the commands do.
+OPERATES = [IsAuthenticated, Operates]
+
+
 class ScopedViewSet(viewsets.GenericViewSet):
     permission_classes = [IsAuthenticated, StaffWrites]
     pagination_class = NewestFirst
@@ -109,6 +113,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
     """Jobs of the caller's tenant (every tenant's for platform operators)."""
 
     filterset_class = JobFilter
+    operated_model = Job
     throttle_scope: str | None = None  # the dashboard action's own rate (ScopedThrottle)
 
     def get_queryset(self) -> QuerySet[Job]:
@@ -177,22 +182,22 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
         return Response(self._detail(job))
 
     @_action_schema("Recover a stuck running job: pending again now (staff)")
-    @action(detail=True, methods=["post"])
+    @action(detail=True, methods=["post"], permission_classes=OPERATES)
     def recover(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, engine.recover)
 
     @_action_schema("Retry a failed or cancelled job from scratch (staff)")
-    @action(detail=True, methods=["post"])
+    @action(detail=True, methods=["post"], permission_classes=OPERATES)
     def retry(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, engine.retry)
 
     @_action_schema("Cancel a pending or running job (staff)")
-    @action(detail=True, methods=["post"])
+    @action(detail=True, methods=["post"], permission_classes=OPERATES)
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, engine.cancel)
 
     @_action_schema("Make a waiting pending job due now (staff)")
-    @action(detail=True, methods=["post"], url_path="run-now")
+    @action(detail=True, methods=["post"], url_path="run-now", permission_classes=OPERATES)
     def run_now(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, engine.run_now)
 

@@ -1,34 +1,28 @@
-"""What the CO2 calculator's commands share: the acting user, the service's errors as
-``CommandError`` messages, and how a started pipeline is reported."""
+"""What the CO2 calculator's commands share: the ``--user`` argument, the service's errors
+as ``CommandError`` messages, and how a started pipeline is reported. The acting user is
+``console.cli.actor``'s, re-exported here for the demo loader."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from console.cli import actor
 from factors import services
 from factors.catalog import ModuleType
 from factors.models import ReportModule
+
+__all__ = ["actor", "add_user_argument", "module_of", "opened", "run"]
 
 
 def add_user_argument(parser: CommandParser) -> None:
     parser.add_argument(
         "--user", metavar="USERNAME", help="Record this (existing) user as the one who asked."
     )
-
-
-def actor(username: str | None) -> Any:
-    if username is None:
-        return None
-    try:
-        return get_user_model()._default_manager.get_by_natural_key(username)
-    except get_user_model().DoesNotExist:
-        raise CommandError(f"no user named {username!r}") from None
 
 
 def module_of(report_id: int, module_type: str) -> ReportModule:

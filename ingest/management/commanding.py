@@ -3,25 +3,13 @@ operator types, and plain-text tables."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 from django.db.models import QuerySet
 
 from ingest.runs.models import IngestRun, IngestSource
 from tenancy.models import Tenant
-
-
-def actor(username: str | None) -> Any:
-    if username is None:
-        return None
-    try:
-        return get_user_model()._default_manager.get_by_natural_key(username)
-    except get_user_model().DoesNotExist:
-        raise CommandError(f"no user named {username!r}") from None
 
 
 def tenant_named(slug: str | None) -> Tenant | None:
@@ -58,17 +46,6 @@ def runs_of(tenant: Tenant | None) -> QuerySet[IngestRun]:
 
 def when(moment: datetime | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S") if moment else "—"
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "") -> str:
-    cells = [[str(value) for value in row] for row in [headers, *rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = [
-        "  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)).rstrip()
-        for row in cells
-    ]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(indent + line for line in lines)
 
 
 def outcome(run: IngestRun) -> str:

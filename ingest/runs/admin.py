@@ -27,7 +27,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 import jobs
-from console.admin import CappedCountPaginator, ReadOnlyMixin
+from console.admin import CappedCountPaginator, Operation, ReadOnlyMixin, job_link, may_view_jobs, sentence
 from ingest.runs import breaker, catalogue, services, timeline
 from ingest.runs.forms import HookForm, HookFormSet, HookTemplateForm, SourceForm
 from ingest.runs.models import (
@@ -51,22 +51,34 @@ if TYPE_CHECKING:
 
 CSS = "ingest/runs.css"
 SCRIPT = "ingest/run_live.js"
-OPERATE_RUNS = "ingest.change_ingestrun"
 
 
-def _may_operate(request: HttpRequest) -> bool:
-    """Start, cancel and retry runs: staff granted the run model's change permission."""
-    return request.user.has_perm(OPERATE_RUNS)
+# Start a run of a source: needs ``ingest.operate_ingestrun``, like the run's own actions;
+# logged on the run it started.
+START = Operation(
+    "start",
+    "Start a run",
+    "started",
+    lambda source, actor, reason: services.start_ingest(source, actor=actor, via="admin"),
+    IngestRun,
+)
+# Close a breaker by hand: a platform operator's, who knows whether the cluster is back.
+CLOSE_BREAKER = Operation(
+    "close",
+    "Close the breaker",
+    "closed",
+    lambda row, actor, reason: breaker.reset(row.target, row.tenant_id, jobs.now()),
+    RunnerBreaker,
+    platform=True,
+)
 
 
 def _job_link(request: HttpRequest, job: jobs.Job) -> SafeString:
-    if not request.user.has_perm("jobs.view_job"):
-        return format_html("#{}", job.pk)
-    return format_html('<a href="{}">#{}</a>', reverse("admin:jobs_job_change", args=[job.pk]), job.pk)
+    return job_link(job.pk, viewable=may_view_jobs(request))
 
 
 def _refusal(exc: services.RunRefused) -> str:
-    return str(exc)[:1].upper() + str(exc)[1:] + "."
+    return sentence(str(exc))
 
 
 # --- sources and their hooks --------------------------------------------------------------------
@@ -125,13 +137,13 @@ class IngestSourceAdmin(TenantOwnedAdmin, admin.ModelAdmin):
         return format_html('<a href="{}">run {}</a>', url, source.running_run)
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        return _may_operate(request)
+        return START.permitted(request)
 
     @admin.action(description="Start a run of the selected sources", permissions=["operate"])
     def start_runs(self, request: HttpRequest, queryset: QuerySet[IngestSource]) -> None:
         for source in queryset:
             try:
-                run = services.start_ingest(source, actor=request.user, via="admin")
+                run = START.perform(self, request, source)
             except services.RunRefused as exc:
                 self.message_user(request, f"Not started: {exc}.", messages.ERROR)
                 continue
@@ -224,23 +236,8 @@ class HookTemplateAdmin(PlatformWritesAdmin, admin.ModelAdmin):
 # --- runs -----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Operation:
-    """An operator action on a run: the service it calls, when it applies, and what the
-    operator is told it did (from the service's answer)."""
-
-    name: str
-    label: str
-    call: Callable[..., Any]
-    applies: Callable[[IngestRun, dict[str, int]], bool]
-    done: Callable[[IngestRun, Any], str]
-
-    @property
-    def url_name(self) -> str:
-        return f"ingest_ingestrun_{self.name.replace('-', '_')}"
-
-    def url(self, run: IngestRun) -> str:
-        return reverse(f"admin:{self.url_name}", args=[run.pk])
+def _via_admin(action: Callable[..., Any]) -> Callable[[IngestRun, Any, str], Any]:
+    return lambda run, actor, reason: action(run, actor=actor, via="admin")
 
 
 OPERATIONS = {
@@ -249,14 +246,18 @@ OPERATIONS = {
         Operation(
             "cancel",
             "Cancel the run",
-            services.cancel_run,
+            "cancelled",
+            _via_admin(services.cancel_run),
+            IngestRun,
             applies=lambda run, batches: not run.finished,
             done=lambda run, _: f"Run {run.pk} cancelled.",
         ),
         Operation(
             "retry-hooks",
             "Retry the failed hooks",
-            services.retry_failed_hooks,
+            "retried",
+            _via_admin(services.retry_failed_hooks),
+            IngestRun,
             applies=lambda run, batches: (
                 run.status != RunStatus.CANCELLED and batches[BatchStatus.HOOKS_FAILED] > 0
             ),
@@ -265,12 +266,22 @@ OPERATIONS = {
         Operation(
             "retry-from-batch",
             "Fetch again from the failed batch",
-            services.retry_from_failed_batch,
+            "fetched again",
+            _via_admin(services.retry_from_failed_batch),
+            IngestRun,
             applies=lambda run, batches: run.status == RunStatus.FAILED and not run.ingest_done,
             done=lambda run, sequence: f"Run {run.pk}: fetching again from batch {sequence}.",
         ),
     ]
 }
+
+
+def _url_name(op: Operation) -> str:
+    return f"ingest_ingestrun_{op.name.replace('-', '_')}"
+
+
+def _url(op: Operation, run: IngestRun) -> str:
+    return reverse(f"admin:{_url_name(op)}", args=[run.pk])
 
 
 @dataclass
@@ -326,7 +337,7 @@ class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return [*self.list_filter, *tenants]
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        return _may_operate(request)
+        return OPERATIONS["cancel"].permitted(request)
 
     # -- the list --
 
@@ -349,7 +360,10 @@ class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
         own = [path("<path:object_id>/timeline/", view(self.timeline_view), name="ingest_ingestrun_timeline")]
         own += [
             path(
-                f"<path:object_id>/{name}/", view(self.operation_view), {"operation": name}, name=op.url_name
+                f"<path:object_id>/{name}/",
+                view(self.operation_view),
+                {"operation": name},
+                name=_url_name(op),
             )
             for name, op in OPERATIONS.items()
         ]
@@ -393,7 +407,7 @@ class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
                 )
             )
         operations = (
-            [(op.label, op.url(run)) for op in OPERATIONS.values() if op.applies(run, batch_counts)]
+            [(op.label, _url(op, run)) for op in OPERATIONS.values() if op.allows(run, batch_counts)]
             if self.has_operate_permission(request)
             else []
         )
@@ -428,11 +442,11 @@ class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     def carry_out(self, request: HttpRequest, op: Operation, run: IngestRun) -> None:
         try:
-            result = op.call(run, actor=request.user, via="admin")
+            result = op.perform(self, request, run, logged=run)
         except services.RunRefused as exc:
             self.message_user(request, f"Run {run.pk}: not done. {_refusal(exc)}", messages.ERROR)
         else:
-            self.message_user(request, op.done(run, result), messages.SUCCESS)
+            self.message_user(request, op.reported(run, result), messages.SUCCESS)
 
     # -- bulk actions --
 
@@ -509,7 +523,7 @@ class RunnerBreakerAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return [*self.list_filter, *tenants]
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        return is_platform_operator(request) and request.user.has_perm("ingest.change_runnerbreaker")
+        return CLOSE_BREAKER.permitted(request)
 
     @admin.display(description="state", ordering="state")
     def state_display(self, row: RunnerBreaker) -> SafeString:
@@ -530,7 +544,7 @@ class RunnerBreakerAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def close_breakers(self, request: HttpRequest, queryset: QuerySet[RunnerBreaker]) -> None:
         rows = list(queryset.select_related("tenant").order_by("target", "tenant__name"))
         for row in rows:
-            breaker.reset(row.target, row.tenant_id, jobs.now())
+            CLOSE_BREAKER.perform(self, request, row)
         closed = ", ".join(f"{row.target} for {row.tenant}" for row in rows)
         self.message_user(
             request, f"Closed: {closed}. Held-back hooks launch at their next attempt.", messages.SUCCESS

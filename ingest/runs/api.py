@@ -37,6 +37,7 @@ from console.api import (
     ErrorSerializer,
     ErrorTextField,
     NewestFirst,
+    Operates,
     StrictFilterBackend,
     object_body,
 )
@@ -372,6 +373,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     """Ingest runs of the caller's tenant (every tenant's for platform operators)."""
 
     permission_classes = [IsAuthenticated, StaffWrites]
+    operated_model = IngestRun  # its actions need ingest.operate_ingestrun
     pagination_class = NewestFirst
     filter_backends = [StrictFilterBackend]
     filterset_class = RunFilter
@@ -421,7 +423,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return Response(self._detail(run))
 
     @_action_schema("Cancel a running run (staff)", request=CancelRunSerializer)
-    @action(detail=True, methods=["post"])
+    @action(detail=True, methods=["post"], permission_classes=[IsAuthenticated, Operates])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         form = CancelRunSerializer(data=object_body(request))
         form.is_valid(raise_exception=True)
@@ -429,11 +431,18 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return self._act(lambda run: services.cancel_run(run, actor=request.user, via="api", reason=reason))
 
     @_action_schema("Run the hooks again on every batch whose hooks failed (staff)")
-    @action(detail=True, methods=["post"], url_path="retry-hooks")
+    @action(
+        detail=True, methods=["post"], url_path="retry-hooks", permission_classes=[IsAuthenticated, Operates]
+    )
     def retry_hooks(self, request: Request, pk: str | None = None) -> Response:
         return self._act(lambda run: services.retry_failed_hooks(run, actor=request.user, via="api"))
 
     @_action_schema("Fetch again from the batch the source failed on (staff)")
-    @action(detail=True, methods=["post"], url_path="retry-from-batch")
+    @action(
+        detail=True,
+        methods=["post"],
+        url_path="retry-from-batch",
+        permission_classes=[IsAuthenticated, Operates],
+    )
     def retry_from_batch(self, request: Request, pk: str | None = None) -> Response:
         return self._act(lambda run: services.retry_from_failed_batch(run, actor=request.user, via="api"))

@@ -305,6 +305,7 @@ class IngestRun(models.Model):
     )
 
     class Meta:
+        permissions = [("operate_ingestrun", "Can operate ingest runs (start, cancel, retry)")]
         ordering = ["-started_at", "-id"]
         verbose_name = "ingest run"
         indexes = [models.Index(fields=["tenant", "-started_at"], name="ingest_run_tenant_recent")]
@@ -578,6 +579,7 @@ class RunnerBreaker(models.Model):
     updated_at = models.DateTimeField("updated", null=True, blank=True)
 
     class Meta:
+        permissions = [("operate_runnerbreaker", "Can close runner breakers")]
         ordering = ["target", "tenant"]
         verbose_name = "hook runner breaker"
         constraints = [

@@ -21,7 +21,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from console.admin import CappedCountPaginator, ReadOnlyMixin
+from console.admin import JobLinks, Operation, ReadOnlyAdmin, ReadOnlyInline, job_cell
 from ingest.runs.rendering import status_badge
 from ingest.scraping import services
 from ingest.scraping.models import HandoffTransition, IngestionHandoff, ScrapeReference, ScrapeRun
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
 
 CSS = "ingest/runs.css"
-OPERATE_HANDOFFS = "ingest.change_ingestionhandoff"
 RECENT_SCRAPE_RUNS = 20
 
 
@@ -55,12 +54,9 @@ def _pre(text: str) -> SafeString:
     return format_html('<pre class="ingest-pre">{}</pre>', text) if text else format_html("{}", "—")
 
 
-class ReadOnlyAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class ScopedAdmin(ReadOnlyAdmin):
     """The syncs and the handlers write these rows; the admin shows them, scoped to the
     staff user's tenant."""
-
-    paginator = CappedCountPaginator
-    show_full_result_count = False
 
     class Media:
         css = {"all": [CSS]}
@@ -72,16 +68,11 @@ class ReadOnlyAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return [*self.list_filter, *_tenant_filter(request)]
 
 
-class ReadOnlyInline(ReadOnlyMixin, admin.TabularInline):
-    extra = 0
-    can_delete = False
-
-
 # --- scrape runs ----------------------------------------------------------------------------------
 
 
 @admin.register(ScrapeRun)
-class ScrapeRunAdmin(ReadOnlyAdmin):
+class ScrapeRunAdmin(ScopedAdmin):
     list_display = [
         "run_id",
         "source",
@@ -163,7 +154,7 @@ class ReferenceHandoffInline(HandoffColumns, ReadOnlyInline):
 
 
 @admin.register(ScrapeReference)
-class ScrapeReferenceAdmin(ReadOnlyAdmin):
+class ScrapeReferenceAdmin(ScopedAdmin):
     list_display = ["source", "external_id", "hash", "first_seen_at", "changed_at", "changed_in_run"]
     list_display_links = ["external_id"]
     list_filter = [("source", admin.RelatedOnlyFieldListFilter)]
@@ -250,8 +241,18 @@ class _HandoffIds(TypedDict):
     scraper_run_id: str
 
 
+# Retry a selection of failed handoffs, all or nothing; logged on each.
+RETRY_HANDOFFS = Operation(
+    "retry",
+    "Retry",
+    "retried",
+    lambda selected, actor, reason: services.retry_handoffs(selected, actor=actor),
+    IngestionHandoff,
+)
+
+
 @admin.register(IngestionHandoff)
-class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
+class IngestionHandoffAdmin(JobLinks, HandoffColumns, ScopedAdmin):
     list_display = [
         "id",
         "source",
@@ -299,8 +300,8 @@ class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
         )
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        """Retry handoffs: staff granted the handoff model's change permission."""
-        return request.user.has_perm(OPERATE_HANDOFFS)
+        """Retry handoffs: staff granted ``ingest.operate_ingestionhandoff``."""
+        return RETRY_HANDOFFS.permitted(request)
 
     @admin.display(description="external id")
     def external_id(self, handoff: WithAnnotations[IngestionHandoff, _HandoffIds]) -> str:
@@ -314,13 +315,7 @@ class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
     def last_error_display(self, handoff: IngestionHandoff) -> SafeString:
         return _pre(handoff.last_error)
 
-    @admin.display(description="ingestion job")
-    def job(self, handoff: IngestionHandoff) -> SafeString:
-        # No foreign key: the engine's retention may have pruned the job since.
-        if handoff.job_id is None:
-            return format_html("{}", "—")
-        url = reverse("admin:jobs_job_change", args=[handoff.job_id])
-        return format_html('<a href="{}">#{}</a>', url, handoff.job_id)
+    job = job_cell("job_id", "ingestion job")
 
     @admin.action(description="Retry the selected failed handoffs", permissions=["operate"])
     def retry_handoffs(self, request: HttpRequest, queryset: QuerySet[IngestionHandoff]) -> None:
@@ -328,7 +323,8 @@ class IngestionHandoffAdmin(HandoffColumns, ReadOnlyAdmin):
         handoff it refuses leaves every one as it was."""
         try:
             # In the references' order, as the syncs lock them.
-            retried = services.retry_handoffs(queryset.order_by("reference_id", "id"), actor=request.user)
+            selected = queryset.order_by("reference_id", "id")
+            retried = RETRY_HANDOFFS.perform(self, request, selected, logged=list(selected))
         except services.HandoffRefused as exc:
             self.message_user(request, f"Nothing retried: {exc}.", messages.ERROR)
             return

@@ -231,6 +231,7 @@ class IngestionHandoff(models.Model):
     )
 
     class Meta:
+        permissions = [("operate_ingestionhandoff", "Can retry ingestion handoffs")]
         db_table = "ingestion_handoffs"
         ordering = ["-id"]
         verbose_name = "ingestion handoff"

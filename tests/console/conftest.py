@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from tests.support.base import as_user, staff, tenant
+from tests.support.base import as_user, granted, staff, tenant
 
 
 @pytest.fixture
@@ -18,8 +18,8 @@ def globex():
 
 @pytest.fixture
 def alice(acme) -> APIClient:
-    """Acme staff."""
-    return as_user(staff("alice", of=acme))
+    """Acme staff who operate jobs."""
+    return as_user(granted(staff("alice", of=acme), "jobs.operate_job"))
 
 
 @pytest.fixture
@@ -31,4 +31,4 @@ def bob(acme) -> APIClient:
 @pytest.fixture
 def olga() -> APIClient:
     """A platform operator: every tenant."""
-    return as_user(staff("olga", operator=True))
+    return as_user(granted(staff("olga", operator=True), "jobs.operate_job"))

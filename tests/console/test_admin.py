@@ -532,7 +532,7 @@ def test_non_staff_users_are_sent_to_the_login_page(client, is_logged_in):
 
 def test_a_tenants_staff_see_only_their_tenants_jobs(client, clock):
     acme, globex = tenant("Acme"), tenant("Globex")
-    client.force_login(grant(staff("alice", of=acme), "view_job", "change_job"))
+    client.force_login(grant(staff("alice", of=acme), "view_job", "operate_job", "operate_delivery"))
     ours = make_job(tenant=acme)
     theirs = make_job(tenant=globex)
 
@@ -545,7 +545,7 @@ def test_a_tenants_staff_see_only_their_tenants_jobs(client, clock):
 
 def test_another_tenants_job_page_and_actions_are_not_found(client, clock):
     acme, globex = tenant("Acme"), tenant("Globex")
-    client.force_login(grant(staff("alice", of=acme), "view_job", "change_job"))
+    client.force_login(grant(staff("alice", of=acme), "view_job", "operate_job", "operate_delivery"))
     theirs = make_job(tenant=globex, payload={"secret": "globex-data"})
 
     page = client.get(change_url(theirs), follow=True)

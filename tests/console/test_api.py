@@ -13,7 +13,7 @@ from console.api import serializers as api_serializers
 from jobs import engine
 from jobs.events import publish
 from jobs.models import Job, JobEvent
-from tests.support.base import as_user, claim_one, make_job, run_next, staff
+from tests.support.base import as_user, claim_one, granted, make_job, run_next, staff
 
 pytestmark = pytest.mark.django_db
 
@@ -514,7 +514,7 @@ def test_acting_on_another_tenants_job_is_a_404_and_nothing_changes(
 ):
     job = make(acme)
     before = (job.state, job.events.count())
-    gina = as_user(staff("gina", of=globex))
+    gina = as_user(granted(staff("gina", of=globex), "jobs.operate_job"))
 
     response = gina.post(f"/api/jobs/{job.pk}/{path}/")
 
@@ -542,11 +542,27 @@ def test_the_seeds_recover_route_keeps_tenants_apart(clock, alice, globex):
     assert job.state == Job.State.RUNNING
 
 
+@pytest.mark.parametrize(("path", "make", "_after", "_illegal", "_kind"), ACTIONS)
+def test_staff_without_the_operate_permission_get_403_and_nothing_changes(
+    clock, acme, path, make, _after, _illegal, _kind
+):
+    job = make(acme)
+    before = (job.state, job.events.count())
+    carl = as_user(staff("carl", of=acme))
+
+    response = carl.post(f"/api/jobs/{job.pk}/{path}/")
+
+    assert response.status_code == 403
+    assert "jobs.operate_job" in response.json()["detail"]
+    job.refresh_from_db()
+    assert (job.state, job.events.count()) == before
+
+
 # --- authentication ----------------------------------------------------------------------
 
 
 def test_a_token_authenticates_reads_and_writes(clock, acme):
-    token = Token.objects.create(user=staff("alice", of=acme))
+    token = Token.objects.create(user=granted(staff("alice", of=acme), "jobs.operate_job"))
     job = make_job(tenant=acme)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")

@@ -212,7 +212,7 @@ def test_staff_without_the_view_permission_are_refused(client):
 
 def test_another_tenants_pipeline_is_not_found(client):
     acme, globex = tenant("Acme"), tenant("Globex")
-    client.force_login(grant(staff("alice", of=acme), "view_job", "change_job"))
+    client.force_login(grant(staff("alice", of=acme), "view_job", "operate_job", "operate_delivery"))
     theirs = make_job("tests.noop", {"secret": "globex-data"}, tenant=globex)
     ours = make_job("tests.noop", tenant=acme)
 

@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from factors import catalog
 from jobs.models import Job
-from tests.support.base import staff, tenant
+from tests.support.base import granted, staff, tenant
 from tests.support.factors.builders import csv_bytes, module, plane_rows, report
 
 pytestmark = pytest.mark.django_db
@@ -56,7 +56,7 @@ def test_a_factors_upload_redirects_to_its_pipeline_page(admin_client):
 def test_staff_who_may_not_see_jobs_return_to_the_list_after_an_upload(client):
     acme = tenant("Acme")
     travel = module(report(tenant=acme))
-    client.force_login(staff("alice", of=acme))
+    client.force_login(granted(staff("alice", of=acme), "factors.operate_dataentry"))
 
     response = upload(client, travel)
 

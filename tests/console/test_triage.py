@@ -217,7 +217,7 @@ def test_a_tenants_staff_see_and_retry_only_their_tenants_failures(client, clock
     acme, globex = tenant("Acme"), tenant("Globex")
     mine = failed(error="ValueError: 1", tenant=acme)
     theirs = failed(error="ValueError: 2", tenant=globex)
-    user = grant(staff("alice", of=acme), "view_job", "change_job")
+    user = grant(staff("alice", of=acme), "view_job", "operate_job", "operate_delivery")
     client.force_login(user)
 
     (group,) = client.get(reverse(TRIAGE)).context["rows"]

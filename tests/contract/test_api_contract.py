@@ -61,7 +61,7 @@ from ingest.runs import services as ingest_services
 from ingest.scraping import services as scraping
 from jobs.events import publish
 from jobs.models import Job
-from tests.support.base import make_job, run_next, staff, tenant
+from tests.support.base import make_job, operating, run_next, staff, tenant
 from tests.support.factors.builders import module, plane_factors, report
 from tests.support.ingest import builders as ingest_builders
 
@@ -222,8 +222,8 @@ class World:
 def build_world() -> World:
     acme, globex = tenant("Acme"), tenant("Globex")
     users = {
-        "operator": staff("olga", operator=True),
-        "tenant_staff": staff("alice", of=acme),
+        "operator": operating(staff("olga", operator=True)),
+        "tenant_staff": operating(staff("alice", of=acme)),
         "tenant_member": staff("bob", of=acme, is_staff=False),
     }
     plane_factors()

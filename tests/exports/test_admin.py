@@ -369,7 +369,7 @@ def test_retry_a_failed_job_as_the_staff_user(alice, alice_user, acme):
     assert job.status == JobStatus.PENDING and snap.status == SnapshotStatus.CREATING
     retried = job.events.get(kind=EventKind.RETRIED)
     assert (retried.actor, retried.message) == (alice_user, "was: Trino said no")
-    assert LogEntry.objects.get().change_message == f"Retry: job {job.pk} (entries)"
+    assert LogEntry.objects.get().change_message == f"Retry via the admin (job {job.pk}, entries)"
 
 
 def test_a_refused_action_shows_the_reason(alice, acme):

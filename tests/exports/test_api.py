@@ -11,7 +11,7 @@ import pytest
 from exports import services
 from exports.datasets import DATASETS
 from exports.models import EventKind, ExportEvent, JobStatus, MappingEntity, Snapshot, SnapshotStatus
-from tests.support.base import as_user, staff
+from tests.support.base import as_user, granted, staff
 from tests.support.exports.builders import CATALOG, claim_jobs, complete, jobs_of, mapping, report
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +22,7 @@ SNAPSHOTS = "/api/exports/snapshots/"
 
 @pytest.fixture
 def alice_user(acme):
-    return staff("alice", of=acme)
+    return granted(staff("alice", of=acme), "exports.operate_snapshot")
 
 
 @pytest.fixture
@@ -40,13 +40,13 @@ def bob(acme):
 @pytest.fixture
 def gina(globex):
     """Globex staff."""
-    return as_user(staff("gina", of=globex))
+    return as_user(granted(staff("gina", of=globex), "exports.operate_snapshot"))
 
 
 @pytest.fixture
 def olga():
     """A platform operator."""
-    return as_user(staff("olga", operator=True))
+    return as_user(granted(staff("olga", operator=True), "exports.operate_snapshot"))
 
 
 # --- mappings and datasets --------------------------------------------------------------------
@@ -344,6 +344,19 @@ def test_staff_cancel_a_snapshot_and_it_is_recorded_with_them(alice, alice_user,
     assert {job["error"] for job in body["jobs"]} == {"Cancelled by alice"}
     cancelled = ExportEvent.objects.filter(kind=EventKind.CANCELLED)
     assert cancelled.count() == 3 and {event.actor for event in cancelled} == {alice_user}
+
+
+def test_staff_without_the_operate_permission_get_403_and_the_snapshot_stays(acme):
+    snap = services.create_snapshot(mapping(of=acme))
+    carl = as_user(staff("carl", of=acme))
+
+    response = carl.post(f"{SNAPSHOTS}{snap.pk}/cancel/")
+
+    assert response.status_code == 403
+    assert "exports.operate_snapshot" in response.json()["detail"]
+    snap.refresh_from_db()
+    assert snap.status != SnapshotStatus.FAILED
+    assert not ExportEvent.objects.filter(kind=EventKind.CANCELLED).exists()
 
 
 def test_cancelling_a_finished_snapshot_is_a_409_saying_why(alice, acme):

@@ -209,3 +209,24 @@ def test_each_example_is_a_file_the_parser_accepts(data_entry_type):
     checked = validate(io.BytesIO(f"{header}\n{row}\n".encode()), csv_schemas.entries(data_entry_type))
 
     assert (checked.ok, checked.rows, checked.header) == (True, 1, header.split(","))
+
+
+def test_factors_actions_need_their_operate_permission(client):
+    """Recalculating emissions is a platform operator's action that also needs
+    ``factors.operate_emissionfactor``: a platform operator without it is refused."""
+    from django.contrib.auth.models import Permission
+
+    plane_factors()
+    olga = staff("olga", operator=True)
+    olga.user_permissions.add(*Permission.objects.filter(codename__in=["view_emissionfactor"]))
+    client.force_login(olga)
+    chosen = list(EmissionFactor.objects.values_list("pk", flat=True)[:1])
+    body = {"action": "recalculate", "_selected_action": chosen}
+
+    assert 'value="recalculate"' not in client.get("/admin/factors/emissionfactor/").content.decode()
+    client.post("/admin/factors/emissionfactor/", body)
+    assert not Job.objects.exists()
+
+    olga.user_permissions.add(Permission.objects.get(codename="operate_emissionfactor"))
+    client.post("/admin/factors/emissionfactor/", body)
+    assert Job.objects.filter(type__endswith="recalc").exists()

@@ -10,7 +10,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
 from jobs.models import Job
-from tests.support.base import as_user, make_job, run_next, staff, tenant
+from tests.support.base import as_user, granted, make_job, run_next, staff, tenant
 from tests.support.factors.builders import csv_bytes, module, plane_factors, report
 
 pytestmark = pytest.mark.django_db
@@ -30,12 +30,19 @@ def member(acme) -> APIClient:
 
 @pytest.fixture
 def alice(acme) -> APIClient:
-    return as_user(staff("alice", of=acme))
+    return as_user(granted(staff("alice", of=acme), "factors.operate_dataentry"))
 
 
 @pytest.fixture
 def olga() -> APIClient:
-    return as_user(staff("olga", operator=True))
+    return as_user(
+        granted(
+            staff("olga", operator=True),
+            "factors.operate_dataentry",
+            "factors.operate_emissionfactor",
+            "factors.operate_unit",
+        )
+    )
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from factors import staging
 from factors.models import EmissionFactor, Unit, Upload
 from jobs.models import Job
 from jobs.worker import run_until_idle
-from tests.support.base import staff
+from tests.support.base import granted, staff, tenant
 from tests.support.factors.builders import csv_bytes, module, plane_factors, plane_rows, report
 
 pytestmark = pytest.mark.django_db
@@ -26,7 +26,7 @@ def command(*args: str) -> str:
 
 
 def test_upload_commands_start_pipelines_as_the_named_user(tmp_path, clock):
-    olga = staff("olga")
+    olga = granted(staff("olga"), "factors.operate_dataentry")
     plane_factors()
     travel = module(report())
     entries = tmp_path / "entries.csv"
@@ -64,6 +64,24 @@ def test_a_refused_file_is_a_command_error_listing_rows(tmp_path):
         command("factors_recalculate", "plane", "--user", "nobody")
     with pytest.raises(CommandError, match="unknown module 'space'"):
         command("factors_upload_entries", str(travel.report_id), "space", "plane", str(bad))
+
+
+def test_a_user_without_the_operate_permission_is_refused_and_nothing_starts(tmp_path):
+    """The command asks what the admin and the API ask: ``--user bob`` acts as bob, so
+    bob must hold the permission, and a platform operator's for the shared factors."""
+    travel = module(report(tenant=tenant("Acme")))
+    entries = tmp_path / "entries.csv"
+    entries.write_bytes(csv_bytes(["quantity", "unit", "haul", "cabin"], plane_rows(2)))
+    staff("bob", of=tenant("Acme"))
+    granted(staff("carl", of=tenant("Acme")), "factors.operate_emissionfactor")
+
+    with pytest.raises(CommandError, match=r"'bob' may not do this: .*factors\.operate_dataentry"):
+        command(
+            "factors_upload_entries", str(travel.report_id), "travel", "plane", str(entries), "--user", "bob"
+        )
+    with pytest.raises(CommandError, match=r"'carl' may not do this: .*platform operator"):
+        command("factors_recalculate", "plane", "--user", "carl")
+    assert not Job.objects.exists()
 
 
 def test_old_staged_uploads_are_cleaned_with_their_records(upload_dir):

@@ -17,7 +17,7 @@ from factors import aggregation, stats
 from factors.models import DataEntry, Emission, ReportModule
 from jobs.models import Job
 from jobs.worker import run_until_idle
-from tests.support.base import staff, tenant
+from tests.support.base import granted, staff, tenant
 from tests.support.factors.builders import (
     PLANE_FACTORS,
     csv_bytes,
@@ -35,7 +35,7 @@ FAST = {"JOBS_LEASE_SECONDS": "2", "JOBS_HEARTBEAT_SECONDS": "0.5", "JOBS_REAPER
 
 def client_of(username: str, acme) -> APIClient:
     client = APIClient()
-    client.force_login(staff(username, of=acme))
+    client.force_login(granted(staff(username, of=acme), "factors.operate_dataentry"))
     return client
 
 

@@ -16,7 +16,7 @@ from factors import csv_schemas, services
 from factors.models import DataEntry
 from intake.csv_validation import validate
 from jobs.models import Job
-from tests.support.base import staff
+from tests.support.base import operating, staff
 from tests.support.factors.builders import module, report
 
 MB = 1024 * 1024
@@ -47,7 +47,7 @@ class SizelessStream:
 @pytest.mark.django_db(transaction=True)
 def test_a_200_mb_upload_is_refused_over_http_before_its_body_is_read(live_server, big_file):
     travel = module(report())
-    token = Token.objects.create(user=staff("olga", operator=True))
+    token = Token.objects.create(user=operating(staff("olga", operator=True)))
     boundary = "conveyor-test-boundary"
     fields = "".join(
         f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'

@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from jobs import engine
 from jobs.models import Job
-from tests.support.base import as_user, staff
+from tests.support.base import as_user, granted, staff
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,7 +43,7 @@ def waiting() -> list[Job]:
 
 @pytest.fixture
 def operators() -> list[APIClient]:
-    olga = staff("olga", operator=True)
+    olga = granted(staff("olga", operator=True), "factors.operate_emissionfactor")
     return [as_user(olga) for _ in range(REQUESTS)]
 
 

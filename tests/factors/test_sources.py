@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 from factors.models import CarbonReport, DataEntry, Unit
 from jobs.models import Job
 from jobs.worker import run_until_idle
-from tests.support.base import staff, tenant
+from tests.support.base import operating, staff, tenant
 from tests.support.factors.builders import module, plane_factors, report
 
 pytestmark = pytest.mark.django_db
@@ -27,7 +27,7 @@ DIRECTORY = {
 @pytest.fixture
 def olga() -> APIClient:
     client = APIClient()
-    client.force_login(staff("olga", operator=True))
+    client.force_login(operating(staff("olga", operator=True)))
     return client
 
 

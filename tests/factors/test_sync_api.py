@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 from factors.models import DataEntry, Emission, EmissionFactor, ReportModule
 from jobs.models import Job
 from jobs.worker import run_until_idle
-from tests.support.base import staff, tenant
+from tests.support.base import granted, staff, tenant
 from tests.support.factors.builders import csv_bytes, module, plane_factors, plane_rows, report
 
 pytestmark = pytest.mark.django_db
@@ -27,15 +27,19 @@ def acme():
 def alice(acme) -> APIClient:
     """Acme staff: starts bulk pipelines for Acme's reports."""
     client = APIClient()
-    client.force_login(staff("alice", of=acme))
+    client.force_login(granted(staff("alice", of=acme), "factors.operate_dataentry"))
     return client
+
+
+# What the platform operator of these tests may do.
+OLGA_MAY = ["factors.operate_dataentry", "factors.operate_emissionfactor", "factors.operate_unit"]
 
 
 @pytest.fixture
 def olga() -> APIClient:
     """A platform operator: factors, units and recalculations are global."""
     client = APIClient()
-    client.force_login(staff("olga", operator=True))
+    client.force_login(granted(staff("olga", operator=True), *OLGA_MAY))
     return client
 
 
@@ -168,6 +172,28 @@ def test_bulk_endpoints_need_staff(travel, acme):
     member = APIClient()
     member.force_login(staff("mia", of=acme, is_staff=False))
     assert upload(member, travel, csv_bytes(HEADER, plane_rows(1))).status_code == 403
+
+
+def test_staff_without_the_operate_permission_get_403_and_nothing_is_written(travel, acme, upload_dir):
+    carl = APIClient()
+    carl.force_login(staff("carl", of=acme))
+
+    response = upload(carl, travel, csv_bytes(HEADER, plane_rows(1)))
+
+    assert response.status_code == 403
+    assert "factors.operate_dataentry" in response.json()["detail"]
+    assert nothing_written(upload_dir)
+
+
+def test_a_platform_operator_without_the_operate_permission_may_not_recalculate():
+    olga = APIClient()
+    olga.force_login(staff("olga", operator=True))
+
+    response = olga.post("/sync/recalculate-emissions/plane", {}, format="json")
+
+    assert response.status_code == 403
+    assert "factors.operate_emissionfactor" in response.json()["detail"]
+    assert not Job.objects.exists()
 
 
 def test_global_syncs_need_a_platform_operator(alice):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission
 from django.test import Client
 
@@ -199,8 +200,12 @@ def test_the_run_page_cancels_through_the_service_as_the_staff_user(admin_client
     assert run.status == RunStatus.CANCELLED
     action = run.actions.get(kind=ActionKind.CANCELLED)
     assert (action.actor, action.via) == (admin_user, "admin")
+    logged = LogEntry.objects.get()
+    assert (logged.user, logged.object_id) == (admin_user, str(run.pk))
+    assert logged.change_message == "Cancel the run via the admin"
     again = admin_client.post(f"{RUNS}{run.pk}/cancel/", follow=True).content.decode()
     assert f"Run {run.pk}: not done. Run {run.pk} is already cancelled." in again
+    assert LogEntry.objects.count() == 1  # a refused action leaves no entry
 
 
 def test_retry_hooks_and_retry_from_batch_from_the_run_page(admin_client, admin_user, acme, clock):
@@ -455,6 +460,7 @@ def test_an_open_breaker_shows_its_tenant_and_next_probe_and_closes_by_hand(admi
     row.refresh_from_db()
     assert (row.state, row.failures, row.next_probe_at) == (BreakerState.CLOSED, 0, None)
     assert row.times_opened == 1
+    assert LogEntry.objects.get(object_id=str(row.pk)).change_message == "Close the breaker via the admin"
 
 
 def test_tenant_staff_see_their_own_breakers_and_cannot_close_them(alice, acme, globex, clock):

@@ -13,7 +13,7 @@ from ingest.runs.errors import TransientResourceError
 from ingest.runs.models import ActionKind, IngestRun, RunStatus
 from ingest.runs.runners.local import LocalRunner
 from jobs.models import Job
-from tests.support.base import as_user, staff
+from tests.support.base import as_user, granted, staff
 from tests.support.ingest import builders
 from tests.support.ingest.running import drain, stalled_after_a_crash
 
@@ -25,7 +25,7 @@ RUNS = "/api/ingest/runs/"
 @pytest.fixture
 def alice(acme):
     """Acme staff: reads and writes."""
-    return as_user(staff("alice", of=acme))
+    return as_user(granted(staff("alice", of=acme), "ingest.operate_ingestrun"))
 
 
 @pytest.fixture
@@ -37,13 +37,13 @@ def bob(acme):
 @pytest.fixture
 def gina(globex):
     """Globex staff."""
-    return as_user(staff("gina", of=globex))
+    return as_user(granted(staff("gina", of=globex), "ingest.operate_ingestrun"))
 
 
 @pytest.fixture
 def olga():
     """A platform operator."""
-    return as_user(staff("olga", operator=True))
+    return as_user(granted(staff("olga", operator=True), "ingest.operate_ingestrun"))
 
 
 # --- starting ---------------------------------------------------------------------------------
@@ -359,6 +359,19 @@ def test_cancel_answers_the_run_and_records_who_and_why_then_409(alice, acme):
     assert (action.actor.username, action.via, action.note) == ("alice", "api", "wrong file")
     assert again.status_code == 409
     assert again.json() == {"detail": f"run {run.pk} is already cancelled", "run": run.pk}
+
+
+@pytest.mark.parametrize("path", ["cancel", "retry-hooks", "retry-from-batch"])
+def test_staff_without_the_operate_permission_get_403_and_the_run_stays(acme, path):
+    run = services.start_ingest(builders.source(acme))
+    carl = as_user(staff("carl", of=acme))
+
+    response = carl.post(f"{RUNS}{run.pk}/{path}/", {}, format="json")
+
+    assert response.status_code == 403
+    assert "ingest.operate_ingestrun" in response.json()["detail"]
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING and not run.actions.exclude(kind=ActionKind.STARTED).exists()
 
 
 def test_a_member_may_not_cancel(bob, acme):

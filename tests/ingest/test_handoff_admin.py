@@ -246,3 +246,18 @@ def test_another_tenants_staff_see_none_of_it_and_retry_nothing(alice, listings,
     retry(client, handoff)
     handoff.refresh_from_db()
     assert handoff.status == HandoffStatus.FAILED
+
+
+def test_a_handoffs_job_links_to_its_page_only_for_whom_may_view_jobs(alice, listings):
+    handoff = sync(listings, "acme-scrape-1", "acme-listing", alice)
+    assert handoff.job_id is not None
+    link = f'<a href="/admin/jobs/job/{handoff.job_id}/change/">#{handoff.job_id}</a>'
+
+    without = page(browser(alice), change_url(handoff))
+    alice.user_permissions.add(Permission.objects.get(content_type__app_label="jobs", codename="view_job"))
+    client = Client()
+    client.force_login(User.objects.get(pk=alice.pk))
+    with_it = page(client, change_url(handoff))
+
+    assert link not in without and f"#{handoff.job_id}" in without
+    assert link in with_it

@@ -499,10 +499,12 @@ def test_the_rows_behind_the_board_are_read_only_and_scoped_to_the_tenant(clock,
         assert "globex-feed" not in html, model
         assert "cn-equities" in html, model
         assert f'href="{url}add/"' not in html, model
-    loads = page(
-        client,
-        f"/admin/market/dayload/?status__exact=queued&trigger__exact=schedule&feed__id__exact={feed.pk}",
-    )
+    listed = f"/admin/market/dayload/?status__exact=queued&trigger__exact=schedule&feed__id__exact={feed.pk}"
+    loads = page(client, listed)
+    # The job is named, and linked only for whom may view jobs.
+    assert "#4242" in loads and "/admin/jobs/job/4242/change/" not in loads
+    alice.user_permissions.add(Permission.objects.get(content_type__app_label="jobs", codename="view_job"))
+    loads = page(client, listed)
     assert '<a href="/admin/jobs/job/4242/change/">#4242</a>' in loads
     assert '<td class="field-requested_by nowrap">alice</td>' in loads
     load_page = page(client, f"/admin/market/dayload/{mine.pk}/change/")

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.db import connections
 from django.test import Client
 from rest_framework.test import APIClient
@@ -51,6 +51,23 @@ def staff(
     if of is not None or operator:
         Membership.objects.create(user=user, tenant=of, is_platform_operator=operator)
     return user
+
+
+def granted(user: User, *permissions: str) -> User:
+    """``user`` holding each ``"app_label.codename"`` permission (an ``operate_*`` one, say)."""
+    for name in permissions:
+        app_label, codename = name.split(".")
+        user.user_permissions.add(
+            Permission.objects.get(content_type__app_label=app_label, codename=codename)
+        )
+    return User.objects.get(pk=user.pk)  # a fresh permission cache
+
+
+def operating(user: User) -> User:
+    """``user`` holding every ``operate_*`` permission: staff who may act on anything
+    their scope shows them."""
+    user.user_permissions.add(*Permission.objects.filter(codename__startswith="operate_"))
+    return User.objects.get(pk=user.pk)
 
 
 def page(client: Client, url: str) -> str:

@@ -24,7 +24,7 @@ from exports.control_plane import MAX_FILE_PATH, MAX_REPORT_FILES
 from exports.models import ExportJob, JobStatus
 from ingest.scraping.models import ScrapeReference, ScrapeRun
 from jobs.testing import wait_until
-from tests.support.base import make_job, staff, tenant
+from tests.support.base import make_job, operating, staff, tenant
 from tests.support.exports.builders import snapshot
 from tests.support.ingest import builders
 from tests.system.test_web_limits import Answer, _headers, memory_kb, read_answer
@@ -106,7 +106,7 @@ def test_a_30_mb_sync_of_empty_items_is_refused_with_the_web_process_growing_by_
     head, item, tail, status, detail = EMPTY_ITEMS[case]
     acme = tenant("Acme")
     builders.source(acme, name="listings", kind="scraped_reference", config={})
-    token = Token.objects.create(user=staff("scraper", of=acme)).key
+    token = Token.objects.create(user=operating(staff("scraper", of=acme))).key
     web, port = processes.web()
     warm_up = json.dumps(
         {
@@ -322,7 +322,7 @@ def open_stream(port: int, path: str, token: str) -> tuple[int, socket.socket]:
 def test_the_cap_on_a_users_streams_holds_across_web_processes_and_a_dead_ones_slots_expire(processes):
     acme = tenant("Acme")
     job = make_job("tests.noop", tenant=acme)
-    token = Token.objects.create(user=staff("alice", of=acme)).key
+    token = Token.objects.create(user=operating(staff("alice", of=acme))).key
     env = processes.env(STREAMS_MAX_PER_USER="2", STREAMS_KEEPALIVE_SECONDS="0.5")
     web_a, port_a = processes.web(env)
     _, port_b = processes.web(env)
@@ -352,7 +352,7 @@ def _opened(port: int, path: str, token: str) -> bool:
 def test_a_stream_whose_client_goes_away_frees_its_slot(processes):
     acme = tenant("Acme")
     job = make_job("tests.noop", tenant=acme)
-    token = Token.objects.create(user=staff("alice", of=acme)).key
+    token = Token.objects.create(user=operating(staff("alice", of=acme))).key
     _, port = processes.web(processes.env(STREAMS_MAX_PER_USER="1"))
     path = f"/jobs/{job.pk}/events"
     status, sock = open_stream(port, path, token)

@@ -21,7 +21,7 @@ from rest_framework.authtoken.models import Token
 
 from jobs.models import Job
 from project.bodylimit import view_body_limit
-from tests.support.base import staff, tenant
+from tests.support.base import operating, staff, tenant
 from tests.support.factors.builders import csv_bytes, module, plane_factors, plane_rows, report
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
@@ -150,7 +150,9 @@ LARGE_BODIES = {
 @pytest.mark.parametrize("case", list(LARGE_BODIES))
 def test_a_200_mb_body_is_refused_with_the_web_process_growing_by_less_than_64_mb(processes, case):
     path, chunked, with_token, status = LARGE_BODIES[case]
-    headers = {"Authorization": f"Token {Token.objects.create(user=staff()).key}"} if with_token else {}
+    headers = (
+        {"Authorization": f"Token {Token.objects.create(user=operating(staff())).key}"} if with_token else {}
+    )
     web, port = processes.web()
     post_large(port, path, 2 * MB, chunked=chunked, headers=headers)  # warm-up: code paths loaded
     before = memory_kb(web.pid, "VmRSS")
@@ -188,7 +190,7 @@ def test_an_entries_upload_within_its_limit_goes_through_with_a_token(processes,
     acme = tenant("Acme")
     plane_factors()
     travel = module(report(tenant=acme))
-    token = Token.objects.create(user=staff("alice", of=acme)).key
+    token = Token.objects.create(user=operating(staff("alice", of=acme))).key
     _, port = processes.web(processes.env(CONVEYOR_VAR_DIR=str(tmp_path)))
     fields = {"report": str(travel.report_id), "module": "travel", "data_entry_type": "plane"}
     body = b"".join(
@@ -244,7 +246,7 @@ MALFORMED = {
 @pytest.mark.parametrize("case", list(MALFORMED))
 def test_a_malformed_multipart_is_answered_with_a_json_400_naming_the_problem(processes, case):
     parameters, body, problem = MALFORMED[case]
-    token = Token.objects.create(user=staff()).key
+    token = Token.objects.create(user=operating(staff())).key
     _, port = processes.web()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     conn.request(

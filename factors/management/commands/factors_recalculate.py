@@ -6,8 +6,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from console.cli import actor
 from factors import services
-from factors.management.commanding import actor, add_user_argument, run
+from factors.management.commanding import add_user_argument, run
+from factors.models import EmissionFactor
 
 
 class Command(BaseCommand):
@@ -24,5 +26,5 @@ class Command(BaseCommand):
     def handle(
         self, *args: Any, data_entry_type: str, year: int | None, user: str | None, **options: Any
     ) -> None:
-        who = actor(user)
+        who = actor(user, EmissionFactor, platform=True)
         run(self, lambda: services.recalculate_emissions(data_entry_type, year=year, actor=who))

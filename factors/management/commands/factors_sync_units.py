@@ -7,8 +7,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from console.cli import actor
 from factors import conf, services
-from factors.management.commanding import actor, add_user_argument, opened, run
+from factors.management.commanding import add_user_argument, opened, run
+from factors.models import Unit
 
 
 class Command(BaseCommand):
@@ -27,7 +29,7 @@ class Command(BaseCommand):
     def handle(
         self, *args: Any, year: int, file: str | None, url: str | None, user: str | None, **options: Any
     ) -> None:
-        who = actor(user)
+        who = actor(user, Unit, platform=True)
         url = url or (None if file else conf.units_url() or None)
         if not file and not url:
             raise CommandError("give --file or --url (no FACTORS_UNITS_URL is configured)")

@@ -6,8 +6,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from console.cli import actor
 from factors import services
-from factors.management.commanding import actor, add_user_argument, module_of, opened, run
+from factors.management.commanding import add_user_argument, module_of, opened, run
+from factors.models import DataEntry
 
 
 class Command(BaseCommand):
@@ -33,7 +35,7 @@ class Command(BaseCommand):
         user: str | None,
         **options: Any,
     ) -> None:
-        target, who = module_of(report, module), actor(user)
+        target, who = module_of(report, module), actor(user, DataEntry)
         with opened(file) as handle:
             run(
                 self, lambda: services.dispatch_csv(target, data_entry_type, handle, filename=file, actor=who)

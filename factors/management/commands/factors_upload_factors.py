@@ -6,8 +6,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from console.cli import actor
 from factors import services
-from factors.management.commanding import actor, add_user_argument, opened, run
+from factors.management.commanding import add_user_argument, opened, run
+from factors.models import EmissionFactor
 
 
 class Command(BaseCommand):
@@ -22,6 +24,6 @@ class Command(BaseCommand):
         add_user_argument(parser)
 
     def handle(self, *args: Any, data_entry_type: str, file: str, user: str | None, **options: Any) -> None:
-        who = actor(user)
+        who = actor(user, EmissionFactor, platform=True)
         with opened(file) as handle:
             run(self, lambda: services.upload_factors(data_entry_type, handle, filename=file, actor=who))

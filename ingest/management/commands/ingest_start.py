@@ -9,7 +9,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 import jobs
-from ingest.management.commanding import actor, outcome, source_named, tenant_named
+from console.cli import actor
+from ingest.management.commanding import outcome, source_named, tenant_named
 from ingest.runs import services
 from ingest.runs.models import BatchStatus, IngestRun, RunStatus
 
@@ -37,7 +38,7 @@ class Command(BaseCommand):
     def handle(
         self, *args: Any, source: str, tenant: str | None, wait: bool, user: str | None, **options: Any
     ) -> None:
-        found, who = source_named(source, tenant_named(tenant)), actor(user)
+        found, who = source_named(source, tenant_named(tenant)), actor(user, IngestRun)
         try:
             run = services.start_ingest(found, actor=who, via="command")
         except services.RunRefused as exc:

@@ -3,13 +3,21 @@ executions."""
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ingest.management.commanding import outcome, runs_of, table, tenant_named, when
+from console.cli import table
+from ingest.management.commanding import outcome, runs_of, tenant_named, when
 from ingest.runs import timeline
 from ingest.runs.models import IngestRun
+
+
+def indented(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A table under the batch it belongs to."""
+    return textwrap.indent(table(headers, rows), "    ")
 
 
 class Command(BaseCommand):
@@ -91,7 +99,7 @@ class Command(BaseCommand):
             executions = list(batch.hook_executions.all())
             if executions:
                 lines.append(
-                    table(
+                    indented(
                         ["hook", "status", "tries", "pod phase", "exit code", "job name", "reason"],
                         [
                             [
@@ -105,7 +113,6 @@ class Command(BaseCommand):
                             ]
                             for e in executions
                         ],
-                        indent="    ",
                     )
                 )
         lines += ["", "actions:"]

@@ -40,7 +40,8 @@ def operator(username: str = "olga", *, of: Any = None) -> User:
     return grant(
         staff(username, of=of, operator=of is None),
         "view_job",
-        "change_job",
+        "operate_job",
+        "operate_delivery",
         "view_event",
         "view_delivery",
         "view_worker",

@@ -280,7 +280,8 @@ def _url_name(op: Operation) -> str:
     return f"ingest_ingestrun_{op.name.replace('-', '_')}"
 
 
-def _url(op: Operation, run: IngestRun) -> str:
+def operation_url(op: Operation, run: IngestRun) -> str:
+    """The admin address that carries out ``op`` on ``run`` (after its confirmation)."""
     return reverse(f"admin:{_url_name(op)}", args=[run.pk])
 
 
@@ -407,7 +408,7 @@ class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
                 )
             )
         operations = (
-            [(op.label, _url(op, run)) for op in OPERATIONS.values() if op.allows(run, batch_counts)]
+            [(op.label, operation_url(op, run)) for op in OPERATIONS.values() if op.allows(run, batch_counts)]
             if self.has_operate_permission(request)
             else []
         )

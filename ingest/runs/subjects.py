@@ -18,7 +18,7 @@ from django.urls import reverse
 import jobs
 from console.admin import Subject, SubjectAction
 from ingest.runs import services, timeline
-from ingest.runs.admin import OPERATIONS
+from ingest.runs.admin import OPERATIONS, operation_url
 from ingest.runs.models import BatchStatus, HookExecution, IngestBatch, IngestRun
 from tenancy.scoping import scope_queryset
 
@@ -93,9 +93,9 @@ def _detail(request: HttpRequest, job: jobs.Job, run: IngestRun) -> Subject:
     if run_admin.has_operate_permission(request):  # type: ignore[attr-defined]
         batches = timeline.counts(run)["batches"]
         actions = tuple(
-            SubjectAction(op.label, op.url(run))
+            SubjectAction(op.label, operation_url(op, run))
             for op in OPERATIONS.values()
-            if op.name != "cancel" and op.applies(run, batches)
+            if op.name != "cancel" and op.allows(run, batches)
         )
     replaces = ""
     if job.state == "failed":  # the engine's Job.State.FAILED (pipelines read no engine module)

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from tests.base import staff
+from tests.support.base import staff
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -270,6 +270,35 @@ def test_the_history_folds_progress_and_keeps_the_state_changes(admin_client, cl
     assert "2,000,000/2,000,000 (100%)" in page  # thousands separators in the field
 
 
+TRACEBACK_ERROR = (
+    "TransientError: HTTP 503 from the API\n"
+    '  File "/srv/conveyor/jobs/registry.py", line 66, in __call__\n'
+    "    return self.func(ctx)\n"
+    "           ^^^^^^^^^^^^^^"
+)
+
+
+def test_a_history_message_shows_its_first_line_and_folds_the_traceback(admin_client, clock):
+    job = running(max_attempts=3)
+    engine.fail(job, job.lease_token, TRACEBACK_ERROR, worker="w1")  # a retry is scheduled
+    page = admin_client.get(change_url(job)).content.decode()
+    row = page[page.index('class="job-event job-event-retry_scheduled"') :]
+    row = row[: row.index("</tr>")]
+    cell = row[row.index('class="job-event-message"') :]
+    head, folded = cell.split("<details>", 1)
+    assert "TransientError: HTTP 503 from the API" in head and "registry.py" not in head
+    assert "<summary>the whole message</summary>" in folded
+    assert "line 66, in __call__\n    return self.func(ctx)" in folded  # whole, its lines kept
+
+
+def test_a_one_line_history_message_has_nothing_folded(admin_client, clock):
+    job = failed(error="ValueError: bad row")
+    page = admin_client.get(change_url(job)).content.decode()
+    row = page[page.index('class="job-event job-event-failed"') :]
+    row = row[: row.index("</tr>")]
+    assert '<td class="job-event-message">ValueError: bad row</td>' in row
+
+
 def test_a_progress_row_is_numbered_with_its_attempt(clock):
     job = running()
     engine.record_progress(job.pk, job.lease_token, 5, 10, "halfway", worker="w1")

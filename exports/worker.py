@@ -385,7 +385,8 @@ def _fallback_note(error: Any) -> str:
 
 def _describe(error: BaseException) -> str:
     name = type(error).__name__
-    if name == "ColdStartExhausted":
+    # Said in their own words: an engine's error names itself (``TABLE_NOT_FOUND: …``).
+    if name in ("ColdStartExhausted", "EngineError"):
         return str(error)
     text = str(error).strip()
     return f"{name}: {text}" if text else name

@@ -253,6 +253,8 @@ class TrinoEngine:
                 with contextlib.suppress(Exception):
                     cursor.cancel()
                 raise
+        except TrinoQueryError as error:
+            raise _engine_error(error) from error
         finally:
             connection.close()
 
@@ -308,8 +310,12 @@ class TrinoEngine:
 
 
 def _engine_error(error: TrinoQueryError) -> EngineError:
+    """Trino's own words: its error's name and message, and the query's id (which the
+    cluster's operators look it up by), not the client library's repr."""
     name, kind = error.error_name or "", error.error_type or ""
     message = f"{name}: {error.message}" if name else error.message
+    if error.query_id:
+        message += f" (query {error.query_id})"
     if is_unload_missing(name, error.message or ""):
         return UnloadUnavailable(message, name, kind)
     return EngineError(message, name, kind)

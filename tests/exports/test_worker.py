@@ -309,7 +309,8 @@ def test_a_trino_error_fails_the_job_at_once(live_server, storage, trino):
     snap = services.create_snapshot(mapping(of=tenant("Acme"), entities=ORDERS))
     run(trino_worker(live_server, trino, direct=True))
     job = snap.jobs.get()
-    assert job.status == JobStatus.FAILED and "TABLE_NOT_FOUND" in job.error_message
+    assert job.status == JobStatus.FAILED
+    assert job.error_message.startswith("TABLE_NOT_FOUND: line 1:15: Table 'orders' does not exist (query ")
     assert len(trino.queries) == 1
 
 

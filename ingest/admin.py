@@ -14,8 +14,11 @@ from ingest.scraping import subjects as handoff_subjects
 __all__ = ["runs_admin", "scraping_admin"]
 
 
-# What the runs' and the handoffs' jobs work for, on the job pages and failure groups.
-register_job_subject(run_subjects.RUN_JOBS, run_subjects.run_subjects, permission=run_subjects.VIEW_RUNS)
+# What the runs' and the handoffs' jobs work for, on the job pages and failure groups: a
+# run that ingests a scraped reference works for its handoff too.
+register_job_subject(
+    run_subjects.RUN_JOBS, handoff_subjects.run_and_handoff_subjects, permission=run_subjects.VIEW_RUNS
+)
 register_job_subject(
     handoff_subjects.HANDOFF_JOBS,
     handoff_subjects.handoff_subjects,

@@ -37,6 +37,13 @@ def _int(value: Any) -> int | None:
 
 
 def run_subjects(request: HttpRequest, found: Sequence[jobs.Job], detail: bool) -> Mapping[int, Subject]:
+    runs = runs_of(request, found)
+    return {job.pk: run_subject(request, job, runs[job.pk], detail) for job in found if job.pk in runs}
+
+
+def runs_of(request: HttpRequest, found: Sequence[jobs.Job]) -> dict[int, IngestRun]:
+    """Job id → the run it works for, of the job's tenant and visible to the user: one
+    query for the whole list."""
     pipelines = {job.pipeline_id for job in found}
     named = {pk for job in found if (pk := _int(_event(job).get("run"))) is not None}
     runs = list(
@@ -46,13 +53,17 @@ def run_subjects(request: HttpRequest, found: Sequence[jobs.Job], detail: bool) 
     )
     by_pipeline = {run.pipeline: run for run in runs}
     by_id = {run.pk: run for run in runs}
-    subjects = {}
+    matched = {}
     for job in found:
         run = by_pipeline.get(job.pipeline_id) or by_id.get(_int(_event(job).get("run")) or 0)
-        if run is None or run.tenant_id != job.tenant_id:
-            continue
-        subjects[job.pk] = _detail(request, job, run) if detail else _brief(job, run)
-    return subjects
+        if run is not None and run.tenant_id == job.tenant_id:
+            matched[job.pk] = run
+    return matched
+
+
+def run_subject(request: HttpRequest, job: jobs.Job, run: IngestRun, detail: bool) -> Subject:
+    """The run (and batch) as a list shows it; with ``detail``, as the job's page does."""
+    return _detail(request, job, run) if detail else _brief(job, run)
 
 
 def _label(run: IngestRun) -> str:

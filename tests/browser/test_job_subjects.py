@@ -19,6 +19,8 @@ from exports import services as export_services
 from exports.models import EventKind, JobStatus, SnapshotStatus
 from ingest.runs import services
 from ingest.runs.models import RunStatus
+from ingest.scraping import services as scraping
+from ingest.scraping.models import HandoffReason, HandoffStatus, IngestionHandoff
 from jobs.clock import ManualClock, use_clock
 from jobs.models import Job
 from market import batch, freshness
@@ -258,3 +260,52 @@ def test_a_failed_export_is_traced_to_its_snapshot_and_retried_in_three_clicks(
     export_pass(site, trino)
     snap.refresh_from_db()
     assert snap.status == SnapshotStatus.READY and snap.node_counts == {"orders": 5}
+
+
+# -- a scrape handoff whose ingest run failed -----------------------------------------------
+
+
+def test_a_failed_handoff_is_traced_through_its_runs_hook_and_retried_in_three_clicks(site: Site, page):
+    listings = builders.source(
+        tenant("Acme"),
+        name="listings",
+        kind="scraped_reference",
+        config={},
+        hooks=[builders.exit_with(2, "flat-7: the price is not a number")],
+        max_failures=1,
+    )
+    scraping.sync(listings, "scrape-1", [{"external_id": "flat-7", "payload": {"price": "n/a"}}])
+    jobs.run_until_idle()
+    handoff = IngestionHandoff.objects.get()
+    assert (handoff.status, handoff.reason_code) == (HandoffStatus.FAILED, HandoffReason.INGESTION_FAILED)
+    run = handoff.ingest_run
+    job = Job.objects.get(type="ingest.RunHooks", pipeline_id=run.pipeline, state="failed")
+    log_in(page, site)
+    page.set_viewport_size({"width": WIDTHS["desktop"], "height": 900})
+    page.goto(f"{site.url}/admin/")
+    click = Clicks(page)
+
+    click("#overview-failures tr.failure-group:has-text('ingest.RunHooks') td.number a")
+    click(f"#result_list a[href*='/admin/jobs/job/{job.pk}/change/']")
+
+    subject = page.inner_text("#job-subject")
+    assert (
+        f"Works for: Ingest run {run.pk} (acme/listings), batch 1, handoff {handoff.pk} (flat-7)" in subject
+    )
+    assert "Hook hook0 on batch 1 failed with exit code 2: flat-7: the price is not a number" in subject
+    assert f"Handoff {handoff.pk} (flat-7) failed: its ingest run failed" in subject
+    assert "use “Retry the failed hooks” or “Retry the handoff” above" in subject
+    handoff_link = page.locator(f"#job-subject a:text-is('handoff {handoff.pk} (flat-7)')")
+    assert handoff_link.get_attribute("href") == f"/admin/ingest/ingestionhandoff/{handoff.pk}/change/"
+    look_at_the_subject(page, "ingest-handoff")
+
+    click("#job-subject button:has-text('Retry the handoff')")
+
+    page.wait_for_selector(".messagelist .success")
+    assert "1 handoff(s) queued again." in page.inner_text(".messagelist")
+    assert click.count == 3 <= MAX_CLICKS
+    handoff.refresh_from_db()
+    assert (handoff.status, handoff.reason_code) == (HandoffStatus.QUEUED, HandoffReason.INGESTION_JOB_QUEUED)
+    retried = handoff.transitions.get(reason_code=HandoffReason.RETRIED_BY_OPERATOR)
+    assert retried.actor.username == "root"
+    assert Job.objects.get(pk=handoff.job_id, type="ingest.IngestReference").state == "pending"

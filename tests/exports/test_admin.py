@@ -328,9 +328,10 @@ def test_the_snapshot_page_shows_each_job_its_poll_files_and_history(alice, acme
     html = page(alice, snapshot_url(snap))
 
     row = re.search(rf'<tr class="exports-job" id="job-{entries.pk}".*?</tr>', html, re.S).group()
-    assert "<td>worker-7</td>" in row and f'exports-next-poll">in {wait} s</td>' in row
+    assert '<td data-label="Claimed by">worker-7</td>' in row
+    assert f'exports-next-poll" data-label="Next poll">in {wait} s</td>' in row
     done = re.search(rf'<tr class="exports-job" id="job-{factors.pk}".*?</tr>', html, re.S).group()
-    assert "<td>5</td>" in done and "1.5\xa0KB" in done
+    assert '<td data-label="Rows">5</td>' in done and "1.5\xa0KB" in done
     assert (
         f'href="{SNAPSHOTS}{snap.pk}/jobs/{factors.pk}/files/0/">nodes/factors/part-g1.parquet</a>'
     ) in done

@@ -32,7 +32,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from jobs.appsettings import AppSettings
+    from appsettings import AppSettings
     from jobs.arguments import storable_json
     from jobs.backoff import Backoff, Exponential, Fibonacci, Fixed, Schedule
     from jobs.clock import now
@@ -127,7 +127,7 @@ __all__ = [
 # the two to each other): the module, and the name there.
 _SOURCES: dict[str, tuple[str, str]] = {
     "ApiPayload": ("jobs.payloads", "ApiPayload"),
-    "AppSettings": ("jobs.appsettings", "AppSettings"),
+    "AppSettings": ("appsettings", "AppSettings"),
     "Backoff": ("jobs.backoff", "Backoff"),
     "Cron": ("jobs.registry", "Cron"),
     "Enqueued": ("jobs.enqueueing", "Enqueued"),

@@ -46,13 +46,41 @@ def run_subjects(request: HttpRequest, found: Sequence[jobs.Job], detail: bool) 
     )
     by_pipeline = {run.pipeline: run for run in runs}
     by_id = {run.pk: run for run in runs}
+    hooks_failed = set() if detail else _hooks_failed(found, runs)
     subjects = {}
     for job in found:
         run = by_pipeline.get(job.pipeline_id) or by_id.get(_int(_event(job).get("run")) or 0)
         if run is None or run.tenant_id != job.tenant_id:
             continue
-        subjects[job.pk] = _detail(request, job, run) if detail else _brief(job, run)
+        subjects[job.pk] = _detail(request, job, run) if detail else _brief(job, run, hooks_failed)
     return subjects
+
+
+def _hooks_failed(found: Sequence[jobs.Job], runs: list[IngestRun]) -> set[tuple[int, int]]:
+    """``(batch, run)`` of the batches whose hooks failed, of those the failed jobs name:
+    one query for the whole list."""
+    named = {
+        pk for job in found if job.state == "failed" and (pk := _int(_event(job).get("batch"))) is not None
+    }
+    if not named or not runs:
+        return set()
+    return set(
+        IngestBatch.objects.filter(pk__in=named, run__in=runs, status=BatchStatus.HOOKS_FAILED).values_list(
+            "pk", "run_id"
+        )
+    )
+
+
+def _replaces(job: jobs.Job, run: IngestRun, hooks_failed: bool) -> str:
+    """Why retrying the failed job alone is not the fix, if it is not: the run's own
+    retries are."""
+    if job.state != "failed":  # the engine's Job.State.FAILED (pipelines read no engine module)
+        return ""
+    if run.finished:
+        return "retrying this job alone would not reopen the run"
+    if hooks_failed:
+        return "retrying this job alone would not run the batch's hooks again"
+    return ""
 
 
 def _label(run: IngestRun) -> str:
@@ -63,10 +91,13 @@ def _url(run: IngestRun) -> str:
     return reverse("admin:ingest_ingestrun_change", args=[run.pk])
 
 
-def _brief(job: jobs.Job, run: IngestRun) -> Subject:
+def _brief(job: jobs.Job, run: IngestRun, hooks_failed: set[tuple[int, int]]) -> Subject:
     sequence = _int(_event(job).get("sequence"))
     parts = ((f"batch {sequence}", f"{_url(run)}#batch-{sequence}"),) if sequence else ()
-    return Subject(_label(run), _url(run), parts)
+    batch = _int(_event(job).get("batch"))
+    return Subject(
+        _label(run), _url(run), parts, replaces_retry=_replaces(job, run, (batch, run.pk) in hooks_failed)
+    )
 
 
 def _detail(request: HttpRequest, job: jobs.Job, run: IngestRun) -> Subject:
@@ -97,10 +128,5 @@ def _detail(request: HttpRequest, job: jobs.Job, run: IngestRun) -> Subject:
             for op in OPERATIONS.values()
             if op.name != "cancel" and op.allows(run, batches)
         )
-    replaces = ""
-    if job.state == "failed":  # the engine's Job.State.FAILED (pipelines read no engine module)
-        if run.finished:
-            replaces = "retrying this job alone would not reopen the run"
-        elif batch is not None and batch.status == BatchStatus.HOOKS_FAILED:
-            replaces = "retrying this job alone would not run the batch's hooks again"
+    replaces = _replaces(job, run, batch is not None and batch.status == BatchStatus.HOOKS_FAILED)
     return Subject(_label(run), _url(run), parts, message, actions, replaces)

@@ -21,6 +21,7 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY project project
+COPY appsettings appsettings
 COPY jobs jobs
 COPY console console
 COPY tenancy tenancy
@@ -47,6 +48,7 @@ COPY --from=build /opt/venv /opt/venv
 WORKDIR /app
 COPY --chown=conveyor:conveyor manage.py ./
 COPY --chown=conveyor:conveyor project project
+COPY --chown=conveyor:conveyor appsettings appsettings
 COPY --chown=conveyor:conveyor jobs jobs
 COPY --chown=conveyor:conveyor console console
 COPY --chown=conveyor:conveyor tenancy tenancy

@@ -126,6 +126,7 @@ def measure_chunks(token: str, source: str, references: list[dict[str, Any]], ch
 
 def run(count: int, chunks: int) -> list[dict]:
     from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
     from django.test import Client
     from rest_framework.authtoken.models import Token
 
@@ -135,6 +136,9 @@ def run(count: int, chunks: int) -> list[dict]:
 
     tenant = Tenant.objects.create(name="Bench", slug="bench")
     user = get_user_model().objects.create_user("scraper", is_staff=True)
+    user.user_permissions.add(
+        Permission.objects.get(content_type__app_label="ingest", codename="add_scrapereference")
+    )
     Membership.objects.create(user=user, tenant=tenant)
     for name in ("listings", "chunked-listings"):
         IngestSource.objects.create(tenant=tenant, name=name, kind="scraped_reference", config={})

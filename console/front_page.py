@@ -1,7 +1,7 @@
 """The console's front page: what needs a person now, gathered from every app.
 
 The engine gives its figures and tables (``console.admin.overview``); each pipeline
-app gives a list of figures (``<app>.overview.figures``). Every figure links to the
+app registers the function that gives its figures (``console.figures``). Every figure links to the
 admin list that explains it and counts the rows that list would show the same user.
 """
 
@@ -11,8 +11,8 @@ from typing import Any
 
 from django.http import HttpRequest
 
+from console import figures as app_figures
 from console.admin import overview as jobs_overview
-from jobs import figures as app_figures
 
 
 def build(request: HttpRequest) -> dict[str, Any]:

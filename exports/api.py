@@ -30,6 +30,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from console.api import (
+    Adds,
     ClosedSerializer,
     DateTimeFilter,
     ErrorSerializer,
@@ -37,7 +38,6 @@ from console.api import (
     StrictFilterBackend,
     object_body,
 )
-from console.api import StaffWrites as BaseStaffWrites
 from exports import services
 from exports.datasets import DATASETS, Dataset
 from exports.models import Engine, ExportJob, Mapping, MappingEntity, Snapshot, SnapshotStatus
@@ -240,12 +240,6 @@ class SnapshotFilter(filters.FilterSet):
         fields: list[str] = []
 
 
-class StaffWrites(BaseStaffWrites):
-    """Members read; staff take snapshots and cancel them."""
-
-    message = "Only staff may take or cancel snapshots."
-
-
 def visible_mapping(user: Any, reference: int | str) -> Mapping:
     """The mapping the caller names, among those they may see; a 400 naming ``mapping``
     otherwise. Names are unique within a tenant only, so one who sees every tenant's
@@ -329,8 +323,10 @@ class SnapshotViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     """Snapshots of the caller's tenant (every tenant's for platform operators)."""
 
     serializer_class = SnapshotSerializer
-    permission_classes = [IsAuthenticated, StaffWrites]
-    operated_model = Snapshot  # its actions need exports.operate_snapshot
+    # Taking one needs exports.add_snapshot, as the admin's "Take a snapshot" does; its
+    # actions need exports.operate_snapshot.
+    permission_classes = [IsAuthenticated, Adds]
+    added_model = operated_model = Snapshot
     filter_backends = [StrictFilterBackend]
     filterset_class = SnapshotFilter
     lookup_value_regex = r"\d+"
@@ -347,7 +343,7 @@ class SnapshotViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         return SnapshotSerializer(fresh, context=self.get_serializer_context()).data
 
     @extend_schema(
-        summary="Take a snapshot of a mapping (staff)",
+        summary="Take a snapshot of a mapping (staff granted exports.add_snapshot)",
         request=TakeSnapshotSerializer,
         responses={201: SnapshotSerializer},
     )

@@ -10,12 +10,12 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 import jobs
-from console.admin import Figure, viewable_admin
+from console.admin import Figure, front_page_figures, viewable_admin
 from exports.models import Snapshot, SnapshotStatus
 from tenancy.scoping import scope_queryset
 
 
-@jobs.front_page_figures
+@front_page_figures
 def figures(request: HttpRequest) -> list[Figure]:
     if viewable_admin(request, Snapshot) is None:
         return []

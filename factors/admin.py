@@ -1,6 +1,8 @@
 """The CO2 calculator in the admin: units, reports with their modules and stats, entries,
 factors (stale ones filterable) and emissions; upload forms that start the same
-pipelines as ``/sync/…``, through the same services.
+pipelines as ``/sync/…``, through the same services, each an ``Operation``: refused
+without its ``operate_<model>`` permission, and recorded in the admin log on the job it
+started, naming who.
 
 Rows are written by the calculator's own paths only (jobs, services), so these pages
 show them and start operations; they do not edit rows in place. Staff of a tenant see
@@ -24,6 +26,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+import jobs
 from console.admin import (
     CappedCountPaginator,
     JobLinks,
@@ -132,6 +135,51 @@ REMOVE_LOADS = Operation(
     EntryLoad,
     platform=True,
 )
+# The upload pages, each called with its form's cleaned values.
+SYNC_UNITS = Operation(
+    "sync_units",
+    "Sync units",
+    "synced",
+    lambda data, actor, reason: services.sync_units(
+        data["year"],
+        source=data.get("file"),
+        filename=getattr(data.get("file"), "name", ""),
+        url=data["url"],
+        actor=actor,
+    ),
+    Unit,
+    platform=True,
+)
+UPLOAD_ENTRIES = Operation(
+    "upload_entries",
+    "Upload entries CSV",
+    "uploaded",
+    lambda data, actor, reason: services.dispatch_csv(
+        data["module"], data["data_entry_type"], data["file"], filename=data["file"].name, actor=actor
+    ),
+    DataEntry,
+)
+UPLOAD_FACTORS = Operation(
+    "upload_factors",
+    "Upload factors CSV",
+    "uploaded",
+    lambda data, actor, reason: services.upload_factors(
+        data["data_entry_type"], data["file"], filename=data["file"].name, actor=actor
+    ),
+    EmissionFactor,
+    platform=True,
+)
+
+
+def _started_job(result: services.Dispatched) -> jobs.Job:
+    return result.job
+
+
+def _upload_detail(what: str) -> Callable[[services.Dispatched], str]:
+    """The log entry's detail: what was asked for, and how many rows it holds."""
+    return lambda result: (
+        what + ("" if result.rows is None else f", {result.rows:,} row{'s' * (result.rows != 1)}")
+    )
 
 
 class ReadOnly(JobLinks, ReadOnlyAdmin):
@@ -147,11 +195,14 @@ class ReadOnly(JobLinks, ReadOnlyAdmin):
 class UploadViews(ReadOnly):
     """A changelist with an upload page that starts a pipeline through a service.
 
-    Each admin below says how: ``upload_form(request)`` builds its bound form, and
-    ``start(request, cleaned_data)`` calls the service and returns what it dispatched;
-    ``upload_kind`` names the files it takes, whose size limit is its page's body limit.
+    Each admin below says how: ``upload_form(request)`` builds its bound form,
+    ``upload_operation`` calls the service with the form's values (``upload_values``
+    makes of them what it takes) and returns what it dispatched, and ``upload_what``
+    says what was asked for, in the admin log; ``upload_kind`` names the files it takes,
+    whose size limit is its page's body limit.
     """
 
+    upload_operation: Operation
     upload_label = ""
     upload_intro = ""
     upload_kind = ""
@@ -174,7 +225,14 @@ class UploadViews(ReadOnly):
         return super().changelist_view(request, context)
 
     def may_upload(self, request: HttpRequest) -> bool:
-        return self.has_operate_permission(request)
+        return self.upload_operation.permitted(request)
+
+    def upload_values(self, data: dict[str, Any]) -> dict[str, Any]:
+        return data
+
+    def upload_what(self, data: dict[str, Any]) -> str:
+        upload = data.get("file")
+        return f"{data['data_entry_type']} from {upload.name}" if upload else data["data_entry_type"]
 
     def after_upload(self, request: HttpRequest, result: services.Dispatched) -> str:
         """The pipeline page, to watch the upload go through; the list for staff who may
@@ -191,7 +249,14 @@ class UploadViews(ReadOnly):
         rejected = None
         if request.method == "POST" and form.is_valid():
             try:
-                result = self.start(request, form.cleaned_data)  # type: ignore[attr-defined]
+                values = self.upload_values(form.cleaned_data)
+                result = self.upload_operation.perform(
+                    self,
+                    request,
+                    values,
+                    logged=_started_job,
+                    detail=_upload_detail(self.upload_what(values)),
+                )
             except services.UploadRejected as exc:
                 rejected = exc.report.as_dict()
             except services.InvalidRequest as exc:
@@ -244,6 +309,7 @@ class UnitAdmin(UploadViews):
         "updated_at",
     )
     change_list_template = "admin/factors/unit/change_list.html"
+    upload_operation = SYNC_UNITS
     upload_label = "Sync units"
     upload_kind = "units"
     upload_intro = (
@@ -259,15 +325,14 @@ class UnitAdmin(UploadViews):
     def upload_form(self, request: HttpRequest) -> django_forms.Form:
         return _bound(UnitSyncForm, request)
 
-    def start(self, request: HttpRequest, data: dict[str, Any]) -> services.Dispatched:
+    def upload_values(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Without a file or a URL, the directory's configured address (as the form says)."""
+        url = data.get("url") or (None if data.get("file") else conf.units_url() or None)
+        return {**data, "url": url}
+
+    def upload_what(self, data: dict[str, Any]) -> str:
         upload = data.get("file")
-        return services.sync_units(
-            data["year"],
-            source=upload,
-            filename=getattr(upload, "name", ""),
-            url=data.get("url") or None,
-            actor=request.user,
-        )
+        return f"{data['year']} from {upload.name if upload else data['url']}"
 
 
 # --- reports and modules -----------------------------------------------------------------------------
@@ -428,6 +493,7 @@ class DataEntryAdmin(ClassificationShown, UploadViews):
     search_fields = ["=id", "=module__report__unit__code"]
     search_help_text = "An entry id or an exact unit code."
     change_list_template = "admin/factors/dataentry/change_list.html"
+    upload_operation = UPLOAD_ENTRIES
     upload_label = "Upload entries CSV"
     upload_kind = "entries"
     upload_intro = (
@@ -445,7 +511,7 @@ class DataEntryAdmin(ClassificationShown, UploadViews):
     platform_operation = False  # a tenant's staff upload their tenant's entries
 
     def may_upload(self, request: HttpRequest) -> bool:
-        return tenant_scope(request.user) is not False and self.has_operate_permission(request)
+        return tenant_scope(request.user) is not False and super().may_upload(request)
 
     @admin.display(description="kg CO2e")
     def kg_co2e(self, entry: DataEntry) -> str:
@@ -458,14 +524,15 @@ class DataEntryAdmin(ClassificationShown, UploadViews):
         reports = scope_queryset(CarbonReport.objects.all(), request.user, field="unit__tenant")
         return _bound(EntriesUploadForm, request, reports=reports)
 
-    def start(self, request: HttpRequest, data: dict[str, Any]) -> services.Dispatched:
+    def upload_values(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The report's module of the chosen type, looked up before the upload is read."""
         module = ReportModule.objects.filter(report=data["report"], module_type=data["module_type"]).first()
         if module is None:
             raise services.InvalidRequest({"module_type": ["this report has no such module"]})
-        upload = data["file"]
-        return services.dispatch_csv(
-            module, data["data_entry_type"], upload, filename=upload.name, actor=request.user
-        )
+        return {**data, "module": module}
+
+    def upload_what(self, data: dict[str, Any]) -> str:
+        return f"{data['data_entry_type']} into {data['module']} from {data['file'].name}"
 
 
 class StaleFilter(admin.SimpleListFilter):
@@ -500,6 +567,7 @@ class EmissionFactorAdmin(ClassificationShown, UploadViews):
     search_fields = ["source"]
     actions = ["recalculate"]
     change_list_template = "admin/factors/emissionfactor/change_list.html"
+    upload_operation = UPLOAD_FACTORS
     upload_label = "Upload factors CSV"
     upload_kind = "factors"
     upload_intro = (
@@ -516,12 +584,6 @@ class EmissionFactorAdmin(ClassificationShown, UploadViews):
 
     def upload_form(self, request: HttpRequest) -> django_forms.Form:
         return _bound(FactorsUploadForm, request)
-
-    def start(self, request: HttpRequest, data: dict[str, Any]) -> services.Dispatched:
-        upload = data["file"]
-        return services.upload_factors(
-            data["data_entry_type"], upload, filename=upload.name, actor=request.user
-        )
 
     @admin.action(
         description="Recalculate the emissions of the selected factors' types", permissions=["operate"]

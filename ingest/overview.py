@@ -7,12 +7,11 @@ from __future__ import annotations
 from django.http import HttpRequest
 from django.urls import reverse
 
-import jobs
-from console.admin import Figure, viewable_admin
+from console.admin import Figure, front_page_figures, viewable_admin
 from ingest.runs.models import BreakerState, RunnerBreaker
 
 
-@jobs.front_page_figures
+@front_page_figures
 def figures(request: HttpRequest) -> list[Figure]:
     """Each figure over the rows its admin list shows this user, and only if they may
     see that list."""

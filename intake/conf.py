@@ -9,8 +9,8 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from appsettings import AppSettings
 from intake.addresses import AllowList
-from jobs.appsettings import AppSettings
 
 SETTINGS = AppSettings("INTAKE_")
 get = SETTINGS.get

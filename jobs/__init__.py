@@ -32,7 +32,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from jobs.appsettings import AppSettings
+    from appsettings import AppSettings
     from jobs.arguments import storable_json
     from jobs.backoff import Backoff, Exponential, Fibonacci, Fixed, Schedule
     from jobs.clock import now
@@ -59,7 +59,6 @@ if TYPE_CHECKING:
         UnknownJobType,
     )
     from jobs.events import publish
-    from jobs.figures import front_page_figures
     from jobs.metrics import register_collector
 
     # The job model, for apps' annotations (``def f(job: jobs.Job)``) only: code gets its
@@ -106,7 +105,6 @@ __all__ = [
     "enqueue_once",
     "execute_prepared",
     "explain",
-    "front_page_figures",
     "handler",
     "live_workers",
     "now",
@@ -129,7 +127,7 @@ __all__ = [
 # the two to each other): the module, and the name there.
 _SOURCES: dict[str, tuple[str, str]] = {
     "ApiPayload": ("jobs.payloads", "ApiPayload"),
-    "AppSettings": ("jobs.appsettings", "AppSettings"),
+    "AppSettings": ("appsettings", "AppSettings"),
     "Backoff": ("jobs.backoff", "Backoff"),
     "Cron": ("jobs.registry", "Cron"),
     "Enqueued": ("jobs.enqueueing", "Enqueued"),
@@ -156,7 +154,6 @@ _SOURCES: dict[str, tuple[str, str]] = {
     "enqueue_once": ("jobs.engine", "enqueue_once"),
     "execute_prepared": ("jobs.sql", "execute"),
     "explain": ("jobs.why", "explain"),
-    "front_page_figures": ("jobs.figures", "front_page_figures"),
     "handler": ("jobs.registry", "handler"),
     "live_workers": ("jobs.why", "live_worker_count"),
     "now": ("jobs.clock", "now"),

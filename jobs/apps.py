@@ -19,5 +19,3 @@ class JobsConfig(AppConfig):
         autodiscover_modules("handlers")
         for module in conf.handler_modules():
             import_module(module)
-        # Every app's overview.py registers its front-page figures (@jobs.front_page_figures).
-        autodiscover_modules("overview")

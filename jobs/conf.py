@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from jobs.appsettings import AppSettings
+from appsettings import AppSettings
 
 # A worker row not refreshed for this long belongs to a dead process.
 WORKER_STALE_SECONDS = 30

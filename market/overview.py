@@ -8,13 +8,13 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 import jobs
-from console.admin import Figure, viewable_admin
+from console.admin import Figure, front_page_figures, viewable_admin
 from market import freshness, services
 from market.models import MarketFeed
 from tenancy.scoping import scope_queryset
 
 
-@jobs.front_page_figures
+@front_page_figures
 def figures(request: HttpRequest) -> list[Figure]:
     """The sources in error and the stale ones, if the user may see the feeds' list."""
     if viewable_admin(request, MarketFeed) is None:

@@ -40,7 +40,7 @@ from ingest.scraping.models import IngestionHandoff, ScrapeReference
 from jobs.models import Delivery, Event, Job
 from jobs.worker import run_until_idle
 from market.models import MarketFeed, SourceFreshness
-from tests.support.base import make_job, staff, tenant
+from tests.support.base import granted, make_job, staff, tenant
 from tests.support.exports.builders import binding, claim_jobs
 from tests.support.factors.builders import csv_bytes, dispatch, module, plane_factors, plane_rows, report
 from tests.support.ingest import builders as ingest_builders
@@ -170,7 +170,17 @@ def token_client(user: Any) -> APIClient:
 def globex() -> dict[str, APIClient]:
     other = tenant("Globex")
     return {
-        "staff": token_client(staff("gina", of=other)),
+        # Staff who may start runs, take snapshots, sync references and enqueue jobs: the
+        # API asks where their tenant ends, not only what they may do.
+        "staff": token_client(
+            granted(
+                staff("gina", of=other),
+                "ingest.operate_ingestrun",
+                "exports.add_snapshot",
+                "ingest.add_scrapereference",
+                "jobs.add_job",
+            )
+        ),
         "member": token_client(staff("gus", of=other, is_staff=False)),
     }
 

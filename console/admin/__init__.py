@@ -18,8 +18,9 @@ templates.
 Other apps' admins build on the pieces listed in ``__all__``: ``Operation`` for every
 operator action (``operations``), the ``job_link`` cell, the read-only bases, the capped
 paginator, choice filters and bulk selection; their front-page figures
-(``<app>/overview.py``) are ``Figure``s shown to whom ``viewable_admin`` lets in; and each
-says what its jobs work for with ``register_job_subject`` (``subjects``).
+(``<app>/overview.py``, registered with ``front_page_figures``: ``console.figures``) are
+``Figure``s shown to whom ``viewable_admin`` lets in; and each says what its jobs work
+for with ``register_job_subject`` (``subjects``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from console.admin.overview import Figure, viewable_admin
 from console.admin.readonly import ReadOnlyAdmin, ReadOnlyInline, ReadOnlyMixin
 from console.admin.rendering import bulk_selection
 from console.admin.subjects import Subject, SubjectAction, register_job_subject
+from console.figures import front_page_figures
 
 __all__ = [
     "CappedCountPaginator",
@@ -45,6 +47,7 @@ __all__ = [
     "Subject",
     "SubjectAction",
     "bulk_selection",
+    "front_page_figures",
     "job_cell",
     "job_link",
     "may_view_jobs",

@@ -77,13 +77,16 @@ class Operation:
         logged: Any = None,
         detail: str | Callable[[Any], str] = "",
     ) -> Any:
-        """The call and the admin log entry (on ``logged``, else the object the call
-        returns or acted on; one on each when ``logged`` is a list: a bulk call over a
-        selection), committed together. ``detail`` (or what it makes of the call's
-        result) is added to the entry in brackets."""
+        """The call and the admin log entry (on ``logged``, or what it makes of the call's
+        result when it is a function; else the object the call returns or acted on; one on
+        each when it is a list: a bulk call over a selection), committed together.
+        ``detail`` (or what it makes of the call's result) is added to the entry in
+        brackets."""
         reason = reason.strip()[:REASON_CHARS]
         with transaction.atomic():
             result = self.call(obj, request.user, reason)
+            if callable(logged):
+                logged = logged(result)
             target = logged if logged is not None else (result if isinstance(result, models.Model) else obj)
             said = detail(result) if callable(detail) else detail
             message = f"{self.label} via the admin" + (f" ({said})" if said else "")

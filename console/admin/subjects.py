@@ -46,7 +46,8 @@ class Subject:
     domain's own account of a failure (the hook's last line), which says more than the
     job's error. ``replaces_retry`` says why retrying the failed job alone is not the fix
     ("retrying this job alone would not reopen the run"): the job's page and its why
-    line then point at the domain's actions."""
+    line then point at the domain's actions, and retrying the job's failure group warns
+    first, linking them."""
 
     label: str
     url: str
@@ -71,7 +72,8 @@ _REGISTRY: dict[str, _Registration] = {}
 def register_job_subject(types: str | Iterable[str], resolver: Resolver, *, permission: str) -> None:
     """Say what jobs of ``types`` work for. ``resolver(request, jobs, detail)`` answers
     ``{job id: Subject}``; with ``detail`` false (a list of jobs) it may leave out the
-    message and the actions. ``permission`` is the one needed to view the subject's
+    message and the actions, not ``replaces_retry``: retrying a failure group warns
+    from it, over every job the retry takes. ``permission`` is the one needed to view the subject's
     page. A type registered twice is an error: two apps would claim one job type."""
     for job_type in [types] if isinstance(types, str) else types:
         known = _REGISTRY.get(job_type)

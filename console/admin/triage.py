@@ -4,12 +4,16 @@ and its newest traceback, and "retry all in this group" after a preview and a re
 
 An operator who fixed a cause retries its group in two clicks: *Retry all* on the
 group's row, then *Yes* under the preview. Each job is retried through the engine, with
-the reason in its history and in the admin's log, under the operator's name.
+the reason in its history and in the admin's log, under the operator's name. Where some
+of the jobs work for something with a retry of its own (a run whose hooks failed: the
+job-subject registry's ``replaces_retry``), the preview says so first and offers that
+retry.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
@@ -23,6 +27,7 @@ from django.utils.http import urlencode
 from console import triage
 from console.admin.operations import OPERATIONS, REASON_CHARS, may_operate, operate
 from console.admin.rendering import MAX_BULK, format_duration
+from console.admin.subjects import Subject
 from console.admin.subjects import subjects as job_subjects
 from jobs.errors import IllegalTransition
 from jobs.models import Job
@@ -36,6 +41,9 @@ if TYPE_CHECKING:
 MAX_RETRY = MAX_BULK
 # Jobs named on the preview, beside the counts.
 PREVIEW_ROWS = 20
+# Subjects with a retry of their own named on the preview, with that retry; the rest
+# are counted.
+OWN_RETRIES_SHOWN = 10
 
 
 def urls(model_admin: ModelAdmin[Job]) -> list[URLPattern]:
@@ -139,6 +147,9 @@ def retry_view(model_admin: ModelAdmin[Job], request: HttpRequest, group: str) -
     tenants = list(
         members.filter(tenant__isnull=False).order_by().values_list("tenant__name", flat=True).distinct()[:20]
     )
+    # What "Yes" would retry (the POST's choice, ``upto`` the newest now).
+    chosen = list(members.filter(pk__lte=found.sample.pk).defer("result", "last_error")[:MAX_RETRY])
+    own, more, own_jobs = own_retries(request, chosen)
     preview = list(members.select_related("tenant").defer("result", "last_error")[:PREVIEW_ROWS])
     subjects = job_subjects(request, preview)
     for job in preview:
@@ -157,8 +168,43 @@ def retry_view(model_admin: ModelAdmin[Job], request: HttpRequest, group: str) -
         "list_url": list_url(found, window),
         "reason": reason,
         "span": format_duration((found.last_seen - found.first_seen).total_seconds()),
+        "own_retries": own,
+        "own_retry_more": more,
+        "own_retry_jobs": own_jobs,
     }
     return TemplateResponse(request, "admin/jobs/triage_retry.html", context)
+
+
+@dataclass(frozen=True)
+class OwnRetry:
+    """What some of a group's jobs work for, whose own retry is the fix: ``subject``
+    with its actions, ``reason`` why the jobs' retry is not enough, and how many
+    ``jobs`` of the group work for it."""
+
+    subject: Subject
+    reason: str
+    jobs: int
+
+
+def own_retries(request: HttpRequest, chosen: list[Job]) -> tuple[list[OwnRetry], int, int]:
+    """Of the subjects ``chosen`` work for, those with a retry of their own: the first
+    ``OWN_RETRIES_SHOWN`` with their actions, how many more, and how many of the jobs
+    work for one. One resolver call per type for the list, one more for the detail of
+    those shown."""
+    brief = job_subjects(request, chosen)
+    by_subject: dict[str, list[Job]] = {}
+    for job in chosen:
+        subject = brief.get(job.pk)
+        if subject is not None and subject.replaces_retry:
+            by_subject.setdefault(subject.url, []).append(job)
+    shown = list(by_subject.values())[:OWN_RETRIES_SHOWN]
+    detailed = job_subjects(request, [group[0] for group in shown], detail=True)
+    found = []
+    for group in shown:
+        listed = brief[group[0].pk]
+        subject = detailed.get(group[0].pk, listed)
+        found.append(OwnRetry(subject, subject.replaces_retry or listed.replaces_retry, len(group)))
+    return found, len(by_subject) - len(found), sum(len(group) for group in by_subject.values())
 
 
 def _int(value: str | None) -> int | None:

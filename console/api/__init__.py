@@ -16,7 +16,7 @@ from __future__ import annotations
 from console.api.filters import DateTimeFilter, StrictFilterBackend
 from console.api.pagination import CheckedCursorPagination, NewestFirst, StrictLimitOffset
 from console.api.parsers import BoundedJSONParser, holds_nul, object_body
-from console.api.permissions import Operates, StaffWrites
+from console.api.permissions import Adds, Operates
 from console.api.scoping import visible_jobs
 from console.api.serializers import (
     ClosedSerializer,
@@ -28,6 +28,7 @@ from console.api.streaming import StreamedJSONParser
 from console.throttling import wrong_token
 
 __all__ = [
+    "Adds",
     "BoundedJSONParser",
     "CheckedCursorPagination",
     "ClosedSerializer",
@@ -37,7 +38,6 @@ __all__ = [
     "JobSerializer",
     "NewestFirst",
     "Operates",
-    "StaffWrites",
     "StreamedJSONParser",
     "StrictFilterBackend",
     "StrictLimitOffset",

@@ -4,20 +4,34 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth import get_permission_codename
+from django.db import models
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 
 from tenancy.operators import may_operate, operate_permission
 
 
-class StaffWrites(BasePermission):
-    """Members read; only staff write: a change to the work of a whole tenant is an
-    operator's decision. Apps subclass it for a ``message`` that names what they guard."""
+class Adds(BasePermission):
+    """Members read; creating (any other method) needs what the admin would ask to add the
+    view's ``added_model``: staff granted its ``add_<model>`` permission. Put it on a view
+    whose only write is its ``create``; its actions carry ``Operates``. A create the admin
+    offers as an operation (starting a run) takes ``Operates`` instead."""
 
-    message = "Only staff may change jobs."
+    message = "You may not create these."
 
     def has_permission(self, request: Request, view: Any) -> bool:
-        return request.method in SAFE_METHODS or bool(request.user and request.user.is_staff)
+        if request.method in SAFE_METHODS:
+            return True
+        needed = add_permission(view.added_model)
+        self.message = f"Only staff granted {needed} may do this."
+        user = request.user
+        return bool(user and user.is_authenticated and user.is_staff and user.has_perm(needed))
+
+
+def add_permission(model: type[models.Model]) -> str:
+    """``"<app_label>.add_<model>"``, Django's permission to add the model's rows."""
+    return f"{model._meta.app_label}.{get_permission_codename('add', model._meta)}"
 
 
 class Operates(BasePermission):

@@ -38,7 +38,7 @@ from console.api.filters import (
     reject_unknown,
 )
 from console.api.pagination import NewestFirst
-from console.api.permissions import Operates, StaffWrites
+from console.api.permissions import Adds, Operates
 from console.api.scoping import visible_jobs
 from console.api.serializers import (
     ActionSerializer,
@@ -69,7 +69,7 @@ class Conflict(APIException):
 # --- views -------------------------------------------------------------------------------
 
 NOT_FOUND = OpenApiResponse(ErrorSerializer, description="No such job visible to you.")
-FORBIDDEN = OpenApiResponse(ErrorSerializer, description="Not staff.")
+FORBIDDEN = OpenApiResponse(ErrorSerializer, description="Not permitted: says which permission it needs.")
 CONFLICT = OpenApiResponse(ErrorSerializer, description="The job's state does not allow it.")
 
 
@@ -86,7 +86,7 @@ OPERATES = [IsAuthenticated, Operates]
 
 
 class ScopedViewSet(viewsets.GenericViewSet):
-    permission_classes = [IsAuthenticated, StaffWrites]
+    permission_classes = [IsAuthenticated]
     pagination_class = NewestFirst
     filter_backends = [StrictFilterBackend, StrictOrderingFilter]
     ordering_fields = ["id"]
@@ -113,7 +113,10 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
     """Jobs of the caller's tenant (every tenant's for platform operators)."""
 
     filterset_class = JobFilter
-    operated_model = Job
+    # Enqueueing needs jobs.add_job (the admin adds no job: the API is where jobs are
+    # added by hand); the actions need jobs.operate_job.
+    permission_classes = [IsAuthenticated, Adds]
+    added_model = operated_model = Job
     throttle_scope: str | None = None  # the dashboard action's own rate (ScopedThrottle)
 
     def get_queryset(self) -> QuerySet[Job]:
@@ -124,7 +127,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
 
     # JSON only: a form can carry neither the payload object nor a null.
     @extend_schema(
-        summary="Enqueue a job (staff)",
+        summary="Enqueue a job (staff granted jobs.add_job)",
         request={"application/json": EnqueueSerializer},
         responses={
             201: JobDetailSerializer,
@@ -241,7 +244,10 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
 )
 class SyncJobViewSet(JobViewSet):
     """``POST /sync/jobs/{id}/recover``: the manual recovery route operators' scripts already call; the
-    same view as ``/api/jobs/{id}/recover/``."""
+    same view as ``/api/jobs/{id}/recover/``, and the same permission (routed by hand, it
+    does not get the action's own)."""
+
+    permission_classes = [IsAuthenticated, Operates]
 
 
 def _delivery_counts() -> dict[str, Count]:

@@ -7,7 +7,7 @@ run page's actions."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence, Set
 from typing import Any
 
 from django.contrib import admin
@@ -38,7 +38,10 @@ def _int(value: Any) -> int | None:
 
 def run_subjects(request: HttpRequest, found: Sequence[jobs.Job], detail: bool) -> Mapping[int, Subject]:
     runs = runs_of(request, found)
-    return {job.pk: run_subject(request, job, runs[job.pk], detail) for job in found if job.pk in runs}
+    hooks_failed = set() if detail else hooks_failed_of(found, runs.values())
+    return {
+        job.pk: run_subject(request, job, runs[job.pk], detail, hooks_failed) for job in found if job.pk in runs
+    }
 
 
 def runs_of(request: HttpRequest, found: Sequence[jobs.Job]) -> dict[int, IngestRun]:
@@ -61,9 +64,43 @@ def runs_of(request: HttpRequest, found: Sequence[jobs.Job]) -> dict[int, Ingest
     return matched
 
 
-def run_subject(request: HttpRequest, job: jobs.Job, run: IngestRun, detail: bool) -> Subject:
-    """The run (and batch) as a list shows it; with ``detail``, as the job's page does."""
-    return _detail(request, job, run) if detail else _brief(job, run)
+def run_subject(
+    request: HttpRequest,
+    job: jobs.Job,
+    run: IngestRun,
+    detail: bool,
+    hooks_failed: Set[tuple[int, int]] = frozenset(),
+) -> Subject:
+    """The run (and batch) as a list shows it, ``hooks_failed`` from
+    :func:`hooks_failed_of` for the whole list; with ``detail``, as the job's page does."""
+    return _detail(request, job, run) if detail else _brief(job, run, hooks_failed)
+
+
+def hooks_failed_of(found: Sequence[jobs.Job], runs: Collection[IngestRun]) -> set[tuple[int, int]]:
+    """``(batch, run)`` of the batches whose hooks failed, of those the failed jobs name:
+    one query for the whole list."""
+    named = {
+        pk for job in found if job.state == "failed" and (pk := _int(_event(job).get("batch"))) is not None
+    }
+    if not named or not runs:
+        return set()
+    return set(
+        IngestBatch.objects.filter(pk__in=named, run__in=runs, status=BatchStatus.HOOKS_FAILED).values_list(
+            "pk", "run_id"
+        )
+    )
+
+
+def _replaces(job: jobs.Job, run: IngestRun, hooks_failed: bool) -> str:
+    """Why retrying the failed job alone is not the fix, if it is not: the run's own
+    retries are."""
+    if job.state != "failed":  # the engine's Job.State.FAILED (pipelines read no engine module)
+        return ""
+    if run.finished:
+        return "retrying this job alone would not reopen the run"
+    if hooks_failed:
+        return "retrying this job alone would not run the batch's hooks again"
+    return ""
 
 
 def _label(run: IngestRun) -> str:
@@ -74,10 +111,13 @@ def _url(run: IngestRun) -> str:
     return reverse("admin:ingest_ingestrun_change", args=[run.pk])
 
 
-def _brief(job: jobs.Job, run: IngestRun) -> Subject:
+def _brief(job: jobs.Job, run: IngestRun, hooks_failed: Set[tuple[int, int]]) -> Subject:
     sequence = _int(_event(job).get("sequence"))
     parts = ((f"batch {sequence}", f"{_url(run)}#batch-{sequence}"),) if sequence else ()
-    return Subject(_label(run), _url(run), parts)
+    batch = _int(_event(job).get("batch"))
+    return Subject(
+        _label(run), _url(run), parts, replaces_retry=_replaces(job, run, (batch, run.pk) in hooks_failed)
+    )
 
 
 def _detail(request: HttpRequest, job: jobs.Job, run: IngestRun) -> Subject:
@@ -108,10 +148,5 @@ def _detail(request: HttpRequest, job: jobs.Job, run: IngestRun) -> Subject:
             for op in OPERATIONS.values()
             if op.name != "cancel" and op.allows(run, batches)
         )
-    replaces = ""
-    if job.state == "failed":  # the engine's Job.State.FAILED (pipelines read no engine module)
-        if run.finished:
-            replaces = "retrying this job alone would not reopen the run"
-        elif batch is not None and batch.status == BatchStatus.HOOKS_FAILED:
-            replaces = "retrying this job alone would not run the batch's hooks again"
+    replaces = _replaces(job, run, batch is not None and batch.status == BatchStatus.HOOKS_FAILED)
     return Subject(_label(run), _url(run), parts, message, actions, replaces)

@@ -22,6 +22,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from console.api import (
+    Adds,
     ClosedSerializer,
     ErrorSerializer,
     ErrorTextField,
@@ -31,11 +32,11 @@ from console.api import (
     object_body,
 )
 from ingest import conf
-from ingest.runs.api import StaffWrites, sources_named
+from ingest.runs.api import sources_named
 from ingest.runs.models import IngestSource
 from ingest.scraping import reading, services
 from ingest.scraping.ingester import ScrapedReference
-from ingest.scraping.models import SCRAPE_RUN_ID_LENGTH, HandoffStatus, IngestionHandoff
+from ingest.scraping.models import SCRAPE_RUN_ID_LENGTH, HandoffStatus, IngestionHandoff, ScrapeReference
 from intake.uploads import body_limit
 
 
@@ -134,7 +135,9 @@ class Sync(APIView):
     """``POST /scraping/{source}/sync``: store a scrape run's references and hand each new
     payload off to ingestion (``ingest.scraping.services.sync``), in one transaction."""
 
-    permission_classes = [IsAuthenticated, StaffWrites]
+    # A sync adds references (the admin adds none by hand): ingest.add_scrapereference.
+    permission_classes = [IsAuthenticated, Adds]
+    added_model = ScrapeReference
     parser_classes = [SyncBodyParser]
 
     @extend_schema(

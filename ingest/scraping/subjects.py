@@ -128,12 +128,13 @@ def run_and_handoff_subjects(
         and bool(by_run)
         and admin.site.get_model_admin(IngestionHandoff).has_operate_permission(request)  # type: ignore[attr-defined]
     )
+    hooks_failed = set() if detail else run_subjects.hooks_failed_of(found, runs.values())
     subjects = {}
     for job in found:
         run = runs.get(job.pk)
         if run is None:
             continue
-        subject = run_subjects.run_subject(request, job, run, detail)
+        subject = run_subjects.run_subject(request, job, run, detail, hooks_failed)
         handoff = by_run.get(run.pk)
         if handoff is not None and handoff.tenant_id == job.tenant_id:
             subject = _with_handoff(subject, handoff, may_retry, detail)

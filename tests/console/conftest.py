@@ -18,8 +18,8 @@ def globex():
 
 @pytest.fixture
 def alice(acme) -> APIClient:
-    """Acme staff who operate jobs."""
-    return as_user(granted(staff("alice", of=acme), "jobs.operate_job"))
+    """Acme staff who enqueue and operate jobs."""
+    return as_user(granted(staff("alice", of=acme), "jobs.add_job", "jobs.operate_job"))
 
 
 @pytest.fixture
@@ -31,4 +31,4 @@ def bob(acme) -> APIClient:
 @pytest.fixture
 def olga() -> APIClient:
     """A platform operator: every tenant."""
-    return as_user(granted(staff("olga", operator=True), "jobs.operate_job"))
+    return as_user(granted(staff("olga", operator=True), "jobs.add_job", "jobs.operate_job"))

@@ -414,10 +414,34 @@ def test_a_non_staff_member_cannot_enqueue(clock, bob):
     assert not Job.objects.exists()
 
 
-def test_a_user_without_a_tenant_cannot_enqueue(clock):
-    response = as_user(staff("nemo")).post("/api/jobs/", {"type": "tests.noop"}, format="json")
+def test_a_non_staff_member_cannot_enqueue_even_granted_the_permission(clock, acme):
+    member = as_user(granted(staff("bea", of=acme, is_staff=False), "jobs.add_job"))
+
+    response = member.post("/api/jobs/", {"type": "tests.noop"}, format="json")
 
     assert response.status_code == 403
+    assert not Job.objects.exists()
+
+
+def test_staff_who_may_operate_jobs_but_not_add_them_cannot_enqueue(clock, acme):
+    """Enqueueing is adding a job (jobs.add_job); operating one (jobs.operate_job) is
+    recovering, retrying, cancelling or running an existing one."""
+    carl = as_user(granted(staff("carl", of=acme), "jobs.operate_job"))
+
+    response = carl.post("/api/jobs/", {"type": "tests.noop"}, format="json")
+
+    assert response.status_code == 403
+    assert response.json()["detail"] == "Only staff granted jobs.add_job may do this."
+    assert not Job.objects.exists()
+
+
+def test_a_user_without_a_tenant_cannot_enqueue(clock):
+    nemo = as_user(granted(staff("nemo"), "jobs.add_job"))
+
+    response = nemo.post("/api/jobs/", {"type": "tests.noop"}, format="json")
+
+    assert response.status_code == 403
+    assert "no tenant" in response.json()["detail"]
     assert not Job.objects.exists()
 
 
@@ -532,6 +556,18 @@ def test_the_seeds_recover_route_recovers_a_stuck_job(clock, alice, acme):
     job.refresh_from_db()
     assert job.state == Job.State.PENDING
     assert job.events.get(kind=JobEvent.Kind.RECOVERED).actor.username == "alice"
+
+
+def test_the_seeds_recover_route_needs_the_operate_permission_as_the_apis_does(clock, acme):
+    job = running(acme)
+    carl = as_user(granted(staff("carl", of=acme), "jobs.add_job"))
+
+    response = carl.post(f"/sync/jobs/{job.pk}/recover", {"reason": "pod died"}, format="json")
+
+    assert response.status_code == 403
+    assert "jobs.operate_job" in response.json()["detail"]
+    job.refresh_from_db()
+    assert job.state == Job.State.RUNNING
 
 
 def test_the_seeds_recover_route_keeps_tenants_apart(clock, alice, globex):

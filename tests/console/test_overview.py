@@ -218,20 +218,20 @@ def test_a_nul_character_in_an_address_is_a_400_not_a_500(admin_client, url):
 
 def test_each_app_registers_its_figures_from_its_overview_module():
     """Discovered at start-up, in the order the apps are installed."""
+    from console import figures
     from exports import overview as exports_overview
     from ingest import overview as ingest_overview
-    from jobs import figures
     from market import overview as market_overview
 
     assert figures.providers() == [ingest_overview.figures, market_overview.figures, exports_overview.figures]
 
 
 def test_a_provider_an_app_registers_shows_its_figures_on_the_front_page(admin_client):
-    import jobs
+    from console import figures
+    from console.admin import front_page_figures
     from console.overview import Figure
-    from jobs import figures
 
-    @jobs.front_page_figures
+    @front_page_figures
     def reports(request):
         return [Figure("reports-late", "reports late", 3, reverse("admin:jobs_job_changelist"), tone="warn")]
 

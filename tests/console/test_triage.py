@@ -163,6 +163,8 @@ def test_retrying_a_group_previews_then_retries_each_job_with_the_reason(client,
     assert preview.status_code == 200
     assert preview.context["touch"] == 3
     assert {job.pk for job in preview.context["preview"]} == {job.pk for job in members}
+    # Jobs that work for nothing with a retry of its own: no warning.
+    assert preview.context["own_retries"] == [] and 'id="triage-own-retry"' not in preview.content.decode()
 
     response = client.post(retry_url(group.fingerprint), {"reason": "the host is back"})
 

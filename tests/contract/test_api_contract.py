@@ -61,7 +61,7 @@ from ingest.runs import services as ingest_services
 from ingest.scraping import services as scraping
 from jobs.events import publish
 from jobs.models import Job
-from tests.support.base import make_job, operating, run_next, staff, tenant
+from tests.support.base import granted, make_job, operating, run_next, staff, tenant
 from tests.support.factors.builders import module, plane_factors, report
 from tests.support.ingest import builders as ingest_builders
 
@@ -221,9 +221,12 @@ class World:
 
 def build_world() -> World:
     acme, globex = tenant("Acme"), tenant("Globex")
+    # Staff may operate everything and create what the API creates (jobs, snapshots,
+    # scraped references; a run's start is an operation), as the admin would let them.
+    creates = ("jobs.add_job", "exports.add_snapshot", "ingest.add_scrapereference")
     users = {
-        "operator": operating(staff("olga", operator=True)),
-        "tenant_staff": operating(staff("alice", of=acme)),
+        "operator": granted(operating(staff("olga", operator=True)), *creates),
+        "tenant_staff": granted(operating(staff("alice", of=acme)), *creates),
         "tenant_member": staff("bob", of=acme, is_staff=False),
     }
     plane_factors()

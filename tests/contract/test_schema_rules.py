@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from drf_spectacular.generators import SchemaGenerator
 
-from tests.support.base import as_user, staff, tenant
+from tests.support.base import as_user, granted, staff, tenant
 from tests.support.ingest import builders
 
 pytestmark = pytest.mark.django_db
@@ -50,7 +50,9 @@ def test_a_snapshot_listings_mapping_filter_states_the_ids_range(schema):
     ],
 )
 def test_a_start_body_refuses_a_field_it_does_not_declare(schema, path, body, field):
-    alice = as_user(staff("alice", of=tenant("Acme")))
+    alice = as_user(
+        granted(staff("alice", of=tenant("Acme")), "exports.add_snapshot", "ingest.operate_ingestrun")
+    )
 
     response = alice.post(path, {field: 1, "colour": "blue"}, format="json")
 
@@ -61,7 +63,7 @@ def test_a_start_body_refuses_a_field_it_does_not_declare(schema, path, body, fi
 def test_a_sync_body_and_its_references_are_closed_and_ids_not_empty(schema):
     acme = tenant("Acme")
     builders.source(acme, name="listings", kind="scraped_reference", config={})
-    scraper = as_user(staff("scraper", of=acme))
+    scraper = as_user(granted(staff("scraper", of=acme), "ingest.add_scrapereference"))
     reference = component(schema, "Reference")
 
     response = scraper.post(
@@ -90,7 +92,7 @@ def test_the_tenant_a_handoff_listing_documents_is_taken():
 
 
 def test_an_enqueue_body_states_its_payload_is_an_object_and_its_keys_not_empty(schema):
-    alice = as_user(staff("alice", of=tenant("Acme")))
+    alice = as_user(granted(staff("alice", of=tenant("Acme")), "jobs.add_job"))
     enqueue = component(schema, "Enqueue")["properties"]
 
     response = alice.post(

@@ -70,7 +70,18 @@ def test_the_commands_the_image_names_exist():
 
 # --- what the image leaves out: the development tools ------------------------------------
 
-PRODUCT = ["project", "jobs", "console", "tenancy", "intake", "factors", "ingest", "market", "exports"]
+PRODUCT = [
+    "project",
+    "appsettings",
+    "jobs",
+    "console",
+    "tenancy",
+    "intake",
+    "factors",
+    "ingest",
+    "market",
+    "exports",
+]
 DEVELOPMENT = {"devtools", "tests", "bench"}
 
 

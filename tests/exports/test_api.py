@@ -22,7 +22,7 @@ SNAPSHOTS = "/api/exports/snapshots/"
 
 @pytest.fixture
 def alice_user(acme):
-    return granted(staff("alice", of=acme), "exports.operate_snapshot")
+    return granted(staff("alice", of=acme), "exports.add_snapshot", "exports.operate_snapshot")
 
 
 @pytest.fixture
@@ -40,13 +40,13 @@ def bob(acme):
 @pytest.fixture
 def gina(globex):
     """Globex staff."""
-    return as_user(granted(staff("gina", of=globex), "exports.operate_snapshot"))
+    return as_user(granted(staff("gina", of=globex), "exports.add_snapshot", "exports.operate_snapshot"))
 
 
 @pytest.fixture
 def olga():
     """A platform operator."""
-    return as_user(granted(staff("olga", operator=True), "exports.operate_snapshot"))
+    return as_user(granted(staff("olga", operator=True), "exports.add_snapshot", "exports.operate_snapshot"))
 
 
 # --- mappings and datasets --------------------------------------------------------------------
@@ -357,6 +357,19 @@ def test_staff_without_the_operate_permission_get_403_and_the_snapshot_stays(acm
     snap.refresh_from_db()
     assert snap.status != SnapshotStatus.FAILED
     assert not ExportEvent.objects.filter(kind=EventKind.CANCELLED).exists()
+
+
+def test_staff_without_the_add_permission_take_no_snapshot_as_in_the_admin(acme):
+    """Taking a snapshot needs exports.add_snapshot, as the mapping page's "Take a
+    snapshot" does; the operate permission is for acting on one."""
+    mapping(of=acme)
+    carl = as_user(granted(staff("carl", of=acme), "exports.operate_snapshot"))
+
+    response = carl.post(SNAPSHOTS, {"mapping": "co2"}, format="json")
+
+    assert response.status_code == 403
+    assert response.json()["detail"] == "Only staff granted exports.add_snapshot may do this."
+    assert not Snapshot.objects.exists()
 
 
 def test_cancelling_a_finished_snapshot_is_a_409_saying_why(alice, acme):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import io
 
 import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.contenttypes.models import ContentType
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from factors import catalog, csv_schemas
@@ -14,7 +16,7 @@ from factors.models import CarbonReport, DataEntry, EmissionFactor
 from intake.csv_validation import validate
 from jobs.models import Job
 from jobs.worker import run_until_idle
-from tests.support.base import staff, tenant
+from tests.support.base import granted, staff, tenant
 from tests.support.factors.builders import (
     csv_bytes,
     dispatch,
@@ -119,6 +121,136 @@ def test_a_refused_upload_lists_its_errors_and_starts_nothing(admin_client, trav
 def test_the_factor_upload_form_is_for_platform_operators(client, travel):
     client.force_login(staff("tess", of=tenant("Acme")))
     assert client.get("/admin/factors/emissionfactor/upload/").status_code == 403
+
+
+def log_of(job: Job) -> list[tuple[str, str]]:
+    """The admin log entries on ``job``: who, and what they asked for."""
+    return list(
+        LogEntry.objects.filter(content_type=ContentType.objects.get_for_model(Job), object_id=str(job.pk))
+        .order_by("pk")
+        .values_list("user__username", "change_message")
+    )
+
+
+def entries_upload(report_id: int, rows: int = 5) -> dict:
+    return {
+        "report": report_id,
+        "module_type": "travel",
+        "data_entry_type": "plane",
+        "file": SimpleUploadedFile("e.csv", csv_bytes(HEADER, plane_rows(rows))),
+    }
+
+
+def test_each_upload_page_records_in_the_admin_log_who_started_what(client, clock):
+    """Entries, factors and units alike: the log entry is on the job the upload started."""
+    acme = tenant("Acme")
+    plane_factors()
+    travel = module(report(tenant=acme))
+    tess = granted(staff("tess", of=acme), "factors.operate_dataentry")
+    olga = granted(
+        staff("olga", operator=True),
+        "factors.operate_emissionfactor",
+        "factors.operate_unit",
+        "jobs.view_job",
+    )
+
+    client.force_login(tess)
+    assert (
+        client.post("/admin/factors/dataentry/upload/", entries_upload(travel.report_id)).status_code == 302
+    )
+    client.force_login(olga)
+    factors_file = SimpleUploadedFile("f.csv", b"year,haul,cabin,value,unit\n2024,short,economy,0.2,km\n")
+    response = client.post(
+        "/admin/factors/emissionfactor/upload/", {"data_entry_type": "plane", "file": factors_file}
+    )
+    assert response.status_code == 302
+    units_file = SimpleUploadedFile("u.csv", b"code,name\nLAB9,Lab nine\n")
+    assert client.post("/admin/factors/unit/upload/", {"year": 2025, "file": units_file}).status_code == 302
+
+    ingest, factor_ingest, unit_sync = (
+        Job.objects.get(type=name)
+        for name in ("factors.csv_ingest", "factors.factor_ingest", "factors.unit_sync")
+    )
+    assert log_of(ingest) == [
+        ("tess", f"Upload entries CSV via the admin (plane into {travel} from e.csv, 5 rows)")
+    ]
+    assert log_of(factor_ingest) == [("olga", "Upload factors CSV via the admin (plane from f.csv, 1 row)")]
+    assert log_of(unit_sync) == [("olga", "Sync units via the admin (2025 from u.csv, 1 row)")]
+    assert (ingest.created_by, factor_ingest.created_by, unit_sync.created_by) == (tess, olga, olga)
+
+
+def test_a_unit_sync_without_a_file_or_address_reads_the_configured_one(
+    admin_client, admin_user, settings, clock
+):
+    """As the form says: FACTORS_UNITS_URL, which the log entry names."""
+    settings.FACTORS_UNITS_URL = "https://directory.example.org/units"
+    settings.INTAKE_HTTP_ALLOW = ["directory.example.org"]
+
+    assert admin_client.post("/admin/factors/unit/upload/", {"year": 2025}).status_code == 302
+
+    job = Job.objects.get(type="factors.unit_sync")
+    assert job.payload["url"] == "https://directory.example.org/units"
+    assert log_of(job) == [
+        ("admin", "Sync units via the admin (2025 from https://directory.example.org/units)")
+    ]
+
+
+@pytest.mark.parametrize(
+    "who, url",
+    [
+        # A tenant's staff without the entries' operate permission.
+        (lambda: staff("bob", of=tenant("Acme")), "/admin/factors/dataentry/upload/"),
+        # Granted another model's.
+        (
+            lambda: granted(staff("bob", of=tenant("Acme")), "factors.operate_carbonreport"),
+            "/admin/factors/dataentry/upload/",
+        ),
+        # A platform operator without the factors' or the units' permission.
+        (
+            lambda: granted(staff("bob", operator=True), "factors.operate_dataentry"),
+            "/admin/factors/emissionfactor/upload/",
+        ),
+        (
+            lambda: granted(staff("bob", operator=True), "factors.operate_emissionfactor"),
+            "/admin/factors/unit/upload/",
+        ),
+        # The permission, but a tenant's staff: factors and units are every tenant's.
+        (
+            lambda: granted(staff("bob", of=tenant("Acme")), "factors.operate_unit"),
+            "/admin/factors/unit/upload/",
+        ),
+    ],
+)
+def test_an_upload_page_refuses_staff_without_its_operate_permission_and_starts_nothing(
+    client, clock, who, url
+):
+    travel = module(report(tenant=tenant("Acme")))
+    client.force_login(who())
+    forms = {
+        "/admin/factors/dataentry/upload/": entries_upload(travel.report_id),
+        "/admin/factors/emissionfactor/upload/": {
+            "data_entry_type": "plane",
+            "file": SimpleUploadedFile("f.csv", b"year,haul,cabin,value,unit\n2024,short,economy,0.2,km\n"),
+        },
+        "/admin/factors/unit/upload/": {
+            "year": 2025,
+            "file": SimpleUploadedFile("u.csv", b"code,name\nLAB9,Lab nine\n"),
+        },
+    }
+
+    assert client.get(url).status_code == 403
+    assert client.post(url, forms[url]).status_code == 403
+    assert not Job.objects.exists() and not LogEntry.objects.exists()
+
+
+def test_a_refused_upload_is_not_in_the_admin_log(admin_client, travel):
+    bad = SimpleUploadedFile("e.csv", b"quantity,unit,haul,cabin\nabc,km,short,economy\n")
+    response = admin_client.post(
+        "/admin/factors/dataentry/upload/",
+        {"report": travel.report_id, "module_type": "travel", "data_entry_type": "plane", "file": bad},
+    )
+    assert response.status_code == 200
+    assert not LogEntry.objects.exists()
 
 
 def test_opening_a_report_in_the_admin_creates_its_modules(admin_client, travel):

@@ -22,7 +22,7 @@ from factors.models import CarbonReport, DataEntry, Emission, ReportModule, Unit
 from jobs import engine, registry
 from jobs.models import Job
 from jobs.worker import run_until_idle
-from tests.support.base import staff, tenant
+from tests.support.base import granted, staff, tenant
 from tests.support.factors.builders import csv_bytes, dispatch, module, plane_factors, plane_rows, report
 
 pytestmark = pytest.mark.django_db
@@ -91,7 +91,7 @@ def hostile_payload(world: dict[str, Any]) -> dict[str, Any]:
 
 def globex_staff() -> APIClient:
     client = APIClient()
-    client.force_authenticate(staff("gina", of=tenant("Globex")))
+    client.force_authenticate(granted(staff("gina", of=tenant("Globex")), "jobs.add_job"))
     return client
 
 
@@ -136,7 +136,7 @@ def test_the_open_job_types_do_not_find_another_tenants_module(acme_world, name,
 
 def test_an_open_job_type_works_for_the_callers_own_module(acme_world):
     alice = APIClient()
-    alice.force_authenticate(staff("alice", of=acme_world["tenant"]))
+    alice.force_authenticate(granted(staff("alice", of=acme_world["tenant"]), "jobs.add_job"))
 
     response = alice.post(
         "/api/jobs/",

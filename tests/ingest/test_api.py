@@ -159,6 +159,18 @@ def test_another_tenants_source_is_unknown_by_name_and_by_id(gina, acme, globex)
     assert not IngestRun.objects.exists()
 
 
+def test_staff_without_the_operate_permission_may_not_start_a_run_as_in_the_admin(acme):
+    """Starting a run is an operation, in the admin as here: ingest.operate_ingestrun."""
+    builders.source(acme)
+    carl = as_user(staff("carl", of=acme))
+
+    response = carl.post(RUNS, {"source": "orders"}, format="json")
+
+    assert response.status_code == 403
+    assert response.json()["detail"] == "Only staff granted ingest.operate_ingestrun may do this."
+    assert not IngestRun.objects.exists()
+
+
 def test_a_member_who_is_not_staff_may_not_start_a_run(bob, acme):
     builders.source(acme)
 

@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from ingest.runs.models import IngestSource
 from ingest.scraping.models import IngestionHandoff, ScrapeReference, ScrapeRun
-from tests.support.base import as_user, staff
+from tests.support.base import as_user, granted, staff
 from tests.support.drive import drain
 from tests.support.ingest import builders
 
@@ -27,9 +27,10 @@ def listings(acme) -> IngestSource:
 
 @pytest.fixture
 def scraper(acme) -> APIClient:
-    """The scraper service: an Acme staff account calling with its API token."""
+    """The scraper service: an Acme staff account that may add references, calling with
+    its API token."""
     client = APIClient()
-    token = Token.objects.create(user=staff("scraper", of=acme))
+    token = Token.objects.create(user=granted(staff("scraper", of=acme), "ingest.add_scrapereference"))
     client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
     return client
 
@@ -148,7 +149,7 @@ def test_more_references_than_the_limit_is_a_413_that_states_it(scraper, listing
 
 
 def test_another_tenants_source_is_a_404_and_members_cannot_sync(listings, globex, acme):
-    outsider = as_user(staff("gina", of=globex))
+    outsider = as_user(granted(staff("gina", of=globex), "ingest.add_scrapereference"))
     assert sync(outsider, body("r", ("a", 1))).status_code == 404
     assert outsider.get("/scraping/listings/handoffs").status_code == 404
     member = as_user(staff("bob", of=acme, is_staff=False))
@@ -156,6 +157,18 @@ def test_another_tenants_source_is_a_404_and_members_cannot_sync(listings, globe
     assert member.get("/scraping/listings/handoffs").status_code == 200
     assert APIClient().post("/scraping/listings/sync", {}, format="json").status_code == 401
     assert not ScrapeReference.objects.exists()
+
+
+def test_staff_who_may_not_add_references_cannot_sync(listings, acme):
+    """A sync adds references: ingest.add_scrapereference, which the admin (adding none
+    by hand) does not offer; staff operating runs do not have it for that."""
+    carl = as_user(granted(staff("carl", of=acme), "ingest.operate_ingestrun"))
+
+    response = sync(carl, body("r", ("a", 1)))
+
+    assert response.status_code == 403
+    assert response.json()["detail"] == "Only staff granted ingest.add_scrapereference may do this."
+    assert not ScrapeRun.objects.exists() and not ScrapeReference.objects.exists()
 
 
 def test_a_source_of_another_kind_is_a_409(scraper, acme):

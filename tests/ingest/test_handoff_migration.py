@@ -11,7 +11,7 @@ from django.db import connection
 
 from ingest.runs.models import IngestRun
 from ingest.scraping.models import IngestionHandoff, ScrapeReference, ScrapeRun
-from tests.support.base import as_user, staff
+from tests.support.base import as_user, granted, staff
 from tests.support.drive import drain
 from tests.support.ingest import builders
 
@@ -59,7 +59,7 @@ def test_back_forward_and_back_again_keeps_references_and_runs(acme, clock, forw
     # Without hooks: going back past the catalogue and forward again would leave them
     # disabled entries for an operator to review (tests/ingest/test_catalogue_migration.py).
     builders.source(acme, name="listings", kind="scraped_reference", config={}, hooks=())
-    scraper = as_user(staff("scraper", of=acme))
+    scraper = as_user(granted(staff("scraper", of=acme), "ingest.add_scrapereference"))
     assert _sync(scraper, "run-1", 1).json()["handoff_queued_count"] == 2
     drain(clock)
 
@@ -92,7 +92,7 @@ def test_back_forward_and_back_again_keeps_references_and_runs(acme, clock, forw
 
 def test_the_database_keeps_a_handoffs_updated_time(acme, clock):
     builders.source(acme, name="listings", kind="scraped_reference", config={})
-    _sync(as_user(staff("scraper", of=acme)), "run-1", 1)
+    _sync(as_user(granted(staff("scraper", of=acme), "ingest.add_scrapereference")), "run-1", 1)
     handoff = IngestionHandoff.objects.first()
     IngestionHandoff.objects.filter(pk=handoff.pk).update(attempts=2)  # no updated_at given
     handoff.refresh_from_db()

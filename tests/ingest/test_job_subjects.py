@@ -127,3 +127,62 @@ def test_the_failure_group_and_its_retry_preview_link_each_jobs_run(admin_client
 
     assert f'for <a href="/admin/ingest/ingestrun/{run.pk}/change/">{label}</a>' in group
     assert f'<a href="/admin/ingest/ingestrun/{run.pk}/change/">{label}</a>' in preview
+
+
+def hooks_group(client: Client) -> str:
+    """The retry preview's address of the failed hooks' group."""
+    groups = page(client, f"{JOBS}triage/?window=24h")
+    group = next(
+        row for row in re.findall(r'<tr class="failure-group".*?</tr>', groups, re.S) if "RunHooks" in row
+    )
+    fingerprint = re.search(r'data-fingerprint="([^"]+)"', group).group(1)
+    return f"{JOBS}triage/{fingerprint}/retry/?window=24h"
+
+
+def test_retrying_the_failure_group_warns_first_that_the_run_has_its_own_retry_and_offers_it(
+    admin_client, acme, clock
+):
+    run, job = failed_hook_run(acme, clock)
+
+    preview = html_lib.unescape(page(admin_client, hooks_group(admin_client)))
+
+    warning = re.search(r'<div id="triage-own-retry".*?</div>', preview, re.S).group(0)
+    assert "Retrying is not the fix for 1 of these 1 job: it works for something" in re.sub(
+        "<[^>]+>", "", warning
+    )
+    assert (
+        f'<a href="/admin/ingest/ingestrun/{run.pk}/change/">Ingest run {run.pk} (acme/orders)</a> (1 job): '
+        "retrying this job alone would not reopen the run."
+    ) in warning
+    assert f'action="/admin/ingest/ingestrun/{run.pk}/retry-hooks/"' in warning
+    assert "Retry the failed hooks" in warning
+    # Before the operator confirms: above the form that retries the jobs.
+    assert preview.index('id="triage-own-retry"') < preview.index('value="Yes, retry 1 job"')
+
+
+def test_the_warning_counts_every_job_and_names_the_first_runs_only(
+    admin_client, acme, globex, clock, monkeypatch
+):
+    from console.admin import triage
+
+    monkeypatch.setattr(triage, "OWN_RETRIES_SHOWN", 1)
+    failed_hook_run(acme, clock)
+    failed_hook_run(globex, clock)
+
+    response = admin_client.get(hooks_group(admin_client))
+
+    assert response.context["own_retry_jobs"] == 2
+    assert len(response.context["own_retries"]) == 1 and response.context["own_retry_more"] == 1
+    assert "… and 1 more: <a href=" in response.content.decode()
+
+
+def test_whom_may_not_view_runs_is_shown_neither_the_run_nor_its_retry(acme, clock):
+    """The warning comes from the subjects the user may see: without the runs' view
+    permission there is neither a link to the run nor its retry."""
+    failed_hook_run(acme, clock)
+    user = staff("bob", of=acme)
+    user.user_permissions.set(Permission.objects.filter(content_type__app_label="jobs"))
+
+    text = page(browser(user), hooks_group(browser(user)))
+
+    assert 'id="triage-own-retry"' not in text and "/admin/ingest/ingestrun/" not in text

@@ -8,7 +8,7 @@ from django.core.management import CommandError
 import jobs
 from jobs import engine, reaper
 from jobs.models import Event, Job, JobEvent, Worker
-from tests.support.base import claim_one, make_job, run_next, staff
+from tests.support.base import claim_one, granted, make_job, run_next, staff
 from tests.support.jobs.builders import run_command
 
 pytestmark = pytest.mark.django_db
@@ -176,7 +176,7 @@ def test_retry_failed_by_type_retries_only_that_types_failures(clock):
 
 
 def test_retry_failed_by_id_records_the_user(clock):
-    alice = staff("alice")
+    alice = granted(staff("alice"), "jobs.operate_job")
     job = failed_job()
 
     run_command("jobs_retry_failed", "--id", str(job.pk), "--user", "alice")
@@ -219,6 +219,29 @@ def test_retry_failed_refuses_an_unknown_user(clock):
         run_command("jobs_retry_failed", "--id", str(job.pk), "--user", "mallory")
     job.refresh_from_db()
     assert job.state == Job.State.FAILED
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: staff("bob"),  # staff, without the permission
+        lambda: granted(staff("bob", is_staff=False), "jobs.operate_job"),  # the permission, not staff
+        lambda: granted(staff("bob"), "jobs.operate_delivery"),  # another model's
+    ],
+)
+def test_retry_failed_refuses_a_user_who_may_not_operate_jobs_and_retries_nothing(clock, build):
+    build()
+    job = failed_job()
+
+    for selection in (["--id", str(job.pk)], ["--type", "tests.permanent", "--dry-run"]):
+        with pytest.raises(
+            CommandError, match=r"'bob' may not do this: it needs staff granted jobs\.operate_job"
+        ):
+            run_command("jobs_retry_failed", *selection, "--user", "bob")
+
+    job.refresh_from_db()
+    assert job.state == Job.State.FAILED
+    assert not job.events.filter(kind=JobEvent.Kind.RETRIED).exists()
 
 
 def test_retry_failed_refuses_ids_that_are_missing_or_not_failed(clock):

@@ -16,7 +16,7 @@ from jobs import engine, outbox, retention
 from jobs.errors import IllegalTransition, InvalidArgument, LeaseLost
 from jobs.models import Delivery, Job, JobEvent
 from jobs.worker import run_until_idle
-from tests.support.base import as_user, staff, tenant
+from tests.support.base import as_user, granted, staff, tenant
 from tests.support.jobs.builders import (
     AUDIT,
     ON_ORDER,
@@ -258,7 +258,7 @@ def test_outbox_lag_prints_each_subscribers_figures(clock):
 
 
 def test_outbox_commands_quarantine_release_and_replay_as_the_user(clock):
-    alice = staff("alice")
+    alice = granted(staff("alice"), "jobs.operate_delivery")
     delivery = failing()
 
     out = run_command("outbox", "quarantine", str(delivery.pk), "--reason", "poison", "--user", "alice")
@@ -285,10 +285,36 @@ def test_outbox_commands_quarantine_release_and_replay_as_the_user(clock):
     ],
 )
 def test_outbox_command_errors_name_the_problem(clock, args, problem):
-    staff("alice")
+    granted(staff("alice"), "jobs.operate_delivery")
     delivery = failing()
     with pytest.raises(CommandError, match=problem):
         run_command("outbox", *[arg.format(pk=delivery.pk) for arg in args])
+
+
+@pytest.mark.parametrize("action", ["quarantine", "release", "replay"])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: staff("bob"),  # staff, without the permission
+        lambda: granted(staff("bob"), "jobs.operate_job"),  # the jobs', not the deliveries'
+        lambda: granted(staff("bob", is_staff=False), "jobs.operate_delivery"),  # not staff
+    ],
+)
+def test_outbox_commands_refuse_a_user_who_may_not_operate_deliveries_and_change_nothing(
+    clock, action, build
+):
+    build()
+    delivery = failing()
+    before = list(fresh(delivery).job.events.values_list("kind", flat=True))
+
+    with pytest.raises(
+        CommandError, match=r"'bob' may not do this: it needs staff granted jobs\.operate_delivery"
+    ):
+        run_command("outbox", action, str(delivery.pk), "--reason", "x", "--user", "bob")
+
+    after = fresh(delivery)
+    assert after.quarantined_at is None and after.job.state == delivery.job.state
+    assert list(after.job.events.values_list("kind", flat=True)) == before
 
 
 # --- the admin -----------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from exports.control_plane import MAX_FILE_PATH, MAX_REPORT_FILES
 from exports.models import ExportJob, JobStatus
 from ingest.scraping.models import ScrapeReference, ScrapeRun
 from jobs.testing import wait_until
-from tests.support.base import make_job, operating, staff, tenant
+from tests.support.base import granted, make_job, operating, staff, tenant
 from tests.support.exports.builders import snapshot
 from tests.support.ingest import builders
 from tests.system.test_web_limits import Answer, _headers, memory_kb, read_answer
@@ -106,7 +106,7 @@ def test_a_30_mb_sync_of_empty_items_is_refused_with_the_web_process_growing_by_
     head, item, tail, status, detail = EMPTY_ITEMS[case]
     acme = tenant("Acme")
     builders.source(acme, name="listings", kind="scraped_reference", config={})
-    token = Token.objects.create(user=operating(staff("scraper", of=acme))).key
+    token = Token.objects.create(user=granted(staff("scraper", of=acme), "ingest.add_scrapereference")).key
     web, port = processes.web()
     warm_up = json.dumps(
         {

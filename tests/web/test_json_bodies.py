@@ -19,7 +19,7 @@ from ingest.runs.models import IngestRun, IngestSource
 from ingest.scraping.models import ScrapeReference
 from jobs.models import Job
 from tests.ingest.test_admin import source_form, staff_browser
-from tests.support.base import as_user, staff, tenant
+from tests.support.base import as_user, granted, staff, tenant
 from tests.support.ingest import builders
 
 pytestmark = pytest.mark.django_db
@@ -35,7 +35,11 @@ def post(client: APIClient, path: str, text: str, **extra: Any) -> Any:
 def test_a_lone_surrogate_as_an_ingest_runs_source_is_a_400_naming_it():
     acme = tenant("Acme")
     builders.source(acme)
-    answer = post(as_user(staff(of=acme)), "/api/ingest/runs/", '{"source": "\\ud800"}')
+    answer = post(
+        as_user(granted(staff(of=acme), "ingest.operate_ingestrun")),
+        "/api/ingest/runs/",
+        '{"source": "\\ud800"}',
+    )
 
     assert answer.status_code == 400, answer.content
     assert answer.json() == {
@@ -54,7 +58,7 @@ def test_a_lone_surrogate_as_an_ingest_runs_source_is_a_400_naming_it():
     ],
 )
 def test_a_lone_surrogate_anywhere_in_an_api_body_is_a_400(text):
-    answer = post(as_user(staff(operator=True)), "/api/jobs/", text)
+    answer = post(as_user(granted(staff(operator=True), "jobs.add_job")), "/api/jobs/", text)
 
     assert answer.status_code == 400 and LONE in answer.json()["detail"], answer.content
     assert not Job.objects.exists()
@@ -63,7 +67,11 @@ def test_a_lone_surrogate_anywhere_in_an_api_body_is_a_400(text):
 def test_a_surrogate_pair_is_text_and_passes_the_parser():
     acme = tenant("Acme")
     builders.source(acme, name="orders \U0001f600")
-    answer = post(as_user(staff(of=acme)), "/api/ingest/runs/", '{"source": "orders \\ud83d\\ude00"}')
+    answer = post(
+        as_user(granted(staff(of=acme), "ingest.operate_ingestrun")),
+        "/api/ingest/runs/",
+        '{"source": "orders \\ud83d\\ude00"}',
+    )
 
     assert answer.status_code == 201, answer.content
     assert IngestRun.objects.get().source.name == "orders \U0001f600"
@@ -83,7 +91,9 @@ def test_a_surrogate_pair_is_text_and_passes_the_parser():
 def test_the_streamed_scrape_sync_refuses_the_same_strings(text, problem):
     acme = tenant("Acme")
     builders.source(acme, name="listings", kind="scraped_reference", config={})
-    answer = post(as_user(staff(of=acme)), "/scraping/listings/sync", text)
+    answer = post(
+        as_user(granted(staff(of=acme), "ingest.add_scrapereference")), "/scraping/listings/sync", text
+    )
 
     assert answer.status_code == 400 and problem in answer.json()["detail"], answer.content
     assert not ScrapeReference.objects.exists()
@@ -138,7 +148,9 @@ def test_the_streamed_parser_bounds_the_values_it_builds_outside_the_streamed_it
     acme = tenant("Acme")
     builders.source(acme, name="listings", kind="scraped_reference", config={})
     text = '{"scrape_run_id": "r", "references": []' + extra + "}"
-    answer = post(as_user(staff(of=acme)), "/scraping/listings/sync", text)
+    answer = post(
+        as_user(granted(staff(of=acme), "ingest.add_scrapereference")), "/scraping/listings/sync", text
+    )
 
     assert answer.status_code == 400, answer.content
     assert "the body holds more than 100,000 values" in answer.json()["detail"]

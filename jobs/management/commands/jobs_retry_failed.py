@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from jobs import engine, registry
 from jobs.errors import IllegalTransition
+from jobs.management.actors import actor as operating_user
 from jobs.management.tables import positive_int, since
 from jobs.models import Job
 
@@ -20,7 +20,8 @@ class Command(BaseCommand):
     help = (
         "Retry failed jobs from scratch (attempts reset), chosen by --type and/or --id, "
         "optionally only those that finished --since a time. Each retry is recorded in "
-        "the job's history, with --user as the staff member who asked."
+        "the job's history, with --user as the staff member who asked (who must hold "
+        "jobs.operate_job)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -45,7 +46,9 @@ class Command(BaseCommand):
             help="Only jobs that finished since then: 30m, 2h, 7d or an ISO datetime.",
         )
         parser.add_argument(
-            "--user", metavar="USERNAME", help="Record this (existing) user as the one who retried."
+            "--user",
+            metavar="USERNAME",
+            help="Record this (existing) user as the one who retried; they must hold jobs.operate_job.",
         )
         parser.add_argument("--reason", default="", help="A note for the job's history.")
         parser.add_argument("--limit", type=positive_int, help="Retry at most this many jobs, oldest first.")
@@ -71,7 +74,7 @@ class Command(BaseCommand):
             raise CommandError(
                 f"unknown job type {type_name!r}; registered types: {', '.join(registry.names()) or '(none)'}"
             )
-        actor = self._actor(user)
+        actor = operating_user(user, Job)
         jobs = self._select(type_name, ids, since)
         chosen = list(jobs[:limit] if limit else jobs)
         if not chosen:
@@ -84,14 +87,6 @@ class Command(BaseCommand):
         for job, error in skipped:
             self.stderr.write(f"job {job.pk} skipped: {error}")
         self.stdout.write(self.style.SUCCESS(f"Retried {len(retried)} job(s): {_ids(retried)}"))
-
-    def _actor(self, username: str | None) -> Any:
-        if username is None:
-            return None
-        try:
-            return get_user_model()._default_manager.get_by_natural_key(username)
-        except get_user_model().DoesNotExist:
-            raise CommandError(f"no user named {username!r}") from None
 
     def _select(self, type_name: str | None, ids: list[int] | None, since: datetime | None) -> Any:
         jobs = Job.objects.order_by("id")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from jobs import clock, outbox
 from jobs.errors import IllegalTransition, InvalidArgument
+from jobs.management.actors import actor
 from jobs.management.tables import positive_int, table
 from jobs.models import Delivery
 
@@ -46,7 +46,7 @@ class Command(BaseCommand):
                 "--user",
                 required=True,
                 metavar="USERNAME",
-                help="The (existing) user recorded as the one who acted.",
+                help="The (existing) user recorded as the one who acted; must hold jobs.operate_delivery.",
             )
 
     def handle(self, *args: Any, subcommand: str, **options: Any) -> None:
@@ -55,9 +55,9 @@ class Command(BaseCommand):
             return
         apply, done, _ = ACTIONS[subcommand]
         delivery = self._delivery(options["delivery"])
-        actor = self._actor(options["user"])
+        who = actor(options["user"], Delivery)
         try:
-            changed = apply(delivery, actor, options["reason"])
+            changed = apply(delivery, who, options["reason"])
         except (IllegalTransition, InvalidArgument) as error:
             raise CommandError(str(error)) from None
         self.stdout.write(
@@ -92,9 +92,3 @@ class Command(BaseCommand):
             return Delivery.objects.select_related("event", "job").get(pk=pk)
         except Delivery.DoesNotExist:
             raise CommandError(f"no delivery with id {pk}") from None
-
-    def _actor(self, username: str) -> Any:
-        try:
-            return get_user_model()._default_manager.get_by_natural_key(username)
-        except get_user_model().DoesNotExist:
-            raise CommandError(f"no user named {username!r}") from None

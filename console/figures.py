@@ -1,22 +1,23 @@
 """The figures each app adds to the console's front page.
 
 An app's ``overview.py`` registers the function that gives its figures with
-``@jobs.front_page_figures``; ``JobsConfig.ready()`` imports every app's ``overview.py``,
-as it does ``handlers.py``, and the front page shows each provider's figures after the
-engine's, in the order the apps are installed. A provider takes the request and returns
-the figures its user may see (the console's ``Figure``s: the engine's core names none of
-its surfaces, so this registry does not name their type).
+``@console.admin.front_page_figures``; ``ConsoleConfig.ready()`` imports every app's
+``overview.py``, and the front page shows each provider's figures after the engine's, in
+the order the apps are installed. A provider takes the request and returns the
+``Figure``s its user may see.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
-Provider = Callable[["HttpRequest"], Sequence[Any]]
+    from console.overview import Figure
+
+Provider = Callable[["HttpRequest"], Sequence["Figure"]]
 P = TypeVar("P", bound=Provider)
 
 _providers: list[Provider] = []

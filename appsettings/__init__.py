@@ -1,5 +1,9 @@
 """Typed app settings, read from Django's settings each time they are asked for.
 
+Every app's ``conf.py`` is written with ``AppSettings``: the engine's and the pipelines'
+(through ``jobs.AppSettings``) and the intake's, which may not import the engine. So it
+is a package of its own, below them all, that imports Django and nothing of Conveyor.
+
 An app's ``conf.py`` declares each of its settings once: its name, what a deployment's
 value is turned into, its default, and (in a comment above) what it means::
 

@@ -56,7 +56,7 @@ def build_rows() -> dict[str, str]:
     """Rows for every page; the pages to look at, by name."""
     acme = Tenant.objects.create(name="Acme Manufacturing International", slug="acme-manufacturing")
     # What runs in this process first: running until idle runs whatever is due.
-    failing()
+    delivery = failing()
     failed_delivery()
     delivered()
     undelivered()
@@ -78,11 +78,14 @@ def build_rows() -> dict[str, str]:
     for _ in range(3):
         failed("factors.csv_ingest", error=LONG_ERROR, tenant=acme)
     failed("exports.CancelQuery", error=UNBROKEN)
+    # A pipeline three levels deep, its last level with a long type's name in every state.
     parent = running(payload={"rows": list(range(400)), "source": UNBROKEN})
     engine.complete(parent, parent.lease_token, worker="w1")
-    child = failed(error=LONG_ERROR, parent=parent, pipeline=parent.pipeline_id)
+    middle = running(parent=parent, pipeline=parent.pipeline_id)
+    engine.complete(middle, middle.lease_token, worker="w1")
+    child = failed("factors.emission_recalc", error=LONG_ERROR, parent=middle, pipeline=parent.pipeline_id)
     for n in range(3):
-        make_job("tests.noop", {"n": n}, parent=parent, pipeline=parent.pipeline_id)
+        make_job("tests.noop", {"n": n}, parent=middle, pipeline=parent.pipeline_id)
     stuck = running("factors.aggregation")
     Job.objects.filter(pk=stuck.pk).update(lease_expires_at=timezone.now() - timedelta(minutes=5))
     engine.cancel(make_job("tests.noop", {"cancelled": True}), reason="not needed")
@@ -142,6 +145,7 @@ def build_rows() -> dict[str, str]:
         "failed-job": f"/admin/jobs/job/{child.pk}/change/",
         "pipeline": f"/admin/jobs/job/pipeline/{parent.pipeline_id}/",
         "deliveries": "/admin/jobs/delivery/",
+        "delivery": f"/admin/jobs/delivery/{delivery.pk}/change/",
         "events": "/admin/jobs/event/",
         "event": f"/admin/jobs/event/{event.pk}/change/",
         "workers": "/admin/jobs/worker/",

@@ -13,7 +13,7 @@ import pytest
 from factors.models import CarbonReport
 from jobs import engine
 from jobs.models import Job
-from tests.browser.conftest import WATCH_BOXES, Site, log_in, needs_chromium, screenshots
+from tests.browser.conftest import WATCH_BOXES, Site, log_in, needs_chromium, screenshot, screenshots
 from tests.support.base import make_job
 from tests.support.factors import builders
 
@@ -87,10 +87,11 @@ def test_an_uploaded_csv_is_followed_live_to_success_and_the_report_stats_change
     report_page.reload()
     assert f"{ROWS:,} entries" in report_page.text_content(".field-stats_table")
 
+    # At both widths, with jobs in every state: tests/browser/test_page_widths.py.
     page.goto(f"{site.url}/admin/jobs/job/dashboard/")
-    screenshots(page, "dashboard")
+    screenshot(page, "dashboard")
     page.goto(f"{site.url}/admin/jobs/job/")
-    screenshots(page, "job-list")
+    screenshot(page, "job-list")
 
 
 def test_a_failing_job_turns_red_live_and_succeeds_when_retried_from_the_page(site, page, tmp_path: Path):

@@ -27,10 +27,13 @@ PALETTE = ("#417690", "#c53030", "#b7791f", "#2f855a", "#6b46c1", "#2b6cb0")
 
 
 def plain_number(value: float) -> str:
-    """``3`` rather than ``3.0``; at most two decimals otherwise."""
+    """``3`` rather than ``3.0``; two decimals, or as many as three significant digits
+    need below 0.01, so that a scale of milliseconds in seconds reads 0.004, 0.008, …
+    rather than 0, 0.01, 0.01."""
     if float(value).is_integer():
         return str(int(value))
-    return f"{value:.2f}".rstrip("0").rstrip(".")
+    decimals = max(2, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}".rstrip("0").rstrip(".")
 
 
 @dataclass(frozen=True)

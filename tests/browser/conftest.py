@@ -133,6 +133,17 @@ def screenshot(page: Any, name: str) -> Path:
     return path
 
 
+def screenshots(page: Any, name: str) -> None:
+    """The page as it stands, at a laptop's width (``name``) and at a phone's
+    (``name-phone``), laid out again at each without a reload (the state a test brought it
+    to stays); then at the width it had."""
+    before = page.viewport_size
+    for width_name, width in WIDTHS.items():
+        page.set_viewport_size({"width": width, "height": 900})
+        screenshot(page, name if width_name == "desktop" else f"{name}-{width_name}")
+    page.set_viewport_size(before)
+
+
 # Records every state and progress value the page's job boxes take, from before the
 # worker starts: a state held for a few milliseconds is still seen.
 WATCH_BOXES = """() => {

@@ -11,7 +11,7 @@ from playwright.sync_api import Route, expect
 
 from jobs import engine
 from jobs.models import Worker
-from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
+from tests.browser.conftest import Site, log_in, needs_chromium, screenshot, screenshots
 from tests.support.base import claim_one, make_job, tenant
 
 pytestmark = [
@@ -78,7 +78,7 @@ def test_the_job_page_follows_the_job_to_its_end(site: Site, page):
     assert page.locator("button", has_text="Recover").count() == 0
     assert page.locator("button", has_text="Cancel").count() == 0
     assert "finished successfully" in page.inner_text(".job-why")
-    screenshot(page, "console-job-followed-to-success")
+    screenshots(page, "console-job-followed-to-success")
 
 
 def test_progress_made_before_the_page_subscribed_is_shown_when_it_does(site: Site, page):

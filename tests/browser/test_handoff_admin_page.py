@@ -8,7 +8,7 @@ import pytest
 from ingest.runs.models import IngestSource
 from ingest.scraping import services
 from ingest.scraping.models import HandoffReason, HandoffStatus, IngestionHandoff
-from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
+from tests.browser.conftest import Site, log_in, needs_chromium, screenshots
 from tests.support.base import tenant
 from tests.support.ingest import builders
 
@@ -49,4 +49,4 @@ def test_an_operator_filters_failed_handoffs_retries_one_and_sees_it_in_the_hist
     assert (failed.status, failed.reason_code) == (HandoffStatus.QUEUED, HandoffReason.INGESTION_JOB_QUEUED)
     retried = failed.transitions.get(reason_code=HandoffReason.RETRIED_BY_OPERATOR)
     assert retried.actor == operator
-    screenshot(page, "handoff-retried")
+    screenshots(page, "handoff-retried")

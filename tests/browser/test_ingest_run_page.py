@@ -10,7 +10,7 @@ import pytest
 import jobs
 from ingest.runs import services
 from ingest.runs.models import RunStatus
-from tests.browser.conftest import WIDTHS, Site, log_in, needs_chromium, screenshot
+from tests.browser.conftest import WIDTHS, Site, log_in, needs_chromium, screenshot, screenshots
 from tests.support.base import tenant
 from tests.support.ingest import builders
 
@@ -65,7 +65,7 @@ def test_the_run_page_follows_the_batches_live_to_the_runs_end(site: Site, page)
     page.wait_for_selector('#ingest-live:text-is("the run\'s jobs are finished")')
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED
-    screenshot(page, "ingest-run-succeeded")
+    screenshots(page, "ingest-run-succeeded")
 
 
 @pytest.mark.parametrize("width", ["desktop", "phone"])

@@ -23,7 +23,7 @@ from market.models import (
     SourceFreshness,
     TradingDay,
 )
-from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
+from tests.browser.conftest import Site, log_in, needs_chromium, screenshots
 from tests.support.base import tenant
 
 pytestmark = [
@@ -88,13 +88,13 @@ def test_an_operator_previews_and_confirms_a_gap_fill_from_the_board(site: Site,
     gap = board.locator(f'.market-day[data-date="{gaps[0]}"]')
     assert gap.get_attribute("data-state") == "missing"
     assert gap.evaluate("el => getComputedStyle(el).backgroundColor") == RED
-    screenshot(page, "market-board")
+    screenshots(page, "market-board")
 
     board.locator("button:text-is('Preview')").click()
     page.wait_for_selector("#gap-fill-preview")
     assert page.locator("#gap-fill-days li").all_inner_texts() == [f"{day:%a %Y-%m-%d}" for day in expected]
     assert page.inner_text("#gap-fill-api-calls") == str(len(expected))
-    screenshot(page, "market-gap-fill-preview")
+    screenshots(page, "market-gap-fill-preview")
     page.click("#gap-fill-confirm button")
 
     page.wait_for_selector(".messagelist .success")
@@ -112,4 +112,4 @@ def test_an_operator_previews_and_confirms_a_gap_fill_from_the_board(site: Site,
         )
     ) == sorted(expected)
     assert MarketAction.objects.get().actor == operator
-    screenshot(page, "market-board-gap-filled")
+    screenshots(page, "market-board-gap-filled")

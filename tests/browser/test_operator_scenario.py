@@ -14,7 +14,7 @@ from django.utils import timezone
 from console import triage
 from jobs import engine
 from jobs.models import Job, JobEvent
-from tests.browser.conftest import WIDTHS, Site, log_in, needs_chromium, screenshot
+from tests.browser.conftest import WIDTHS, Site, log_in, needs_chromium, screenshot, screenshots
 from tests.support.base import claim_one, make_job
 from tests.support.jobs.builders import failed, running
 
@@ -59,7 +59,7 @@ def test_a_failure_with_one_cause_is_cleared_from_the_front_page_in_two_clicks(s
     assert "12 failed tests.noop jobs will run again" in " ".join(
         page.inner_text("#triage-retry-summary").split()
     )
-    screenshot(page, "console-triage-retry-preview")
+    screenshots(page, "console-triage-retry-preview")
     page.fill("#id_reason", "the upstream host is back")
     click("input[type=submit][value^='Yes, retry']")
 
@@ -183,4 +183,4 @@ def test_the_triage_page_shows_each_group_with_its_traceback(site: Site, page):
     assert row.get_attribute("data-count") == "3"
     row.locator("summary").click()
     assert "handlers.py" in row.locator("details pre").inner_text()
-    screenshot(page, "console-triage")
+    screenshots(page, "console-triage")

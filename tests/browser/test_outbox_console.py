@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.models import JobEvent
-from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
+from tests.browser.conftest import Site, log_in, needs_chromium, screenshots
 from tests.support.jobs.builders import ON_ORDER, failing
 
 pytestmark = [
@@ -25,7 +25,7 @@ def test_quarantine_a_failing_delivery_from_the_console_and_release_it(site: Sit
     page.goto(f"{site.url}/admin/jobs/delivery/")
     figures = page.locator(f'#outbox-lag tr[data-subscriber="{ON_ORDER}"]')
     assert figures.locator("td.lag-failing").inner_text() == "1"
-    screenshot(page, "outbox-console")
+    screenshots(page, "outbox-console")
     figures.locator("td.lag-failing a").click()
     page.wait_for_url("**status=failing**")
     assert "cluster busy" in page.inner_text("#result_list")
@@ -35,7 +35,7 @@ def test_quarantine_a_failing_delivery_from_the_console_and_release_it(site: Sit
     page.fill("#id_reason", "poison: order payload is malformed")
     page.click("input[type=submit][value^='Yes, quarantine']")
     page.wait_for_selector(".messagelist .success")
-    screenshot(page, "outbox-delivery-quarantined")
+    screenshots(page, "outbox-delivery-quarantined")
     delivery.refresh_from_db()
     assert delivery.quarantine_reason == "poison: order payload is malformed"
     assert delivery.quarantined_by == root
@@ -45,7 +45,7 @@ def test_quarantine_a_failing_delivery_from_the_console_and_release_it(site: Sit
     page.wait_for_url("**status=quarantined**")
     row = page.locator("#result_list tbody tr")
     assert row.count() == 1 and "quarantined" in row.inner_text()
-    screenshot(page, "outbox-console-quarantined")
+    screenshots(page, "outbox-console-quarantined")
 
     row.locator(f'a[href*="/delivery/{delivery.pk}/"]').first.click()
     page.click("#delivery-operations a:text-is('Release')")

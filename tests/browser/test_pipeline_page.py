@@ -13,7 +13,7 @@ import pytest
 from factors.models import CarbonReport
 from jobs import engine
 from jobs.models import Job
-from tests.browser.conftest import WATCH_BOXES, Site, log_in, needs_chromium, screenshot
+from tests.browser.conftest import WATCH_BOXES, Site, log_in, needs_chromium, screenshot, screenshots
 from tests.support.base import make_job
 from tests.support.factors import builders
 
@@ -77,7 +77,7 @@ def test_an_uploaded_csv_is_followed_live_to_success_and_the_report_stats_change
     # Recalculated while loading: the chunks, under the closing recalculation that waited.
     assert page.locator(".pl-fan-in .pl-job").count() >= 1
     assert page.locator(".pl-job.pl-succeeded").count() == len(types)
-    screenshot(page, "pipeline-succeeded")
+    screenshots(page, "pipeline-succeeded")
 
     # The report page's badge and figures followed without a reload...
     report_page.wait_for_function(f"() => ({busy})().dataset.busy === '0'")
@@ -87,6 +87,7 @@ def test_an_uploaded_csv_is_followed_live_to_success_and_the_report_stats_change
     report_page.reload()
     assert f"{ROWS:,} entries" in report_page.text_content(".field-stats_table")
 
+    # At both widths, with jobs in every state: tests/browser/test_page_widths.py.
     page.goto(f"{site.url}/admin/jobs/job/dashboard/")
     screenshot(page, "dashboard")
     page.goto(f"{site.url}/admin/jobs/job/")
@@ -111,7 +112,7 @@ def test_a_failing_job_turns_red_live_and_succeeds_when_retried_from_the_page(si
     assert box.locator(".pl-state").text_content() == "failed"
     assert "flag file" in box.locator(".pl-error").text_content()
     assert finished(page) == "failed"
-    screenshot(page, "pipeline-failed")
+    screenshots(page, "pipeline-failed")
 
     flag.touch()
     retry.click()
@@ -144,4 +145,4 @@ def test_a_folded_groups_line_follows_its_jobs_live(site: Site, page):
     )
     assert " ".join(summary.inner_text().split()) == "6 more: 5 pending, 1 cancelled"
     summary.click()
-    screenshot(page, "pipeline-folded-siblings")
+    screenshots(page, "pipeline-folded-siblings")

@@ -8,7 +8,7 @@ import pytest
 
 from exports import services
 from exports.models import EventKind, JobStatus, SnapshotStatus
-from tests.browser.conftest import Site, log_in, needs_chromium, screenshot
+from tests.browser.conftest import Site, log_in, needs_chromium, screenshots
 from tests.support.base import tenant
 from tests.support.exports.builders import claim_jobs, mapping, report
 
@@ -43,7 +43,7 @@ def test_an_operator_retries_a_failed_job_from_the_snapshot_page(site: Site, pag
     snap.refresh_from_db()
     assert job.status == JobStatus.PENDING and snap.status == SnapshotStatus.CREATING
     assert job.events.get(kind=EventKind.RETRIED).actor == operator
-    screenshot(page, "exports-snapshot-retried")
+    screenshots(page, "exports-snapshot-retried")
 
 
 def test_the_jobs_table_follows_a_snapshot_being_made(site: Site, page):

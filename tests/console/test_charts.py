@@ -88,6 +88,9 @@ def test_nice_ceiling(peak, ceiling):
         (2, ["0", "0.5", "1", "1.5", "2"]),
         (25, ["0", "5", "10", "15", "20", "25"]),
         (0.4, ["0", "0.1", "0.2", "0.3", "0.4", "0.5"]),
+        # Durations of a few milliseconds, in seconds: no two ticks read the same.
+        (0.019, ["0", "0.005", "0.01", "0.015", "0.02"]),
+        (0.0022, ["0", "0.0005", "0.001", "0.0015", "0.002", "0.0025"]),
     ],
 )
 def test_every_tick_is_a_round_number(peak, ticks):

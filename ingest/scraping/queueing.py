@@ -97,7 +97,7 @@ def _queue_locked(
             waiting,
             HandoffStatus.QUEUED,
             HandoffReason.INGESTION_JOB_ALREADY_ACTIVE,
-            note="waits for the reference's ingestion in progress",
+            message="waits for the reference's ingestion in progress",
             actor=actor,
             now=now,
         )
@@ -112,7 +112,7 @@ def _queue_locked(
             ready,
             HandoffStatus.QUEUED,
             reason,
-            note="ingestion job queued",
+            message="ingestion job queued",
             actor=actor,
             now=now,
             job_ids=job_ids,

@@ -57,7 +57,7 @@ class Command(BaseCommand):
         delivery = self._delivery(options["delivery"])
         actor = self._actor(options["user"])
         try:
-            changed = apply(delivery, actor, options["reason"])
+            changed = apply(delivery, actor, options["reason"], via="command")
         except (IllegalTransition, InvalidArgument) as error:
             raise CommandError(str(error)) from None
         self.stdout.write(

@@ -84,14 +84,14 @@ def scoped_jobs(request: HttpRequest) -> QuerySet[Job]:
 
 class JobEventInline(HistoryInline):
     """A job's history: its state changes and the operators' actions, each with its
-    attempt, worker and progress. The progress steps are folded into one line above the
-    table (the latest): a long ingest writes a hundred of them, which would bury the one
-    row that matters (a rescue, an operator's action)."""
+    attempt and worker. The progress steps (the only rows with a progress) are folded
+    into one line above the table, the latest's: a long ingest writes a hundred of them,
+    which would bury the one row that matters (a rescue, an operator's action)."""
 
     model = JobEvent
     ordering = ["id"]  # jobs_jobevent_job_idx
     limit = TIMELINE_LIMIT
-    extra_columns = ("attempt", "worker", "progress")
+    extra_columns = ("attempt", "worker")
 
     def rows(self, request: HttpRequest) -> QuerySet[JobEvent]:
         return super().rows(request).exclude(kind=JobEvent.Kind.PROGRESS)
@@ -126,12 +126,6 @@ class JobEventInline(HistoryInline):
             )
         )
         return notes
-
-    @admin.display(description="progress")
-    def progress(self, event: JobEvent) -> str:
-        if event.progress_total:
-            return f"{event.progress_done:,}/{event.progress_total:,}"
-        return f"{event.progress_done:,}" if event.progress_done else "—"
 
 
 @admin.register(Job)

@@ -146,7 +146,7 @@ def retry_handoffs(handoffs: Iterable[IngestionHandoff], *, actor: Any = None, v
             job_id=None,
             ingest_run=None,
         )
-        queueing.queue(current.source, [(current.pk, reference.pk)], actor=actor)
+        queueing.queue(current.source, [(current.pk, reference.pk)], actor=actor, via=via)
         retried += 1
     return retried
 

@@ -167,7 +167,9 @@ def test_the_retry_action_queues_a_failed_handoff_as_the_staff_user(alice, listi
     assert (handoff.status, handoff.reason_code) == (HandoffStatus.QUEUED, HandoffReason.INGESTION_JOB_QUEUED)
     assert handoff.job_id is not None and handoff.last_error == ""
     retried = handoff.transitions.get(kind=HandoffReason.RETRIED_BY_OPERATOR)
-    assert (retried.from_status, retried.actor) == (HandoffStatus.FAILED, alice)
+    assert (retried.from_status, retried.actor, retried.via) == (HandoffStatus.FAILED, alice, "admin")
+    queued = handoff.transitions.get(kind=HandoffReason.INGESTION_JOB_QUEUED, id__gt=retried.pk)
+    assert (queued.actor, queued.via) == (alice, "admin")  # part of the same action
 
 
 def test_the_retry_action_refuses_a_handoff_that_has_not_failed_and_changes_nothing(alice, listings):

@@ -75,7 +75,7 @@ WITH picked AS (
     WHERE id IN (SELECT id FROM jobs_job WHERE state = 'succeeded' ORDER BY id DESC
                  OFFSET 500 LIMIT %(rescued)s)
     RETURNING id)
-INSERT INTO jobs_jobevent (job_id, at, kind, from_state, to_state, message, attempt, worker)
+INSERT INTO jobs_jobevent (job_id, at, kind, from_status, to_status, message, attempt, worker)
 SELECT id, now() - interval '20 minutes', 'rescued', 'running', 'pending',
        'lease expired', 1, 'bench-w0' FROM picked
 """

@@ -29,7 +29,7 @@ from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Count, Prefetch, Q, QuerySet, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 from django.forms.models import BaseInlineFormSet
 from django.http import (
     FileResponse,
@@ -46,7 +46,13 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 import jobs
-from console.admin import CappedCountPaginator, Operation, ReadOnlyMixin, register_job_subject
+from console.admin import (
+    CappedCountPaginator,
+    HistoryInline,
+    Operation,
+    ReadOnlyMixin,
+    register_job_subject,
+)
 from console.admin import sentence as _sentence
 from exports import entity_sql, services, subjects
 from exports.datasets import DATASETS
@@ -325,7 +331,7 @@ class MappingAdmin(TenantOwnedAdmin, admin.ModelAdmin):
 
     def take(self, request: HttpRequest, mapping: Mapping) -> Snapshot | None:
         try:
-            snapshot = services.create_snapshot(mapping, user=request.user)
+            snapshot = services.create_snapshot(mapping, user=request.user, via="admin")
         except services.InvalidMapping as exc:
             self.message_user(request, f"No snapshot of {mapping}: {_sentence(str(exc))}", messages.ERROR)
             return None
@@ -366,7 +372,7 @@ JOB_OPERATIONS = {
             "retry",
             "Retry",
             "will run again",
-            lambda job, actor, reason: services.retry_job(job, actor),
+            lambda job, actor, reason: services.retry_job(job, actor, via="admin"),
             Snapshot,
             applies=lambda job: job.status == JobStatus.FAILED,
             done=lambda job, _: f"{job_label(job)} will run again.",
@@ -375,7 +381,7 @@ JOB_OPERATIONS = {
             "reset-claim",
             "Reset the claim",
             "is pending again",
-            lambda job, actor, reason: services.reset_claim(job, actor),
+            lambda job, actor, reason: services.reset_claim(job, actor, via="admin"),
             Snapshot,
             applies=lambda job: job.status == JobStatus.CLAIMED,
             done=lambda job, _: f"{job_label(job)} is pending again; its worker's reports will be refused.",
@@ -388,7 +394,7 @@ CANCEL = Operation(
     "cancel",
     "Cancel the snapshot",
     "cancelled",
-    lambda snapshot, actor, reason: services.cancel_snapshot(snapshot, actor),
+    lambda snapshot, actor, reason: services.cancel_snapshot(snapshot, actor, via="admin"),
     Snapshot,
     applies=lambda snapshot: snapshot.status not in SNAPSHOT_FINISHED,
     confirm="Cancel snapshot {snapshot.pk} of {snapshot.mapping}? Its {open_jobs} unfinished job(s) "
@@ -416,7 +422,7 @@ class JobRow:
     next_poll: str
     size: str
     files: list[JobFile]
-    events: list[ExportEvent]
+    history: SafeString  # ExportEventInline's table
     operations: list[tuple[Operation, str]]  # each with its URL for this job
 
 
@@ -456,6 +462,14 @@ def job_files(job: ExportJob, *, full: bool) -> list[JobFile]:
         else:
             shown.append(JobFile(text, ""))
     return shown
+
+
+class ExportEventInline(HistoryInline):
+    """An export job's history, with each step's claim (generation) and worker: drawn
+    under the job's row on its snapshot's page (``render``)."""
+
+    model = ExportEvent
+    extra_columns = ("generation", "worker")
 
 
 @admin.register(Snapshot)
@@ -565,9 +579,9 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     def jobs_context(self, request: HttpRequest, snapshot: Snapshot) -> dict[str, Any]:
         now, may_operate = jobs.now(), self.has_operate_permission(request)
-        events = Prefetch("events", ExportEvent.objects.select_related("actor").order_by("at", "id"))
+        history = ExportEventInline(ExportJob, self.admin_site)
         rows = []
-        for job in snapshot.jobs.order_by("position").prefetch_related(events):
+        for job in snapshot.jobs.order_by("position").annotate(event_count=Count("events")):
             operations = [
                 (op, _job_url(op, job)) for op in JOB_OPERATIONS.values() if may_operate and op.allows(job)
             ]
@@ -577,7 +591,7 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
                     next_poll_text(job, now),
                     size_text(job.size_bytes),
                     job_files(job, full=is_platform_operator(request)),
-                    list(job.events.all()),
+                    history.render(request, job),
                     operations,
                 )
             )

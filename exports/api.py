@@ -352,7 +352,7 @@ class SnapshotViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         form.is_valid(raise_exception=True)
         mapping = visible_mapping(request.user, form.validated_data["mapping"])
         try:
-            snapshot = services.create_snapshot(mapping, user=request.user)
+            snapshot = services.create_snapshot(mapping, user=request.user, via="api")
         except services.InvalidMapping as exc:
             raise ValidationError({"mapping": [str(exc)]}) from None
         return Response(self._body(snapshot), status=status.HTTP_201_CREATED)
@@ -370,7 +370,7 @@ class SnapshotViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         snapshot = self.get_object()
         try:
-            cancelled = services.cancel_snapshot(snapshot, request.user)
+            cancelled = services.cancel_snapshot(snapshot, request.user, via="api")
         except services.ActionRefused as exc:
             return self._refused(snapshot, str(exc))
         if not cancelled:

@@ -25,6 +25,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+import jobs
+
 
 class EntityKind(models.TextChoices):
     NODE = "node", "node"
@@ -364,25 +366,13 @@ class EventKind(models.TextChoices):
     CANCELLED = "cancelled", "cancelled"
 
 
-class ExportEvent(models.Model):
+class ExportEvent(jobs.History):
     """One step of an export job's history: append-only."""
 
     job = models.ForeignKey(ExportJob, on_delete=models.CASCADE, related_name="events")
-    at = models.DateTimeField("at")
     kind = models.CharField("what", max_length=15, choices=EventKind.choices)
-    from_status = models.CharField("from", max_length=10, blank=True)
-    to_status = models.CharField("to", max_length=10, blank=True)
     generation = models.PositiveIntegerField("claim", default=0)
     worker = models.CharField("worker", max_length=200, blank=True)
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        verbose_name="by",
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="+",
-    )
-    message = models.TextField("message", blank=True)
 
     class Meta:
         ordering = ["at", "id"]

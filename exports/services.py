@@ -89,9 +89,10 @@ def event(
     to_status: str = "",
     worker: str = "",
     actor: Any = None,
+    via: str = "",
     message: str = "",
 ) -> ExportEvent:
-    """A line of the job's history (unsaved)."""
+    """A line of the job's history (unsaved); ``via``, an operator's door (admin, api)."""
     return ExportEvent(
         job_id=job.pk,
         at=now,
@@ -101,6 +102,7 @@ def event(
         generation=job.generation,
         worker=worker[:200],
         actor=actor,
+        via=via,
         message=message,
     )
 
@@ -210,7 +212,7 @@ def shown_files(job: ExportJob) -> list[str]:
     ]
 
 
-def create_snapshot(mapping: Mapping, *, user: Any = None) -> Snapshot:
+def create_snapshot(mapping: Mapping, *, user: Any = None, via: str = "") -> Snapshot:
     """A new snapshot of ``mapping`` and one pending export job per entity, nodes first.
 
     A Trino query's job runs under the role of the tenant's binding, in a catalog the
@@ -244,7 +246,8 @@ def create_snapshot(mapping: Mapping, *, user: Any = None) -> Snapshot:
             for position, (entity, spec) in enumerate(specs)
         )
         ExportEvent.objects.bulk_create(
-            event(job, EventKind.CREATED, now, to_status=JobStatus.PENDING, actor=user) for job in made
+            event(job, EventKind.CREATED, now, to_status=JobStatus.PENDING, actor=user, via=via)
+            for job in made
         )
     return snapshot
 
@@ -570,7 +573,7 @@ class ActionRefused(Exception):
     """An operator's action that does not apply to the job as it is; the message says why."""
 
 
-def retry_job(job: ExportJob, user: Any) -> ExportJob:
+def retry_job(job: ExportJob, user: Any, *, via: str = "") -> ExportJob:
     """Run a failed job again (a new claim, a fresh export), and reopen its snapshot."""
     now = jobs.now()
     with transaction.atomic():
@@ -590,12 +593,13 @@ def retry_job(job: ExportJob, user: Any) -> ExportJob:
             from_status=JobStatus.FAILED,
             to_status=JobStatus.PENDING,
             actor=user,
+            via=via,
             message=f"was: {before}",
         ).save()
     return job
 
 
-def reset_claim(job: ExportJob, user: Any) -> ExportJob:
+def reset_claim(job: ExportJob, user: Any, *, via: str = "") -> ExportJob:
     """Hand a claimed job back to pending now, as the reconciliation would after its
     timeout (a worker known to be gone). Its worker's reports are refused from then on."""
     now = jobs.now()
@@ -613,12 +617,13 @@ def reset_claim(job: ExportJob, user: Any) -> ExportJob:
             from_status=JobStatus.CLAIMED,
             to_status=JobStatus.PENDING,
             actor=user,
+            via=via,
             message=f"taken from {worker}",
         ).save()
     return job
 
 
-def cancel_snapshot(snapshot: Snapshot, user: Any) -> list[ExportJob]:
+def cancel_snapshot(snapshot: Snapshot, user: Any, *, via: str = "") -> list[ExportJob]:
     """Fail every unfinished job of the snapshot (and so the snapshot); the queries they
     submitted are cancelled on the engine by a job. Returns the jobs cancelled."""
     now = jobs.now()
@@ -642,6 +647,7 @@ def cancel_snapshot(snapshot: Snapshot, user: Any) -> list[ExportJob]:
                 from_status=before,
                 to_status=JobStatus.FAILED,
                 actor=user,
+                via=via,
                 message=job.error_message,
             ).save()
             if before == JobStatus.SUBMITTED:

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         UnknownJobType,
     )
     from jobs.events import publish
+    from jobs.history import History
     from jobs.metrics import register_collector
 
     # The job model, for apps' annotations (``def f(job: jobs.Job)``) only: code gets its
@@ -86,6 +87,7 @@ __all__ = [
     "Fibonacci",
     "Fixed",
     "Handler",
+    "History",
     "IllegalTransition",
     "InvalidArgument",
     "InvalidPayload",
@@ -135,6 +137,7 @@ _SOURCES: dict[str, tuple[str, str]] = {
     "Fibonacci": ("jobs.backoff", "Fibonacci"),
     "Fixed": ("jobs.backoff", "Fixed"),
     "Handler": ("jobs.registry", "Handler"),
+    "History": ("jobs.history", "History"),
     "IllegalTransition": ("jobs.errors", "IllegalTransition"),
     "InvalidArgument": ("jobs.errors", "InvalidArgument"),
     "InvalidPayload": ("jobs.errors", "InvalidPayload"),

@@ -476,8 +476,8 @@ def _claim_keyed_jobs(
                 job_id=job.pk,
                 at=now,
                 kind=Kind.CLAIMED,
-                from_state=State.PENDING,
-                to_state=State.RUNNING,
+                from_status=State.PENDING,
+                to_status=State.RUNNING,
                 attempt=job.attempts + 1,
                 worker=worker,
             )
@@ -610,13 +610,14 @@ def _fenced(job: Job, token: uuid.UUID) -> Any:
 def _event(
     job: Job | int,
     kind: str,
-    from_state: str,
-    to_state: str,
+    from_status: str,
+    to_status: str,
     *,
     message: str = "",
     attempt: int = 0,
     worker: str = "",
     actor: Any = None,
+    via: str = "",
     at: datetime | None = None,
     done: int | None = None,
     total: int | None = None,
@@ -625,12 +626,13 @@ def _event(
         job_id=getattr(job, "pk", job),
         at=at or clock.now(),
         kind=kind,
-        from_state=from_state,
-        to_state=to_state,
+        from_status=from_status,
+        to_status=to_status,
         message=message[:10_000],
         attempt=attempt,
         worker=worker,
         actor=actor if getattr(actor, "is_authenticated", False) else None,
+        via=via,
         progress_done=done,
         progress_total=total,
     )
@@ -881,8 +883,8 @@ def release(
                 job_id=pk,
                 at=now,
                 kind=Kind.RELEASED,
-                from_state=State.RUNNING,
-                to_state=State.PENDING,
+                from_status=State.RUNNING,
+                to_status=State.PENDING,
                 worker=worker,
                 message=message,
             )
@@ -1019,8 +1021,11 @@ ACTION_STATES: dict[str, tuple[str, ...]] = {
 RUNS_AGAIN = frozenset({"recover", "retry", "run_now", "replay"})
 
 
-def _operator_change(job: Job, action: str, kind: str, actor: Any, message: str, **fields: Any) -> Job:
-    """Apply an operator's action if the job is still in a state that allows it."""
+def _operator_change(
+    job: Job, action: str, kind: str, actor: Any, message: str, via: str, **fields: Any
+) -> Job:
+    """Apply an operator's action if the job is still in a state that allows it; its
+    history row names the actor and the door (``via``: admin, api, command)."""
     now = clock.now()
     expected = ACTION_STATES[action]
     with transaction.atomic():
@@ -1048,6 +1053,7 @@ def _operator_change(job: Job, action: str, kind: str, actor: Any, message: str,
             message=message,
             attempt=current.attempts,
             actor=actor,
+            via=via,
             at=now,
         )
         if current.state in (State.FAILED, State.CANCELLED):
@@ -1085,7 +1091,7 @@ def _key_taken(job: Job, action: str) -> str:
     return f"job {job.pk} cannot {action}: another job holds its key"
 
 
-def recover(job: Job, *, actor: Any = None, reason: str = "") -> Job:
+def recover(job: Job, *, actor: Any = None, reason: str = "", via: str = "") -> Job:
     """Operator: a stuck job runs again now — a running one whose worker is presumed dead
     (that worker, if alive, is fenced out), or a pending one nobody picked up (it becomes
     due and the workers are woken). Grants one more attempt if all were spent."""
@@ -1096,6 +1102,7 @@ def recover(job: Job, *, actor: Any = None, reason: str = "") -> Job:
         Kind.RECOVERED,
         actor,
         reason or "recovered by an operator",
+        via,
         state=State.PENDING,
         run_after=now,
         max_attempts=_at_least(F("max_attempts"), F("attempts") + 1),
@@ -1103,21 +1110,21 @@ def recover(job: Job, *, actor: Any = None, reason: str = "") -> Job:
     )
 
 
-def retry(job: Job, *, actor: Any = None, reason: str = "") -> Job:
+def retry(job: Job, *, actor: Any = None, reason: str = "", via: str = "") -> Job:
     """Operator: a failed or cancelled job runs again from scratch (attempts reset)."""
     now = clock.now()
     return _operator_change(
-        job, "retry", Kind.RETRIED, actor, reason or "retried by an operator", **_from_scratch(now)
+        job, "retry", Kind.RETRIED, actor, reason or "retried by an operator", via, **_from_scratch(now)
     )
 
 
-def replay(job: Job, *, actor: Any = None, reason: str = "") -> Job:
+def replay(job: Job, *, actor: Any = None, reason: str = "", via: str = "") -> Job:
     """Operator: a finished job (succeeded, failed or cancelled) runs again from scratch,
     as a retry does; its history keeps the earlier outcome. For a delivery, one event
     delivered again to one subscriber."""
     now = clock.now()
     return _operator_change(
-        job, "replay", Kind.REPLAYED, actor, reason or "replayed by an operator", **_from_scratch(now)
+        job, "replay", Kind.REPLAYED, actor, reason or "replayed by an operator", via, **_from_scratch(now)
     )
 
 
@@ -1137,7 +1144,7 @@ def _from_scratch(now: datetime) -> dict[str, Any]:
     }
 
 
-def cancel(job: Job, *, actor: Any = None, reason: str = "") -> Job:
+def cancel(job: Job, *, actor: Any = None, reason: str = "", via: str = "") -> Job:
     """Operator: stop a pending job, or fence out a running one (its result is refused)."""
     now = clock.now()
     return _operator_change(
@@ -1146,16 +1153,17 @@ def cancel(job: Job, *, actor: Any = None, reason: str = "") -> Job:
         Kind.CANCELLED,
         actor,
         reason or "cancelled by an operator",
+        via,
         state=State.CANCELLED,
         finished_at=now,
         **NO_LEASE,
     )
 
 
-def run_now(job: Job, *, actor: Any = None, reason: str = "") -> Job:
+def run_now(job: Job, *, actor: Any = None, reason: str = "", via: str = "") -> Job:
     """Operator: a pending job waiting for its run_after becomes due immediately."""
     return _operator_change(
-        job, "run_now", Kind.RUN_NOW, actor, reason or "run now by an operator", run_after=clock.now()
+        job, "run_now", Kind.RUN_NOW, actor, reason or "run now by an operator", via, run_after=clock.now()
     )
 
 
@@ -1189,8 +1197,8 @@ def _cancel_dependants(parent_id: int, now: datetime) -> None:
                 job_id=pk,
                 at=now,
                 kind=Kind.CANCELLED,
-                from_state=State.PENDING,
-                to_state=State.CANCELLED,
+                from_status=State.PENDING,
+                to_status=State.CANCELLED,
                 message=f"parent job {parent} did not succeed",
             )
             for pk, parent in waiting

@@ -18,6 +18,7 @@ from django.db import models
 from django.db.models import Q
 
 from jobs.errors import WAKE_KEY_LENGTH
+from jobs.history import History
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -377,7 +378,7 @@ class Dependency(models.Model):
         return f"#{self.waiter_id} after #{self.prerequisite_id}"
 
 
-class JobEvent(models.Model):
+class JobEvent(History):
     """Append-only history: every state change and progress step of a job."""
 
     class Kind(models.TextChoices):
@@ -401,23 +402,11 @@ class JobEvent(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
-    at = models.DateTimeField("when")
     kind = models.CharField("what", max_length=20, choices=Kind.choices)
-    from_state = models.CharField("from", max_length=10, blank=True)
-    to_state = models.CharField("to", max_length=10, blank=True)
-    message = models.TextField("message", blank=True)
     attempt = models.PositiveIntegerField("attempt", default=0)
     progress_done = models.BigIntegerField(null=True, blank=True)
     progress_total = models.BigIntegerField(null=True, blank=True)
     worker = models.CharField("worker", max_length=200, blank=True)
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="+",
-        verbose_name="staff user",
-    )
 
     class Meta:
         ordering = ["id"]

@@ -144,7 +144,7 @@ def allows(action: str, delivery: Delivery) -> bool:
     return status_of(delivery) in ACTION_STATUSES[action]
 
 
-def quarantine(delivery: Delivery, actor: Any, reason: str) -> Delivery:
+def quarantine(delivery: Delivery, actor: Any, reason: str, *, via: str = "") -> Delivery:
     """Hold a poison delivery back: its job, if unfinished, is cancelled (a running one
     is fenced out: its late result is refused) and it is not run again until released.
     A delivered one is refused: there is nothing left to hold back."""
@@ -158,9 +158,9 @@ def quarantine(delivery: Delivery, actor: Any, reason: str) -> Delivery:
             )
         note = f"quarantined: {reason}"
         if current.job.state in Job.UNFINISHED:
-            engine.cancel(current.job, actor=actor, reason=note)
+            engine.cancel(current.job, actor=actor, reason=note, via=via)
         else:
-            _record(current.job, JobEvent.Kind.QUARANTINED, actor, note)
+            _record(current.job, JobEvent.Kind.QUARANTINED, actor, note, via)
         current.quarantined_at = clock.now()
         current.quarantined_by = _user(actor)
         current.quarantine_reason = reason
@@ -169,7 +169,7 @@ def quarantine(delivery: Delivery, actor: Any, reason: str) -> Delivery:
     return current
 
 
-def release(delivery: Delivery, actor: Any, reason: str) -> Delivery:
+def release(delivery: Delivery, actor: Any, reason: str, *, via: str = "") -> Delivery:
     """End a quarantine: the delivery's job is retried from scratch (attempts reset)."""
     reason = _reason(reason)
     with transaction.atomic():
@@ -179,11 +179,13 @@ def release(delivery: Delivery, actor: Any, reason: str) -> Delivery:
             raise IllegalTransition(_refusal(current, status, "released", "a quarantined delivery"))
         current.quarantined_at, current.quarantined_by, current.quarantine_reason = None, None, ""
         current.save(update_fields=["quarantined_at", "quarantined_by", "quarantine_reason"])
-        current.job = engine.retry(current.job, actor=actor, reason=f"released from quarantine: {reason}")
+        current.job = engine.retry(
+            current.job, actor=actor, reason=f"released from quarantine: {reason}", via=via
+        )
     return current
 
 
-def replay(delivery: Delivery, actor: Any, reason: str) -> Delivery:
+def replay(delivery: Delivery, actor: Any, reason: str, *, via: str = "") -> Delivery:
     """Deliver one event again to one subscriber: a finished delivery (delivered, failed
     or cancelled) runs again; its job's history keeps the earlier outcome."""
     reason = _reason(reason)
@@ -198,7 +200,7 @@ def replay(delivery: Delivery, actor: Any, reason: str) -> Delivery:
             raise IllegalTransition(
                 _refusal(current, status, "replayed", "a finished delivery (delivered, failed or cancelled)")
             )
-        current.job = engine.replay(current.job, actor=actor, reason=f"replayed: {reason}")
+        current.job = engine.replay(current.job, actor=actor, reason=f"replayed: {reason}", via=via)
     return current
 
 
@@ -229,15 +231,16 @@ def _user(actor: Any) -> Any:
     return actor if getattr(actor, "is_authenticated", False) else None
 
 
-def _record(job: Job, kind: str, actor: Any, message: str) -> None:
+def _record(job: Job, kind: str, actor: Any, message: str, via: str) -> None:
     """An action that leaves the job's state as it is, in its history all the same."""
     JobEvent.objects.create(
         job=job,
         at=clock.now(),
         kind=kind,
-        from_state=job.state,
-        to_state=job.state,
+        from_status=job.state,
+        to_status=job.state,
         message=message,
         attempt=job.attempts,
         actor=_user(actor),
+        via=via,
     )

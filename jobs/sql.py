@@ -406,7 +406,7 @@ started AS (
     RETURNING j.*
 ),
 history AS (
-    INSERT INTO jobs_jobevent (job_id, at, kind, from_state, to_state, message, attempt,
+    INSERT INTO jobs_jobevent (job_id, at, kind, from_status, to_status, message, attempt,
                                worker)
     SELECT id, %(now)s, 'claimed', 'pending', 'running', '', attempts + 1, %(worker)s
     FROM started
@@ -432,7 +432,7 @@ WITH woken AS (
     RETURNING id, queue, attempts
 ),
 history AS (
-    INSERT INTO jobs_jobevent (job_id, at, kind, from_state, to_state, message, attempt,
+    INSERT INTO jobs_jobevent (job_id, at, kind, from_status, to_status, message, attempt,
                                worker)
     SELECT id, %(now)s, 'woken', 'pending', 'pending', %(message)s, attempts + 1, ''
     FROM woken
@@ -457,7 +457,7 @@ WITH done AS (
     WHERE j.id = s.id AND j.state = 'running' AND j.lease_token = %(token)s
     RETURNING j.id, j.attempts, s.at
 )
-INSERT INTO jobs_jobevent (job_id, at, kind, from_state, to_state, message, attempt, worker)
+INSERT INTO jobs_jobevent (job_id, at, kind, from_status, to_status, message, attempt, worker)
 SELECT id, at, 'succeeded', 'running', 'succeeded', '', attempts, %(worker)s FROM done
 """
 

@@ -26,7 +26,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Count, F, OrderBy, QuerySet, Window
+from django.db.models import Count, F, Model, OrderBy, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect
@@ -37,6 +37,7 @@ from django.utils.safestring import SafeString
 
 import jobs
 from console.admin import (
+    HistoryInline,
     JobLinks,
     Operation,
     ReadOnlyAdmin,
@@ -68,6 +69,7 @@ RECENT_PER_FEED = 10
 GAP_FILL_DEFAULT_DAYS = 7
 LISTED_DAYS = 20  # days named in a gap-fill's message; the rest are counted
 MASK = "••••"
+ACTIONS_SHOWN = 20  # a feed's newest actions on its page
 
 
 def masked(token: str) -> str:
@@ -286,6 +288,19 @@ GAP_FILL = Operation(
 )
 
 
+class MarketActionInline(HistoryInline):
+    """A feed's actions (gap-fills: who asked, through which door, the range and what was
+    queued), the newest ``limit``; the whole list is the actions' own page."""
+
+    model = MarketAction
+    limit = ACTIONS_SHOWN
+
+    def full_list_url(self, request: HttpRequest, parent: Model) -> str:
+        if not self.admin_site.get_model_admin(MarketAction).has_view_permission(request):
+            return ""
+        return f"{reverse('admin:market_marketaction_changelist')}?feed__id__exact={parent.pk}"
+
+
 @admin.register(MarketFeed)
 class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
     list_display = ["name", "exchange", "api_url", "token_display", "enabled", "sources", "created_at"]
@@ -293,6 +308,7 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
     list_select_related = ["tenant"]
     search_fields = ["name"]
     form = FeedForm
+    inlines = [MarketActionInline]
     change_list_template = "admin/market/marketfeed/change_list.html"
     change_form_template = "admin/market/marketfeed/change_form.html"
 
@@ -640,10 +656,10 @@ class SourceFreshnessAdmin(FeedRowsAdmin):
 
 @admin.register(MarketAction)
 class MarketActionAdmin(FeedRowsAdmin):
-    list_display = ["at", "feed", "action", "actor", "via", "detail_line"]
-    list_filter = ["action", "via", ("feed", admin.RelatedOnlyFieldListFilter)]
+    list_display = ["at", "feed", "kind", "actor", "via", "detail_line"]
+    list_filter = ["kind", "via", ("feed", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["feed", "actor"]
-    fields = ["at", "feed", "action", "actor", "via", "detail_display"]
+    fields = ["at", "feed", "kind", "actor", "via", "message", "detail_display"]
     readonly_fields = fields
 
     @admin.display(description="detail")

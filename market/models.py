@@ -23,6 +23,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+import jobs
+
 
 class Dataset(models.TextChoices):
     """The API's names for the three datasets."""
@@ -294,21 +296,15 @@ class DayLoad(models.Model):
         return f"load of {self.trade_date}"
 
 
-class MarketAction(models.Model):
-    """An operator's action on a feed, with who did it and what it asked for."""
+class MarketAction(jobs.History):
+    """An operator's action on a feed, with who did it and what it asked for (``detail``)."""
 
     feed = models.ForeignKey(MarketFeed, on_delete=models.CASCADE, related_name="actions")
-    action = models.CharField("action", max_length=30)
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, verbose_name="by", on_delete=models.SET_NULL, null=True, related_name="+"
-    )
-    via = models.CharField("via", max_length=10)
-    at = models.DateTimeField("at")
-    detail = models.JSONField("detail", default=dict, blank=True)
+    kind = models.CharField("what", max_length=30)
 
     class Meta:
         db_table = "ingest_marketaction"
         ordering = ["-at", "-id"]
 
     def __str__(self) -> str:
-        return f"{self.action} by {self.actor} at {self.at:%Y-%m-%d %H:%M}"
+        return f"{self.kind} by {self.actor} at {self.at:%Y-%m-%d %H:%M}"

@@ -134,7 +134,7 @@ def gap_fill(
         )
         MarketAction.objects.create(
             feed=feed,
-            action="gap_fill",
+            kind="gap_fill",
             actor=actor if getattr(actor, "is_authenticated", False) else None,
             via=via,
             at=jobs.now(),

@@ -116,6 +116,7 @@ def test_the_public_api_names_every_documented_name():
         [
             "handler",
             "Handler",
+            "History",
             "Cron",
             "enqueue",
             "enqueue_many",

@@ -16,17 +16,19 @@ page; ``rendering`` holds the badges and durations shared by the pages' code and
 templates.
 
 Other apps' admins build on the pieces listed in ``__all__``: ``Operation`` for every
-operator action (``operations``), the ``job_link`` cell, the read-only bases, the capped
-paginator, choice filters and bulk selection; their front-page figures
-(``<app>/overview.py``, registered with ``front_page_figures``: ``console.figures``) are
-``Figure``s shown to whom ``viewable_admin`` lets in; and each says what its jobs work
-for with ``register_job_subject`` (``subjects``).
+operator action (``operations``), the ``job_link`` cell, the read-only bases, the history
+inline every ``jobs.History`` table is shown with (``history``), the capped paginator,
+choice filters and bulk selection; their front-page figures (``<app>/overview.py``,
+registered with ``front_page_figures``: ``console.figures``) are ``Figure``s shown to whom
+``viewable_admin`` lets in; and each says what its jobs work for with
+``register_job_subject`` (``subjects``).
 """
 
 from __future__ import annotations
 
 from console.admin import events, job, outbox, workers  # noqa: F401  (registers the model admins)
 from console.admin.cells import JobLinks, job_cell, job_link, may_view_jobs, sentence
+from console.admin.history import HistoryInline
 from console.admin.lists import CappedCountPaginator, ChoiceFilter
 from console.admin.operations import Operation
 from console.admin.overview import Figure, viewable_admin
@@ -39,6 +41,7 @@ __all__ = [
     "CappedCountPaginator",
     "ChoiceFilter",
     "Figure",
+    "HistoryInline",
     "JobLinks",
     "Operation",
     "ReadOnlyAdmin",

@@ -10,7 +10,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -23,6 +23,7 @@ from django.utils.safestring import SafeString
 from console.admin import dashboard
 from console.admin import pipeline as pipeline_page
 from console.admin import triage as triage_pages
+from console.admin.history import HistoryInline
 from console.admin.lists import (
     CappedCountPaginator,
     DueFilter,
@@ -89,6 +90,52 @@ def scoped_jobs(request: HttpRequest) -> QuerySet[Job]:
 # --- jobs ------------------------------------------------------------------------------------
 
 
+class JobEventInline(HistoryInline):
+    """A job's history: its state changes and the operators' actions, each with its
+    attempt and worker. The progress steps (the only rows with a progress) are folded
+    into one line above the table, the latest's: a long ingest writes a hundred of them,
+    which would bury the one row that matters (a rescue, an operator's action)."""
+
+    model = JobEvent
+    ordering = ["id"]  # jobs_jobevent_job_idx
+    limit = TIMELINE_LIMIT
+    extra_columns = ("attempt", "worker")
+
+    def rows(self, request: HttpRequest) -> QuerySet[JobEvent]:
+        return super().rows(request).exclude(kind=JobEvent.Kind.PROGRESS)
+
+    def status_html(self, status: str) -> SafeString:
+        return state_badge(status)
+
+    def notes(self, request: HttpRequest, parent: Model, hidden: int) -> list[str | SafeString]:
+        notes = super().notes(request, parent, hidden)
+        steps = JobEvent.objects.filter(job_id=parent.pk, kind=JobEvent.Kind.PROGRESS)
+        last = steps.order_by("-id").first()
+        if last is None:
+            return notes
+        count = steps.count()
+        text = " ".join(
+            filter(
+                None,
+                [
+                    f"{last.progress_done:,}/{last.progress_total:,}" if last.progress_total else "",
+                    last.message[:200],
+                ],
+            )
+        )
+        moment = timezone.localtime(last.at).strftime("%Y-%m-%d %H:%M:%S")
+        notes.append(
+            format_html(
+                '<span class="job-progress-folded">{} progress step{} folded; the latest at {}: {}</span>',
+                f"{count:,}",
+                "" if count == 1 else "s",
+                moment,
+                text,
+            )
+        )
+        return notes
+
+
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
     # Narrow enough for 1,440 px beside the filters: the queue and the creation and start
@@ -133,6 +180,7 @@ class JobAdmin(admin.ModelAdmin):
     paginator = CappedCountPaginator
     change_form_template = "admin/jobs/job/change_form.html"
     actions = ["recover_jobs", "retry_jobs", "cancel_jobs", "run_jobs_now"]
+    inlines = [JobEventInline]
 
     class Media:
         css = {"all": [STATES_CSS]}
@@ -288,34 +336,10 @@ class JobAdmin(admin.ModelAdmin):
             "subject": subject,
             "lease": lease_health(job),
             "operations": [op for op in self.permitted_operations(request) if op.allows(job)],
-            **self.history(job),
-            **self.related_jobs(request, job),
-        }
-
-    def history(self, job: Job) -> dict[str, Any]:
-        """The state changes, newest TIMELINE_LIMIT oldest first, with the progress steps
-        folded into one line (the latest): a long ingest writes a hundred of them, which
-        would bury the one row that matters (a rescue, an operator's action)."""
-        changes = job.events.exclude(kind=JobEvent.Kind.PROGRESS)
-        newest = list(changes.select_related("actor").order_by("-id")[:TIMELINE_LIMIT])
-        progress = job.events.filter(kind=JobEvent.Kind.PROGRESS)
-        last = progress.order_by("-id").first()
-        return {
-            "timeline": list(reversed(newest)),
-            "timeline_hidden": (changes.count() - len(newest)) if len(newest) == TIMELINE_LIMIT else 0,
-            "progress_steps": progress.count(),
-            "last_progress": last,
-            "last_progress_text": last
-            and " ".join(
-                filter(
-                    None,
-                    [
-                        f"{last.progress_done:,}/{last.progress_total:,}" if last.progress_total else "",
-                        last.message[:200],
-                    ],
-                )
-            ),
+            # The newest history row the page is drawn with (its history is the inline,
+            # JobEventInline): job_detail.js reloads the page for any later one.
             "last_event_id": job.events.order_by("-id").values_list("id", flat=True).first() or 0,
+            **self.related_jobs(request, job),
         }
 
     def related_jobs(self, request: HttpRequest, job: Job) -> dict[str, Any]:

@@ -96,7 +96,7 @@ class Operation:
 
 
 def _engine(action: Callable[..., Job]) -> Callable[[Job, Any, str], Job]:
-    return lambda job, actor, reason: action(job, actor=actor, reason=reason)
+    return lambda job, actor, reason: action(job, actor=actor, reason=reason, via="admin")
 
 
 OPERATIONS: dict[str, Operation] = {

@@ -59,7 +59,7 @@ def _outbox(name: str, past: str, action: Callable[..., Delivery]) -> Operation:
         name,
         name.capitalize(),
         past,
-        action,
+        lambda delivery, actor, reason: action(delivery, actor, reason, via="admin"),
         Delivery,
         outbox.ACTION_STATUSES[name],
         applies=lambda delivery: outbox.allows(name, delivery),
@@ -248,8 +248,8 @@ class DeliveryAdmin(JobLinks, ReadOnlyMixin, admin.ModelAdmin):
                 (
                     f"{event.at:%Y-%m-%d %H:%M:%S}",
                     event.get_kind_display(),
-                    state_badge(event.from_state),
-                    state_badge(event.to_state),
+                    state_badge(event.from_status),
+                    state_badge(event.to_status),
                     event.actor.get_username() if event.actor else event.worker or "engine",
                     event.message[:300],
                 )

@@ -13,7 +13,6 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
-from django.utils.text import Truncator
 
 from jobs.why import error_line
 
@@ -29,28 +28,6 @@ def state_badge(state: str) -> SafeString:
     if not state:
         return format_html("{}", "—")
     return format_html('<span class="job-state job-state-{}">{}</span>', state, state)
-
-
-# A history row's message: its first line up to this, the whole (up to FOLDED_CHARS) folded.
-MESSAGE_HEAD_CHARS = 500
-FOLDED_CHARS = 4000
-
-
-@register.filter
-def event_message(message: str) -> str | SafeString:
-    """A history row's message: its first line, and, when there is more (an error's
-    traceback, which a failed attempt's message carries), the whole text folded under
-    it: a row reads as one line, not as frames run together."""
-    text = (message or "").strip()
-    head, _, rest = text.partition("\n")
-    head = Truncator(head).chars(MESSAGE_HEAD_CHARS)
-    if not rest.strip():
-        return head
-    return format_html(
-        '{}<details><summary>the whole message</summary><pre class="job-error">{}</pre></details>',
-        head,
-        Truncator(text).chars(FOLDED_CHARS),
-    )
 
 
 def format_duration(seconds: float | None) -> str:

@@ -90,18 +90,22 @@ class JobEventSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = JobEvent
+        # The history vocabulary (jobs.History) every history of the API shares, then
+        # the job's own columns.
         fields = [
             "id",
             "at",
             "kind",
-            "from_state",
-            "to_state",
+            "from_status",
+            "to_status",
+            "actor",
+            "via",
             "message",
+            "detail",
             "attempt",
             "progress_done",
             "progress_total",
             "worker",
-            "actor",
         ]
 
 

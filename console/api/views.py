@@ -179,7 +179,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
         form = ActionSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         try:
-            job = change(job, actor=request.user, reason=form.validated_data.get("reason", ""))
+            job = change(job, actor=request.user, reason=form.validated_data.get("reason", ""), via="api")
         except IllegalTransition as exc:
             raise Conflict(str(exc)) from exc
         return Response(self._detail(job))

@@ -17,7 +17,7 @@ from jobs.redaction import without_traceback
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 _SELECT = """
-SELECT e.id, e.job_id, j.pipeline_id, j.type, j.parent_id, e.kind, e.from_state, e.to_state,
+SELECT e.id, e.job_id, j.pipeline_id, j.type, j.parent_id, e.kind, e.from_status, e.to_status,
        j.state, e.attempt, e.at, e.message, e.progress_done, e.progress_total, e.worker,
        j.tenant_id
 FROM jobs_jobevent e JOIN jobs_job j ON j.id = e.job_id
@@ -138,8 +138,8 @@ def event_from_row(row: tuple[Any, ...]) -> StreamEvent:
         job_type,
         parent,
         kind,
-        from_state,
-        to_state,
+        from_status,
+        to_status,
         job_state,
         attempt,
         at,
@@ -158,9 +158,9 @@ def event_from_row(row: tuple[Any, ...]) -> StreamEvent:
         "type": job_type,
         "parent": parent,
         "kind": kind,
-        "from_state": from_state,
-        "to_state": to_state,
-        "state": to_state or job_state,
+        "from_status": from_status,
+        "to_status": to_status,
+        "state": to_status or job_state,
         "attempt": attempt,
         "at": at.isoformat(),
         "message": message,

@@ -27,7 +27,15 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 import jobs
-from console.admin import CappedCountPaginator, Operation, ReadOnlyMixin, job_link, may_view_jobs, sentence
+from console.admin import (
+    CappedCountPaginator,
+    HistoryInline,
+    Operation,
+    ReadOnlyMixin,
+    job_link,
+    may_view_jobs,
+    sentence,
+)
 from ingest.runs import breaker, catalogue, services, timeline
 from ingest.runs.forms import HookForm, HookFormSet, HookTemplateForm, SourceForm
 from ingest.runs.models import (
@@ -38,6 +46,7 @@ from ingest.runs.models import (
     IngestBatch,
     IngestRun,
     IngestSource,
+    RunAction,
     RunnerBreaker,
     RunStatus,
 )
@@ -293,6 +302,17 @@ class BatchRow:
     delivery_link: SafeString | None
 
 
+class RunActionInline(HistoryInline):
+    """A run's actions: who started, cancelled or retried it and through which door, and
+    how it ended. Drawn inside the run's live timeline (``render``), which is fetched
+    again as the run moves."""
+
+    model = RunAction
+
+    def status_html(self, status: str) -> SafeString:
+        return status_badge(status)
+
+
 @admin.register(IngestRun)
 class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
     """Runs are started from their source, the API or a command, and written by the
@@ -422,7 +442,7 @@ class IngestRunAdmin(ReadOnlyMixin, admin.ModelAdmin):
             if run.status == RunStatus.FAILED and request.user.has_perm("jobs.view_job")
             else None,
             "failed_job_link": _job_link(request, shown.failed) if shown.failed is not None else None,
-            "actions": run.actions.select_related("actor"),
+            "actions": RunActionInline(IngestRun, self.admin_site).render(request, run),
             "operations": operations,
             "pipeline_url": reverse("admin:jobs_job_pipeline", args=[run.pipeline])
             if request.user.has_perm("jobs.view_job")

@@ -189,7 +189,8 @@ class RunActionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = RunAction
-        fields = ["kind", "actor", "via", "note", "at"]
+        # The history vocabulary (jobs.History), as every history of the API says it.
+        fields = ["at", "kind", "from_status", "to_status", "actor", "via", "message", "detail"]
         read_only_fields = fields
 
 

@@ -21,6 +21,7 @@ from django.db import models
 from django.db.models import Exists, F, Func, OuterRef, Q, Value
 from django.db.models.lookups import Exact
 
+import jobs
 from ingest import conf
 from ingest.runs import catalogue
 
@@ -510,24 +511,13 @@ class ActionKind(models.TextChoices):
     SUCCEEDED = "succeeded", "succeeded"
 
 
-class RunAction(models.Model):
+class RunAction(jobs.History):
     """What happened to a run at an operator's (or the pipeline's) hand, and who did it."""
 
     Kind = ActionKind
 
     run = models.ForeignKey(IngestRun, verbose_name="run", on_delete=models.CASCADE, related_name="actions")
-    kind = models.CharField("action", max_length=20, choices=Kind.choices)
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        verbose_name="by",
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="+",
-    )
-    via = models.CharField("via", max_length=20, blank=True, help_text="admin, api, command, or pipeline.")
-    note = models.TextField("note", blank=True)
-    at = models.DateTimeField("at")
+    kind = models.CharField("what", max_length=20, choices=Kind.choices)
 
     class Meta:
         ordering = ["run", "at", "id"]

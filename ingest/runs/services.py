@@ -58,10 +58,19 @@ def _actor(user: Any) -> Any:
 
 
 def record_action(
-    run: IngestRun, kind: str, *, actor: Any = None, via: str = "pipeline", note: str = ""
+    run: IngestRun,
+    kind: str,
+    *,
+    actor: Any = None,
+    via: str = "pipeline",
+    message: str = "",
+    before: str | None = None,
 ) -> RunAction:
+    """``kind`` done to ``run``; with ``before``, the status it had then, which moved it
+    from that status to the one it has now."""
+    moved = {} if before is None else {"from_status": before, "to_status": run.status}
     return RunAction.objects.create(
-        run=run, kind=kind, actor=_actor(actor), via=via, note=note[:4000], at=jobs.now()
+        run=run, kind=kind, actor=_actor(actor), via=via, message=message[:4000], at=jobs.now(), **moved
     )
 
 
@@ -114,7 +123,7 @@ def start_ingest(
             source=source, reference=reference, status=RunStatus.RUNNING
         ).first()
         raise RunRefused(f"{what} already has a run running", run=running) from None
-    record_action(run, ActionKind.STARTED, actor=actor, via=via)
+    record_action(run, ActionKind.STARTED, actor=actor, via=via, before="")
     user = _actor(actor)
     events.publish_run_started(run, started_by=user.get_username() if user else "")
     events.publish_next_batch(run, sequence=1)
@@ -337,17 +346,19 @@ def fail_run(
     recorded on its job; nothing is deleted), and remove what it still has on the hook
     runner. In the caller's transaction."""
     run = _finish(run, RunStatus.FAILED, kind=ActionKind.FAILED, reason=reason, actor=actor, via=via)
-    cancel_outstanding(run, actor=actor, reason=f"run {run.pk} failed", skip=current_job)
+    cancel_outstanding(run, actor=actor, via=via, reason=f"run {run.pk} failed", skip=current_job)
     _stop_hooks(run, actor=actor)
     events.publish_run_finished(run)  # after the cancellations, which would take it too
     return run
 
 
-def cancel_outstanding(run: IngestRun, *, actor: Any, reason: str, skip: int | None = None) -> int:
+def cancel_outstanding(
+    run: IngestRun, *, actor: Any, reason: str, skip: int | None = None, via: str = ""
+) -> int:
     cancelled = 0
     for job in outstanding_jobs(run):
         if job.pk != skip:
-            jobs.cancel(job, actor=actor, reason=reason)
+            jobs.cancel(job, actor=actor, reason=reason, via=via)
             cancelled += 1
     return cancelled
 
@@ -361,11 +372,11 @@ def _finish(
 ) -> IngestRun:
     """End ``run`` with ``status``, and its hook executions with it: none may launch or
     wait for room once the run has ended (the launch window counts the ones that do)."""
-    now = jobs.now()
+    now, before = jobs.now(), run.status
     IngestRun.objects.filter(pk=run.pk).update(status=status, failure_reason=reason[:4000], finished_at=now)
     run.refresh_from_db()
     _settle_executions(run_executions(run), f"ended with run {run.pk} ({status})", now)
-    record_action(run, kind, actor=actor, via=via, note=reason)
+    record_action(run, kind, actor=actor, via=via, message=reason, before=before)
     return run
 
 
@@ -417,7 +428,7 @@ def cancel_run(run: IngestRun, *, actor: Any = None, via: str = "admin", reason:
         actor=actor,
         via=via,
     )
-    cancel_outstanding(run, actor=actor, reason=f"run {run.pk} cancelled")
+    cancel_outstanding(run, actor=actor, via=via, reason=f"run {run.pk} cancelled")
     _stop_hooks(run, actor=actor)
     events.publish_run_finished(run)  # after the cancellations, which would take it too
     return run
@@ -478,6 +489,7 @@ def retry_failed_hooks(run: IngestRun, *, actor: Any = None, via: str = "admin")
     if run.status == RunStatus.CANCELLED:
         raise RunRefused(f"run {run.pk} was cancelled; start a new run", run=run)
     _claim_source(run)
+    before = run.status
     if run.finished:
         _reopen(run, except_batches=[batch.pk for batch in failed])
     for batch in failed:
@@ -489,7 +501,8 @@ def retry_failed_hooks(run: IngestRun, *, actor: Any = None, via: str = "admin")
         ActionKind.RETRIED_HOOKS,
         actor=actor,
         via=via,
-        note="batches " + ", ".join(str(b.sequence) for b in failed),
+        message="batches " + ", ".join(str(b.sequence) for b in failed),
+        before=before,
     )
     return len(failed)
 
@@ -502,10 +515,13 @@ def retry_from_failed_batch(run: IngestRun, *, actor: Any = None, via: str = "ad
     if run.status != RunStatus.FAILED or run.ingest_done:
         raise RunRefused(f"run {run.pk} did not fail while fetching; nothing to fetch again", run=run)
     _claim_source(run)
+    before = run.status
     _reopen(run)
     sequence = run.batches_ingested + 1
     events.publish_next_batch(run, sequence=sequence)
-    record_action(run, ActionKind.RETRIED_FROM_BATCH, actor=actor, via=via, note=f"batch {sequence}")
+    record_action(
+        run, ActionKind.RETRIED_FROM_BATCH, actor=actor, via=via, message=f"batch {sequence}", before=before
+    )
     return sequence
 
 

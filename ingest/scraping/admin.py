@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from django.contrib import admin, messages
 from django.db.models import F, QuerySet
 from django.http import HttpRequest
-from django.template.defaultfilters import date as date_format
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from console.admin import JobLinks, Operation, ReadOnlyAdmin, ReadOnlyInline, job_cell
+from console.admin import HistoryInline, JobLinks, Operation, ReadOnlyAdmin, ReadOnlyInline, job_cell
 from ingest.runs.rendering import status_badge
 from ingest.scraping import services
 from ingest.scraping.models import HandoffTransition, IngestionHandoff, ScrapeReference, ScrapeRun
@@ -209,31 +208,13 @@ class ScrapeRunFilter(admin.SimpleListFilter):
         return queryset.filter(scrape_run__run_id=self.value()) if self.value() else queryset
 
 
-class TransitionInline(ReadOnlyInline):
+class TransitionInline(HistoryInline):
+    """A handoff's history: each move, its reason (the transition's kind), note and who."""
+
     model = HandoffTransition
-    verbose_name_plural = "history"
-    fields = readonly_fields = ("at_display", "change", "reason", "note", "actor")
-    ordering = ["at", "id"]
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet[HandoffTransition]:
-        return super().get_queryset(request).select_related("actor")
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # The history is the handoff's own record: whoever may see the handoff sees it.
-        return self.admin_site.get_model_admin(IngestionHandoff).has_view_permission(request, obj)
-
-    @admin.display(description="at")
-    def at_display(self, transition: HandoffTransition) -> str:
-        # To the second, as the runs' action log: a sync's transitions share a minute.
-        return date_format(transition.at, "Y-m-d H:i:s")
-
-    @admin.display(description="from → to")
-    def change(self, transition: HandoffTransition) -> str:
-        return f"{transition.from_status or '∅'} → {transition.to_status}"
-
-    @admin.display(description="reason")
-    def reason(self, transition: HandoffTransition) -> str:
-        return transition.get_reason_code_display()
+    def status_html(self, status: str) -> str:
+        return status or "∅"  # before its creation
 
 
 class _HandoffIds(TypedDict):
@@ -246,7 +227,7 @@ RETRY_HANDOFFS = Operation(
     "retry",
     "Retry",
     "retried",
-    lambda selected, actor, reason: services.retry_handoffs(selected, actor=actor),
+    lambda selected, actor, reason: services.retry_handoffs(selected, actor=actor, via="admin"),
     IngestionHandoff,
 )
 

@@ -47,7 +47,7 @@ def start_ingestion(handoff_id: int, *, tenant: int | None, job_id: int, pipelin
             [handoff.pk],
             HandoffStatus.FAILED,
             HandoffReason.QUEUE_REFUSED,
-            note=str(exc),
+            message=str(exc),
             last_error=str(exc)[:4000],
         )
         return f"handoff {handoff.pk} failed: {exc}"
@@ -55,7 +55,7 @@ def start_ingestion(handoff_id: int, *, tenant: int | None, job_id: int, pipelin
         [handoff.pk],
         HandoffStatus.RUNNING,
         HandoffReason.INGESTION_STARTED,
-        note=f"ingest run {run.pk}",
+        message=f"ingest run {run.pk}",
         ingest_run=run,
     )
     return f"handoff {handoff.pk}: ingest run {run.pk} started"
@@ -87,7 +87,7 @@ def settle_for_run(run: IngestRun) -> str:
             status,
             reason,
             last_error=error,
-            note=run.failure_reason or f"ingest run {run.pk} {run.status}",
+            message=run.failure_reason or f"ingest run {run.pk} {run.status}",
         )
     return f"{len(settled)} handoff(s) settled; " + queue_next(run.reference_id)
 
@@ -112,14 +112,14 @@ def queue_next(reference_id: int, *, actor: Any = None) -> str:
             older,
             HandoffStatus.FAILED,
             HandoffReason.SUPERSEDED,
-            note=f"handoff {newest} brought a newer payload",
+            message=f"handoff {newest} brought a newer payload",
         )
     queueing.queue(IngestSource.objects.get(pk=source_id), [(newest, reference_id)], actor=actor)
     return f"handoff {newest} queued"
 
 
 @transaction.atomic
-def retry_handoffs(handoffs: Iterable[IngestionHandoff], *, actor: Any = None) -> int:
+def retry_handoffs(handoffs: Iterable[IngestionHandoff], *, actor: Any = None, via: str = "admin") -> int:
     """Queue failed handoffs again (an operator's action, recorded with the actor). Only
     the reference's latest payload is retried: a failed handoff whose reference has moved
     on to another payload is refused. How many were queued or set waiting."""
@@ -138,14 +138,15 @@ def retry_handoffs(handoffs: Iterable[IngestionHandoff], *, actor: Any = None) -
             [current.pk],
             HandoffStatus.QUEUED,
             HandoffReason.RETRIED_BY_OPERATOR,
-            note="retried",
+            message="retried",
             actor=actor,
+            via=via,
             attempts=0,
             last_error="",
             job_id=None,
             ingest_run=None,
         )
-        queueing.queue(current.source, [(current.pk, reference.pk)], actor=actor)
+        queueing.queue(current.source, [(current.pk, reference.pk)], actor=actor, via=via)
         retried += 1
     return retried
 
@@ -178,7 +179,7 @@ def settle_stuck_handoffs() -> int:
                     [handoff.pk],
                     HandoffStatus.FAILED,
                     HandoffReason.INGESTION_FAILED,
-                    note=why,
+                    message=why,
                     last_error=why,
                 )
                 queue_next(handoff.reference_id)

@@ -41,11 +41,11 @@ _INSERT = f"""
         RETURNING id
     )
     INSERT INTO {HandoffTransition._meta.db_table} (
-        handoff_id, at, from_status, to_status, reason_code, note, actor_id)
-    SELECT i.id, %(now)s, s.from_status, s.to_status, s.reason_code, s.note, %(user)s
+        handoff_id, at, from_status, to_status, kind, message, actor_id)
+    SELECT i.id, %(now)s, s.from_status, s.to_status, s.kind, s.message, %(user)s
     FROM inserted i, unnest(%(from)s::text[], %(to)s::text[], %(reasons)s::text[],
-                            %(notes)s::text[]) WITH ORDINALITY
-         AS s(from_status, to_status, reason_code, note, step)
+                            %(messages)s::text[]) WITH ORDINALITY
+         AS s(from_status, to_status, kind, message, step)
     ORDER BY i.id, s.step"""
 
 
@@ -65,7 +65,7 @@ def insert(
     last_error: str = "",
 ) -> None:
     """Handoffs ``ids`` of ``rows`` (reference id, payload hash), in ``status`` for
-    ``reason``, with the transitions ``steps`` (from, to, reason, note) each: one
+    ``reason``, with the transitions ``steps`` (from, to, reason, message) each: one
     statement, its parameters bound server-side (``jobs.execute_prepared``), which sends
     arrays of many thousand ids without quoting each in Python."""
     jobs.execute_prepared(
@@ -87,7 +87,7 @@ def insert(
             "from": [step[0] for step in steps],
             "to": [step[1] for step in steps],
             "reasons": [step[2] for step in steps],
-            "notes": [step[3][:4000] for step in steps],
+            "messages": [step[3][:4000] for step in steps],
         },
     )
 
@@ -97,14 +97,16 @@ def move(
     status: str,
     reason: str,
     *,
-    note: str = "",
+    message: str = "",
     actor: Any = None,
+    via: str = "",
     now: Any = None,
     job_ids: Sequence[int] | None = None,
     **fields: Any,
 ) -> None:
     """Move ``handoffs`` to ``status`` for ``reason``, setting ``fields`` too (and each its
-    job id, from the parallel ``job_ids``), each with its transition: one statement."""
+    job id, from the parallel ``job_ids``), each with its transition (by ``actor``, through
+    ``via`` when an operator's): one statement."""
     if not handoffs:
         return
     meta = IngestionHandoff._meta
@@ -129,8 +131,8 @@ def move(
                 RETURNING h.id, b.status AS before
             )
             INSERT INTO {HandoffTransition._meta.db_table} (
-                handoff_id, at, from_status, to_status, reason_code, note, actor_id)
-            SELECT id, %(now)s, before, %(status)s, %(reason)s, %(note)s, %(actor)s
+                handoff_id, at, from_status, to_status, kind, message, actor_id, via)
+            SELECT id, %(now)s, before, %(status)s, %(reason)s, %(message)s, %(actor)s, %(via)s
             FROM moved""",
             {
                 "ids": list(handoffs),
@@ -138,8 +140,9 @@ def move(
                 "status": status,
                 "reason": reason,
                 "now": now or jobs.now(),
-                "note": note[:4000],
+                "message": message[:4000],
                 "actor": getattr(actor_user(actor), "pk", None),
+                "via": via,
                 **values,
             },
         )

@@ -12,6 +12,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+import jobs
+
 # Composite foreign keys, which Django does not declare (migration 0004 adds them): a
 # reference's (source, tenant) must be a source of that tenant, a handoff's (reference,
 # source, tenant) a reference of that source and tenant. One lookup per row written checks
@@ -272,19 +274,15 @@ class IngestionHandoff(models.Model):
         return f"handoff {self.pk} of {self.reference_id}"
 
 
-class HandoffTransition(models.Model):
-    """A handoff's move from one status (or reason) to the next: when, why and by whom."""
+class HandoffTransition(jobs.History):
+    """A handoff's move from one status (or reason) to the next: when, why (``kind``, the
+    reason code) and by whom. ``from_status`` is empty for the handoff's creation."""
 
     handoff = models.ForeignKey(
         IngestionHandoff, verbose_name="handoff", on_delete=models.CASCADE, related_name="transitions"
     )
-    at = models.DateTimeField("at")
-    from_status = models.CharField(
-        "from", max_length=10, blank=True, help_text="Empty for the handoff's creation."
-    )
-    to_status = models.CharField("to", max_length=10, choices=HandoffStatus.choices)
-    reason_code = models.CharField("reason", max_length=40, choices=HandoffReason.choices)
-    note = models.TextField("note", blank=True)
+    to_status = models.CharField("to", max_length=20, choices=HandoffStatus.choices)
+    kind = models.CharField("what", max_length=40, choices=HandoffReason.choices)
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         verbose_name="by",
@@ -310,9 +308,9 @@ class HandoffTransition(models.Model):
             ),
             models.CheckConstraint(
                 name="ingest_handoff_transition_reason_valid",
-                condition=Q(reason_code__in=HandoffReason.values),
+                condition=Q(kind__in=HandoffReason.values),
             ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.from_status or '∅'} → {self.to_status} ({self.reason_code})"
+        return f"{self.from_status or '∅'} → {self.to_status} ({self.kind})"

@@ -50,6 +50,7 @@ def queue(
     opened: Sequence[tuple[int, int]],
     *,
     actor: Any = None,
+    via: str = "",
     reason: str = HandoffReason.INGESTION_JOB_QUEUED,
     locked: bool = False,
 ) -> tuple[int, int]:
@@ -57,7 +58,8 @@ def queue(
     none queued or running; the others wait for it. In the caller's transaction, holding
     the references' rows (taken here unless ``locked``). A lock it cannot have within
     ``INGEST_HANDOFF_LOCK_TIMEOUT_MS`` (a reference's row, the job queue's table) is a
-    transient error. Returns (queued, waiting)."""
+    transient error. The transitions name ``actor`` and, for an operator's, ``via``.
+    Returns (queued, waiting)."""
     references = sorted({reference for _, reference in opened})
     with lock_timeout(int(conf.get("HANDOFF_LOCK_TIMEOUT_MS"))):
         if not locked:
@@ -67,7 +69,7 @@ def queue(
                     "WHERE id = ANY(%s) ORDER BY id FOR UPDATE",
                     [references],
                 )
-        return _queue_locked(source, opened, references, actor=actor, reason=reason)
+        return _queue_locked(source, opened, references, actor=actor, via=via, reason=reason)
 
 
 @contextlib.contextmanager
@@ -86,7 +88,13 @@ def lock_timeout(milliseconds: int) -> Iterator[None]:
 
 
 def _queue_locked(
-    source: IngestSource, opened: Sequence[tuple[int, int]], references: list[int], *, actor: Any, reason: str
+    source: IngestSource,
+    opened: Sequence[tuple[int, int]],
+    references: list[int],
+    *,
+    actor: Any,
+    via: str,
+    reason: str,
 ) -> tuple[int, int]:
     busy = active_references(references, excluding=[handoff for handoff, _ in opened])
     ready = [handoff for handoff, reference in opened if reference not in busy]
@@ -97,8 +105,9 @@ def _queue_locked(
             waiting,
             HandoffStatus.QUEUED,
             HandoffReason.INGESTION_JOB_ALREADY_ACTIVE,
-            note="waits for the reference's ingestion in progress",
+            message="waits for the reference's ingestion in progress",
             actor=actor,
+            via=via,
             now=now,
         )
     if ready:
@@ -112,8 +121,9 @@ def _queue_locked(
             ready,
             HandoffStatus.QUEUED,
             reason,
-            note="ingestion job queued",
+            message="ingestion job queued",
             actor=actor,
+            via=via,
             now=now,
             job_ids=job_ids,
         )

@@ -409,9 +409,9 @@ def _open_handoffs(
                 RETURNING h.id, h.reference_id
             ), noted AS (
                 INSERT INTO {HandoffTransition._meta.db_table} (
-                    handoff_id, at, from_status, to_status, reason_code, note, actor_id)
+                    handoff_id, at, from_status, to_status, kind, message, actor_id)
                 SELECT o.id, %(now)s, COALESCE(p.status, ''), %(queued)s, %(reason)s,
-                       %(note)s, %(user)s
+                       %(message)s, %(user)s
                 FROM opened o LEFT JOIN previous p ON p.id = o.id
             )
             SELECT id, reference_id FROM opened""",
@@ -427,7 +427,7 @@ def _open_handoffs(
                 "reason": HandoffReason.QUEUED_FROM_SCRAPE,
                 "user": user,
                 "now": now,
-                "note": f"scrape run {scrape_run.run_id}",
+                "message": f"scrape run {scrape_run.run_id}",
             },
         )
         return [(row[0], row[1]) for row in cursor.fetchall()]
@@ -489,7 +489,7 @@ def _fail(opened: Sequence[tuple[int, int]], reason: str, error: str, *, attempt
         [h for h, _ in opened],
         HandoffStatus.FAILED,
         reason,
-        note=error,
+        message=error,
         actor=actor,
         attempts=attempts,
         last_error=error[:4000],

@@ -11,7 +11,7 @@ from playwright.sync_api import Route, expect
 
 from jobs import engine
 from jobs.models import Worker
-from tests.browser.conftest import Site, log_in, needs_chromium, screenshot, screenshots
+from tests.browser.conftest import ARTIFACTS, WIDTHS, Site, log_in, needs_chromium, screenshot, screenshots
 from tests.support.base import claim_one, make_job, tenant
 
 pytestmark = [
@@ -58,6 +58,46 @@ def test_the_job_list_fits_1440_pixels_with_the_last_error(site: Site, page):
     assert page.locator("th.column-duration").is_visible()
     first_error = page.locator("td.field-error_display span").first
     assert first_error.get_attribute("title").startswith("ValueError: row 12,345")
+
+
+@pytest.mark.parametrize("width", ["phone", "desktop"])
+def test_the_job_page_and_its_history_fit_the_screen(site: Site, page, width):
+    """At 390 px the page is no wider than the screen (the history's rows are cards
+    there); at 1,440 px the history is a table, whole in its box."""
+    make_job("tests.noop", {"rows": list(range(40))})
+    job, _ = claim_one("w-7f3a9c2e5b1d0a4c-worker-on-a-long-host-name")
+    engine.record_progress(job.pk, job.lease_token, 1_500, 3_000, "batch 3 of 6", worker="w1")
+    engine.fail(
+        job,
+        job.lease_token,
+        "ValueError: row 12,345 of plane_entries.csv has a unit nobody has heard of "
+        "(furlongs_per_fortnight_in_the_reference_frame_of_the_sender)",
+        permanent=True,
+        worker="w1",
+    )
+    user = log_in(page, site)
+    engine.retry(job, actor=user, reason="the unit table was fixed, see ticket OPS-4711", via="admin")
+    page.set_viewport_size({"width": WIDTHS[width], "height": 900})
+    page.goto(f"{site.url}/admin/jobs/job/{job.pk}/change/")
+
+    history = page.locator(".history-table tr.history-row")
+    assert history.count() == 3  # claimed, failed, retried: the progress step is folded
+    assert "1 progress step folded" in page.inner_text(".history-group")
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    screenshot(page, f"console-job-history-{width}")
+    page.locator(".history-group").screenshot(path=str(ARTIFACTS / f"console-job-history-table-{width}.png"))
+    assert overflow <= 0, f"the page is {overflow} px wider than the screen"
+    retried = page.locator(".history-row[data-kind=retried]")
+    assert retried.locator("td.field-message_shown").is_visible()
+    assert retried.locator("td.field-by").inner_text() == "root"
+    # A phone shows cards, each cell named: no header row; nor a cell with nothing to say.
+    assert page.locator(".history-table thead").is_visible() is (width == "desktop")
+    assert retried.locator("td.field-worker").is_visible() is (width == "desktop")
+    box = page.evaluate(
+        "(() => { const box = document.querySelector('.history-scroll');"
+        " return box.scrollWidth - box.clientWidth; })()"
+    )
+    assert box <= 0, f"the history is {box} px wider than its box"
 
 
 def test_the_job_page_follows_the_job_to_its_end(site: Site, page):

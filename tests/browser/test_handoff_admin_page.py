@@ -47,6 +47,6 @@ def test_an_operator_filters_failed_handoffs_retries_one_and_sees_it_in_the_hist
     assert "an operator queued it again" in history
     failed.refresh_from_db()
     assert (failed.status, failed.reason_code) == (HandoffStatus.QUEUED, HandoffReason.INGESTION_JOB_QUEUED)
-    retried = failed.transitions.get(reason_code=HandoffReason.RETRIED_BY_OPERATOR)
+    retried = failed.transitions.get(kind=HandoffReason.RETRIED_BY_OPERATOR)
     assert retried.actor == operator
     screenshots(page, "handoff-retried")

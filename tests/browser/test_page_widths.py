@@ -163,14 +163,8 @@ def build_rows() -> dict[str, str]:
     }
 
 
-# How far the page reaches past the screen's right edge. On a job's page its history
-# table is left out: it is rebuilt elsewhere, and measured there.
-WIDER_THAN_SCREEN = """() => {
-  const history = document.querySelector('.job-timeline');
-  if (!history) return document.documentElement.scrollWidth - window.innerWidth;
-  const others = [...document.querySelectorAll('body *')].filter((el) => !history.contains(el));
-  return Math.max(0, ...others.map((el) => el.getBoundingClientRect().right)) - window.innerWidth;
-}"""
+# How far the page reaches past the screen's right edge.
+WIDER_THAN_SCREEN = "() => document.documentElement.scrollWidth - window.innerWidth"
 # How much of a list's table is scrolled out of sight in its own box (0 on other pages).
 LIST_HIDDEN = """() => {
   const box = document.querySelector('#changelist .results');

@@ -23,10 +23,12 @@ from django.utils import timezone
 
 import jobs
 from console.admin import CappedCountPaginator, operations, rendering
+from console.admin.job import TIMELINE_LIMIT
 from ingest.runs.models import HookTemplate
 from jobs import engine
 from jobs.models import Job, JobEvent, Worker
 from tests.support.base import make_job, staff, tenant
+from tests.support.history import history_rows
 from tests.support.jobs.builders import failed, grant, messages_of, operator, rows, running
 
 pytestmark = pytest.mark.django_db
@@ -228,9 +230,21 @@ def test_the_job_page_shows_payload_why_and_history(admin_client, clock):
 
     assert "&quot;rows&quot;: [\n    1,\n    2\n  ]" in page
     assert "no live worker serves queue &#x27;default&#x27;" in page  # the why line
-    assert "worker: w1" in page  # the claim, by the worker
-    assert "staff: admin" in page and "input fixed" in page  # the retry, by the operator
-    assert "Retried by an operator" in page
+    claimed, failed_, retried = history_rows(page)
+    assert (claimed["what"], claimed["change"], claimed["worker"], claimed["by"]) == (
+        "Claimed",
+        "pending → running",
+        "w1",  # the claim, by the worker
+        "—",
+    )
+    assert (failed_["kind"], failed_["message"]) == ("failed", "boom")
+    assert (retried["what"], retried["change"], retried["by"], retried["via"], retried["message"]) == (
+        "Retried by an operator",
+        "failed → pending",
+        "admin",  # the retry, by the operator
+        "—",  # the engine called directly, not through a door
+        "input fixed",
+    )
 
 
 def test_the_job_page_shows_the_last_error_preformatted(admin_client, clock):
@@ -264,8 +278,8 @@ def test_the_history_folds_progress_and_keeps_the_state_changes(admin_client, cl
         engine.record_progress(job.pk, job.lease_token, step * 20_000, 2_000_000, f"batch {step}")
     engine.recover(job)  # the row that matters among a hundred progress steps
     page = admin_client.get(change_url(job)).content.decode()
-    assert page.count('class="job-event job-event-progress"') == 0
-    assert 'class="job-event job-event-recovered"' in page
+    assert 'data-kind="progress"' not in page
+    assert '<tr class="history-row" data-kind="recovered">' in page
     assert "100 progress steps folded" in page and "2,000,000/2,000,000 batch 100" in page
     assert "2,000,000/2,000,000 (100%)" in page  # thousands separators in the field
 
@@ -282,10 +296,10 @@ def test_a_history_message_shows_its_first_line_and_folds_the_traceback(admin_cl
     job = running(max_attempts=3)
     engine.fail(job, job.lease_token, TRACEBACK_ERROR, worker="w1")  # a retry is scheduled
     page = admin_client.get(change_url(job)).content.decode()
-    row = page[page.index('class="job-event job-event-retry_scheduled"') :]
+    row = page[page.index('<tr class="history-row" data-kind="retry_scheduled">') :]
     row = row[: row.index("</tr>")]
-    cell = row[row.index('class="job-event-message"') :]
-    head, folded = cell.split("<details>", 1)
+    cell = row[row.index('class="field-message_shown"') :]
+    head, folded = cell.split("<details", 1)
     assert "TransientError: HTTP 503 from the API" in head and "registry.py" not in head
     assert "<summary>the whole message</summary>" in folded
     assert "line 66, in __call__\n    return self.func(ctx)" in folded  # whole, its lines kept
@@ -294,9 +308,25 @@ def test_a_history_message_shows_its_first_line_and_folds_the_traceback(admin_cl
 def test_a_one_line_history_message_has_nothing_folded(admin_client, clock):
     job = failed(error="ValueError: bad row")
     page = admin_client.get(change_url(job)).content.decode()
-    row = page[page.index('class="job-event job-event-failed"') :]
+    row = page[page.index('<tr class="history-row" data-kind="failed">') :]
     row = row[: row.index("</tr>")]
-    assert '<td class="job-event-message">ValueError: bad row</td>' in row
+    assert '<span class="history-message">ValueError: bad row</span></td>' in row
+    assert "<details" not in row
+
+
+def test_a_long_history_shows_its_newest_rows_and_counts_the_rest(admin_client, clock):
+    job = make_job()
+    JobEvent.objects.bulk_create(
+        JobEvent(job=job, at=clock.now(), kind=JobEvent.Kind.RUN_NOW, message=f"step {n}")
+        for n in range(TIMELINE_LIMIT + 4)
+    )
+
+    page = admin_client.get(change_url(job)).content.decode()
+
+    rows = history_rows(page)
+    assert len(rows) == TIMELINE_LIMIT and rows[-1]["message"] == f"step {TIMELINE_LIMIT + 3}"
+    assert rows[0]["message"] == "step 4"  # the four oldest left out
+    assert "4 earlier entries not shown." in page
 
 
 def test_a_progress_row_is_numbered_with_its_attempt(clock):
@@ -347,7 +377,7 @@ def test_a_detail_button_changes_the_job_through_the_engine(client, clock, name)
     job.refresh_from_db()
     assert job.state == to_state
     event = job.events.get(kind=kind)
-    assert (event.actor, event.message) == (olga, "ticket 12")
+    assert (event.actor, event.via, event.message) == (olga, "admin", "ticket 12")
     entry = LogEntry.objects.get(object_id=str(job.pk), action_flag=CHANGE)
     assert entry.user == olga and "via the admin: ticket 12" in entry.change_message
     assert f"Job {job.pk} {operations.OPERATIONS[name].past}." in messages_of(response)

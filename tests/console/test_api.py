@@ -247,6 +247,11 @@ def test_the_history_names_the_staff_user_who_acted(clock, alice, acme):
     alice.post(f"/api/jobs/{job.pk}/cancel/", {"reason": "duplicate"}, format="json")
 
     history = alice.get(f"/api/jobs/{job.pk}/").json()["history"]
+    assert set(history[-1]) == {
+        # The history vocabulary (jobs.History), then the job's own columns.
+        *("id", "at", "kind", "from_status", "to_status", "actor", "via", "message", "detail"),
+        *("attempt", "progress_done", "progress_total", "worker"),
+    }
 
     assert history[-1]["kind"] == "cancelled"
     assert history[-1]["actor"] == "alice"
@@ -491,8 +496,9 @@ def test_staff_act_on_a_job_and_the_history_names_them(clock, alice, acme, path,
     job.refresh_from_db()
     assert job.state == after
     event = job.events.get(kind=kind)
-    assert (event.actor.username, event.message) == ("alice", "ticket 42")
-    assert response.json()["history"][-1]["actor"] == "alice"
+    assert (event.actor.username, event.via, event.message) == ("alice", "api", "ticket 42")
+    last = response.json()["history"][-1]
+    assert (last["actor"], last["via"], last["to_status"]) == ("alice", "api", after)
 
 
 def test_run_now_makes_a_scheduled_job_due_now(clock, alice, acme):

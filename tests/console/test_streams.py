@@ -112,7 +112,7 @@ def test_the_hub_fans_out_by_filter_and_tenant():
     assert {e["job"] for e in got["acme"]} == {mine.pk}  # Globex's job is not Acme's to see
     first = got["job"][0]
     assert first["pipeline"] == str(mine.pipeline_id) and first["type"] == "tests.noop"
-    assert first["state"] == "running" and first["from_state"] == "pending"
+    assert first["state"] == "running" and first["from_status"] == "pending"
     assert set(first) == {
         "id",
         "job",
@@ -120,8 +120,8 @@ def test_the_hub_fans_out_by_filter_and_tenant():
         "type",
         "parent",
         "kind",
-        "from_state",
-        "to_state",
+        "from_status",
+        "to_status",
         "state",
         "attempt",
         "at",

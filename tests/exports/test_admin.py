@@ -28,6 +28,7 @@ from exports.models import (
 )
 from tests.support.base import page, staff
 from tests.support.exports.builders import CATALOG, binding, claim_jobs, complete, jobs_of, mapping, report
+from tests.support.history import history_rows
 
 pytestmark = pytest.mark.django_db
 
@@ -338,8 +339,15 @@ def test_the_snapshot_page_shows_each_job_its_poll_files_and_history(alice, acme
     assert "&lt;b&gt;Trino&lt;/b&gt; said no" in html and "<b>Trino</b>" not in html
     assert f'action="{job_url(edges, "retry")}"' in html  # the failed job's button
     history = re.search(rf'id="job-{entries.pk}-history".*?</details>', html, re.S).group()
-    assert re.findall(r'data-kind="(\w+)"', history) == ["created", "claimed", "submitted"]
-    assert "pending → claimed" in history and "query 20261102_q1" in history
+    assert "(3 events)" in history
+    [created, claimed, submitted] = history_rows(history)
+    assert [created["kind"], claimed["kind"], submitted["kind"]] == ["created", "claimed", "submitted"]
+    assert (claimed["change"], claimed["generation"], claimed["worker"]) == (
+        "pending → claimed",
+        "1",
+        "worker-7",
+    )
+    assert "query 20261102_q1" in submitted["message"]
 
 
 def test_object_store_files_are_shown_as_text_inside_the_snapshot(alice, acme, settings):
@@ -369,7 +377,7 @@ def test_retry_a_failed_job_as_the_staff_user(alice, alice_user, acme):
     snap.refresh_from_db()
     assert job.status == JobStatus.PENDING and snap.status == SnapshotStatus.CREATING
     retried = job.events.get(kind=EventKind.RETRIED)
-    assert (retried.actor, retried.message) == (alice_user, "was: Trino said no")
+    assert (retried.actor, retried.via, retried.message) == (alice_user, "admin", "was: Trino said no")
     assert LogEntry.objects.get().change_message == f"Retry via the admin (job {job.pk}, entries)"
 
 
@@ -403,7 +411,7 @@ def test_reset_a_claim_after_confirming(alice, alice_user, acme):
     job.refresh_from_db()
     assert job.status == JobStatus.PENDING and job.claimed_by == ""
     reset = job.events.get(kind=EventKind.CLAIM_RESET)
-    assert (reset.actor, reset.message) == (alice_user, "taken from w1")
+    assert (reset.actor, reset.via, reset.message) == (alice_user, "admin", "taken from w1")
 
 
 def test_cancel_a_snapshot_after_confirming(alice, alice_user, acme):
@@ -417,7 +425,9 @@ def test_cancel_a_snapshot_after_confirming(alice, alice_user, acme):
     snap.refresh_from_db()
     assert snap.status == SnapshotStatus.FAILED
     cancelled = ExportEvent.objects.filter(kind=EventKind.CANCELLED)
-    assert cancelled.count() == 2 and {event.actor for event in cancelled} == {alice_user}
+    assert cancelled.count() == 2 and {(event.actor, event.via) for event in cancelled} == {
+        (alice_user, "admin")
+    }
     again = alice.post(f"{SNAPSHOTS}{snap.pk}/cancel/", follow=True)
     assert messages_of(again) == [f"Snapshot {snap.pk}: nothing to cancel, it is failed."]
 

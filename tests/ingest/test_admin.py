@@ -25,6 +25,7 @@ from ingest.runs.models import (
 from ingest.runs.runners.local import LocalRunner
 from jobs.models import Job
 from tests.support.base import page, staff
+from tests.support.history import history_rows
 from tests.support.ingest import builders
 from tests.support.ingest.running import drain, stalled_after_a_crash
 
@@ -150,9 +151,16 @@ def test_the_run_page_shows_each_batch_and_each_hook_failure_escaped(admin_clien
     assert f'data-events-url="/sync/pipelines/{run.pipeline}/events"' in html
     assert f"/admin/jobs/job/pipeline/{run.pipeline}/" in html
     assert 'src="/static/ingest/run_live.js"' in html
-    # The action log: who did what, and through what.
-    assert re.search(r"<td>started</td>\s*<td>—</td>\s*<td>api</td>", html)
-    assert re.search(r"<td>failed</td>\s*<td>—</td>\s*<td>pipeline</td>", html)
+    # The action log: who did what, through what, and the run's move.
+    started, failed = history_rows(html)
+    assert (started["what"], started["by"], started["via"], started["change"]) == (
+        "started",
+        "—",
+        "api",
+        "— → running",
+    )
+    assert (failed["what"], failed["via"], failed["change"]) == ("failed", "pipeline", "running → failed")
+    assert "reached the run" in failed["message"]
     # A failed run offers the retry of its hooks; it cannot be cancelled any more.
     assert "Retry the failed hooks" in html and "Cancel the run" not in html
 

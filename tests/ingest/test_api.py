@@ -65,7 +65,16 @@ def test_staff_start_a_run_by_name_and_the_start_is_recorded_with_them(alice, ac
     )
     assert body["started_by"] == "alice" and body["tenant"] == acme.pk
     assert body["actions"] == [
-        {"kind": "started", "actor": "alice", "via": "api", "note": "", "at": body["actions"][0]["at"]}
+        {
+            "at": body["actions"][0]["at"],
+            "kind": "started",
+            "from_status": "",
+            "to_status": "running",
+            "actor": "alice",
+            "via": "api",
+            "message": "",
+            "detail": {},
+        }
     ]
     action = run.actions.get()
     assert (action.actor.username, action.via) == ("alice", "api")
@@ -368,7 +377,7 @@ def test_cancel_answers_the_run_and_records_who_and_why_then_409(alice, acme):
     assert response.status_code == 200
     assert response.json()["status"] == "cancelled"
     action = run.actions.get(kind=ActionKind.CANCELLED)
-    assert (action.actor.username, action.via, action.note) == ("alice", "api", "wrong file")
+    assert (action.actor.username, action.via, action.message) == ("alice", "api", "wrong file")
     assert again.status_code == 409
     assert again.json() == {"detail": f"run {run.pk} is already cancelled", "run": run.pk}
 
@@ -416,7 +425,7 @@ def test_retry_hooks_reopens_a_failed_run_and_it_succeeds(alice, acme, clock):
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED
     action = run.actions.get(kind=ActionKind.RETRIED_HOOKS)
-    assert (action.actor.username, action.via, action.note) == ("alice", "api", "batches 1, 2")
+    assert (action.actor.username, action.via, action.message) == ("alice", "api", "batches 1, 2")
     nothing = alice.post(f"{RUNS}{run.pk}/retry-hooks/")
     assert nothing.status_code == 409 and "no batch whose hooks failed" in nothing.json()["detail"]
 

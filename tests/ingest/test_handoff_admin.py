@@ -14,6 +14,7 @@ from ingest.runs.models import IngestSource
 from ingest.scraping import services
 from ingest.scraping.models import HandoffReason, HandoffStatus, IngestionHandoff
 from tests.support.base import page, staff
+from tests.support.history import history_rows
 from tests.support.ingest import builders
 
 pytestmark = pytest.mark.django_db
@@ -137,13 +138,19 @@ def test_the_handoff_page_shows_its_last_error_and_its_history_oldest_first(alic
     html = page(browser(alice), change_url(handoff))
 
     assert "source &#x27;listings&#x27; is disabled" in html  # the last error
-    created = html.index("∅ → queued")
-    failed = html.index("queued → failed")
-    assert created < failed
-    assert "a sync brought this payload" in html and "scrape run scrape-1" in html
-    assert "its ingestion could not be queued" in html
-    assert re.search(r'<td class="field-actor">\s*<p><a href="[^"]+">alice</a></p>', html)
-    assert re.search(r'<td class="field-at_display">\s*<p>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d</p>', html)
+    created, failed = history_rows(html)
+    assert (created["change"], created["what"], created["message"], created["by"]) == (
+        "∅ → queued",
+        "a sync brought this payload",
+        "scrape run scrape-1",
+        "alice",
+    )
+    assert (failed["change"], failed["what"], failed["kind"]) == (
+        "queued → failed",
+        "its ingestion could not be queued",
+        "queue_refused",
+    )
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", created["at"])
     assert 'name="_save"' not in html  # shown, never edited
 
 
@@ -159,8 +166,10 @@ def test_the_retry_action_queues_a_failed_handoff_as_the_staff_user(alice, listi
     handoff.refresh_from_db()
     assert (handoff.status, handoff.reason_code) == (HandoffStatus.QUEUED, HandoffReason.INGESTION_JOB_QUEUED)
     assert handoff.job_id is not None and handoff.last_error == ""
-    retried = handoff.transitions.get(reason_code=HandoffReason.RETRIED_BY_OPERATOR)
-    assert (retried.from_status, retried.actor) == (HandoffStatus.FAILED, alice)
+    retried = handoff.transitions.get(kind=HandoffReason.RETRIED_BY_OPERATOR)
+    assert (retried.from_status, retried.actor, retried.via) == (HandoffStatus.FAILED, alice, "admin")
+    queued = handoff.transitions.get(kind=HandoffReason.INGESTION_JOB_QUEUED, id__gt=retried.pk)
+    assert (queued.actor, queued.via) == (alice, "admin")  # part of the same action
 
 
 def test_the_retry_action_refuses_a_handoff_that_has_not_failed_and_changes_nothing(alice, listings):

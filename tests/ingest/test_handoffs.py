@@ -48,9 +48,7 @@ def counts(result: services.SyncResult) -> tuple[int, int, int, int]:
 
 
 def reasons(handoff: IngestionHandoff) -> list[tuple[str, str, str]]:
-    return list(
-        handoff.transitions.order_by("at", "id").values_list("from_status", "to_status", "reason_code")
-    )
+    return list(handoff.transitions.order_by("at", "id").values_list("from_status", "to_status", "kind"))
 
 
 def test_a_new_payload_is_queued_and_followed_to_its_completed_ingest_run(clock, listings, scraper):
@@ -204,7 +202,7 @@ def test_an_operator_retries_a_failed_handoff_and_it_is_recorded(clock, listings
     drain(clock)
     handoff = IngestionHandoff.objects.get()
     assert handoff.status == HandoffStatus.COMPLETED
-    retried = handoff.transitions.get(reason_code=HandoffReason.RETRIED_BY_OPERATOR)
+    retried = handoff.transitions.get(kind=HandoffReason.RETRIED_BY_OPERATOR)
     assert (retried.from_status, retried.actor) == (HandoffStatus.FAILED, operator)
     with pytest.raises(services.HandoffRefused, match="not failed"):
         services.retry_handoffs([handoff], actor=operator)

@@ -44,7 +44,7 @@ def test_retry_runs_a_failed_job_again_from_scratch(clock):
     job.refresh_from_db()
     assert (job.state, job.attempts, job.last_error, job.finished_at) == (Job.State.PENDING, 0, "", None)
     event = job.events.get(kind=JobEvent.Kind.RETRIED)
-    assert (event.actor, event.message, event.from_state) == (bob, "input fixed", "failed")
+    assert (event.actor, event.message, event.from_status) == (bob, "input fixed", "failed")
 
 
 def test_cancel_cascades_to_jobs_waiting_on_it(clock):

@@ -132,7 +132,7 @@ def test_quarantining_a_failed_delivery_leaves_its_state_and_records_the_action(
     job = fresh(delivery).job
     assert job.state == State.FAILED
     event = job.events.get(kind=Kind.QUARANTINED)
-    assert (event.actor, event.message, event.from_state, event.to_state) == (
+    assert (event.actor, event.message, event.from_status, event.to_status) == (
         alice,
         "quarantined: poison",
         State.FAILED,
@@ -177,7 +177,7 @@ def test_replay_delivers_an_event_again_and_the_history_keeps_the_earlier_outcom
     kinds = list(replayed.job.events.values_list("kind", flat=True))
     assert kinds[-2:] == [Kind.SUCCEEDED, Kind.REPLAYED]
     event = replayed.job.events.get(kind=Kind.REPLAYED)
-    assert (event.actor, event.message, event.from_state) == (
+    assert (event.actor, event.message, event.from_status) == (
         alice,
         "replayed: the subscriber lost its copy",
         State.SUCCEEDED,

@@ -46,7 +46,7 @@ def test_a_probe_that_closes_the_breaker_wakes_the_job_waiting_on_it(clock):
     assert probe.result == 1
     assert (waiting.state, waiting.result, waiting.attempts) == (Job.State.SUCCEEDED, "delivered", 1)
     woken = waiting.events.get(kind=JobEvent.Kind.WOKEN)
-    assert (woken.at, woken.attempt, woken.from_state, woken.to_state) == (
+    assert (woken.at, woken.attempt, woken.from_status, woken.to_status) == (
         clock.now(),
         1,
         Job.State.PENDING,
@@ -168,7 +168,7 @@ def test_the_console_and_the_api_show_the_wake_in_the_history(clock, admin_clien
     jobs.wake(BREAKER)
 
     page = admin_client.get(reverse("admin:jobs_job_change", args=[job.pk])).content.decode()
-    assert '<tr class="job-event job-event-woken">' in page
+    assert '<tr class="history-row" data-kind="woken">' in page
     assert "Woken from its snooze" in page and "woken by &#x27;breaker:acme:api.example.com&#x27;" in page
     history = olga.get(f"/api/jobs/{job.pk}/").json()["history"]
     assert [event["kind"] for event in history][-2:] == ["snoozed", "woken"]

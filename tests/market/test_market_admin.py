@@ -13,8 +13,10 @@ from datetime import date, timedelta
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
+from django.utils.timezone import localtime
 
 from market import batch
+from market.admin import ACTIONS_SHOWN
 from market.models import (
     BatchStatus,
     DailyBar,
@@ -29,11 +31,13 @@ from market.models import (
     TradingDay,
 )
 from tests.support.base import page, staff
+from tests.support.history import history_rows
 
 pytestmark = pytest.mark.django_db
 
 FEEDS = "/admin/market/marketfeed/"
 BOARD = f"{FEEDS}board/"
+ACTIONS = "/admin/market/marketaction/"
 MONDAY = date(2026, 11, 2)
 TOKEN = "tok-live-7f3a9c2e5b1d0a4c"
 ROWS = {date(2026, 10, 28): 3, date(2026, 10, 29): 2, date(2026, 10, 30): 4}
@@ -415,12 +419,19 @@ def test_confirming_queues_the_loads_for_the_user_and_records_the_action(clock, 
     )
     assert load.job_id is not None
     action = MarketAction.objects.get()
-    assert (action.feed, action.action, action.actor, action.via) == (feed, "gap_fill", alice, "admin")
+    assert (action.feed, action.kind, action.actor, action.via) == (feed, "gap_fill", alice, "admin")
     assert action.detail["queued"] == ["2026-11-02"]
     board = client.get(response["Location"]).content.decode()
     assert (
         "Gap-fill of cn-equities: queued 1 day(s): 2026-11-02. Already being loaded: 2026-10-27."
     ) in board
+    # The feed's page shows it in its history, the detail on one line.
+    [shown] = history_rows(page(client, f"{FEEDS}{feed.pk}/change/"))
+    assert (shown["what"], shown["by"], shown["via"], shown["change"]) == ("gap_fill", "alice", "admin", "—")
+    assert (
+        shown["detail"].startswith("covered: {")
+        and 'queued: ["2026-11-02"], start: 2026-10-27' in shown["detail"]
+    )
     assert 'data-loading="1"' in cell(board, MONDAY)
     assert 'data-loading="1"' in cell(board, date(2026, 10, 27))
 
@@ -462,6 +473,29 @@ def test_a_date_that_is_not_one_is_a_form_error(clock, alice, feed):
     assert not DayLoad.objects.exists()
 
 
+def test_the_feed_page_shows_its_newest_actions_and_links_the_whole_list(clock, alice, feed):
+    for n in range(ACTIONS_SHOWN + 3):
+        MarketAction.objects.create(
+            feed=feed, kind="gap_fill", actor=alice, via="api", at=clock.now() + timedelta(minutes=n)
+        )
+    client = browser(alice)
+
+    html = page(client, f"{FEEDS}{feed.pk}/change/")
+
+    rows = history_rows(html)
+    newest = MarketAction.objects.filter(feed=feed).order_by("-at")[:ACTIONS_SHOWN]
+    assert len(rows) == ACTIONS_SHOWN and rows[-1]["at"] == f"{localtime(newest[0].at):%Y-%m-%d %H:%M:%S}"
+    assert [row["at"] for row in rows] == sorted(row["at"] for row in rows)  # oldest first
+    assert "3 earlier entries not shown." in html
+    assert f'href="{ACTIONS}?feed__id__exact={feed.pk}"' in html
+    # Without the actions' own page, no link to it; the feed's page still shows them.
+    html = page(browser(alice, "view_marketfeed", "change_marketfeed"), f"{FEEDS}{feed.pk}/change/")
+    assert len(history_rows(html)) == ACTIONS_SHOWN and ACTIONS not in html
+    # Saving the feed's form (posted without its history) keeps every action.
+    assert client.post(f"{FEEDS}{feed.pk}/change/", feed_form()).status_code == 302
+    assert MarketAction.objects.filter(feed=feed).count() == ACTIONS_SHOWN + 3
+
+
 # --- the read-only pages ------------------------------------------------------------------------
 
 
@@ -484,7 +518,7 @@ def test_the_rows_behind_the_board_are_read_only_and_scoped_to_the_tenant(clock,
         )
         MarketAction.objects.create(
             feed=each,
-            action="gap_fill",
+            kind="gap_fill",
             actor=alice,
             via="admin",
             at=now,

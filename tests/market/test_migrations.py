@@ -63,7 +63,7 @@ def market_data(tenant) -> MarketFeed:
     DayLoad.objects.create(
         feed=feed, trade_date=MONDAY, trigger=LoadTrigger.SCHEDULE, batch=batch, created_at=AT
     )
-    MarketAction.objects.create(feed=feed, action="gap_fill", via="admin", at=AT)
+    MarketAction.objects.create(feed=feed, kind="gap_fill", via="admin", at=AT)
     return feed
 
 

@@ -32,7 +32,7 @@
     if (!row || ev.id <= (newest[ev.job] || 0)) return;  // a repeat, or older than shown
     newest[ev.job] = ev.id;
     if (touched) touched[ev.job] = true;
-    var state = ev.state || ev.to_state;
+    var state = ev.state || ev.to_status;
     var badge = row.querySelector(".field-state_display .job-state");
     if (badge && state) {
       badge.className = "job-state job-state-" + state;

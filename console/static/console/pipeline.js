@@ -91,7 +91,7 @@
 
   /* One event onto its box: state, progress, attempts, timings, last error, buttons. */
   function patch(el, ev) {
-    var state = ev.state || ev.to_state || el.dataset.state;
+    var state = ev.state || ev.to_status || el.dataset.state;
     el.dataset.event = ev.id;
     el.dataset.state = state;
     setStateClass(el, state);
@@ -115,7 +115,7 @@
     if (ev.kind === "claimed" && !started.getAttribute("datetime")) setTime(started, ev.at);
     var finished = el.querySelector(".pl-finished");
     if (FINISHED.indexOf(state) >= 0) {
-      if (ev.to_state === state && ev.from_state !== state) setTime(finished, ev.at);
+      if (ev.to_status === state && ev.from_status !== state) setTime(finished, ev.at);
     } else {
       setTime(finished, null);
     }

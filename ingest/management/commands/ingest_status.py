@@ -119,7 +119,7 @@ class Command(BaseCommand):
         lines += [
             f"  {when(action.at)}  {action.get_kind_display()}"
             f"{' by ' + action.actor.get_username() if action.actor else ''}"
-            f" via {action.via or '—'}{': ' + action.note if action.note else ''}"
+            f" via {action.via or '—'}{': ' + action.message if action.message else ''}"
             for action in run.actions.select_related("actor")
         ]
         return "\n".join(lines)

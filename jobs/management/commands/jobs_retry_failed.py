@@ -116,7 +116,7 @@ class Command(BaseCommand):
         skipped: list[tuple[Job, str]] = []
         for job in jobs:
             try:
-                retried.append(engine.retry(job, actor=actor, reason=reason))
+                retried.append(engine.retry(job, actor=actor, reason=reason, via="command"))
             except IllegalTransition as error:  # someone else retried it meanwhile
                 skipped.append((job, str(error)))
         return retried, skipped

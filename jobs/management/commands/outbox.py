@@ -57,7 +57,7 @@ class Command(BaseCommand):
         delivery = self._delivery(options["delivery"])
         who = actor(options["user"], Delivery)
         try:
-            changed = apply(delivery, who, options["reason"])
+            changed = apply(delivery, who, options["reason"], via="command")
         except (IllegalTransition, InvalidArgument) as error:
             raise CommandError(str(error)) from None
         self.stdout.write(

@@ -40,7 +40,9 @@ def run_subjects(request: HttpRequest, found: Sequence[jobs.Job], detail: bool) 
     runs = runs_of(request, found)
     hooks_failed = set() if detail else hooks_failed_of(found, runs.values())
     return {
-        job.pk: run_subject(request, job, runs[job.pk], detail, hooks_failed) for job in found if job.pk in runs
+        job.pk: run_subject(request, job, run, detail, hooks_failed)
+        for job in found
+        if (run := runs.get(job.pk))
     }
 
 

@@ -84,8 +84,9 @@ def test_every_history_table_speaks_the_one_vocabulary(model):
 
 def test_every_admin_shows_a_history_with_the_history_inline():
     """No inline of a history table but ``HistoryInline``'s, and the tables whose parent
-    has a page of its own are inlines there (the other two, an export job's and an ingest
-    run's, are drawn inside their snapshot's and run's pages: their admin tests)."""
+    has a page of its own are inlines there (an export job's and an ingest run's are drawn
+    inside their snapshot's and run's pages, a delivery's job's on the delivery's: their
+    admin tests)."""
     inlines = {
         inline.model: inline
         for model_admin in admin.site._registry.values()

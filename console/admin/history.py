@@ -1,7 +1,7 @@
 """One inline for every history table (``jobs.History``: a job's events, an export job's,
 an ingest run's actions, a market feed's, a handoff's transitions): the same columns in
-the same words on every page, the newest rows when a history is long, and a table that
-scrolls in its own box rather than widening a phone's page."""
+the same words on every page, the newest rows when a history is long, and rows that never
+widen the page (cards on a phone; elsewhere a table that scrolls in its own box)."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ class HistoryInline(ReadOnlyInline):
     history shows its newest ``limit`` rows and says how many it leaves out, linking to
     ``full_list_url`` where there is a whole list. Whoever may see the parent sees its
     history; an add page shows none. ``render`` draws it inside another page (a snapshot's
-    export jobs, an ingest run's live timeline).
+    export jobs, an ingest run's live timeline, a delivery's job).
     """
 
     template = "admin/console/history.html"
@@ -217,7 +217,8 @@ class HistoryInline(ReadOnlyInline):
 
     def render(self, request: HttpRequest, parent: Model, *, heading: bool = False) -> SafeString:
         """This history of ``parent`` drawn inside another page than the parent's own,
-        which has already checked that the user may see ``parent``."""
+        which has already checked that the user may see ``parent``: under a heading of its
+        own with ``heading``, else bare (below the page's own heading or summary)."""
         formset_class = self.get_formset(request, parent)
         formset = formset_class(
             instance=parent,

@@ -23,10 +23,11 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from console.admin.cells import JobLinks, job_cell
+from console.admin.job import JobEventInline
 from console.admin.lists import (
     ERROR_HEAD_CHARS,
     CappedCountPaginator,
@@ -44,7 +45,7 @@ from console.admin.rendering import (
 )
 from jobs import clock, outbox, registry
 from jobs.errors import IllegalTransition, InvalidArgument
-from jobs.models import Delivery, JobEvent
+from jobs.models import Delivery, Job
 from tenancy.scoping import scope_queryset
 
 Status = outbox.Status
@@ -146,6 +147,13 @@ def lag_rows(deliveries: QuerySet[Delivery]) -> list[dict[str, Any]]:
     return rows
 
 
+class DeliveryJobHistory(JobEventInline):
+    """The delivery's job's history under the delivery's page: its newest state changes
+    and the outbox actions, by whom, through which door and why."""
+
+    limit = HISTORY_LIMIT
+
+
 @admin.register(Delivery)
 class DeliveryAdmin(JobLinks, ReadOnlyMixin, admin.ModelAdmin):
     list_display = [
@@ -179,7 +187,6 @@ class DeliveryAdmin(JobLinks, ReadOnlyMixin, admin.ModelAdmin):
         "quarantined_at",
         "quarantined_by",
         "quarantine_reason",
-        "history_display",
     )
 
     class Media:
@@ -233,36 +240,6 @@ class DeliveryAdmin(JobLinks, ReadOnlyMixin, admin.ModelAdmin):
     def last_error_display(self, delivery: Delivery) -> str | SafeString:
         return error_block(delivery.job.last_error)
 
-    @admin.display(description="history")
-    def history_display(self, delivery: Delivery) -> SafeString:
-        """The job's latest state changes and actions, by whom and why."""
-        events = (
-            delivery.job.events.exclude(kind=JobEvent.Kind.PROGRESS)
-            .select_related("actor")
-            .order_by("-id")[:HISTORY_LIMIT]
-        )
-        rows = format_html_join(
-            "",
-            "<tr><td>{}</td><td>{}</td><td>{} → {}</td><td>{}</td><td>{}</td></tr>",
-            (
-                (
-                    f"{event.at:%Y-%m-%d %H:%M:%S}",
-                    event.get_kind_display(),
-                    state_badge(event.from_status),
-                    state_badge(event.to_status),
-                    event.actor.get_username() if event.actor else event.worker or "engine",
-                    event.message[:300],
-                )
-                for event in reversed(list(events))
-            ),
-        )
-        return format_html(
-            '<table class="delivery-history"><thead><tr><th>When</th>'
-            "<th>What</th><th>From → to</th><th>By</th><th>Message</th></tr>"
-            "</thead><tbody>{}</tbody></table>",
-            rows,
-        )
-
     # -- the console and the delivery's page --
 
     def changelist_view(
@@ -284,6 +261,10 @@ class DeliveryAdmin(JobLinks, ReadOnlyMixin, admin.ModelAdmin):
     ) -> HttpResponse:
         delivery = self.get_object(request, unquote(object_id))
         context = dict(extra_context or {})
+        if delivery is not None:
+            context["history"] = DeliveryJobHistory(Job, self.admin_site).render(
+                request, delivery.job, heading=True
+            )
         if delivery is not None and self.has_operate_permission(request):
             context["operations"] = [op for op in OPERATIONS.values() if op.allows(delivery)]
         return super().change_view(request, object_id, form_url, context)

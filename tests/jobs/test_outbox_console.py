@@ -17,6 +17,7 @@ from jobs.errors import IllegalTransition, InvalidArgument, LeaseLost
 from jobs.models import Delivery, Job, JobEvent
 from jobs.worker import run_until_idle
 from tests.support.base import as_user, granted, staff, tenant
+from tests.support.history import history_rows
 from tests.support.jobs.builders import (
     AUDIT,
     ON_ORDER,
@@ -384,6 +385,14 @@ def test_quarantine_from_a_deliverys_page_asks_for_a_reason_then_acts(client, cl
     assert f"Delivery {delivery.pk} quarantined." in messages_of(done)
     held = fresh(delivery)
     assert (held.quarantined_by, held.quarantine_reason) == (olga, "poison payload")
+    # The delivery's page shows its job's history, the quarantine last, by whom and how.
+    last = history_rows(done.content.decode())[-1]
+    assert (last["kind"], last["by"], last["via"], last["message"]) == (
+        "cancelled",
+        olga.get_username(),
+        "admin",
+        "quarantined: poison payload",
+    )
     assert held.job.events.get(kind=Kind.CANCELLED).actor == olga
     entry = LogEntry.objects.get(object_id=str(delivery.pk))
     assert (entry.user, entry.change_message) == (olga, "Quarantine via the admin: poison payload")

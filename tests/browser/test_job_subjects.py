@@ -149,7 +149,7 @@ def test_a_failed_day_load_is_traced_to_its_load_and_the_day_loaded_again_in_thr
         "root",
     )
     assert Job.objects.get(pk=again.job_id).state == "pending"
-    action = MarketAction.objects.get(feed=feed, action="gap_fill")
+    action = MarketAction.objects.get(feed=feed, kind="gap_fill")
     assert action.actor.username == "root" and action.detail["queued"] == [day.isoformat()]
 
 
@@ -306,6 +306,6 @@ def test_a_failed_handoff_is_traced_through_its_runs_hook_and_retried_in_three_c
     assert click.count == 3 <= MAX_CLICKS
     handoff.refresh_from_db()
     assert (handoff.status, handoff.reason_code) == (HandoffStatus.QUEUED, HandoffReason.INGESTION_JOB_QUEUED)
-    retried = handoff.transitions.get(reason_code=HandoffReason.RETRIED_BY_OPERATOR)
+    retried = handoff.transitions.get(kind=HandoffReason.RETRIED_BY_OPERATOR)
     assert retried.actor.username == "root"
     assert Job.objects.get(pk=handoff.job_id, type="ingest.IngestReference").state == "pending"

@@ -283,7 +283,7 @@ GAP_FILL = Operation(
     "gap_fill",
     "Gap-fill",
     "gap-filled",
-    lambda asked, actor, reason: services.gap_fill(*asked, actor=actor, via="admin"),
+    lambda asked, actor, reason: services.gap_fill(*asked, actor=actor, via="admin", reason=reason),
     MarketFeed,
 )
 
@@ -442,7 +442,12 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
                 try:
                     start, end = form.cleaned_data["start"], form.cleaned_data["end"]
                     preview, loads = GAP_FILL.perform(
-                        self, request, (feed, start, end), logged=feed, detail=f"{start} … {end}"
+                        self,
+                        request,
+                        (feed, start, end),
+                        request.POST.get("reason", ""),
+                        logged=feed,
+                        detail=f"{start} … {end}",
                     )
                 except services.GapFillRefused as exc:
                     self.message_user(

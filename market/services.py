@@ -115,10 +115,11 @@ def preview_gap_fill(feed: MarketFeed, start: date, end: date, *, today: date | 
 
 
 def gap_fill(
-    feed: MarketFeed, start: date, end: date, *, actor: Any, via: str = "admin"
+    feed: MarketFeed, start: date, end: date, *, actor: Any, via: str = "admin", reason: str = ""
 ) -> tuple[Preview, list[DayLoad]]:
     """Queue a load of each missing day of the range that no load covers, at a priority
-    below the daily batch's (a long backfill yields to it); recorded with who asked."""
+    below the daily batch's (a long backfill yields to it); recorded with who asked, and
+    why when they said."""
     preview = preview_gap_fill(feed, start, end)
     if not preview.calendar_known:
         raise GapFillRefused(
@@ -138,6 +139,7 @@ def gap_fill(
             actor=actor if getattr(actor, "is_authenticated", False) else None,
             via=via,
             at=jobs.now(),
+            message=reason,
             detail={
                 "start": start.isoformat(),
                 "end": end.isoformat(),

@@ -406,7 +406,9 @@ def test_confirming_queues_the_loads_for_the_user_and_records_the_action(clock, 
     (covering,) = batch.queue_loads(feed, [date(2026, 10, 27)], LoadTrigger.SCHEDULE)
     client = browser(alice)
 
-    response = client.post(gap_fill_url(feed), {"start": "2026-10-27", "end": "2026-11-02"})
+    response = client.post(
+        gap_fill_url(feed), {"start": "2026-10-27", "end": "2026-11-02", "reason": "the vendor's outage"}
+    )
 
     assert response.status_code == 302
     assert response["Location"] == f"{BOARD}#feed-{feed.pk}"
@@ -420,7 +422,7 @@ def test_confirming_queues_the_loads_for_the_user_and_records_the_action(clock, 
     assert load.job_id is not None
     action = MarketAction.objects.get()
     assert (action.feed, action.kind, action.actor, action.via) == (feed, "gap_fill", alice, "admin")
-    assert action.detail["queued"] == ["2026-11-02"]
+    assert action.detail["queued"] == ["2026-11-02"] and action.message == "the vendor's outage"
     board = client.get(response["Location"]).content.decode()
     assert (
         "Gap-fill of cn-equities: queued 1 day(s): 2026-11-02. Already being loaded: 2026-10-27."

@@ -26,7 +26,7 @@ def command(*args: str) -> str:
 
 
 def test_upload_commands_start_pipelines_as_the_named_user(tmp_path, clock):
-    olga = granted(staff("olga"), "factors.operate_dataentry")
+    olga = granted(staff("olga", operator=True), "factors.operate_dataentry")
     plane_factors()
     travel = module(report())
     entries = tmp_path / "entries.csv"
@@ -81,6 +81,19 @@ def test_a_user_without_the_operate_permission_is_refused_and_nothing_starts(tmp
         )
     with pytest.raises(CommandError, match=r"'carl' may not do this: .*platform operator"):
         command("factors_recalculate", "plane", "--user", "carl")
+    assert not Job.objects.exists()
+
+
+def test_a_tenants_staff_may_not_upload_into_another_tenants_report(tmp_path):
+    theirs = module(report(tenant=tenant("Globex")))
+    entries = tmp_path / "entries.csv"
+    entries.write_bytes(csv_bytes(["quantity", "unit", "haul", "cabin"], plane_rows(2)))
+    granted(staff("carl", of=tenant("Acme")), "factors.operate_dataentry")
+
+    with pytest.raises(CommandError, match=f"'carl' may not act on report {theirs.report_id}: it is not"):
+        command(
+            "factors_upload_entries", str(theirs.report_id), "travel", "plane", str(entries), "--user", "carl"
+        )
     assert not Job.objects.exists()
 
 

@@ -101,6 +101,16 @@ def test_a_user_without_the_operate_permission_is_refused_and_no_run_starts(acme
     assert not IngestRun.objects.exists()
 
 
+def test_a_tenants_staff_may_not_start_another_tenants_source(acme, globex):
+    builders.source(globex)
+    granted(staff("carl", of=acme), "ingest.operate_ingestrun")
+
+    assert str(refused("ingest_start", "orders", "--user", "carl")) == (
+        "'carl' may not act on source 'orders': it is not their tenant's"
+    )
+    assert not IngestRun.objects.exists()
+
+
 def test_a_name_several_tenants_have_needs_the_tenant(acme, globex):
     builders.source(acme)
     builders.source(globex)

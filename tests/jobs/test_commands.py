@@ -8,7 +8,7 @@ from django.core.management import CommandError
 import jobs
 from jobs import engine, reaper
 from jobs.models import Event, Job, JobEvent, Worker
-from tests.support.base import claim_one, granted, make_job, run_next, staff
+from tests.support.base import claim_one, granted, make_job, run_next, staff, tenant
 from tests.support.jobs.builders import run_command
 
 pytestmark = pytest.mark.django_db
@@ -176,7 +176,7 @@ def test_retry_failed_by_type_retries_only_that_types_failures(clock):
 
 
 def test_retry_failed_by_id_records_the_user(clock):
-    alice = granted(staff("alice"), "jobs.operate_job")
+    alice = granted(staff("alice", operator=True), "jobs.operate_job")
     job = failed_job()
 
     run_command("jobs_retry_failed", "--id", str(job.pk), "--user", "alice")
@@ -339,3 +339,18 @@ def test_worker_fails_loudly_when_a_worker_ends_with_an_error(monkeypatch):
     monkeypatch.setattr("jobs.worker.EngineWorker.run", broken)
     with pytest.raises(CommandError, match="failed: RuntimeError: a bug"):
         run_command("jobs_worker", "--exit-when-idle")
+
+
+def test_a_tenants_staff_retry_their_tenants_jobs_only(clock):
+    acme, globex = tenant("Acme"), tenant("Globex")
+    granted(staff("carl", of=acme), "jobs.operate_job")
+    mine, theirs = failed_job(tenant=acme), failed_job(tenant=globex)
+
+    with pytest.raises(CommandError, match=f"no job with id {theirs.pk}"):
+        run_command("jobs_retry_failed", "--id", str(theirs.pk), "--user", "carl")
+    out = run_command("jobs_retry_failed", "--type", "tests.permanent", "--user", "carl")
+
+    mine.refresh_from_db()
+    theirs.refresh_from_db()
+    assert (mine.state, theirs.state) == (Job.State.PENDING, Job.State.FAILED)
+    assert f"Retried 1 job(s): {mine.pk}" in out

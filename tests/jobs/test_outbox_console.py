@@ -259,7 +259,7 @@ def test_outbox_lag_prints_each_subscribers_figures(clock):
 
 
 def test_outbox_commands_quarantine_release_and_replay_as_the_user(clock):
-    alice = granted(staff("alice"), "jobs.operate_delivery")
+    alice = granted(staff("alice", operator=True), "jobs.operate_delivery")
     delivery = failing()
 
     out = run_command("outbox", "quarantine", str(delivery.pk), "--reason", "poison", "--user", "alice")
@@ -286,7 +286,7 @@ def test_outbox_commands_quarantine_release_and_replay_as_the_user(clock):
     ],
 )
 def test_outbox_command_errors_name_the_problem(clock, args, problem):
-    granted(staff("alice"), "jobs.operate_delivery")
+    granted(staff("alice", operator=True), "jobs.operate_delivery")
     delivery = failing()
     with pytest.raises(CommandError, match=problem):
         run_command("outbox", *[arg.format(pk=delivery.pk) for arg in args])
@@ -316,6 +316,19 @@ def test_outbox_commands_refuse_a_user_who_may_not_operate_deliveries_and_change
     after = fresh(delivery)
     assert after.quarantined_at is None and after.job.state == delivery.job.state
     assert list(after.job.events.values_list("kind", flat=True)) == before
+
+
+def test_a_tenants_staff_act_on_their_tenants_deliveries_only(clock):
+    acme, globex = tenant("Acme"), tenant("Globex")
+    carl = granted(staff("carl", of=acme), "jobs.operate_delivery")
+    mine, theirs = failing(tenant=acme), failing(tenant=globex)
+
+    with pytest.raises(CommandError, match=f"'carl' may not act on delivery {theirs.pk}: it is not their"):
+        run_command("outbox", "quarantine", str(theirs.pk), "--reason", "x", "--user", "carl")
+    run_command("outbox", "quarantine", str(mine.pk), "--reason", "poison", "--user", "carl")
+
+    assert fresh(theirs).quarantined_at is None
+    assert fresh(mine).quarantined_by == carl
 
 
 # --- the admin -----------------------------------------------------------------------------

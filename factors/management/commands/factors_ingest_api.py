@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from console.cli import actor
+from console.cli import actor, must_reach
 from factors import services
 from factors.management.commanding import add_user_argument, module_of, run
 from factors.models import DataEntry
@@ -36,4 +36,5 @@ class Command(BaseCommand):
         **options: Any,
     ) -> None:
         target, who = module_of(report, module), actor(user, DataEntry)
+        must_reach(who, target.report.unit.tenant_id, f"report {report}")
         run(self, lambda: services.ingest_from_api(target, data_entry_type, url, actor=who))

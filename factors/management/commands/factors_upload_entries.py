@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from console.cli import actor
+from console.cli import actor, must_reach
 from factors import services
 from factors.management.commanding import add_user_argument, module_of, opened, run
 from factors.models import DataEntry
@@ -36,6 +36,7 @@ class Command(BaseCommand):
         **options: Any,
     ) -> None:
         target, who = module_of(report, module), actor(user, DataEntry)
+        must_reach(who, target.report.unit.tenant_id, f"report {report}")
         with opened(file) as handle:
             run(
                 self, lambda: services.dispatch_csv(target, data_entry_type, handle, filename=file, actor=who)

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 import jobs
-from console.cli import actor
+from console.cli import actor, must_reach
 from ingest.management.commanding import outcome, source_named, tenant_named
 from ingest.runs import services
 from ingest.runs.models import BatchStatus, IngestRun, RunStatus
@@ -39,6 +39,7 @@ class Command(BaseCommand):
         self, *args: Any, source: str, tenant: str | None, wait: bool, user: str | None, **options: Any
     ) -> None:
         found, who = source_named(source, tenant_named(tenant)), actor(user, IngestRun)
+        must_reach(who, found.tenant_id, f"source {found.name!r}")
         try:
             run = services.start_ingest(found, actor=who, via="command")
         except services.RunRefused as exc:

@@ -6,10 +6,12 @@ from datetime import datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import QuerySet
 
 from jobs import engine, registry
 from jobs.errors import IllegalTransition
 from jobs.management.actors import actor as operating_user
+from jobs.management.actors import within_reach
 from jobs.management.tables import positive_int, since
 from jobs.models import Job
 
@@ -75,7 +77,7 @@ class Command(BaseCommand):
                 f"unknown job type {type_name!r}; registered types: {', '.join(registry.names()) or '(none)'}"
             )
         actor = operating_user(user, Job)
-        jobs = self._select(type_name, ids, since)
+        jobs = self._select(within_reach(Job.objects.all(), actor), type_name, ids, since)
         chosen = list(jobs[:limit] if limit else jobs)
         if not chosen:
             self.stdout.write("No failed job matches.")
@@ -88,10 +90,14 @@ class Command(BaseCommand):
             self.stderr.write(f"job {job.pk} skipped: {error}")
         self.stdout.write(self.style.SUCCESS(f"Retried {len(retried)} job(s): {_ids(retried)}"))
 
-    def _select(self, type_name: str | None, ids: list[int] | None, since: datetime | None) -> Any:
-        jobs = Job.objects.order_by("id")
+    def _select(
+        self, reach: QuerySet[Job], type_name: str | None, ids: list[int] | None, since: datetime | None
+    ) -> Any:
+        """The jobs asked for, among those the actor may act on (a tenant's staff: their
+        tenant's)."""
+        jobs = reach.order_by("id")
         if ids:
-            self._check_ids(ids)
+            self._check_ids(reach, ids)
             jobs = jobs.filter(pk__in=ids, state__in=RETRYABLE)
         else:
             jobs = jobs.filter(state=Job.State.FAILED)
@@ -101,9 +107,10 @@ class Command(BaseCommand):
             jobs = jobs.filter(finished_at__gte=since)
         return jobs
 
-    def _check_ids(self, ids: list[int]) -> None:
-        """Named jobs must exist and be retryable: a typo must not pass silently."""
-        states = dict(Job.objects.filter(pk__in=ids).values_list("pk", "state"))
+    def _check_ids(self, reach: QuerySet[Job], ids: list[int]) -> None:
+        """Named jobs must exist (for the actor) and be retryable: a typo must not pass
+        silently, nor another tenant's job be told from one that does not exist."""
+        states = dict(reach.filter(pk__in=ids).values_list("pk", "state"))
         missing = [pk for pk in ids if pk not in states]
         if missing:
             raise CommandError(f"no job with id {', '.join(map(str, missing))}")

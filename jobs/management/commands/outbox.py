@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from jobs import clock, outbox
 from jobs.errors import IllegalTransition, InvalidArgument
-from jobs.management.actors import actor
+from jobs.management.actors import actor, must_reach
 from jobs.management.tables import positive_int, table
 from jobs.models import Delivery
 
@@ -56,6 +56,7 @@ class Command(BaseCommand):
         apply, done, _ = ACTIONS[subcommand]
         delivery = self._delivery(options["delivery"])
         who = actor(options["user"], Delivery)
+        must_reach(who, delivery.event.tenant_id, f"delivery {delivery.pk}")
         try:
             changed = apply(delivery, who, options["reason"], via="command")
         except (IllegalTransition, InvalidArgument) as error:

@@ -16,7 +16,8 @@ page; ``rendering`` holds the badges and durations shared by the pages' code and
 templates.
 
 Other apps' admins build on the pieces listed in ``__all__``: ``Operation`` for every
-operator action (``operations``), the ``job_link`` cell, the read-only bases, the history
+operator action (``operations``) and ``PageOperations`` for an object's own buttons on its
+page (``page_operations``), the ``job_link`` cell, the read-only bases, the history
 inline every ``jobs.History`` table is shown with (``history``), the capped paginator,
 choice filters and bulk selection; their front-page figures (``<app>/overview.py``,
 registered with ``front_page_figures``: ``console.figures``) are ``Figure``s shown to whom
@@ -32,6 +33,7 @@ from console.admin.history import HistoryInline
 from console.admin.lists import CappedCountPaginator, ChoiceFilter
 from console.admin.operations import Operation
 from console.admin.overview import Figure, viewable_admin
+from console.admin.page_operations import PageOperations
 from console.admin.readonly import ReadOnlyAdmin, ReadOnlyInline, ReadOnlyMixin
 from console.admin.rendering import bulk_selection
 from console.admin.subjects import Subject, SubjectAction, register_job_subject
@@ -44,6 +46,7 @@ __all__ = [
     "HistoryInline",
     "JobLinks",
     "Operation",
+    "PageOperations",
     "ReadOnlyAdmin",
     "ReadOnlyInline",
     "ReadOnlyMixin",

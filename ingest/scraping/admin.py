@@ -20,10 +20,24 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from console.admin import HistoryInline, JobLinks, Operation, ReadOnlyAdmin, ReadOnlyInline, job_cell
+from console.admin import (
+    HistoryInline,
+    JobLinks,
+    Operation,
+    PageOperations,
+    ReadOnlyAdmin,
+    ReadOnlyInline,
+    job_cell,
+)
 from ingest.runs.rendering import status_badge
 from ingest.scraping import services
-from ingest.scraping.models import HandoffTransition, IngestionHandoff, ScrapeReference, ScrapeRun
+from ingest.scraping.models import (
+    HandoffStatus,
+    HandoffTransition,
+    IngestionHandoff,
+    ScrapeReference,
+    ScrapeRun,
+)
 from tenancy.scoping import scope_queryset, tenant_scope
 
 if TYPE_CHECKING:
@@ -230,10 +244,19 @@ RETRY_HANDOFFS = Operation(
     lambda selected, actor, reason: services.retry_handoffs(selected, actor=actor, via="admin"),
     IngestionHandoff,
 )
+# The same, on the one handoff whose page it is a button of.
+RETRY_HANDOFF = Operation(
+    "retry",
+    "Retry the handoff",
+    "queued again",
+    lambda handoff, actor, reason: services.retry_handoffs([handoff], actor=actor, via="admin"),
+    IngestionHandoff,
+    applies=lambda handoff: handoff.status == HandoffStatus.FAILED,
+)
 
 
 @admin.register(IngestionHandoff)
-class IngestionHandoffAdmin(JobLinks, HandoffColumns, ScopedAdmin):
+class IngestionHandoffAdmin(PageOperations, JobLinks, HandoffColumns, ScopedAdmin):
     list_display = [
         "id",
         "source",
@@ -269,6 +292,8 @@ class IngestionHandoffAdmin(JobLinks, HandoffColumns, ScopedAdmin):
     )
     inlines = [TransitionInline]
     actions = ["retry_handoffs"]
+    page_operations = (RETRY_HANDOFF,)
+    refusals = (services.HandoffRefused,)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[IngestionHandoff]:
         # The two ids the list shows, without loading the reference's payload.

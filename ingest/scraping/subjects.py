@@ -99,13 +99,10 @@ def _url(handoff: IngestionHandoff) -> str:
 
 
 def _retry(handoff: IngestionHandoff) -> tuple[SubjectAction, ...]:
-    # The list's action, on this one handoff: it retries in one transaction and reports
-    # on the list.
+    # The handoff page's own button: it retries and reports on the handoff's page.
     return (
         SubjectAction(
-            "Retry the handoff",
-            reverse("admin:ingest_ingestionhandoff_changelist"),
-            {"action": "retry_handoffs", "_selected_action": str(handoff.pk), "index": "0"},
+            "Retry the handoff", reverse("admin:ingest_ingestionhandoff_operate", args=[handoff.pk, "retry"])
         ),
     )
 

@@ -302,7 +302,8 @@ def test_a_failed_handoff_is_traced_through_its_runs_hook_and_retried_in_three_c
     click("#job-subject button:has-text('Retry the handoff')")
 
     page.wait_for_selector(".messagelist .success")
-    assert "1 handoff(s) queued again." in page.inner_text(".messagelist")
+    assert f"Ingestion handoff {handoff.pk} queued again." in page.inner_text(".messagelist")
+    assert page.url.endswith(f"/admin/ingest/ingestionhandoff/{handoff.pk}/change/")
     assert click.count == 3 <= MAX_CLICKS
     handoff.refresh_from_db()
     assert (handoff.status, handoff.reason_code) == (HandoffStatus.QUEUED, HandoffReason.INGESTION_JOB_QUEUED)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
@@ -198,6 +199,56 @@ def test_retrying_needs_the_change_permission(acme, listings):
 
     assert "retry_handoffs" not in listing
     assert "∅ → queued" in page(client, change_url(handoff))
+    handoff.refresh_from_db()
+    assert handoff.status == HandoffStatus.FAILED
+
+
+def page_retry_url(handoff: IngestionHandoff) -> str:
+    return f"{HANDOFFS}{handoff.pk}/operate/retry/"
+
+
+def test_a_failed_handoffs_page_retries_it_with_the_reason_in_the_admin_log(alice, listings):
+    handoff = failed_sync(listings, "scrape-1", "a", alice)
+    client = browser(alice)
+    assert f'formaction="{page_retry_url(handoff)}"' in page(client, change_url(handoff))
+
+    response = client.post(page_retry_url(handoff), {"reason": "the source is back"}, follow=True)
+
+    assert response.redirect_chain[-1][0] == change_url(handoff)
+    html = response.content.decode()
+    assert f"Ingestion handoff {handoff.pk} queued again." in html
+    handoff.refresh_from_db()
+    assert handoff.status == HandoffStatus.QUEUED
+    retried = handoff.transitions.get(kind=HandoffReason.RETRIED_BY_OPERATOR)
+    assert (retried.actor, retried.via) == (alice, "admin")
+    entry = LogEntry.objects.get(object_id=str(handoff.pk))
+    assert (entry.user, entry.change_message) == (
+        alice,
+        "Retry the handoff via the admin: the source is back",
+    )
+    assert page_retry_url(handoff) not in page(client, change_url(handoff))  # queued: no button
+
+
+def test_the_page_button_refuses_a_handoff_that_has_not_failed_and_changes_nothing(alice, listings):
+    queued = sync(listings, "scrape-1", "a", alice)
+    before = list(queued.transitions.values_list("id", flat=True))
+
+    html = browser(alice).post(page_retry_url(queued), follow=True).content.decode()
+
+    assert f"Retry the handoff: not done. Handoff {queued.pk} is queued, not failed." in html
+    assert list(queued.transitions.values_list("id", flat=True)) == before
+    assert not LogEntry.objects.exists()
+
+
+def test_the_page_button_needs_the_operate_permission_and_the_handoffs_tenant(acme, alice, listings, globex):
+    handoff = failed_sync(listings, "scrape-1", "a", alice)
+    viewer = browser(staff("vera", of=acme), "view_ingestionhandoff", "view_handofftransition")
+    stranger = browser(staff("gina", of=globex))
+
+    assert "/operate/retry/" not in page(viewer, change_url(handoff))
+    assert viewer.post(page_retry_url(handoff)).status_code == 403
+    assert stranger.post(page_retry_url(handoff)).status_code == 404
+    assert browser(alice).get(page_retry_url(handoff)).status_code == 405
     handoff.refresh_from_db()
     assert handoff.status == HandoffStatus.FAILED
 

@@ -39,14 +39,12 @@ def test_an_ingest_reference_job_links_its_failed_handoff_and_offers_its_retry(a
         in text
     )
     assert handoff.last_error.splitlines()[0] in text
-    assert 'name="action" value="retry_handoffs"' in text
-    assert f'name="_selected_action" value="{handoff.pk}"' in text
+    retry = f"/admin/ingest/ingestionhandoff/{handoff.pk}/operate/retry/"
+    assert f'action="{retry}"' in text
 
-    response = admin_client.post(
-        "/admin/ingest/ingestionhandoff/",
-        {"action": "retry_handoffs", "_selected_action": handoff.pk, "index": 0},
-    )
+    response = admin_client.post(retry)
     assert response.status_code == 302
+    assert response["Location"] == f"/admin/ingest/ingestionhandoff/{handoff.pk}/change/"
     assert IngestionHandoff.objects.get(pk=handoff.pk).status != IngestionHandoff.Status.FAILED
 
 
@@ -92,7 +90,7 @@ def test_a_failed_hooks_job_of_a_handoffs_run_links_the_handoff_says_it_failed_a
         f"Handoff {handoff.pk} (flat-7) failed: its ingest run failed"
     ) in text
     assert f'action="/admin/ingest/ingestrun/{run.pk}/retry-hooks/"' in text
-    assert f'name="_selected_action" value="{handoff.pk}"' in text
+    assert f'action="/admin/ingest/ingestionhandoff/{handoff.pk}/operate/retry/"' in text
     assert "use “Retry the failed hooks” or “Retry the handoff” above." in text
 
 
@@ -116,13 +114,13 @@ def test_who_may_not_see_handoffs_gets_the_run_alone_and_who_may_not_retry_them_
     runs_only = page(browser(viewer), f"/admin/jobs/job/{job.pk}/change/")
     assert f"/admin/ingest/ingestrun/{handoff.ingest_run_id}/change/" in runs_only
     assert f"/admin/ingest/ingestionhandoff/{handoff.pk}/" not in runs_only
-    assert "Handoff" not in runs_only and "retry_handoffs" not in runs_only
+    assert "Handoff" not in runs_only and "/operate/retry/" not in runs_only
 
     viewer.user_permissions.add(Permission.objects.get(codename="view_ingestionhandoff"))
     viewer = type(viewer).objects.get(pk=viewer.pk)  # permissions are cached on the user
     no_retry = page(browser(viewer), f"/admin/jobs/job/{job.pk}/change/")
     assert f"/admin/ingest/ingestionhandoff/{handoff.pk}/change/" in no_retry
-    assert "retry_handoffs" not in no_retry and "retry-hooks" in no_retry
+    assert "/operate/retry/" not in no_retry and "retry-hooks" in no_retry
 
 
 def test_the_failure_groups_list_names_the_run_and_its_handoff_without_actions(admin_client, acme, clock):

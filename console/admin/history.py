@@ -76,6 +76,11 @@ class HistoryFormSet(BaseInlineFormSet):
         return self._whole.count() - shown
 
     @cached_property
+    def has_detail(self) -> bool:
+        """Whether a shown row has a detail: without one, the column is left out."""
+        return any(row.detail for row in self.get_queryset())
+
+    @cached_property
     def column_count(self) -> int:
         return len(self.inline.columns())
 

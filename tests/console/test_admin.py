@@ -282,6 +282,7 @@ def test_the_history_folds_progress_and_keeps_the_state_changes(admin_client, cl
     assert '<tr class="history-row" data-kind="recovered">' in page
     assert "100 progress steps folded" in page and "2,000,000/2,000,000 batch 100" in page
     assert "2,000,000/2,000,000 (100%)" in page  # thousands separators in the field
+    assert "column-detail_shown" not in page  # no row has a detail: no empty column
 
 
 TRACEBACK_ERROR = (

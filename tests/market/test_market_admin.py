@@ -431,7 +431,7 @@ def test_confirming_queues_the_loads_for_the_user_and_records_the_action(clock, 
     [shown] = history_rows(page(client, f"{FEEDS}{feed.pk}/change/"))
     assert (shown["what"], shown["by"], shown["via"], shown["change"]) == ("gap_fill", "alice", "admin", "—")
     assert (
-        shown["detail"].startswith("covered: {")
+        shown["detail"].startswith("covered: {")  # its column, as a row has a detail
         and 'queued: ["2026-11-02"], start: 2026-10-27' in shown["detail"]
     )
     assert 'data-loading="1"' in cell(board, MONDAY)

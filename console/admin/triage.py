@@ -2,7 +2,7 @@
 (``console.triage``), each group with its size, its span, the tenants it touched
 and its newest traceback, and "retry all in this group" after a preview and a reason.
 
-An operator who fixed a cause retries its group in two clicks: *Retry all* on the
+An operator who fixed a cause retries its group in two clicks: *Retry N jobs* on the
 group's row, then *Yes* under the preview. Each job is retried through the engine, with
 the reason in its history and in the admin's log, under the operator's name. Where some
 of the jobs work for something with a retry of its own (a run whose hooks failed: the
@@ -69,7 +69,7 @@ def list_url(group: triage.FailureGroup, window: str) -> str:
 
 
 def retry_url(group: triage.FailureGroup, window: str) -> str:
-    """The group's preview page (its *Retry all* button)."""
+    """The group's preview page (its *Retry N jobs* button)."""
     url = reverse("admin:jobs_job_triage_retry", args=[group.fingerprint])
     return f"{url}?{urlencode({'window': window})}"
 

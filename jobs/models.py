@@ -305,7 +305,11 @@ class Job(models.Model):
                 name="jobs_job_key_queue_idx",
                 condition=Q(state="pending", concurrency_key__isnull=False),
             ),
-            models.Index(fields=["tenant", "-id"], name="jobs_job_tenant_idx"),
+            # A tenant's jobs. Partial: the platform's own jobs are listed by the other
+            # indexes, and a job without a tenant writes no entry here.
+            models.Index(
+                fields=["tenant", "-id"], name="jobs_job_tenant_idx", condition=Q(tenant__isnull=False)
+            ),
             # Fair claims: which tenants' running jobs hold how many workers. Partial, so
             # that it stays empty (and free to probe) while no tenant's job runs.
             models.Index(
@@ -401,7 +405,19 @@ class JobEvent(History):
         WOKEN = "woken", "Woken from its snooze"
 
     id = models.BigAutoField(primary_key=True)
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    # Every claim and every outcome inserts a row here, and each index is written with
+    # it: the job's is ``jobs_jobevent_job_idx``, which leads with the job, and the
+    # actor's holds only the rows an operator wrote.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events", db_index=False)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name="by",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,
+    )
     kind = models.CharField("what", max_length=20, choices=Kind.choices)
     attempt = models.PositiveIntegerField("attempt", default=0)
     progress_done = models.BigIntegerField(null=True, blank=True)
@@ -413,6 +429,8 @@ class JobEvent(History):
         indexes = [
             # A job's timeline, and stream replay after Last-Event-ID.
             models.Index(fields=["job", "id"], name="jobs_jobevent_job_idx"),
+            # A user's actions, and clearing them when the user is deleted.
+            models.Index(fields=["actor"], name="jobs_jobevent_actor_idx", condition=Q(actor__isnull=False)),
             # The dashboard's retries and rescues in a window (console/dashboard.py).
             models.Index(
                 fields=["at"],

@@ -10,6 +10,7 @@ count, and a history row written by the same statement as the change it records.
 
 from __future__ import annotations
 
+import functools
 from functools import cache
 from typing import Any
 
@@ -34,7 +35,8 @@ def execute(statement: str, params: dict[str, Any], *, binary: bool = False) -> 
     of an idle worker's pickup delay. A server-side-binding cursor on the same
     connection lets psycopg prepare the statement, and PostgreSQL reuse its generic
     plan. ``JOBS_PREPARED_STATEMENTS = False`` plans every time instead (for a
-    transaction-pooling PgBouncer older than 1.21). Errors come out as Django's.
+    transaction-pooling PgBouncer older than 1.21). Errors come out as Django's, and the
+    connection's execute wrappers apply.
 
     ``binary`` asks for results in PostgreSQL's binary format, which psycopg loads
     several times faster than text (timestamps above all); then Django's text loaders
@@ -47,9 +49,18 @@ def execute(statement: str, params: dict[str, Any], *, binary: bool = False) -> 
     prepare = conf.prepared_statements()
     if prepare and raw.prepare_threshold is None:
         raw.prepare_threshold = _PREPARE_ONLY_WHEN_ASKED
-    with connection.wrap_database_errors:
-        cursor = psycopg.Cursor(raw)
-        cursor.execute(statement, params, prepare=prepare, binary=binary)
+    cursor = psycopg.Cursor(raw)
+
+    def run(sql: str, params: Any, many: bool, context: dict[str, Any]) -> None:
+        with connection.wrap_database_errors:
+            cursor.execute(sql, params, prepare=prepare, binary=binary)
+
+    # The connection's execute wrappers see these statements as they see the ORM's (a
+    # grouped job's savepoint is set by one, before its first statement).
+    run_wrapped = functools.reduce(
+        lambda inner, wrapper: functools.partial(wrapper, inner), connection.execute_wrappers, run
+    )
+    run_wrapped(statement, params, False, {"connection": connection, "cursor": cursor})
     return cursor
 
 

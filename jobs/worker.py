@@ -654,28 +654,52 @@ class EngineWorker:
 
 @contextlib.contextmanager
 def _job_savepoint() -> Iterator[None]:
-    """A grouped job's savepoint: like a nested ``atomic()`` if the job fails, but not
-    released when it succeeds.
+    """A grouped job's savepoint: like a nested ``atomic()`` if the job fails, but made
+    only when the job first touches the database, and not released when it succeeds.
 
     On failure the job's writes are rolled back to the savepoint, and so are the
     ``on_commit`` callbacks it registered (Django drops only those of its own atomic
-    blocks, so the ones added since the savepoint are cut here). On success RELEASE would
-    change nothing (the group's commit makes the work durable either way) and costs a
-    round trip, a third of a small job's cost; the savepoints nest instead, which
+    blocks, so the ones added since the savepoint are cut here). A SAVEPOINT is a round
+    trip, as long as the rest of a small job's share of its group's work, and a handler
+    that sends nothing (it calls an API, or has nothing to do) has nothing to roll back:
+    so the savepoint is set just before the job's first statement, through the
+    connection's execute wrappers (``jobs.sql.execute`` goes through them too). On success
+    RELEASE would change nothing (the group's commit makes the work durable either way)
+    and costs another round trip; the savepoints nest instead, which
     ``GROUP_COMMIT_JOBS`` bounds.
     """
     conn = transaction.get_connection()
     callbacks = len(conn.run_on_commit)
-    sid = transaction.savepoint()
+    savepoint = _FirstStatementSavepoint(conn)
     try:
-        yield
+        with conn.execute_wrapper(savepoint):
+            yield
     except BaseException:
-        transaction.savepoint_rollback(sid)
+        if savepoint.sid is not None:
+            transaction.savepoint_rollback(savepoint.sid)
         del conn.run_on_commit[callbacks:]
-        # Back at a known-good savepoint: clear the mark an inner atomic(savepoint=False)
+        # Back at a known-good state: clear the mark an inner atomic(savepoint=False)
         # may have left on the group, as a nested atomic() would.
         transaction.set_rollback(False)
         raise
+
+
+class _FirstStatementSavepoint:
+    """An execute wrapper that sets a savepoint before the first statement it sees."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.sid: str | None = None
+        self._setting = False
+
+    def __call__(self, execute: Any, sql: Any, params: Any, many: bool, context: Any) -> Any:
+        if self.sid is None and not self._setting:
+            self._setting = True  # the SAVEPOINT statement itself passes through here
+            try:
+                self.sid = self.conn.savepoint()
+            finally:
+                self._setting = False
+        return execute(sql, params, many, context)
 
 
 def _shortest_lease(jobs: list[Job]) -> float:

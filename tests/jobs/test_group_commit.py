@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 import jobs
 from jobs import engine, registry
@@ -138,3 +139,73 @@ def test_a_grouped_handler_has_half_the_lease_before_it_is_interrupted(hits_tabl
     engine.enqueue_many("tests.group_write", [{}] * 3)
     assert worker.run_once() == 3
     assert seen == [3.0, 3.0, 3.0]
+
+
+def test_a_grouped_job_that_sends_no_statement_costs_no_savepoint(hits_table):
+    """The savepoint waits for a job's first statement: a handler that sends none (it
+    calls an API, or has nothing to do) saves the round trip."""
+
+    @jobs.handler("tests.group_quiet", max_attempts=1)
+    def quiet(ctx: jobs.JobContext) -> None:
+        if ctx.payload.get("fail"):
+            raise jobs.PermanentError("failed before touching the database")
+
+    try:
+        worker = EngineWorker(name="quiet", batch_size=10)
+        engine.enqueue("tests.group_quiet", {})
+        assert worker.run_once() == 1
+        engine.enqueue_many("tests.group_quiet", [{}, {}, {}])
+        with CaptureQueriesContext(connection) as queries:
+            assert worker.run_once() == 3
+        assert not [q for q in queries.captured_queries if q["sql"].startswith("SAVEPOINT")]
+
+        quiet_ids = engine.enqueue_many("tests.group_quiet", [{}, {"fail": True}, {}])
+        assert worker.run_once() == 3
+        states = dict(Job.objects.filter(pk__in=quiet_ids).values_list("pk", "state"))
+        assert states == {quiet_ids[0]: "succeeded", quiet_ids[1]: "failed", quiet_ids[2]: "succeeded"}
+    finally:
+        registry.unregister("tests.group_quiet")
+
+
+def test_a_savepoint_precedes_the_engines_own_statements_in_a_grouped_job(hits_table):
+    """A grouped handler's children go in through the engine's SQL, not the ORM; its
+    failure after enqueuing them rolls them back with its own writes, and the group's
+    other jobs keep theirs."""
+
+    @jobs.handler("tests.group_parent", max_attempts=1)
+    def parent(ctx: jobs.JobContext) -> None:
+        jobs.enqueue("tests.group_write", {"from": ctx.job.pk})
+        if ctx.payload.get("fail"):
+            raise jobs.PermanentError("failed after enqueuing")
+
+    try:
+        worker = EngineWorker(name="parents", batch_size=10)
+        engine.enqueue("tests.group_parent", {})
+        assert worker.run_once() == 1
+        assert worker.run_once() == 1  # its child
+        ids = engine.enqueue_many("tests.group_parent", [{}, {"fail": True}, {}])
+        assert worker.run_once() == 3
+
+        states = dict(Job.objects.filter(pk__in=ids).values_list("pk", "state"))
+        assert states == {ids[0]: "succeeded", ids[1]: "failed", ids[2]: "succeeded"}
+        children = Job.objects.filter(type="tests.group_write", payload__has_key="from")
+        assert sorted(child.payload["from"] for child in children) == sorted(
+            pk
+            for pk in Job.objects.filter(type="tests.group_parent").values_list("pk", flat=True)
+            if pk != ids[1]
+        )
+    finally:
+        registry.unregister("tests.group_parent")
+
+
+def test_a_grouped_job_whose_first_statement_fails_leaves_the_group_usable(hits_table):
+    worker = warmed_worker()
+    ids = engine.enqueue_many("tests.group_write", [{}, {}, {}])
+    with connection.cursor() as cursor:  # the middle job's insert will collide
+        cursor.execute("INSERT INTO tests_hits (job_id, worker_pid) VALUES (%s, 0)", [ids[1]])
+
+    assert worker.run_once() == 3
+
+    states = dict(Job.objects.filter(pk__in=ids).values_list("pk", "state"))
+    assert states == {ids[0]: "succeeded", ids[1]: "failed", ids[2]: "succeeded"}
+    assert "IntegrityError" in Job.objects.get(pk=ids[1]).last_error

@@ -35,6 +35,18 @@ def record(ctx: jobs.JobContext) -> None:
         )
 
 
+@jobs.handler("tests.record_run", max_attempts=3)
+def record_run(ctx: jobs.JobContext) -> None:
+    """Append a row per run to tests_runs (job, attempt, pid; nothing unique: a second run
+    of a job is a second row). Atomic, as handlers are by default: the row commits with
+    the job's success or not at all, so the table holds exactly the runs that counted."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO tests_runs (job_id, attempt, worker_pid) VALUES (%s, %s, %s)",
+            [ctx.job.pk, ctx.attempt, os.getpid()],
+        )
+
+
 @jobs.handler("tests.flaky", max_attempts=4, backoff=Exponential(base=60, cap=300))
 def flaky(ctx: jobs.JobContext) -> str:
     if ctx.attempt < ctx.payload.get("succeed_on", 99):

@@ -408,22 +408,12 @@ def claim(
     leaves the job alone. A tenant holding its share of the workers (``TENANT_SHARE``)
     has its jobs taken only after every other tenant's due ones.
     """
-    now = clock.now()
-    token = uuid.uuid4()
-    type_names = list(types) if types is not None else registry.names()
-    share = conf.tenant_share()
-    params = {
-        "now": now,
-        "types": type_names,
-        "leases": [float(_lease_for(t)) for t in type_names],
-        "queues": list(queues),
-        "limit": limit,
-        "worker": worker,
-        "token": token,
-        "share": share,
-        "live_since": now - timedelta(seconds=WORKER_STALE_SECONDS),
-    }
-    statement = sql.claim(named_queues=bool(queues), fair=share < 1)
+    params = claim_params(worker, limit=limit, queues=queues, types=types)
+    now, token, type_names = params["now"], params["token"], params["types"]
+    # Inside a caller's transaction (a test's), relaxing would relax the caller's commit.
+    statement = sql.claim(
+        named_queues=bool(queues), fair=params["share"] < 1, relaxed=not connection.in_atomic_block
+    )
     rows = _jobs_from(sql.execute(statement, params, binary=True))
     jobs = [job for job, row in rows if row["claimed"]]
     keyed = [job.pk for job, row in rows if not row["claimed"]]
@@ -431,6 +421,26 @@ def claim(
         jobs += _claim_keyed_jobs(keyed, token, worker, now, type_names, queues)
     jobs.sort(key=lambda job: (-job.priority, job.pk))  # RETURNING has no order
     return Claim(token, worker, jobs)
+
+
+def claim_params(
+    worker: str, *, limit: int, queues: Sequence[str] = (), types: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """The parameters of ``jobs.sql.claim``: now, a new lease token, the served types and
+    their lease lengths, the tenants' share."""
+    now = clock.now()
+    type_names = list(types) if types is not None else registry.names()
+    return {
+        "now": now,
+        "types": type_names,
+        "leases": [float(_lease_for(t)) for t in type_names],
+        "queues": list(queues),
+        "limit": limit,
+        "worker": worker,
+        "token": uuid.uuid4(),
+        "share": conf.tenant_share(),
+        "live_since": now - timedelta(seconds=WORKER_STALE_SECONDS),
+    }
 
 
 def _jobs_from(cursor: Any) -> list[tuple[Job, dict[str, Any]]]:

@@ -342,7 +342,7 @@ crowded(tenant_id) AS (
 
 
 @cache
-def claim(*, named_queues: bool, fair: bool = False) -> str:
+def claim(*, named_queues: bool, fair: bool = False, relaxed: bool = False) -> str:
     """Take up to ``%(limit)s`` due jobs and start the unkeyed ones, in one statement.
 
     ``picked``: per served queue, the due pending jobs in priority order, read from
@@ -371,7 +371,14 @@ def claim(*, named_queues: bool, fair: bool = False) -> str:
     ``claimed`` rows, numbered with the attempt they are for. Keyed picks are returned
     unchanged (``claimed`` false); the caller hands their key over in a transaction of
     its own (``engine._claim_keyed``).
+
+    ``relaxed``: committed without waiting for the disk, as ``start`` is and for the
+    same reason: a claim lost with the server's crash leaves its jobs pending and
+    unspent, and the first synchronous commit after it (a handler's, an outcome's)
+    flushes it anyway. The flush would come first on every job's way from enqueue to
+    handler.
     """
+    relax = "CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed" if relaxed else ""
     if fair:
         candidates = " UNION ALL ".join(
             [
@@ -422,7 +429,7 @@ history AS (
     SELECT id, %(now)s, 'claimed', 'pending', 'running', '', attempts + 1, %(worker)s
     FROM started
 )
-SELECT started.*, true AS claimed FROM started
+SELECT started.*, true AS claimed FROM started {relax}
 UNION ALL
 SELECT j.*, false FROM jobs_job j JOIN picked ON picked.id = j.id
 WHERE picked.concurrency_key IS NOT NULL

@@ -4,9 +4,9 @@ import threading
 import uuid
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
-from jobs import engine, reaper
+from jobs import engine, reaper, sql
 from jobs.models import Job, JobEvent
 from tests.support.base import make_job, row_locked
 
@@ -215,3 +215,27 @@ def test_the_unique_index_refuses_a_second_current_job_of_a_key(clock):
     assert won is False
     assert list(Job.objects.filter(is_current=True).values_list("pk", flat=True)) == [first.pk]
     assert Job.objects.get(pk=second.pk).state == Job.State.PENDING
+
+
+def _synchronous_commit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_of_its_own_commits_without_waiting_for_the_disk_and_only_itself():
+    """Its own transaction only: a claim inside a caller's transaction must not relax the
+    caller's commit, and nothing after the claim's commit is relaxed."""
+    engine.enqueue_many("tests.noop", [{}, {}])
+
+    with transaction.atomic():
+        assert len(engine.claim("w", limit=1).jobs) == 1
+        assert _synchronous_commit() == "on"
+    with transaction.atomic():  # as the worker's claim runs, on its own
+        statement = sql.claim(named_queues=False, fair=True, relaxed=True)
+        params = engine.claim_params("w", limit=5)
+        assert len(sql.execute(statement, params).fetchall()) == 1
+        assert _synchronous_commit() == "off"
+    assert _synchronous_commit() == "on"
+    assert len(engine.claim("w", limit=5).jobs) == 0  # the relaxed claim took the other

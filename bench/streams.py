@@ -141,7 +141,7 @@ def run(args: argparse.Namespace, procs: list[subprocess.Popen[bytes]]) -> dict[
     return {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),
-        "mode": "redis relay" if args.redis else "LISTEN/NOTIFY",
+        "mode": "redis relay" if args.redis else "PostgreSQL follower",
         "clients": args.clients,
         "events_per_client": expected,
         "events_expected": expected * args.clients,

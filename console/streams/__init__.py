@@ -1,8 +1,8 @@
 """Live job events: SSE (``console.streams.sse``) and WebSocket (``console.streams.ws``) streams
 fed by one hub per web process (``console.streams.hub``).
 
-Path of an event: any INSERT into jobs_jobevent fires a statement-level trigger
-(migration 0004) that NOTIFYs the new ids on commit; the hub of each web process (or,
-with REDIS_URL, the one relay of the deployment, ``console.streams.relay``) loads them with
-their jobs in one query and fans them out in memory. Design and figures: docs/streams.md.
+Path of an event: whatever inserts a row into jobs_jobevent, the hub of each web process
+(or, with REDIS_URL, the one relay of the deployment, ``console.streams.relay``) reads it
+with its job by id within about 100 ms of its commit (``console.streams.pgsource``) and
+fans it out in memory. Design and figures: docs/streams.md.
 """

@@ -34,8 +34,9 @@ class Batch:
 
 
 class Source(Protocol):
-    """Where a hub's batches come from: ``batches`` sets ``ready`` once it listens, then
-    yields a batch at least every tick (an empty one if nothing happened)."""
+    """Where a hub's batches come from: ``batches`` sets ``ready`` once every event
+    committed from then on will reach it, then yields a batch at least every tick (an
+    empty one if nothing happened)."""
 
     # Not ``async def``: an implementation is an async generator, called without await.
     def batches(self, ready: asyncio.Event) -> AsyncIterator[Batch]: ...

@@ -1,11 +1,12 @@
 """One hub per web process: it receives every committed JobEvent once and fans it out in
 memory to the process's stream subscribers (SSE responses, WebSocket consumers).
 
-Where batches come from (``Source``): without ``REDIS_URL`` the hub LISTENs on
-``conveyor_job_events`` with its own psycopg connection and loads each batch of notified
-ids with one query on a second one (``PostgresSource``): two connections per web process,
-whatever the number of clients. With ``REDIS_URL`` the hub reads ready-made batches from
-a channels_redis group, filled by the one relay of the deployment (``console.streams.relay``).
+Where batches come from (``Source``): without ``REDIS_URL`` the hub follows the history
+table itself (``PostgresSource``: it reads the rows past the newest id it has seen, on
+its own psycopg connection, woken early by the workers' enqueue signal on a second one):
+two connections per web process, whatever the number of clients. With ``REDIS_URL`` the
+hub reads ready-made batches from a channels_redis group, filled by the one relay of the
+deployment (``console.streams.relay``).
 
 The hub starts with its first subscriber and stops when it has had none for
 ``STREAMS_IDLE_SECONDS``. A subscriber that falls too far behind, or every subscriber when
@@ -32,7 +33,10 @@ from console.streams.serialize import End, StreamEvent
 logger = logging.getLogger(__name__)
 
 MAX_QUEUED = 5_000  # items a subscriber may have waiting before it is cut loose
-RECENT_IDS = 20_000  # ids remembered to drop repeats (a superset range re-names some)
+# Ids remembered to drop repeats. A follower sends each id once, but at a relay takeover
+# the old relay can send one more batch after its session (and lock) is gone, while the
+# new one already follows.
+RECENT_IDS = 20_000
 
 
 @dataclass
@@ -143,7 +147,7 @@ class Hub:
         self.db_slots = asyncio.Semaphore(int(getattr(settings, "STREAMS_DB_SLOTS", 8)))
 
     async def subscribe(self, filter: Filter, scope: int | bool) -> Subscription:
-        """Register a subscriber; returns once the source listens, so that a replay run
+        """Register a subscriber; returns once the source follows, so that a replay run
         afterwards and the live events overlap rather than leave a gap."""
         sub = Subscription(filter, scope)
         self.subscribers.add(sub)

@@ -1,9 +1,10 @@
 """Streams across processes through Redis (``REDIS_URL`` set): one relay, many hubs.
 
 Choice: every web hub subscribes to one channels_redis group; exactly one relay in the
-deployment LISTENs on PostgreSQL, loads each batch of events once (with the jobs and
-pipelines they finished) and sends it to the group. So the database does one LISTEN and
-one load per batch whatever the number of web pods, and a hub does no query at all.
+deployment follows the history table (``console.streams.pgsource``), loads each batch of
+events once (with the jobs and pipelines they finished) and sends it to the group. So the
+database serves one follower whatever the number of web pods, and a hub does no query
+at all.
 
 Election: the relay runs in every web process that has a hub, but only the one whose
 session holds the PostgreSQL advisory lock ``RELAY_LOCK`` does anything; the others wait
@@ -108,7 +109,7 @@ class RedisSource:
 
 
 async def _relay_elected(timeout: float = 10.0) -> None:
-    """Wait until some session holds the relay lock (it LISTENs right after taking it)."""
+    """Wait until some session holds the relay lock (its follower starts right after)."""
     conn = await connect("conveyor stream relay check")
     try:
         deadline = asyncio.get_running_loop().time() + timeout
@@ -121,7 +122,7 @@ async def _relay_elected(timeout: float = 10.0) -> None:
             )
             row = await cur.fetchone()
             if row and row[0]:
-                await asyncio.sleep(0.05)  # the holder's LISTEN follows its lock
+                await asyncio.sleep(0.05)  # the holder's follower starts after its lock
                 return
             await asyncio.sleep(0.05)
         logger.warning("no job event relay holds the lock after %ss; streaming anyway", timeout)

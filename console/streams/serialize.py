@@ -22,15 +22,18 @@ SELECT e.id, e.job_id, j.pipeline_id, j.type, j.parent_id, e.kind, e.from_status
        j.tenant_id
 FROM jobs_jobevent e JOIN jobs_job j ON j.id = e.job_id
 """
-# Ranges rather than id lists: a notification usually names one contiguous range.
-EVENTS_IN_RANGES = (
-    _SELECT
-    + """
-WHERE e.id IN (SELECT generate_series(r.lo, r.hi)
-               FROM unnest(%(lo)s::bigint[], %(hi)s::bigint[]) AS r(lo, hi))
-ORDER BY e.id
+# The live follower (console/streams/pgsource.py): the rows past the newest id it has read
+# (a range scan of the primary key); which of the ids it missed below that id are now
+# visible, given as runs of consecutive ids (a range scan per run, ids only: the planner
+# cannot know how long a run is, and joined with the jobs it would guess a third of the
+# table); then those rows with their jobs, by id.
+EVENTS_AFTER = _SELECT + "WHERE e.id > %(last)s ORDER BY e.id LIMIT %(limit)s"
+IDS_IN_RANGES = """
+SELECT e.id FROM unnest(%(lo)s::bigint[], %(hi)s::bigint[]) AS r(lo, hi)
+JOIN jobs_jobevent e ON e.id BETWEEN r.lo AND r.hi
 """
-)
+EVENTS_BY_ID = _SELECT + "WHERE e.id = ANY(%(ids)s::bigint[]) ORDER BY e.id"
+
 # Replay after Last-Event-ID: a job's timeline (jobs_jobevent_job_idx), or a pipeline's, within
 # the reader's tenant scope (%(all)s: every tenant). Rows can commit out of id order
 # (concurrent transactions, e.g. parallel recalculation chunks), so with %(overlap)s the
@@ -168,14 +171,6 @@ def event_from_row(row: tuple[Any, ...]) -> StreamEvent:
         "worker": worker,
     }
     return StreamEvent(event_id, job_id, pipeline, job_type, tenant, data)
-
-
-def parse_ranges(payload: str) -> list[tuple[int, int]]:
-    """The ids a NOTIFY payload names: ``lo-hi`` or ``a,b,c`` (see migration 0004)."""
-    if "-" in payload:
-        lo, hi = payload.split("-", 1)
-        return [(int(lo), int(hi))]
-    return [(int(part), int(part)) for part in payload.split(",") if part]
 
 
 def range_params(ranges: list[tuple[int, int]]) -> dict[str, list[int]]:

@@ -6,6 +6,8 @@ from the sequence together), else a comma list, or ``lo-hi`` as a superset when 
 would not fit NOTIFY's 8000 bytes (the streams hub drops ids it has already sent).
 NOTIFY is delivered on commit and never for a rollback, so whatever inserts the row (the
 engine's ORM writes, its SQL CTEs, bulk_create, the reaper) reaches the streams.
+
+0020 drops the trigger: the streams now follow the table by id.
 """
 
 from django.db import migrations

@@ -1,8 +1,8 @@
 """Live job event streams: the hub's fan-out, SSE replay and end, WebSocket subscriptions.
 
-Events reach the hub through the real trigger and NOTIFY, so these tests commit
-(transactional database); the async code runs in ``asyncio.run``, database writes in
-``sync_to_async`` threads.
+Events reach the hub through its real source, which reads the committed history rows
+(``console.streams.pgsource``), so these tests commit (transactional database); the
+async code runs in ``asyncio.run``, database writes in ``sync_to_async`` threads.
 """
 
 from __future__ import annotations
@@ -295,7 +295,7 @@ def test_an_anonymous_websocket_is_closed_with_4401():
     assert run_streams(main) == {"type": "websocket.close", "code": 4401}
 
 
-def test_every_insert_path_is_notified():
+def test_every_insert_path_reaches_the_hub():
     """bulk_create (as in release and retention paths) reaches the hub too."""
     job = make_job("tests.noop")
 

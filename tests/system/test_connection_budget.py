@@ -97,7 +97,7 @@ def test_a_web_process_holds_a_connection_per_request_and_two_for_all_its_stream
 
 def test_with_redis_web_processes_share_one_relay_for_their_streams(processes: Processes):
     """With REDIS_URL one web process of the whole deployment (elected by an advisory
-    lock) LISTENs and relays to Redis, on two connections; every other web process with
+    lock) follows the history and relays it to Redis, on two connections; every other web process with
     streams keeps one session waiting for that lock, to take over if the relay dies."""
     redis = processes.env(REDIS_URL="redis://127.0.0.1:6379/0")
     ports = [processes.web(redis)[1] for _ in range(2)]

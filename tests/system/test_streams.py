@@ -1,7 +1,7 @@
 """Live streams across real processes: a web process (uvicorn) streams the events that a
 job run by the django-q2 cluster (``qcluster``) commits; a client reconnecting with
-Last-Event-ID gets what it missed (at least once). Without ``REDIS_URL`` events cross
-processes by LISTEN/NOTIFY; the Redis variant (skipped when no Redis listens on
+Last-Event-ID gets what it missed (at least once). Without ``REDIS_URL`` the web process
+reads the committed history rows itself; the Redis variant (skipped when no Redis listens on
 127.0.0.1:6379) goes through the relay."""
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def test_a_websocket_over_the_web_process_delivers_a_jobs_events(processes):
     ) as ws:
         ws.send(json.dumps({"subscribe": {"job": job.pk}}))
         acknowledged = json.loads(ws.recv(10))
-        run_next()  # commits the job's history here; the web process hears of it by NOTIFY
+        run_next()  # commits the job's history here; the web process reads it from the table
         events = [json.loads(ws.recv(10))["event"] for _ in range(2)]
 
     assert "subscribed" in acknowledged

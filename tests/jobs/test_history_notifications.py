@@ -82,11 +82,11 @@ def test_a_committed_history_row_sends_no_notification(listener):
 
 def test_migrating_back_recreates_the_trigger_as_it_was(listener, forward_at_the_end):
     made = importlib.import_module("jobs.migrations.0004_jobevent_notify_trigger")
-    dropped = importlib.import_module("jobs.migrations.0020_drop_jobevent_notify_trigger")
+    dropped = importlib.import_module("jobs.migrations.0021_drop_jobevent_notify_trigger")
     assert (dropped.CREATE, dropped.DROP) == (made.CREATE, made.DROP)
-    migrate_jobs("0019_job_fillfactor")
+    migrate_jobs("0020_lighter_history_indexes")
     assert trigger_exists()
     event = insert_event()
     assert notified_then_marker(listener) == [f"{event}-{event}", "marker"]
-    migrate_jobs("0020_drop_jobevent_notify_trigger")
+    migrate_jobs("0021_drop_jobevent_notify_trigger")
     assert not trigger_exists()

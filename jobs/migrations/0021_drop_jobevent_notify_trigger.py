@@ -47,6 +47,6 @@ CREATE TRIGGER jobs_jobevent_notify
 
 
 class Migration(migrations.Migration):
-    dependencies = [("jobs", "0019_job_fillfactor")]
+    dependencies = [("jobs", "0020_lighter_history_indexes")]
 
     operations = [migrations.RunSQL(DROP, CREATE)]

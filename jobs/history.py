@@ -14,6 +14,21 @@ from django.conf import settings
 from django.db import models
 
 
+def actor_field(*, db_index: bool = True) -> models.ForeignKey:
+    """Who acted: a user, or none when Conveyor did. A history table written on every job's
+    claim and outcome leaves out the index (``db_index=False``) and keeps a partial one of
+    the rows a user wrote."""
+    return models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name="by",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=db_index,
+    )
+
+
 class History(models.Model):
     """One step of a row's history: when (``at``), what (``kind``), the status it moved
     from and to (empty when it did not move), who (``actor``) and through which door
@@ -29,14 +44,7 @@ class History(models.Model):
     kind = models.CharField("what", max_length=30)
     from_status = models.CharField("from", max_length=20, blank=True, default="", db_default="")
     to_status = models.CharField("to", max_length=20, blank=True, default="", db_default="")
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        verbose_name="by",
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="+",
-    )
+    actor = actor_field()
     via = models.CharField(
         "via",
         max_length=20,

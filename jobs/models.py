@@ -18,7 +18,7 @@ from django.db import models
 from django.db.models import Q
 
 from jobs.errors import WAKE_KEY_LENGTH
-from jobs.history import History
+from jobs.history import History, actor_field
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -409,15 +409,7 @@ class JobEvent(History):
     # it: the job's is ``jobs_jobevent_job_idx``, which leads with the job, and the
     # actor's holds only the rows an operator wrote.
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events", db_index=False)
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        verbose_name="by",
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="+",
-        db_index=False,
-    )
+    actor = actor_field(db_index=False)
     kind = models.CharField("what", max_length=20, choices=Kind.choices)
     attempt = models.PositiveIntegerField("attempt", default=0)
     progress_done = models.BigIntegerField(null=True, blank=True)

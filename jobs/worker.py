@@ -672,7 +672,7 @@ def _job_savepoint() -> Iterator[None]:
     callbacks = len(conn.run_on_commit)
     savepoint = _FirstStatementSavepoint(conn)
     try:
-        with conn.execute_wrapper(savepoint):
+        with conn.execute_wrapper(savepoint), savepoint.on_new_cursors():
             yield
     except BaseException:
         if savepoint.sid is not None:
@@ -685,7 +685,9 @@ def _job_savepoint() -> Iterator[None]:
 
 
 class _FirstStatementSavepoint:
-    """An execute wrapper that sets a savepoint before the first statement it sees."""
+    """Sets a savepoint before the first statement of a job: as an execute wrapper (the
+    ORM's statements and ``jobs.sql``'s), and when a Django cursor is first made, since
+    what a cursor sends past ``execute`` (``cursor.copy()``) passes no wrapper."""
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
@@ -693,13 +695,36 @@ class _FirstStatementSavepoint:
         self._setting = False
 
     def __call__(self, execute: Any, sql: Any, params: Any, many: bool, context: Any) -> Any:
+        self.set()
+        return execute(sql, params, many, context)
+
+    def set(self) -> None:
         if self.sid is None and not self._setting:
-            self._setting = True  # the SAVEPOINT statement itself passes through here
+            self._setting = True  # the SAVEPOINT statement itself makes a cursor
             try:
                 self.sid = self.conn.savepoint()
             finally:
                 self._setting = False
-        return execute(sql, params, many, context)
+
+    @contextlib.contextmanager
+    def on_new_cursors(self) -> Iterator[None]:
+        """Set the savepoint when the connection first makes a cursor, until exit."""
+        create_cursor = self.conn.create_cursor
+
+        def create_then_set(*args: Any, **kwargs: Any) -> Any:
+            cursor = create_cursor(*args, **kwargs)
+            self.set()
+            return cursor
+
+        own = vars(self.conn).get("create_cursor")
+        self.conn.create_cursor = create_then_set
+        try:
+            yield
+        finally:
+            if own is None:
+                del self.conn.create_cursor  # the class's method again
+            else:
+                self.conn.create_cursor = own
 
 
 def _shortest_lease(jobs: list[Job]) -> float:

@@ -209,3 +209,33 @@ def test_a_grouped_job_whose_first_statement_fails_leaves_the_group_usable(hits_
     states = dict(Job.objects.filter(pk__in=ids).values_list("pk", "state"))
     assert states == {ids[0]: "succeeded", ids[1]: "failed", ids[2]: "succeeded"}
     assert "IntegrityError" in Job.objects.get(pk=ids[1]).last_error
+
+
+def test_a_grouped_job_that_starts_with_a_copy_rolls_it_back_when_it_fails(hits_table):
+    """``cursor.copy()`` passes no execute wrapper: the savepoint is set when the job's
+    first cursor is made."""
+
+    @jobs.handler("tests.group_copy", max_attempts=1)
+    def copy_then_maybe_fail(ctx: jobs.JobContext) -> None:
+        with (
+            connection.cursor() as cursor,
+            cursor.copy("COPY tests_hits (job_id, worker_pid) FROM STDIN") as copy,
+        ):
+            copy.write_row((ctx.job.pk, 0))
+        if ctx.payload.get("fail"):
+            raise jobs.PermanentError("failed after copying")
+
+    try:
+        worker = EngineWorker(name="copier", batch_size=10)
+        engine.enqueue("tests.group_copy", {})
+        assert worker.run_once() == 1
+        ids = engine.enqueue_many("tests.group_copy", [{}, {"fail": True}, {}])
+        assert worker.run_once() == 3
+
+        states = dict(Job.objects.filter(pk__in=ids).values_list("pk", "state"))
+        assert states == {ids[0]: "succeeded", ids[1]: "failed", ids[2]: "succeeded"}
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT job_id FROM tests_hits WHERE job_id = ANY(%s)", [ids])
+            assert sorted(row[0] for row in cursor.fetchall()) == [ids[0], ids[2]]
+    finally:
+        registry.unregister("tests.group_copy")

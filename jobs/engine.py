@@ -392,13 +392,26 @@ class Claim:
     token: uuid.UUID
     worker: str
     jobs: list[Job]
+    # The job whose attempt the claim counted (``start_first``), first in ``jobs``.
+    started: int | None = None
 
 
 def claim(
-    worker: str, *, limit: int, queues: Sequence[str] = (), types: Sequence[str] | None = None
+    worker: str,
+    *,
+    limit: int,
+    queues: Sequence[str] = (),
+    types: Sequence[str] | None = None,
+    start_first: bool = False,
 ) -> Claim:
     """Take up to ``limit`` due jobs, mark them running and stamp their lease. Their
     attempts are counted only when their handlers start (``start``).
+
+    ``start_first``: the claim also counts the attempt of the best-ranked job it takes
+    (not one with a concurrency key), which comes first in the batch and
+    ``Claim.started`` names: for a worker that starts that handler as soon as the claim
+    returns, so that the claim is the last round trip before it, as ``start`` is
+    before the others.
 
     Unkeyed jobs are claimed by one statement (``jobs.sql.claim``): ``SELECT … FOR UPDATE
     SKIP LOCKED`` (concurrent claimers skip each other's rows instead of waiting), the
@@ -412,15 +425,20 @@ def claim(
     now, token, type_names = params["now"], params["token"], params["types"]
     # Inside a caller's transaction (a test's), relaxing would relax the caller's commit.
     statement = sql.claim(
-        named_queues=bool(queues), fair=params["share"] < 1, relaxed=not connection.in_atomic_block
+        named_queues=bool(queues),
+        fair=params["share"] < 1,
+        relaxed=not connection.in_atomic_block,
+        start_first=start_first,
     )
     rows = _jobs_from(sql.execute(statement, params, binary=True))
     jobs = [job for job, row in rows if row["claimed"]]
+    started = next((job.pk for job, row in rows if row["counted"]), None)
     keyed = [job.pk for job, row in rows if not row["claimed"]]
     if keyed:
         jobs += _claim_keyed_jobs(keyed, token, worker, now, type_names, queues)
-    jobs.sort(key=lambda job: (-job.priority, job.pk))  # RETURNING has no order
-    return Claim(token, worker, jobs)
+    # RETURNING has no order; the started job goes first, whatever its rank among keyed ones.
+    jobs.sort(key=lambda job: (job.pk != started, -job.priority, job.pk))
+    return Claim(token, worker, jobs, started)
 
 
 def claim_params(

@@ -342,7 +342,7 @@ crowded(tenant_id) AS (
 
 
 @cache
-def claim(*, named_queues: bool, fair: bool = False, relaxed: bool = False) -> str:
+def claim(*, named_queues: bool, fair: bool = False, relaxed: bool = False, start_first: bool = False) -> str:
     """Take up to ``%(limit)s`` due jobs and start the unkeyed ones, in one statement.
 
     ``picked``: per served queue, the due pending jobs in priority order, read from
@@ -377,6 +377,12 @@ def claim(*, named_queues: bool, fair: bool = False, relaxed: bool = False) -> s
     unspent, and the first synchronous commit after it (a handler's, an outcome's)
     flushes it anyway. The flush would come first on every job's way from enqueue to
     handler.
+
+    ``start_first``: the best-ranked unkeyed pick is also started (its attempt counted),
+    for a worker that runs it the moment the claim returns: the claim is then the last
+    round trip before that handler, as ``start`` is for the others, and an idle worker's
+    way from a signal to a handler is one round trip shorter. Its ``claimed`` row is
+    numbered with the attempt counted; ``counted`` says which job it is.
     """
     relax = "CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed" if relaxed else ""
     if fair:
@@ -407,13 +413,19 @@ WITH RECURSIVE {_served(named_queues=named_queues)},
 {crowded}
 candidates AS ({candidates}),
 picked AS (
-    SELECT id, priority, concurrency_key FROM candidates
+    SELECT id, priority, concurrency_key, tier FROM candidates
     ORDER BY tier, priority DESC, id
     LIMIT %(limit)s
+),
+first AS (
+    SELECT id FROM picked WHERE concurrency_key IS NULL AND {"true" if start_first else "false"}
+    ORDER BY tier, priority DESC, id
+    LIMIT 1
 ),
 started AS (
     UPDATE jobs_job j
     SET state = 'running', locked_by = %(worker)s,
+        attempts = j.attempts + CASE WHEN j.id IN (SELECT id FROM first) THEN 1 ELSE 0 END,
         locked_at = %(now)s, heartbeat_at = %(now)s,
         lease_expires_at = %(now)s + make_interval(
             secs => (%(leases)s::float8[])[array_position(%(types)s::text[], j.type::text)]),
@@ -421,17 +433,18 @@ started AS (
         wake_key = NULL
     FROM picked
     WHERE j.id = picked.id AND picked.concurrency_key IS NULL
-    RETURNING j.*
+    RETURNING j.*, j.id IN (SELECT id FROM first) AS counted
 ),
 history AS (
     INSERT INTO jobs_jobevent (job_id, at, kind, from_status, to_status, message, attempt,
                                worker)
-    SELECT id, %(now)s, 'claimed', 'pending', 'running', '', attempts + 1, %(worker)s
+    SELECT id, %(now)s, 'claimed', 'pending', 'running', '',
+           attempts + CASE WHEN counted THEN 0 ELSE 1 END, %(worker)s
     FROM started
 )
 SELECT started.*, true AS claimed FROM started {relax}
 UNION ALL
-SELECT j.*, false FROM jobs_job j JOIN picked ON picked.id = j.id
+SELECT j.*, false, false FROM jobs_job j JOIN picked ON picked.id = j.id
 WHERE picked.concurrency_key IS NOT NULL
 """
 

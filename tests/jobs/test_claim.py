@@ -130,6 +130,34 @@ def test_starting_a_handler_counts_its_attempt_once_and_only_under_the_lease(clo
     assert engine.start(batch.jobs, uuid.uuid4()) == set()  # another lease counts nothing
 
 
+def test_a_claim_that_starts_its_first_job_counts_that_attempt_alone(clock):
+    low, high, other = make_job("tests.noop"), make_job("tests.noop", priority=5), make_job("tests.noop")
+
+    batch = engine.claim("host:1", limit=10, start_first=True)
+
+    assert batch.started == high.pk
+    assert [job.pk for job in batch.jobs] == [high.pk, low.pk, other.pk]
+    assert [job.attempts for job in batch.jobs] == [1, 0, 0]
+    assert dict(Job.objects.values_list("pk", "attempts")) == {high.pk: 1, low.pk: 0, other.pk: 0}
+    # Every claimed row is numbered with the attempt it is for, counted or not.
+    assert set(JobEvent.objects.values_list("attempt", flat=True)) == {1}
+    assert engine.start(batch.jobs[1:], batch.token) == {low.pk, other.pk}
+    assert set(Job.objects.values_list("attempts", flat=True)) == {1}
+
+
+def test_the_job_a_claim_starts_has_no_concurrency_key_and_comes_first(clock):
+    keyed = make_job("tests.noop", concurrency_key="k", priority=9)
+    plain = make_job("tests.noop")
+
+    batch = engine.claim("w", limit=10, start_first=True)
+
+    assert (batch.started, [job.pk for job in batch.jobs]) == (plain.pk, [plain.pk, keyed.pk])
+    assert Job.objects.get(pk=keyed.pk).attempts == 0
+    Job.objects.filter(pk=plain.pk).delete()
+    make_job("tests.noop", concurrency_key="k2")
+    assert engine.claim("w", limit=10, start_first=True).started is None  # only keyed ones
+
+
 def test_a_claimed_batch_whose_worker_died_goes_back_with_nothing_spent(clock):
     """A worker took 20 single-attempt jobs, started the first and died: the other 19
     never ran and come back pending; only the started one is spent (and fails)."""

@@ -67,6 +67,27 @@ def test_progress_is_throttled_but_the_final_value_is_exact(running_worker):
     assert steps < 200  # a handful of flushes, not 200,000 rows
 
 
+def test_the_claim_is_the_last_round_trip_before_the_first_handler():
+    job = engine.enqueue("tests.noop", {})
+    worker = EngineWorker(name="one-trip", batch_size=1)
+    statements: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        statements.append(" ".join(str(sql).split()))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        assert worker.run_once() == 1
+
+    assert [s for s in statements if "attempts = attempts + 1" in s] == []
+    job.refresh_from_db()
+    assert (job.state, job.attempts) == (Job.State.SUCCEEDED, 1)
+    assert list(job.events.order_by("id").values_list("kind", "attempt")) == [
+        (JobEvent.Kind.CLAIMED, 1),
+        (JobEvent.Kind.SUCCEEDED, 1),
+    ]
+
+
 def test_a_stopping_worker_hands_back_jobs_it_has_not_started(settings):
     engine.enqueue_many("tests.noop", [{}] * 5)
     worker = EngineWorker(name="stopper", batch_size=5)

@@ -591,6 +591,21 @@ def start(jobs: Sequence[Job], token: uuid.UUID) -> set[int]:
     return set(attempts)
 
 
+def start_unless_locked(jobs: Sequence[Job], token: uuid.UUID) -> tuple[set[int], set[int]]:
+    """``start`` for those of ``jobs`` whose rows no other session holds locked; returns
+    the ids counted and the ids left busy (still running under ``token``, to be started
+    later). The others were taken away since the claim and must not run."""
+    if not jobs:
+        return set(), set()
+    statement = sql.start_unless_locked(relaxed=not connection.in_atomic_block)
+    rows = sql.execute(statement, {"ids": [job.pk for job in jobs], "token": token}).fetchall()
+    attempts = {pk: attempt for pk, attempt in rows if attempt is not None}
+    for job in jobs:
+        if job.pk in attempts:
+            job.attempts = attempts[job.pk]
+    return set(attempts), {pk for pk, attempt in rows if attempt is None}
+
+
 def unstart(job_ids: Iterable[int], token: uuid.UUID) -> int:
     """Give back the attempts ``start`` counted for jobs whose handlers did not run after
     all (they stay claimed, to be started again later); returns how many."""

@@ -524,6 +524,39 @@ RETURNING id, attempts
 """
 
 
+@cache
+def start_unless_locked(*, relaxed: bool) -> str:
+    """``start`` for the jobs of ``%(ids)s`` whose rows no other transaction has locked;
+    returns their ids and attempt numbers, then the ids of the others still running under
+    ``%(token)s`` with a NULL attempt (busy: counted later, not waited for).
+
+    A row of a job just claimed can stay locked for a moment by another worker's claim:
+    a claim whose snapshot still saw it pending locks it on its way past, finds it no
+    longer pending and keeps the lock until that claim commits. Waiting for it would idle
+    this worker for the rest of that claim. A row taken away meanwhile (cancelled,
+    rescued) is in neither list, once committed; one whose change has not committed yet
+    shows as busy, and the next start finds it gone.
+    """
+    relax = "FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed" if relaxed else ""
+    return f"""
+WITH counted AS (
+    UPDATE jobs_job
+    SET attempts = attempts + 1
+    {relax}
+    WHERE id IN (
+        SELECT id FROM jobs_job
+        WHERE id = ANY(%(ids)s::bigint[]) AND state = 'running' AND lease_token = %(token)s
+        FOR NO KEY UPDATE SKIP LOCKED)
+    RETURNING id, attempts
+)
+SELECT id, attempts FROM counted
+UNION ALL
+SELECT id, NULL FROM jobs_job
+WHERE id = ANY(%(ids)s::bigint[]) AND state = 'running' AND lease_token = %(token)s
+  AND id NOT IN (SELECT id FROM counted)
+"""
+
+
 def lock_running() -> str:
     """Lock the rows of ``%(ids)s`` that still run under ``%(token)s`` (by primary key),
     and return their ids. While this transaction holds them nobody can rescue, cancel or

@@ -235,7 +235,10 @@ class EngineWorker:
                 if self._stop_starting(claimed_at, ran):
                     self._unstarted = (batch.token, batch.jobs[ran:], set(self._started))
                     break
-                ran += self._run_group(batch.jobs[ran:], batch.token)
+                rest = batch.jobs[ran:]
+                count = self._run_group(rest, batch.token)
+                batch.jobs[ran:] = rest  # in the order the group left them (busy rows after it)
+                ran += count
                 if self._handed_back:  # what had not started is pending again
                     break
         except BaseException:  # SystemExit from a handler too: what never started goes back
@@ -332,8 +335,12 @@ class EngineWorker:
         # The group's attempts are counted together, and committed, before its
         # transaction: a worker that dies inside the group has spent them all (it cannot
         # tell which of its handlers ran), rather than none, which would let a job that
-        # kills its worker run for ever.
-        self._count_starts([job for job in group if job.pk not in self._started], token)
+        # kills its worker run for ever. A job whose row another session holds locked
+        # for a moment (a claim that passed over it) is left to a later group rather than
+        # waited for.
+        busy = self._count_unless_locked([job for job in group if job.pk not in self._started], token)
+        if busy:
+            group = self._without_busy(jobs, group, busy, token)
         deadline = time.monotonic() + conf.group_commit_seconds()
         successes: list[engine.Success] = []
         count = 0
@@ -372,6 +379,25 @@ class EngineWorker:
         started = engine.start(jobs, token)
         with self._lock:
             self._started |= started
+
+    def _count_unless_locked(self, jobs: list[Job], token: uuid.UUID) -> set[int]:
+        """Count the attempts of those of ``jobs`` whose rows nobody else holds locked;
+        return the ids of the busy others."""
+        started, busy = engine.start_unless_locked(jobs, token)
+        with self._lock:
+            self._started |= started
+        return busy
+
+    def _without_busy(self, jobs: list[Job], group: list[Job], busy: set[int], token: uuid.UUID) -> list[Job]:
+        """The group without its busy jobs, which ``jobs`` (the rest of the batch) then
+        lists right after it, to be counted when a later group starts them. If every one
+        is busy, their locks are waited for: one of them has to run now."""
+        kept = [job for job in group if job.pk not in busy]
+        if not kept:
+            self._count_starts(group, token)
+            return group
+        jobs[: len(group)] = kept + [job for job in group if job.pk in busy]
+        return kept
 
     def _uncount(self, jobs: list[Job], token: uuid.UUID) -> None:
         """Give back the counted attempts of ``jobs``, which did not start after all."""

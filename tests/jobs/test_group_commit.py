@@ -97,6 +97,42 @@ def test_a_job_cancelled_after_the_claim_does_not_run_inside_the_group(hits_tabl
         assert cursor.fetchone()[0] == 0
 
 
+def test_a_group_passes_over_a_row_another_session_holds_and_starts_it_after_itself(hits_table):
+    """A claim that saw a just-claimed row still pending locks it on its way past and
+    keeps the lock until it commits; the group does not wait for it."""
+    worker = warmed_worker()
+    ids = engine.enqueue_many("tests.group_write", [{}] * 4)
+    batch = engine.claim(worker.name, limit=10)
+    for job in batch.jobs:
+        worker._held.add(job.pk)
+    rest = list(batch.jobs)
+
+    with row_locked(Job.objects.get(pk=ids[1])):
+        assert worker._run_group(rest, batch.token) == 3
+        assert [job.pk for job in rest] == [ids[0], ids[2], ids[3], ids[1]]
+        assert dict(Job.objects.filter(pk__in=ids).values_list("pk", "attempts")) == {
+            ids[0]: 1,
+            ids[1]: 0,  # not counted: it did not start
+            ids[2]: 1,
+            ids[3]: 1,
+        }
+
+    assert worker._run_group(rest[3:], batch.token) == 1
+    assert set(Job.objects.filter(pk__in=ids).values_list("state", "attempts")) == {("succeeded", 1)}
+
+
+def test_a_start_that_skips_locked_rows_names_them_and_leaves_out_those_taken_away(clock):
+    held, gone, free = (engine.enqueue("tests.noop", {}) for _ in range(3))
+    batch = engine.claim("w", limit=10)
+    engine.cancel(gone)
+
+    with row_locked(held):
+        started, busy = engine.start_unless_locked(batch.jobs, batch.token)
+
+    assert (started, busy) == ({free.pk}, {held.pk})
+    assert dict(Job.objects.values_list("pk", "attempts")) == {held.pk: 0, gone.pk: 0, free.pk: 1}
+
+
 def test_a_heartbeat_skips_rows_an_open_group_holds_instead_of_waiting():
     job = engine.enqueue("tests.noop", {})
     batch = engine.claim("w", limit=1)

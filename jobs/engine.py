@@ -834,7 +834,7 @@ def fail(
             job, kind, State.RUNNING, to_state, message=message, attempt=job.attempts, worker=worker, at=now
         )
         if to_state == State.FAILED:
-            _cancel_dependants(job.pk, now)
+            cancel_dependants(job.pk, now)
     return to_state
 
 
@@ -1045,7 +1045,7 @@ def rescue(job: Job, *, now: datetime | None = None) -> str | None:
             message=f"rescued from {job.locked_by} (lease expired {job.lease_expires_at:%H:%M:%S})",
         )
         if to_state == State.FAILED:
-            _cancel_dependants(job.pk, now)
+            cancel_dependants(job.pk, now)
         else:
             notify(job.queue)
     return to_state
@@ -1100,7 +1100,7 @@ def _operator_change(
             at=now,
         )
         if current.state in (State.FAILED, State.CANCELLED):
-            _cancel_dependants(current.pk, now)
+            cancel_dependants(current.pk, now)
         if current.state == State.PENDING:
             notify(current.queue)
     return current
@@ -1216,7 +1216,7 @@ def _at_least(a: Any, b: Any) -> Any:
     return Greatest(a, b)
 
 
-def _cancel_dependants(parent_id: int, now: datetime) -> None:
+def cancel_dependants(parent_id: int, now: datetime) -> None:
     """Pending jobs waiting on a parent that will never succeed are cancelled, transitively."""
     frontier = [parent_id]
     while frontier:

@@ -557,6 +557,56 @@ WHERE id = ANY(%(ids)s::bigint[]) AND state = 'running' AND lease_token = %(toke
 """
 
 
+def rescue_expired() -> str:
+    """Take back up to ``%(limit)s`` running jobs whose lease ended before ``%(now)s``,
+    oldest lease first, in one statement: pending again (due now) while attempts remain,
+    failed otherwise, each with its ``rescued`` history row and one signal per queue that
+    has work again. Rows another transaction holds (a commit group still open) are
+    passed over for a later round. Returns, per job: id, type, new state, the worker it
+    is taken from. As ``engine.rescue`` does for one job: the attempt counted at the
+    handler's start stays spent; a job claimed and never started has spent nothing.
+    """
+    return """
+WITH expired AS (
+    SELECT id, locked_by, lease_expires_at FROM jobs_job
+    WHERE state = 'running' AND lease_expires_at < %(now)s
+    ORDER BY lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+rescued AS (
+    UPDATE jobs_job j
+    SET state = CASE WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'failed' END,
+        run_after = CASE WHEN j.attempts < j.max_attempts THEN %(now)s ELSE j.run_after END,
+        finished_at = CASE WHEN j.attempts < j.max_attempts THEN j.finished_at ELSE %(now)s END,
+        rescues = j.rescues + 1,
+        error_kind = %(error_kind)s,
+        last_error = 'worker ' || e.locked_by || ' stopped heartbeating'
+            || CASE WHEN j.attempts < j.max_attempts THEN ''
+                    ELSE '; attempts exhausted (' || j.attempts || ')' END,
+        locked_by = '', locked_at = NULL, heartbeat_at = NULL, lease_expires_at = NULL,
+        lease_token = NULL
+    FROM expired e
+    WHERE j.id = e.id
+    RETURNING j.id, j.type, j.state, j.queue, j.attempts, e.locked_by, e.lease_expires_at
+),
+history AS (
+    INSERT INTO jobs_jobevent (job_id, at, kind, from_status, to_status, message, attempt,
+                               worker)
+    SELECT id, %(now)s, 'rescued', 'running', state,
+           'rescued from ' || locked_by || ' (lease expired '
+           || to_char(lease_expires_at AT TIME ZONE 'UTC', 'HH24:MI:SS') || ')',
+           attempts, ''
+    FROM rescued
+),
+signals AS (
+    SELECT count(pg_notify(%(channel)s, queue))
+    FROM (SELECT DISTINCT queue FROM rescued WHERE state = 'pending') q
+)
+SELECT id, type, state, locked_by FROM rescued, signals
+"""
+
+
 def lock_running() -> str:
     """Lock the rows of ``%(ids)s`` that still run under ``%(token)s`` (by primary key),
     and return their ids. While this transaction holds them nobody can rescue, cancel or

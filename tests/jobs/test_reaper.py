@@ -67,3 +67,60 @@ def test_the_reaper_round_takes_its_advisory_lock_and_reports(clock):
     assert result.ran
     assert result.rescued == 1
     assert result.woken_queues == 1  # the rescued job is due again: its queue is woken
+
+
+FIELDS = (
+    "state",
+    "run_after",
+    "finished_at",
+    "rescues",
+    "error_kind",
+    "last_error",
+    "locked_by",
+    "lease_token",
+)
+
+
+def test_a_round_takes_a_batch_back_exactly_as_one_rescue_at_a_time_would(clock):
+    """Pending with attempts left, failed without; rows and history rows as engine.rescue
+    writes them, and a failed parent's waiting child cancelled."""
+
+    def expired_pair() -> list[Job]:
+        jobs = [make_job("tests.noop", max_attempts=2), make_job("tests.noop", max_attempts=1)]
+        batch = engine.claim("dead-node", limit=10)
+        engine.start(batch.jobs, batch.token)  # both started: one attempt spent each
+        return jobs
+
+    one_by_one, batched = expired_pair(), expired_pair()
+    child = make_job("tests.noop", parent=batched[1])
+    clock.advance(7)
+
+    for job in one_by_one:
+        engine.rescue(Job.objects.get(pk=job.pk))
+    result = reaper.rescue_expired()
+
+    assert (result.rescued, result.failed) == (1, 1)
+    for alone, together in zip(one_by_one, batched, strict=True):
+        alone.refresh_from_db()
+        together.refresh_from_db()
+        assert [getattr(together, f) for f in FIELDS] == [getattr(alone, f) for f in FIELDS]
+        event = ("kind", "from_status", "to_status", "message", "attempt", "worker")
+        assert together.events.filter(kind=JobEvent.Kind.RESCUED).values(*event).get() == (
+            alone.events.filter(kind=JobEvent.Kind.RESCUED).values(*event).get()
+        )
+    assert [j.state for j in batched] == [Job.State.PENDING, Job.State.FAILED]
+    child.refresh_from_db()
+    assert (child.state, child.error_kind) == (Job.State.CANCELLED, Job.ErrorKind.PARENT_FAILED)
+
+
+def test_a_round_takes_at_most_its_limit_oldest_lease_first(clock):
+    first = [make_job("tests.noop") for _ in range(3)]
+    engine.claim("early", limit=10)
+    clock.advance(1)
+    later = make_job("tests.noop")
+    engine.claim("late", limit=10)
+    clock.advance(7)
+
+    assert {pk for pk, *_ in reaper.rescue_expired(limit=3).jobs} == {j.pk for j in first}
+    assert Job.objects.get(pk=later.pk).state == Job.State.RUNNING
+    assert [pk for pk, *_ in reaper.rescue_expired(limit=3).jobs] == [later.pk]

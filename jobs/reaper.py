@@ -60,8 +60,11 @@ def rescue_expired(limit: int = 500) -> ReapResult:
         "error_kind": Job.ErrorKind.LEASE_EXPIRED,
         "channel": CHANNEL,
     }
-    with transaction.atomic():
-        rows = sql.execute(sql.rescue_expired(), params).fetchall()
+    # Planned for this round's values (not prepared): a generic plan cannot tell that
+    # almost no running job has an expired lease, and would read them all.
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql.rescue_expired(), params)
+        rows = cursor.fetchall()
         for pk, _, state, _ in rows:
             if state == Job.State.FAILED:
                 engine.cancel_dependants(pk, now)

@@ -552,7 +552,8 @@ WITH counted AS (
 SELECT id, attempts FROM counted
 UNION ALL
 SELECT id, NULL FROM jobs_job
-WHERE id = ANY(%(ids)s::bigint[]) AND state = 'running' AND lease_token = %(token)s
+WHERE (SELECT count(*) FROM counted) < cardinality(%(ids)s::bigint[])
+  AND id = ANY(%(ids)s::bigint[]) AND state = 'running' AND lease_token = %(token)s
   AND id NOT IN (SELECT id FROM counted)
 """
 

@@ -1,16 +1,20 @@
 """The handoff migration goes back and forth with data in place: going back drops only
 the handoff tables and their timestamp trigger (references, scrape runs and ingest runs
 stay), syncs keep storing references meanwhile and say handoffs are unavailable, and going
-forward again brings handoffs back."""
+forward again brings handoffs back. The same trip leaves every market table and row alone,
+and market data works meanwhile (its tables came from ingest's 0005, below the handoffs)."""
 
 from __future__ import annotations
 
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from rest_framework.test import APIClient
 
 from ingest.runs.models import IngestRun
 from ingest.scraping.models import IngestionHandoff, ScrapeReference, ScrapeRun
+from market.models import DailyBar
+from tests.market.test_migrations import applied, market_data, migrations_of, rows
 from tests.support.base import as_user, granted, staff
 from tests.support.drive import drain
 from tests.support.ingest import builders
@@ -55,7 +59,12 @@ def _sync(client, run: str, price: int):
     )
 
 
-def test_back_forward_and_back_again_keeps_references_and_runs(acme, clock, forward_at_the_end):
+def test_back_forward_and_back_again_keeps_references_runs_and_market_data(acme, clock, forward_at_the_end):
+    # Market data rides along: its own test would make the same two trips, and each
+    # trip costs the whole project's migration state twice.
+    market_data(acme)
+    market_rows = rows()
+    assert all(market_rows.values())
     # Without hooks: going back past the catalogue and forward again would leave them
     # disabled entries for an operator to review (tests/ingest/test_catalogue_migration.py).
     builders.source(acme, name="listings", kind="scraped_reference", config={}, hooks=())
@@ -66,8 +75,15 @@ def test_back_forward_and_back_again_keeps_references_and_runs(acme, clock, forw
     for _ in range(2):  # back and forward, twice
         runs = IngestRun.objects.filter(reference__isnull=False).count()
         scrape_runs = ScrapeRun.objects.count()
+        status = APIClient().get("/quality/status").json()["status"]
         call_command("migrate", "ingest", BEFORE_HANDOFFS, verbosity=0)
         assert _handoff_objects() == (False, False, False)
+        assert rows() == market_rows
+        assert {"0001_runs", BEFORE_HANDOFFS, "0005_market_data"} == applied("ingest")
+        assert applied("market") == set(migrations_of("market"))
+        # Market data works meanwhile: its models, its API.
+        assert DailyBar.objects.filter(feed__name="cn-equities").count() == 2
+        assert APIClient().get("/quality/status").json()["status"] == status
         assert ScrapeReference.objects.count() == 2
         assert ScrapeRun.objects.count() == scrape_runs
         assert IngestRun.objects.filter(reference__isnull=False).count() == runs
@@ -84,6 +100,8 @@ def test_back_forward_and_back_again_keeps_references_and_runs(acme, clock, forw
 
         call_command("migrate", "ingest", verbosity=0)
         assert _handoff_objects() == (True, True, True)
+        assert rows() == market_rows
+        assert "0010_market_data_moves_out" in applied("ingest")
         assert not IngestionHandoff.objects.exists()  # the history went with the tables
         assert _sync(scraper, "run-3", 3).json()["handoff_queued_count"] == 2
         drain(clock)

@@ -202,9 +202,13 @@ def test_a_full_cluster_is_pressed_no_harder_than_backoff_and_breaker_allow(cloc
 
 
 @override_settings(INGEST_KUBE_SCHEDULE_TIMEOUT_SECONDS=60)
-@pytest.mark.parametrize("threshold", [5, 1_000_000], ids=["breaker", "no breaker"])
+# With the breaker, creates are paced by its probes, not by how many hooks wait behind it:
+# runs of 4 batches (more than their 3 allowed failures) make as many creates over as many
+# minutes as runs of 10, whose held hooks only add deliveries that snooze again. Without
+# it every waiting hook presses the API, so there the runs stay at 10 batches.
+@pytest.mark.parametrize(("threshold", "batches"), [(5, 4), (1_000_000, 10)], ids=["breaker", "no breaker"])
 def test_a_cluster_that_refuses_everything_fails_runs_by_max_failures_without_a_busy_loop(
-    clock, cluster, threshold
+    clock, cluster, threshold, batches
 ):
     cluster.refuse_creates(
         403,
@@ -216,7 +220,9 @@ def test_a_cluster_that_refuses_everything_fails_runs_by_max_failures_without_a_
     with override_settings(INGEST_BREAKER_THRESHOLD=threshold):
         runs = [
             services.start_ingest(
-                builders.source(tenant("Acme"), f"feed{n}", batches=10, hooks=[["check"]], max_failures=3)
+                builders.source(
+                    tenant("Acme"), f"feed{n}", batches=batches, hooks=[["check"]], max_failures=3
+                )
             )
             for n in range(5)
         ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from django.db import connection, transaction
 
@@ -54,7 +55,7 @@ def rescue_expired(limit: int = 500) -> ReapResult:
     savepoint per job. Those that failed cancel the children waiting on them."""
     now = clock.now()
     result = ReapResult()
-    params = {
+    params: dict[str, Any] = {
         "now": now,
         "limit": limit,
         "error_kind": Job.ErrorKind.LEASE_EXPIRED,

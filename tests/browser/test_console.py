@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
-from playwright.sync_api import Route, expect
+from playwright.sync_api import Route, WebSocketRoute, expect
 
 from jobs import engine
 from jobs.models import Worker
@@ -140,6 +140,52 @@ def test_progress_made_before_the_page_subscribed_is_shown_when_it_does(site: Si
     assert held, "the page never asked for its live script"
     for route in held:
         route.continue_()
+    expect(page.locator(".field-progress_display .readonly")).to_have_text("1,500/3,000 (50%)")
+
+
+def test_an_event_that_passes_while_the_page_subscribes_is_not_missed(site: Site, page):
+    """The page's own subscription is held on its way to the server while a progress step
+    is published: the page must look for what it missed only once subscribed."""
+    make_job("tests.noop")
+    job, _ = claim_one("w1")
+    log_in(page, site)
+    held: list[tuple[WebSocketRoute, str | bytes]] = []
+    sockets: list[WebSocketRoute] = []
+
+    def route(socket: WebSocketRoute) -> None:
+        server = socket.connect_to_server()
+        sockets.append(socket)
+        if len(sockets) == 1:  # the page's own socket: its messages wait
+            socket.on_message(lambda message: held.append((server, message)))
+
+    page.route_web_socket("**/ws/jobs/", route)
+    page.goto(f"{site.url}/admin/jobs/job/{job.pk}/change/")
+    for _ in range(250):  # the page sends its subscription once its socket is open
+        if held:
+            break
+        page.wait_for_timeout(20)
+    assert held, "the page never subscribed"
+    # A second socket, subscribed before the step: once it has the event, the server has
+    # passed it out to its subscribers, the held page not among them.
+    page.evaluate(
+        """jobId => new Promise(subscribed => {
+            const probe = new WebSocket(`ws://${location.host}/ws/jobs/`);
+            window.probeHasProgress = new Promise(progress => {
+                probe.onopen = () => probe.send(JSON.stringify({subscribe: {job: jobId}}));
+                probe.onmessage = m => {
+                    const data = JSON.parse(m.data);
+                    if (data.subscribed) subscribed();
+                    if (data.event && data.event.kind === "progress") progress();
+                };
+            });
+        })""",
+        job.pk,
+    )
+    engine.record_progress(job.pk, job.lease_token, 1_500, 3_000, "batch 3 of 6", worker="w1")
+    page.evaluate("() => window.probeHasProgress")
+    assert page.inner_text(".field-progress_display .readonly") == "—"
+    for server, message in held:
+        server.send(message)
     expect(page.locator(".field-progress_display .readonly")).to_have_text("1,500/3,000 (50%)")
 
 

@@ -1,7 +1,7 @@
 /* A job's admin page follows the job (live.js, the engine's WebSocket): a progress step
    updates the progress in place; any other event (claimed, succeeded, failed, rescued,
    an operator's action) reloads the page, so that the why line, the lease, the buttons
-   and the history are the server's again. When the socket opens, and after every
+   and the history are the server's again. Once the socket is subscribed, and after every
    reconnection, the page asks itself whether an event came in meanwhile (the last event
    id it was drawn with) and reloads if one did: nothing that happened between drawing
    the page and subscribing is missed. */

@@ -26,13 +26,7 @@ REST_FRAMEWORK = {
 
 # This test run's own throttle counts (its subprocesses inherit the name): never those of
 # another run or of the development server.
-# A run on several processes (pytest-xdist) gives each its own: their tests log in the
-# same users from the same addresses.
 os.environ.setdefault("CONVEYOR_TEST_CACHE", f"conveyor-test-cache-{os.getpid()}")
-if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ["CONVEYOR_TEST_CACHE"].endswith(
-    os.environ["PYTEST_XDIST_WORKER"]
-):
-    os.environ["CONVEYOR_TEST_CACHE"] += f"-{os.environ['PYTEST_XDIST_WORKER']}"
 CACHES = {"default": {**CACHES["default"], "KEY_PREFIX": os.environ["CONVEYOR_TEST_CACHE"]}}  # noqa: F405
 if CACHES["default"]["BACKEND"].endswith("FileBasedCache"):
     CACHES["default"]["LOCATION"] = str(Path(tempfile.gettempdir()) / os.environ["CONVEYOR_TEST_CACHE"])

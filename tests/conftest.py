@@ -34,23 +34,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         embedded_db.stop(data_dir)
 
 
-# Tests that start processes, servers or a browser: on a run spread over several
-# processes (``./conveyor test``), one process takes them all, one after another, so that
-# two of them never crowd each other's timings.
-_CROWDING_FIXTURES = {"processes", "private_database", "private_postgres", "live_server", "browser", "page"}
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        path = item.path.as_posix()
-        if (
-            "/tests/system/" in path
-            or "/tests/browser/" in path
-            or _CROWDING_FIXTURES & set(getattr(item, "fixturenames", ()))
-        ):
-            item.add_marker(pytest.mark.xdist_group("processes"))
-
-
 @pytest.fixture
 def hits_table(django_db_blocker):
     """tests_hits(job_id UNIQUE): handlers insert one row per run, duplicates conflict."""

@@ -4,10 +4,11 @@
    runs on every (re)connection once the server has answered every subscription, so a
    page can refresh what it may have missed while disconnected: whatever happens after
    that refresh is sent on the socket. (Run at the socket's opening, the refresh could
-   come before an event that the server then passes over, still unsubscribed.) The socket has no replay: the server closes it with 4000 when events may
-   have been missed (the client fell behind, or the server's event source was
-   interrupted), and this reconnects like after any drop. An event may come more than
-   once; onEvent should apply events by id (newest per job wins), as the pages do. */
+   come before an event that the server then passes over, still unsubscribed.) The
+   socket has no replay: the server closes it with 4000 when events may have been
+   missed (the client fell behind, or the server's event source was interrupted), and
+   this reconnects like after any drop. An event may come more than once; onEvent should
+   apply events by id (newest per job wins), as the pages do. */
 (function () {
   "use strict";
 

@@ -16,6 +16,7 @@ The public API, for the domain apps and users' own code::
     parts = jobs.enqueue_many("reports.part", [{"part": n} for n in range(8)])
     jobs.enqueue("reports.merge", after=parts)           # fan-in: runs once all eight finished
     raise jobs.Snooze(300, "breaker open", wake_on="breaker:reports")  # in a handler: wait
+    jobs.remote_handler("reports.render", queue="render")  # run by remote workers (jobs.remote)
     jobs.wake("breaker:reports")                         # ...and end that wait early
 
 ``import jobs`` runs while Django loads its apps, before the models can be imported (an
@@ -71,7 +72,8 @@ if TYPE_CHECKING:
     from jobs.pipelines import over as pipelines_over
     from jobs.pipelines import state_of as pipeline_state
     from jobs.redaction import redact_secrets, without_traceback
-    from jobs.registry import Cron, Handler, handler
+    from jobs.registry import Cron, Handler, RemoteHooks, handler
+    from jobs.registry import remote as remote_handler
     from jobs.sql import execute as execute_prepared
     from jobs.why import explain
     from jobs.why import live_worker_count as live_workers
@@ -95,6 +97,7 @@ __all__ = [
     "LeaseLost",
     "PermanentError",
     "Prerequisite",
+    "RemoteHooks",
     "Schedule",
     "Snooze",
     "TenantObject",
@@ -117,6 +120,7 @@ __all__ = [
     "recover",
     "redact_secrets",
     "register_collector",
+    "remote_handler",
     "retry",
     "run_now",
     "run_until_idle",
@@ -145,6 +149,7 @@ _SOURCES: dict[str, tuple[str, str]] = {
     "LeaseLost": ("jobs.errors", "LeaseLost"),
     "PermanentError": ("jobs.errors", "PermanentError"),
     "Prerequisite": ("jobs.enqueueing", "Prerequisite"),
+    "RemoteHooks": ("jobs.registry", "RemoteHooks"),
     "Schedule": ("jobs.backoff", "Schedule"),
     "Snooze": ("jobs.errors", "Snooze"),
     "TenantObject": ("jobs.payloads", "TenantObject"),
@@ -167,6 +172,7 @@ _SOURCES: dict[str, tuple[str, str]] = {
     "recover": ("jobs.engine", "recover"),
     "redact_secrets": ("jobs.redaction", "redact_secrets"),
     "register_collector": ("jobs.metrics", "register_collector"),
+    "remote_handler": ("jobs.registry", "remote"),
     "retry": ("jobs.engine", "retry"),
     "run_now": ("jobs.engine", "run_now"),
     "run_until_idle": ("jobs.worker", "run_until_idle"),

@@ -75,3 +75,13 @@ def check_lease(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
             )
         ]
     return []
+
+
+@register(Tags.security)
+def check_remote_workers(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    from jobs import remote
+
+    return [
+        Error(problem, hint="See JOBS_REMOTE_WORKERS in docs/architecture.md.", id="jobs.E005")
+        for problem in remote.credential_problems()
+    ]

@@ -68,6 +68,10 @@ drain_file = SETTINGS.text("DRAIN_FILE", "")
 # "*/10 * * * *"}} or {"exports-reconcile": None}. The schedules themselves are declared by
 # their handlers (jobs.Cron); the system check jobs.E002 refuses a name none declares.
 schedule_overrides = SETTINGS.given("SCHEDULE_OVERRIDES", {})
+# Remote workers' credentials, by name: {"exports": {"token": "<32+ characters>",
+# "queues": ["exports"]}}. A remote worker sends its token as a bearer token to the
+# internal API (jobs.remote) and may claim only the remote job types of its queues.
+remote_workers = SETTINGS.given("REMOTE_WORKERS", {})
 # Modules besides each app's handlers.py that register handlers (users' own code, test
 # suites): JobsConfig.ready() imports them.
 handler_modules = SETTINGS.strings("HANDLER_MODULES", [])

@@ -447,7 +447,7 @@ def claim_params(
     """The parameters of ``jobs.sql.claim``: now, a new lease token, the served types and
     their lease lengths, the tenants' share."""
     now = clock.now()
-    type_names = list(types) if types is not None else registry.names()
+    type_names = list(types) if types is not None else registry.local_names()
     return {
         "now": now,
         "types": type_names,

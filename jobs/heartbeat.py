@@ -137,28 +137,52 @@ class Heartbeat:
         self._write_row()
 
     def _write_row(self) -> None:
-        """Write the row whether or not it exists (INSERT … ON CONFLICT): a reaper may
-        delete it at any moment, and nothing else writes it."""
-        now = clock.now()
-        started_at = self._started_at or now
         holder = self.holder
-        Worker.objects.bulk_create(
-            [
-                Worker(
-                    name=holder.name,
-                    hostname=socket.gethostname(),
-                    pid=os.getpid(),
-                    queues=holder.queues,
-                    started_at=started_at,
-                    last_seen_at=now,
-                    jobs_done=holder.jobs_done,
-                )
-            ],
-            update_conflicts=True,
-            unique_fields=["name"],
-            update_fields=["hostname", "pid", "queues", "started_at", "last_seen_at", "jobs_done"],
+        self._started_at = register_worker(
+            holder.name,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            queues=holder.queues,
+            jobs_done=holder.jobs_done,
+            started_at=self._started_at or clock.now(),
         )
-        self._started_at = started_at
+
+
+def register_worker(
+    name: str,
+    *,
+    hostname: str,
+    pid: int,
+    queues: list[str],
+    jobs_done: int | None = None,
+    started_at: datetime | None = None,
+) -> datetime:
+    """Write a worker's row whether or not it exists (INSERT … ON CONFLICT): a reaper may
+    delete it at any moment. Returns when the worker started (``started_at``, or now for
+    a row written the first time; a row that exists keeps its own)."""
+    now = clock.now()
+    fields = ["hostname", "pid", "queues", "last_seen_at"]
+    if started_at is not None:
+        fields.append("started_at")
+    if jobs_done is not None:
+        fields.append("jobs_done")
+    Worker.objects.bulk_create(
+        [
+            Worker(
+                name=name,
+                hostname=hostname[:200],
+                pid=pid,
+                queues=queues,
+                started_at=started_at or now,
+                last_seen_at=now,
+                jobs_done=jobs_done or 0,
+            )
+        ],
+        update_conflicts=True,
+        unique_fields=["name"],
+        update_fields=fields,
+    )
+    return started_at or now
 
 
 def unregister(name: str) -> None:

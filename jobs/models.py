@@ -536,5 +536,12 @@ class Worker(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    # The host a remote worker's row names (``jobs.remote``): it has no process here.
+    REMOTE_HOST = "remote ({credential})"
+
     def serves(self, queue: str) -> bool:
         return not self.queues or queue in self.queues
+
+    @property
+    def is_remote(self) -> bool:
+        return self.pid == 0 and self.hostname.startswith("remote (")

@@ -40,6 +40,27 @@ class Cron:
 
 
 @dataclass(frozen=True)
+class RemoteHooks:
+    """What a remote job type does on the engine's side of its jobs' steps, each inside
+    the transaction of that step, after the engine's transition succeeded: a hook that
+    raises ``jobs.InvalidArgument`` refuses the report (a 400 naming the field), and
+    nothing of the step is written.
+
+    - ``describe(job)``: what the worker is told of a job it claimed besides its payload
+      (a dict, the claim's ``details``); it may record the claim in the type's own rows.
+    - ``on_complete(job, result)``: the success's result, checked and recorded.
+    - ``on_fail(job, error, final)``: a failed attempt; ``final`` when no retry follows.
+    - ``on_snooze(job, details)``: a snooze's ``details`` (what the worker says it is
+      waiting for); returns the seconds to sleep, which override the worker's, or None.
+    """
+
+    describe: Callable[[Any], dict[str, Any]] | None = None
+    on_complete: Callable[[Any, Any], None] | None = None
+    on_fail: Callable[[Any, str, bool], None] | None = None
+    on_snooze: Callable[[Any, dict[str, Any]], float | None] | None = None
+
+
+@dataclass(frozen=True)
 class Handler:
     name: str
     func: HandlerFunc
@@ -61,6 +82,11 @@ class Handler:
     maintenance: bool = False
     # When the scheduler enqueues a job of this type on its own (jobs.schedules).
     schedule: Cron | None = None
+    # Run by a worker outside the cluster, through the remote-worker API (jobs.remote):
+    # the cluster's own workers never claim it, and ``func`` is never called here.
+    remote: bool = False
+    # A remote type's own bookkeeping, run by the engine on its side (``remote``).
+    hooks: RemoteHooks | None = None
 
     def __call__(self, ctx: Any) -> Any:
         return self.func(ctx)
@@ -155,12 +181,60 @@ def handler(
     return decorate
 
 
+def remote(
+    name: str,
+    *,
+    queue: str,
+    max_attempts: int = 5,
+    backoff: Backoff = DEFAULT_BACKOFF,
+    lease: float | None = None,
+    timeout: float | None = None,
+    subscribes: tuple[str, ...] | list[str] = (),
+    maintenance: bool = False,
+    hooks: RemoteHooks | None = None,
+) -> Handler:
+    """Register job type ``name`` as run by remote workers (``jobs.remote``) that serve
+    ``queue``: they claim its jobs over the internal API and report back, and the engine
+    applies its lease, fencing, attempts, ``backoff``, ``timeout``, history and reaper to
+    them as to any job. The cluster's workers leave the type alone. ``hooks`` keep the
+    type's own rows in step with its jobs (``RemoteHooks``)."""
+    return register(
+        Handler(
+            name=name,
+            func=_runs_remotely,
+            queue=queue,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            lease=lease,
+            timeout=timeout,
+            subscribes=tuple(subscribes),
+            maintenance=maintenance,
+            remote=True,
+            hooks=hooks,
+        )
+    )
+
+
+def _runs_remotely(ctx: Any) -> Any:
+    raise RuntimeError(f"job type {ctx.job.type!r} runs on remote workers, not in the cluster")
+
+
 def get(name: str) -> Handler | None:
     return _handlers.get(name)
 
 
 def names() -> list[str]:
     return sorted(_handlers)
+
+
+def local_names() -> list[str]:
+    """The types the cluster's own workers run."""
+    return [name for name in names() if not _handlers[name].remote]
+
+
+def remote_names() -> list[str]:
+    """The types remote workers run."""
+    return [name for name in names() if _handlers[name].remote]
 
 
 def all_handlers() -> list[Handler]:

@@ -188,7 +188,14 @@ def _why_pending(job: Job, now: datetime) -> str:
                 f"jobs of its concurrency key {job.concurrency_key!r} run in the order "
                 f"they came: {_whose(job, ahead_of_it)} goes first"
             )
-    if not any(worker.serves(job.queue) for worker in live_workers(now)):
+    handler = registry.get(job.type)
+    if handler is not None and handler.remote:
+        if not any(worker.is_remote and worker.serves(job.queue) for worker in live_workers(now)):
+            return (
+                f"no remote worker serves queue {job.queue!r}: {job.type} runs on remote workers "
+                "(a credential for the queue in JOBS_REMOTE_WORKERS), and none has asked for work lately"
+            )
+    elif not any(not worker.is_remote and worker.serves(job.queue) for worker in live_workers(now)):
         return f"no live worker serves queue {job.queue!r}; start the cluster (manage.py qcluster)"
     # Counting stops at 1,000: on a deep backlog the exact figure is not worth a long scan.
     ahead = len(

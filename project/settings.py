@@ -480,6 +480,9 @@ JOBS_HANDLER_MODULES = env_list("JOBS_HANDLER_MODULES", [])
 # {"market-daily-batch": {"cron": "*/10 * * * *"}}, or turn it off, {"exports-reconcile":
 # None} (jobs/schedules.py).
 JOBS_SCHEDULE_OVERRIDES: dict[str, dict[str, str] | None] = {}
+# Workers outside the cluster (jobs/remote.py): a JSON object of credentials,
+# {"<name>": {"token": "<at least 32 characters>", "queues": ["<queue>", ...]}}.
+JOBS_REMOTE_WORKERS = env_json_object("JOBS_REMOTE_WORKERS", {})
 
 # The CO2 calculator's bulk path (factors/conf.py declares each with its meaning): batch
 # sizes and the HTTP sources' body bound can be tuned without a code change.

@@ -342,3 +342,53 @@ def wait_for_probe(ctx: jobs.JobContext) -> str:
 def probe(ctx: jobs.JobContext) -> int:
     """Closes the breaker of its key: wakes what waits on it, with its own success."""
     return jobs.wake(ctx.payload["key"])
+
+
+# Run by remote workers (jobs.remote): the cluster's workers never claim it.
+jobs.remote_handler(
+    "tests.remote_render",
+    queue="remote-tests",
+    max_attempts=2,
+    lease=6,
+    timeout=60,
+    backoff=Fixed(seconds=30),
+)
+
+
+# A remote type whose own rows the engine keeps in step (jobs.RemoteHooks): here a list
+# of what each hook saw, and a result or a snooze that the type refuses.
+REMOTE_HOOK_CALLS: list[tuple[str, int, object]] = []
+
+
+def _describe(job) -> dict:
+    if job.payload.get("gone"):
+        raise LookupError(f"page {job.payload['page']} was deleted")
+    REMOTE_HOOK_CALLS.append(("describe", job.pk, None))
+    return {"page": job.payload.get("page"), "format": "png"}
+
+
+def _on_complete(job, result) -> None:
+    if result and result.get("pixels", 0) < 0:
+        raise jobs.InvalidArgument("result", "result: pixels are never negative")
+    REMOTE_HOOK_CALLS.append(("complete", job.pk, result))
+
+
+def _on_fail(job, error: str, final: bool) -> None:
+    REMOTE_HOOK_CALLS.append(("fail", job.pk, final))
+
+
+def _on_snooze(job, details: dict) -> float | None:
+    REMOTE_HOOK_CALLS.append(("snooze", job.pk, details))
+    polls = details.get("polls")
+    return None if polls is None else [2, 3, 5, 8][min(polls, 3)]
+
+
+jobs.remote_handler(
+    "tests.remote_hooked",
+    queue="remote-tests",
+    max_attempts=1,
+    lease=6,
+    hooks=jobs.RemoteHooks(
+        describe=_describe, on_complete=_on_complete, on_fail=_on_fail, on_snooze=_on_snooze
+    ),
+)

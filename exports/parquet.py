@@ -10,6 +10,7 @@ reader listing the folder never finds half a file; names starting with ``_`` or 
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import uuid
 from collections.abc import Iterable, Iterator
@@ -209,6 +210,38 @@ def count_rows(destination: str, storage_options: dict[str, Any] | None = None) 
         size += int(info["size"])
         files.append(_url(destination, fs, path))
     return Written(rows, size, files)
+
+
+MANIFEST = "manifest.json"
+
+
+def file_columns(url: str, storage_options: dict[str, Any] | None = None) -> list[dict[str, str]]:
+    """The columns of a Parquet file, each ``{"name", "type"}`` (Arrow's name of the type),
+    from its footer alone."""
+    fs, path = open_destination(url, storage_options)
+    with fs.open(path, "rb") as source:
+        schema = pq.read_schema(source)
+    return [{"name": field.name, "type": str(field.type)} for field in schema]
+
+
+def write_manifest(
+    folder: str, manifest: dict[str, Any], storage_options: dict[str, Any] | None = None
+) -> str:
+    """Write ``manifest`` as ``folder/manifest.json``, whole or not at all (under a
+    temporary name first); return its location."""
+    fs, path = open_destination(folder, storage_options)
+    fs.makedirs(path, exist_ok=True)
+    final = f"{path}/{MANIFEST}"
+    temporary = f"{path}/.{MANIFEST}.{uuid.uuid4().hex}.tmp"
+    try:
+        with fs.open(temporary, "wb") as sink:
+            sink.write(json.dumps(manifest, indent=2, sort_keys=True).encode())
+        fs.mv(temporary, final)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            fs.rm(temporary)
+        raise
+    return _url(folder, fs, final)
 
 
 def remove_files(

@@ -555,6 +555,13 @@ def finish_snapshot(snapshot_id: int) -> str | None:
             if job.job_type == EntityKind.EDGE and job.row_count is not None
         }
         snapshot.size_bytes = sum(job.size_bytes or 0 for job in rows)
+        if not failed:
+            try:
+                seal(snapshot, rows)
+            except Exception:
+                # Left creating: the reconciliation's next pass seals it again.
+                logger.exception("snapshot %s: could not seal its folder", snapshot.pk)
+                return None
         if failed:
             first = failed[0]
             snapshot.status = SnapshotStatus.FAILED
@@ -564,6 +571,37 @@ def finish_snapshot(snapshot_id: int) -> str | None:
         snapshot.finished_at = snapshot.updated_at = now
         snapshot.save()
         return snapshot.status
+
+
+def seal(snapshot: Snapshot, rows: list[ExportJob]) -> None:
+    """Make the snapshot's folder one a reader can trust before the snapshot is ready:
+    remove from each job's folder every file that is not the job's (the partial or
+    orphaned files of claims that died or were reset), then write ``manifest.json``,
+    last, listing each entity's files, rows, bytes and columns. A reader that finds the
+    manifest finds exactly the snapshot; one that does not, finds no snapshot yet."""
+    from exports import parquet  # pyarrow: loaded where files are read
+
+    options = dict(conf.get("STORAGE_OPTIONS"))
+    entities = []
+    for job in rows:
+        parquet.remove_files(job.destination, job.files, options)
+        entities.append(
+            {
+                "kind": job.job_type,
+                "name": job.entity_name,
+                "rows": job.row_count,
+                "bytes": job.size_bytes,
+                "files": shown_files(job),
+                "columns": parquet.file_columns(job.files[0], options) if job.files else [],
+            }
+        )
+    manifest = {
+        "snapshot": snapshot.pk,
+        "mapping": snapshot.mapping.name,
+        "created_at": snapshot.created_at.isoformat(),
+        "entities": entities,
+    }
+    parquet.write_manifest(folder_of_snapshot(rows[0]), manifest, options)
 
 
 # -- operators ----------------------------------------------------------------------

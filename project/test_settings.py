@@ -31,6 +31,14 @@ CACHES = {"default": {**CACHES["default"], "KEY_PREFIX": os.environ["CONVEYOR_TE
 if CACHES["default"]["BACKEND"].endswith("FileBasedCache"):
     CACHES["default"]["LOCATION"] = str(Path(tempfile.gettempdir()) / os.environ["CONVEYOR_TEST_CACHE"])
 
+# This test run's own snapshot files (its subprocesses inherit the place): never the
+# checkout's var/exports, whose tenant and snapshot folders a development database
+# numbers the same way, and which finishing a snapshot cleans.
+os.environ.setdefault(
+    "EXPORTS_STORAGE_URL", str(Path(tempfile.gettempdir()) / f"{os.environ['CONVEYOR_TEST_CACHE']}-exports")
+)
+EXPORTS_STORAGE_URL = os.environ["EXPORTS_STORAGE_URL"]
+
 # Local hooks run as the test run's own user. Running as root, the runner would switch
 # them to "nobody", who may not reach this checkout's interpreter (a pyenv Python under a
 # private /root); tests/ingest/test_local_runner.py switches users explicitly.

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -19,10 +20,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Drop this run's throttle counts (project/test_settings.py names their directory)."""
+    """Drop this run's throttle counts and snapshot files (project/test_settings.py names
+    their directories)."""
     cache = settings.CACHES["default"]
     if cache["BACKEND"].endswith("FileBasedCache"):
         shutil.rmtree(cache["LOCATION"], ignore_errors=True)
+    shutil.rmtree(os.environ["EXPORTS_STORAGE_URL"], ignore_errors=True)
 
 
 @pytest.hookimpl(trylast=True)

@@ -8,7 +8,7 @@ from rest_framework.test import APIClient
 
 from exports.models import ExportJob, JobStatus
 from tests.support.base import as_user, staff
-from tests.support.exports.builders import snapshot
+from tests.support.exports.builders import snapshot, write_part
 
 pytestmark = pytest.mark.django_db
 TOKEN = "worker-secret"
@@ -59,6 +59,7 @@ def test_claim_report_and_finalize(worker):
     assert len({spec["claim_token"] for spec in specs}) == 3
     assert first["column_names"] == ["id", "quantity", "classification", "created_at"]
     for spec in specs:
+        write_part(spec["destination"], "part-g1.parquet", 3)
         done = worker.post(
             f"/internal/exports/jobs/{spec['id']}/report",
             {

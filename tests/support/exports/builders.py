@@ -95,11 +95,18 @@ def report(job: ExportJob, status: str, **fields: Any) -> ExportJob:
     return answer
 
 
+def write_part(destination: str, name: str, rows: int = 10) -> Any:
+    """A real Parquet file of ``rows`` rows, as a worker writes one; its ``Written``."""
+    import pyarrow as pa
+
+    from exports import parquet
+
+    table = pa.table({"n": pa.array(range(rows), pa.int64())})
+    return parquet.write_batches(table.to_batches(), table.schema, destination, name)
+
+
 def complete(job: ExportJob, rows: int = 10, size: int = 100) -> ExportJob:
-    return report(
-        job,
-        "completed",
-        row_count=rows,
-        size_bytes=size,
-        files=(f"{job.destination}/part-g{job.generation}.parquet",),
-    )
+    """The worker's completion of ``job``, with a real file of ``rows`` rows in its folder
+    (the snapshot's manifest reads its columns)."""
+    written = write_part(job.destination, f"part-g{job.generation}.parquet", rows)
+    return report(job, "completed", row_count=rows, size_bytes=size, files=tuple(written.files))

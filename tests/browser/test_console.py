@@ -189,6 +189,36 @@ def test_an_event_that_passes_while_the_page_subscribes_is_not_missed(site: Site
     expect(page.locator(".field-progress_display .readonly")).to_have_text("1,500/3,000 (50%)")
 
 
+def test_an_operators_action_is_answered_even_when_its_own_event_arrives_first(site: Site, page):
+    """The Recover form's answer is held back until the page has surely had the job's
+    ``recovered`` event over its socket: the page must not reload over the answer (which
+    carries the success message), as it does for anyone else's action."""
+    from jobs.models import Job
+
+    make_job("tests.noop")
+    job, _ = claim_one("gone-worker")
+    Job.objects.filter(pk=job.pk).update(lease_expires_at=timezone.now() - timedelta(hours=1))
+    log_in(page, site)
+    page.goto(f"{site.url}/admin/jobs/job/{job.pk}/change/")
+    page.wait_for_function("() => window.ConveyorJobs !== undefined")
+    page.wait_for_timeout(500)  # subscribed: the socket answers within a few milliseconds
+    answered: list[Route] = []
+
+    def hold_the_answer(route: Route) -> None:
+        if route.request.method != "POST":
+            route.continue_()
+            return
+        response = route.fetch(max_redirects=0)  # the server recovers the job and publishes
+        page.wait_for_timeout(1_500)  # the event reaches the page long before the answer
+        answered.append(route)
+        route.fulfill(response=response)
+
+    page.route(f"**/admin/jobs/job/{job.pk}/**", hold_the_answer)
+    page.click("button:text-is('Recover')")
+    expect(page.locator(".messagelist .success")).to_contain_text("recovered", timeout=15_000)
+    assert answered, "the page reloaded itself over the form's answer"
+
+
 def test_recovering_a_job_from_a_live_worker_asks_first(site: Site, page):
     make_job("tests.noop")
     job, _ = claim_one("w1")

@@ -4,7 +4,9 @@
    and the history are the server's again. Once the socket is subscribed, and after every
    reconnection, the page asks itself whether an event came in meanwhile (the last event
    id it was drawn with) and reloads if one did: nothing that happened between drawing
-   the page and subscribing is missed. */
+   the page and subscribing is missed. Once an operator submits one of the page's forms
+   (Recover, Retry …), the page stops following: the job's own event for that action
+   would otherwise reload the page over the form's answer, and lose its message. */
 (function () {
   "use strict";
 
@@ -12,6 +14,9 @@
   if (!root || !window.ConveyorJobs) return;
   var jobId = Number(root.dataset.job);
   var lastEvent = Number(root.dataset.lastEvent);
+  // Set once a form of the page is submitted: the answer is on its way.
+  var leaving = false;
+  document.addEventListener("submit", function () { leaving = true; }, true);
 
   function number(n) { return Number(n).toLocaleString("en-US"); }
 
@@ -31,12 +36,12 @@
       .then(function (html) {
         // Read, not parsed: a parsed copy of the page would apply its styles' policy again.
         var found = html && /data-last-event="(\d+)"/.exec(html);
-        if (found && Number(found[1]) > lastEvent) window.location.reload();
+        if (found && Number(found[1]) > lastEvent && !leaving) window.location.reload();
       });
   }
 
   window.ConveyorJobs.watch([{job: jobId}], function (ev) {
-    if (ev.job !== jobId || ev.id <= lastEvent) return;
+    if (leaving || ev.job !== jobId || ev.id <= lastEvent) return;
     lastEvent = ev.id;
     if (ev.kind === "progress") showProgress(ev);
     else window.location.reload();

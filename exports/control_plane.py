@@ -80,6 +80,7 @@ def spec_of(job: ExportJob, claim_token: str = "") -> dict[str, Any]:
         next_uri=job.next_uri,
         poll_count=job.poll_count,
         claim_token=claim_token,
+        heartbeat_seconds=services.heartbeat_seconds(),
     ).to_json()
 
 

@@ -392,7 +392,8 @@ class ExportConfig(models.Model):
     max_duration_seconds = models.PositiveIntegerField(
         "maximum duration (s)",
         default=3600,
-        help_text="A submitted export running longer than this is failed and its query cancelled.",
+        help_text="An export running longer than this is failed and its query cancelled (a direct "
+        "export counts from its claim, an UNLOAD from its submission).",
     )
     updated_at = models.DateTimeField("updated", auto_now=True)
     updated_by = models.ForeignKey(

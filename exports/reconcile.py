@@ -6,8 +6,9 @@ One pass does four things, each row in its own short transaction:
 1. A claim with no word from its worker for ``CLAIM_TIMEOUT_SECONDS`` (10 minutes) goes
    back to pending; its worker's later reports are refused (the claim's generation moved
    on), so the job is never exported twice under one claim.
-2. A submitted job running longer than the operators' maximum duration is failed and
-   its query cancelled.
+2. A job running longer than the operators' maximum duration is failed: a direct
+   export counted from its claim (its worker cancels its query at its next heartbeat,
+   which is refused), an UNLOAD from its submission (its query is cancelled here).
 3. A submitted job not updated for ``STALE_SUBMITTED_SECONDS`` (30 minutes) is looked up
    on the engine by its query id: finished, it is completed (its rows counted from the
    files' footers); failed, it is failed; still running, it is left to the pollers.
@@ -62,7 +63,14 @@ def reconcile(*, engine: Callable[[], Any] = engines.trino_engine) -> Pass:
     done = Pass()
     done.claims_reset = reset_stale_claims(now)
     max_duration = ExportConfig.current().max_duration_seconds
-    for job_id in _ids(status=JobStatus.SUBMITTED, submitted_at__lt=now - timedelta(seconds=max_duration)):
+    too_old = now - timedelta(seconds=max_duration)
+    # A direct export counts from its claim, an UNLOAD from its submission; the worker of
+    # a direct one learns of it at its next heartbeat and cancels its query.
+    overdue = [
+        *_ids(status=JobStatus.CLAIMED, claimed_at__lt=too_old),
+        *_ids(status=JobStatus.SUBMITTED, submitted_at__lt=too_old),
+    ]
+    for job_id in overdue:
         if _time_out(job_id, max_duration, engine):
             done.timed_out += 1
     stale = now - timedelta(seconds=conf.get("STALE_SUBMITTED_SECONDS"))
@@ -109,19 +117,20 @@ def reset_stale_claims(now: datetime) -> int:
     return reset
 
 
-def _locked(job_id: int) -> ExportJob | None:
+def _locked(job_id: int, *statuses: str) -> ExportJob | None:
     return (
         ExportJob.objects.select_for_update(skip_locked=True)
-        .filter(pk=job_id, status=JobStatus.SUBMITTED)
+        .filter(pk=job_id, status__in=statuses or [JobStatus.SUBMITTED])
         .first()
     )
 
 
 def _time_out(job_id: int, max_duration: int, engine: Callable[[], Any]) -> bool:
     with transaction.atomic():
-        job = _locked(job_id)
+        job = _locked(job_id, JobStatus.CLAIMED, JobStatus.SUBMITTED)
         if job is None:
             return False
+        submitted = job.status == JobStatus.SUBMITTED
         services.settle(
             job,
             services.Report(
@@ -131,7 +140,8 @@ def _time_out(job_id: int, max_duration: int, engine: Callable[[], Any]) -> bool
                 error_message=f"Export job exceeded maximum duration ({max_duration}s)",
             ),
         )
-    _cancel_query(job, engine)
+    if submitted:
+        _cancel_query(job, engine)
     return True
 
 

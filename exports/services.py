@@ -75,6 +75,20 @@ class InvalidReport(ValueError):
         self.field = field
 
 
+# The longest wait between a direct export's heartbeats: an operator's cancel or the
+# maximum duration reaches the export at its next one.
+MAX_HEARTBEAT_SECONDS = 5.0
+# The shortest claim timeout that leaves a worker room for two lost heartbeats.
+MIN_CLAIM_TIMEOUT_SECONDS = 15
+
+
+def heartbeat_seconds() -> float:
+    """How often a worker exporting a claimed job says it still holds it: a third of the
+    claim timeout (two beats may be lost before the claim is taken back), at most
+    ``MAX_HEARTBEAT_SECONDS``. Told to the worker with each claim."""
+    return min(conf.get("CLAIM_TIMEOUT_SECONDS") / 3, MAX_HEARTBEAT_SECONDS)
+
+
 def poll_delay(polls_done: int) -> timedelta:
     """The wait before the next poll of a job polled ``polls_done`` times since submission."""
     return POLL_SCHEDULE.delay(polls_done + 1)

@@ -96,6 +96,9 @@ class JobSpec:
     # The secret of this worker's claim (or poll): every report carries it, and only the
     # worker the control plane gave it to has it. Sent in claim and poll answers only.
     claim_token: str = ""
+    # How often the worker says it still holds the claim while it exports: set by the
+    # control plane from its claim timeout, in claim answers.
+    heartbeat_seconds: float = 5.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from exports.engines import Cancellation
 from exports.spec import JobSpec
 
 logger = logging.getLogger(__name__)
@@ -124,7 +125,6 @@ class WorkerSettings:
     max_in_flight: int = 20
     pass_seconds: float = 5.0
     idle_seconds: float = 10.0
-    heartbeat_seconds: float = 60.0
     grace_seconds: float = 240.0
     cold_start_retries: int = 2
     cold_start_pause_seconds: float = 5.0
@@ -149,6 +149,9 @@ class ExportWorker:
         )
         self._running: dict[int, asyncio.Task[None]] = {}
         self._held: dict[int, JobSpec] = {}
+        # How to stop each direct export running on the pool (a thread cannot be
+        # interrupted; its query can).
+        self._cancellations: dict[int, Cancellation] = {}
         self.stopping = asyncio.Event()
         self.last_pass = time.monotonic()
         self.control_plane_ok = False
@@ -233,6 +236,9 @@ class ExportWorker:
             await asyncio.wait(list(self._running.values()), timeout=self.settings.grace_seconds)
         for job_id, task in list(self._running.items()):
             job = self._held.get(job_id)
+            stopping = self._cancellations.get(job_id)
+            if stopping is not None:
+                await self._stop(stopping, "the worker is shutting down")
             task.cancel()
             if job is not None:
                 with contextlib.suppress(ClaimLost, ControlPlaneError):
@@ -272,14 +278,21 @@ class ExportWorker:
 
         file_name = f"part-g{job.generation}.parquet"
         engine = self._engine_for(job.engine)
-        beat = asyncio.get_running_loop().create_task(self._heartbeat(job))
+        cancellation = self._cancellations[job.id] = Cancellation()
+        beat = asyncio.get_running_loop().create_task(self._heartbeat(job, cancellation))
         try:
-            written = await self._in_pool(self._export_direct, engine, job, file_name)
+            written = await self._in_pool(self._export_direct, engine, job, file_name, cancellation)
         except Exception as error:
-            beat.cancel()
+            if cancellation.cancelled:
+                # Taken from this worker while it ran: its query is cancelled and its
+                # partial file gone; the job's new owner (or its end) is not ours to report.
+                logger.warning("export job %s stopped: %s", job.id, cancellation.reason)
+                return
             await self._finish(job, "failed", error_message=_describe(error))
             return
-        beat.cancel()
+        finally:
+            beat.cancel()
+            self._cancellations.pop(job.id, None)
         try:
             await self._finish(
                 job, "completed", row_count=written.rows, size_bytes=written.size, files=written.files
@@ -293,23 +306,37 @@ class ExportWorker:
             parquet.remove_files, job.destination, written.files, self.settings.storage_options
         )
 
-    def _export_direct(self, engine: Any, job: JobSpec, file_name: str) -> Any:
+    def _export_direct(self, engine: Any, job: JobSpec, file_name: str, cancellation: Cancellation) -> Any:
         if job.engine != "trino":
-            return engine.export_direct(job, file_name)
+            return engine.export_direct(job, file_name, cancellation)
         from exports.engines.trino import retry_cold_start
 
         return retry_cold_start(
-            lambda: engine.export_direct(job, file_name),
+            lambda: engine.export_direct(job, file_name, cancellation),
             retries=self.settings.cold_start_retries,
             pause_seconds=self.settings.cold_start_pause_seconds,
             sleep=self._sleep,
         )
 
-    async def _heartbeat(self, job: JobSpec) -> None:
+    async def _heartbeat(self, job: JobSpec, cancellation: Cancellation) -> None:
+        """Keep the claim while the export runs, as often as the control plane said (a
+        third of its claim timeout, at most 5 s); stop the export once the claim is
+        refused: the job was cancelled, ran past its maximum duration, or was reset."""
         while True:
-            await asyncio.sleep(self.settings.heartbeat_seconds)
-            with contextlib.suppress(ControlPlaneError):
+            await asyncio.sleep(job.heartbeat_seconds)
+            try:
                 await self.cp.report(job, "claimed", self.name)
+            except ClaimLost as lost:
+                await self._stop(cancellation, str(lost))
+                return
+            except ControlPlaneError as error:
+                logger.warning("export job %s: heartbeat failed: %s", job.id, error)
+
+    @staticmethod
+    async def _stop(cancellation: Cancellation, reason: str) -> None:
+        # Off the event loop (a cancel request is a round trip to the engine), and off the
+        # export pool, whose threads may all be busy exporting.
+        await asyncio.get_running_loop().run_in_executor(None, cancellation.cancel, reason)
 
     async def _submit(self, job: JobSpec) -> None:
         from exports.engines.trino import UnloadUnavailable

@@ -3,7 +3,10 @@ datasets) and Trino/Starburst (mapping entities that are queries)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, TypeVar
 
 from exports import conf
 
@@ -12,8 +15,68 @@ if TYPE_CHECKING:
     from exports.engines.trino import TrinoEngine
 
 
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
 class NotConfigured(Exception):
     """A job for an engine this process has no settings for."""
+
+
+class Cancelled(Exception):
+    """An export stopped because its job is no longer this worker's to finish: cancelled
+    by an operator, past its maximum duration, or its claim taken back."""
+
+
+class Cancellation:
+    """Stops a running export from another thread. The engine registers how to stop what
+    it is doing at the moment (``on_cancel``: cancel the PostgreSQL query, the Trino
+    query), and checks between batches (``check``); ``cancel`` runs the callbacks once.
+    A callback registered after the cancel runs at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], object]] = []
+        self.reason = ""
+        self._cancelled = False
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def on_cancel(self, callback: Callable[[], object]) -> None:
+        with self._lock:
+            if not self._cancelled:
+                self._callbacks.append(callback)
+                return
+        _run(callback)
+
+    def cancel(self, reason: str) -> None:
+        with self._lock:
+            if self._cancelled:
+                return
+            self._cancelled, self.reason = True, reason
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            _run(callback)
+
+    def check(self) -> None:
+        """Raise ``Cancelled`` once cancelled."""
+        if self._cancelled:
+            raise Cancelled(self.reason)
+
+    def between(self, items: Iterable[T]) -> Iterator[T]:
+        """``items``, checked before each (the batches of an export)."""
+        for item in items:
+            self.check()
+            yield item
+
+
+def _run(callback: Callable[[], object]) -> None:
+    try:
+        callback()
+    except Exception as error:  # the export stops at its next check either way
+        logger.warning("stopping an export: %s", error)
 
 
 def trino_engine() -> TrinoEngine:

@@ -27,6 +27,7 @@ import pyarrow.csv as csv
 from psycopg import pq as libpq
 
 from exports import parquet
+from exports.engines import Cancellation, Cancelled
 
 if TYPE_CHECKING:
     from exports.spec import JobSpec
@@ -53,19 +54,36 @@ class PostgresEngine:
         self.storage_options = dict(storage_options or {})
         self.statement_timeout_ms = statement_timeout_ms
 
-    def export_direct(self, job: JobSpec, file_name: str) -> parquet.Written:
+    def export_direct(
+        self, job: JobSpec, file_name: str, cancellation: Cancellation | None = None
+    ) -> parquet.Written:
         """Run the job's query and write its rows into ``job.destination/file_name``.
 
-        A SQL error propagates as psycopg raises it, and no file is left behind.
+        A SQL error propagates as psycopg raises it, and no file is left behind. A
+        ``cancellation`` cancels the query on the server, whatever it is doing (waiting
+        for a lock, sending rows), and the export raises ``Cancelled``, its partial file
+        removed.
         """
+        cancellation = cancellation or Cancellation()
         schema = parquet.arrow_schema(job.columns)
-        with self._connect() as conn, conn.transaction():
-            conn.execute("SET TRANSACTION READ ONLY")
-            query = _checked_query(conn, job.sql, list(job.column_names))
-            with CopyOut(conn, f"COPY (\n{query}\n) TO STDOUT (FORMAT csv)") as stream:
-                return parquet.write_batches(
-                    _csv_batches(stream, schema), schema, job.destination, file_name, self.storage_options
-                )
+        try:
+            with self._connect() as conn, conn.transaction():
+                cancellation.on_cancel(conn.cancel)
+                cancellation.check()
+                conn.execute("SET TRANSACTION READ ONLY")
+                query = _checked_query(conn, job.sql, list(job.column_names))
+                with CopyOut(conn, f"COPY (\n{query}\n) TO STDOUT (FORMAT csv)") as stream:
+                    return parquet.write_batches(
+                        cancellation.between(_csv_batches(stream, schema)),
+                        schema,
+                        job.destination,
+                        file_name,
+                        self.storage_options,
+                    )
+        except psycopg.errors.QueryCanceled:
+            if cancellation.cancelled:
+                raise Cancelled(cancellation.reason) from None
+            raise  # the statement timeout
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = psycopg.connect(self.dsn, autocommit=True)

@@ -34,6 +34,7 @@ from trino.client import ClientSession, TrinoRequest
 from trino.exceptions import TrinoQueryError
 
 from exports import entity_sql, parquet
+from exports.engines import Cancellation, Cancelled
 from exports.spec import Column, JobSpec, relative_inside, snapshot_folder
 
 T = TypeVar("T")
@@ -215,7 +216,13 @@ class TrinoEngine:
 
     # -- direct export ------------------------------------------------------------------
 
-    def export_direct(self, job: JobSpec, file_name: str) -> parquet.Written:
+    def export_direct(
+        self, job: JobSpec, file_name: str, cancellation: Cancellation | None = None
+    ) -> parquet.Written:
+        """Run the job's query and write its rows into ``job.destination/file_name``; a
+        ``cancellation`` cancels the query on Trino and the export raises ``Cancelled``,
+        its partial file removed."""
+        cancellation = cancellation or Cancellation()
         query = checked_query(job)
         connection = trino.dbapi.connect(
             host=self._host,
@@ -234,6 +241,8 @@ class TrinoEngine:
         )
         try:
             cursor = connection.cursor()
+            cancellation.on_cancel(cursor.cancel)
+            cancellation.check()
             cursor.execute(query)
             found = [(column[0], column[1]) for column in cursor.description or []]
             names = [name for name, _ in found]
@@ -242,7 +251,7 @@ class TrinoEngine:
             schema = parquet.arrow_schema([Column(name, type_) for name, type_ in found])
             try:
                 return parquet.write_batches(
-                    _batches(cursor, schema),
+                    cancellation.between(_batches(cursor, schema)),
                     schema,
                     job.destination,
                     file_name,
@@ -253,8 +262,12 @@ class TrinoEngine:
                 with contextlib.suppress(Exception):
                     cursor.cancel()
                 raise
-        except TrinoQueryError as error:
-            raise _engine_error(error) from error
+        except Exception as error:
+            if cancellation.cancelled:
+                raise Cancelled(cancellation.reason) from error
+            if isinstance(error, TrinoQueryError):
+                raise _engine_error(error) from error
+            raise
         finally:
             connection.close()
 

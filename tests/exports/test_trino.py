@@ -25,6 +25,7 @@ from exports.engines.trino import (
     retry_cold_start,
 )
 from exports.spec import JobSpec
+from jobs.testing import wait_until
 
 ROWS = 2500
 
@@ -251,3 +252,31 @@ def test_unload_and_direct_export_write_to_s3(fake, s3_options):
     written = trino.export_direct(job("s3://exports/t1/snapshot-2/orders"), "part-g1.parquet")
     assert written.files == ["s3://exports/t1/snapshot-2/orders/part-g1.parquet"]
     assert parquet.count_rows("s3://exports/t1/snapshot-2/orders", s3_options).rows == ROWS
+
+
+def test_a_cancelled_direct_export_cancels_its_query_and_leaves_no_file(fake, tmp_path):
+    import threading
+
+    from exports.engines import Cancellation, Cancelled
+
+    fake.hold()  # the query waits on Trino until released (or cancelled)
+    cancellation = Cancellation()
+    outcome: list[BaseException | object] = []
+
+    def export() -> None:
+        try:
+            outcome.append(engine(fake).export_direct(job(str(tmp_path)), "f.parquet", cancellation))
+        except BaseException as error:
+            outcome.append(error)
+
+    runner = threading.Thread(target=export)
+    runner.start()
+    wait_until(lambda: fake.queries, 10, "the query to reach Trino")
+    cancellation.cancel("cancelled by an operator")
+    runner.join(15)
+
+    assert not runner.is_alive()
+    assert isinstance(outcome[0], Cancelled) and str(outcome[0]) == "cancelled by an operator"
+    [query] = fake.queries.values()
+    assert query.state == "FAILED"  # Trino was told: DELETE of its next URI
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]

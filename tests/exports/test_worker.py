@@ -153,7 +153,9 @@ def test_a_completion_from_a_claim_taken_away_is_refused_and_its_file_removed(
         return written
 
     monkeypatch.setattr(
-        engines.postgres_engine().__class__, "export_direct", lambda self, job, name: then_reset(job, name)
+        engines.postgres_engine().__class__,
+        "export_direct",
+        lambda self, job, name, cancellation=None: then_reset(job, name),
     )
     run(worker(live_server))
     job = snap.jobs.get()

@@ -31,6 +31,7 @@ from exports.models import (
 )
 from jobs.testing import wait_until
 from tests.support.base import tenant
+from tests.support.exports.worker_process import start_export_worker
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 TOKEN = "crash-test-token"
@@ -79,30 +80,7 @@ def worker(processes, live_server, fake: FakeTrino, name: str, *, direct: bool =
         EXPORTS_TRINO_URL=fake.url,
         DIRECT_EXPORT="true" if direct else "false",
     )
-    proc = processes.manage(
-        name,
-        "export_worker",
-        "--control-plane",
-        live_server.url,
-        "--name",
-        name,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--pass-seconds",
-        "0.1",
-        "--idle-seconds",
-        "0.1",
-        "--grace-seconds",
-        str(grace),
-        env=env,
-        stdout_pipe=True,
-    )
-    line = proc.read_line(30)
-    assert "probes on 127.0.0.1:" in line, proc.tail()
-    proc.probes = int(line.rsplit(":", 1)[1])
-    return proc
+    return start_export_worker(processes, live_server.url, name, env, grace=grace)
 
 
 def job_of(snap: Snapshot) -> ExportJob:

@@ -22,6 +22,7 @@ from exports.models import ExportConfig, ExportJob, JobStatus, SnapshotStatus
 from jobs.testing import wait_until
 from tests.support.base import staff, tenant
 from tests.support.exports.builders import mapping
+from tests.support.exports.worker_process import start_export_worker
 from tests.support.processes import database_url
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
@@ -53,26 +54,7 @@ def export_worker(processes, live_server, settings):
         EXPORTS_WORKER_TOKEN=TOKEN,
         DIRECT_EXPORT="true",
     )
-    proc = processes.manage(
-        "export-worker",
-        "export_worker",
-        "--control-plane",
-        live_server.url,
-        "--name",
-        "pod-a",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--pass-seconds",
-        "0.1",
-        "--idle-seconds",
-        "0.1",
-        env=env,
-        stdout_pipe=True,
-    )
-    assert "probes on 127.0.0.1:" in proc.read_line(30), proc.tail()
-    return proc
+    return start_export_worker(processes, live_server.url, "pod-a", env)
 
 
 def waiting_export_queries() -> int:

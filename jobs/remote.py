@@ -21,6 +21,7 @@ then stops that job's work and throws away what it wrote.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import math
 import uuid
@@ -230,7 +231,7 @@ def _described(job: Job, token: uuid.UUID, worker: str) -> dict[str, Any] | None
         with transaction.atomic():
             return dict(describe(job))
     except Exception as error:
-        with _unless_lost():
+        with contextlib.suppress(LeaseLost):
             engine.fail(
                 job,
                 token,
@@ -318,7 +319,7 @@ def heartbeat(
     for job in list(held.values()):
         deadline = deadline_of(job)
         if deadline is not None and now >= deadline:
-            with _unless_lost():
+            with contextlib.suppress(LeaseLost):
                 _fail(
                     job,
                     token,
@@ -345,16 +346,6 @@ def _renewed(token: uuid.UUID, ids: list[int]) -> list[int]:
     return sorted(
         Job.objects.filter(pk__in=ids, state=State.RUNNING, lease_token=token).values_list("id", flat=True)
     )
-
-
-class _unless_lost:
-    """Ignore ``LeaseLost``: the job left the lease between the read and the write."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: Any, value: Any, tb: Any) -> bool:
-        return kind is not None and issubclass(kind, LeaseLost)
 
 
 def _job_ids(values: Any) -> list[int]:

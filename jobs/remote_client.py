@@ -185,12 +185,14 @@ class RemoteClient:
                 job = self.held.get(lost["id"])
                 if job is not None:
                     job.lose(lost["reason"])
+                    self._done(job)
 
     def _lose_if_expired(self, lease: str, jobs: list[RemoteJob]) -> None:
         quiet = self._monotonic() - self._renewed_at.get(lease, self._monotonic())
         for job in jobs:
             if quiet >= job.lease_seconds:
                 job.lose(f"no heartbeat got through for {quiet:.0f} s: the lease has run out")
+                self._done(job)
 
     async def keep_leases(self, stop: asyncio.Event | None = None) -> None:
         """Beat until ``stop`` is set (or the task is cancelled)."""

@@ -155,6 +155,8 @@ def test_the_public_api_names_every_documented_name():
             "execute_prepared",
             "redact_secrets",
             "register_collector",
+            "remote_handler",
+            "RemoteHooks",
             "storable_json",
             "wake",
             "without_traceback",

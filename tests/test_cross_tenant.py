@@ -270,6 +270,20 @@ def probes(acme: Acme) -> list[tuple[str, str, str, dict[str, Any] | None]]:
             {"status": "failed", "generation": 2, "worker": "gina", "error_message": "x"},
         ),
         ("exports-finalize", "post", f"/internal/exports/snapshots/{acme.export.pk}/finalize", {}),
+        # Remote workers' calls: a tenant's token is no remote worker's credential.
+        *remote_worker_probes(acme.failed.pk),
+    ]
+
+
+def remote_worker_probes(job: int) -> list[tuple[str, str, str, dict[str, Any]]]:
+    lease = {"worker": "gina", "lease": "8c4f3c58-44a4-4b39-8f2c-b8a4d4a8f7a1"}
+    return [
+        ("remote-claim", "post", "/internal/jobs/claim", {"worker": "gina", "limit": 10}),
+        ("remote-heartbeat", "post", "/internal/jobs/heartbeat", {**lease, "jobs": [job]}),
+        ("remote-release", "post", "/internal/jobs/release", {**lease, "jobs": [job]}),
+        ("remote-complete", "post", f"/internal/jobs/{job}/complete", {**lease, "result": {"x": 1}}),
+        ("remote-fail", "post", f"/internal/jobs/{job}/fail", {**lease, "error": "x"}),
+        ("remote-snooze", "post", f"/internal/jobs/{job}/snooze", {**lease, "seconds": 1}),
     ]
 
 

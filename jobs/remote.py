@@ -26,7 +26,7 @@ import hmac
 import math
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -54,7 +54,8 @@ class Credential:
 
     name: str
     queues: tuple[str, ...]
-    token: str
+    # Kept out of the repr: a credential in a log line or a traceback must not carry it.
+    token: str = field(repr=False)
 
     def worker(self, name: str) -> str:
         """The worker's name in claims, history and the console: ``<credential>/<name>``,

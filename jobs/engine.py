@@ -1099,6 +1099,9 @@ def _operator_change(
             via=via,
             at=now,
         )
+        handler = registry.get(current.type)
+        if handler is not None and handler.hooks is not None and handler.hooks.on_operator is not None:
+            handler.hooks.on_operator(current, action)
         if current.state in (State.FAILED, State.CANCELLED):
             cancel_dependants(current.pk, now)
         if current.state == State.PENDING:

@@ -147,6 +147,9 @@ def lease_of(job: Job) -> float:
 
 def time_limit_of(job: Job) -> float:
     handler = registry.get(job.type)
+    chosen = handler.hooks.time_limit(job) if handler and handler.hooks and handler.hooks.time_limit else None
+    if chosen is not None:
+        return float(chosen)
     return float(handler.timeout) if handler and handler.timeout else float(conf.handler_timeout_seconds())
 
 

@@ -338,6 +338,29 @@ def test_a_job_its_type_cannot_describe_fails_for_good_instead_of_going_out(work
     assert job.last_error == "cannot be run: page 9 was deleted"
 
 
+def test_an_operators_action_reaches_the_types_rows_in_its_transaction(worker, clock, calls):
+    job = make_job(HOOKED, {"page": 1})
+    claim(worker)
+    operator = staff("olga")
+    engine.cancel(job, actor=operator, via="admin")
+    engine.retry(job, actor=operator, via="api")
+    assert calls[-2:] == [
+        ("operator", job.pk, ("cancel", Job.State.CANCELLED)),
+        ("operator", job.pk, ("retry", Job.State.PENDING)),
+    ]
+
+
+def test_an_operators_setting_can_decide_the_time_limit(worker, clock, calls):
+    short, default = make_job(HOOKED, {"page": 1, "limit": 10}), make_job(HOOKED, {"page": 2})
+    lease = claim(worker)["lease"]
+    clock.advance(11)
+    beat = post(worker, "heartbeat", {"worker": "pod-a", "lease": lease, "jobs": [short.pk, default.pk]})
+    assert beat["renewed"] == [default.pk]
+    assert beat["lost"] == [{"id": short.pk, "state": "failed", "reason": "ran past its time limit"}]
+    short.refresh_from_db()
+    assert short.last_error == "HandlerTimeout: ran past its time limit of 10 s"
+
+
 def test_the_why_line_of_a_remote_job_names_the_missing_remote_worker(worker, clock):
     job = make_job(TYPE)
     register_worker("node-1-w1", hostname="node-1", pid=42, queues=[])  # a cluster worker, every queue

@@ -383,12 +383,26 @@ def _on_snooze(job, details: dict) -> float | None:
     return None if polls is None else [2, 3, 5, 8][min(polls, 3)]
 
 
+def _on_operator(job, action: str) -> None:
+    REMOTE_HOOK_CALLS.append(("operator", job.pk, (action, job.state)))
+
+
+def _time_limit(job) -> float | None:
+    return job.payload.get("limit")
+
+
 jobs.remote_handler(
     "tests.remote_hooked",
     queue="remote-tests",
     max_attempts=1,
     lease=6,
+    timeout=60,
     hooks=jobs.RemoteHooks(
-        describe=_describe, on_complete=_on_complete, on_fail=_on_fail, on_snooze=_on_snooze
+        describe=_describe,
+        on_complete=_on_complete,
+        on_fail=_on_fail,
+        on_snooze=_on_snooze,
+        on_operator=_on_operator,
+        time_limit=_time_limit,
     ),
 )

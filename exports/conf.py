@@ -36,18 +36,11 @@ source = SETTINGS.text("SOURCE", "conveyor-export-worker")
 # The worker's connection for datasets (a read-only role on the exported tables); empty:
 # the app's own database, as in development.
 postgres_url = SETTINGS.text("POSTGRES_URL", "")
-# The control plane's bearer token for export workers; empty refuses every worker.
+# The bearer token export workers present to the engine's remote-worker API: the
+# credential "exports" of JOBS_REMOTE_WORKERS unless that is configured apart.
 worker_token = SETTINGS.text("WORKER_TOKEN", "")
-# The reconciliation: a claim with no word from its worker this long goes back to
-# pending; a submitted job not updated this long is checked with the engine.
-claim_timeout_seconds = SETTINGS.integer("CLAIM_TIMEOUT_SECONDS", 600)
+# A submitted UNLOAD not polled this long (no export worker running) is asked about on
+# Trino by the reconciliation.
 stale_submitted_seconds = SETTINGS.integer("STALE_SUBMITTED_SECONDS", 1800)
-reconcile_every_seconds = SETTINGS.number("RECONCILE_EVERY_SECONDS", 5.0)
-# An export worker's report: up to 10,000 file paths of 1,200 characters (the internal
-# API's body limit; exports/control_plane.py).
-report_max_bytes = SETTINGS.integer("REPORT_MAX_BYTES", 16 * 1024 * 1024)
-# How long a worker holds the jobs it fetched for one poll before another may.
-poll_lease_seconds = SETTINGS.integer("POLL_LEASE_SECONDS", 60)
-# The most jobs one claim and one poll pass may take.
+# The most jobs (exports and polls) one claim of a worker may take.
 claim_limit = SETTINGS.integer("CLAIM_LIMIT", 10)
-poll_limit = SETTINGS.integer("POLL_LIMIT", 50)

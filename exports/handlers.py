@@ -1,22 +1,30 @@
-"""The exports' jobs in the cluster:
+"""The exports' jobs:
 
-exports.Reconcile    (started every minute; a pass every RECONCILE_EVERY_SECONDS)
-exports.CancelQuery  (a cancelled job's query, cancelled on its engine)
+exports.export       (one per export, run by remote export workers: exports/services.py)
+exports.Reconcile    (one pass a minute, then it ends: exports/reconcile.py)
+exports.CancelQuery  (a cancelled export's query, cancelled on its engine)
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import jobs
-from exports import conf, engines, reconcile
+from exports import engines, reconcile, services
 from exports.models import Engine, ExportJob
 
-# The cron starts one a minute (one at a time: its unique key), and each runs passes 5 s
-# apart for just under that minute, so that the reconciliation runs every few seconds
-# without a job row, or an event, per pass. A worker shutting down ends it at once.
-RECONCILE_WINDOW_SECONDS = 55.0
+# Claimed only by export workers through the engine's remote-worker API. An attempt
+# fails for good when its export says so (a query the engine refused); one a worker
+# lost (killed, or cut off for a whole lease) is tried again, at most three times. A
+# claim's lease is short so that a cancel reaches the export within seconds; its time
+# limit is the operators' maximum duration (services.time_limit).
+jobs.remote_handler(
+    services.EXPORT_TYPE,
+    queue=services.QUEUE,
+    max_attempts=3,
+    lease=services.LEASE_SECONDS,
+    hooks=services.HOOKS,
+)
 
 
 @jobs.handler(
@@ -25,21 +33,11 @@ RECONCILE_WINDOW_SECONDS = 55.0
     atomic=False,
     timeout=120,
     maintenance=True,
-    # Recovers what crashed export workers left, a pass every few seconds (exports/reconcile.py).
     schedule=jobs.Cron("* * * * *", name="exports-reconcile"),
 )
 def reconcile_exports(ctx: jobs.JobContext) -> dict[str, Any]:
-    every = float(conf.get("RECONCILE_EVERY_SECONDS"))
-    started, totals = time.monotonic(), reconcile.Pass()
-    passes = 0
-    while True:
-        done = reconcile.reconcile()
-        passes += 1
-        for name, value in done.as_dict().items():
-            setattr(totals, name, getattr(totals, name) + value)
-        ctx.progress(passes, None, f"{passes} pass(es)")
-        if time.monotonic() - started + every > RECONCILE_WINDOW_SECONDS or ctx.pause(every):
-            return {"passes": passes, **totals.as_dict()}
+    """One pass, then the job ends: no worker slot is held between passes."""
+    return reconcile.reconcile().as_dict()
 
 
 @jobs.handler("exports.CancelQuery", max_attempts=3, backoff=jobs.Fixed(30))

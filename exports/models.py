@@ -10,13 +10,16 @@ Which Trino role a tenant's queries run under, and which catalogs they may read,
 ``TrinoBinding`` that platform operators keep: never the tenant's choice, since every
 tenant's queries go to one shared Trino user.
 
-A job goes ``pending → claimed → submitted → completed | failed``; ``submitted`` only on
-the server-side UNLOAD path, which is polled on a Fibonacci schedule kept in the row
-(``next_poll_at``, ``poll_count``), never in a worker's memory. ``generation`` counts the
-claims: every update from a worker names the claim it holds, so a worker whose claim was
-reset cannot write over the next one's; and it carries the claim's secret token, whose
-hash the row keeps, so that only the worker given the claim can speak for it.
-``ExportEvent`` is each job's history, operators' actions included, with who did them.
+Each ``ExportJob`` is the domain row of one engine job (``exports.export`` on the
+``exports`` queue), which a remote export worker claims through the engine: the claim,
+lease, heartbeats, attempts, rescue and the operators' actions are the engine's, and
+the engine's steps keep this row in step (``exports.services``, the type's hooks). A
+row goes ``pending → claimed → submitted → completed | failed``; ``submitted`` only on
+the server-side UNLOAD path, whose polls are the engine job's snoozes on a Fibonacci
+schedule, recorded here in ``next_poll_at`` and ``poll_count``. ``generation`` counts
+the claims and names each claim's files, so that a late writer from a lost claim never
+writes over the current one's. ``ExportEvent`` is the row's domain history (what was
+submitted, written or cancelled, and by whom); the engine job's history has the rest.
 """
 
 from __future__ import annotations
@@ -257,14 +260,20 @@ class ExportJob(models.Model):
         "destination", max_length=1000, help_text="The folder its Parquet files are written to."
     )
     status = models.CharField("status", max_length=10, choices=JobStatus.choices, default=JobStatus.PENDING)
+    job = models.OneToOneField(
+        "jobs.Job",
+        verbose_name="engine job",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The engine job that runs this export: its claims, attempts and history.",
+    )
     generation = models.PositiveIntegerField(
-        "claims", default=0, help_text="Counts the claims; a worker's updates name the one it holds."
+        "claims", default=0, help_text="Counts the claims; each claim's files carry its number."
     )
     claimed_by = models.CharField("claimed by", max_length=200, blank=True)
     claimed_at = models.DateTimeField("claimed", null=True, blank=True)
-    # SHA-256 of the secret the claim's (or the poll's) worker was given: a report must
-    # carry the secret itself. Empty while nobody holds the job.
-    claim_token_hash = models.CharField("claim token (SHA-256)", max_length=64, blank=True, editable=False)
     query_id = models.CharField("query id", max_length=200, blank=True)
     next_uri = models.CharField("next URI", max_length=2000, blank=True)
     next_poll_at = models.DateTimeField("next poll", null=True, blank=True)
@@ -283,19 +292,11 @@ class ExportJob(models.Model):
     class Meta:
         ordering = ["snapshot", "position"]
         indexes = [
-            # What a worker claims, oldest snapshot first.
+            # The reconciliation's sweep: rows the engine's outcome may have overtaken.
             models.Index(
-                fields=["snapshot", "position"],
-                name="exports_job_pending",
-                condition=Q(status=JobStatus.PENDING),
-            ),
-            # What is due for a poll.
-            models.Index(
-                fields=["next_poll_at"], name="exports_job_pollable", condition=Q(status=JobStatus.SUBMITTED)
-            ),
-            # Claims the reconciliation may reset.
-            models.Index(
-                fields=["updated_at"], name="exports_job_claimed", condition=Q(status=JobStatus.CLAIMED)
+                fields=["id"],
+                name="exports_job_open",
+                condition=Q(status__in=[JobStatus.PENDING, JobStatus.CLAIMED, JobStatus.SUBMITTED]),
             ),
         ]
         constraints = [

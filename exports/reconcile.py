@@ -1,18 +1,21 @@
-"""The reconciliation: what a crashed worker left behind is recovered here, every few
-seconds, in the cluster.
+"""The reconciliation: what only the exports app can know, in one pass a minute that then
+ends (``exports.Reconcile``). Claims, leases, heartbeats and rescues are the engine's.
 
 One pass does four things, each row in its own short transaction:
 
-1. A claim with no word from its worker for ``CLAIM_TIMEOUT_SECONDS`` (10 minutes) goes
-   back to pending; its worker's later reports are refused (the claim's generation moved
-   on), so the job is never exported twice under one claim.
-2. A job running longer than the operators' maximum duration is failed: a direct
-   export counted from its claim (its worker cancels its query at its next heartbeat,
-   which is refused), an UNLOAD from its submission (its query is cancelled here).
-3. A submitted job not updated for ``STALE_SUBMITTED_SECONDS`` (30 minutes) is looked up
-   on the engine by its query id: finished, it is completed (its rows counted from the
-   files' footers); failed, it is failed; still running, it is left to the pollers.
-4. A snapshot whose jobs have all finished is made ``ready`` or ``failed``.
+1. It keeps the rows in step with what the engine did where no hook could follow: an
+   export whose engine job failed or was cancelled fails; a claimed one whose engine
+   job no longer runs (the reaper took its lease back) is pending again; an open one
+   with no engine job (made before exports ran on the engine) is given one.
+2. A submitted UNLOAD running longer than the operators' maximum duration, counted from
+   its submission, fails: its engine job is cancelled and its query cancelled on Trino.
+   (A running export's own attempt has that time limit in the engine.)
+3. A submitted UNLOAD not polled for ``STALE_SUBMITTED_SECONDS`` (no export worker has
+   run for that long) is looked up on Trino by its query id: finished, it is completed
+   (its rows counted from the files' footers); failed, it fails; its engine job then
+   ends, cancelled with the reason. Still running, it is left to the next poll.
+4. A snapshot whose jobs have all finished is made ``ready`` (its folder sealed) or
+   ``failed``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
+from itertools import groupby
 from typing import Any
 
 from django.db import transaction
@@ -38,14 +42,22 @@ from exports.models import (
     SnapshotStatus,
 )
 from exports.spec import claim_folder
+from jobs import engine as job_engine
+from jobs.errors import IllegalTransition
+from jobs.models import Job
 
 logger = logging.getLogger(__name__)
 WORKER = "reconciliation"
+OPEN = [JobStatus.PENDING, JobStatus.CLAIMED, JobStatus.SUBMITTED]
+# Rows one pass looks at, per kind of finding.
+BATCH = 500
 
 
 @dataclass
 class Pass:
+    failed_with_engine: int = 0
     claims_reset: int = 0
+    linked: int = 0
     timed_out: int = 0
     checked: int = 0
     completed: int = 0
@@ -61,18 +73,11 @@ def reconcile(*, engine: Callable[[], Any] = engines.trino_engine) -> Pass:
     whose jobs are ever submitted (tests pass one for their fake)."""
     now = jobs.now()
     done = Pass()
-    done.claims_reset = reset_stale_claims(now)
+    follow_engine(done)
     max_duration = ExportConfig.current().max_duration_seconds
     too_old = now - timedelta(seconds=max_duration)
-    # A direct export counts from its claim, an UNLOAD from its submission; the worker of
-    # a direct one learns of it at its next heartbeat and cancels its query.
-    overdue = [
-        *_ids(status=JobStatus.CLAIMED, claimed_at__lt=too_old),
-        *_ids(status=JobStatus.SUBMITTED, submitted_at__lt=too_old),
-    ]
-    for job_id in overdue:
-        if _time_out(job_id, max_duration, engine):
-            done.timed_out += 1
+    for job_id in _ids(status=JobStatus.SUBMITTED, submitted_at__lt=too_old):
+        done.timed_out += _time_out(job_id, max_duration, engine)
     stale = now - timedelta(seconds=conf.get("STALE_SUBMITTED_SECONDS"))
     for job_id in _ids(status=JobStatus.SUBMITTED, updated_at__lt=stale):
         outcome = _check_with_engine(job_id, engine)
@@ -85,63 +90,91 @@ def reconcile(*, engine: Callable[[], Any] = engines.trino_engine) -> Pass:
 
 
 def _ids(**where: Any) -> list[int]:
-    return list(ExportJob.objects.filter(**where).order_by("pk").values_list("pk", flat=True)[:500])
-
-
-def reset_stale_claims(now: datetime) -> int:
-    """Hand back claims whose worker has said nothing for the claim timeout."""
-    cutoff = now - timedelta(seconds=conf.get("CLAIM_TIMEOUT_SECONDS"))
-    reset = 0
-    with transaction.atomic():
-        stale = list(
-            ExportJob.objects.select_for_update(skip_locked=True)
-            .filter(status=JobStatus.CLAIMED, updated_at__lt=cutoff)
-            .order_by("pk")[:500]
-        )
-        for job in stale:
-            worker, quiet = job.claimed_by, int((now - job.updated_at).total_seconds())
-            services.reset(job, now)
-            job.save()
-            services.event(
-                job,
-                EventKind.CLAIM_RESET,
-                now,
-                from_status=JobStatus.CLAIMED,
-                to_status=JobStatus.PENDING,
-                worker=WORKER,
-                message=f"no word from {worker} for {quiet} s",
-            ).save()
-            reset += 1
-    if reset:
-        logger.warning("reset %d stale export claim(s)", reset)
-    return reset
+    return list(ExportJob.objects.filter(**where).order_by("pk").values_list("pk", flat=True)[:BATCH])
 
 
 def _locked(job_id: int, *statuses: str) -> ExportJob | None:
     return (
         ExportJob.objects.select_for_update(skip_locked=True)
         .filter(pk=job_id, status__in=statuses or [JobStatus.SUBMITTED])
+        .select_related("job")
         .first()
     )
 
 
+def follow_engine(done: Pass) -> None:
+    """Rows whose engine job ended, lost its claim, or never was."""
+    ended = [Job.State.FAILED, Job.State.CANCELLED]
+    for row_id in _ids(status__in=OPEN, job__state__in=ended):
+        with transaction.atomic():
+            row = _locked(row_id, *OPEN)
+            if row is None or row.job is None or row.job.state not in ended:
+                continue
+            before, error = row.status, row.job.last_error
+            if row.job.state == Job.State.CANCELLED:
+                error = f"its engine job was cancelled: {error or 'no reason given'}"
+            services.settle(
+                row,
+                services.Report(
+                    JobStatus.FAILED, worker=WORKER, error_message=error or "its engine job failed"
+                ),
+            )
+            if before == JobStatus.SUBMITTED:
+                jobs.enqueue("exports.CancelQuery", {"job": row.pk}, tenant=row.tenant_id)
+            done.failed_with_engine += 1
+    for row_id in _ids(status=JobStatus.CLAIMED, job__state=Job.State.PENDING):
+        with transaction.atomic():
+            row = _locked(row_id, JobStatus.CLAIMED)
+            if row is None or row.job is None or row.job.state != Job.State.PENDING:
+                continue
+            worker, now = row.claimed_by, jobs.now()
+            services.reset(row, now)
+            row.save()
+            services.event(
+                row,
+                EventKind.CLAIM_RESET,
+                now,
+                from_status=JobStatus.CLAIMED,
+                to_status=JobStatus.PENDING,
+                worker=WORKER,
+                message=f"the engine took the claim of {worker} back: {row.job.last_error or 'recovered'}",
+            ).save()
+            done.claims_reset += 1
+    unlinked = list(
+        ExportJob.objects.filter(status__in=OPEN, job__isnull=True).order_by("snapshot_id", "position")[
+            :BATCH
+        ]
+    )
+    for _, rows in groupby(unlinked, key=lambda row: row.snapshot_id):
+        with transaction.atomic():
+            mine = list(
+                ExportJob.objects.select_for_update(skip_locked=True)
+                .filter(pk__in=[row.pk for row in rows], job__isnull=True)
+                .order_by("position")
+            )
+            services.link_engine_jobs(mine)
+            done.linked += len(mine)
+
+
+def _end_engine_job(row: ExportJob, reason: str) -> None:
+    """The row is settled here, not by a worker: its engine job has nothing left to do."""
+    if row.job is None:
+        return
+    try:
+        job_engine.cancel(row.job, reason=reason, via="reconciliation")
+    except IllegalTransition:
+        pass  # it ended meanwhile
+
+
 def _time_out(job_id: int, max_duration: int, engine: Callable[[], Any]) -> bool:
     with transaction.atomic():
-        job = _locked(job_id, JobStatus.CLAIMED, JobStatus.SUBMITTED)
-        if job is None:
+        row = _locked(job_id)
+        if row is None:
             return False
-        submitted = job.status == JobStatus.SUBMITTED
-        services.settle(
-            job,
-            services.Report(
-                JobStatus.FAILED,
-                job.generation,
-                worker=WORKER,
-                error_message=f"Export job exceeded maximum duration ({max_duration}s)",
-            ),
-        )
-    if submitted:
-        _cancel_query(job, engine)
+        message = f"Export job exceeded maximum duration ({max_duration}s)"
+        services.settle(row, services.Report(JobStatus.FAILED, worker=WORKER, error_message=message))
+        _end_engine_job(row, message)
+    _cancel_query(row, engine)
     return True
 
 
@@ -153,55 +186,53 @@ def _cancel_query(job: ExportJob, engine: Callable[[], Any]) -> None:
 
 
 def _check_with_engine(job_id: int, engine: Callable[[], Any]) -> str | None:
-    """Ask the engine about a submitted job nobody updated for a long time."""
+    """Ask the engine about a submitted job nobody polled for a long time."""
     with transaction.atomic():
-        job = _locked(job_id)
-        if job is None:
+        row = _locked(job_id)
+        if row is None:
             return None
         try:
-            state = engine().status(job.query_id, job.starburst_role)
-            if state.state == "FINISHED":
-                from exports import parquet  # pyarrow: loaded where files are read
-
-                written = parquet.count_rows(
-                    claim_folder(job.destination, job.generation), dict(conf.get("STORAGE_OPTIONS"))
-                )
-                services.settle(
-                    job,
-                    services.Report(
-                        JobStatus.COMPLETED,
-                        job.generation,
-                        worker=WORKER,
-                        row_count=written.rows,
-                        size_bytes=written.size,
-                        files=tuple(written.files),
-                        note=f"the engine says query {job.query_id} finished",
-                        note_kind=EventKind.RECONCILED,
-                    ),
-                )
-                return JobStatus.COMPLETED
-            if state.state == "FAILED":
-                services.settle(
-                    job,
-                    services.Report(
-                        JobStatus.FAILED,
-                        job.generation,
-                        worker=WORKER,
-                        error_message=state.error or f"query {job.query_id} failed",
-                        note=f"the engine says query {job.query_id} failed",
-                        note_kind=EventKind.RECONCILED,
-                    ),
-                )
-                return JobStatus.FAILED
-            message = f"the engine says query {job.query_id} is {state.state}"
+            state = engine().status(row.query_id, row.starburst_role)
+            if state.state in ("FINISHED", "FAILED"):
+                return _settle_from_engine(row, state)
+            message = f"the engine says query {row.query_id} is {state.state}"
         except Exception as error:
-            message = f"could not ask the engine about query {job.query_id}: {error}"
-            logger.warning("export job %s: %s", job.pk, message)
+            message = f"could not ask the engine about query {row.query_id}: {error}"
+            logger.warning("export job %s: %s", row.pk, message)
         # Asked again only after another quiet spell, not on every pass.
-        job.updated_at = jobs.now()
-        job.save(update_fields=["updated_at"])
-        services.event(job, EventKind.RECONCILED, job.updated_at, worker=WORKER, message=message).save()
+        row.updated_at = jobs.now()
+        row.save(update_fields=["updated_at"])
+        services.event(row, EventKind.RECONCILED, row.updated_at, worker=WORKER, message=message).save()
         return "checked"
+
+
+def _settle_from_engine(row: ExportJob, state: Any) -> str:
+    if state.state == "FINISHED":
+        from exports import parquet  # pyarrow: loaded where files are read
+
+        written = parquet.count_rows(
+            claim_folder(row.destination, row.generation), dict(conf.get("STORAGE_OPTIONS"))
+        )
+        update = services.Report(
+            JobStatus.COMPLETED,
+            worker=WORKER,
+            row_count=written.rows,
+            size_bytes=written.size,
+            files=tuple(written.files),
+            note=f"the engine says query {row.query_id} finished",
+            note_kind=EventKind.RECONCILED,
+        )
+    else:
+        update = services.Report(
+            JobStatus.FAILED,
+            worker=WORKER,
+            error_message=state.error or f"query {row.query_id} failed",
+            note=f"the engine says query {row.query_id} failed",
+            note_kind=EventKind.RECONCILED,
+        )
+    services.settle(row, update)
+    _end_engine_job(row, f"settled by the reconciliation: {update.note}")
+    return update.status
 
 
 def finish_snapshots() -> int:
@@ -210,6 +241,6 @@ def finish_snapshots() -> int:
     ids = (
         Snapshot.objects.filter(status__in=[SnapshotStatus.PENDING, SnapshotStatus.CREATING])
         .filter(~Exists(unfinished), Exists(ExportJob.objects.filter(snapshot=OuterRef("pk"))))
-        .values_list("pk", flat=True)[:500]
+        .values_list("pk", flat=True)[:BATCH]
     )
     return sum(1 for pk in list(ids) if services.finish_snapshot(pk))

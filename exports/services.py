@@ -1,30 +1,29 @@
-"""The export jobs' state machine: every change a worker, the reconciliation, the API or
-an operator makes goes through here, each in one transaction with its history.
+"""The export jobs' state machine: every change the engine's steps, the reconciliation,
+the API or an operator makes goes through here, each in one transaction with its history.
 
 Snapshots are made from mappings (``create_snapshot``); an entity that is a Trino query
 must be one query (``exports.entity_sql``) in a catalog of the tenant's ``TrinoBinding``,
-whose role its jobs run under. Workers ``claim`` pending jobs, ``report`` what became of
-them, and take submitted jobs that are due for a poll (``due_for_poll``). A report names
-the claim (``generation``) it comes from and carries the secret token issued with the
-claim or the poll: a worker whose claim was reset and given to another, or one that was
-never given it, cannot write over it (``ClaimLost``), and so cannot submit a second
-query for one job. The files a report lists must lie in the job's folder. A job's
-last report finishes its snapshot when no job of it is left, in the same transaction;
-the reconciliation catches what a crash left between the two.
+whose role its jobs run under. Each export is an engine job of type ``exports.export``,
+run by a remote export worker: the engine claims, leases, fences, retries and rescues
+it, and its steps call the hooks here (``HOOKS``) in their own transactions, so that the
+domain row follows: the claim describes the export to its worker (``describe``), a
+success records the files, which must lie in the job's folder (``record_completion``),
+a snooze is a submitted UNLOAD waiting for its next poll (``record_submission``), and an
+operator's cancel, retry or recovery, wherever it was taken, reaches the row
+(``follow_operator``). A job's last outcome finishes its snapshot when no job of it is
+left, in the same transaction; the reconciliation catches what a crash left between the
+two.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
-import secrets
+import posixpath
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
 
 import jobs
 from exports import conf, datasets, entity_sql
@@ -33,6 +32,7 @@ from exports.models import (
     Engine,
     EntityKind,
     EventKind,
+    ExportConfig,
     ExportEvent,
     ExportJob,
     JobStatus,
@@ -42,7 +42,8 @@ from exports.models import (
     SnapshotStatus,
     TrinoBinding,
 )
-from exports.spec import relative_inside, snapshot_folder
+from exports.spec import JobSpec, relative_inside, snapshot_folder
+from jobs.errors import IllegalTransition, InvalidArgument
 
 logger = logging.getLogger(__name__)
 
@@ -54,39 +55,15 @@ class InvalidMapping(ValueError):
     """A mapping a snapshot cannot be made from; the message names the entity and why."""
 
 
-class ClaimLost(Exception):
-    """A worker's report on a job it no longer holds (reset, taken by another worker,
-    finished or cancelled meanwhile)."""
-
-    def __init__(self, job: ExportJob, expected: str, reason: str = "") -> None:
-        self.job = job
-        super().__init__(
-            f"export job {job.pk} is {job.status} under claim {job.generation}; "
-            f"the report was for {expected}" + (f": {reason}" if reason else "")
-        )
-
-
-class InvalidReport(ValueError):
-    """A report that is not a transition of the state machine, or lacks what it needs;
-    ``field`` names the part of the report at fault."""
-
-    def __init__(self, message: str, field: str = "status") -> None:
-        super().__init__(message)
-        self.field = field
-
-
-# The longest wait between a direct export's heartbeats: an operator's cancel or the
-# maximum duration reaches the export at its next one.
-MAX_HEARTBEAT_SECONDS = 5.0
-# The shortest claim timeout that leaves a worker room for two lost heartbeats.
-MIN_CLAIM_TIMEOUT_SECONDS = 15
-
-
-def heartbeat_seconds() -> float:
-    """How often a worker exporting a claimed job says it still holds it: a third of the
-    claim timeout (two beats may be lost before the claim is taken back), at most
-    ``MAX_HEARTBEAT_SECONDS``. Told to the worker with each claim."""
-    return min(conf.get("CLAIM_TIMEOUT_SECONDS") / 3, MAX_HEARTBEAT_SECONDS)
+# The engine job type of every export, its queue, and how long a claim's lease lasts
+# without a heartbeat: its worker beats every third of it (5 s), so an operator's cancel
+# or the maximum duration reaches a running export within seconds.
+EXPORT_TYPE = "exports.export"
+QUEUE = "exports"
+LEASE_SECONDS = 15
+# A completion's file list: at most this many paths, relative to the job's folder.
+MAX_RESULT_FILES = 10_000
+MAX_FILE_PATH = 1_000
 
 
 def poll_delay(polls_done: int) -> timedelta:
@@ -117,7 +94,7 @@ def event(
         worker=worker[:200],
         actor=actor,
         via=via,
-        message=message,
+        message=message[:4000],
     )
 
 
@@ -259,6 +236,7 @@ def create_snapshot(mapping: Mapping, *, user: Any = None, via: str = "") -> Sna
             )
             for position, (entity, spec) in enumerate(specs)
         )
+        link_engine_jobs(made)
         ExportEvent.objects.bulk_create(
             event(job, EventKind.CREATED, now, to_status=JobStatus.PENDING, actor=user, via=via)
             for job in made
@@ -266,114 +244,264 @@ def create_snapshot(mapping: Mapping, *, user: Any = None, via: str = "") -> Sna
     return snapshot
 
 
-# -- claim tokens -------------------------------------------------------------------
-
-
-def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def holds_token(job: ExportJob, token: str) -> bool:
-    """Whether ``token`` is the secret of the job's current claim or poll."""
-    return bool(job.claim_token_hash and token) and hmac.compare_digest(
-        job.claim_token_hash, token_hash(token)
+def link_engine_jobs(rows: list[ExportJob]) -> None:
+    """Enqueue the engine job of each row, in order (nodes before edges, the claim order),
+    and link it, in the caller's transaction."""
+    if not rows:
+        return
+    ids = jobs.enqueue_many(
+        EXPORT_TYPE, [{"export": row.pk} for row in rows], queue=QUEUE, tenant=rows[0].tenant_id
     )
+    for row, job_id in zip(rows, ids, strict=True):
+        row.job_id = job_id
+    ExportJob.objects.bulk_update(rows, ["job"])
 
 
-def _issue_tokens(ids: list[int]) -> dict[int, str]:
-    """A fresh secret for each job, its hash stored: only the caller ever sees the
-    secrets, and each replaces the one an earlier holder had."""
-    tokens = {pk: secrets.token_urlsafe(32) for pk in ids}
-    for pk, token in tokens.items():
-        ExportJob.objects.filter(pk=pk).update(claim_token_hash=token_hash(token))
-    return tokens
+# -- the engine's steps of an export job ---------------------------------------------
 
 
-# -- workers ------------------------------------------------------------------------
+def spec_of(row: ExportJob) -> dict[str, Any]:
+    """What a worker is told of the export it claimed: everything it needs, so that it
+    never reads Conveyor's tables."""
+    return JobSpec(
+        id=row.pk,
+        snapshot_id=row.snapshot_id,
+        tenant_id=row.tenant_id,
+        generation=row.generation,
+        job_type=row.job_type,
+        entity_name=row.entity_name,
+        engine=row.engine,
+        sql=row.sql,
+        column_names=tuple(row.column_names),
+        column_types=tuple(row.column_types),
+        catalog=row.catalog,
+        starburst_role=row.starburst_role,
+        destination=row.destination,
+        status=row.status,
+        query_id=row.query_id,
+        next_uri=row.next_uri,
+        poll_count=row.poll_count,
+    ).to_json()
 
 
-def claim(worker: str, limit: int) -> list[tuple[ExportJob, str]]:
-    """Take up to ``limit`` pending jobs for ``worker``, oldest snapshot first and nodes
-    before edges, each with the secret its reports must carry; two workers never take
-    the same job."""
-    limit = max(0, min(limit, conf.get("CLAIM_LIMIT")))
+def _row_of(job: Any) -> ExportJob:
+    """The export row the engine job runs, locked for the step's transaction."""
+    row = ExportJob.objects.select_for_update().filter(job_id=job.pk).first()
+    if row is None:
+        raise LookupError(f"no export is linked to job {job.pk} (its snapshot was deleted)")
+    return row
+
+
+def describe(job: Any) -> dict[str, Any]:
+    """A claim of the engine job: the export's spec for its worker. A fresh claim of a
+    pending (or lost) export counts a new claim, whose files carry its number; a claim
+    of a submitted one is its next poll. An export that ended meanwhile is not run."""
     now = jobs.now()
-    with transaction.atomic():
-        ids = list(
-            ExportJob.objects.select_for_update(skip_locked=True)
-            .filter(status=JobStatus.PENDING)
-            .order_by("snapshot_id", "position")
-            .values_list("pk", flat=True)[:limit]
+    row = _row_of(job)
+    if row.status in JOB_FINISHED:
+        raise ValueError(f"export {row.pk} is {row.status} already")
+    if row.status != JobStatus.SUBMITTED:
+        before, lost_claim = row.status, row.claimed_by
+        reset(row, now)
+        row.generation += 1
+        row.status, row.claimed_by, row.claimed_at = JobStatus.CLAIMED, job.locked_by or "", now
+        row.save()
+        message = f"claim {row.generation}, attempt {job.attempts}"
+        if before == JobStatus.CLAIMED:
+            message += f"; the claim of {lost_claim} was lost"
+        event(
+            row,
+            EventKind.CLAIMED,
+            now,
+            from_status=before,
+            to_status=JobStatus.CLAIMED,
+            worker=row.claimed_by,
+            message=message,
+        ).save()
+        Snapshot.objects.filter(pk=row.snapshot_id, status=SnapshotStatus.PENDING).update(
+            status=SnapshotStatus.CREATING, updated_at=now
         )
-        if not ids:
-            return []
-        ExportJob.objects.filter(pk__in=ids).update(
-            status=JobStatus.CLAIMED,
-            claimed_by=worker,
-            claimed_at=now,
-            updated_at=now,
-            generation=F("generation") + 1,
+    return {"spec": spec_of(row)}
+
+
+def _result_files(row: ExportJob, files: Any) -> tuple[str, ...]:
+    """A completion's files, each a path inside the job's folder, as full locations.
+    A worker's word is all they are, and members are shown them."""
+    if not isinstance(files, list) or len(files) > MAX_RESULT_FILES:
+        raise InvalidArgument("result", f"result: files must be a list of at most {MAX_RESULT_FILES} paths")
+    located = []
+    for name in files:
+        if not isinstance(name, str) or not name or len(name) > MAX_FILE_PATH:
+            raise InvalidArgument("result", f"result: a file is a path of 1 to {MAX_FILE_PATH} characters")
+        location = posixpath.join(row.destination.rstrip("/"), name)
+        if name.startswith("/") or "://" in name or relative_inside(location, row.destination) is None:
+            raise InvalidArgument("result", f"result: file {name!r} is not inside the job's folder")
+        located.append(location)
+    return tuple(located)
+
+
+def _count(result: dict[str, Any], key: str) -> int:
+    value = result.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidArgument("result", f"result: {key} must be a count (an integer, never negative)")
+    return value
+
+
+def record_completion(job: Any, result: Any) -> None:
+    """A success: the rows, bytes and files the worker wrote (``{"rows", "bytes",
+    "files", "note"}``, files relative to the job's folder); finishes the snapshot when
+    it was its last job."""
+    row = _row_of(job)
+    if not isinstance(result, dict):
+        raise InvalidArgument("result", "result: an export's success reports rows, bytes and files")
+    update = Report(
+        JobStatus.COMPLETED,
+        worker=job.locked_by or "",
+        row_count=_count(result, "rows"),
+        size_bytes=_count(result, "bytes"),
+        files=_result_files(row, result.get("files")),
+        note=str(result.get("note") or "")[:2000],
+    )
+    if row.status in JOB_FINISHED:
+        return
+    settle(row, update)
+
+
+def record_failure(job: Any, error: str, final: bool) -> None:
+    """A failed attempt: the export fails (and so may its snapshot) when no retry
+    follows; otherwise it waits, pending, for the engine's next attempt."""
+    row = _row_of(job)
+    if row.status in JOB_FINISHED:
+        return
+    if final:
+        settle(row, Report(JobStatus.FAILED, worker=job.locked_by or "", error_message=error))
+        return
+    now, before = jobs.now(), row.status
+    reset(row, now)
+    row.save()
+    event(
+        row,
+        EventKind.HANDED_BACK,
+        now,
+        from_status=before,
+        to_status=JobStatus.PENDING,
+        worker=job.locked_by or "",
+        message=f"attempt {job.attempts} of {job.max_attempts} failed, to be tried again: {error}",
+    ).save()
+
+
+def _text(details: dict[str, Any], key: str, limit: int, *, required: bool = False) -> str:
+    value = details.get(key, "")
+    if not isinstance(value, str) or len(value) > limit or (required and not value):
+        need = "1 to" if required else "at most"
+        raise InvalidArgument("details", f"details: {key} must be text of {need} {limit} characters")
+    return value
+
+
+def record_submission(job: Any, details: Any) -> float:
+    """A snooze: an UNLOAD submitted by the claim (``query_id``, ``next_uri``), or a
+    poll that found it still running (``next_uri``); the seconds until its next poll on
+    the Fibonacci schedule, which the engine job sleeps."""
+    row = _row_of(job)
+    details = details if isinstance(details, dict) else {}
+    if row.status == JobStatus.CLAIMED:
+        update = Report(
+            JobStatus.SUBMITTED,
+            worker=job.locked_by or "",
+            query_id=_text(details, "query_id", 200, required=True),
+            next_uri=_text(details, "next_uri", 2000),
         )
-        tokens = _issue_tokens(ids)
-        claimed = list(ExportJob.objects.filter(pk__in=ids).order_by("snapshot_id", "position"))
-        Snapshot.objects.filter(
-            pk__in={job.snapshot_id for job in claimed}, status=SnapshotStatus.PENDING
-        ).update(status=SnapshotStatus.CREATING, updated_at=now)
-        ExportEvent.objects.bulk_create(
-            event(
-                job,
-                EventKind.CLAIMED,
-                now,
-                from_status=JobStatus.PENDING,
-                to_status=JobStatus.CLAIMED,
-                worker=worker,
+    elif row.status == JobStatus.SUBMITTED:
+        update = Report(
+            JobStatus.SUBMITTED, worker=job.locked_by or "", next_uri=_text(details, "next_uri", 2000)
+        )
+    else:
+        raise InvalidArgument("details", f"details: export {row.pk} is {row.status}, not waiting on a query")
+    settle(row, update)
+    return poll_delay(row.poll_count).total_seconds()
+
+
+def time_limit(job: Any) -> float:
+    """An attempt's time limit: the operators' maximum duration (``ExportConfig``)."""
+    return float(ExportConfig.current().max_duration_seconds)
+
+
+def follow_operator(job: Any, action: str, actor: Any, via: str) -> None:
+    """An operator's action on the engine job, from any door, reaches the export: a
+    cancel fails it (its submitted query is cancelled on its engine by a job), a retry
+    runs it again and reopens its snapshot, a recovery of a lost claim hands it back."""
+    _follow(_row_of(job), action, actor, via)
+
+
+def _follow(row: ExportJob, action: str, actor: Any, via: str) -> None:
+    now, before = jobs.now(), row.status
+    if action == "cancel" and before not in JOB_FINISHED:
+        name = getattr(actor, "get_username", lambda: "the system")()
+        settle(
+            row,
+            Report(JobStatus.FAILED, error_message=f"Cancelled by {name}"),
+            kind=EventKind.CANCELLED,
+            actor=actor,
+            via=via,
+        )
+        if before == JobStatus.SUBMITTED:
+            jobs.enqueue("exports.CancelQuery", {"job": row.pk}, tenant=row.tenant_id)
+    elif action in ("retry", "replay"):
+        if before == JobStatus.COMPLETED:
+            raise IllegalTransition(
+                f"export {row.pk} completed and its snapshot is {row.snapshot.status}: take a new snapshot"
             )
-            for job in claimed
+        error = row.error_message
+        reset(row, now)
+        row.save()
+        Snapshot.objects.filter(pk=row.snapshot_id).update(
+            status=SnapshotStatus.CREATING, error="", finished_at=None, updated_at=now
         )
-    return [(job, tokens[job.pk]) for job in claimed]
+        event(
+            row,
+            EventKind.RETRIED,
+            now,
+            from_status=before,
+            to_status=JobStatus.PENDING,
+            actor=actor,
+            via=via,
+            message=f"was: {error}" if error else "",
+        ).save()
+    elif action == "recover" and before == JobStatus.CLAIMED:
+        worker = row.claimed_by
+        reset(row, now)
+        row.save()
+        event(
+            row,
+            EventKind.CLAIM_RESET,
+            now,
+            from_status=before,
+            to_status=JobStatus.PENDING,
+            actor=actor,
+            via=via,
+            message=f"taken from {worker}",
+        ).save()
 
 
-def due_for_poll(worker: str, limit: int) -> list[tuple[ExportJob, str]]:
-    """Up to ``limit`` submitted jobs whose next poll is due, soonest first, each with a
-    fresh secret for the poll's report. They are held for ``POLL_LEASE_SECONDS`` (their
-    next poll moved that far on) so that two workers do not poll one job; a worker that
-    dies holding them only delays their poll, and one whose lease ran out has lost its
-    secret to the next poller."""
-    limit = max(0, min(limit, conf.get("POLL_LIMIT")))
-    now = jobs.now()
-    with transaction.atomic():
-        ids = list(
-            ExportJob.objects.select_for_update(skip_locked=True)
-            .filter(status=JobStatus.SUBMITTED, next_poll_at__lte=now)
-            .order_by("next_poll_at", "pk")
-            .values_list("pk", flat=True)[:limit]
-        )
-        if not ids:
-            return []
-        ExportJob.objects.filter(pk__in=ids).update(
-            next_poll_at=now + timedelta(seconds=conf.get("POLL_LEASE_SECONDS"))
-        )
-        tokens = _issue_tokens(ids)
-        taken = list(ExportJob.objects.filter(pk__in=ids).order_by("next_poll_at", "pk"))
-    return [(job, tokens[job.pk]) for job in taken]
+HOOKS = jobs.RemoteHooks(
+    describe=describe,
+    on_complete=record_completion,
+    on_fail=record_failure,
+    on_snooze=record_submission,
+    on_operator=follow_operator,
+    time_limit=time_limit,
+)
 
 
 @dataclass(frozen=True)
 class Report:
-    """What a worker says of a job it holds. ``status`` is where the job goes: ``claimed``
-    (still exporting: a heartbeat), ``submitted`` (a query was submitted, or a poll found
-    it still running), ``completed`` or ``failed``."""
+    """A step of an export: ``status`` is where it goes (``submitted``, ``completed`` or
+    ``failed``), with what the step found."""
 
     status: str
-    generation: int
     worker: str = ""
-    # The secret given with the claim or the poll the report is about.
-    claim_token: str = ""
     query_id: str = ""
     next_uri: str = ""
-    # Polls of a submitted job: how many the worker saw done when it polled; a report on
-    # a poll another worker has since made is refused.
-    poll_count: int | None = None
     row_count: int | None = None
     size_bytes: int | None = None
     files: tuple[str, ...] = ()
@@ -384,78 +512,17 @@ class Report:
     note_kind: str = ""
 
 
-# Keyed by the status a report asks for, which is text until checked against these.
-_FROM: dict[str, set[JobStatus]] = {
-    # A worker shutting down hands back a job it has not finished.
-    JobStatus.PENDING: {JobStatus.CLAIMED},
-    # A heartbeat; or a submitted job whose engine lacks system.unload, taken back by the
-    # worker that polled it to export it directly (a new claim: see _apply).
-    JobStatus.CLAIMED: {JobStatus.CLAIMED, JobStatus.SUBMITTED},
-    JobStatus.SUBMITTED: {JobStatus.CLAIMED, JobStatus.SUBMITTED},
-    JobStatus.COMPLETED: {JobStatus.CLAIMED, JobStatus.SUBMITTED},
-    JobStatus.FAILED: {JobStatus.CLAIMED, JobStatus.SUBMITTED},
-}
-
-
-def report(job_id: int, update: Report) -> ExportJob:
-    """Apply a worker's report to the job it holds; ``ClaimLost`` if it no longer does,
-    or never did (the claim's secret is not the report's).
-
-    A job's last report also finishes its snapshot, when no other job of it is left.
-    """
-    if update.status not in _FROM:
-        raise InvalidReport(
-            f"status {update.status!r} is not one a worker reports ({', '.join(sorted(_FROM))})"
-        )
-    now = jobs.now()
-    with transaction.atomic():
-        job = ExportJob.objects.select_for_update().filter(pk=job_id).first()
-        if job is None:
-            raise ExportJob.DoesNotExist(f"no export job {job_id}")
-        why = _refusal(job, update)
-        if not why:
-            _check_files(job, update)
-            settle(job, update, now)
-    if why:
-        # Recorded apart from the refused change: the history shows which worker came late.
-        event(
-            job,
-            EventKind.LATE_REFUSED,
-            now,
-            from_status=job.status,
-            to_status=update.status,
-            worker=update.worker,
-            message=f"refused a report for claim {update.generation}: {why}",
-        ).save()
-        raise ClaimLost(job, f"claim {update.generation}", why if why == NO_SECRET else "")
-    return job
-
-
-NO_SECRET = "it does not carry the secret of the job's current claim or poll"
-
-
-def _refusal(job: ExportJob, update: Report) -> str:
-    """Why a report cannot apply to the job as it is; empty when it can."""
-    if job.generation != update.generation or job.status not in _FROM[update.status]:
-        return f"the job is {job.status} under claim {job.generation}"
-    if not holds_token(job, update.claim_token):
-        return NO_SECRET
-    return ""
-
-
-def _check_files(job: ExportJob, update: Report) -> None:
-    """A completion's files must each lie inside the job's folder: a worker's word is
-    all they are, and members are shown them."""
-    if update.status != JobStatus.COMPLETED:
-        return
-    for location in update.files:
-        if relative_inside(location, job.destination) is None:
-            raise InvalidReport(f"file {location!r} is not inside the job's folder", "files")
-
-
-def settle(job: ExportJob, update: Report, now: datetime | None = None) -> None:
-    """Apply ``update`` to ``job``, which the caller has locked and found it applies to
-    (a worker's report, or the reconciliation's finding), with its history; finish the
+def settle(
+    job: ExportJob,
+    update: Report,
+    now: datetime | None = None,
+    *,
+    kind: str = "",
+    actor: Any = None,
+    via: str = "",
+) -> None:
+    """Apply ``update`` to ``job``, which the caller has locked, with its history (the
+    transition's event ``kind``, by default named after the new status); finish the
     snapshot if this was its last job."""
     now = now or jobs.now()
     before = job.status
@@ -469,16 +536,17 @@ def settle(job: ExportJob, update: Report, now: datetime | None = None) -> None:
                 job, update.note_kind or EventKind.FELL_BACK, now, worker=update.worker, message=update.note
             )
         )
-    if before != job.status:
-        kind = EventKind.HANDED_BACK if job.status == JobStatus.PENDING else job.status
+    if before != job.status or kind:
         events.append(
             event(
                 job,
-                kind,
+                kind or job.status,
                 now,
                 from_status=before,
                 to_status=job.status,
                 worker=update.worker,
+                actor=actor,
+                via=via,
                 message=_transition_message(job),
             )
         )
@@ -489,22 +557,8 @@ def settle(job: ExportJob, update: Report, now: datetime | None = None) -> None:
 
 def _apply(job: ExportJob, update: Report, now: datetime) -> None:
     status = update.status
-    if job.status == JobStatus.SUBMITTED and status in (JobStatus.SUBMITTED, JobStatus.CLAIMED):
-        # Whoever polled the job last may act on what the poll found, no one else.
-        if update.poll_count is None or update.poll_count != job.poll_count:
-            raise ClaimLost(job, f"poll {update.poll_count}")
-    if status == JobStatus.PENDING:
-        reset(job, now)
-        return
-    if status == JobStatus.CLAIMED and job.status == JobStatus.SUBMITTED:
-        job.generation += 1
-        job.claimed_by, job.claimed_at = update.worker, now
-        job.query_id = job.next_uri = ""
-        job.next_poll_at = job.submitted_at = None
-    elif status == JobStatus.SUBMITTED:
-        if job.status == JobStatus.CLAIMED:
-            if not update.query_id:
-                raise InvalidReport("a submission names its query id")
+    if status == JobStatus.SUBMITTED:
+        if job.status != JobStatus.SUBMITTED:
             job.query_id, job.next_uri = update.query_id, update.next_uri
             job.submitted_at, job.poll_count = now, 0
         else:
@@ -512,10 +566,7 @@ def _apply(job: ExportJob, update: Report, now: datetime) -> None:
             job.next_uri = update.next_uri or job.next_uri
         job.next_poll_at = now + poll_delay(job.poll_count)
     elif status == JobStatus.COMPLETED:
-        if update.row_count is None or update.size_bytes is None:
-            raise InvalidReport("a completed job reports its row count and size")
-        if update.row_count < 0 or update.size_bytes < 0:
-            raise InvalidReport("row count and size are never negative")
+        assert update.row_count is not None and update.size_bytes is not None
         job.row_count, job.size_bytes, job.files = update.row_count, update.size_bytes, list(update.files)
         job.completed_at, job.next_poll_at, job.error_message = now, None, ""
     elif status == JobStatus.FAILED:
@@ -532,11 +583,6 @@ def _transition_message(job: ExportJob) -> str:
     if job.status == JobStatus.FAILED:
         return job.error_message
     return ""
-
-
-def heartbeat(job_id: int, generation: int, worker: str, claim_token: str) -> ExportJob:
-    """A worker still exporting a claimed job: keeps the reconciliation from resetting it."""
-    return report(job_id, Report(JobStatus.CLAIMED, generation, worker=worker, claim_token=claim_token))
 
 
 # -- finishing snapshots ------------------------------------------------------------
@@ -625,92 +671,72 @@ class ActionRefused(Exception):
     """An operator's action that does not apply to the job as it is; the message says why."""
 
 
+def _engine_action(row: ExportJob, action: str, actor: Any, via: str, reason: str = "") -> None:
+    """The engine's action on the row's job; its hook (``follow_operator``) moves the row."""
+    from jobs import engine
+    from jobs.models import Job
+
+    job = Job.objects.filter(pk=row.job_id).first() if row.job_id else None
+    if job is None:
+        raise ActionRefused(f"export {row.pk} has no engine job (the reconciliation links a new one)")
+    try:
+        getattr(engine, action)(job, actor=actor, reason=reason, via=via)
+    except IllegalTransition as error:
+        raise ActionRefused(str(error)) from None
+
+
 def retry_job(job: ExportJob, user: Any, *, via: str = "") -> ExportJob:
-    """Run a failed job again (a new claim, a fresh export), and reopen its snapshot."""
-    now = jobs.now()
-    with transaction.atomic():
-        job = ExportJob.objects.select_for_update().get(pk=job.pk)
-        if job.status != JobStatus.FAILED:
-            raise ActionRefused(f"only a failed job is retried; this one is {job.status}")
-        before = job.error_message
-        reset(job, now)
-        job.save()
-        Snapshot.objects.filter(pk=job.snapshot_id).update(
-            status=SnapshotStatus.CREATING, error="", finished_at=None, updated_at=now
-        )
-        event(
-            job,
-            EventKind.RETRIED,
-            now,
-            from_status=JobStatus.FAILED,
-            to_status=JobStatus.PENDING,
-            actor=user,
-            via=via,
-            message=f"was: {before}",
-        ).save()
+    """Run a failed export again (a new claim, a fresh export), and reopen its snapshot:
+    the engine's retry of its job."""
+    if job.status != JobStatus.FAILED:
+        raise ActionRefused(f"only a failed job is retried; this one is {job.status}")
+    _engine_action(job, "retry", user, via)
+    job.refresh_from_db()
     return job
 
 
 def reset_claim(job: ExportJob, user: Any, *, via: str = "") -> ExportJob:
-    """Hand a claimed job back to pending now, as the reconciliation would after its
-    timeout (a worker known to be gone). Its worker's reports are refused from then on."""
-    now = jobs.now()
-    with transaction.atomic():
-        job = ExportJob.objects.select_for_update().get(pk=job.pk)
-        if job.status != JobStatus.CLAIMED:
-            raise ActionRefused(f"only a claimed job's claim is reset; this one is {job.status}")
-        worker = job.claimed_by
-        reset(job, now)
-        job.save()
-        event(
-            job,
-            EventKind.CLAIM_RESET,
-            now,
-            from_status=JobStatus.CLAIMED,
-            to_status=JobStatus.PENDING,
-            actor=user,
-            via=via,
-            message=f"taken from {worker}",
-        ).save()
+    """Hand a claimed export back to pending now (its worker known to be gone): the
+    engine's recovery of its job, which fences that worker out."""
+    if job.status != JobStatus.CLAIMED:
+        raise ActionRefused(f"only a claimed job's claim is reset; this one is {job.status}")
+    _engine_action(job, "recover", user, via, reason=f"claim of {job.claimed_by} reset")
+    job.refresh_from_db()
     return job
 
 
 def cancel_snapshot(snapshot: Snapshot, user: Any, *, via: str = "") -> list[ExportJob]:
-    """Fail every unfinished job of the snapshot (and so the snapshot); the queries they
-    submitted are cancelled on the engine by a job. Returns the jobs cancelled."""
-    now = jobs.now()
-    name = getattr(user, "get_username", lambda: "the system")()
+    """Fail every unfinished job of the snapshot (and so the snapshot) by cancelling its
+    engine job: a running export's worker stops it at its next heartbeat, and the
+    queries they submitted are cancelled on the engine by a job. Returns the jobs
+    cancelled."""
+    from jobs.models import Job
+
+    cancelled = []
     with transaction.atomic():
-        open_jobs = list(
+        open_rows = list(
             ExportJob.objects.select_for_update()
             .filter(snapshot_id=snapshot.pk)
             .exclude(status__in=JOB_FINISHED)
             .order_by("position")
         )
-        for job in open_jobs:
-            before = job.status
-            job.status, job.error_message = JobStatus.FAILED, f"Cancelled by {name}"
-            job.completed_at, job.updated_at, job.next_poll_at = now, now, None
-            job.save()
-            event(
-                job,
-                EventKind.CANCELLED,
-                now,
-                from_status=before,
-                to_status=JobStatus.FAILED,
-                actor=user,
-                via=via,
-                message=job.error_message,
-            ).save()
-            if before == JobStatus.SUBMITTED:
-                jobs.enqueue("exports.CancelQuery", {"job": job.pk}, tenant=job.tenant_id)
+        engine_jobs = {
+            job.pk: job for job in Job.objects.filter(pk__in=[row.job_id for row in open_rows if row.job_id])
+        }
+        for row in open_rows:
+            job = engine_jobs.get(row.job_id or 0)
+            if job is not None and job.state not in Job.FINISHED:
+                _engine_action(row, "cancel", user, via)
+            else:  # its job is gone or ended, and the row missed it: the row alone
+                _follow(row, "cancel", user, via)
+            row.refresh_from_db()
+            cancelled.append(row)
         finish_snapshot(snapshot.pk)
-    return open_jobs
+    return cancelled
 
 
 def reset(job: ExportJob, now: datetime) -> None:
     job.status, job.claimed_by, job.claimed_at = JobStatus.PENDING, "", None
-    job.claim_token_hash = ""
     job.query_id = job.next_uri = job.error_message = ""
     job.next_poll_at = job.submitted_at = job.completed_at = None
     job.poll_count, job.row_count, job.size_bytes, job.files = 0, None, None, []

@@ -1,7 +1,8 @@
 """What a worker is told about an export job, and the column types every engine shares.
 
-The control plane sends a job as JSON; ``JobSpec`` is that JSON read back, so that the
-worker, the engines and the tests pass one typed value around instead of dicts. It holds
+A claim of an export's engine job tells its worker the export as JSON (the claim's
+``details``); ``JobSpec`` is that JSON read back, so that the worker, the engines and
+the tests pass one typed value around instead of dicts. It holds
 everything the export needs (the denormalised SQL, columns, role and destination), so a
 worker never reads Conveyor's tables.
 
@@ -75,8 +76,8 @@ class JobSpec:
     id: int
     snapshot_id: int
     tenant_id: int
-    # The claim this worker holds: every update it sends carries it, and the control plane
-    # refuses one from a claim that was reset and given to another worker since.
+    # The export's claims so far, this one included: its files carry the number, apart
+    # from those of any earlier claim, whose lost writer may still be at work.
     generation: int
     job_type: str  # "node" or "edge"
     entity_name: str
@@ -93,12 +94,6 @@ class JobSpec:
     query_id: str = ""
     next_uri: str = ""
     poll_count: int = 0
-    # The secret of this worker's claim (or poll): every report carries it, and only the
-    # worker the control plane gave it to has it. Sent in claim and poll answers only.
-    claim_token: str = ""
-    # How often the worker says it still holds the claim while it exports: set by the
-    # control plane from its claim timeout, in claim answers.
-    heartbeat_seconds: float = 5.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -117,7 +112,7 @@ class JobSpec:
         values = {key: value for key, value in data.items() if key in known}
         for key in ("column_names", "column_types"):
             values[key] = tuple(values.get(key) or ())
-        for key in ("catalog", "starburst_role", "destination", "query_id", "next_uri", "claim_token"):
+        for key in ("catalog", "starburst_role", "destination", "query_id", "next_uri"):
             values[key] = values.get(key) or ""
         return cls(**values)
 

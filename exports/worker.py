@@ -1,26 +1,31 @@
-"""The export worker: one per pod, stateless, talking to Conveyor only through the control
-plane's internal API (``exports.control_plane``).
+"""The export worker: one per pod, stateless, a remote worker of the engine
+(``jobs.remote_client``). It holds no credentials for Conveyor's database, only the
+token of a ``JOBS_REMOTE_WORKERS`` credential that serves the ``exports`` queue.
 
-Each pass claims up to 10 pending jobs (as many as it has room for), starts their
-exports, and polls up to 50 submitted jobs that are due; then it waits 5 s, or 10 s
-when there was nothing to do. Exports run as asyncio tasks; the blocking parts (a query
-streamed into Parquet, a Trino call) run on a small, fixed pool of threads, so many jobs
-are in flight without a thread each. Everything that must survive a crash is in the
-database: the claim (renewed by a heartbeat while a direct export runs), the submitted
-query's id and next URI, the poll count and the next poll's time.
+Each pass claims up to 10 export jobs (as many as it has room for): fresh exports, and
+submitted UNLOADs whose next poll is due (a poll is the end of the engine job's
+snooze). Exports run as asyncio tasks; the blocking parts (a query streamed into
+Parquet, a Trino call) run on a small, fixed pool of threads, so many jobs are in
+flight without a thread each. While the worker holds a job, the client's heartbeats
+renew its lease, every third of it; a job the engine takes away (an operator's cancel,
+the maximum duration, a lease that ran out) is stopped at once: its PostgreSQL or Trino
+query is cancelled and its partial file removed. Everything that must survive a crash
+is the engine's and the export row's: the claim, the submitted query's id and next URI,
+the poll count and the next poll's time.
 
-A direct export writes ``part-g<claim>.parquet`` into the job's folder after clearing
-what an earlier claim may have left there, and reports it completed. Every report
-carries the secret the claim (or the poll) came with. A Trino job without a role fails
-at once, and so does one whose query is not one query (nothing is sent to Trino). A
-Trino direct export that times out (a cold cluster) is retried twice, 5 s apart.
-Without direct export the worker submits ``system.unload`` and the polls follow the
-query; an engine without ``system.unload`` gets the job exported directly instead, and
-its history says so.
+A direct export writes ``part-g<claim>.parquet`` into the job's folder and completes
+with its rows, bytes and file. A Trino job without a role fails at once, and so does
+one whose query is not one query (nothing is sent to Trino); a Trino direct export that
+times out (a cold cluster) is tried twice more, 5 s apart, and then its attempt fails
+and the engine tries again after its backoff. Without direct export the worker submits
+``system.unload`` and the job sleeps until its next poll, on the Fibonacci schedule the
+export's type decides; an engine without ``system.unload`` gets the job exported
+directly in the same claim instead, and its history says so.
 
 SIGTERM stops the claiming; running exports get ``grace_seconds`` to finish, and what is
-still running then is handed back to pending. ``/health`` answers while the loop runs,
-``/ready`` while it is not stopping and the control plane answered its last call.
+still running then is handed back to the engine, its attempt given back. ``/health``
+answers while the loop runs, ``/ready`` while it is not stopping and the control plane
+answered its last call.
 """
 
 from __future__ import annotations
@@ -35,81 +40,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import httpx
-
 from exports.engines import Cancellation
-from exports.spec import JobSpec
+from exports.spec import JobSpec, relative_inside
+from jobs.remote_client import ControlPlaneError, JobLost, RemoteClient, RemoteJob
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MISSING_ROLE = "Missing use case ID (X-Use-Case-Id header required)"
-
-
-class ClaimLost(Exception):
-    """The control plane refused a report: the job is no longer this worker's to change."""
-
-
-class ControlPlaneError(Exception):
-    """The control plane could not be reached or answered an error."""
-
-
-class ControlPlane:
-    """The internal API's client: bounded timeouts, the worker token, JSON both ways."""
-
-    def __init__(
-        self,
-        base_url: str,
-        token: str,
-        *,
-        timeout: float = 30.0,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        self._client = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            transport=transport,
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
-        )
-
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            response = await self._client.post(path, json=body)
-        except httpx.HTTPError as error:
-            raise ControlPlaneError(f"{path}: {type(error).__name__}: {error}") from error
-        if response.status_code == 409:
-            raise ClaimLost(response.json().get("detail", "claim lost"))
-        if response.status_code >= 400:
-            raise ControlPlaneError(f"{path}: HTTP {response.status_code}: {response.text[:500]}")
-        return response.json()
-
-    async def claim(self, worker: str, limit: int) -> list[JobSpec]:
-        answer = await self._post("/internal/exports/claim", {"worker": worker, "limit": limit})
-        return [JobSpec.from_json(job) for job in answer["jobs"]]
-
-    async def pollable(self, worker: str, limit: int) -> list[JobSpec]:
-        answer = await self._post("/internal/exports/pollable", {"worker": worker, "limit": limit})
-        return [JobSpec.from_json(job) for job in answer["jobs"]]
-
-    async def report(self, job: JobSpec, status: str, worker: str, **fields: Any) -> JobSpec:
-        """The job as the control plane has it after the report, still holding the
-        secret this worker reported with (an answer never repeats it)."""
-        body = {
-            "status": status,
-            "generation": job.generation,
-            "worker": worker,
-            "claim_token": job.claim_token,
-            **fields,
-        }
-        answer = await self._post(f"/internal/exports/jobs/{job.id}/report", body)
-        return dataclasses.replace(JobSpec.from_json(answer["job"]), claim_token=job.claim_token)
-
-    async def finalize(self, snapshot_id: int) -> str:
-        answer = await self._post(f"/internal/exports/snapshots/{snapshot_id}/finalize", {})
-        return answer["status"]
-
-    async def close(self) -> None:
-        await self._client.aclose()
+QUEUE = "exports"
+# What a worker asks of a snooze; the export's type answers with its poll schedule.
+FIRST_POLL_SECONDS = 2.0
 
 
 @dataclass
@@ -117,11 +58,10 @@ class WorkerSettings:
     name: str
     direct_export: bool = True
     claim_limit: int = 10
-    poll_limit: int = 50
     # Exports and engine calls at once: the thread pool's size.
     threads: int = 4
-    # Claimed jobs held at once (those beyond the threads wait their turn, their claims
-    # renewed): a claim is not taken while this many are held.
+    # Jobs held at once (those beyond the threads wait their turn, their leases renewed):
+    # no claim is made while this many are held.
     max_in_flight: int = 20
     pass_seconds: float = 5.0
     idle_seconds: float = 10.0
@@ -134,13 +74,13 @@ class WorkerSettings:
 class ExportWorker:
     def __init__(
         self,
-        control_plane: ControlPlane,
+        client: RemoteClient,
         settings: WorkerSettings,
         *,
         engine_for: Callable[[str], Any],
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.cp = control_plane
+        self.client = client
         self.settings = settings
         self._engine_for = engine_for
         self._sleep = sleep  # the cold-start pause, in a pool thread (tests pass their own)
@@ -148,10 +88,7 @@ class ExportWorker:
             max_workers=settings.threads, thread_name_prefix="export"
         )
         self._running: dict[int, asyncio.Task[None]] = {}
-        self._held: dict[int, JobSpec] = {}
-        # How to stop each direct export running on the pool (a thread cannot be
-        # interrupted; its query can).
-        self._cancellations: dict[int, Cancellation] = {}
+        self._held: dict[int, RemoteJob] = {}
         self.stopping = asyncio.Event()
         self.last_pass = time.monotonic()
         self.control_plane_ok = False
@@ -167,40 +104,43 @@ class ExportWorker:
 
     async def run(self) -> None:
         logger.info("export worker %s started", self.name)
-        while not self.stopping.is_set():
-            try:
-                busy = await self.run_pass()
-                self.control_plane_ok = True
-            except ControlPlaneError as error:
-                self.control_plane_ok, busy = False, False
-                logger.warning("export worker %s: %s", self.name, error)
-            self.last_pass = time.monotonic()
-            wait = self.settings.pass_seconds if busy else self.settings.idle_seconds
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), timeout=wait)
-        await self.drain()
+        beating = asyncio.Event()
+        keeper = asyncio.get_running_loop().create_task(self.client.keep_leases(beating))
+        try:
+            while not self.stopping.is_set():
+                try:
+                    busy = await self.run_pass()
+                    self.control_plane_ok = True
+                except ControlPlaneError as error:
+                    self.control_plane_ok, busy = False, False
+                    logger.warning("export worker %s: %s", self.name, error)
+                self.last_pass = time.monotonic()
+                wait = self.settings.pass_seconds if busy else self.settings.idle_seconds
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.stopping.wait(), timeout=wait)
+            await self.drain()
+        finally:
+            beating.set()
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            await self.client.close()
         logger.info("export worker %s stopped", self.name)
 
     async def run_pass(self) -> bool:
-        """Claim and start what there is room for, then poll what is due; True if either
-        found work."""
-        claimed = await self.claim_pass()
-        polled = await self.poll_pass()
-        return bool(claimed or polled)
-
-    async def claim_pass(self) -> int:
+        """Claim and start what there is room for; True if there was work."""
         room = min(self.settings.claim_limit, self.settings.max_in_flight - len(self._running))
         if room <= 0 or self.stopping.is_set():
-            return 0
-        claimed = await self.cp.claim(self.name, room)
-        for job in claimed:
-            self._start(job, self._export(job))
-        return len(claimed)
+            return False
+        claim = await self.client.claim(room, queues=[QUEUE])
+        for job in claim.jobs:
+            self._start(job)
+        return bool(claim.jobs)
 
-    def _start(self, job: JobSpec, work: Any) -> None:
-        """Run ``work`` on ``job`` as a task; the job is held (handed back at a shutdown)
-        until the task ends."""
-        task = asyncio.get_running_loop().create_task(work, name=f"export-{job.id}")
+    def _start(self, job: RemoteJob) -> None:
+        """Run the job as a task; it is held (handed back at a shutdown) until it ends."""
+        task = asyncio.get_running_loop().create_task(self._work(job), name=f"export-job-{job.id}")
         self._running[job.id], self._held[job.id] = task, job
 
         def ended(_: asyncio.Task[None]) -> None:
@@ -209,21 +149,14 @@ class ExportWorker:
 
         task.add_done_callback(ended)
 
-    async def poll_pass(self) -> int:
-        if self.stopping.is_set():
-            return 0
-        due = await self.cp.pollable(self.name, self.settings.poll_limit)
-        await asyncio.gather(*(self._poll(job) for job in due))
-        return len(due)
-
     async def wait_idle(self) -> None:
-        """Until every export this worker started has ended (tests, and the drain)."""
+        """Until every job this worker started has ended (tests, and the drain)."""
         while self._running:
             await asyncio.gather(*list(self._running.values()), return_exceptions=True)
 
     async def drain(self) -> None:
-        """On the way out: give running exports the grace period, then hand back the
-        jobs still held."""
+        """On the way out: give running exports the grace period, then stop the rest and
+        hand their jobs back."""
         if self._running:
             logger.info(
                 "export worker %s: waiting up to %.0f s for %d export(s)",
@@ -234,180 +167,170 @@ class ExportWorker:
             # asyncio.wait, not wait_for: the exports still running must not be cancelled
             # before their jobs are handed back.
             await asyncio.wait(list(self._running.values()), timeout=self.settings.grace_seconds)
-        for job_id, task in list(self._running.items()):
-            job = self._held.get(job_id)
-            stopping = self._cancellations.get(job_id)
-            if stopping is not None:
-                await self._stop(stopping, "the worker is shutting down")
+        left = [self._held[job_id] for job_id in list(self._running) if job_id in self._held]
+        for job in left:
+            job.lose("the worker is shutting down")
+        if left:
+            with contextlib.suppress(JobLost, ControlPlaneError):
+                handed = await self.client.release(left)
+                logger.info("export worker %s: %d job(s) handed back", self.name, handed)
+        for task in list(self._running.values()):
             task.cancel()
-            if job is not None:
-                with contextlib.suppress(ClaimLost, ControlPlaneError):
-                    await self.cp.report(job, "pending", self.name)
-                    logger.info("export job %s handed back", job_id)
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        await self.cp.close()
 
-    # -- exporting a claimed job ----------------------------------------------------
+    # -- one job --------------------------------------------------------------------
 
-    async def _export(self, job: JobSpec, *, direct: bool = False) -> None:
-        """Export a job this worker holds: directly, or (Trino, ``DIRECT_EXPORT=false``
-        and not ``direct``) by submitting an UNLOAD."""
+    async def _work(self, job: RemoteJob) -> None:
+        spec = JobSpec.from_json(job.details.get("spec") or {})
         try:
-            if job.engine == "trino" and not job.starburst_role:
-                await self._finish(job, "failed", error_message=MISSING_ROLE)
-            elif direct or self.settings.direct_export or job.engine != "trino":
-                await self._direct(job)
+            if spec.status == "submitted":
+                await self._poll(job, spec)
+            elif spec.engine == "trino" and not spec.starburst_role:
+                await self.client.fail(job, MISSING_ROLE, permanent=True)
+            elif self.settings.direct_export or spec.engine != "trino":
+                await self._direct(job, spec)
             else:
-                await self._submit(job)
-        except ClaimLost as lost:
-            logger.warning("export job %s: %s", job.id, lost)
+                await self._submit(job, spec)
+        except JobLost as lost:
+            logger.warning("export job %s: %s", spec.id, lost)
         except ControlPlaneError as error:
-            # The claim times out and the job goes back to pending: nothing is lost.
-            logger.error("export job %s: control plane unreachable: %s", job.id, error)
+            # The lease runs out and the engine takes the job back: nothing is lost.
+            logger.error("export job %s: control plane unreachable: %s", spec.id, error)
         except Exception as error:  # no engine for it, a bad spec: the job says why
-            logger.exception("export job %s failed", job.id)
-            with contextlib.suppress(ClaimLost, ControlPlaneError):
-                await self._finish(job, "failed", error_message=_describe(error))
+            logger.exception("export job %s failed", spec.id)
+            with contextlib.suppress(JobLost, ControlPlaneError):
+                await self.client.fail(job, _describe(error), permanent=_permanent(error))
 
-    async def _finish(self, job: JobSpec, status: str, **fields: Any) -> None:
-        await self.cp.report(job, status, self.name, **fields)
-        await self.cp.finalize(job.snapshot_id)
+    async def _complete(self, job: RemoteJob, spec: JobSpec, written: Any, note: str = "") -> None:
+        inside = [relative_inside(location, spec.destination) or location for location in written.files]
+        result = {"rows": written.rows, "bytes": written.size, "files": inside}
+        if note:
+            result["note"] = note
+        await self.client.complete(job, result)
 
-    async def _direct(self, job: JobSpec) -> None:
-        from exports import parquet
-
-        file_name = f"part-g{job.generation}.parquet"
-        engine = self._engine_for(job.engine)
-        cancellation = self._cancellations[job.id] = Cancellation()
-        beat = asyncio.get_running_loop().create_task(self._heartbeat(job, cancellation))
+    async def _direct(self, job: RemoteJob, spec: JobSpec, *, note: str = "") -> None:
+        file_name = f"part-g{spec.generation}.parquet"
+        engine = self._engine_for(spec.engine)
+        cancellation = Cancellation()
+        watcher = asyncio.get_running_loop().create_task(self._stop_when_lost(job, cancellation))
         try:
-            written = await self._in_pool(self._export_direct, engine, job, file_name, cancellation)
+            written = await self._in_pool(self._export_direct, engine, spec, file_name, cancellation)
         except Exception as error:
             if cancellation.cancelled:
                 # Taken from this worker while it ran: its query is cancelled and its
                 # partial file gone; the job's new owner (or its end) is not ours to report.
-                logger.warning("export job %s stopped: %s", job.id, cancellation.reason)
+                logger.warning("export job %s stopped: %s", spec.id, cancellation.reason)
                 return
-            await self._finish(job, "failed", error_message=_describe(error))
+            await self.client.fail(job, _describe(error), permanent=_permanent(error))
             return
         finally:
-            beat.cancel()
-            self._cancellations.pop(job.id, None)
+            watcher.cancel()
         try:
-            await self._finish(
-                job, "completed", row_count=written.rows, size_bytes=written.size, files=written.files
-            )
-        except ClaimLost:
-            # Another claim owns the job now: what this one wrote is not the snapshot's.
+            if job.lost.is_set():
+                raise JobLost({"id": job.id, "reason": job.lost_reason})
+            await self._complete(job, spec, written, note)
+        except JobLost:
+            # The job is not this claim's any more: what it wrote is not the snapshot's.
             await self._in_pool(_remove, written.files, self.settings.storage_options)
             raise
-        # What an earlier claim's lost export may have written since is not the snapshot's.
-        await self._in_pool(
-            parquet.remove_files, job.destination, written.files, self.settings.storage_options
-        )
 
-    def _export_direct(self, engine: Any, job: JobSpec, file_name: str, cancellation: Cancellation) -> Any:
-        if job.engine != "trino":
-            return engine.export_direct(job, file_name, cancellation)
+    async def _stop_when_lost(self, job: RemoteJob, cancellation: Cancellation) -> None:
+        await job.lost.wait()
+        # Off the event loop (a cancel request is a round trip to the engine), and off the
+        # export pool, whose threads may all be busy exporting.
+        await asyncio.get_running_loop().run_in_executor(None, cancellation.cancel, job.lost_reason)
+
+    def _export_direct(self, engine: Any, spec: JobSpec, file_name: str, cancellation: Cancellation) -> Any:
+        if spec.engine != "trino":
+            return engine.export_direct(spec, file_name, cancellation)
         from exports.engines.trino import retry_cold_start
 
         return retry_cold_start(
-            lambda: engine.export_direct(job, file_name, cancellation),
+            lambda: engine.export_direct(spec, file_name, cancellation),
             retries=self.settings.cold_start_retries,
             pause_seconds=self.settings.cold_start_pause_seconds,
             sleep=self._sleep,
         )
 
-    async def _heartbeat(self, job: JobSpec, cancellation: Cancellation) -> None:
-        """Keep the claim while the export runs, as often as the control plane said (a
-        third of its claim timeout, at most 5 s); stop the export once the claim is
-        refused: the job was cancelled, ran past its maximum duration, or was reset."""
-        while True:
-            await asyncio.sleep(job.heartbeat_seconds)
-            try:
-                await self.cp.report(job, "claimed", self.name)
-            except ClaimLost as lost:
-                await self._stop(cancellation, str(lost))
-                return
-            except ControlPlaneError as error:
-                logger.warning("export job %s: heartbeat failed: %s", job.id, error)
-
-    @staticmethod
-    async def _stop(cancellation: Cancellation, reason: str) -> None:
-        # Off the event loop (a cancel request is a round trip to the engine), and off the
-        # export pool, whose threads may all be busy exporting.
-        await asyncio.get_running_loop().run_in_executor(None, cancellation.cancel, reason)
-
-    async def _submit(self, job: JobSpec) -> None:
+    async def _submit(self, job: RemoteJob, spec: JobSpec) -> None:
         from exports.engines.trino import UnloadUnavailable
 
         engine = self._engine_for("trino")
         try:
             submitted = await self._in_pool(
-                engine.submit_unload, dataclasses.replace(job, destination=job.claim_folder)
+                engine.submit_unload, dataclasses.replace(spec, destination=spec.claim_folder)
             )
         except UnloadUnavailable as error:
-            await self.cp.report(job, "claimed", self.name, note=_fallback_note(error))
-            await self._direct(job)
+            await self._direct(job, spec, note=_fallback_note(error))
             return
         except Exception as error:
-            await self._finish(job, "failed", error_message=_describe(error))
+            await self.client.fail(job, _describe(error), permanent=_permanent(error))
             return
         try:
-            await self.cp.report(
-                job, "submitted", self.name, query_id=submitted.query_id, next_uri=submitted.next_uri
+            await self.client.snooze(
+                job,
+                FIRST_POLL_SECONDS,
+                f"query {submitted.query_id} submitted",
+                details={"query_id": submitted.query_id, "next_uri": submitted.next_uri},
             )
-        except ClaimLost:
-            # A late submission from a claim that was reset: its query must not run on.
-            await self._in_pool(_cancel, engine, submitted.next_uri or submitted.query_id, job.starburst_role)
+        except JobLost:
+            # A submission the engine no longer wants (cancelled, or the lease lost while
+            # submitting): its query must not run on.
+            await self._in_pool(
+                _cancel, engine, submitted.next_uri or submitted.query_id, spec.starburst_role
+            )
             raise
 
-    # -- polling a submitted job ----------------------------------------------------
+    # -- polling a submitted UNLOAD -------------------------------------------------
 
-    async def _poll(self, job: JobSpec) -> None:
+    async def _poll(self, job: RemoteJob, spec: JobSpec) -> None:
         from exports import parquet
         from exports.engines.trino import is_unload_missing
 
         engine = self._engine_for("trino")
         try:
             try:
-                state = await self._in_pool(engine.poll, job.next_uri, job.starburst_role)
+                state = await self._in_pool(engine.poll, spec.next_uri, spec.starburst_role)
             except Exception as error:
                 # An expired or lost next URI: the query itself can still be asked about.
-                logger.info("export job %s: poll failed (%s); asking by query id", job.id, error)
-                state = await self._in_pool(engine.status, job.query_id, job.starburst_role)
-            if state.state == "FINISHED":
-                written = await self._in_pool(
-                    parquet.count_rows, job.claim_folder, self.settings.storage_options
-                )
-                await self._finish(
-                    job, "completed", row_count=written.rows, size_bytes=written.size, files=written.files
-                )
-                await self._in_pool(
-                    parquet.remove_files, job.destination, written.files, self.settings.storage_options
-                )
-            elif state.state == "FAILED" and is_unload_missing(state.error_name, state.error):
-                taken = await self.cp.report(
-                    job, "claimed", self.name, poll_count=job.poll_count, note=_fallback_note(state.error)
-                )
-                self._start(taken, self._export(taken, direct=True))
-            elif state.state == "FAILED":
-                await self._finish(job, "failed", error_message=state.error or "query failed")
-            else:
-                await self.cp.report(
-                    job, "submitted", self.name, poll_count=job.poll_count, next_uri=state.next_uri
-                )
-        except ClaimLost as lost:
-            logger.info("export job %s: %s", job.id, lost)
-        except ControlPlaneError as error:
-            logger.warning("export job %s: %s", job.id, error)
+                logger.info("export job %s: poll failed (%s); asking by query id", spec.id, error)
+                state = await self._in_pool(engine.status, spec.query_id, spec.starburst_role)
         except Exception as error:
-            # The job stays submitted; its poll lease runs out and it is polled again.
-            logger.warning("export job %s: poll failed: %s", job.id, error)
+            # Polled again at its next turn; the reconciliation asks Trino after a long silence.
+            logger.warning("export job %s: poll failed: %s", spec.id, error)
+            await self.client.snooze(
+                job, FIRST_POLL_SECONDS, f"poll failed: {_describe(error)}"[:300], details={"next_uri": ""}
+            )
+            return
+        if state.state == "FINISHED":
+            written = await self._in_pool(
+                parquet.count_rows, spec.claim_folder, self.settings.storage_options
+            )
+            await self._complete(job, spec, written)
+        elif state.state == "FAILED" and is_unload_missing(state.error_name, state.error):
+            await self._direct(job, spec, note=_fallback_note(state.error))
+        elif state.state == "FAILED":
+            await self.client.fail(job, state.error or "query failed", permanent=True)
+        else:
+            await self.client.snooze(
+                job,
+                FIRST_POLL_SECONDS,
+                f"query {spec.query_id} {state.state}",
+                details={"next_uri": state.next_uri},
+            )
 
 
 def _fallback_note(error: Any) -> str:
     return f"system.unload is not available on the engine ({error}): exported directly instead"
+
+
+def _permanent(error: BaseException) -> bool:
+    """Whether another attempt would fail the same way: an engine's answer about the query
+    would, a cold cluster or a dropped connection might not."""
+    import psycopg
+
+    from exports.engines.trino import ColdStartExhausted
+
+    return not isinstance(error, ColdStartExhausted | OSError | psycopg.OperationalError)
 
 
 def _describe(error: BaseException) -> str:

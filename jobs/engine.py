@@ -1101,7 +1101,7 @@ def _operator_change(
         )
         handler = registry.get(current.type)
         if handler is not None and handler.hooks is not None and handler.hooks.on_operator is not None:
-            handler.hooks.on_operator(current, action)
+            handler.hooks.on_operator(current, action, actor, via)
         if current.state in (State.FAILED, State.CANCELLED):
             cancel_dependants(current.pk, now)
         if current.state == State.PENDING:

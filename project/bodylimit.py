@@ -13,9 +13,8 @@ size check comes after the bytes are in. This ASGI middleware stands in front of
 - 401 before a byte is read when the body may be larger than what a caller without
   credentials may send (``Content-Length`` over ``WEB_MAX_ANONYMOUS_BODY_BYTES``, or
   chunked) and the caller has none that is valid: a DRF token (``Authorization: Token
-  …``), the session cookie of an active user, or, under ``/internal/exports/``, the
-  export workers' ``Authorization: Bearer <EXPORTS_WORKER_TOKEN>``, and under
-  ``/internal/jobs/`` a remote worker's bearer token (``JOBS_REMOTE_WORKERS``). Small
+  …``), the session cookie of an active user, or, under ``/internal/jobs/``, a remote
+  worker's bearer token (``JOBS_REMOTE_WORKERS``; export workers are such). Small
   bodies (the admin's login form) pass without a look; credentials are looked up only
   for the others. A wrong token counts against the caller's address as it does in the API
   (``console.throttling.wrong_token``), and past that rate the answer is 429 (to wrong
@@ -50,7 +49,6 @@ from django.urls import Resolver404, resolve
 from rest_framework.exceptions import AuthenticationFailed, Throttled
 
 from console.throttling import CountedTokenAuthentication, wrong_token
-from exports.control_plane import worker_token_matches
 from intake.uploads import declared_body_limit
 from jobs import remote
 
@@ -64,9 +62,8 @@ App = Callable[[Scope, Receive, Send], Awaitable[None]]
 CredentialCheck = Callable[[Scope], Awaitable[bool]]
 
 # Path prefixes whose callers hold a bearer token of their own rather than a user's:
-# the export workers' internal API.
+# the remote workers' internal API.
 BEARER_TOKENS: dict[str, Callable[[str], bool]] = {
-    "/internal/exports/": worker_token_matches,
     "/internal/jobs/": lambda authorization: remote.authenticate(authorization) is not None,
 }
 

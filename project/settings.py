@@ -560,7 +560,9 @@ INGEST_HANDOFF_BACKOFF_BASE_SECONDS = env_float("INGEST_HANDOFF_BACKOFF_BASE_SEC
 # go to EXPORTS_STORAGE_URL (a folder or an fsspec URL; empty: VAR_DIR/exports) with
 # EXPORTS_STORAGE_OPTIONS (JSON: credentials, endpoint_url). DIRECT_EXPORT=false makes
 # Trino write the files itself (system.unload), polled on a Fibonacci schedule. Export
-# workers reach the control plane with EXPORTS_WORKER_TOKEN.
+# workers are the engine's remote workers (JOBS_REMOTE_WORKERS): EXPORTS_WORKER_TOKEN,
+# when set, is the credential "exports", serving the exports queue, unless one by that
+# name is configured.
 EXPORTS_STORAGE_URL = os.environ.get("EXPORTS_STORAGE_URL", "")
 EXPORTS_STORAGE_OPTIONS = env_json_object("EXPORTS_STORAGE_OPTIONS", {})
 EXPORTS_TRINO_URL = os.environ.get("EXPORTS_TRINO_URL", "")
@@ -569,10 +571,11 @@ EXPORTS_TRINO_PASSWORD = os.environ.get("EXPORTS_TRINO_PASSWORD", "")
 EXPORTS_SOURCE = os.environ.get("EXPORTS_SOURCE", "conveyor-export-worker")
 EXPORTS_POSTGRES_URL = os.environ.get("EXPORTS_POSTGRES_URL", "")
 EXPORTS_WORKER_TOKEN = os.environ.get("EXPORTS_WORKER_TOKEN", "")
+if EXPORTS_WORKER_TOKEN:
+    JOBS_REMOTE_WORKERS.setdefault("exports", {"token": EXPORTS_WORKER_TOKEN, "queues": ["exports"]})
 EXPORTS_DIRECT_EXPORT = env_bool("DIRECT_EXPORT", True)
 EXPORTS_TRINO_VERIFY = env_bool("EXPORTS_TRINO_VERIFY", True)
 EXPORTS_CLIENT_TAGS = env_list("EXPORTS_CLIENT_TAGS", ["conveyor-export"])
-EXPORTS_CLAIM_TIMEOUT_SECONDS = env_int("EXPORTS_CLAIM_TIMEOUT_SECONDS", 600)
 EXPORTS_STALE_SUBMITTED_SECONDS = env_int("EXPORTS_STALE_SUBMITTED_SECONDS", 1800)
 
 # What one request may send the web process (python -m project.web; project/bodylimit.py
@@ -587,7 +590,6 @@ FACTORS_ENTRIES_MAX_BYTES = env_int("FACTORS_ENTRIES_MAX_BYTES", 100 * _MB)
 FACTORS_FACTORS_MAX_BYTES = env_int("FACTORS_FACTORS_MAX_BYTES", 20 * _MB)
 FACTORS_UNITS_MAX_BYTES = env_int("FACTORS_UNITS_MAX_BYTES", 20 * _MB)
 INGEST_SCRAPE_MAX_BYTES = env_int("INGEST_SCRAPE_MAX_BYTES", 32 * _MB)
-EXPORTS_REPORT_MAX_BYTES = env_int("EXPORTS_REPORT_MAX_BYTES", 16 * _MB)
 WEB_MAX_BODY_BYTES = env_int("WEB_MAX_BODY_BYTES", 1 * _MB)
 WEB_MAX_ANONYMOUS_BODY_BYTES = env_int("WEB_MAX_ANONYMOUS_BODY_BYTES", 64 * 1024)
 WEB_MAX_URL_BYTES = env_int("WEB_MAX_URL_BYTES", 8 * 1024)  # else 414

@@ -383,7 +383,7 @@ def _on_snooze(job, details: dict) -> float | None:
     return None if polls is None else [2, 3, 5, 8][min(polls, 3)]
 
 
-def _on_operator(job, action: str) -> None:
+def _on_operator(job, action: str, actor, via: str) -> None:
     REMOTE_HOOK_CALLS.append(("operator", job.pk, (action, job.state)))
 
 

@@ -1,10 +1,13 @@
 """``manage.py export_worker``: one export worker (one per pod in production).
 
-It reaches Conveyor only through the control plane's internal API, with the token in
-``EXPORTS_WORKER_TOKEN``; it never opens Conveyor's database. Its query engines are its
+It is a remote worker of the engine: it reaches Conveyor only through the internal API
+(``/internal/jobs/…``), with the token in ``EXPORTS_WORKER_TOKEN`` (a
+``JOBS_REMOTE_WORKERS`` credential serving the ``exports`` queue); it never opens
+Conveyor's database. Its query engines are its
 own: Trino (``EXPORTS_TRINO_*``) and, for datasets, ``EXPORTS_POSTGRES_URL`` (a read-only
 role; the app's database when unset, as in development). SIGTERM or SIGINT stops it:
-no more claims, running exports get the grace period, the rest are handed back; exit 0.
+no more claims, running exports get the grace period, the rest are handed back to the
+engine; exit 0.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from exports import conf, engines, health
-from exports.worker import ControlPlane, ExportWorker, WorkerSettings
+from exports.worker import ExportWorker, WorkerSettings
+from jobs.remote import WORKER_NAME_LENGTH
+from jobs.remote_client import RemoteClient
 
 
 def engine_for(name: str) -> Any:
@@ -46,7 +51,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--name",
             default=os.environ.get("HOSTNAME") or f"{socket.gethostname()}-{os.getpid()}",
-            help="This worker's name in claims (default: the pod's name).",
+            help="This worker's name in claims (default: the pod's name), after its credential's.",
         )
         parser.add_argument("--host", default="0.0.0.0", help="Where /health and /ready listen.")
         parser.add_argument(
@@ -70,14 +75,15 @@ class Command(BaseCommand):
         logging.getLogger("httpx").setLevel(logging.WARNING)
         token = conf.get("WORKER_TOKEN")
         if not token:
-            raise CommandError("EXPORTS_WORKER_TOKEN is not set: the control plane would refuse this worker")
+            raise CommandError(
+                "EXPORTS_WORKER_TOKEN is not set: the engine would refuse this worker's claims"
+            )
         if options["threads"] < 1 or options["pass_seconds"] <= 0 or options["idle_seconds"] <= 0:
             raise CommandError("--threads, --pass-seconds and --idle-seconds must be positive")
         settings = WorkerSettings(
-            name=options["name"][:200],
+            name=options["name"][:WORKER_NAME_LENGTH],
             direct_export=bool(conf.get("DIRECT_EXPORT")),
             claim_limit=int(conf.get("CLAIM_LIMIT")),
-            poll_limit=int(conf.get("POLL_LIMIT")),
             threads=options["threads"],
             pass_seconds=options["pass_seconds"],
             idle_seconds=options["idle_seconds"],
@@ -97,9 +103,8 @@ class Command(BaseCommand):
             os._exit(0)
 
     async def _run(self, settings: WorkerSettings, options: dict[str, Any]) -> None:
-        worker = ExportWorker(
-            ControlPlane(options["control_plane"], conf.get("WORKER_TOKEN")), settings, engine_for=engine_for
-        )
+        client = RemoteClient(options["control_plane"], conf.get("WORKER_TOKEN"), worker=settings.name)
+        worker = ExportWorker(client, settings, engine_for=engine_for)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stopping.set)

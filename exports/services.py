@@ -61,9 +61,12 @@ class InvalidMapping(ValueError):
 EXPORT_TYPE = "exports.export"
 QUEUE = "exports"
 LEASE_SECONDS = 15
-# A completion's file list: at most this many paths, relative to the job's folder.
-MAX_RESULT_FILES = 10_000
-MAX_FILE_PATH = 1_000
+# A completion's file list: at most this many paths, relative to the job's folder, of at
+# most this many characters; the largest such list fits the remote-worker API's 1 MB
+# request body (WEB_MAX_BODY_BYTES). A direct export writes one file, an UNLOAD one per
+# Trino writer.
+MAX_RESULT_FILES = 5_000
+MAX_FILE_PATH = 180
 
 
 def poll_delay(polls_done: int) -> timedelta:

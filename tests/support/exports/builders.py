@@ -6,6 +6,8 @@ from typing import Any
 
 from exports import services
 from exports.models import ExportJob, Mapping, MappingEntity, Snapshot, TrinoBinding
+from exports.spec import relative_inside
+from jobs import remote
 from tests.support.base import tenant as make_tenant
 
 CATALOG = "lake"
@@ -67,31 +69,63 @@ def jobs_of(snap: Snapshot) -> list[ExportJob]:
     return list(snap.jobs.order_by("position"))
 
 
+# The export workers' credential, as JOBS_REMOTE_WORKERS holds it.
+WORKER_TOKEN = "e" * 40
+CREDENTIAL = remote.Credential("exports", ("exports",), WORKER_TOKEN)
+
+
 def claim_jobs(worker: str, limit: int) -> list[ExportJob]:
-    """Claimed jobs, each holding its claim's secret as ``job.token``."""
+    """What an export worker's claim takes, through the engine (fresh exports and
+    submitted ones due for a poll alike): the export rows, in claim order, each holding
+    its engine job as ``row.engine_job`` and the claim's lease as ``row.lease``."""
+    claimed = remote.claim(CREDENTIAL, worker, limit=limit, queues=["exports"])
+    rows = {row.job_id: row for row in ExportJob.objects.filter(job_id__in=[job.pk for job in claimed.jobs])}
     taken = []
-    for job, token in services.claim(worker, limit):
-        job.token = token
-        taken.append(job)
+    for job in claimed.jobs:
+        row = rows[job.pk]
+        row.engine_job, row.lease, row.worker = job, claimed.token, worker
+        taken.append(row)
     return taken
 
 
-def polled_jobs(worker: str, limit: int) -> list[ExportJob]:
-    """Submitted jobs taken for a poll, each holding the poll's secret as ``job.token``."""
-    taken = []
-    for job, token in services.due_for_poll(worker, limit):
-        job.token = token
-        taken.append(job)
-    return taken
+# A submitted export's poll is a claim of its engine job once its snooze has ended.
+polled_jobs = claim_jobs
 
 
 def report(job: ExportJob, status: str, **fields: Any) -> ExportJob:
-    """A report on ``job`` from the worker holding it (its claim's number and secret)."""
-    fields.setdefault("worker", job.claimed_by or "w")
-    fields.setdefault("claim_token", getattr(job, "token", ""))
-    fields.setdefault("generation", job.generation)
-    answer = services.report(job.pk, services.Report(status, **fields))
-    answer.token = fields["claim_token"]
+    """A step of the worker holding ``job`` (a row from ``claim_jobs``), through the
+    engine: ``completed`` (rows, bytes, files relative to the job's folder, note),
+    ``failed`` (error, permanent), ``submitted`` (query_id, next_uri: a snooze until the
+    next poll). The row as it is after the step, still holding the claim's lease."""
+    worker = getattr(job, "worker", "w")
+    if status == "completed":
+        result = {
+            "rows": fields.get("rows", fields.get("row_count")),
+            "bytes": fields.get("bytes", fields.get("size_bytes")),
+            # Full locations are said relative to the job's folder, as a worker says them.
+            "files": [
+                relative_inside(name, job.destination) or name if "/" in name[:1] or "://" in name else name
+                for name in fields.get("files", ())
+            ],
+        }
+        if fields.get("note"):
+            result["note"] = fields["note"]
+        remote.complete(CREDENTIAL, worker, job.job_id, job.lease, result=result)
+    elif status == "failed":
+        remote.fail(
+            CREDENTIAL,
+            worker,
+            job.job_id,
+            job.lease,
+            error=fields.get("error") or fields.get("error_message") or "export failed",
+            permanent=fields.get("permanent", True),
+        )
+    elif status == "submitted":
+        remote.snooze(CREDENTIAL, worker, job.job_id, job.lease, seconds=2, details=fields)
+    else:
+        raise ValueError(f"no step {status!r}")
+    answer = ExportJob.objects.get(pk=job.pk)
+    answer.engine_job, answer.lease, answer.worker = getattr(job, "engine_job", None), job.lease, worker
     return answer
 
 
@@ -109,4 +143,5 @@ def complete(job: ExportJob, rows: int = 10, size: int = 100) -> ExportJob:
     """The worker's completion of ``job``, with a real file of ``rows`` rows in its folder
     (the snapshot's manifest reads its columns)."""
     written = write_part(job.destination, f"part-g{job.generation}.parquet", rows)
-    return report(job, "completed", row_count=rows, size_bytes=size, files=tuple(written.files))
+    files = [relative_inside(location, job.destination) for location in written.files]
+    return report(job, "completed", rows=rows, bytes=size, files=files)

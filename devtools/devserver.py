@@ -55,7 +55,8 @@ def _environment() -> dict[str, str]:
     # The demo feed's fake market-data API listens on 127.0.0.1, which the outbound rules
     # for tenant-supplied URLs refuse unless allowed (set INTAKE_HTTP_ALLOW to override).
     env.setdefault("INTAKE_HTTP_ALLOW", "127.0.0.1")
-    # The export worker reaches the web process's control plane with this token.
+    # The export worker is a remote worker of the engine; the web process derives its
+    # credential from the same token (JOBS_REMOTE_WORKERS "exports").
     env.setdefault("EXPORTS_WORKER_TOKEN", _kept_secret("export_worker_token"))
     _local_hooks_user(env)
     return env

@@ -13,13 +13,18 @@ from exports import conf
 def check_worker_credential(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     """Export workers are remote workers: their token must be a ``JOBS_REMOTE_WORKERS``
     credential that serves the ``exports`` queue, or every claim they make is refused."""
+    from django.conf import settings
+
     from exports.services import QUEUE
-    from jobs import remote
 
     token = conf.get("WORKER_TOKEN")
     if not token:
         return []
-    if any(credential.token == token and QUEUE in credential.queues for credential in remote.credentials()):
+    credentials = getattr(settings, "JOBS_REMOTE_WORKERS", {})
+    if isinstance(credentials, dict) and any(
+        isinstance(entry, dict) and entry.get("token") == token and QUEUE in (entry.get("queues") or ())
+        for entry in credentials.values()
+    ):
         return []
     return [
         Warning(

@@ -42,15 +42,16 @@ from exports.models import (
     SnapshotStatus,
 )
 from exports.spec import claim_folder
-from jobs import engine as job_engine
-from jobs.errors import IllegalTransition
-from jobs.models import Job
 
 logger = logging.getLogger(__name__)
 WORKER = "reconciliation"
 OPEN = [JobStatus.PENDING, JobStatus.CLAIMED, JobStatus.SUBMITTED]
 # Rows one pass looks at, per kind of finding.
 BATCH = 500
+# The engine's job states the rows follow (its Job.State; a pipeline reads no engine
+# module): ended without success, and waiting to run.
+ENGINE_ENDED = ["failed", "cancelled"]
+ENGINE_PENDING = "pending"
 
 
 @dataclass
@@ -104,14 +105,13 @@ def _locked(job_id: int, *statuses: str) -> ExportJob | None:
 
 def follow_engine(done: Pass) -> None:
     """Rows whose engine job ended, lost its claim, or never was."""
-    ended = [Job.State.FAILED, Job.State.CANCELLED]
-    for row_id in _ids(status__in=OPEN, job__state__in=ended):
+    for row_id in _ids(status__in=OPEN, job__state__in=ENGINE_ENDED):
         with transaction.atomic():
             row = _locked(row_id, *OPEN)
-            if row is None or row.job is None or row.job.state not in ended:
+            if row is None or row.job is None or row.job.state not in ENGINE_ENDED:
                 continue
             before, error = row.status, row.job.last_error
-            if row.job.state == Job.State.CANCELLED:
+            if row.job.state == "cancelled":
                 error = f"its engine job was cancelled: {error or 'no reason given'}"
             services.settle(
                 row,
@@ -122,10 +122,10 @@ def follow_engine(done: Pass) -> None:
             if before == JobStatus.SUBMITTED:
                 jobs.enqueue("exports.CancelQuery", {"job": row.pk}, tenant=row.tenant_id)
             done.failed_with_engine += 1
-    for row_id in _ids(status=JobStatus.CLAIMED, job__state=Job.State.PENDING):
+    for row_id in _ids(status=JobStatus.CLAIMED, job__state=ENGINE_PENDING):
         with transaction.atomic():
             row = _locked(row_id, JobStatus.CLAIMED)
-            if row is None or row.job is None or row.job.state != Job.State.PENDING:
+            if row is None or row.job is None or row.job.state != ENGINE_PENDING:
                 continue
             worker, now = row.claimed_by, jobs.now()
             services.reset(row, now)
@@ -161,8 +161,8 @@ def _end_engine_job(row: ExportJob, reason: str) -> None:
     if row.job is None:
         return
     try:
-        job_engine.cancel(row.job, reason=reason, via="reconciliation")
-    except IllegalTransition:
+        jobs.cancel(row.job, reason=reason, via="reconciliation")
+    except jobs.IllegalTransition:
         pass  # it ended meanwhile
 
 

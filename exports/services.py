@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import posixpath
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -43,7 +44,6 @@ from exports.models import (
     TrinoBinding,
 )
 from exports.spec import JobSpec, relative_inside, snapshot_folder
-from jobs.errors import IllegalTransition, InvalidArgument
 
 logger = logging.getLogger(__name__)
 
@@ -249,11 +249,16 @@ def create_snapshot(mapping: Mapping, *, user: Any = None, via: str = "") -> Sna
 
 def link_engine_jobs(rows: list[ExportJob]) -> None:
     """Enqueue the engine job of each row, in order (nodes before edges, the claim order),
-    and link it, in the caller's transaction."""
+    and link it, in the caller's transaction. A snapshot's jobs make one pipeline, which
+    the console's pipeline page draws and the snapshot's page follows."""
     if not rows:
         return
     ids = jobs.enqueue_many(
-        EXPORT_TYPE, [{"export": row.pk} for row in rows], queue=QUEUE, tenant=rows[0].tenant_id
+        EXPORT_TYPE,
+        [{"export": row.pk} for row in rows],
+        queue=QUEUE,
+        tenant=rows[0].tenant_id,
+        pipeline=pipeline_of(rows[0].snapshot_id) or uuid.uuid4(),
     )
     for row, job_id in zip(rows, ids, strict=True):
         row.job_id = job_id
@@ -261,6 +266,15 @@ def link_engine_jobs(rows: list[ExportJob]) -> None:
 
 
 # -- the engine's steps of an export job ---------------------------------------------
+
+
+def pipeline_of(snapshot_id: int) -> uuid.UUID | None:
+    """The engine pipeline of a snapshot's jobs (None before they have one)."""
+    return (
+        ExportJob.objects.filter(snapshot_id=snapshot_id, job__isnull=False)
+        .values_list("job__pipeline_id", flat=True)
+        .first()
+    )
 
 
 def spec_of(row: ExportJob) -> dict[str, Any]:
@@ -331,14 +345,18 @@ def _result_files(row: ExportJob, files: Any) -> tuple[str, ...]:
     """A completion's files, each a path inside the job's folder, as full locations.
     A worker's word is all they are, and members are shown them."""
     if not isinstance(files, list) or len(files) > MAX_RESULT_FILES:
-        raise InvalidArgument("result", f"result: files must be a list of at most {MAX_RESULT_FILES} paths")
+        raise jobs.InvalidArgument(
+            "result", f"result: files must be a list of at most {MAX_RESULT_FILES} paths"
+        )
     located = []
     for name in files:
         if not isinstance(name, str) or not name or len(name) > MAX_FILE_PATH:
-            raise InvalidArgument("result", f"result: a file is a path of 1 to {MAX_FILE_PATH} characters")
+            raise jobs.InvalidArgument(
+                "result", f"result: a file is a path of 1 to {MAX_FILE_PATH} characters"
+            )
         location = posixpath.join(row.destination.rstrip("/"), name)
         if name.startswith("/") or "://" in name or relative_inside(location, row.destination) is None:
-            raise InvalidArgument("result", f"result: file {name!r} is not inside the job's folder")
+            raise jobs.InvalidArgument("result", f"result: file {name!r} is not inside the job's folder")
         located.append(location)
     return tuple(located)
 
@@ -346,7 +364,7 @@ def _result_files(row: ExportJob, files: Any) -> tuple[str, ...]:
 def _count(result: dict[str, Any], key: str) -> int:
     value = result.get(key)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidArgument("result", f"result: {key} must be a count (an integer, never negative)")
+        raise jobs.InvalidArgument("result", f"result: {key} must be a count (an integer, never negative)")
     return value
 
 
@@ -356,7 +374,7 @@ def record_completion(job: Any, result: Any) -> None:
     it was its last job."""
     row = _row_of(job)
     if not isinstance(result, dict):
-        raise InvalidArgument("result", "result: an export's success reports rows, bytes and files")
+        raise jobs.InvalidArgument("result", "result: an export's success reports rows, bytes and files")
     update = Report(
         JobStatus.COMPLETED,
         worker=job.locked_by or "",
@@ -397,7 +415,7 @@ def _text(details: dict[str, Any], key: str, limit: int, *, required: bool = Fal
     value = details.get(key, "")
     if not isinstance(value, str) or len(value) > limit or (required and not value):
         need = "1 to" if required else "at most"
-        raise InvalidArgument("details", f"details: {key} must be text of {need} {limit} characters")
+        raise jobs.InvalidArgument("details", f"details: {key} must be text of {need} {limit} characters")
     return value
 
 
@@ -419,7 +437,9 @@ def record_submission(job: Any, details: Any) -> float:
             JobStatus.SUBMITTED, worker=job.locked_by or "", next_uri=_text(details, "next_uri", 2000)
         )
     else:
-        raise InvalidArgument("details", f"details: export {row.pk} is {row.status}, not waiting on a query")
+        raise jobs.InvalidArgument(
+            "details", f"details: export {row.pk} is {row.status}, not waiting on a query"
+        )
     settle(row, update)
     return poll_delay(row.poll_count).total_seconds()
 
@@ -451,7 +471,7 @@ def _follow(row: ExportJob, action: str, actor: Any, via: str) -> None:
             jobs.enqueue("exports.CancelQuery", {"job": row.pk}, tenant=row.tenant_id)
     elif action in ("retry", "replay"):
         if before == JobStatus.COMPLETED:
-            raise IllegalTransition(
+            raise jobs.IllegalTransition(
                 f"export {row.pk} completed and its snapshot is {row.snapshot.status}: take a new snapshot"
             )
         error = row.error_message
@@ -675,16 +695,13 @@ class ActionRefused(Exception):
 
 
 def _engine_action(row: ExportJob, action: str, actor: Any, via: str, reason: str = "") -> None:
-    """The engine's action on the row's job; its hook (``follow_operator``) moves the row."""
-    from jobs import engine
-    from jobs.models import Job
-
-    job = Job.objects.filter(pk=row.job_id).first() if row.job_id else None
-    if job is None:
+    """The engine's action (``jobs.retry``, ``jobs.recover``, ``jobs.cancel``) on the row's
+    job; its hook (``follow_operator``) moves the row."""
+    if row.job is None:
         raise ActionRefused(f"export {row.pk} has no engine job (the reconciliation links a new one)")
     try:
-        getattr(engine, action)(job, actor=actor, reason=reason, via=via)
-    except IllegalTransition as error:
+        getattr(jobs, action)(row.job, actor=actor, reason=reason, via=via)
+    except jobs.IllegalTransition as error:
         raise ActionRefused(str(error)) from None
 
 
@@ -713,24 +730,19 @@ def cancel_snapshot(snapshot: Snapshot, user: Any, *, via: str = "") -> list[Exp
     engine job: a running export's worker stops it at its next heartbeat, and the
     queries they submitted are cancelled on the engine by a job. Returns the jobs
     cancelled."""
-    from jobs.models import Job
-
     cancelled = []
     with transaction.atomic():
         open_rows = list(
             ExportJob.objects.select_for_update()
             .filter(snapshot_id=snapshot.pk)
             .exclude(status__in=JOB_FINISHED)
+            .select_related("job")
             .order_by("position")
         )
-        engine_jobs = {
-            job.pk: job for job in Job.objects.filter(pk__in=[row.job_id for row in open_rows if row.job_id])
-        }
         for row in open_rows:
-            job = engine_jobs.get(row.job_id or 0)
-            if job is not None and job.state not in Job.FINISHED:
+            try:
                 _engine_action(row, "cancel", user, via)
-            else:  # its job is gone or ended, and the row missed it: the row alone
+            except ActionRefused:  # its engine job is gone or ended, and the row missed it
                 _follow(row, "cancel", user, via)
             row.refresh_from_db()
             cancelled.append(row)

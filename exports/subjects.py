@@ -1,6 +1,7 @@
-"""What the exports' engine jobs work for: the snapshot (and export job) whose query a
-``exports.CancelQuery`` cancels (``console.admin.register_job_subject``). The snapshot's
-own work is done by its export jobs, whose pages are the snapshot's."""
+"""What the exports' engine jobs work for (``console.admin.register_job_subject``): the
+snapshot and export an ``exports.export`` job runs, and those whose query an
+``exports.CancelQuery`` cancels. The console's job pages, triage and failure groups name
+them, with a link to the snapshot's page."""
 
 from __future__ import annotations
 
@@ -15,14 +16,17 @@ from console.admin import Subject, SubjectAction
 from exports.models import ExportJob, JobStatus, Snapshot
 from tenancy.scoping import scope_queryset
 
-SNAPSHOT_JOBS = ["exports.CancelQuery"]
+SNAPSHOT_JOBS = ["exports.export", "exports.CancelQuery"]
+# The payload key naming the export each type works for.
+EXPORT_KEY = {"exports.export": "export", "exports.CancelQuery": "job"}
 
 
 def snapshot_subjects(request: HttpRequest, found: Sequence[jobs.Job], detail: bool) -> Mapping[int, Subject]:
     named = {
         job.pk: value
         for job in found
-        if isinstance(job.payload, dict) and isinstance(value := job.payload.get("job"), int)
+        if isinstance(job.payload, dict)
+        and isinstance(value := job.payload.get(EXPORT_KEY.get(job.type, "job")), int)
     }
     rows = scope_queryset(ExportJob.objects.select_related("snapshot__mapping"), request.user)
     by_id = {row.pk: row for row in rows.filter(pk__in=set(named.values()))}
@@ -34,9 +38,11 @@ def snapshot_subjects(request: HttpRequest, found: Sequence[jobs.Job], detail: b
             continue
         snapshot = export.snapshot
         retry = reverse("admin:exports_snapshot_retry", args=[snapshot.pk, export.pk])
+        # An export's own job is retried as any job is, from its page; a CancelQuery's
+        # page offers the export's retry.
         actions = (
             (SubjectAction(f"Retry export job {export.pk}", retry),)
-            if may_operate and export.status == JobStatus.FAILED
+            if may_operate and export.status == JobStatus.FAILED and job.type != "exports.export"
             else ()
         )
         subjects[job.pk] = Subject(

@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 
 from exports.engines import Cancellation
 from exports.spec import JobSpec, relative_inside
-from jobs.remote_client import ControlPlaneError, JobLost, RemoteClient, RemoteJob
+from jobs import ControlPlaneError, JobLost, RemoteClient, RemoteJob
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

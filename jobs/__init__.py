@@ -17,6 +17,7 @@ The public API, for the domain apps and users' own code::
     jobs.enqueue("reports.merge", after=parts)           # fan-in: runs once all eight finished
     raise jobs.Snooze(300, "breaker open", wake_on="breaker:reports")  # in a handler: wait
     jobs.remote_handler("reports.render", queue="render")  # run by remote workers (jobs.remote)
+    client = jobs.RemoteClient(url, token, worker="pod-a")  # ...which claim over HTTP (no Django)
     jobs.wake("breaker:reports")                         # ...and end that wait early
 
 ``import jobs`` runs while Django loads its apps, before the models can be imported (an
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
     from jobs.redaction import redact_secrets, without_traceback
     from jobs.registry import Cron, Handler, RemoteHooks, handler
     from jobs.registry import remote as remote_handler
+    from jobs.remote_client import ControlPlaneError, JobLost, RemoteClient, RemoteJob
     from jobs.sql import execute as execute_prepared
     from jobs.why import explain
     from jobs.why import live_worker_count as live_workers
@@ -83,6 +85,7 @@ __all__ = [
     "ApiPayload",
     "AppSettings",
     "Backoff",
+    "ControlPlaneError",
     "Cron",
     "Enqueued",
     "Exponential",
@@ -94,10 +97,13 @@ __all__ = [
     "InvalidArgument",
     "InvalidPayload",
     "JobContext",
+    "JobLost",
     "LeaseLost",
     "PermanentError",
     "Prerequisite",
+    "RemoteClient",
     "RemoteHooks",
+    "RemoteJob",
     "Schedule",
     "Snooze",
     "TenantObject",
@@ -135,6 +141,7 @@ _SOURCES: dict[str, tuple[str, str]] = {
     "ApiPayload": ("jobs.payloads", "ApiPayload"),
     "AppSettings": ("appsettings", "AppSettings"),
     "Backoff": ("jobs.backoff", "Backoff"),
+    "ControlPlaneError": ("jobs.remote_client", "ControlPlaneError"),
     "Cron": ("jobs.registry", "Cron"),
     "Enqueued": ("jobs.enqueueing", "Enqueued"),
     "Exponential": ("jobs.backoff", "Exponential"),
@@ -146,10 +153,13 @@ _SOURCES: dict[str, tuple[str, str]] = {
     "InvalidArgument": ("jobs.errors", "InvalidArgument"),
     "InvalidPayload": ("jobs.errors", "InvalidPayload"),
     "JobContext": ("jobs.context", "JobContext"),
+    "JobLost": ("jobs.remote_client", "JobLost"),
     "LeaseLost": ("jobs.errors", "LeaseLost"),
     "PermanentError": ("jobs.errors", "PermanentError"),
     "Prerequisite": ("jobs.enqueueing", "Prerequisite"),
+    "RemoteClient": ("jobs.remote_client", "RemoteClient"),
     "RemoteHooks": ("jobs.registry", "RemoteHooks"),
+    "RemoteJob": ("jobs.remote_client", "RemoteJob"),
     "Schedule": ("jobs.backoff", "Schedule"),
     "Snooze": ("jobs.errors", "Snooze"),
     "TenantObject": ("jobs.payloads", "TenantObject"),

@@ -311,8 +311,12 @@ def test_the_cluster_groups_serve_every_queue_a_handler_uses(overlay):
     ]
     flat = [queue for queues in served for queue in queues]
     assert len(flat) == len(set(flat)), "a queue served by two groups"
-    handler_queues = {h.queue for h in registry.all_handlers() if not h.name.startswith("tests.")}
+    handlers = [h for h in registry.all_handlers() if not h.name.startswith("tests.")]
+    handler_queues = {h.queue for h in handlers if not h.remote}
     assert handler_queues <= set(flat), handler_queues - set(flat)
+    # A remote type's queue is its remote workers' (the export workers' Deployment).
+    assert {h.queue for h in handlers if h.remote} == {"exports"}
+    assert "exports" not in flat
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

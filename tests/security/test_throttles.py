@@ -247,9 +247,9 @@ def test_wrong_tokens_with_a_large_body_count_as_in_the_api_then_get_429(rates, 
 
 @pytest.mark.django_db(transaction=True)
 def test_the_body_limiter_takes_the_worker_token_and_counts_wrong_ones(rates, settings, address):
-    settings.EXPORTS_WORKER_TOKEN = WORKER_TOKEN
+    settings.JOBS_REMOTE_WORKERS = EXPORT_WORKERS
     rates(failed_auth="2/min")
-    report = "/internal/exports/jobs/1/report"
+    report = "/internal/jobs/1/complete"
 
     assert post_large_body(address, f"Bearer {WORKER_TOKEN}", report)[0] == 200
     assert [post_large_body(address, f"Bearer {random_token()}", report)[0] for _ in range(4)] == [
@@ -266,15 +266,17 @@ def test_the_body_limiter_takes_the_worker_token_and_counts_wrong_ones(rates, se
 # --- the export workers' token ------------------------------------------------------------------
 
 WORKER_TOKEN = secrets.token_urlsafe(32)
+# The export workers' credential, as the settings derive it from EXPORTS_WORKER_TOKEN.
+EXPORT_WORKERS = {"exports": {"token": WORKER_TOKEN, "queues": ["exports"]}}
 
 
 def worker_claims(address: str, token: str) -> int:
     client = APIClient(REMOTE_ADDR=address, HTTP_AUTHORIZATION=f"Bearer {token}")
-    return client.post("/internal/exports/claim", {"worker": "w", "limit": 1}, format="json").status_code
+    return client.post("/internal/jobs/claim", {"worker": "w", "limit": 1}, format="json").status_code
 
 
 def test_wrong_worker_tokens_get_403_then_429_and_the_right_one_still_passes(rates, settings, address):
-    settings.EXPORTS_WORKER_TOKEN = WORKER_TOKEN
+    settings.JOBS_REMOTE_WORKERS = EXPORT_WORKERS
     rates(failed_auth="3/min")
 
     assert [worker_claims(address, random_token()) for _ in range(5)] == [403, 403, 403, 429, 429]
@@ -284,7 +286,7 @@ def test_wrong_worker_tokens_get_403_then_429_and_the_right_one_still_passes(rat
 
 
 def test_wrong_api_tokens_do_not_lock_out_the_worker_token(rates, settings, address):
-    settings.EXPORTS_WORKER_TOKEN = WORKER_TOKEN
+    settings.JOBS_REMOTE_WORKERS = EXPORT_WORKERS
     rates(failed_auth="2/min")
     for _ in range(3):
         from_address(address, random_token()).get("/api/jobs/")
@@ -293,10 +295,14 @@ def test_wrong_api_tokens_do_not_lock_out_the_worker_token(rates, settings, addr
     assert worker_claims(address, "guess") == 429
 
 
-def test_a_short_worker_token_is_a_deploy_warning(settings):
-    from exports.checks import check_worker_token
+def test_a_worker_token_that_serves_no_exports_queue_is_a_warning(settings):
+    from exports.checks import check_worker_credential
 
-    settings.EXPORTS_WORKER_TOKEN = "secret"
-    assert [w.id for w in check_worker_token()] == ["exports.W001"]
     settings.EXPORTS_WORKER_TOKEN = WORKER_TOKEN
-    assert check_worker_token() == []
+    settings.JOBS_REMOTE_WORKERS = {"render": {"token": WORKER_TOKEN, "queues": ["render"]}}
+    assert [w.id for w in check_worker_credential()] == ["exports.W002"]
+    settings.JOBS_REMOTE_WORKERS = EXPORT_WORKERS
+    assert check_worker_credential() == []
+    settings.EXPORTS_WORKER_TOKEN = ""  # no export workers: nothing to say
+    settings.JOBS_REMOTE_WORKERS = {}
+    assert check_worker_credential() == []

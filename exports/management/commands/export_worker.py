@@ -25,8 +25,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from exports import conf, engines, health
 from exports.worker import ExportWorker, WorkerSettings
-from jobs.remote import WORKER_NAME_LENGTH
-from jobs.remote_client import RemoteClient
+from jobs import RemoteClient
 
 
 def engine_for(name: str) -> Any:
@@ -35,6 +34,11 @@ def engine_for(name: str) -> Any:
     if name == "postgres":
         return engines.postgres_engine()
     raise engines.NotConfigured(f"no engine {name!r}")
+
+
+# The engine takes a remote worker's name of up to 120 characters (it shows it after its
+# credential's): a longer pod name is cut.
+WORKER_NAME_LENGTH = 120
 
 
 class Command(BaseCommand):

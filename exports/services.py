@@ -390,9 +390,17 @@ def record_completion(job: Any, result: Any) -> None:
 
 def record_failure(job: Any, error: str, final: bool) -> None:
     """A failed attempt: the export fails (and so may its snapshot) when no retry
-    follows; otherwise it waits, pending, for the engine's next attempt."""
+    follows; otherwise it waits, pending, for the engine's next attempt. An attempt that
+    ran past the maximum duration is not tried again: its engine job is cancelled."""
     row = _row_of(job)
     if row.status in JOB_FINISHED:
+        return
+    # The engine's Job.ErrorKind.TIMEOUT: the attempt ran past ``time_limit``.
+    if job.error_kind == "timeout":
+        message = f"Export job exceeded maximum duration ({time_limit(job):.0f}s)"
+        settle(row, Report(JobStatus.FAILED, worker=job.locked_by or "", error_message=message))
+        if not final:
+            jobs.cancel(job, reason=message, via="exports")
         return
     if final:
         settle(row, Report(JobStatus.FAILED, worker=job.locked_by or "", error_message=error))

@@ -427,11 +427,13 @@ def fail(
 def _fail(
     job: Job, token: uuid.UUID, error: str, worker: str, kind: str | None, *, permanent: bool = False
 ) -> str:
-    """``engine.fail``, and the type's ``on_fail`` in the same transaction."""
+    """``engine.fail``, and the type's ``on_fail`` in the same transaction, given the job
+    as the failure left it (its state, ``error_kind`` and attempts)."""
     on_fail = hooks_of(job).on_fail
     with transaction.atomic():
         state = engine.fail(job, token, error, permanent=permanent, worker=worker, error_kind=kind)
         if on_fail is not None:
+            job.refresh_from_db(fields=["state", "error_kind", "last_error", "attempts", "run_after"])
             on_fail(job, error, state == State.FAILED)
     return state
 

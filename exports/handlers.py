@@ -48,7 +48,10 @@ def cancel_query(ctx: jobs.JobContext) -> dict[str, Any]:
         job = ExportJob.objects.filter(pk=job_id, tenant_id=ctx.tenant_id).first()
     if job is None:
         raise jobs.PermanentError(f"export job {ctx.payload.get('job')!r} is not one of this job's tenant's")
-    if job.engine != Engine.TRINO or not job.query_id:
+    # The query named when it was enqueued (the export may have been reset since), else
+    # the export's current one.
+    query = ctx.payload.get("query") or job.query_id
+    if job.engine != Engine.TRINO or not isinstance(query, str) or not query:
         return {"cancelled": None}
-    engines.trino_engine().cancel(job.query_id, job.starburst_role)
-    return {"cancelled": job.query_id}
+    engines.trino_engine().cancel(query, job.starburst_role)
+    return {"cancelled": query}

@@ -1,6 +1,6 @@
 """The exports on ``/metrics``, read from their tables at each scrape (so every web
-process reports the same figures): jobs and snapshots by status, polls, the claims the
-reconciliation reset, and how long completed jobs took.
+process reports the same figures): jobs and snapshots by status, polls, the claims lost
+without word from their worker, and how long completed jobs took.
 
 Registered in ``ExportsConfig.ready()`` (``jobs.register_collector``).
 """
@@ -64,12 +64,19 @@ class ExportCollector(Collector):
         )
 
     def claims_reset(self) -> Metric:
-        resets = ExportEvent.objects.filter(kind=EventKind.CLAIM_RESET, actor__isnull=True).count()
+        # A claim lost without word from its worker (the engine's reaper took its lease
+        # back) ends one of two ways: the reconciliation's pass resets it, or, as a rule
+        # (a worker claims every few seconds, the pass runs once a minute), the next
+        # claim of its export takes it over first, a claim of a row still claimed.
+        lost = Q(kind=EventKind.CLAIM_RESET, actor__isnull=True) | Q(
+            kind=EventKind.CLAIMED, from_status=JobStatus.CLAIMED
+        )
         return CounterMetricFamily(
             "stale_export_claims_reset",
-            "Claims of export jobs the reconciliation handed back to pending (no word from "
-            "their worker); resets by an operator are not counted",
-            value=resets,
+            "Claims of export jobs lost without word from their worker, reset by the "
+            "reconciliation or taken over by the next claim; resets by an operator are "
+            "not counted",
+            value=ExportEvent.objects.filter(lost).count(),
         )
 
     def job_figures(self) -> Iterator[Metric]:

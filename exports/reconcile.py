@@ -96,7 +96,8 @@ def _ids(**where: Any) -> list[int]:
 
 def _locked(job_id: int, *statuses: str) -> ExportJob | None:
     return (
-        ExportJob.objects.select_for_update(skip_locked=True)
+        # ``of``: the row alone; PostgreSQL locks no nullable side of an outer join.
+        ExportJob.objects.select_for_update(skip_locked=True, of=("self",))
         .filter(pk=job_id, status__in=statuses or [JobStatus.SUBMITTED])
         .select_related("job")
         .first()

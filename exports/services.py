@@ -391,32 +391,35 @@ def record_completion(job: Any, result: Any) -> None:
 def record_failure(job: Any, error: str, final: bool) -> None:
     """A failed attempt: the export fails (and so may its snapshot) when no retry
     follows; otherwise it waits, pending, for the engine's next attempt. An attempt that
-    ran past the maximum duration is not tried again: its engine job is cancelled."""
+    ran past the maximum duration is not tried again: its engine job is cancelled. A
+    query the export had submitted is cancelled on its engine either way."""
     row = _row_of(job)
     if row.status in JOB_FINISHED:
         return
+    before, query = row.status, row.query_id
     # The engine's Job.ErrorKind.TIMEOUT: the attempt ran past ``time_limit``.
     if job.error_kind == "timeout":
         message = f"Export job exceeded maximum duration ({time_limit(job):.0f}s)"
         settle(row, Report(JobStatus.FAILED, worker=job.locked_by or "", error_message=message))
         if not final:
             jobs.cancel(job, reason=message, via="exports")
-        return
-    if final:
+    elif final:
         settle(row, Report(JobStatus.FAILED, worker=job.locked_by or "", error_message=error))
-        return
-    now, before = jobs.now(), row.status
-    reset(row, now)
-    row.save()
-    event(
-        row,
-        EventKind.HANDED_BACK,
-        now,
-        from_status=before,
-        to_status=JobStatus.PENDING,
-        worker=job.locked_by or "",
-        message=f"attempt {job.attempts} of {job.max_attempts} failed, to be tried again: {error}",
-    ).save()
+    else:
+        now = jobs.now()
+        reset(row, now)
+        row.save()
+        event(
+            row,
+            EventKind.HANDED_BACK,
+            now,
+            from_status=before,
+            to_status=JobStatus.PENDING,
+            worker=job.locked_by or "",
+            message=f"attempt {job.attempts} of {job.max_attempts} failed, to be tried again: {error}",
+        ).save()
+    if before == JobStatus.SUBMITTED and query:
+        jobs.enqueue("exports.CancelQuery", {"job": row.pk, "query": query}, tenant=row.tenant_id)
 
 
 def _text(details: dict[str, Any], key: str, limit: int, *, required: bool = False) -> str:
@@ -741,7 +744,8 @@ def cancel_snapshot(snapshot: Snapshot, user: Any, *, via: str = "") -> list[Exp
     cancelled = []
     with transaction.atomic():
         open_rows = list(
-            ExportJob.objects.select_for_update()
+            # ``of``: the rows alone; PostgreSQL locks no nullable side of an outer join.
+            ExportJob.objects.select_for_update(of=("self",))
             .filter(snapshot_id=snapshot.pk)
             .exclude(status__in=JOB_FINISHED)
             .select_related("job")

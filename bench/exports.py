@@ -12,11 +12,13 @@ baseline) and exports them with the worker's PostgreSQL engine into a Parquet fi
 child process set up as a worker is (Django loaded), whose peak RSS is reported.
 
 **Polling.** The fake Trino (a process of its own) holds 500 UNLOAD queries running;
-500 export jobs are submitted for them with their first poll due. One worker, in this
-process, against the control plane served by the web process (``python -m
-project.web``) over HTTP, runs passes as its loop does (50 polls each, the limit) until
-every job has been polled once. Per pass: wall time, the worker's CPU time (its own
-threads included) and polls per second of pass.
+500 export jobs are submitted for them through the engine's remote-worker calls
+(``jobs.remote``: a claim, the UNLOAD, a snooze until the first poll), which are then
+made due. One export worker (``exports.worker``, in this process), a remote worker of
+the engine served by the web process (``python -m project.web``) over HTTP, runs passes
+as its loop does (a claim of up to 50 due polls, each polled on its pool) until every
+job has been polled once. Per pass: wall time, the worker's CPU time (its own threads
+included) and polls per second of pass.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ COLUMNS = [
     ("attributes", "json"),
 ]
 SQL = f"SELECT {', '.join(name for name, _ in COLUMNS)} FROM {TABLE}"
+# Polls one pass of the worker claims at most (its claim limit, and as many in flight).
+POLL_LIMIT = 50
 
 
 def parse_args() -> argparse.Namespace:
@@ -159,19 +163,21 @@ def direct(dsn: str, sizes: list[int], repeat: int) -> list[dict[str, Any]]:
 
 def polling(database: str, jobs_count: int) -> list[dict[str, Any]]:
     import asyncio
-
-    import httpx
+    import dataclasses
 
     import jobs
     from exports import services
-    from exports.control_plane import spec_of
     from exports.engines.trino import TrinoEngine, TrinoSettings
     from exports.models import ExportJob, JobStatus, Mapping, MappingEntity, TrinoBinding
     from exports.spec import JobSpec
-    from exports.worker import ControlPlane, ExportWorker, WorkerSettings
+    from exports.worker import ExportWorker, WorkerSettings
+    from jobs import remote
+    from jobs.models import Job
+    from jobs.remote_client import RemoteClient
     from tenancy.models import Tenant
 
-    token = "bench-worker-token"
+    token = "bench-export-worker-token-" + "x" * 16  # a credential's token: 32 characters at least
+    credential = remote.Credential("exports", (services.QUEUE,), token)
     with (
         fake_trino() as trino_url,
         tempfile.TemporaryDirectory(prefix="bench-export-") as folder,
@@ -198,45 +204,72 @@ def polling(database: str, jobs_count: int) -> list[dict[str, Any]]:
         )
         snapshot = services.create_snapshot(mapping)
         engine = TrinoEngine(TrinoSettings(url=trino_url))
-        httpx.post(f"{trino_url}/_control", json={"action": "hold"}).raise_for_status()
-        claimed: list[Any] = []
-        while len(claimed) < jobs_count:
-            claimed += services.claim("bench-submitter", 10)
-        for job, claim_token in claimed:
-            submitted = engine.submit_unload(JobSpec.from_json(spec_of(job)))
-            services.report(
-                job.pk,
-                services.Report(
-                    "submitted",
-                    job.generation,
-                    worker="bench",
-                    claim_token=claim_token,
-                    query_id=submitted.query_id,
-                    next_uri=submitted.next_uri,
-                ),
+        httpx_post(f"{trino_url}/_control", {"action": "hold"})
+        # Submitted as a worker submits them, through the engine's remote-worker calls:
+        # each claim's UNLOAD sent to Trino, then the job asleep until its first poll.
+        submitted_ids: list[int] = []
+        while len(submitted_ids) < jobs_count:
+            claim = remote.claim(
+                credential, "bench-submitter", limit=remote.MAX_CLAIM, queues=[services.QUEUE]
             )
-        ExportJob.objects.filter(snapshot=snapshot).update(next_poll_at=jobs.now())
+            if not claim.jobs:
+                raise RuntimeError(f"only {len(submitted_ids)} of {jobs_count} export jobs were claimed")
+            for job in claim.jobs:
+                spec = JobSpec.from_json(claim.details[job.pk]["spec"])
+                submitted = engine.submit_unload(dataclasses.replace(spec, destination=spec.claim_folder))
+                remote.snooze(
+                    credential,
+                    "bench-submitter",
+                    job.pk,
+                    claim.token,
+                    seconds=2,
+                    details={"query_id": submitted.query_id, "next_uri": submitted.next_uri},
+                )
+                submitted_ids.append(job.pk)
+        Job.objects.filter(pk__in=submitted_ids).update(run_after=jobs.now())  # every first poll due
 
-        worker = ExportWorker(
-            ControlPlane(base_url, token),
-            WorkerSettings(name="bench-poller", direct_export=False),
-            engine_for=lambda name: engine,
-        )
         passes: list[dict[str, Any]] = []
 
         async def run() -> None:
-            while sum(p["polls"] for p in passes) < jobs_count:
-                wall, cpu = time.perf_counter(), time.process_time()
-                polled = await worker.poll_pass()
-                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-                passes.append({"polls": polled, "wall_s": wall, "cpu_s": cpu})
-            await worker.cp.close()
+            client = RemoteClient(base_url, token, worker="bench-poller")
+            worker = ExportWorker(
+                client,
+                WorkerSettings(
+                    name="bench-poller", direct_export=False, claim_limit=POLL_LIMIT, max_in_flight=POLL_LIMIT
+                ),
+                engine_for=lambda name: engine,
+            )
+            stop = asyncio.Event()
+            keeper = asyncio.create_task(client.keep_leases(stop))
+            try:
+                # A pass as the worker's loop makes it: one claim of what is due, each job
+                # polled (a request to Trino, a snooze to the control plane) on its pool.
+                while sum(p["polls"] for p in passes) < jobs_count:
+                    wall, cpu = time.perf_counter(), time.process_time()
+                    await worker.run_pass()
+                    polled = len(client.held)
+                    await worker.wait_idle()
+                    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                    if not polled:
+                        raise RuntimeError("a pass found no poll due")
+                    passes.append({"polls": polled, "wall_s": wall, "cpu_s": cpu})
+            finally:
+                stop.set()
+                await keeper
+                worker._pool.shutdown(wait=True)
+                await client.close()
 
         asyncio.run(run())
-        jobs = ExportJob.objects.filter(snapshot=snapshot)
+        rows = ExportJob.objects.filter(snapshot=snapshot)
         # Early ones may come due again (3 s on) before the last is polled: at least once.
-        assert jobs.filter(status=JobStatus.SUBMITTED, poll_count__gte=1).count() == jobs_count
+        assert rows.filter(status=JobStatus.SUBMITTED, poll_count__gte=1).count() == jobs_count
     return passes
+
+
+def httpx_post(url: str, body: dict[str, Any]) -> None:
+    import httpx
+
+    httpx.post(url, json=body).raise_for_status()
 
 
 @contextmanager
@@ -332,7 +365,8 @@ def table(result: dict[str, Any]) -> str:
     if result.get("passes"):
         passes = result["passes"]
         lines += [
-            f"{sum(p['polls'] for p in passes)} polls of submitted jobs, {len(passes)} passes of up to 50:",
+            f"{sum(p['polls'] for p in passes)} polls of submitted jobs, "
+            f"{len(passes)} passes of up to {POLL_LIMIT}:",
             "",
             "| per pass | median | worst |",
             "|---|---:|---:|",

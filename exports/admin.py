@@ -4,10 +4,12 @@ job's history, and the export settings.
 Snapshots are made from a mapping ("Take a snapshot", which calls
 ``exports.services.create_snapshot`` with the staff user) and written by the workers and
 the reconciliation only: their pages show them and act on them through the services
-(retry a failed job, reset a claim, cancel the snapshot), which record who did in the
-job's history; the admin log gets an entry too. A snapshot's files are listed on its
-page; a local one downloads through a view that serves only files lying under their
-job's destination. Staff of a tenant see their tenant's mappings and snapshots, and
+(retry a failed job, reset a claim, cancel the snapshot: the engine's retry, recovery
+and cancel of the jobs' engine jobs), which record who did in the job's history; the
+admin log gets an entry too. Each export job links to its engine job's page in the
+console (its claims, attempts and the engine's history). A snapshot's files are listed
+on its page; a local one downloads through a view that serves only files lying under
+their job's destination. Staff of a tenant see their tenant's mappings and snapshots, and
 their files as paths inside the snapshot (platform operators see where they are). An
 entity that is a Trino query is checked as it is saved: one query, in a catalog of the
 tenant's Trino binding. The bindings (each tenant's role and catalogs) and the export
@@ -51,6 +53,8 @@ from console.admin import (
     HistoryInline,
     Operation,
     ReadOnlyMixin,
+    job_link,
+    may_view_jobs,
     register_job_subject,
 )
 from console.admin import sentence as _sentence
@@ -419,6 +423,9 @@ class JobFile:
 @dataclass(frozen=True)
 class JobRow:
     job: ExportJob
+    # Its engine job (claims, attempts, leases, the engine's history): a link to its page
+    # in the console for whom may view jobs.
+    engine_job: SafeString
     next_poll: str
     size: str
     files: list[JobFile]
@@ -579,6 +586,7 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     def jobs_context(self, request: HttpRequest, snapshot: Snapshot) -> dict[str, Any]:
         now, may_operate = jobs.now(), self.has_operate_permission(request)
+        viewable = may_view_jobs(request)
         history = ExportEventInline(ExportJob, self.admin_site)
         rows = []
         for job in snapshot.jobs.order_by("position").annotate(event_count=Count("events")):
@@ -588,6 +596,7 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
             rows.append(
                 JobRow(
                     job,
+                    job_link(job.job_id, viewable=viewable),
                     next_poll_text(job, now),
                     size_text(job.size_bytes),
                     job_files(job, full=is_platform_operator(request)),

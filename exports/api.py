@@ -89,6 +89,13 @@ class ExportJobSerializer(serializers.ModelSerializer):
     entity = serializers.CharField(source="entity_name", read_only=True)
     engine = serializers.ChoiceField(Engine.choices, read_only=True)
     error = serializers.CharField(source="error_message", read_only=True)
+    engine_job = serializers.IntegerField(
+        source="job_id",
+        read_only=True,
+        allow_null=True,
+        help_text="The engine job that runs it (/api/jobs/<id>/: its claims, attempts and "
+        "history); null once the engine's retention has pruned it.",
+    )
     files = serializers.SerializerMethodField(
         help_text="Its Parquet files, as paths inside the snapshot's folder "
         "(nodes/<entity>/part-g1.parquet); platform operators see their full paths "
@@ -104,6 +111,7 @@ class ExportJobSerializer(serializers.ModelSerializer):
             "entity",
             "engine",
             "status",
+            "engine_job",
             "claimed_by",
             "row_count",
             "size_bytes",

@@ -42,6 +42,7 @@ from jobs.worker import run_until_idle
 from market.models import MarketFeed, SourceFreshness
 from tests.support.base import granted, make_job, staff, tenant
 from tests.support.exports.builders import binding, claim_jobs
+from tests.support.exports.builders import report as report_export
 from tests.support.factors.builders import csv_bytes, dispatch, module, plane_factors, plane_rows, report
 from tests.support.ingest import builders as ingest_builders
 
@@ -105,13 +106,7 @@ def acme(clock) -> Acme:
         mapping=mapping, kind="node", name=ACME_MARK, dataset="units", columns=["id", "code"]
     )
     export = export_services.create_snapshot(mapping)
-    held = claim_jobs("acme-worker", 1)[0]
-    export_services.report(
-        held.pk,
-        export_services.Report(
-            "failed", held.generation, worker="acme-worker", error_message=ACME_MARK, claim_token=held.token
-        ),
-    )
+    report_export(claim_jobs("acme-worker", 1)[0], "failed", error_message=ACME_MARK)
     export_services.create_snapshot(mapping)  # and one pending
     return Acme(
         owner,
@@ -260,18 +255,11 @@ def probes(acme: Acme) -> list[tuple[str, str, str, dict[str, Any] | None]]:
         ("exports-mapping-detail", "get", f"/api/exports/mappings/{acme.mapping.pk}/", None),
         ("exports-snapshot-detail", "get", f"/api/exports/snapshots/{acme.export.pk}/", None),
         ("exports-snapshot-cancel", "post", f"/api/exports/snapshots/{acme.export.pk}/cancel/", {}),
-        # The workers' control plane: a tenant's token is not the workers' token.
-        ("exports-claim", "post", "/internal/exports/claim", {"worker": "gina", "limit": 10}),
-        ("exports-pollable", "post", "/internal/exports/pollable", {"worker": "gina", "limit": 50}),
-        (
-            "exports-report",
-            "post",
-            f"/internal/exports/jobs/{export_job(acme)}/report",
-            {"status": "failed", "generation": 2, "worker": "gina", "error_message": "x"},
-        ),
-        ("exports-finalize", "post", f"/internal/exports/snapshots/{acme.export.pk}/finalize", {}),
-        # Remote workers' calls: a tenant's token is no remote worker's credential.
+        # Remote workers' calls: a tenant's token is no remote worker's credential, and
+        # export workers are remote workers (Acme's exports, failed and pending, too).
         *remote_worker_probes(acme.failed.pk),
+        *remote_worker_probes(export_engine_job(acme)),
+        *remote_worker_probes(pending_export_engine_job(acme)),
     ]
 
 
@@ -293,6 +281,18 @@ def acme_binding(acme: Acme) -> int:
 
 def export_job(acme: Acme) -> int:
     return ExportJob.objects.filter(snapshot=acme.export).values_list("pk", flat=True).get()
+
+
+def export_engine_job(acme: Acme) -> int:
+    """The engine job of Acme's failed export."""
+    return ExportJob.objects.filter(snapshot=acme.export).values_list("job_id", flat=True).get()
+
+
+def pending_export_engine_job(acme: Acme) -> int:
+    """The engine job of Acme's pending export (its other snapshot's): a claim could take it."""
+    return (
+        ExportJob.objects.filter(tenant=acme.tenant, status="pending").values_list("job_id", flat=True).get()
+    )
 
 
 # Listings and pages that name no object: they answer, but with none of Acme's rows.
@@ -410,6 +410,7 @@ def test_the_admin_shows_globex_staff_none_of_acmes_objects(acme):
     acme_breaker = RunnerBreaker.objects.get(tenant=acme.tenant)
     pages = [
         f"/admin/jobs/job/{acme.failed.pk}/change/",
+        f"/admin/jobs/job/{export_engine_job(acme)}/change/",
         f"/admin/jobs/delivery/{delivery}/change/",
         *(f"/admin/jobs/delivery/{delivery}/{action}/" for action in ("quarantine", "release", "replay")),
         f"/admin/jobs/job/pipeline/{acme.ingest.pipeline_id}/",

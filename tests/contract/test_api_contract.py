@@ -280,10 +280,13 @@ def build_world() -> World:
 
 
 def _snapshots(acme: Any, globex: Any) -> list[Any]:
-    """Snapshots in each state: one exporting (a job completed, one submitted, one pending),
-    one failed, and one of another tenant's."""
+    """Snapshots in each state: one exporting (a job completed, one submitted, one
+    claimed), one failed, and one of another tenant's; their jobs run as the export
+    workers run them, through the engine's remote-worker calls."""
     from exports import services as exports
     from exports.models import Mapping, MappingEntity
+    from tests.support.exports.builders import claim_jobs
+    from tests.support.exports.builders import report as report_export
 
     made = []
     for owner, name in ((acme, "graph"), (acme, "other"), (globex, "graph")):
@@ -293,27 +296,17 @@ def _snapshots(acme: Any, globex: Any) -> list[Any]:
                 mapping=mapping, kind="node", name=dataset, position=position, dataset=dataset, columns=["id"]
             )
         made.append(exports.create_snapshot(mapping))
-    (done, done_token), (submitted, submitted_token), _ = exports.claim("contract", 3)
-    exports.report(
-        done.pk,
-        exports.Report(
-            "completed",
-            1,
-            worker="contract",
-            row_count=3,
-            size_bytes=10,
-            claim_token=done_token,
-            files=(f"{done.destination}/part-g1.parquet",),
-        ),
-    )
-    exports.report(
-        submitted.pk,
-        exports.Report("submitted", 1, worker="contract", query_id="q1", claim_token=submitted_token),
-    )
-    for job, token in exports.claim("contract", 3):
-        exports.report(
-            job.pk, exports.Report("failed", 1, worker="contract", error_message="boom", claim_token=token)
-        )
+    # One claim, in claim order: the first snapshot's jobs, then the second's.
+    done, submitted, _, *others = claim_jobs("contract", 6)
+    report_export(done, "completed", row_count=3, size_bytes=10, files=("part-g1.parquet",))
+    report_export(submitted, "submitted", query_id="q1")
+    for job in others:
+        report_export(job, "failed", error_message="boom")
+    assert [sorted(snap.jobs.values_list("status", flat=True)) for snap in made] == [
+        ["claimed", "completed", "submitted"],
+        ["failed", "failed", "failed"],
+        ["pending", "pending", "pending"],
+    ]
     return made
 
 

@@ -12,6 +12,7 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission, User
 from django.test import Client
+from django.urls import reverse
 
 from exports import services
 from exports.models import (
@@ -26,6 +27,8 @@ from exports.models import (
     SnapshotStatus,
     TrinoBinding,
 )
+from jobs import remote
+from jobs.models import Job, JobEvent
 from tests.support.base import page, staff
 from tests.support.exports.builders import CATALOG, binding, claim_jobs, complete, jobs_of, mapping, report
 from tests.support.history import history_rows
@@ -329,7 +332,8 @@ def test_the_snapshot_page_shows_each_job_its_poll_files_and_history(alice, acme
     html = page(alice, snapshot_url(snap))
 
     row = re.search(rf'<tr class="exports-job" id="job-{entries.pk}".*?</tr>', html, re.S).group()
-    assert '<td data-label="Claimed by">worker-7</td>' in row
+    # A remote worker's name carries its credential's: the export workers' is "exports".
+    assert '<td data-label="Claimed by">exports/worker-7</td>' in row
     assert f'exports-next-poll" data-label="Next poll">in {wait} s</td>' in row
     done = re.search(rf'<tr class="exports-job" id="job-{factors.pk}".*?</tr>', html, re.S).group()
     assert '<td data-label="Rows">5</td>' in done and "1.5\xa0KB" in done
@@ -345,9 +349,33 @@ def test_the_snapshot_page_shows_each_job_its_poll_files_and_history(alice, acme
     assert (claimed["change"], claimed["generation"], claimed["worker"]) == (
         "pending → claimed",
         "1",
-        "worker-7",
+        "exports/worker-7",
     )
     assert "query 20261102_q1" in submitted["message"]
+
+
+def test_each_job_links_to_its_engine_jobs_page_for_whom_may_view_jobs(acme, clock):
+    snap = services.create_snapshot(mapping(of=acme))
+    rows = jobs_of(snap)
+    vera = staff("vera", of=acme)
+    viewer = browser(vera)  # the exports' permissions only
+
+    html = page(viewer, snapshot_url(snap))
+
+    for row in rows:
+        cell = re.search(rf'<tr class="exports-job" id="job-{row.pk}".*?</tr>', html, re.S).group()
+        assert f'<td class="exports-engine-job" data-label="Engine job">#{row.job_id}</td>' in cell
+    assert "/admin/jobs/job/" not in html
+    vera.user_permissions.add(Permission.objects.get(content_type__app_label="jobs", codename="view_job"))
+
+    html = page(viewer, snapshot_url(snap))
+
+    for row in rows:
+        engine_page = reverse("admin:jobs_job_change", args=[row.job_id])
+        cell = re.search(rf'<tr class="exports-job" id="job-{row.pk}".*?</tr>', html, re.S).group()
+        assert f'data-label="Engine job"><a href="{engine_page}">#{row.job_id}</a></td>' in cell
+        # The engine job's page is the export's, and links back to its snapshot.
+        assert f"#job-{row.pk}" in page(viewer, engine_page)
 
 
 def test_object_store_files_are_shown_as_text_inside_the_snapshot(alice, acme, settings):
@@ -383,6 +411,12 @@ def test_retry_a_failed_job_as_the_staff_user(alice, alice_user, acme):
     retried = job.events.get(kind=EventKind.RETRIED)
     assert (retried.actor, retried.via, retried.message) == (alice_user, "admin", "was: Trino said no")
     assert LogEntry.objects.get().change_message == f"Retry via the admin (job {job.pk}, entries)"
+    # The engine's retry of its job: the next claim runs it again, as claim 2.
+    engine_job = Job.objects.get(pk=job.job_id)
+    assert (engine_job.state, engine_job.attempts) == (Job.State.PENDING, 0)
+    assert engine_job.events.get(kind=JobEvent.Kind.RETRIED).actor == alice_user
+    [again] = [row for row in claim_jobs("w2", 10) if row.pk == job.pk]
+    assert (again.generation, again.claimed_by) == (2, "exports/w2")
 
 
 def test_a_refused_action_shows_the_reason(alice, acme):
@@ -415,7 +449,13 @@ def test_reset_a_claim_after_confirming(alice, alice_user, acme):
     job.refresh_from_db()
     assert job.status == JobStatus.PENDING and job.claimed_by == ""
     reset = job.events.get(kind=EventKind.CLAIM_RESET)
-    assert (reset.actor, reset.via, reset.message) == (alice_user, "admin", "taken from w1")
+    assert (reset.actor, reset.via, reset.message) == (alice_user, "admin", "taken from exports/w1")
+    # The engine's recovery of its job, which fences the worker out.
+    assert Job.objects.get(pk=job.job_id).state == Job.State.PENDING
+    with pytest.raises(remote.NotHeld):
+        fail(job, "too late")
+    job.refresh_from_db()
+    assert (job.status, job.error_message) == (JobStatus.PENDING, "")
 
 
 def test_cancel_a_snapshot_after_confirming(alice, alice_user, acme):
@@ -432,6 +472,12 @@ def test_cancel_a_snapshot_after_confirming(alice, alice_user, acme):
     assert cancelled.count() == 2 and {(event.actor, event.via) for event in cancelled} == {
         (alice_user, "admin")
     }
+    # Their engine jobs are cancelled (a worker holding one loses it at its next beat).
+    assert [Job.objects.get(pk=row.job_id).state for row in jobs_of(snap)] == [
+        Job.State.SUCCEEDED,
+        Job.State.CANCELLED,
+        Job.State.CANCELLED,
+    ]
     again = alice.post(f"{SNAPSHOTS}{snap.pk}/cancel/", follow=True)
     assert messages_of(again) == [f"Snapshot {snap.pk}: nothing to cancel, it is failed."]
 
@@ -509,7 +555,7 @@ def test_a_file_outside_the_destination_is_refused(alice, acme, local_storage):
     link.parent.mkdir(parents=True)
     link.symlink_to(secret)
     # A link inside pointing out passes the report's check; the rows' paths outside were
-    # refused when reported, so they are written behind the control plane's back here.
+    # refused when reported, so they are written behind the engine's back here.
     report(job, JobStatus.COMPLETED, row_count=1, size_bytes=1, files=(str(link),))
     ExportJob.objects.filter(pk=job.pk).update(
         files=[str(link), str(secret), f"{job.destination}/../../../../secret.txt"]

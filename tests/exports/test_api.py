@@ -11,6 +11,7 @@ import pytest
 from exports import services
 from exports.datasets import DATASETS
 from exports.models import EventKind, ExportEvent, JobStatus, MappingEntity, Snapshot, SnapshotStatus
+from jobs.models import Job, JobEvent
 from tests.support.base import as_user, granted, staff
 from tests.support.exports.builders import CATALOG, claim_jobs, complete, jobs_of, mapping, report
 
@@ -106,6 +107,12 @@ def test_staff_take_a_snapshot_by_name_and_it_is_recorded_with_them(alice, alice
         ("node", "factors", "pending"),
         ("edge", "computed_with", "pending"),
     ]
+    # Each runs as an engine job of the exports' queue, named by its id.
+    assert [job["engine_job"] for job in body["jobs"]] == [row.job_id for row in jobs_of(snap)]
+    engine_jobs = Job.objects.filter(pk__in=[job["engine_job"] for job in body["jobs"]])
+    assert {(job.type, job.queue, job.tenant_id, job.state) for job in engine_jobs} == {
+        ("exports.export", "exports", acme.pk, Job.State.PENDING)
+    }
     assert set(ExportEvent.objects.values_list("kind", "actor")) == {(EventKind.CREATED, alice_user.pk)}
 
 
@@ -271,6 +278,7 @@ def test_a_snapshot_shows_each_jobs_status_rows_size_error_poll_and_files(bob, a
     jobs = {job["entity"]: job for job in bob.get(f"{SNAPSHOTS}{snap.pk}/").json()["jobs"]}
 
     assert jobs["entries"]["status"] == "submitted" and jobs["entries"]["poll_count"] == 0
+    assert (jobs["entries"]["claimed_by"], jobs["entries"]["engine_job"]) == ("exports/w1", entries.job_id)
     assert jobs["entries"]["next_poll_at"] == entries.next_poll_at.isoformat().replace("+00:00", "Z")
     assert (jobs["factors"]["row_count"], jobs["factors"]["size_bytes"]) == (7, 700)
     # Inside the snapshot's folder: no server path reaches a member.
@@ -343,7 +351,13 @@ def test_staff_cancel_a_snapshot_and_it_is_recorded_with_them(alice, alice_user,
     assert body["status"] == "failed"
     assert {job["error"] for job in body["jobs"]} == {"Cancelled by alice"}
     cancelled = ExportEvent.objects.filter(kind=EventKind.CANCELLED)
-    assert cancelled.count() == 3 and {event.actor for event in cancelled} == {alice_user}
+    assert cancelled.count() == 3
+    assert {(event.actor, event.via) for event in cancelled} == {(alice_user, "api")}
+    # The engine's cancel of each export's job: no worker claims them any more.
+    engine_jobs = Job.objects.filter(pk__in=[job["engine_job"] for job in body["jobs"]])
+    assert [job.state for job in engine_jobs] == [Job.State.CANCELLED] * 3
+    assert {job.events.get(kind=JobEvent.Kind.CANCELLED).actor for job in engine_jobs} == {alice_user}
+    assert claim_jobs("w1", 10) == []
 
 
 def test_staff_without_the_operate_permission_get_403_and_the_snapshot_stays(acme):

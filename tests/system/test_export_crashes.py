@@ -1,19 +1,23 @@
 """Export workers killed at every point of a job's life, as real processes.
 
 The control plane is this test's live server (its clock the test's: polls come due and
-claims go stale when the test moves it); the engine is the fake Trino, in this process;
-the workers are ``manage.py export_worker`` processes, given a database URL that goes
-nowhere, so that any use of Conveyor's database would fail them. Each scenario kills a
-worker with SIGKILL where the recovery table says, then lets another worker or the
+leases run out when the test moves it; the test runs the engine's reaper and the
+reconciliation itself, as the cluster does); the engine is the fake Trino, in this
+process; the workers are ``manage.py export_worker`` processes, remote workers of the
+engine with a database URL that goes nowhere. Each scenario kills a worker with SIGKILL
+where the recovery table says, then lets the reaper, another worker or the
 reconciliation finish: every snapshot ends ready with every row, from one query per
-claim, and nothing is written twice.
+claim, its folder sealed (the manifest, and only the final claim's files), and nothing
+is written twice.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -29,18 +33,23 @@ from exports.models import (
     SnapshotStatus,
     TrinoBinding,
 )
+from exports.spec import claim_folder
+from jobs import reaper
+from jobs.models import Job, JobEvent
 from jobs.testing import wait_until
 from tests.support.base import tenant
-from tests.support.exports.worker_process import start_export_worker
+from tests.support.exports.worker_process import serve_export_workers, start_export_worker, worker_env
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
-TOKEN = "crash-test-token"
+TOKEN = "c" * 40
 ROWS = 1200
+# Past an export claim's lease (15 s): a worker that stopped beating has lost it.
+PAST_THE_LEASE = services.LEASE_SECONDS + 1
 
 
 @pytest.fixture
 def fake(settings, tmp_path):
-    settings.EXPORTS_WORKER_TOKEN = TOKEN
+    serve_export_workers(settings, TOKEN)
     settings.EXPORTS_STORAGE_URL = str(tmp_path / "exports")
     with FakeTrino(page_rows=500) as server:
         server.load_table(
@@ -69,22 +78,13 @@ def snapshot() -> Snapshot:
 
 
 def worker(processes, live_server, fake: FakeTrino, name: str, *, direct: bool = False, grace: float = 5.0):
-    # The worker's export root is the control plane's: an UNLOAD goes only into a job's
-    # snapshot folder under it.
-    from django.conf import settings
-
-    env = processes.env(
-        DATABASE_URL="postgresql://nobody@127.0.0.1:1/nowhere",
-        EXPORTS_STORAGE_URL=settings.EXPORTS_STORAGE_URL,
-        EXPORTS_WORKER_TOKEN=TOKEN,
-        EXPORTS_TRINO_URL=fake.url,
-        DIRECT_EXPORT="true" if direct else "false",
-    )
+    mode = "true" if direct else "false"
+    env = worker_env(processes, TOKEN, EXPORTS_TRINO_URL=fake.url, DIRECT_EXPORT=mode)
     return start_export_worker(processes, live_server.url, name, env, grace=grace)
 
 
 def job_of(snap: Snapshot) -> ExportJob:
-    return ExportJob.objects.get(snapshot=snap)
+    return ExportJob.objects.select_related("job").get(snapshot=snap)
 
 
 def status(snap: Snapshot, *wanted: str, timeout: float = 30) -> ExportJob:
@@ -93,6 +93,10 @@ def status(snap: Snapshot, *wanted: str, timeout: float = 30) -> ExportJob:
         timeout,
         f"the job to be {' or '.join(wanted)}",
     )
+
+
+def direct_queries(fake: FakeTrino) -> list:
+    return [q for q in fake.query_by_sql("orders") if "system.unload" not in q.sql]
 
 
 def probe(proc, path: str) -> int:
@@ -107,27 +111,61 @@ def kill(proc) -> None:
     proc.wait(10)
 
 
-def finished_well(snap: Snapshot, fake: FakeTrino, *, generation: int) -> ExportJob:
-    """Ready, every row once, only the final claim's files left, one query per claim."""
+def rescued_by_the_reaper(clock) -> None:
+    """The killed worker beats no more: past its lease, the reaper takes the job back."""
+    clock.advance(PAST_THE_LEASE)
+    assert reaper.rescue_expired().rescued == 1
+
+
+def files_under(folder: str) -> set[str]:
+    return {str(path) for path in Path(folder).rglob("*") if path.is_file()}
+
+
+def finished_well(
+    snap: Snapshot, fake: FakeTrino, *, generation: int, engine: str = Job.State.SUCCEEDED
+) -> ExportJob:
+    """Ready, every row once, one query per claim; the folder sealed: the manifest and
+    the final claim's files, nothing else (no partial file, no file of a lost claim);
+    the engine job ended as ``engine`` says."""
     snap.refresh_from_db()
     job = job_of(snap)
     assert snap.status == SnapshotStatus.READY, (snap.status, snap.error)
     assert job.status == JobStatus.COMPLETED and job.row_count == ROWS
     assert job.generation == generation
-    assert parquet.count_rows(job.destination).files == job.files
-    assert all(f"/g{generation}/" in path for path in job.files)
+    assert job.job.state == engine, (job.job.state, job.job.last_error)
+    assert job.files and all(
+        f"/g{generation}/" in path or path.endswith(f"/part-g{generation}.parquet") for path in job.files
+    )
+    assert parquet.count_rows(job.destination).rows == ROWS
+    folder = services.folder_of_snapshot(job)
+    assert files_under(folder) == {*job.files, f"{folder}/{parquet.MANIFEST}"}
+    manifest = json.loads(Path(folder, parquet.MANIFEST).read_text())
+    assert [(e["name"], e["rows"], e["files"]) for e in manifest["entities"]] == [
+        ("orders", ROWS, services.shown_files(job))
+    ]
     assert len(fake.query_by_sql("system.unload")) <= generation
     return job
 
 
+def engine_history(job: ExportJob) -> list[tuple[str, str]]:
+    return list(JobEvent.objects.filter(job_id=job.job_id).order_by("id").values_list("kind", "worker"))
+
+
 def test_killed_after_the_claim_before_submitting(processes, live_server, fake, clock):
     snap = snapshot()
-    fake.cold_start_queries, fake.cold_start_seconds = 1, 60.0  # the submission hangs
+    # The submission hangs (a cold cluster), but Trino has it: once let go, the lost
+    # claim's UNLOAD writes its files into that claim's folder, which no report names.
+    fake.cold_start_queries, fake.cold_start_seconds = 1, 60.0
+    fake.hold()
     first = worker(processes, live_server, fake, "worker-a")
     wait_until(lambda: fake.queries, 30, "the submission to reach the engine")
     assert job_of(snap).status == JobStatus.CLAIMED
     kill(first)
-    clock.advance(601)  # no word from worker-a for over ten minutes
+    fake.release()
+    lost = job_of(snap)
+    assert parquet.count_rows(claim_folder(lost.destination, 1)).rows == ROWS  # an orphan
+
+    rescued_by_the_reaper(clock)
     assert reconcile.reconcile().claims_reset == 1
     assert job_of(snap).status == JobStatus.PENDING
     worker(processes, live_server, fake, "worker-b")
@@ -142,6 +180,38 @@ def test_killed_after_the_claim_before_submitting(processes, live_server, fake, 
         "claimed",
         "submitted",
         "completed",
+    ]
+    assert engine_history(job)[:3] == [
+        (JobEvent.Kind.CLAIMED, "exports/worker-a"),
+        (JobEvent.Kind.RESCUED, ""),
+        (JobEvent.Kind.CLAIMED, "exports/worker-b"),
+    ]
+
+
+def test_killed_while_exporting_directly(processes, live_server, fake, clock):
+    snap = snapshot()
+    fake.hold()  # the direct export's query runs and runs
+    first = worker(processes, live_server, fake, "worker-a", direct=True)
+    status(snap, JobStatus.CLAIMED)
+    wait_until(lambda: direct_queries(fake), 30, "the export's query to reach the engine")
+    kill(first)
+    fake.release()
+
+    # No reconciliation: the next claim finds the lost one and starts a new one.
+    rescued_by_the_reaper(clock)
+    worker(processes, live_server, fake, "worker-b", direct=True)
+    status(snap, JobStatus.COMPLETED)
+    job = finished_well(snap, fake, generation=2)
+    assert [Path(path).name for path in job.files] == ["part-g2.parquet"]
+    assert len(direct_queries(fake)) == 2  # one per claim: run to its end once
+    assert job.job.attempts == 2
+    assert list(job.events.values_list("kind", flat=True)) == ["created", "claimed", "claimed", "completed"]
+    assert "the claim of exports/worker-a was lost" in job.events.filter(kind="claimed").last().message
+    assert engine_history(job) == [
+        (JobEvent.Kind.CLAIMED, "exports/worker-a"),
+        (JobEvent.Kind.RESCUED, ""),
+        (JobEvent.Kind.CLAIMED, "exports/worker-b"),
+        (JobEvent.Kind.SUCCEEDED, "exports/worker-b"),
     ]
 
 
@@ -170,7 +240,9 @@ def test_killed_while_polling(processes, live_server, fake, clock):
     kill(first)
     fake.release()
     worker(processes, live_server, fake, "worker-b")
-    assert (job_of(snap).next_poll_at - clock.now()).total_seconds() == 5  # the schedule goes on
+    job = job_of(snap)
+    assert (job.next_poll_at - clock.now()).total_seconds() == 5  # the schedule goes on
+    assert job.job.run_after == job.next_poll_at
     clock.advance(5)
     status(snap, JobStatus.COMPLETED)
     job = finished_well(snap, fake, generation=1)
@@ -189,7 +261,8 @@ def test_killed_after_the_engine_finished_before_the_jobs_update(processes, live
     clock.advance(2)  # not updated for 30 minutes: the reconciliation asks the engine
     done = reconcile.reconcile()
     assert done.completed == 1 and done.snapshots_finished == 0  # finished with the job
-    job = finished_well(snap, fake, generation=1)
+    # Its engine job, asleep until a poll no worker will make, ends with it.
+    job = finished_well(snap, fake, generation=1, engine=Job.State.CANCELLED)
     assert job.events.filter(kind="reconciled").exists()
 
 
@@ -197,7 +270,7 @@ def test_killed_after_the_job_completed_before_the_snapshot_was_finished(process
     snap = snapshot()
     proc = worker(processes, live_server, fake, "worker-a", direct=True)
     status(snap, JobStatus.COMPLETED)
-    proc.signal(signal.SIGTERM)  # its own finalize call must not come after the change below
+    proc.signal(signal.SIGTERM)  # its own last call must not come after the change below
     assert proc.wait(30) == 0
     # A job's last report finishes its snapshot in the same transaction, so this window
     # does not open here; were it to, the reconciliation's sweep closes it.
@@ -205,18 +278,33 @@ def test_killed_after_the_job_completed_before_the_snapshot_was_finished(process
     assert reconcile.reconcile().snapshots_finished == 1
     snap.refresh_from_db()
     assert snap.status == SnapshotStatus.READY and snap.node_counts == {"orders": ROWS}
+    finished_well(snap, fake, generation=1)
 
 
-def test_sigterm_hands_back_what_is_running_and_exits_0(processes, live_server, fake):
+def test_sigterm_hands_back_what_is_running_and_exits_0(processes, live_server, fake, clock):
     snap = snapshot()
     fake.hold()  # a direct export that will not finish
     proc = worker(processes, live_server, fake, "worker-a", direct=True, grace=1.0)
     status(snap, JobStatus.CLAIMED)
+    wait_until(lambda: direct_queries(fake), 30, "the export's query to reach the engine")
     assert probe(proc, "/health") == 200
     wait_until(lambda: probe(proc, "/ready") == 200, 10, "the worker to be ready")
     proc.signal(signal.SIGTERM)
     assert proc.wait(30) == 0, proc.tail()
+
+    job = job_of(snap)
+    # Handed back to the engine with its attempt given back, its query cancelled.
+    assert (job.job.state, job.job.attempts) == (Job.State.PENDING, 0)
+    assert engine_history(job)[-1] == (JobEvent.Kind.RELEASED, "exports/worker-a")
+    assert [q.state for q in direct_queries(fake)] == ["FAILED"]
+    # The row follows at the reconciliation's next pass (or the next claim).
+    assert reconcile.reconcile().claims_reset == 1
     job = job_of(snap)
     assert job.status == JobStatus.PENDING and job.claimed_by == ""
-    assert job.events.filter(kind="handed_back").exists()
+    assert job.events.filter(kind="claim_reset").exists()
+
     fake.release()
+    worker(processes, live_server, fake, "worker-b", direct=True)
+    status(snap, JobStatus.COMPLETED)
+    job = finished_well(snap, fake, generation=2)
+    assert job.job.attempts == 1

@@ -1,8 +1,8 @@
 """Bounded work per request, over a real web process and raw sockets: a scrape sync of
 30 MB of tiny items is refused before it becomes objects (the process grew by 916 MB
 when the body was decoded whole), and a connection that sends its request head too
-slowly is closed at the head's deadline; an export worker's report of thousands of
-files passes the body limiter on the worker's token; a user's open event streams are
+slowly is closed at the head's deadline; an export worker's completion naming thousands
+of files passes the body limiter on the worker's token; a user's open event streams are
 capped across web processes."""
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import pytest
 from django.conf import settings
 from rest_framework.authtoken.models import Token
 
-from exports.control_plane import MAX_FILE_PATH, MAX_REPORT_FILES
+from exports import services
 from exports.models import ExportJob, JobStatus
+from exports.services import MAX_FILE_PATH, MAX_RESULT_FILES
 from ingest.scraping.models import ScrapeReference, ScrapeRun
 from jobs.testing import wait_until
 from tests.support.base import granted, make_job, operating, staff, tenant
@@ -155,31 +156,46 @@ def worker_post(port: int, path: str, body: dict) -> tuple[int, dict]:
         conn.close()
 
 
-@pytest.mark.parametrize("files, length", [(1_500, 80), (MAX_REPORT_FILES, MAX_FILE_PATH)])
+def head_only(port: int, path: str, length: int, token: str) -> Answer:
+    """The answer to a POST's head that announces ``length`` bytes of body, none sent."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(
+        (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+            f"\r\nContent-Length: {length}\r\nAuthorization: Bearer {token}\r\n\r\n"
+        ).encode()
+    )
+    return read_answer(sock)
+
+
+@pytest.mark.parametrize("files, length", [(1_500, 80), (MAX_RESULT_FILES, MAX_FILE_PATH)])
 def test_a_report_of_many_files_passes_the_body_limiter_and_completes_the_job(processes, files, length):
     snapshot()
     _, port = processes.web(processes.env(EXPORTS_WORKER_TOKEN=WORKER_TOKEN))
-    status, claimed = worker_post(port, "/internal/exports/claim", {"worker": "w", "limit": 1})
+    status, claimed = worker_post(
+        port, "/internal/jobs/claim", {"worker": "w", "limit": 1, "queues": ["exports"]}
+    )
     assert status == 200, claimed
-    spec = claimed["jobs"][0]
-    prefix = spec["destination"] + "/part-"
-    names = [prefix + str(n).rjust(length - len(prefix), "0") for n in range(files)]
-    report = {
-        "status": "completed",
-        "generation": spec["generation"],
+    (job,) = claimed["jobs"]
+    # Paths relative to the job's folder, each ``length`` characters long.
+    names = [f"part-{n:0{length - len('part-')}d}" for n in range(files)]
+    completion = {
         "worker": "w",
-        "claim_token": spec["claim_token"],
-        "row_count": files,
-        "size_bytes": files,
-        "files": names,
+        "lease": claimed["lease"],
+        "result": {"rows": files, "bytes": files, "files": names},
     }
-    assert len(json.dumps(report)) > settings.WEB_MAX_ANONYMOUS_BODY_BYTES
+    assert len(json.dumps(completion)) > settings.WEB_MAX_ANONYMOUS_BODY_BYTES
+    path = f"/internal/jobs/{job['id']}/complete"
+    # Under a token that is no credential's, the limiter refuses it from its head alone.
+    assert head_only(port, path, len(json.dumps(completion)), "x" * 43).status == 401
 
-    status, answer = worker_post(port, f"/internal/exports/jobs/{spec['id']}/report", report)
+    status, answer = worker_post(port, path, completion)
 
     assert status == 200, answer
-    job = ExportJob.objects.get(pk=spec["id"])
-    assert (job.status, len(job.files)) == (JobStatus.COMPLETED, files)
+    assert answer["job"]["state"] == "succeeded"
+    export = ExportJob.objects.get(job_id=job["id"])
+    assert (export.status, len(export.files)) == (JobStatus.COMPLETED, files)
+    assert services.shown_files(export)[-1].endswith("/" + names[-1])
 
 
 # --- the request head's deadline ---------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // A snapshot still being made keeps its jobs table current: every few seconds the page is
 // fetched again and the table (with its history) replaced, until the snapshot is ready or
-// failed. Export jobs are the workers' rows, not engine jobs, so there is no event stream
-// to follow; the page asks instead.
+// failed. The rows are the exports' own (each runs as an engine job, linked from its row,
+// whose page follows the engine's event stream), so there is no stream of them to follow;
+// the page asks instead.
 (function () {
   "use strict";
   var EVERY_MS = 5000;

@@ -422,6 +422,26 @@ def record_failure(job: Any, error: str, final: bool) -> None:
         jobs.enqueue("exports.CancelQuery", {"job": row.pk, "query": query}, tenant=row.tenant_id)
 
 
+def record_release(job: Any) -> None:
+    """Its worker handed the export back unfinished (it is stopping): pending again, for
+    the next claim, which starts afresh under a new claim number."""
+    row = _row_of(job)
+    if row.status != JobStatus.CLAIMED:
+        return  # a submitted export sleeps until its poll; nothing of it was lost
+    now, worker = jobs.now(), row.claimed_by
+    reset(row, now)
+    row.save()
+    event(
+        row,
+        EventKind.HANDED_BACK,
+        now,
+        from_status=JobStatus.CLAIMED,
+        to_status=JobStatus.PENDING,
+        worker=worker,
+        message="handed back by its worker, which was stopping",
+    ).save()
+
+
 def _text(details: dict[str, Any], key: str, limit: int, *, required: bool = False) -> str:
     value = details.get(key, "")
     if not isinstance(value, str) or len(value) > limit or (required and not value):
@@ -522,6 +542,7 @@ HOOKS = jobs.RemoteHooks(
     on_complete=record_completion,
     on_fail=record_failure,
     on_snooze=record_submission,
+    on_release=record_release,
     on_operator=follow_operator,
     time_limit=time_limit,
 )

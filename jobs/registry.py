@@ -52,6 +52,7 @@ class RemoteHooks:
     - ``on_fail(job, error, final)``: a failed attempt; ``final`` when no retry follows.
     - ``on_snooze(job, details)``: a snooze's ``details`` (what the worker says it is
       waiting for); returns the seconds to sleep, which override the worker's, or None.
+    - ``on_release(job)``: its worker handed the job back unfinished (it is stopping).
     - ``on_operator(job, action, actor, via)``: an operator's action on the job
       (``cancel``, ``retry``, ``replay``, ``recover``, ``run_now``), in its transaction,
       wherever it was taken (the console, the API, a command, the type's own admin); one
@@ -64,6 +65,7 @@ class RemoteHooks:
     on_complete: Callable[[Any, Any], None] | None = None
     on_fail: Callable[[Any, str, bool], None] | None = None
     on_snooze: Callable[[Any, dict[str, Any]], float | None] | None = None
+    on_release: Callable[[Any], None] | None = None
     on_operator: Callable[[Any, str, Any, str], None] | None = None
     time_limit: Callable[[Any], float | None] | None = None
 

@@ -483,15 +483,26 @@ def snooze(
 
 def release(credential: Credential, worker: str, lease: Any, job_ids: Sequence[int]) -> int:
     """Hand back jobs the worker will not finish (it is shutting down), their attempts
-    given back; returns how many went back."""
+    given back, each type's ``on_release`` in the same transaction; returns how many
+    went back."""
     token = _token(lease)
     held = list(_held_jobs(credential, token, _job_ids(job_ids)).values())
     name = seen(credential, worker)
     with transaction.atomic():
-        return engine.release(
+        released = engine.release(
             held,
             token,
             worker=name,
             started=[job.pk for job in held],
             message="handed back by its remote worker",
         )
+        back = set(
+            Job.objects.filter(pk__in=[job.pk for job in held], state=State.PENDING).values_list(
+                "id", flat=True
+            )
+        )
+        for job in held:
+            on_release = hooks_of(job).on_release
+            if on_release is not None and job.pk in back:
+                on_release(job)
+        return released

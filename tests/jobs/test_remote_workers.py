@@ -350,6 +350,16 @@ def test_an_operators_action_reaches_the_types_rows_in_its_transaction(worker, c
     ]
 
 
+def test_a_hand_back_reaches_the_types_rows_for_the_jobs_that_went_back(worker, clock, calls):
+    kept, handed = make_job(HOOKED, {"page": 1}), make_job(HOOKED, {"page": 2})
+    lease = claim(worker)["lease"]
+    post(worker, "release", {"worker": "pod-a", "lease": lease, "jobs": [handed.pk]})
+    assert calls[-1] == ("release", handed.pk, Job.State.RUNNING)  # as the worker held it
+    assert [call for call in calls if call[0] == "release"] == [calls[-1]]
+    kept.refresh_from_db()
+    assert kept.state == Job.State.RUNNING
+
+
 def test_an_operators_setting_can_decide_the_time_limit(worker, clock, calls):
     short, default = make_job(HOOKED, {"page": 1, "limit": 10}), make_job(HOOKED, {"page": 2})
     lease = claim(worker)["lease"]

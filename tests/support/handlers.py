@@ -387,6 +387,10 @@ def _on_operator(job, action: str, actor, via: str) -> None:
     REMOTE_HOOK_CALLS.append(("operator", job.pk, (action, job.state)))
 
 
+def _on_release(job) -> None:
+    REMOTE_HOOK_CALLS.append(("release", job.pk, job.state))
+
+
 def _time_limit(job) -> float | None:
     return job.payload.get("limit")
 
@@ -402,6 +406,7 @@ jobs.remote_handler(
         on_complete=_on_complete,
         on_fail=_on_fail,
         on_snooze=_on_snooze,
+        on_release=_on_release,
         on_operator=_on_operator,
         time_limit=_time_limit,
     ),

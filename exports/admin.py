@@ -608,6 +608,11 @@ class SnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return {
             "job_rows": rows,
             "cancel_url": reverse("admin:exports_snapshot_cancel", args=[snapshot.pk]) if cancellable else "",
+            # The snapshot's engine jobs make one pipeline: its event stream says when a
+            # job moved, and the page fetches its table again then.
+            "events_url": reverse("pipeline-events", args=[pipeline])
+            if (pipeline := services.pipeline_of(snapshot.pk)) and snapshot.status not in SNAPSHOT_FINISHED
+            else "",
         }
 
     def operated(self, request: HttpRequest, object_id: str) -> Snapshot:

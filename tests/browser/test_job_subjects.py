@@ -1,7 +1,7 @@
 """From a failure to its cause and its fix, in a real browser, counting clicks from the
 front page: the operator reaches the cause in the domain's own words (a failed job's
-page, which says what the job works for; a snapshot's page, whose exports are not engine
-jobs) and starts the domain's fix in at most four: a failed hook, a day load that failed
+page, which says what the job works for; a snapshot's page, whose exports link their
+engine jobs) and starts the domain's fix in at most four: a failed hook, a day load that failed
 after its retries, an export Trino failed, a handoff whose ingest run failed."""
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def test_a_failed_day_load_is_traced_to_its_load_and_the_day_loaded_again_in_thr
 
 # -- a snapshot whose export failed on Trino -------------------------------------------------
 
-WORKER_TOKEN = "browser-worker-token"
+WORKER_TOKEN = "browser-worker-token-" + "b" * 24
 ORDERS = [
     {
         "kind": "node",
@@ -185,7 +185,7 @@ def trino(settings, tmp_path):
 
 @pytest.fixture
 def exports_site(processes, trino, settings) -> Site:
-    """The web process as the export workers' control plane too (their token)."""
+    """The web process, serving the export workers' remote-worker API too (their token)."""
     env = processes.env(
         SERVE_STATIC="1",
         EXPORTS_WORKER_TOKEN=WORKER_TOKEN,
@@ -197,14 +197,15 @@ def exports_site(processes, trino, settings) -> Site:
 
 
 def export_pass(site: Site, trino) -> None:
-    """One pass of a real export worker, here, against the site's control plane and the
-    fake Trino, and every export it started, to the end."""
+    """One pass of a real export worker, here, against the site's remote-worker API and
+    the fake Trino, and every export it started, to the end."""
     from exports.engines.trino import TrinoEngine, TrinoSettings
-    from exports.worker import ControlPlane, ExportWorker, WorkerSettings
+    from exports.worker import ExportWorker, WorkerSettings
+    from jobs import RemoteClient
 
     engine = TrinoEngine(TrinoSettings(url=trino.url))
     worker = ExportWorker(
-        ControlPlane(site.url, WORKER_TOKEN),
+        RemoteClient(site.url, WORKER_TOKEN, worker="export-worker-1"),
         WorkerSettings(name="export-worker-1"),
         engine_for=lambda name: engine,
     )
@@ -212,7 +213,7 @@ def export_pass(site: Site, trino) -> None:
     async def one_pass() -> None:
         await worker.run_pass()
         await worker.wait_idle()
-        await worker.cp.close()
+        await worker.client.close()
 
     # On a thread of its own: Playwright's loop runs on this one.
     with ThreadPoolExecutor(1) as thread:

@@ -1,44 +1,60 @@
-// A snapshot still being made keeps its jobs table current: every few seconds the page is
-// fetched again and the table (with its history) replaced, until the snapshot is ready or
-// failed. The rows are the exports' own (each runs as an engine job, linked from its row,
-// whose page follows the engine's event stream), so there is no stream of them to follow;
-// the page asks instead.
+// A snapshot still being made keeps its jobs table current. Its exports run as engine
+// jobs of one pipeline, whose event stream says when any of them moved (claimed, polled,
+// finished, cancelled); the page then fetches itself again and replaces the table (with
+// its history), until the snapshot is ready or failed. Nothing is fetched while nothing
+// moves, and EventSource resumes by itself after a dropped connection.
 (function () {
   "use strict";
-  var EVERY_MS = 5000;
+  var SETTLE_MS = 300;  // one refetch for a burst of events (a claim of several jobs)
+  var source = null;
+  var timer = null;
 
-  function open(section) {
-    return section && section.getAttribute("data-open") === "true";
+  function section() {
+    return document.getElementById("snapshot-jobs");
+  }
+
+  function open(element) {
+    return element && element.getAttribute("data-open") === "true";
   }
 
   function refresh() {
-    var section = document.getElementById("snapshot-jobs");
-    if (!open(section) || document.hidden) {
-      return schedule(section);
-    }
+    timer = null;
     fetch(window.location.href, {credentials: "same-origin", headers: {"Accept": "text/html"}})
       .then(function (response) { return response.ok ? response.text() : null; })
       .then(function (html) {
-        if (html) {
-          var fresh = new DOMParser().parseFromString(html, "text/html")
-            .getElementById("snapshot-jobs");
-          if (fresh) {
-            section.replaceWith(fresh);
-            section = fresh;
-          }
+        var current = section();
+        var fresh = html && new DOMParser().parseFromString(html, "text/html").getElementById("snapshot-jobs");
+        if (current && fresh) {
+          // Keep the histories the reader opened open.
+          current.querySelectorAll("details[open]").forEach(function (details) {
+            var row = details.closest("tr");
+            var again = row && fresh.querySelector("#" + row.id + " details");
+            if (again) again.open = true;
+          });
+          current.replaceWith(fresh);
         }
-        schedule(section);
+        if (!open(section())) stop();
       })
-      .catch(function () { schedule(section); });
+      .catch(function () { /* the next event tries again */ });
   }
 
-  function schedule(section) {
-    if (open(section)) {
-      window.setTimeout(refresh, EVERY_MS);
-    }
+  function soon() {
+    if (timer === null) timer = window.setTimeout(refresh, SETTLE_MS);
+  }
+
+  function stop() {
+    if (source) { source.close(); source = null; }
   }
 
   document.addEventListener("DOMContentLoaded", function () {
-    schedule(document.getElementById("snapshot-jobs"));
+    var element = section();
+    var url = element && element.getAttribute("data-events-url");
+    if (!open(element) || !url) return;
+    source = new EventSource(url);
+    source.addEventListener("job", soon);
+    source.addEventListener("end", function () { stop(); soon(); });
+    source.addEventListener("error", function () {
+      if (source && source.readyState === EventSource.CLOSED) source = null;
+    });
   });
 })();

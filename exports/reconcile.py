@@ -128,18 +128,13 @@ def follow_engine(done: Pass) -> None:
             row = _locked(row_id, JobStatus.CLAIMED)
             if row is None or row.job is None or row.job.state != ENGINE_PENDING:
                 continue
-            worker, now = row.claimed_by, jobs.now()
-            services.reset(row, now)
-            row.save()
-            services.event(
+            services.hand_back(
                 row,
                 EventKind.CLAIM_RESET,
-                now,
-                from_status=JobStatus.CLAIMED,
-                to_status=JobStatus.PENDING,
                 worker=WORKER,
-                message=f"the engine took the claim of {worker} back: {row.job.last_error or 'recovered'}",
-            ).save()
+                message=f"the engine took the claim of {row.claimed_by} back: "
+                f"{row.job.last_error or 'recovered'}",
+            )
             done.claims_reset += 1
     unlinked = list(
         ExportJob.objects.filter(status__in=OPEN, job__isnull=True).order_by("snapshot_id", "position")[

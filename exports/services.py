@@ -406,20 +406,35 @@ def record_failure(job: Any, error: str, final: bool) -> None:
     elif final:
         settle(row, Report(JobStatus.FAILED, worker=job.locked_by or "", error_message=error))
     else:
-        now = jobs.now()
-        reset(row, now)
-        row.save()
-        event(
+        hand_back(
             row,
             EventKind.HANDED_BACK,
-            now,
-            from_status=before,
-            to_status=JobStatus.PENDING,
             worker=job.locked_by or "",
             message=f"attempt {job.attempts} of {job.max_attempts} failed, to be tried again: {error}",
-        ).save()
+        )
     if before == JobStatus.SUBMITTED and query:
         jobs.enqueue("exports.CancelQuery", {"job": row.pk, "query": query}, tenant=row.tenant_id)
+
+
+def hand_back(
+    row: ExportJob, kind: str, *, worker: str = "", actor: Any = None, via: str = "", message: str = ""
+) -> None:
+    """The export pending again, for the engine's next claim (a fresh one: what it had
+    submitted or written is forgotten), with the line of its history that says why."""
+    now, before = jobs.now(), row.status
+    reset(row, now)
+    row.save()
+    event(
+        row,
+        kind,
+        now,
+        from_status=before,
+        to_status=JobStatus.PENDING,
+        worker=worker,
+        actor=actor,
+        via=via,
+        message=message,
+    ).save()
 
 
 def record_release(job: Any) -> None:
@@ -428,18 +443,12 @@ def record_release(job: Any) -> None:
     row = _row_of(job)
     if row.status != JobStatus.CLAIMED:
         return  # a submitted export sleeps until its poll; nothing of it was lost
-    now, worker = jobs.now(), row.claimed_by
-    reset(row, now)
-    row.save()
-    event(
+    hand_back(
         row,
         EventKind.HANDED_BACK,
-        now,
-        from_status=JobStatus.CLAIMED,
-        to_status=JobStatus.PENDING,
-        worker=worker,
+        worker=row.claimed_by,
         message="handed back by its worker, which was stopping",
-    ).save()
+    )
 
 
 def _text(details: dict[str, Any], key: str, limit: int, *, required: bool = False) -> str:
@@ -506,35 +515,12 @@ def _follow(row: ExportJob, action: str, actor: Any, via: str) -> None:
                 f"export {row.pk} completed and its snapshot is {row.snapshot.status}: take a new snapshot"
             )
         error = row.error_message
-        reset(row, now)
-        row.save()
+        hand_back(row, EventKind.RETRIED, actor=actor, via=via, message=f"was: {error}" if error else "")
         Snapshot.objects.filter(pk=row.snapshot_id).update(
             status=SnapshotStatus.CREATING, error="", finished_at=None, updated_at=now
         )
-        event(
-            row,
-            EventKind.RETRIED,
-            now,
-            from_status=before,
-            to_status=JobStatus.PENDING,
-            actor=actor,
-            via=via,
-            message=f"was: {error}" if error else "",
-        ).save()
     elif action == "recover" and before == JobStatus.CLAIMED:
-        worker = row.claimed_by
-        reset(row, now)
-        row.save()
-        event(
-            row,
-            EventKind.CLAIM_RESET,
-            now,
-            from_status=before,
-            to_status=JobStatus.PENDING,
-            actor=actor,
-            via=via,
-            message=f"taken from {worker}",
-        ).save()
+        hand_back(row, EventKind.CLAIM_RESET, actor=actor, via=via, message=f"taken from {row.claimed_by}")
 
 
 HOOKS = jobs.RemoteHooks(

@@ -239,27 +239,21 @@ def test_each_upload_address_allows_its_file_limit_plus_multipart_framing(kind, 
     assert [limits.for_path(path) for path in paths] == [conf.max_bytes(kind) + MULTIPART_SLACK] * 2
 
 
-@pytest.mark.parametrize(
-    ("setting", "paths"),
-    [
-        ("INGEST_SCRAPE_MAX_BYTES", ["/scraping/listings/sync", "/scraping/listings/handoffs"]),
-        (
-            "EXPORTS_REPORT_MAX_BYTES",
-            [
-                "/internal/exports/claim",
-                "/internal/exports/pollable",
-                "/internal/exports/jobs/7/report",
-                "/internal/exports/snapshots/7/finalize",
-            ],
-        ),
-    ],
-)
-def test_the_scrapers_and_export_workers_addresses_allow_their_bodies_limit_plus_framing(setting, paths):
+def test_the_scrapers_addresses_allow_their_bodies_limit_plus_framing():
     limits = BodyLimits.from_settings()
+    paths = ["/scraping/listings/sync", "/scraping/listings/handoffs"]
 
-    assert [limits.for_path(path) for path in paths] == [getattr(settings, setting) + MULTIPART_SLACK] * len(
-        paths
-    )
+    assert [limits.for_path(path) for path in paths] == [
+        settings.INGEST_SCRAPE_MAX_BYTES + MULTIPART_SLACK
+    ] * 2
+
+
+def test_the_remote_workers_addresses_take_the_default_limit():
+    """An export's completion, the largest body a remote worker sends, fits it."""
+    limits = BodyLimits.from_settings()
+    paths = ["/internal/jobs/claim", "/internal/jobs/heartbeat", "/internal/jobs/7/complete"]
+
+    assert [limits.for_path(path) for path in paths] == [settings.WEB_MAX_BODY_BYTES] * 3
 
 
 def test_a_views_declared_limit_is_read_from_the_settings_at_each_request(settings):

@@ -1,6 +1,6 @@
 """JSON from a client is refused with a 400 naming the problem when it holds a string
 PostgreSQL cannot store (a lone surrogate, a NUL), wherever it arrives: the API's parser,
-the scrape sync's streamed parser, the export workers' internal API, the live pages'
+the scrape sync's streamed parser, the remote workers' internal API, the live pages'
 WebSocket. Before, ``{"source": "\\ud800"}`` reached psycopg and answered 500."""
 
 from __future__ import annotations
@@ -100,10 +100,10 @@ def test_the_streamed_scrape_sync_refuses_the_same_strings(text, problem):
 
 
 def test_a_lone_surrogate_from_an_export_worker_is_a_400(settings):
-    settings.EXPORTS_WORKER_TOKEN = WORKER_TOKEN
+    settings.JOBS_REMOTE_WORKERS = {"exports": {"token": WORKER_TOKEN, "queues": ["exports"]}}
     answer = post(
         APIClient(),
-        "/internal/exports/claim",
+        "/internal/jobs/claim",
         '{"worker": "\\ud800", "limit": 1}',
         HTTP_AUTHORIZATION=f"Bearer {WORKER_TOKEN}",
     )

@@ -95,7 +95,7 @@ def test_a_body_of_backslashes_keeps_the_carry_small():
 
 
 class Parser(StreamedJSONParser):
-    max_bytes_setting = "EXPORTS_REPORT_MAX_BYTES"
+    max_bytes_setting = "INGEST_SCRAPE_MAX_BYTES"
 
 
 @pytest.mark.parametrize("number", [2**63, -(2**63) - 1, 10**40, 123456789012345678901234567890])

@@ -164,6 +164,7 @@ def direct(dsn: str, sizes: list[int], repeat: int) -> list[dict[str, Any]]:
 def polling(database: str, jobs_count: int) -> list[dict[str, Any]]:
     import asyncio
     import dataclasses
+    from datetime import timedelta
 
     import jobs
     from exports import services
@@ -226,6 +227,10 @@ def polling(database: str, jobs_count: int) -> list[dict[str, Any]]:
                     details={"query_id": submitted.query_id, "next_uri": submitted.next_uri},
                 )
                 submitted_ids.append(job.pk)
+            # Asleep until every job is submitted: none comes due for a poll meanwhile.
+            Job.objects.filter(pk__in=[job.pk for job in claim.jobs]).update(
+                run_after=jobs.now() + timedelta(hours=1)
+            )
         Job.objects.filter(pk__in=submitted_ids).update(run_after=jobs.now())  # every first poll due
 
         passes: list[dict[str, Any]] = []
@@ -244,10 +249,14 @@ def polling(database: str, jobs_count: int) -> list[dict[str, Any]]:
             try:
                 # A pass as the worker's loop makes it: one claim of what is due, each job
                 # polled (a request to Trino, a snooze to the control plane) on its pool.
-                while sum(p["polls"] for p in passes) < jobs_count:
+                # Until every job was polled once: early ones come due again (3 s on)
+                # and may be polled twice before the last is reached.
+                seen: set[int] = set()
+                while len(seen) < jobs_count:
                     wall, cpu = time.perf_counter(), time.process_time()
                     await worker.run_pass()
                     polled = len(client.held)
+                    seen.update(client.held)
                     await worker.wait_idle()
                     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
                     if not polled:

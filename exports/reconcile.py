@@ -153,7 +153,10 @@ def follow_engine(done: Pass) -> None:
 
 
 def _end_engine_job(row: ExportJob, reason: str) -> None:
-    """The row is settled here, not by a worker: its engine job has nothing left to do."""
+    """The row is settled here, not by a worker: its engine job has nothing left to do.
+    Called once the row's transaction committed: the engine takes the job's row before
+    the export's (its hook runs, and finds the export finished), and two orders would
+    deadlock."""
     if row.job is None:
         return
     try:
@@ -169,7 +172,7 @@ def _time_out(job_id: int, max_duration: int, engine: Callable[[], Any]) -> bool
             return False
         message = f"Export job exceeded maximum duration ({max_duration}s)"
         services.settle(row, services.Report(JobStatus.FAILED, worker=WORKER, error_message=message))
-        _end_engine_job(row, message)
+    _end_engine_job(row, message)
     _cancel_query(row, engine)
     return True
 
@@ -183,6 +186,7 @@ def _cancel_query(job: ExportJob, engine: Callable[[], Any]) -> None:
 
 def _check_with_engine(job_id: int, engine: Callable[[], Any]) -> str | None:
     """Ask the engine about a submitted job nobody polled for a long time."""
+    settled = None
     with transaction.atomic():
         row = _locked(job_id)
         if row is None:
@@ -190,19 +194,24 @@ def _check_with_engine(job_id: int, engine: Callable[[], Any]) -> str | None:
         try:
             state = engine().status(row.query_id, row.starburst_role)
             if state.state in ("FINISHED", "FAILED"):
-                return _settle_from_engine(row, state)
-            message = f"the engine says query {row.query_id} is {state.state}"
+                settled = _settle_from_engine(row, state)
+            else:
+                message = f"the engine says query {row.query_id} is {state.state}"
         except Exception as error:
             message = f"could not ask the engine about query {row.query_id}: {error}"
             logger.warning("export job %s: %s", row.pk, message)
-        # Asked again only after another quiet spell, not on every pass.
-        row.updated_at = jobs.now()
-        row.save(update_fields=["updated_at"])
-        services.event(row, EventKind.RECONCILED, row.updated_at, worker=WORKER, message=message).save()
+        if settled is None:
+            # Asked again only after another quiet spell, not on every pass.
+            row.updated_at = jobs.now()
+            row.save(update_fields=["updated_at"])
+            services.event(row, EventKind.RECONCILED, row.updated_at, worker=WORKER, message=message).save()
+    if settled is None:
         return "checked"
+    _end_engine_job(row, f"settled by the reconciliation: {settled.note}")
+    return settled.status
 
 
-def _settle_from_engine(row: ExportJob, state: Any) -> str:
+def _settle_from_engine(row: ExportJob, state: Any) -> services.Report:
     if state.state == "FINISHED":
         from exports import parquet  # pyarrow: loaded where files are read
 
@@ -227,8 +236,7 @@ def _settle_from_engine(row: ExportJob, state: Any) -> str:
             note_kind=EventKind.RECONCILED,
         )
     services.settle(row, update)
-    _end_engine_job(row, f"settled by the reconciliation: {update.note}")
-    return update.status
+    return update
 
 
 def finish_snapshots() -> int:

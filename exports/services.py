@@ -751,18 +751,18 @@ def cancel_snapshot(snapshot: Snapshot, user: Any, *, via: str = "") -> list[Exp
     cancelled = []
     with transaction.atomic():
         open_rows = list(
-            # ``of``: the rows alone; PostgreSQL locks no nullable side of an outer join.
-            ExportJob.objects.select_for_update(of=("self",))
-            .filter(snapshot_id=snapshot.pk)
+            ExportJob.objects.filter(snapshot_id=snapshot.pk)
             .exclude(status__in=JOB_FINISHED)
             .select_related("job")
             .order_by("position")
         )
         for row in open_rows:
             try:
+                # The engine job's row first, then (its hook) the export's, as every step
+                # of the engine takes them.
                 _engine_action(row, "cancel", user, via)
             except ActionRefused:  # its engine job is gone or ended, and the row missed it
-                _follow(row, "cancel", user, via)
+                _follow(ExportJob.objects.select_for_update().get(pk=row.pk), "cancel", user, via)
             row.refresh_from_db()
             cancelled.append(row)
         finish_snapshot(snapshot.pk)

@@ -174,8 +174,10 @@ class ExportWorker:
             with contextlib.suppress(JobLost, ControlPlaneError):
                 handed = await self.client.release(left)
                 logger.info("export worker %s: %d job(s) handed back", self.name, handed)
-        for task in list(self._running.values()):
+        stopped = list(self._running.values())
+        for task in stopped:
             task.cancel()
+        await asyncio.gather(*stopped, return_exceptions=True)
 
     # -- one job --------------------------------------------------------------------
 
@@ -272,9 +274,10 @@ class ExportWorker:
                 f"query {submitted.query_id} submitted",
                 details={"query_id": submitted.query_id, "next_uri": submitted.next_uri},
             )
-        except JobLost:
+        except (JobLost, asyncio.CancelledError):
             # A submission the engine no longer wants (cancelled, or the lease lost while
-            # submitting): its query must not run on.
+            # submitting), or one a stopping worker leaves unrecorded: its query must not
+            # run on. (One the control plane may have recorded is left to the polls.)
             await self._in_pool(
                 _cancel, engine, submitted.next_uri or submitted.query_id, spec.starburst_role
             )

@@ -467,6 +467,14 @@ def snooze(
     name = seen(credential, worker)
     on_snooze = hooks_of(job).on_snooze
     with transaction.atomic():
+        # The job's row first, as every other step takes it before the type's own rows
+        # (two orders would deadlock), and the fence checked before the hook runs.
+        if (
+            not Job.objects.select_for_update()
+            .filter(pk=job.pk, state=State.RUNNING, lease_token=token)
+            .exists()
+        ):
+            raise NotHeld(_lost(credential, [job.pk])[0])
         if on_snooze is not None:
             chosen = on_snooze(job, dict(details or {}))
             seconds = seconds if chosen is None else chosen

@@ -239,6 +239,13 @@ class RemoteClient:
             self._done(job)
             job.lose(str(lost.lost.get("reason", "")))
             raise
+        except ControlPlaneError:
+            # Not known to have arrived: no more beats for it, so that its lease lapses
+            # and the reaper takes it back for another attempt (had it arrived, the job
+            # has ended and nothing is taken back). Beating on would hold it until its
+            # time limit failed it.
+            self._done(job)
+            raise
         self._done(job)
         return answer["job"]
 

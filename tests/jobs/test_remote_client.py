@@ -98,6 +98,43 @@ def test_a_lease_no_beat_renewed_for_a_whole_lease_is_given_up():
     assert held == {}
 
 
+def test_an_outcome_that_did_not_get_through_is_no_longer_beaten_for():
+    """Else its lease is renewed until its time limit fails it; given up, the reaper
+    takes it back for another attempt after its lease."""
+    claim_answer = {
+        "lease": "8c4f3c58-44a4-4b39-8f2c-b8a4d4a8f7a1",
+        "worker": "render/pod-a",
+        "heartbeat_seconds": 2.0,
+        "jobs": [
+            {"id": 7, "type": TYPE, "queue": "remote-tests", "payload": {}, "attempt": 1}
+            | {"max_attempts": 2, "lease_seconds": 6.0, "deadline": None, "details": {}}
+        ],
+    }
+    beats: list[str] = []
+
+    def control_plane(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/claim"):
+            return httpx.Response(200, json=claim_answer)
+        if request.url.path.endswith("/heartbeat"):
+            beats.append(request.url.path)
+            return httpx.Response(200, json={"renewed": [7], "lost": [], "heartbeat_seconds": 2.0})
+        return httpx.Response(502, text="bad gateway")
+
+    async def scenario() -> dict:
+        client = RemoteClient(
+            "http://control-plane", TOKEN, worker="pod-a", transport=httpx.MockTransport(control_plane)
+        )
+        [job] = (await client.claim(limit=1)).jobs
+        with pytest.raises(ControlPlaneError, match="HTTP 502"):
+            await client.complete(job, {"rows": 1})
+        await client.heartbeat()
+        await client.close()
+        return client.held
+
+    assert asyncio.run(scenario()) == {}
+    assert beats == []
+
+
 def test_an_unreachable_control_plane_is_an_error_that_says_where():
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)

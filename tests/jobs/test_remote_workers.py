@@ -360,6 +360,19 @@ def test_a_hand_back_reaches_the_types_rows_for_the_jobs_that_went_back(worker, 
     assert kept.state == Job.State.RUNNING
 
 
+def test_a_snooze_after_a_cancel_is_fenced_before_the_type_sees_it(worker, clock, calls):
+    job = make_job(HOOKED, {"page": 1})
+    lease = claim(worker)["lease"]
+    engine.cancel(job, actor=staff("olga"), via="admin")
+    answer = worker.post(
+        f"/internal/jobs/{job.pk}/snooze",
+        {"worker": "pod-a", "lease": lease, "seconds": 5, "details": {"polls": 1}},
+        format="json",
+    )
+    assert answer.status_code == 409 and answer.json()["lost"]["reason"] == "cancelled"
+    assert not [call for call in calls if call[0] == "snooze"]
+
+
 def test_an_operators_setting_can_decide_the_time_limit(worker, clock, calls):
     short, default = make_job(HOOKED, {"page": 1, "limit": 10}), make_job(HOOKED, {"page": 2})
     lease = claim(worker)["lease"]

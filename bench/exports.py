@@ -102,8 +102,11 @@ def child_export(dsn: str, folder: str) -> None:
 
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
     django.setup()
+    from exports import parquet
     from exports.engines.postgres import PostgresEngine
     from exports.spec import JobSpec
+
+    parquet.use_jemalloc()  # as export_worker does
 
     job = JobSpec(
         id=1,
@@ -369,6 +372,15 @@ def table(result: dict[str, Any]) -> str:
                 f"{item['export_rows_s']:,.0f} | {item['ratio']:.0%} | "
                 f"{item['export_s']:.2f} | {item['file_mb']:.1f} | "
                 f"{item['peak_rss_mb']:.0f} |"
+            )
+        lines.append("")
+        for size in sorted({item["rows"] for item in result["direct"]}):
+            runs = [item for item in result["direct"] if item["rows"] == size]
+            ratios = [item["ratio"] for item in runs]
+            lines.append(
+                f"{size:,} rows, {len(runs)} run(s): export / COPY median {statistics.median(ratios):.0%} "
+                f"(lowest {min(ratios):.0%}), worker peak RSS at most "
+                f"{max(item['peak_rss_mb'] for item in runs):.0f} MB"
             )
         lines.append("")
     if result.get("passes"):

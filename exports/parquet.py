@@ -14,6 +14,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import fsspec
@@ -107,6 +108,19 @@ def arrow_schema(columns: list[Column]) -> pa.Schema:
     )
 
 
+def use_jemalloc() -> str:
+    """Give Arrow jemalloc's pool where this pyarrow has it; the pool's name.
+
+    For a process that writes large files (an export worker): Arrow's default, mimalloc,
+    keeps the pages of freed blocks, and a 1 M-row export peaked at 300–320 MB of RSS
+    with it against about 225 MB with jemalloc, which was no slower.
+    """
+    with contextlib.suppress(NotImplementedError):  # a build without jemalloc
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+        pa.jemalloc_set_decay_ms(0)
+    return pa.default_memory_pool().backend_name
+
+
 def open_destination(
     url: str,
     storage_options: dict[str, Any] | None = None,
@@ -159,20 +173,42 @@ def _write_row_groups(
 ) -> int:
     # ParquetWriter makes each write at least one row group: batches (a CSV block, a page
     # of a query's answer) are gathered into whole row groups rather than written one by one.
-    pending: list[pa.RecordBatch] = []
-    pending_rows = rows = 0
-    for batch in _conformed(batches, schema):
-        pending.append(batch)
-        pending_rows += batch.num_rows
-        rows += batch.num_rows
-        if pending_rows >= row_group_rows:
-            table = pa.Table.from_batches(pending, schema)
-            whole = pending_rows - pending_rows % row_group_rows
-            writer.write_table(table.slice(0, whole), row_group_size=row_group_rows)
-            pending = table.slice(whole).to_batches()
-            pending_rows -= whole
-    if pending_rows:
-        writer.write_table(pa.Table.from_batches(pending, schema), row_group_size=row_group_rows)
+    # A row group is encoded and compressed on a thread of its own while the next is
+    # gathered: the source (Arrow's reader keeps only a couple of blocks ahead) would
+    # otherwise wait for every write. One write at a time, so memory holds two row groups.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-writer") as pool:
+        writing: Future[None] | None = None
+
+        def write(table: pa.Table) -> None:
+            nonlocal writing
+            if writing is not None:
+                writing.result()
+            writing = pool.submit(writer.write_table, table, row_group_size=row_group_rows)
+
+        pending: list[pa.RecordBatch] = []
+        pending_rows = rows = 0
+        try:
+            for batch in _conformed(batches, schema):
+                pending.append(batch)
+                pending_rows += batch.num_rows
+                rows += batch.num_rows
+                if pending_rows >= row_group_rows:
+                    table = pa.Table.from_batches(pending, schema)
+                    whole = pending_rows - pending_rows % row_group_rows
+                    write(table.slice(0, whole))
+                    pending = table.slice(whole).to_batches()
+                    pending_rows -= whole
+            if pending_rows:
+                write(pa.Table.from_batches(pending, schema))
+        except BaseException:
+            if writing is not None:
+                # The file is abandoned: the write under way has to end, and its own
+                # error is not news.
+                with contextlib.suppress(Exception):
+                    writing.result()
+            raise
+        if writing is not None:
+            writing.result()
     return rows
 
 

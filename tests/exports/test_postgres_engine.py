@@ -16,9 +16,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from django.db import connection
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from psycopg.conninfo import make_conninfo
 
-from exports.engines.postgres import PostgresEngine, copy_read_rate
+from exports.engines.postgres import BLOCK_BYTES, PostgresEngine, copy_read_rate
 from exports.spec import JobSpec
 from jobs.testing import wait_until
 
@@ -218,6 +220,49 @@ def test_a_large_answer_streams_through_many_blocks_and_row_groups(tmp_path):
     assert pq.read_metadata(written.files[0]).num_row_groups == 3
     assert pc.sum(table.column("id")).as_py() == 300_000 * 300_001 // 2
     assert table.column("label")[299_999].as_py() == 'x,"\n' * (300_000 % 50)
+
+
+# Any text PostgreSQL stores (no NUL), leaning on what COPY's text format escapes.
+TEXTS = st.text(
+    st.one_of(
+        st.sampled_from('\\\t\n\r\b\f\vN,"x'),
+        st.characters(exclude_characters="\x00", exclude_categories=("Cs",)),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(st.one_of(st.none(), TEXTS), min_size=1, max_size=8))
+def test_any_text_and_null_round_trip_through_the_text_format(values, tmp_path):
+    # One column, so that an empty string is a whole empty line of the COPY.
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE exports_engine_texts (n integer, label text)")
+        cursor.executemany("INSERT INTO exports_engine_texts VALUES (%s, %s)", list(enumerate(values)))
+    try:
+        sql = "SELECT label FROM exports_engine_texts ORDER BY n"
+        written = PostgresEngine(dsn()).export_direct(job(sql, ["label"], str(tmp_path)), "texts.parquet")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE exports_engine_texts")
+
+    assert pq.read_table(written.files[0]).column("label").to_pylist() == values
+
+
+def test_rows_longer_than_a_block_are_read_whole(tmp_path):
+    # Wider than a block (one and a half, three), side by side, escapes at both ends.
+    longs = {2: "\\" + "é" * (BLOCK_BYTES * 3 // 4) + "\t", 3: "\n" + "x" * (BLOCK_BYTES * 3) + "\\"}
+    sql = (
+        "SELECT n AS id, CASE n WHEN 2 THEN %s WHEN 3 THEN %s ELSE repeat('s', n) END AS label"
+        " FROM generate_series(1, 20000) n"
+    )
+    with connection.cursor() as cursor:
+        sql = cursor.mogrify(sql, [longs[2], longs[3]])
+
+    written = PostgresEngine(dsn()).export_direct(job(sql, ["id", "label"], str(tmp_path)), "f.parquet")
+
+    labels = pq.read_table(written.files[0]).column("label").to_pylist()
+    assert labels == [longs.get(n, "s" * n) for n in range(1, 20001)]
 
 
 @pytest.mark.parametrize(

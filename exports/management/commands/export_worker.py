@@ -23,7 +23,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from exports import conf, engines, health
+from exports import conf, engines, health, parquet
 from exports.worker import ExportWorker, WorkerSettings
 from jobs import RemoteClient
 
@@ -84,6 +84,7 @@ class Command(BaseCommand):
             )
         if options["threads"] < 1 or options["pass_seconds"] <= 0 or options["idle_seconds"] <= 0:
             raise CommandError("--threads, --pass-seconds and --idle-seconds must be positive")
+        parquet.use_jemalloc()
         settings = WorkerSettings(
             name=options["name"][:WORKER_NAME_LENGTH],
             direct_export=bool(conf.get("DIRECT_EXPORT")),

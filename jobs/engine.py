@@ -1100,8 +1100,9 @@ def _operator_change(
             at=now,
         )
         handler = registry.get(current.type)
-        if handler is not None and handler.hooks is not None and handler.hooks.on_operator is not None:
-            handler.hooks.on_operator(current, action, actor, via)
+        hook = handler.operator_hook if handler is not None else None
+        if hook is not None:
+            hook(current, action, actor, via)
         if current.state in (State.FAILED, State.CANCELLED):
             cancel_dependants(current.pk, now)
         if current.state == State.PENDING:

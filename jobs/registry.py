@@ -97,9 +97,19 @@ class Handler:
     remote: bool = False
     # A remote type's own bookkeeping, run by the engine on its side (``remote``).
     hooks: RemoteHooks | None = None
+    # A local type's own rows kept in step with an operator's action on one of its jobs
+    # (``handler``'s ``on_operator``); a remote type's is its hooks'.
+    on_operator: Callable[[Any, str, Any, str], None] | None = None
 
     def __call__(self, ctx: Any) -> Any:
         return self.func(ctx)
+
+    @property
+    def operator_hook(self) -> Callable[[Any, str, Any, str], None] | None:
+        """What the engine calls in an operator's action on a job of this type, if any."""
+        if self.on_operator is not None:
+            return self.on_operator
+        return self.hooks.on_operator if self.hooks is not None else None
 
     @property
     def schedule_name(self) -> str:
@@ -142,6 +152,7 @@ def handler(
     global_keys: bool = False,
     maintenance: bool = False,
     schedule: Cron | None = None,
+    on_operator: Callable[[Any, str, Any, str], None] | None = None,
 ) -> Callable[[F], F]:
     """Register the decorated function as the handler of job type ``name``. It is called
     with the run's ``jobs.JobContext``, and returned unchanged (its type too).
@@ -161,6 +172,13 @@ def handler(
     ``schedule=jobs.Cron("*/5 * * * *", name=...)`` has django-q2's scheduler enqueue one
     job of this type on that cron (one at a time: a run that has not finished is not
     doubled); ``JOBS_SCHEDULE_OVERRIDES`` may retime or disable it.
+
+    ``on_operator(job, action, actor, via)`` keeps the type's own rows in step with what
+    operators do to its jobs, wherever they do it (the console, the API, a command, an
+    app's admin): the engine calls it in the transaction of each ``cancel``, ``retry``,
+    ``replay``, ``recover`` and ``run_now``, after the job's transition, with the job as
+    it now is. A hook that raises ``jobs.IllegalTransition`` refuses the action, and
+    nothing of it is written. A remote type's is its ``RemoteHooks.on_operator``.
 
     A payload is untrusted input: only a type that names an ``api_payload`` serializer
     (a ``jobs.ApiPayload``) may be enqueued through ``POST /api/jobs/``, and what reaches
@@ -184,6 +202,7 @@ def handler(
                 global_keys=global_keys,
                 maintenance=maintenance,
                 schedule=schedule,
+                on_operator=on_operator,
             )
         )
         return func

@@ -7,7 +7,11 @@ daily batches and loads, and a gap-fill form. It reads each of these with one qu
 all the feeds, never one per feed or per day. The gap-fill (``marketfeed/<id>/gap-fill/``)
 previews first (a dry run: the days it would fetch, the API calls, the loads already
 covering some days), then queues through ``market.services.gap_fill`` with the
-staff user, which records the action. Batches, loads, freshness rows and operator
+staff user, which records the action. The reload (``marketfeed/<id>/reload/``) loads
+chosen days again whether or not they have bars (a restatement): its preview lists each
+day of a range (trading or not, its bars, the load covering it) with the days to fetch
+ticked, and the confirmation, with its required reason, goes through
+``market.services.reload``. Batches, loads, freshness rows and operator
 actions are written by the jobs and the services only: their pages show them. Staff of
 a tenant see their tenant's feeds and the rows of those feeds.
 """
@@ -169,6 +173,31 @@ class GapFillForm(forms.Form):
     )
 
 
+class ReloadForm(GapFillForm):
+    """A range to preview; confirmed, the days ticked in it (``day``, each a date)."""
+
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
+        chosen = []
+        for value in self.data.getlist("day") if hasattr(self.data, "getlist") else []:
+            try:
+                chosen.append(date.fromisoformat(value))
+            except ValueError:
+                raise ValidationError(f"{value!r} is not a day (YYYY-MM-DD).") from None
+        start, end = data.get("start"), data.get("end")
+        if start and end and any(not start <= day <= end for day in chosen):
+            raise ValidationError(f"A day ticked is outside {start} … {end}.")
+        data["days"] = chosen
+        return data
+
+
+def reload_form(feed: MarketFeed, today: date, data: Any = None) -> ReloadForm:
+    """The reload's range, by default the last week up to today."""
+    initial = {"start": today - timedelta(days=GAP_FILL_DEFAULT_DAYS - 1), "end": today}
+    return ReloadForm(data, initial=initial, auto_id=f"reload{feed.pk}-%s")
+
+
 def gap_fill_form(feed: MarketFeed, today: date, data: Any = None) -> GapFillForm:
     """The gap-fill form of ``feed`` (its own ids: the board has one per feed), by default
     over the last week up to today."""
@@ -288,6 +317,16 @@ GAP_FILL = Operation(
 )
 
 
+# Load chosen days again, bars or not, logged on the feed with the days queued.
+RELOAD = Operation(
+    "reload",
+    "Reload days",
+    "reloaded",
+    lambda asked, actor, reason: services.reload(*asked, actor=actor, via="admin", reason=reason),
+    MarketFeed,
+)
+
+
 class MarketActionInline(HistoryInline):
     """A feed's actions (gap-fills: who asked, through which door, the range and what was
     queued), the newest ``limit``; the whole list is the actions' own page."""
@@ -326,7 +365,7 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
         return [shown[0], "tenant", *shown[1:]] if is_platform_operator(request) else shown
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        """A gap-fill: staff granted ``market.operate_marketfeed``."""
+        """A gap-fill or a reload: staff granted ``market.operate_marketfeed``."""
         return GAP_FILL.permitted(request)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -368,6 +407,7 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
         return [
             path("board/", view(self.board_view), name="market_marketfeed_board"),
             path("<path:object_id>/gap-fill/", view(self.gap_fill_view), name="market_marketfeed_gap_fill"),
+            path("<path:object_id>/reload/", view(self.reload_view), name="market_marketfeed_reload"),
             *super().get_urls(),
         ]
 
@@ -480,6 +520,80 @@ class MarketFeedAdmin(TenantOwnedAdmin, admin.ModelAdmin):
             "board_url": reverse("admin:market_marketfeed_board"),
         }
         return TemplateResponse(request, "admin/market/marketfeed/gap_fill.html", context)
+
+    def reload_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """GET with a range: the preview, each day with what the calendar says of it, its
+        bars and the load covering it, the days to fetch ticked. POST: the reload of the
+        days ticked, reported on the board; refused (no reason, nothing to fetch …), the
+        preview again with why, having written nothing."""
+        if request.method not in ("GET", "HEAD", "POST"):
+            return HttpResponseNotAllowed(["GET", "POST"])
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        feed = self.get_object(request, unquote(object_id))
+        if feed is None:
+            raise Http404("No such feed visible to you.")
+        today = freshness.market_date(jobs.now())
+        form, preview, chosen = reload_form(feed, today), None, None
+        if request.method == "POST":
+            form = reload_form(feed, today, request.POST)
+            if form.is_valid():
+                chosen = form.cleaned_data["days"]
+                try:
+                    preview, loads = RELOAD.perform(
+                        self,
+                        request,
+                        (feed, chosen),
+                        request.POST.get("reason", ""),
+                        logged=feed,
+                        detail=lambda done: _days(load.trade_date for load in done[1]),
+                    )
+                except services.ReloadRefused as exc:
+                    self.message_user(
+                        request, f"Reload of {feed} refused: {_sentence(str(exc))}", messages.ERROR
+                    )
+                    preview = self.reload_preview(request, feed, form)
+                else:
+                    self.report_reload(request, feed, preview, loads)
+                    return redirect(f"{reverse('admin:market_marketfeed_board')}#feed-{feed.pk}")
+        elif "start" in request.GET or "end" in request.GET:
+            form = reload_form(feed, today, request.GET)
+            if form.is_valid():
+                preview = self.reload_preview(request, feed, form)
+        context = {
+            **self.page_context(request, f"Reload days of {feed}"),
+            "feed": feed,
+            "original": feed,
+            "form": form,
+            "preview": preview,
+            "ticked": set(preview.to_fetch if chosen is None else chosen) if preview else set(),
+            "reason": request.POST.get("reason", "") if request.method == "POST" else "",
+            "today": today,
+            "board_url": reverse("admin:market_marketfeed_board"),
+        }
+        return TemplateResponse(request, "admin/market/marketfeed/reload.html", context)
+
+    def reload_preview(
+        self, request: HttpRequest, feed: MarketFeed, form: ReloadForm
+    ) -> services.ReloadPreview | None:
+        try:
+            days = services.days_between(form.cleaned_data["start"], form.cleaned_data["end"])
+            return services.preview_reload(feed, days)
+        except services.ReloadRefused as exc:
+            self.message_user(request, f"Reload of {feed} refused: {_sentence(str(exc))}", messages.ERROR)
+            return None
+
+    def report_reload(
+        self, request: HttpRequest, feed: MarketFeed, preview: services.ReloadPreview, loads: list[DayLoad]
+    ) -> None:
+        queued = {load.trade_date for load in loads}
+        covered = sorted((set(preview.to_fetch) - queued) | set(preview.covered), reverse=True)
+        self.message_user(
+            request,
+            f"Reload of {feed}: queued {len(loads)} day(s): {_days(sorted(queued, reverse=True)) or 'none'}."
+            + (f" Already being loaded: {_days(covered)}." if covered else ""),
+            messages.SUCCESS if loads else messages.WARNING,
+        )
 
     def report(
         self, request: HttpRequest, feed: MarketFeed, preview: services.Preview, loads: list[DayLoad]

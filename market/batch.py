@@ -4,8 +4,11 @@ A tick every few minutes (``market.Tick``, on django-q2's scheduler) looks at ea
 enabled feed in the market's timezone. From 18:30 on a trading day, a feed without a
 batch for the date gets one: the calendar and the instruments are refreshed, then
 (``market.PlanBatch``, once the calendar is in) the batch looks back 7 days for open
-days with no bars, queues at most 3 of them, newest first, and then today's load.
-``market.FinishBatch`` settles the batch once every load has ended.
+days with no bars, queues at most 3 of them, newest first, and then today's load. With
+``MARKET_REFETCH_DAYS`` set, it also loads the last few open days that have bars again
+(their load upserts: a restatement arrives, unchanged bars write nothing).
+``market.FinishBatch`` settles the batch once every load has ended; a load an operator
+runs again reopens a batch it failed (``reopen``), which settles again after it.
 
 A tick that comes later than the misfire grace (2 hours) after 18:30 records the date
 as missed instead: a cluster that was down all evening does not start a batch at
@@ -47,6 +50,9 @@ BATCH_PRIORITY = 10
 # load left to wait for is given before the sweep settles it.
 SWEEP_LIMIT = 1000
 BATCH_STALLED_AFTER = timedelta(hours=6)
+# The most open days the batch's re-fetch takes, whatever MARKET_REFETCH_DAYS says: each
+# is an API call every evening.
+REFETCH_MAX_DAYS = 20
 
 logger = logging.getLogger(__name__)
 
@@ -117,21 +123,28 @@ def _tick_feed(
 
 def settle_stuck(now: datetime) -> int:
     """The safety net for what a crash or a cancelled job leaves open: a queued or running
-    load whose job has ended fails (else it would cover its day for good), and a batch
-    still running hours after its start with no load left to wait for is settled. How
-    many were settled."""
+    load whose job has ended fails (else it would cover its day for good), with its batch
+    when no other load of it is left, and a batch still running hours after its start
+    with no load left to wait for is settled. How many were settled."""
     settled = 0
     active = dict(
         DayLoad.objects.filter(ACTIVE_LOAD, job_id__isnull=False)
         .order_by("created_at", "pk")
         .values_list("job_id", "pk")[:SWEEP_LIMIT]
     )
+    over = []
     for job_id in jobs.pipelines_over(list(active), before=now):
+        over.append(active[job_id])
         settled += DayLoad.objects.filter(ACTIVE_LOAD, pk=active[job_id]).update(
             status=LoadStatus.FAILED,
             finished_at=now,
             error=f"its job {job_id} ended without finishing the load",
         )
+    # Their batches' finish waited for them (``finish``): settled now, not hours later.
+    ended = DailyBatch.objects.filter(status=BatchStatus.RUNNING, loads__in=over).distinct()
+    for batch in ended.exclude(loads__in=DayLoad.objects.filter(ACTIVE_LOAD)):
+        settle_batch(batch, now)
+        settled += 1
     stalled = DailyBatch.objects.filter(status=BatchStatus.RUNNING, started_at__lt=now - BATCH_STALLED_AFTER)
     for batch in stalled.exclude(loads__in=DayLoad.objects.filter(ACTIVE_LOAD)):
         settle_batch(batch, now, why="its plan or its finish did not run to the end")
@@ -173,14 +186,49 @@ def gaps(feed: MarketFeed, *, since: date, before: date, limit: int | None = Non
         return [row[0] for row in cursor.fetchall()]
 
 
+def refetch_window(feed: MarketFeed, *, before: date, days: int) -> list[date]:
+    """Of the last ``days`` open days before ``before``, those that have bars, newest
+    first: what the batch loads again for the restatements published since (the others
+    are gaps, its gap-fill's)."""
+    if days <= 0:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT c.cal_date FROM (
+                SELECT cal_date FROM {TradingDay._meta.db_table}
+                WHERE feed_id = %(feed)s AND exchange = %(exchange)s AND is_open AND cal_date < %(before)s
+                ORDER BY cal_date DESC
+                LIMIT %(days)s) c
+            WHERE EXISTS (SELECT 1 FROM {DailyBar._meta.db_table} d
+                          WHERE d.feed_id = %(feed)s AND d.trade_date = c.cal_date)
+            ORDER BY c.cal_date DESC""",
+            {"feed": feed.pk, "exchange": feed.exchange, "before": before, "days": days},
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def refetch_days() -> int:
+    """``MARKET_REFETCH_DAYS``, within 0 … ``REFETCH_MAX_DAYS``."""
+    return max(0, min(int(conf.get("MARKET_REFETCH_DAYS")), REFETCH_MAX_DAYS))
+
+
 def plan(ctx: jobs.JobContext, batch: DailyBatch) -> dict[str, Any]:
     """After the calendar load: heal the look-back's gaps, newest first and at most
-    ``MARKET_GAP_MAX_DAYS`` of them, then load today. A day an operator's backfill is
-    loading already is taken into the batch (its load is waited for and counted)."""
+    ``MARKET_GAP_MAX_DAYS`` of them, then load today, and load again the last
+    ``MARKET_REFETCH_DAYS`` open days that have bars (after today's: a restatement
+    matters less than the day itself). A day an operator's backfill is loading already is
+    taken into the batch (its load is waited for and counted)."""
     feed, today = batch.feed, batch.market_date
-    trading = is_trading_day(feed, today)
+    # The fan-in runs whatever its loads did: a calendar load that failed leaves the last
+    # one's calendar, which may know today all the same, and is no calendar to plan on.
+    calendar = [p.id for p in ctx.prerequisites() if p.type == LOAD_CALENDAR and not p.succeeded]
+    trading = None if calendar else is_trading_day(feed, today)
     if trading is not True:
-        if trading is False:
+        if calendar:
+            status = BatchStatus.FAILED
+            why = f"its calendar load (job {calendar[0]}) failed: nothing loaded (the next batch's gap-fill)"
+        elif trading is False:
             status, why = BatchStatus.SUCCEEDED, "not a trading day"
         else:
             status, why = BatchStatus.FAILED, "the calendar does not know the day (its load failed)"
@@ -190,12 +238,14 @@ def plan(ctx: jobs.JobContext, batch: DailyBatch) -> dict[str, Any]:
     missing = gaps(
         feed, since=today - timedelta(days=lookback), before=today, limit=int(conf.get("MARKET_GAP_MAX_DAYS"))
     )
+    refetch = [day for day in refetch_window(feed, before=today, days=refetch_days()) if day not in missing]
     DailyBatch.objects.filter(pk=batch.pk).update(gaps=[day.isoformat() for day in missing])
     DayLoad.objects.filter(
-        ACTIVE_LOAD, feed=feed, trade_date__in=[*missing, today], batch__isnull=True
+        ACTIVE_LOAD, feed=feed, trade_date__in=[*missing, today, *refetch], batch__isnull=True
     ).update(batch=batch)
     queued = queue_loads(feed, missing, LoadTrigger.GAP_FILL, batch=batch, priority=BATCH_PRIORITY + 1)
     queued += queue_loads(feed, [today], LoadTrigger.SCHEDULE, batch=batch, priority=BATCH_PRIORITY)
+    queued += queue_loads(feed, refetch, LoadTrigger.REFETCH, batch=batch, priority=BATCH_PRIORITY - 1)
     loads = list(DayLoad.objects.filter(batch=batch).values_list("job_id", flat=True))
     jobs.enqueue(
         FINISH_BATCH,
@@ -204,7 +254,12 @@ def plan(ctx: jobs.JobContext, batch: DailyBatch) -> dict[str, Any]:
         tenant=feed.tenant_id,
         priority=BATCH_PRIORITY,
     )
-    return {"batch": batch.pk, "gaps": [day.isoformat() for day in missing], "loads": len(queued)}
+    return {
+        "batch": batch.pk,
+        "gaps": [day.isoformat() for day in missing],
+        "refetch": [day.isoformat() for day in refetch],
+        "loads": len(queued),
+    }
 
 
 def queue_loads(
@@ -261,8 +316,36 @@ def queue_loads(
 
 
 def finish(ctx: jobs.JobContext, batch: DailyBatch) -> dict[str, Any]:
-    """Every load of the batch has ended: the batch succeeded if they all did."""
+    """Every load of the batch has ended: the batch succeeded if they all did. A load
+    that runs again (an operator retried it: ``reopen``) is waited for: the finish that
+    follows it settles the batch."""
+    waiting = sorted(DayLoad.objects.filter(ACTIVE_LOAD, batch=batch).values_list("trade_date", flat=True))
+    if waiting:
+        return {"batch": batch.pk, "waiting": [day.isoformat() for day in waiting]}
     return settle_batch(batch, jobs.now())
+
+
+def reopen(load: DayLoad, job_id: int, *, why: str) -> bool:
+    """``load``, of a batch, runs again (its job ``job_id`` is pending): a batch it had
+    failed is running again, and a finish after the job settles it anew, so that a load
+    that now succeeds does not leave it saying the day failed. A batch that succeeded
+    keeps its outcome (a replayed load does not undo what it did). Whether the batch is
+    running."""
+    if load.batch_id is None:
+        return False
+    DailyBatch.objects.filter(pk=load.batch_id, status=BatchStatus.FAILED).update(
+        status=BatchStatus.RUNNING, finished_at=None, note=why
+    )
+    if not DailyBatch.objects.filter(pk=load.batch_id, status=BatchStatus.RUNNING).exists():
+        return False
+    jobs.enqueue(
+        FINISH_BATCH,
+        {"batch": load.batch_id},
+        after=[job_id],
+        tenant=load.feed.tenant_id,
+        priority=BATCH_PRIORITY,
+    )
+    return True
 
 
 def settle_batch(batch: DailyBatch, now: datetime, *, why: str = "") -> dict[str, Any]:

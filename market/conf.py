@@ -22,6 +22,13 @@ market_misfire_grace_seconds = SETTINGS.number("MARKET_MISFIRE_GRACE_SECONDS", 7
 # The batch's gap-fill: days it looks back, and the most missing days it loads per run.
 market_gap_lookback_days = SETTINGS.integer("MARKET_GAP_LOOKBACK_DAYS", 7)
 market_gap_max_days = SETTINGS.integer("MARKET_GAP_MAX_DAYS", 3)
+# How far back the watchdog and /quality/status look for open days without bars that
+# the look-back no longer reaches (as far as an operator's gap-fill reaches in one go).
+market_gap_alert_days = SETTINGS.integer("MARKET_GAP_ALERT_DAYS", 366)
+# The batch's re-fetch: the last open days before today that have bars, loaded again so
+# that a restatement published after their load arrives (0: none; at most
+# ``batch.REFETCH_MAX_DAYS``).
+market_refetch_days = SETTINGS.integer("MARKET_REFETCH_DAYS", 0)
 # An operator's gap-fill: its longest range, and its loads' priority (below the daily
 # batch's 10, so that a long backfill yields to it).
 market_backfill_max_days = SETTINGS.integer("MARKET_BACKFILL_MAX_DAYS", 366)

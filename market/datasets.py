@@ -224,28 +224,46 @@ _UPSERT_DAILY = f"""
     SELECT (SELECT count(*) FROM upserted), (SELECT count(*) FROM gone)"""
 
 
-def upsert_calendar(feed: MarketFeed, table: Table) -> int:
-    jobs.execute_prepared(_UPSERT_CALENDAR, {"feed": feed.pk, "items": check(CALENDAR, table)})
-    return len(table.items)
+@dataclass(frozen=True)
+class Checked:
+    """An answer whose every value is what its field holds: its items as the one JSON
+    document an upsert reads, and how many there are."""
+
+    items: str
+    rows: int
 
 
-def upsert_instruments(feed: MarketFeed, table: Table) -> int:
-    jobs.execute_prepared(_UPSERT_INSTRUMENTS, {"feed": feed.pk, "items": check(INSTRUMENTS, table)})
-    return len(table.items)
+def checked(spec: Spec, table: Table, *, day: date | None = None) -> Checked:
+    """``table`` checked (``check``), and for a day's bars each one of ``day``; else
+    ``BadAnswer``. A load checks its answer before it writes, so that a bad answer fails
+    as the API's error it is, at once and with nothing written."""
+    items = check(spec, table)
+    if day is not None:
+        wanted = api_date(day)
+        for index, item in enumerate(table.items):
+            if item[1] != wanted:
+                _refuse(spec, index, "trade_date", f"is {item[1]}, not the day asked for ({wanted})")
+    return Checked(items, len(table.items))
 
 
-def upsert_daily(feed: MarketFeed, day: date, table: Table) -> dict[str, int]:
-    """The day's bars made equal to ``table``'s: how many rows the API gave, how many were
-    written (new or changed) and how many removed."""
-    items = check(DAILY, table)
-    wanted = api_date(day)
-    for index, item in enumerate(table.items):
-        if item[1] != wanted:
-            _refuse(DAILY, index, "trade_date", f"is {item[1]}, not the day asked for ({wanted})")
+def upsert_calendar(feed: MarketFeed, answer: Checked) -> int:
+    jobs.execute_prepared(_UPSERT_CALENDAR, {"feed": feed.pk, "items": answer.items})
+    return answer.rows
+
+
+def upsert_instruments(feed: MarketFeed, answer: Checked) -> int:
+    jobs.execute_prepared(_UPSERT_INSTRUMENTS, {"feed": feed.pk, "items": answer.items})
+    return answer.rows
+
+
+def upsert_daily(feed: MarketFeed, day: date, answer: Checked) -> dict[str, int]:
+    """The day's bars made equal to the checked answer (``checked(DAILY, table, day=day)``):
+    how many rows the API gave, how many were written (new or changed) and how many
+    removed."""
     written, removed = jobs.execute_prepared(
-        _UPSERT_DAILY, {"feed": feed.pk, "day": day, "items": items}
+        _UPSERT_DAILY, {"feed": feed.pk, "day": day, "items": answer.items}
     ).fetchone()
-    return {"rows": len(table.items), "written": written, "removed": removed}
+    return {"rows": answer.rows, "written": written, "removed": removed}
 
 
 def params(**values: Any) -> dict[str, Any]:

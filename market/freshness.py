@@ -13,7 +13,14 @@ the last success more than 7 days ago                      ``error``
 ========================================================  ================
 
 A week without a success is an error, not staleness: the gap-fill looks back 7 days,
-so older days no longer heal by themselves and need a person.
+so older days no longer heal by themselves and need a person. For the same reason the
+daily source is an ``error`` too while an open day before the look-back has no bars
+(``services.old_gaps``), whatever its last attempt did.
+
+``rows_today`` counts each row once, on the current market date: the daily bars of
+that date, the feed's instruments once a load of them succeeded that day (the three
+lists, ``L``, ``D`` and ``P``, are three loads), and the calendar rows its latest
+successful load of that day gave. Gap-fills and reloads of a day add nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from zoneinfo import ZoneInfo
 from django.db import connection
 
 from market import conf
-from market.models import MarketFeed, SourceFreshness
+from market.models import DailyBar, Dataset, Instrument, MarketFeed, SourceFreshness
 
 HEALTHY = "healthy"
 STALE = "stale"
@@ -65,8 +72,26 @@ def overall(statuses: list[str]) -> str:
 
 
 def rows_today(row: SourceFreshness, now: datetime) -> int:
-    """Rows the source wrote on the current market date."""
-    return row.rows_today if row.rows_date == market_date(now) else 0
+    """The source's rows of the current market date, each once (see the module's
+    docstring): counted where a sum of loads would count a day loaded twice twice."""
+    today = market_date(now)
+    daily, instruments = row.dataset == Dataset.DAILY, row.dataset == Dataset.INSTRUMENTS
+    return rows_of(
+        row,
+        today,
+        bars=DailyBar.objects.filter(feed_id=row.feed_id, trade_date=today).count() if daily else 0,
+        instruments=Instrument.objects.filter(feed_id=row.feed_id).count() if instruments else 0,
+    )
+
+
+def rows_of(row: SourceFreshness, today: date, *, bars: int, instruments: int) -> int:
+    """``rows_today`` on market date ``today``, given the feed's bars of that date and
+    its instruments."""
+    if row.dataset == Dataset.DAILY:
+        return bars
+    if row.rows_date != today:
+        return 0
+    return instruments if row.dataset == Dataset.INSTRUMENTS else row.rows_today
 
 
 _RECORD_SUCCESS = f"""
@@ -75,9 +100,7 @@ _RECORD_SUCCESS = f"""
     VALUES (%(feed)s, %(dataset)s, %(now)s, NULL, '', %(rows)s, %(today)s)
     ON CONFLICT (feed_id, dataset) DO UPDATE SET
         last_success = GREATEST(f.last_success, EXCLUDED.last_success),
-        rows_today = CASE WHEN f.rows_date = EXCLUDED.rows_date
-                          THEN f.rows_today + EXCLUDED.rows_today ELSE EXCLUDED.rows_today END,
-        rows_date = EXCLUDED.rows_date"""
+        rows_today = EXCLUDED.rows_today, rows_date = EXCLUDED.rows_date"""
 
 _RECORD_FAILURE = f"""
     INSERT INTO {SourceFreshness._meta.db_table} AS f (feed_id, dataset, last_success,
@@ -88,8 +111,9 @@ _RECORD_FAILURE = f"""
 
 
 def record_success(feed: MarketFeed, dataset: str, rows: int, now: datetime) -> None:
-    """A load of ``rows`` rows succeeded: rows of the same market date add up. One
-    statement, so that loads of one source finishing together each count."""
+    """A load of ``rows`` rows succeeded: the latest load's rows replace the last one's
+    (a day loaded twice is not twice the rows). One statement, so that loads of one
+    source finishing together each leave a whole row."""
     with connection.cursor() as cursor:
         cursor.execute(
             _RECORD_SUCCESS,

@@ -2,12 +2,14 @@
 
     market.Tick             (every 5 minutes: starts a due daily batch, or records a miss)
     market.LoadCalendar     ┐
-    market.LoadInstruments  ┴→ market.PlanBatch → market.LoadDay × (gaps + today)
+    market.LoadInstruments  ┴→ market.PlanBatch → market.LoadDay × (gaps + today + re-fetches)
                                                  → market.FinishBatch
 
 Loads retry transient failures as engine attempts (10 s, then 20 s; three in all) and
 record each outcome on the source's freshness (``loading``); they commit in batches
-fenced by the lease, so that a failed attempt's record is kept.
+fenced by the lease, so that a failed attempt's record is kept. An operator who runs a
+load's job again (retry, replay, recover, run now) runs its load again
+(``services.follow_load_operator``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import jobs
-from market import batch, loading
+from market import batch, loading, services
 from market.models import DailyBatch, DayLoad, ListStatus, MarketFeed
 
 LOAD_OPTIONS: dict[str, Any] = {"max_attempts": loading.ATTEMPTS, "backoff": loading.RETRY, "atomic": False}
@@ -53,7 +55,7 @@ def load_instruments(ctx: jobs.JobContext) -> dict[str, Any]:
     return loading.load_instruments(ctx, _feed(ctx), status)
 
 
-@jobs.handler(batch.LOAD_DAY, **LOAD_OPTIONS)
+@jobs.handler(batch.LOAD_DAY, on_operator=services.follow_load_operator, **LOAD_OPTIONS)
 def load_day(ctx: jobs.JobContext) -> dict[str, Any]:
     load = (
         DayLoad.objects.select_related("feed")

@@ -4,8 +4,10 @@ went.
 A fetch's transient failure (``client.Transient``) is an engine retry: the job fails
 its attempt and the engine runs it again after 10, then 20 seconds (``RETRY``), three
 attempts in all. No handler sleeps. Authentication errors, rate limits and bad answers
-fail at once. Each failed attempt is recorded on the source's freshness (its last
-failure and error), each success too, in the transaction that writes the rows.
+fail at once. An answer is checked before anything is written (``datasets.checked``):
+a bad value is the API's error like a refusal, not a failed write to retry. Each failed
+attempt is recorded on the source's freshness (its last failure and error), each success
+too, in the transaction that writes the rows.
 """
 
 from __future__ import annotations
@@ -61,22 +63,27 @@ def calendar_span(today: date) -> tuple[date, date]:
 def load_calendar(ctx: jobs.JobContext, feed: MarketFeed) -> dict[str, Any]:
     start, end = calendar_span(freshness.market_date(jobs.now()))
     try:
-        table = fetch(feed, datasets.CALENDAR, exchange=feed.exchange, start_date=start, end_date=end)
+        answer = datasets.checked(
+            datasets.CALENDAR,
+            fetch(feed, datasets.CALENDAR, exchange=feed.exchange, start_date=start, end_date=end),
+        )
     except client.MarketError as error:
         failed(ctx, feed, error)
     with ctx.batch():
-        rows = datasets.upsert_calendar(feed, table)
+        rows = datasets.upsert_calendar(feed, answer)
         freshness.record_success(feed, Dataset.CALENDAR, rows, jobs.now())
     return {"feed": feed.name, "days": rows}
 
 
 def load_instruments(ctx: jobs.JobContext, feed: MarketFeed, list_status: str) -> dict[str, Any]:
     try:
-        table = fetch(feed, datasets.INSTRUMENTS, exchange="", list_status=list_status)
+        answer = datasets.checked(
+            datasets.INSTRUMENTS, fetch(feed, datasets.INSTRUMENTS, exchange="", list_status=list_status)
+        )
     except client.MarketError as error:
         failed(ctx, feed, error)
     with ctx.batch():
-        rows = datasets.upsert_instruments(feed, table)
+        rows = datasets.upsert_instruments(feed, answer)
         freshness.record_success(feed, Dataset.INSTRUMENTS, rows, jobs.now())
     return {"feed": feed.name, "list_status": list_status, "instruments": rows}
 
@@ -114,14 +121,15 @@ def _load_day(ctx: jobs.JobContext, feed: MarketFeed, load: DayLoad) -> dict[str
         table = fetch(feed, datasets.DAILY, trade_date=load.trade_date)
         if not table.items and batch.is_trading_day(feed, load.trade_date):
             raise client.Transient(Dataset.DAILY, f"daily: no bars for {load.trade_date} yet (not published)")
+        answer = datasets.checked(datasets.DAILY, table, day=load.trade_date)
     except client.MarketError as error:
         failed(ctx, feed, error, load=load)
     with ctx.batch():
         now = jobs.now()
         counts = (
             {"rows": 0, "written": 0, "removed": 0}
-            if not table.items
-            else datasets.upsert_daily(feed, load.trade_date, table)
+            if not answer.rows
+            else datasets.upsert_daily(feed, load.trade_date, answer)
         )
         freshness.record_success(feed, Dataset.DAILY, counts["rows"], now)
         DayLoad.objects.filter(pk=load.pk).update(

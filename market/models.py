@@ -64,7 +64,7 @@ class MarketFeed(models.Model):
     created_at = models.DateTimeField("created", auto_now_add=True)
 
     class Meta:
-        permissions = [("operate_marketfeed", "Can operate market feeds (gap-fill)")]
+        permissions = [("operate_marketfeed", "Can operate market feeds (gap-fill, reload)")]
         db_table = "ingest_marketfeed"
         ordering = ["name"]
         constraints = [
@@ -231,6 +231,8 @@ class LoadTrigger(models.TextChoices):
     SCHEDULE = "schedule", "the daily batch"
     GAP_FILL = "gap_fill", "the daily batch's gap-fill"
     OPERATOR = "operator", "an operator's gap-fill"
+    RELOAD = "reload", "an operator's reload"
+    REFETCH = "refetch", "the daily batch's re-fetch"
 
 
 class LoadStatus(models.TextChoices):

@@ -39,7 +39,7 @@ def figures(request: HttpRequest) -> list[Figure]:
             failing,
             board,
             tone="bad" if failing else "",
-            note=f"of {len(statuses)}: a failed last load, or a week without one",
+            note=f"of {len(statuses)}: a failed last load, a week without one, or days no batch heals",
         ),
         Figure(
             "sources-stale",

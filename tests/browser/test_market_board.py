@@ -113,3 +113,54 @@ def test_an_operator_previews_and_confirms_a_gap_fill_from_the_board(site: Site,
     ) == sorted(expected)
     assert MarketAction.objects.get().actor == operator
     screenshots(page, "market-board-gap-filled")
+
+
+def test_an_operator_reloads_days_that_have_bars_from_the_board(site: Site, page):
+    now = jobs.now()
+    today = freshness.market_date(now)
+    feed = MarketFeed.objects.create(
+        tenant=tenant("Acme"),
+        name="cn-equities",
+        api_url="http://market.test/api",
+        token="tok-secret-browser-0002",
+    )
+    week = [today - timedelta(days=n) for n in range(7)]
+    TradingDay.objects.bulk_create(
+        TradingDay(feed=feed, exchange=feed.exchange, cal_date=day, is_open=day.weekday() < 5) for day in week
+    )
+    open_days = [day for day in week if day.weekday() < 5]
+    DailyBar.objects.bulk_create(
+        DailyBar(feed=feed, ts_code=f"60000{n}.SH", trade_date=day, open=10, high=11, low=9, close=10.5)
+        for day in open_days
+        for n in range(3)
+    )
+
+    operator = log_in(page, site)
+    page.goto(f"{site.url}/admin/market/marketfeed/board/")
+    page.locator(f"#feed-{feed.pk} .market-reload-link").click()
+    page.wait_for_selector("#reload-form")
+    page.click("#reload-form button[name=preview]")
+    page.wait_for_selector("#reload-preview")
+    rows = page.locator("#reload-days tbody tr")
+    assert rows.count() == len(week)
+    ticked = page.locator("#reload-days input[type=checkbox]:checked")
+    assert sorted(ticked.evaluate_all("els => els.map(el => el.value)")) == sorted(
+        d.isoformat() for d in open_days
+    )
+    assert page.inner_text("#reload-api-calls") == str(len(open_days))
+    screenshots(page, "market-reload-preview")
+
+    keep = sorted(open_days)[-1]  # only the latest day is reloaded: the others untick
+    for day in open_days:
+        if day != keep:
+            page.uncheck(f"#reload-days input[value='{day.isoformat()}']")
+    page.fill("#reload-confirm input[name=reason]", "the API restated the close")
+    page.click("#reload-confirm button[type=submit]")
+
+    page.wait_for_selector(".messagelist .success")
+    assert page.inner_text(".messagelist") == f"Reload of cn-equities: queued 1 day(s): {keep.isoformat()}."
+    load = DayLoad.objects.get()
+    assert (load.trade_date, load.trigger, load.requested_by) == (keep, LoadTrigger.RELOAD, operator)
+    action = MarketAction.objects.get()
+    assert (action.kind, action.actor, action.message) == ("reload", operator, "the API restated the close")
+    screenshots(page, "market-board-reloaded")

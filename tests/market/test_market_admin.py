@@ -225,7 +225,7 @@ def test_the_board_reads_each_thing_once_whatever_the_feeds_and_days(
     week(first)
     sources(first, clock.now())
     page(client, BOARD)  # the session and the permissions are cached from here on
-    with django_assert_max_num_queries(12) as one_feed:
+    with django_assert_max_num_queries(13) as one_feed:
         page(client, BOARD)
     for name in ("second", "third"):
         more = new_feed(acme, name)

@@ -250,7 +250,7 @@ def test_a_bad_row_from_the_api_fails_the_load_naming_it_and_writes_nothing(cloc
         ["600001.SH", "2026-10-30", 1.0, 2.0, 0.5, 1.5, None, None, None, None, None],
     ]
     with pytest.raises(BadAnswer, match="item 1's trade_date is not a YYYYMMDD date"):
-        datasets.upsert_daily(feed, date(2026, 10, 30), Table(datasets.DAILY.fields, items))
+        datasets.checked(datasets.DAILY, Table(datasets.DAILY.fields, items), day=date(2026, 10, 30))
     assert not DailyBar.objects.exists()
 
 

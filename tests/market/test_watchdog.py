@@ -75,7 +75,9 @@ def test_all_ok_exits_0_with_a_line_per_check_and_a_summary(feed, clock):
         "OK acme/cn-equities latest-daily: latest trade date 2026-10-30, 3 day(s) ago (at most 3)",
         "OK acme/cn-equities last-attempts: no source's last attempt failed",
         "OK acme/cn-equities row-count: 4,000 rows on 2026-10-30 (at least 4,000)",
-        "OK: 0 alert(s) in 3 check(s)",
+        "OK acme/cn-equities old-gaps: no open day to look at before the 7-day look-back (2026-10-26): "
+        "looked from 2026-10-30",
+        "OK: 0 alert(s) in 4 check(s)",
     ]
 
 
@@ -87,7 +89,7 @@ def test_a_latest_daily_date_too_old_is_an_alert(feed, clock):
     assert lines[0] == (
         "ALERT acme/cn-equities latest-daily: latest trade date 2026-10-29, 4 day(s) ago (at most 3)"
     )
-    assert lines[-1] == "ALERT: 1 alert(s) in 3 check(s)"
+    assert lines[-1] == "ALERT: 1 alert(s) in 4 check(s)"
 
 
 @pytest.mark.django_db
@@ -128,7 +130,9 @@ def test_a_source_whose_last_attempt_failed_is_an_alert_on_one_line(feed, clock)
         "ALERT acme/cn-equities daily: last attempt failed at 2026-11-02 08:00 UTC: "
         "daily: HTTP 503 from the API Traceback: boom",
         "OK acme/cn-equities row-count: 4,000 rows on 2026-10-30 (at least 4,000)",
-        "ALERT: 1 alert(s) in 3 check(s)",
+        "OK acme/cn-equities old-gaps: no open day to look at before the 7-day look-back (2026-10-26): "
+        "looked from 2026-10-30",
+        "ALERT: 1 alert(s) in 4 check(s)",
     ]
 
 
@@ -150,7 +154,7 @@ def test_too_few_rows_on_the_latest_day_is_an_alert(feed, clock):
     code, lines = check()
     assert code == 1
     assert lines[2] == "ALERT acme/cn-equities row-count: 3,999 rows on 2026-10-30 (at least 4,000)"
-    assert lines[-1] == "ALERT: 1 alert(s) in 3 check(s)"
+    assert lines[-1] == "ALERT: 1 alert(s) in 4 check(s)"
 
 
 @pytest.mark.django_db
@@ -183,6 +187,7 @@ def test_each_tenants_feed_is_checked_and_named_with_its_tenant(two_tenants):
         "OK acme/cn-equities latest-daily",
         "OK acme/cn-equities last-attempts",
         "OK acme/cn-equities row-count",
+        "OK acme/cn-equities old-gaps",
         "ALERT globex/cn-equities latest-daily",
         "OK globex/cn-equities last-attempts",
         "ALERT",
@@ -220,7 +225,7 @@ def test_a_log_it_cannot_append_to_is_exit_2_after_the_findings_are_printed(two_
         call_command("ingest_check", "--tenant", "acme", "--log", str(tmp_path), stdout=out)
     assert error.value.returncode == 2
     assert str(error.value).startswith(f"cannot append to {tmp_path}")
-    assert out.getvalue().splitlines()[-1] == "OK: 0 alert(s) in 3 check(s)"
+    assert out.getvalue().splitlines()[-1] == "OK: 0 alert(s) in 4 check(s)"
 
 
 # --- as cron runs it: a real process -----------------------------------------------------
@@ -249,9 +254,10 @@ def test_a_healthy_feed_exits_0_from_a_real_process(processes, acme):
         "OK acme/cn-equities latest-daily",
         "OK acme/cn-equities last-attempts",
         "OK acme/cn-equities row-count",
+        "OK acme/cn-equities old-gaps",
         "OK",
     ]
-    assert lines[-1] == "OK: 0 alert(s) in 3 check(s)"
+    assert lines[-1] == "OK: 0 alert(s) in 4 check(s)"
 
 
 @pytest.mark.system
@@ -268,11 +274,11 @@ def test_an_alert_exits_1_from_a_real_process_and_each_run_appends_to_the_log(pr
 
     for code, lines, stderr in (first, second):
         assert code == 1, stderr
-        assert lines[-1] == "ALERT: 2 alert(s) in 3 check(s)"
+        assert lines[-1] == "ALERT: 2 alert(s) in 4 check(s)"
         assert "Traceback" not in stderr
     logged = log.read_text().splitlines()
     assert log.read_text().startswith(after_first)  # appended, not overwritten
-    assert len(logged) == len(first[1]) + len(second[1]) == 8
+    assert len(logged) == len(first[1]) + len(second[1]) == 10
     assert all(STAMPED.match(line) for line in logged), logged
     assert [line.split(" ", 1)[1] for line in logged] == first[1] + second[1]
 

@@ -28,7 +28,8 @@ USAGE = 2  # argparse's code for a bad option; Django's CommandError would exit 
 class Command(BaseCommand):
     help = (
         "Check the market data: the latest daily date is recent, no source's last "
-        "attempt failed, the latest trading day has enough rows. Exit 0 OK, 1 ALERT."
+        "attempt failed, the latest trading day has enough rows, no open day before the "
+        "gap-fill's look-back lacks its bars. Exit 0 OK, 1 ALERT."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -25,6 +25,10 @@ def reconcile_runs(ctx: jobs.JobContext) -> dict[str, Any]:
     """The safety net: a running run with nothing of its pipeline pending or running
     (its last delivery failed, or died with its worker past its attempts) is failed,
     with the reason its last failed job gave, instead of looking busy forever; and so
-    is a handoff whose ingestion job ended without starting its run."""
-    settled = scraping.settle_stuck_handoffs() if scraping.handoffs_available() else 0
-    return {"failed": runs.fail_stalled_runs(), "handoffs_settled": settled}
+    is a handoff whose ingestion job ended without starting its run; and a handoff queued
+    without a job whose reference's ingestion is over (one handed off by a migration) is
+    queued."""
+    settled = queued = 0
+    if scraping.handoffs_available():
+        settled, queued = scraping.settle_stuck_handoffs(), scraping.queue_waiting()
+    return {"failed": runs.fail_stalled_runs(), "handoffs_settled": settled, "handoffs_queued": queued}

@@ -16,4 +16,7 @@ urlpatterns = [
     path("api/", include(router.urls)),
     path("scraping/<str:source>/sync", scraping.Sync.as_view(), name="scraping-sync"),
     path("scraping/<str:source>/handoffs", scraping.Handoffs.as_view(), name="scraping-handoffs"),
+    path(
+        "scraping/<str:source>/handoffs/redrive", scraping.Redrive.as_view(), name="scraping-handoffs-redrive"
+    ),
 ]

@@ -450,6 +450,7 @@ SPECTACULAR_SETTINGS = {
         "IngestRunStatusEnum": "ingest.runs.models.RunStatus",
         "IngestBatchStatusEnum": "ingest.runs.models.BatchStatus",
         "HookExecutionStatusEnum": "ingest.runs.models.ExecutionStatus",
+        "HandoffReasonEnum": "ingest.scraping.models.HandoffReason",
         "FreshnessStatusEnum": "market.api.STATUSES",
         "ModuleTypeEnum": "factors.catalog.ModuleType",
     },

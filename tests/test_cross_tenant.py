@@ -252,6 +252,7 @@ def probes(acme: Acme) -> list[tuple[str, str, str, dict[str, Any] | None]]:
             {"scrape_run_id": "globex", "references": [{"external_id": ACME_MARK, "payload": {}}]},
         ),
         ("scraping-handoffs", "get", f"/scraping/{SCRAPED}/handoffs", None),
+        ("scraping-handoffs-redrive", "post", f"/scraping/{SCRAPED}/handoffs/redrive", {}),
         ("exports-mapping-detail", "get", f"/api/exports/mappings/{acme.mapping.pk}/", None),
         ("exports-snapshot-detail", "get", f"/api/exports/snapshots/{acme.export.pk}/", None),
         ("exports-snapshot-cancel", "post", f"/api/exports/snapshots/{acme.export.pk}/cancel/", {}),

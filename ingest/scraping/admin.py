@@ -2,20 +2,25 @@
 payload's handoff to ingestion with its history.
 
 All of it is written by the syncs and the engine's handlers, so the pages show it and
-never edit it. The one operator action, retrying failed handoffs, calls
-``ingest.scraping.services.retry_handoffs`` with the staff user, so it is recorded on each
-handoff's history like any other transition. Staff of a tenant see their tenant's rows.
+never edit it. The operator actions, a failed handoff's retry (a button on its page,
+``ingest.scraping.services.retry_handoffs``) and the redrive of a selection
+(``services.redrive``, previewed, bounded per transaction), name the staff user, so they
+are recorded on each handoff's history like any other transition. Staff of a tenant see their tenant's rows.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.contrib import admin, messages
-from django.db.models import F, QuerySet
-from django.http import HttpRequest
+from django.contrib.admin import helpers
+from django.db.models import Exists, F, OuterRef, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
@@ -29,6 +34,7 @@ from console.admin import (
     ReadOnlyInline,
     job_cell,
 )
+from ingest.runs.models import IngestSource
 from ingest.runs.rendering import status_badge
 from ingest.scraping import services
 from ingest.scraping.models import (
@@ -166,11 +172,31 @@ class ReferenceHandoffInline(HandoffColumns, ReadOnlyInline):
         return _short_hash(handoff.payload_hash)
 
 
+class UnhandedFilter(admin.SimpleListFilter):
+    """References whose payload has no handoff: stored while the handoff tables were
+    migrated back (syncs then store references only), until migrating forward hands
+    them off."""
+
+    title = "handoff"
+    parameter_name = "handoff"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("none", "none for its payload")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() != "none":
+            return queryset
+        handed_off = IngestionHandoff.objects.filter(
+            reference=OuterRef("pk"), payload_hash=OuterRef("payload_hash")
+        )
+        return queryset.exclude(Exists(handed_off))
+
+
 @admin.register(ScrapeReference)
 class ScrapeReferenceAdmin(ScopedAdmin):
     list_display = ["source", "external_id", "hash", "first_seen_at", "changed_at", "changed_in_run"]
     list_display_links = ["external_id"]
-    list_filter = [("source", admin.RelatedOnlyFieldListFilter)]
+    list_filter = [("source", admin.RelatedOnlyFieldListFilter), UnhandedFilter]
     list_select_related = ["source", "changed_in"]
     search_fields = ["=external_id"]
     search_help_text = "A reference's exact external id."
@@ -236,15 +262,7 @@ class _HandoffIds(TypedDict):
     scraper_run_id: str
 
 
-# Retry a selection of failed handoffs, all or nothing; logged on each.
-RETRY_HANDOFFS = Operation(
-    "retry",
-    "Retry",
-    "retried",
-    lambda selected, actor, reason: services.retry_handoffs(selected, actor=actor, via="admin"),
-    IngestionHandoff,
-)
-# The same, on the one handoff whose page it is a button of.
+# The one handoff whose page it is a button of (a selection is redriven: ``redrive_handoffs``).
 RETRY_HANDOFF = Operation(
     "retry",
     "Retry the handoff",
@@ -291,7 +309,7 @@ class IngestionHandoffAdmin(PageOperations, JobLinks, HandoffColumns, ScopedAdmi
         "updated_at",
     )
     inlines = [TransitionInline]
-    actions = ["retry_handoffs"]
+    actions = ["redrive_handoffs"]
     page_operations = (RETRY_HANDOFF,)
     refusals = (services.HandoffRefused,)
 
@@ -306,8 +324,8 @@ class IngestionHandoffAdmin(PageOperations, JobLinks, HandoffColumns, ScopedAdmi
         )
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        """Retry handoffs: staff granted ``ingest.operate_ingestionhandoff``."""
-        return RETRY_HANDOFFS.permitted(request)
+        """Retry and redrive handoffs: staff granted ``ingest.operate_ingestionhandoff``."""
+        return RETRY_HANDOFF.permitted(request)
 
     @admin.display(description="external id")
     def external_id(self, handoff: WithAnnotations[IngestionHandoff, _HandoffIds]) -> str:
@@ -323,15 +341,70 @@ class IngestionHandoffAdmin(PageOperations, JobLinks, HandoffColumns, ScopedAdmi
 
     job = job_cell("job_id", "ingestion job")
 
-    @admin.action(description="Retry the selected failed handoffs", permissions=["operate"])
-    def retry_handoffs(self, request: HttpRequest, queryset: QuerySet[IngestionHandoff]) -> None:
-        """All or nothing: the service retries the selection in one transaction, and one
-        handoff it refuses leaves every one as it was."""
-        try:
-            # In the references' order, as the syncs lock them.
-            selected = queryset.order_by("reference_id", "id")
-            retried = RETRY_HANDOFFS.perform(self, request, selected, logged=list(selected))
-        except services.HandoffRefused as exc:
-            self.message_user(request, f"Nothing retried: {exc}.", messages.ERROR)
-            return
-        self.message_user(request, f"{retried} handoff(s) queued again.", messages.SUCCESS)
+    @admin.action(description="Redrive the selected failed handoffs", permissions=["operate"])
+    def redrive_handoffs(
+        self, request: HttpRequest, queryset: QuerySet[IngestionHandoff]
+    ) -> HttpResponse | None:
+        """A preview first (how many, the oldest, what is left as it is) with a reason
+        asked; on confirmation ``services.redrive`` over the selection, source by source,
+        ``BATCH`` handoffs a transaction, each recorded with the staff user and the reason
+        (and the redrive in the admin log of each source)."""
+        failed_before = _instant(request.POST.get("failed_before")) or services.database_now()
+        sources = IngestSource.objects.filter(pk__in=queryset.order_by().values("source_id")).order_by("id")
+        chosen = [
+            services.RedriveFilter(source, failed_before=failed_before, handoffs=queryset)
+            for source in sources
+        ]
+        if request.POST.get("post") != "yes":
+            return self.redrive_preview(request, queryset, chosen, failed_before)
+        reason = request.POST.get("reason", "").strip()[:500]
+        if not reason:
+            self.message_user(request, "A redrive needs a reason; nothing was changed.", messages.ERROR)
+            return None
+        count = batches = 0
+        for each in chosen:
+            done = services.redrive(each, actor=request.user, via="admin", note=reason)
+            count, batches = count + done.count, batches + done.batches
+            if done.count:
+                self.log_change(
+                    request, each.source, f"Redrive via the admin ({done.count} handoff(s)): {reason}"
+                )
+        self.message_user(
+            request,
+            f"{count} handoff(s) queued again, in {batches} transaction(s).",
+            messages.SUCCESS if count else messages.WARNING,
+        )
+        return None
+
+    def redrive_preview(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[IngestionHandoff],
+        chosen: list[services.RedriveFilter],
+        failed_before: datetime,
+    ) -> TemplateResponse:
+        seen = [services.preview_redrive(each) for each in chosen]
+        count = sum(each.count for each in seen)
+        sample = sorted((h for each in seen for h in each.sample), key=lambda h: h.pk)[: services.SAMPLE]
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Redrive handoffs",
+            "opts": self.model._meta,
+            "action": "redrive_handoffs",
+            "count": count,
+            "skipped": queryset.count() - count,
+            "sample": sample,
+            "batch": services.BATCH,
+            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            "select_across": request.POST.get("select_across") == "1",
+            "failed_before": failed_before.isoformat(),
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/ingest/ingestionhandoff/redrive_confirmation.html", context)
+
+
+def _instant(text: str | None) -> datetime | None:
+    """The preview's bound, sent back with the confirmation."""
+    parsed = parse_datetime(text or "")
+    return parsed if parsed is not None and parsed.tzinfo is not None else None

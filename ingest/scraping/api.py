@@ -1,13 +1,16 @@
-"""The scraper's API: ``POST /scraping/{source}/sync`` and ``GET /scraping/{source}/handoffs``.
+"""The scraper's API: ``POST /scraping/{source}/sync``, ``GET /scraping/{source}/handoffs``
+and the operators' ``POST /scraping/{source}/handoffs/redrive``.
 
 ``{source}`` is a source's name among those the caller may see (``?tenant=<slug>`` for a
 platform operator when several tenants have the name); another tenant's source answers
 404 like one that does not exist. Staff sync (the scraper's account is staff of its
-tenant); members read handoffs.
+tenant); members read handoffs; staff granted ``ingest.operate_ingestionhandoff``
+redrive them.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, timedelta
 from typing import Any
 
 from django.db.models import QuerySet
@@ -23,9 +26,12 @@ from rest_framework.views import APIView
 
 from console.api import (
     Adds,
+    BoundedJSONParser,
     ClosedSerializer,
     ErrorSerializer,
     ErrorTextField,
+    NewestFirst,
+    Operates,
     StreamedJSONParser,
     StrictFilterBackend,
     StrictLimitOffset,
@@ -36,7 +42,13 @@ from ingest.runs.api import sources_named
 from ingest.runs.models import IngestSource
 from ingest.scraping import reading, services
 from ingest.scraping.ingester import ScrapedReference
-from ingest.scraping.models import SCRAPE_RUN_ID_LENGTH, HandoffStatus, IngestionHandoff, ScrapeReference
+from ingest.scraping.models import (
+    SCRAPE_RUN_ID_LENGTH,
+    HandoffReason,
+    HandoffStatus,
+    IngestionHandoff,
+    ScrapeReference,
+)
 from intake.uploads import body_limit
 
 
@@ -248,16 +260,61 @@ class HandoffFilter(filters.FilterSet):
         fields: list[str] = []
 
 
+class HandoffPages(NewestFirst):
+    """The engine's keyset pages (``cursor``, ``page_size``), which cost an index range
+    scan at any depth; or, for a client that asks with ``limit`` or ``offset``, those
+    pages with their ``count``, which counts every handoff of the source on each page."""
+
+    limit_query_param = StrictLimitOffset.limit_query_param
+    offset_query_param = StrictLimitOffset.offset_query_param
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_offset: StrictLimitOffset | None = None
+
+    def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
+        offset_pages = {self.limit_query_param, self.offset_query_param} & set(request.query_params)
+        cursor_pages = {self.cursor_query_param, self.page_size_query_param} & set(request.query_params)
+        if offset_pages and cursor_pages:
+            raise ValidationError(
+                {
+                    name: ["page by cursor and page_size, or by limit and offset, not both"]
+                    for name in offset_pages
+                }
+            )
+        if offset_pages:
+            self.by_offset = StrictLimitOffset()
+            return self.by_offset.paginate_queryset(queryset, request, view)
+        return super().paginate_queryset(queryset, request, view)
+
+    def get_paginated_response(self, data: Any) -> Response:
+        if self.by_offset is not None:
+            return self.by_offset.get_paginated_response(data)
+        return super().get_paginated_response(data)
+
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        paged = super().get_paginated_response_schema(schema)
+        count = {"type": "integer", "description": "All matching handoffs (limit and offset pages only)."}
+        return {**paged, "properties": {"count": count, **paged["properties"]}}
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        return [
+            *super().get_schema_operation_parameters(view),
+            *StrictLimitOffset().get_schema_operation_parameters(view),
+        ]
+
+
 # Every scraper address takes a sync's body, as the web server has always bounded them.
 @body_limit(conf.scrape_max_bytes)
 class Handoffs(generics.ListAPIView):
-    """``GET /scraping/{source}/handoffs``: the source's handoffs, newest first."""
+    """``GET /scraping/{source}/handoffs``: the source's handoffs, newest first, in keyset
+    pages (or limit and offset ones, ``HandoffPages``)."""
 
     permission_classes = [IsAuthenticated]
     serializer_class = HandoffSerializer
     filter_backends = [StrictFilterBackend]
     filterset_class = HandoffFilter
-    pagination_class = StrictLimitOffset
+    pagination_class = HandoffPages
     query_parameters = ["tenant"]  # read by visible_source, not a filter
 
     @extend_schema(
@@ -293,3 +350,140 @@ class Handoffs(generics.ListAPIView):
             .select_related("reference", "scrape_run")
             .order_by("-id")
         )
+
+
+# --- redrive ----------------------------------------------------------------------------------
+
+# Batches one request runs (``redriving.BATCH`` handoffs each); past them the answer says
+# how many remain, for the next request with the same ``failed_before``.
+REQUEST_BATCHES = 20
+MAX_AGE_SECONDS = 10 * 366 * 24 * 3600
+
+
+class RedriveRequestSerializer(ClosedSerializer):
+    """Which of the source's failed handoffs to queue again; ``dry_run`` only counts
+    them and shows the oldest."""
+
+    dry_run = serializers.BooleanField(default=False)
+    status = serializers.ChoiceField(
+        choices=[HandoffStatus.FAILED.value],
+        default=HandoffStatus.FAILED.value,
+        help_text="Only failed handoffs are redriven (the others are still on their way, or done).",
+    )
+    scrape_run_id = serializers.CharField(
+        min_length=1, max_length=SCRAPE_RUN_ID_LENGTH, required=False, help_text="The scraper's run id."
+    )
+    reason = serializers.ListField(
+        child=serializers.ChoiceField(choices=HandoffReason.choices),
+        required=False,
+        max_length=len(HandoffReason.values),
+        help_text="Reason codes, any of which matches (retry_exhausted, queue_refused …).",
+    )
+    older_than = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_AGE_SECONDS,
+        required=False,
+        help_text="Seconds since the handoff last changed, at least (with failed_before, both hold).",
+    )
+    failed_before = serializers.DateTimeField(
+        required=False,
+        help_text="Handoffs last changed before this; a redrive's answer gives it: send it "
+        "again to go on where the redrive stopped.",
+    )
+    note = serializers.CharField(
+        max_length=500, required=False, allow_blank=True, help_text="Why, on each handoff's history."
+    )
+
+    def validate_failed_before(self, value: Any) -> Any:
+        try:
+            return value.astimezone(UTC)
+        except (OverflowError, ValueError):
+            raise serializers.ValidationError("out of range") from None
+
+
+class RedriveResponseSerializer(serializers.Serializer):
+    dry_run = serializers.BooleanField()
+    count = serializers.IntegerField(help_text="Matching handoffs (dry run), or those queued again.")
+    sample = HandoffSerializer(many=True, help_text="The oldest matching handoffs (dry run).")
+    failed_before = serializers.DateTimeField(help_text="The redrive's bound: send it again to resume.")
+    queued = serializers.IntegerField(help_text="Queued with an ingestion job now.")
+    waiting = serializers.IntegerField(help_text="Waiting for their reference's ingestion in progress.")
+    batches = serializers.IntegerField(help_text="Transactions run.")
+    remaining = serializers.IntegerField(help_text="Still matching: send the request again.")
+
+
+@body_limit(conf.scrape_max_bytes)
+class Redrive(APIView):
+    """``POST /scraping/{source}/handoffs/redrive``: queue the source's failed handoffs
+    that match a filter again (``services.redrive``), bounded per transaction, audited
+    with the caller and ``via="api"``."""
+
+    permission_classes = [IsAuthenticated, Operates]
+    operated_model = IngestionHandoff
+    parser_classes = [BoundedJSONParser]
+
+    @extend_schema(
+        tags=["scraping"],
+        summary="Redrive a source's failed handoffs (staff granted ingest.operate_ingestionhandoff)",
+        request=RedriveRequestSerializer,
+        parameters=[
+            OpenApiParameter(
+                "tenant",
+                OpenApiTypes.STR,
+                required=False,
+                description="The source's tenant (slug), for a platform operator when "
+                "several tenants have the name.",
+            )
+        ],
+        responses={
+            200: RedriveResponseSerializer,
+            400: OpenApiResponse(OpenApiTypes.OBJECT, description="A bad filter, named."),
+            404: OpenApiResponse(ErrorSerializer, description="No such source."),
+            503: OpenApiResponse(ErrorSerializer, description="Handoff tables not migrated."),
+        },
+    )
+    def post(self, request: Request, source: str) -> Response:
+        found = visible_source(request, source)
+        if not services.handoffs_available():
+            raise Unavailable()
+        form = RedriveRequestSerializer(data=object_body(request))
+        form.is_valid(raise_exception=True)
+        given = form.validated_data
+        older_than = given.get("older_than")
+        chosen = services.RedriveFilter(
+            found,
+            scrape_run_id=given.get("scrape_run_id"),
+            reasons=tuple(given.get("reason", ())),
+            failed_before=given.get("failed_before"),
+            older_than=timedelta(seconds=older_than) if older_than is not None else None,
+        )
+        answer: dict[str, Any]
+        if given["dry_run"]:
+            seen = services.preview_redrive(chosen)
+            answer = {
+                "count": seen.count,
+                "sample": seen.sample,
+                "failed_before": seen.failed_before,
+                "queued": 0,
+                "waiting": 0,
+                "batches": 0,
+                "remaining": seen.count,
+            }
+        else:
+            done = services.redrive(
+                chosen, actor=request.user, via="api", note=given.get("note", ""), max_batches=REQUEST_BATCHES
+            )
+            answer = {
+                "count": done.count,
+                "sample": [],
+                "failed_before": done.failed_before,
+                "queued": done.queued,
+                "waiting": done.waiting,
+                "batches": done.batches,
+                "remaining": done.remaining,
+            }
+        answer["dry_run"] = given["dry_run"]
+        return Response(RedriveResponseSerializer(answer, context=self.get_serializer_context()).data)
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        return {"request": self.request, "view": self}

@@ -1,10 +1,11 @@
 """Following a handoff's ingestion: its job starts the reference's ingest run, the run's
-end settles it, the next waiting payload goes, an operator retries a failed one, and a
-sweep catches what fell through."""
+end settles it, the next waiting payload goes, an operator retries a failed one, and
+sweeps catch what fell through."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
@@ -15,6 +16,9 @@ from ingest.scraping import history, queueing
 from ingest.scraping.models import HandoffReason, HandoffStatus, IngestionHandoff, ScrapeReference
 
 SWEEP_LIMIT = 1000
+# How long a handoff waits without a job before the sweep looks at it: a sync's own
+# handoff is queued in the sync's transaction.
+WAITING_GRACE = timedelta(minutes=1)
 
 
 class HandoffRefused(Exception):
@@ -94,28 +98,61 @@ def settle_for_run(run: IngestRun) -> str:
 
 def queue_next(reference_id: int, *, actor: Any = None) -> str:
     """Queue the newest handoff waiting for ``reference_id``'s ingestion, if none is
-    active any more; older waiting ones are superseded. The caller holds the reference."""
+    active any more; older waiting ones, and any of a payload the reference no longer
+    has, are superseded. The caller holds the reference."""
     if queueing.active_references([reference_id]):
         return "the reference's ingestion is still active"
+    current = ScrapeReference.objects.values_list("payload_hash", flat=True).get(pk=reference_id)
     waiting = list(
         IngestionHandoff.objects.filter(
             reference_id=reference_id, status=HandoffStatus.QUEUED, job_id__isnull=True
         )
         .order_by("-id")
-        .values_list("pk", "source_id")
+        .values_list("pk", "source_id", "payload_hash")
     )
     if not waiting:
         return "nothing waits"
-    (newest, source_id), older = waiting[0], [pk for pk, _ in waiting[1:]]
+    newest = next((row for row in waiting if row[2] == current), None)
+    older = [pk for pk, _, _ in waiting if newest is None or pk != newest[0]]
     if older:
         history.move(
             older,
             HandoffStatus.FAILED,
             HandoffReason.SUPERSEDED,
-            message=f"handoff {newest} brought a newer payload",
+            message=f"handoff {newest[0]} brought a newer payload"
+            if newest is not None
+            else "the reference has a newer payload",
         )
-    queueing.queue(IngestSource.objects.get(pk=source_id), [(newest, reference_id)], actor=actor)
-    return f"handoff {newest} queued"
+    if newest is None:
+        return f"{len(older)} superseded"
+    queueing.queue(IngestSource.objects.get(pk=newest[1]), [(newest[0], reference_id)], actor=actor)
+    return f"handoff {newest[0]} queued"
+
+
+def queue_waiting(*, settled_for: timedelta = WAITING_GRACE) -> int:
+    """The safety net for handoffs queued without a job (a payload waiting for its
+    reference's ingestion, or one the migration handed off): those last changed more than
+    ``settled_for`` ago whose reference has no ingestion in progress any more are queued,
+    a bounded number a sweep. How many references it queued one for."""
+    references = list(
+        IngestionHandoff.objects.filter(
+            status=HandoffStatus.QUEUED,
+            job_id__isnull=True,
+            updated_at__lt=history.database_now() - settled_for,
+        )
+        .order_by("reference_id")
+        .values_list("reference_id", flat=True)
+        .distinct()[:SWEEP_LIMIT]
+    )
+    busy = queueing.active_references(references)
+    queued = 0
+    for reference_id in references:
+        if reference_id in busy:
+            continue
+        with transaction.atomic():
+            ScrapeReference.objects.select_for_update().get(pk=reference_id)
+            queued += queue_next(reference_id).endswith("queued")
+    return queued
 
 
 @transaction.atomic

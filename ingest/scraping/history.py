@@ -4,7 +4,9 @@ unrecorded and many handoffs cost one round trip."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import connection
@@ -16,6 +18,15 @@ from ingest.scraping.models import HandoffTransition, IngestionHandoff, ScrapeRu
 
 def actor_user(actor: Any) -> Any:
     return actor if getattr(actor, "is_authenticated", False) else None
+
+
+def database_now() -> datetime:
+    """The database's clock now (not its transaction's start): the one that writes a
+    handoff's ``updated_at``."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        now: datetime = cursor.fetchone()[0]
+        return now
 
 
 def allocate_ids(table: str, count: int) -> list[int]:
@@ -102,11 +113,12 @@ def move(
     via: str = "",
     now: Any = None,
     job_ids: Sequence[int] | None = None,
+    detail: dict[str, Any] | None = None,
     **fields: Any,
 ) -> None:
     """Move ``handoffs`` to ``status`` for ``reason``, setting ``fields`` too (and each its
     job id, from the parallel ``job_ids``), each with its transition (by ``actor``, through
-    ``via`` when an operator's): one statement."""
+    ``via`` when an operator's, with ``detail`` as data): one statement."""
     if not handoffs:
         return
     meta = IngestionHandoff._meta
@@ -131,8 +143,9 @@ def move(
                 RETURNING h.id, b.status AS before
             )
             INSERT INTO {HandoffTransition._meta.db_table} (
-                handoff_id, at, from_status, to_status, kind, message, actor_id, via)
-            SELECT id, %(now)s, before, %(status)s, %(reason)s, %(message)s, %(actor)s, %(via)s
+                handoff_id, at, from_status, to_status, kind, message, actor_id, via, detail)
+            SELECT id, %(now)s, before, %(status)s, %(reason)s, %(message)s, %(actor)s, %(via)s,
+                   %(detail)s::jsonb
             FROM moved""",
             {
                 "ids": list(handoffs),
@@ -143,6 +156,7 @@ def move(
                 "message": message[:4000],
                 "actor": getattr(actor_user(actor), "pk", None),
                 "via": via,
+                "detail": json.dumps(detail or {}),
                 **values,
             },
         )

@@ -90,7 +90,7 @@ class ScrapeReference(models.Model):
     payload_hash = models.CharField(
         "payload hash",
         max_length=HASH_LENGTH,
-        help_text="SHA-256 of the payload as canonical JSON (sorted keys, no spaces).",
+        help_text="SHA-256 of the payload as canonical JSON (RFC 8785, JCS).",
     )
     first_seen_at = models.DateTimeField("first seen")
     changed_at = models.DateTimeField("payload changed")

@@ -8,7 +8,7 @@ from typing import Any
 
 from console.api import holds_nul
 from ingest import conf
-from ingest.scraping.hashing import canonical_json, digest
+from ingest.scraping.hashing import canonical_json, hash_of
 from ingest.scraping.models import EXTERNAL_ID_LENGTH, SCRAPE_RUN_ID_LENGTH
 
 
@@ -90,7 +90,7 @@ def read_reference(index: int, item: Any) -> Reference:
         raise SyncRefused(
             f"{where}.payload", f"{where}.payload holds a NUL character (\\u0000), which cannot be stored"
         )
-    return Reference(index, external_id, text.decode(), digest(text))
+    return Reference(index, external_id, text.decode(), hash_of(payload, text))
 
 
 def read_references(items: Any) -> Incoming:

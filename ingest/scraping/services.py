@@ -1,6 +1,6 @@
 """What can be done with scraped references, for the API, the admin and the handlers:
 sync a scrape run's references, follow each new payload's handoff to ingestion, retry a
-failed one.
+failed one, redrive failed ones by filter (``redriving``).
 
 A sync registers its scrape run (if new), then, in one transaction:
 
@@ -43,6 +43,7 @@ from ingest.scraping import history, queueing, retrying
 from ingest.scraping.following import (
     HandoffRefused,
     queue_next,
+    queue_waiting,
     retry_handoffs,
     settle_for_run,
     settle_stuck_handoffs,
@@ -59,20 +60,41 @@ from ingest.scraping.models import (
 )
 from ingest.scraping.queueing import INGEST_REFERENCE, active_references, queue
 from ingest.scraping.reading import Incoming, SyncRefused, check_scrape_run_id, read_references
+from ingest.scraping.redriving import (
+    BATCH,
+    SAMPLE,
+    RedriveFilter,
+    Redriven,
+    RedrivePreview,
+    RedriveRefused,
+    database_now,
+    preview_redrive,
+    redrive,
+)
 
 __all__ = [
+    "BATCH",
     "INGEST_REFERENCE",
     "HandoffCounts",
     "HandoffRefused",
+    "RedriveFilter",
+    "RedrivePreview",
+    "RedriveRefused",
+    "Redriven",
+    "SAMPLE",
     "SyncRefused",
     "SyncResult",
     "active_references",
     "check_scrape_run_id",
+    "database_now",
     "handoffs_available",
     "json_counts",
+    "preview_redrive",
     "queue",
     "queue_next",
+    "queue_waiting",
     "read_references",
+    "redrive",
     "retry_handoffs",
     "settle_for_run",
     "settle_stuck_handoffs",

@@ -1,5 +1,6 @@
 """An operator in a real browser finds a failed scrape handoff by its filter, reads why it
-failed, retries it from the list, and finds the retry in its history, by name."""
+failed, redrives it from the list (a preview, then a reason), and finds the redrive in
+its history, by name."""
 
 from __future__ import annotations
 
@@ -36,8 +37,12 @@ def test_an_operator_filters_failed_handoffs_retries_one_and_sees_it_in_the_hist
     assert "its ingestion could not be queued" in rows.first.inner_text()
 
     rows.first.locator("input.action-select").check()
-    page.select_option("select[name=action]", "retry_handoffs")
+    page.select_option("select[name=action]", "redrive_handoffs")
     page.click("button[name=index]")
+    assert "1 failed handoff will be queued again" in page.inner_text("#redrive-count")
+    page.fill("#id_reason", "the source is back")
+    screenshots(page, "handoff-redrive-preview")
+    page.click("input[type=submit]")
     page.wait_for_selector(".messagelist")
     assert "1 handoff(s) queued again" in page.inner_text(".messagelist")
 

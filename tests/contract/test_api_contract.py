@@ -151,7 +151,8 @@ UNSTATEABLE = [
     rule(
         "tenant",
         "A platform operator names the tenant of a source whose name several tenants have.",
-        "GET /scraping/{source}/handoffs;POST /scraping/{source}/sync",
+        "GET /scraping/{source}/handoffs;POST /scraping/{source}/sync;"
+        "POST /scraping/{source}/handoffs/redrive",
         identities="operator",
     ),
     rule("tenant", "A platform operator's tenant must exist.", "POST /api/jobs/", identities="operator"),

@@ -1,5 +1,5 @@
 """The scrape handoffs' admin: the handoff list with its filters, a handoff's page with its
-history, the operators' retry of failed handoffs, the references and scrape runs, each
+history, the operators' retry and redrive of failed handoffs, the references and scrape runs, each
 scoped to the staff user's tenant."""
 
 from __future__ import annotations
@@ -70,9 +70,16 @@ def change_url(handoff: IngestionHandoff) -> str:
     return f"{HANDOFFS}{handoff.pk}/change/"
 
 
-def retry(client: Client, *handoffs: IngestionHandoff) -> str:
+def retry(client: Client, *handoffs: IngestionHandoff, reason: str = "the source is back") -> str:
+    """Redrive the selection through the admin: its preview, then its confirmation."""
+    selection = {"action": "redrive_handoffs", "_selected_action": [h.pk for h in handoffs]}
+    preview = client.post(HANDOFFS, selection, follow=True)
+    assert preview.status_code == 200
+    if preview.context is None or "failed_before" not in preview.context:
+        return preview.content.decode()  # refused before any preview
+    bound = preview.context["failed_before"]
     response = client.post(
-        HANDOFFS, {"action": "retry_handoffs", "_selected_action": [h.pk for h in handoffs]}, follow=True
+        HANDOFFS, {**selection, "post": "yes", "failed_before": bound, "reason": reason}, follow=True
     )
     assert response.status_code == 200
     return response.content.decode()
@@ -158,35 +165,33 @@ def test_the_handoff_page_shows_its_last_error_and_its_history_oldest_first(alic
 # --- retrying ---------------------------------------------------------------------------------
 
 
-def test_the_retry_action_queues_a_failed_handoff_as_the_staff_user(alice, listings):
+def test_the_redrive_action_queues_a_failed_handoff_as_the_staff_user(alice, listings):
     handoff = failed_sync(listings, "scrape-1", "a", alice)
 
     html = retry(browser(alice), handoff)
 
-    assert "1 handoff(s) queued again." in html
+    assert "1 handoff(s) queued again, in 1 transaction(s)." in html
     handoff.refresh_from_db()
     assert (handoff.status, handoff.reason_code) == (HandoffStatus.QUEUED, HandoffReason.INGESTION_JOB_QUEUED)
     assert handoff.job_id is not None and handoff.last_error == ""
     retried = handoff.transitions.get(kind=HandoffReason.RETRIED_BY_OPERATOR)
     assert (retried.from_status, retried.actor, retried.via) == (HandoffStatus.FAILED, alice, "admin")
+    assert retried.message == "the source is back"
     queued = handoff.transitions.get(kind=HandoffReason.INGESTION_JOB_QUEUED, id__gt=retried.pk)
     assert (queued.actor, queued.via) == (alice, "admin")  # part of the same action
 
 
-def test_the_retry_action_refuses_a_handoff_that_has_not_failed_and_changes_nothing(alice, listings):
+def test_the_redrive_action_leaves_a_handoff_that_has_not_failed_as_it_is(alice, listings):
     queued = sync(listings, "scrape-1", "a", alice)
     failed = failed_sync(listings, "scrape-1", "b", alice)
-    before = {h.pk: list(h.transitions.values_list("id", flat=True)) for h in (queued, failed)}
+    before = list(queued.transitions.values_list("id", flat=True))
 
     html = retry(browser(alice), queued, failed)
 
-    assert f"Nothing retried: handoff {queued.pk} is queued, not failed." in html
-    assert "queued again" not in html
-    for handoff in (queued, failed):
-        status = handoff.status
-        handoff.refresh_from_db()
-        assert handoff.status == status
-        assert list(handoff.transitions.values_list("id", flat=True)) == before[handoff.pk]
+    assert "1 handoff(s) queued again" in html
+    assert list(queued.transitions.values_list("id", flat=True)) == before
+    failed.refresh_from_db()
+    assert failed.status == HandoffStatus.QUEUED
 
 
 def test_retrying_needs_the_change_permission(acme, listings):
@@ -197,7 +202,7 @@ def test_retrying_needs_the_change_permission(acme, listings):
     listing = page(client, HANDOFFS)
     retry(client, handoff)
 
-    assert "retry_handoffs" not in listing
+    assert "redrive_handoffs" not in listing
     assert "∅ → queued" in page(client, change_url(handoff))
     handoff.refresh_from_db()
     assert handoff.status == HandoffStatus.FAILED
@@ -321,3 +326,15 @@ def test_a_handoffs_job_links_to_its_page_only_for_whom_may_view_jobs(alice, lis
 
     assert link not in without and f"#{handoff.job_id}" in without
     assert link in with_it
+
+
+def test_the_reference_list_shows_payloads_that_were_never_handed_off(alice, listings):
+    sync(listings, "scrape-1", "a", alice)
+    sync(listings, "scrape-1", "b", alice)
+    # As a sync stores a payload while the handoff tables are migrated back.
+    IngestionHandoff.objects.filter(reference__external_id="b").delete()
+
+    html = page(browser(alice), f"{REFERENCES}?handoff=none")
+
+    assert "none for its payload" in html
+    assert ">b<" in html and ">a<" not in html

@@ -96,6 +96,12 @@ def test_handoffs_are_listed_with_filters_and_bounded_pagination(scraper, listin
         ({"status": "done"}, "status"),
         ({"stat": "queued"}, "stat"),
         ({"limit": "１"}, "limit"),
+        ({"status": ""}, "status"),
+        ({"status": " "}, "status"),
+        ({"page_size": "0"}, "page_size"),
+        ({"page_size": "501"}, "page_size"),
+        ({"cursor": "garbage"}, "cursor"),
+        ({"limit": "2", "page_size": "2"}, "limit"),
     ],
 )
 def test_a_bad_filter_or_page_is_a_400_naming_it(scraper, listings, query, named):
@@ -229,3 +235,64 @@ def test_a_member_reads_a_handoffs_error_without_a_traceback_and_staff_read_it_w
         "stalled; the last failure: RuntimeError: boom"
     )
     assert scraper.get("/scraping/listings/handoffs").json()["results"][0]["last_error"] == error
+
+
+def test_handoffs_come_in_keyset_pages_by_default(scraper, listings, clock):
+    sync(scraper, body("run-1", *[(e, 1) for e in "abcde"]))
+
+    first = scraper.get("/scraping/listings/handoffs", {"page_size": 2, "status": "queued"})
+
+    assert first.status_code == 200, first.content
+    page = first.json()
+    assert "count" not in page and page["previous"] is None
+    assert [h["external_id"] for h in page["results"]] == ["e", "d"]  # newest first
+    seen = [h["id"] for h in page["results"]]
+    while page["next"]:
+        page = scraper.get(page["next"]).json()
+        seen += [h["id"] for h in page["results"]]
+    assert seen == sorted(IngestionHandoff.objects.values_list("id", flat=True), reverse=True)
+    assert "count" not in scraper.get("/scraping/listings/handoffs").json()
+
+
+def test_the_schema_states_every_page_parameters_bounds(scraper):
+    schema = json.loads(scraper.get("/api/schema/", HTTP_ACCEPT="application/json").content)
+    listing = schema["paths"]["/scraping/{source}/handoffs"]["get"]
+    parameters = {p["name"]: p for p in listing["parameters"]}
+
+    assert parameters["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 1000}
+    assert parameters["offset"]["schema"]["minimum"] == 0
+    assert parameters["page_size"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 500}
+    assert parameters["cursor"]["schema"] == {"type": "string"}
+    assert parameters["tenant"]["schema"] == {"type": "string"}
+    assert "/scraping/{source}/handoffs/redrive" in schema["paths"]
+
+
+def test_a_platform_operator_names_the_tenant_of_a_shared_source_name(scraper, listings, acme, globex):
+    builders.source(globex, name="listings", kind="scraped_reference", config={})
+    sync(scraper, body("run-1", ("a", 1)))
+    olga = as_user(staff("olga", operator=True))
+
+    ambiguous = olga.get("/scraping/listings/handoffs")
+    of_acme = olga.get("/scraping/listings/handoffs", {"tenant": "acme", "status": "queued"})
+    of_globex = olga.get("/scraping/listings/handoffs", {"tenant": "globex"})
+
+    assert ambiguous.status_code == 400 and "?tenant=<slug>" in ambiguous.json()["tenant"][0]
+    assert of_acme.status_code == 200, of_acme.content
+    assert [h["external_id"] for h in of_acme.json()["results"]] == ["a"]
+    assert of_globex.status_code == 200 and of_globex.json()["results"] == []
+    assert olga.get("/scraping/listings/handoffs", {"tenant": "initech"}).status_code == 404
+
+
+def test_a_tenant_user_naming_another_tenant_learns_nothing(scraper, listings, acme, globex):
+    builders.source(globex, name="listings", kind="scraped_reference", config={})
+    sync(scraper, body("run-1", ("a", 1)))
+    bob = as_user(staff("bob", of=acme, is_staff=False))
+
+    own = bob.get("/scraping/listings/handoffs", {"tenant": "acme"})
+    other = bob.get("/scraping/listings/handoffs", {"tenant": "globex"})
+    missing = bob.get("/scraping/listings/handoffs", {"tenant": "initech"})
+
+    assert own.status_code == 200 and [h["external_id"] for h in own.json()["results"]] == ["a"]
+    # Another tenant's source answers as one that does not exist, as everywhere in the API.
+    assert other.status_code == missing.status_code == 404
+    assert other.json() == missing.json()

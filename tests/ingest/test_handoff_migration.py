@@ -6,13 +6,18 @@ and market data works meanwhile (its tables came from ingest's 0005, below the h
 
 from __future__ import annotations
 
+import hashlib
+from datetime import timedelta
+
 import pytest
 from django.core.management import call_command
 from django.db import connection
 from rest_framework.test import APIClient
 
 from ingest.runs.models import IngestRun
-from ingest.scraping.models import IngestionHandoff, ScrapeReference, ScrapeRun
+from ingest.scraping import services as scraping
+from ingest.scraping.hashing import payload_hash
+from ingest.scraping.models import HandoffStatus, IngestionHandoff, ScrapeReference, ScrapeRun
 from market.models import DailyBar
 from tests.market.test_migrations import applied, market_data, migrations_of, rows
 from tests.support.base import as_user, granted, staff
@@ -22,6 +27,7 @@ from tests.support.ingest import builders
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BEFORE_HANDOFFS = "0002_scrape_references"
+TRIGGER = "trg_update_ingestion_handoff_timestamp"
 
 
 def _exists(sql: str, name: str) -> bool:
@@ -102,7 +108,17 @@ def test_back_forward_and_back_again_keeps_references_runs_and_market_data(acme,
         assert _handoff_objects() == (True, True, True)
         assert rows() == market_rows
         assert "0010_market_data_moves_out" in applied("ingest")
-        assert not IngestionHandoff.objects.exists()  # the history went with the tables
+        # The history went with the tables; what was stored meanwhile is handed off, by
+        # the migration (waiting for no job yet), then by the sweep.
+        handed = IngestionHandoff.objects.select_related("reference")
+        assert sorted(
+            (h.reference.external_id, h.payload_hash == h.reference.payload_hash, h.status, h.job_id)
+            for h in handed
+        ) == [("a", True, "queued", None), ("b", True, "queued", None)]
+        assert {t.via for h in handed for t in h.transitions.all()} == {"migration"}
+        assert scraping.queue_waiting(settled_for=timedelta(0)) == 2
+        drain(clock)
+        assert set(IngestionHandoff.objects.values_list("status", flat=True)) == {"completed"}
         assert _sync(scraper, "run-3", 3).json()["handoff_queued_count"] == 2
         drain(clock)
         assert set(IngestionHandoff.objects.values_list("status", flat=True)) == {"completed"}
@@ -115,3 +131,37 @@ def test_the_database_keeps_a_handoffs_updated_time(acme, clock):
     IngestionHandoff.objects.filter(pk=handoff.pk).update(attempts=2)  # no updated_at given
     handoff.refresh_from_db()
     assert handoff.updated_at > handoff.created_at  # the trigger's time, not the test clock's
+
+
+def test_forward_migration_rehashes_stored_payloads_as_jcs_and_they_keep_deduplicating(
+    acme, clock, forward_at_the_end
+):
+    source = builders.source(acme, name="listings", kind="scraped_reference", config={})
+    source.enabled = False
+    source.save()
+    scraping.sync(source, "run-1", [{"external_id": "a", "payload": {"price": 1.0}}])
+    source.enabled = True
+    source.save()
+    # As syncs stored it before RFC 8785: the hash of Python's writing of the payload.
+    legacy = hashlib.sha256(b'{"price":1.0}').hexdigest()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "ALTER TABLE ingestion_handoffs DISABLE TRIGGER trg_update_ingestion_handoff_timestamp"
+        )
+        ScrapeReference.objects.update(payload_hash=legacy)
+        IngestionHandoff.objects.update(payload_hash=legacy)
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # no trigger event pending for the ALTER
+        cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+        cursor.execute("ALTER TABLE ingestion_handoffs ENABLE TRIGGER " + TRIGGER)
+    before = IngestionHandoff.objects.get()
+    assert before.status == HandoffStatus.FAILED
+
+    call_command("migrate", "ingest", "0012_history_vocabulary", verbosity=0)
+    call_command("migrate", "ingest", verbosity=0)
+
+    after = IngestionHandoff.objects.get()
+    assert ScrapeReference.objects.get().payload_hash == after.payload_hash == payload_hash({"price": 1})
+    assert after.updated_at == before.updated_at
+    again = scraping.sync(source, "run-2", [{"external_id": "a", "payload": {"price": 1}}])
+    assert (again.unchanged, again.handoffs.failed, again.handoffs.queued) == (1, 1, 0)
+    assert scraping.preview_redrive(scraping.RedriveFilter(source)).count == 1

@@ -264,7 +264,7 @@ def test_the_runs_reconciler_runs_the_handoff_sweep(clock, listings):
 
     reconcile.refresh_from_db()
     stuck.refresh_from_db()
-    assert reconcile.result == {"failed": [], "handoffs_settled": 1}
+    assert reconcile.result == {"failed": [], "handoffs_settled": 1, "handoffs_queued": 0}
     assert (stuck.status, stuck.reason_code) == (HandoffStatus.FAILED, HandoffReason.INGESTION_FAILED)
 
 
@@ -331,7 +331,7 @@ def test_the_scheduled_sweep_fails_stalled_runs_and_settles_stuck_handoffs(clock
     sweep = jobs.enqueue("ingest.ReconcileRuns")
     assert run_next() == "succeeded"
     sweep.refresh_from_db()
-    assert sweep.result == {"failed": [stalled.pk], "handoffs_settled": 1}
+    assert sweep.result == {"failed": [stalled.pk], "handoffs_settled": 1, "handoffs_queued": 0}
     stalled.refresh_from_db()
     handoff.refresh_from_db()
     assert (stalled.status, handoff.status) == (RunStatus.FAILED, HandoffStatus.FAILED)

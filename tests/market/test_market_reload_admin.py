@@ -226,7 +226,9 @@ def test_the_command_records_the_user_it_acts_for_and_refuses_one_who_may_not(cl
         (stranger.username, "feed 'cn-equities'"),
     ):
         with pytest.raises(CommandError, match=re.escape(why)):
-            reload_command("--feed", "cn-equities", "--day", "2026-10-29", "--reason", "r", "--user", username)
+            reload_command(
+                "--feed", "cn-equities", "--day", "2026-10-29", "--reason", "r", "--user", username
+            )
     assert MarketAction.objects.count() == 1 and DayLoad.objects.count() == 1
 
 

@@ -134,12 +134,19 @@ def settle_stuck(now: datetime) -> int:
     )
     over = []
     for job_id in jobs.pipelines_over(list(active), before=now):
-        over.append(active[job_id])
-        settled += DayLoad.objects.filter(ACTIVE_LOAD, pk=active[job_id]).update(
-            status=LoadStatus.FAILED,
-            finished_at=now,
-            error=f"its job {job_id} ended without finishing the load",
-        )
+        with transaction.atomic():
+            # Under the load's lock, asked again: an operator who ran the job again since
+            # takes the same lock (``services.follow_load_operator``), so the load either
+            # fails here first and is then reopened, or is left to the job running again.
+            locked = DayLoad.objects.select_for_update().filter(ACTIVE_LOAD, pk=active[job_id]).first()
+            if locked is None or not jobs.pipelines_over([job_id], before=now):
+                continue
+            over.append(locked.pk)
+            settled += DayLoad.objects.filter(pk=locked.pk).update(
+                status=LoadStatus.FAILED,
+                finished_at=now,
+                error=f"its job {job_id} ended without finishing the load",
+            )
     # Their batches' finish waited for them (``finish``): settled now, not hours later.
     ended = DailyBatch.objects.filter(status=BatchStatus.RUNNING, loads__in=over).distinct()
     for batch in ended.exclude(loads__in=DayLoad.objects.filter(ACTIVE_LOAD)):

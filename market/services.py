@@ -446,12 +446,14 @@ def follow_load_operator(job: jobs.Job, action: str, actor: Any, via: str) -> No
     while another load of the day is queued or running: they would load it together."""
     if action not in RUNS_AGAIN or job.tenant_id is None:
         return
-    load = (
-        DayLoad.objects.select_for_update(of=("self",))
-        .select_related("feed")
-        .filter(pk=job.payload.get("load"), feed__tenant_id=job.tenant_id)
-        .first()
-    )
+    loads = DayLoad.objects.filter(pk=job.payload.get("load"), feed__tenant_id=job.tenant_id)
+    # A recovered job's handler may be running: it writes the load before it touches its
+    # job's row, so the load is not locked here, under the job's row, unless it has ended.
+    # Any other action's job has no handler running, and the lock is what orders this
+    # with the sweep that fails a load whose job ended (``batch.settle_stuck``).
+    if action == "recover" and not loads.exclude(status__in=[LoadStatus.QUEUED, LoadStatus.RUNNING]).exists():
+        return
+    load = loads.select_for_update(of=("self",)).select_related("feed").first()
     if load is None or load.status in (LoadStatus.QUEUED, LoadStatus.RUNNING):
         return
     other = batch.covering(load.feed, [load.trade_date]).get(load.trade_date)

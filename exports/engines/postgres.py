@@ -225,6 +225,7 @@ class CopyOut(io.RawIOBase):
 
     def __enter__(self) -> CopyOut:
         self._pg.send_query(self._statement.encode(self._conn.info.encoding))
+        self._flush()
         result = self._result()
         if result is None or result.status != libpq.ExecStatus.COPY_OUT:
             self._done = True
@@ -242,6 +243,19 @@ class CopyOut(io.RawIOBase):
                 pass
         # The cancel's own error, or one already raised from read(), is not news.
         self._drain(raise_error=False)
+
+    def _flush(self) -> None:
+        """Send the whole query. psycopg's connections are non-blocking, so libpq sends
+        what the socket takes at once: a query longer than the socket's buffer (a long
+        IN list; a Unix socket's is a few hundred kB) would otherwise never reach the
+        server, and the wait for its answer would last until the silence limit."""
+        sock = self._pg.socket
+        while self._pg.flush():
+            readable, writable, _ = select.select([sock], [sock], [], SILENCE_SECONDS)
+            if not (readable or writable):
+                raise psycopg.OperationalError(f"PostgreSQL took nothing for {SILENCE_SECONDS} s")
+            if readable:
+                self._pg.consume_input()
 
     def _wait(self) -> None:
         if not select.select([self._pg.socket], [], [], SILENCE_SECONDS)[0]:
@@ -333,7 +347,13 @@ class CopyOut(io.RawIOBase):
         return buffer  # type: ignore[return-value]
 
     def readinto(self, target: Any) -> int:
-        data = self.read(len(target))
+        """At most ``len(target)`` bytes, as a file's readers expect (``read`` may give a
+        long row whole); what does not fit comes first next time."""
+        room = len(target)
+        data = self.read(room)
+        if len(data) > room:
+            self._pending = bytes(data[room:]) + (self._pending or b"")
+            data = data[:room]
         target[: len(data)] = data
         return len(data)
 

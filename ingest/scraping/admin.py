@@ -361,17 +361,26 @@ class IngestionHandoffAdmin(PageOperations, JobLinks, HandoffColumns, ScopedAdmi
         if not reason:
             self.message_user(request, "A redrive needs a reason; nothing was changed.", messages.ERROR)
             return None
-        count = batches = 0
+        count = batches = remaining = 0
         for each in chosen:
-            done = services.redrive(each, actor=request.user, via="admin", note=reason)
-            count, batches = count + done.count, batches + done.batches
+            # One confirmation runs a bounded number of transactions in all, whatever the
+            # selection: the rest is for the next confirmation.
+            left = services.REQUEST_BATCHES - batches
+            if left <= 0:
+                remaining += services.preview_redrive(each).count
+                continue
+            done = services.redrive(
+                each, actor=request.user, via="admin", note=reason, batch=services.BATCH, max_batches=left
+            )
+            count, batches, remaining = count + done.count, batches + done.batches, remaining + done.remaining
             if done.count:
                 self.log_change(
                     request, each.source, f"Redrive via the admin ({done.count} handoff(s)): {reason}"
                 )
         self.message_user(
             request,
-            f"{count} handoff(s) queued again, in {batches} transaction(s).",
+            f"{count} handoff(s) queued again, in {batches} transaction(s)."
+            + (f" {remaining} more match: redrive the selection again to go on." if remaining else ""),
             messages.SUCCESS if count else messages.WARNING,
         )
         return None

@@ -354,11 +354,6 @@ class Handoffs(generics.ListAPIView):
 
 # --- redrive ----------------------------------------------------------------------------------
 
-# Batches one request runs (``redriving.BATCH`` handoffs each); past them the answer says
-# how many remain, for the next request with the same ``failed_before``.
-REQUEST_BATCHES = 20
-MAX_AGE_SECONDS = 10 * 366 * 24 * 3600
-
 
 class RedriveRequestSerializer(ClosedSerializer):
     """Which of the source's failed handoffs to queue again; ``dry_run`` only counts
@@ -381,7 +376,7 @@ class RedriveRequestSerializer(ClosedSerializer):
     )
     older_than = serializers.IntegerField(
         min_value=0,
-        max_value=MAX_AGE_SECONDS,
+        max_value=services.MAX_AGE_SECONDS,
         required=False,
         help_text="Seconds since the handoff last changed, at least (with failed_before, both hold).",
     )
@@ -471,7 +466,11 @@ class Redrive(APIView):
             }
         else:
             done = services.redrive(
-                chosen, actor=request.user, via="api", note=given.get("note", ""), max_batches=REQUEST_BATCHES
+                chosen,
+                actor=request.user,
+                via="api",
+                note=given.get("note", ""),
+                max_batches=services.REQUEST_BATCHES,
             )
             answer = {
                 "count": done.count,

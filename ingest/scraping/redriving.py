@@ -32,6 +32,11 @@ from ingest.scraping.models import HandoffReason, HandoffStatus, IngestionHandof
 
 BATCH = 500  # handoffs a transaction
 SAMPLE = 20  # handoffs a preview shows
+# Batches one request (an API call, an admin confirmation) runs; past them it says how many
+# remain, for the next request with the same ``failed_before``.
+REQUEST_BATCHES = 20
+# The oldest age a filter may name (ten years): older is no handoff, and no date either.
+MAX_AGE_SECONDS = 10 * 366 * 24 * 3600
 HANDOFFS_REDRIVEN = "HandoffsRedriven"
 # What may be redriven: a handoff still on its way is the engine's to follow.
 REDRIVABLE = (HandoffStatus.FAILED,)

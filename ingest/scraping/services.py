@@ -62,6 +62,8 @@ from ingest.scraping.queueing import INGEST_REFERENCE, active_references, queue
 from ingest.scraping.reading import Incoming, SyncRefused, check_scrape_run_id, read_references
 from ingest.scraping.redriving import (
     BATCH,
+    MAX_AGE_SECONDS,
+    REQUEST_BATCHES,
     SAMPLE,
     RedriveFilter,
     Redriven,
@@ -74,6 +76,8 @@ from ingest.scraping.redriving import (
 
 __all__ = [
     "BATCH",
+    "MAX_AGE_SECONDS",
+    "REQUEST_BATCHES",
     "INGEST_REFERENCE",
     "HandoffCounts",
     "HandoffRefused",

@@ -4,6 +4,16 @@ permission that now covers the reload too."""
 
 from django.db import migrations, models
 
+# Back before these triggers, a load keeps the nearest older one: the old constraint
+# would refuse them, and the loads are history worth keeping.
+OLDER_TRIGGER = {"reload": "operator", "refetch": "gap_fill"}
+
+
+def to_older_triggers(apps, schema_editor):
+    DayLoad = apps.get_model("market", "DayLoad")
+    for trigger, older in OLDER_TRIGGER.items():
+        DayLoad.objects.filter(trigger=trigger).update(trigger=older)
+
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -46,4 +56,5 @@ class Migration(migrations.Migration):
                 name="market_load_trigger_valid",
             ),
         ),
+        migrations.RunPython(migrations.RunPython.noop, to_older_triggers),
     ]

@@ -5,6 +5,7 @@ cannot leave COPY's parentheses, and an error leaves neither a file nor a connec
 from __future__ import annotations
 
 import datetime as dt
+import io
 import math
 import uuid
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.conninfo import make_conninfo
 
-from exports.engines.postgres import BLOCK_BYTES, PostgresEngine, copy_read_rate
+from exports.engines.postgres import BLOCK_BYTES, CopyOut, PostgresEngine, copy_read_rate
 from exports.spec import JobSpec
 from jobs.testing import wait_until
 
@@ -263,6 +264,16 @@ def test_rows_longer_than_a_block_are_read_whole(tmp_path):
 
     labels = pq.read_table(written.files[0]).column("label").to_pylist()
     assert labels == [longs.get(n, "s" * n) for n in range(1, 20001)]
+
+
+def test_the_copy_stream_reads_whole_through_a_buffered_reader():
+    # A buffered reader fills fixed-size buffers (readinto): a row longer than one is cut
+    # across them, and nothing is lost or repeated.
+    sql = "SELECT n, repeat('x', n * 997) FROM generate_series(1, 40) n"
+    expected = b"".join(b"%d\t%s\n" % (n, b"x" * (n * 997)) for n in range(1, 41))
+    with psycopg.connect(dsn(), autocommit=True) as conn, CopyOut(conn, f"COPY ({sql}) TO STDOUT") as copy:
+        reader = io.BufferedReader(copy, buffer_size=4096)
+        assert b"".join(iter(lambda: reader.read(3000), b"")) == expected
 
 
 @pytest.mark.parametrize(

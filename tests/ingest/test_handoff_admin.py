@@ -194,6 +194,22 @@ def test_the_redrive_action_leaves_a_handoff_that_has_not_failed_as_it_is(alice,
     assert failed.status == HandoffStatus.QUEUED
 
 
+def test_one_confirmation_runs_a_bounded_number_of_transactions_and_says_what_remains(
+    alice, listings, monkeypatch
+):
+    handoffs = [failed_sync(listings, "scrape-1", name, alice) for name in "abcde"]
+    monkeypatch.setattr(services, "BATCH", 2)
+    monkeypatch.setattr(services, "REQUEST_BATCHES", 2)
+
+    html = retry(browser(alice), *handoffs)
+
+    assert "4 handoff(s) queued again, in 2 transaction(s). 1 more match: redrive the selection again" in html
+    assert IngestionHandoff.objects.filter(status=HandoffStatus.FAILED).count() == 1
+    html = retry(browser(alice), *handoffs)
+    assert "1 handoff(s) queued again, in 1 transaction(s)." in html
+    assert not IngestionHandoff.objects.filter(status=HandoffStatus.FAILED).exists()
+
+
 def test_retrying_needs_the_change_permission(acme, listings):
     viewer = staff("vera", of=acme)
     handoff = failed_sync(listings, "scrape-1", "a", viewer)

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission, User
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client
 
@@ -259,6 +259,18 @@ def test_the_command_previews_and_redrives_as_its_user(listings, alice):
     assert failed() == []
     step = IngestionHandoff.objects.first().transitions.get(kind=HandoffReason.RETRIED_BY_OPERATOR)
     assert (step.actor, step.via, step.message) == (alice, "command", "source back")
+
+
+@pytest.mark.parametrize(
+    ("older_than", "why"),
+    [("2 days", "give a number and a unit"), ("999999999d", "at most 3660d")],
+)
+def test_the_command_names_a_bad_age_and_changes_nothing(listings, older_than, why):
+    refused_sync(listings, "scrape-1", "a")
+
+    with pytest.raises(CommandError, match=why):
+        call_command("handoff_redrive", "--source", "listings", f"--older-than={older_than}")
+    assert len(failed()) == 1
 
 
 # --- the admin --------------------------------------------------------------------------------

@@ -209,3 +209,17 @@ def test_a_content_type_made_while_the_models_were_away_is_folded_into_the_movin
     assert User.objects.get(pk=late.pk).has_perm("market.change_dailybar")
     entry.refresh_from_db()
     assert entry.content_type == ContentType.objects.get(app_label="market", model="dailybar")
+
+
+def test_rolling_back_before_the_reload_triggers_keeps_their_loads(acme, forward_at_the_end):
+    feed = MarketFeed.objects.create(
+        tenant=acme, name="cn-equities", api_url="http://127.0.0.1:9/", token="t"
+    )
+    for day, trigger in ((date(2026, 11, 2), "reload"), (date(2026, 11, 3), "refetch")):
+        DayLoad.objects.create(feed=feed, trade_date=day, trigger=trigger, status="succeeded", created_at=AT)
+
+    executor_migrate(("market", "0003_history_vocabulary"))
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT trade_date, trigger FROM ingest_dayload ORDER BY trade_date")
+        assert cursor.fetchall() == [(date(2026, 11, 2), "operator"), (date(2026, 11, 3), "gap_fill")]

@@ -23,7 +23,10 @@ def age(text: str) -> timedelta:
     found = AGE.match(text)
     if found is None:
         raise CommandError(f"--older-than {text!r}: give a number and a unit, e.g. 30m, 6h or 2d")
-    return timedelta(seconds=int(found[1]) * UNITS[found[2]])
+    seconds = int(found[1]) * UNITS[found[2]]
+    if seconds > services.MAX_AGE_SECONDS:
+        raise CommandError(f"--older-than {text!r}: at most {services.MAX_AGE_SECONDS // 86400}d")
+    return timedelta(seconds=seconds)
 
 
 class Command(BaseCommand):
